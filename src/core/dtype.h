@@ -1,0 +1,31 @@
+// Element types, their sizes and names, and the scalar conversions between them (bf16, f16 and fp8 e4m3 are
+// stored as raw bits; conversions round to nearest even as PyTorch does).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace h3 {
+
+enum class DType : uint8_t { f64, f32, bf16, f16, fp8_e4m3, i64, i32, i8, u8 };
+
+size_t dtype_size(DType t);
+std::string_view dtype_name(DType t);                            // "f32", "bf16", ...
+std::string_view dtype_safetensors_name(DType t);                // "F32", "BF16", "F8_E4M3", ...
+std::optional<DType> dtype_from_safetensors(std::string_view s);  // nullopt for unknown names
+std::optional<DType> dtype_from_name(std::string_view s);         // accepts both spellings
+bool dtype_is_float(DType t);
+
+float bf16_to_f32(uint16_t b);
+uint16_t f32_to_bf16(float f);  // round to nearest even; NaN stays NaN
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float fp8e4m3_to_f32(uint8_t v);
+uint8_t f32_to_fp8e4m3(float f);  // saturating to +-448, round to nearest even
+
+// Rounds a value through bf16 and back (used to emulate the released bf16 recipe on the CPU).
+inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+}  // namespace h3

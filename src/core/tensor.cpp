@@ -1,0 +1,108 @@
+#include "core/tensor.h"
+
+#include <cstring>
+#include <fmt/ranges.h>
+
+namespace h3 {
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (auto d : shape_) H3_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape_));
+  size_t bytes = std::max<size_t>(nbytes(), 1);
+  auto buf = std::shared_ptr<std::byte[]>(new std::byte[bytes]());
+  data_ = buf.get();
+  owner_ = std::shared_ptr<const void>(buf, buf.get());
+}
+
+Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<const void> owner, void* data, Device device)
+    : dtype_(dtype), shape_(std::move(shape)), owner_(std::move(owner)), data_(data), device_(device) {}
+
+Tensor Tensor::reshape(Shape s) const {
+  H3_ASSERT(shape_numel(s) == numel(), "reshape {} -> {}", shape_str(shape_), shape_str(s));
+  return Tensor(dtype_, std::move(s), owner_, data_, device_);
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  H3_ASSERT(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "rows({}, {}) of {}", begin, end,
+            shape_str(shape_));
+  Shape s = shape_;
+  s[0] = end - begin;
+  size_t row_bytes = shape_[0] ? nbytes() / static_cast<size_t>(shape_[0]) : 0;
+  return Tensor(dtype_, std::move(s), owner_, static_cast<std::byte*>(data_) + begin * row_bytes, device_);
+}
+
+namespace {
+template <typename T>
+double load_as_double(const void* p, int64_t i) {
+  return static_cast<double>(static_cast<const T*>(p)[i]);
+}
+double load(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f64: return load_as_double<double>(p, i);
+    case DType::f32: return load_as_double<float>(p, i);
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::fp8_e4m3: return fp8e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
+    case DType::i64: return load_as_double<int64_t>(p, i);
+    case DType::i32: return load_as_double<int32_t>(p, i);
+    case DType::i8: return load_as_double<int8_t>(p, i);
+    case DType::u8: return load_as_double<uint8_t>(p, i);
+  }
+  return 0;
+}
+void store(void* p, DType t, int64_t i, double v) {
+  switch (t) {
+    case DType::f64: static_cast<double*>(p)[i] = v; break;
+    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v)); break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v)); break;
+    case DType::fp8_e4m3: static_cast<uint8_t*>(p)[i] = f32_to_fp8e4m3(static_cast<float>(v)); break;
+    case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+  }
+}
+}  // namespace
+
+void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (st == dt) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(st));
+    return;
+  }
+  if (st == DType::i64 && dt == DType::i32) {  // exact integer path, no double round trip
+    auto s = static_cast<const int64_t*>(src);
+    auto d = static_cast<int32_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(s[i]);
+    return;
+  }
+  if (st == DType::i32 && dt == DType::i64) {
+    auto s = static_cast<const int32_t*>(src);
+    auto d = static_cast<int64_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+    return;
+  }
+  // f64 -> f32 -> narrow float: narrow formats round from the f32 value, as PyTorch's .to() does.
+  for (int64_t i = 0; i < n; ++i) store(dst, dt, i, load(src, st, i));
+}
+
+Tensor Tensor::to(DType dt) const {
+  H3_ASSERT(device_ == Device::cpu, "to() on a device tensor");
+  Tensor out(dt, shape_);
+  convert(data_, dtype_, out.data_, dt, numel());
+  return out;
+}
+
+double Tensor::get(int64_t i) const {
+  H3_ASSERT(i >= 0 && i < numel(), "get({}) of {}", i, describe());
+  return load(data_, dtype_, i);
+}
+
+}  // namespace h3

@@ -1,0 +1,88 @@
+// Tensor: a dtype, a row-major shape and a pointer into shared storage (owned memory or a memory-mapped file).
+// Views share the storage; nothing here copies unless asked to.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace h3 {
+
+enum class Device : uint8_t { cpu, cuda };
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);
+int64_t shape_numel(const Shape& s);
+
+// Maps a C++ element type to its DType.
+template <typename T> struct dtype_of;
+template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
+template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
+template <> struct dtype_of<int8_t> { static constexpr DType value = DType::i8; };
+template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates zero-filled host memory.
+  Tensor(DType dtype, Shape shape);
+  // A view of memory kept alive by `owner`.
+  Tensor(DType dtype, Shape shape, std::shared_ptr<const void> owner, void* data, Device device = Device::cpu);
+
+  template <typename T>
+  static Tensor from(const std::vector<T>& v, Shape shape) {
+    Tensor t(dtype_of<T>::value, std::move(shape));
+    H3_ASSERT(static_cast<size_t>(t.numel()) == v.size(), "from(): {} values for shape {}", v.size(),
+              shape_str(t.shape()));
+    std::copy(v.begin(), v.end(), t.data<T>());
+    return t;
+  }
+
+  bool defined() const { return data_ != nullptr || numel() == 0; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  void* raw() const { return data_; }
+
+  template <typename T>
+  T* data() const {
+    H3_ASSERT(dtype_of<T>::value == dtype_, "data<{}>() on a {} tensor", dtype_name(dtype_of<T>::value),
+              dtype_name(dtype_));
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  std::span<T> span() const { return {data<T>(), static_cast<size_t>(numel())}; }
+
+  // Same storage, new shape (numel must match).
+  Tensor reshape(Shape s) const;
+  // Rows [begin, end) along the first dimension, sharing storage.
+  Tensor rows(int64_t begin, int64_t end) const;
+  // A deep copy, converted to `dt` (any float <-> float, int <-> int, int -> float).
+  Tensor to(DType dt) const;
+  Tensor clone() const { return to(dtype_); }
+  // Element i (row-major) as double, for any dtype.
+  double get(int64_t i) const;
+  std::string describe() const { return std::string(dtype_name(dtype_)) + shape_str(shape_); }
+
+ private:
+  DType dtype_ = DType::f32;
+  Shape shape_;
+  std::shared_ptr<const void> owner_;
+  void* data_ = nullptr;
+  Device device_ = Device::cpu;
+};
+
+// Element-wise conversion of n values between dtypes (host memory).
+void convert(const void* src, DType src_t, void* dst, DType dst_t, int64_t n);
+
+}  // namespace h3

@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("h3"); return 0; }
