@@ -1,0 +1,70 @@
+// DiT checkpoints in every accepted layout, mapped onto the diffusers parameter names without reading tensor data:
+//   diffusers   transformer_blocks.N.attn.to_q/to_k/to_v, ff.net.0.proj = [value; gate]   (file or folder + index)
+//   official    blocks.N.attn.qkv_proj per-head interleaved [h0: q k v | h1: q k v | ...], mlp.fc1 = [gate; value]
+//   comfy       like official but qkv_proj blocked [q_all; k_all; v_all]; optional "model.diffusion_model." prefix
+//   golden      a shared/golden file: "weight.<diffusers key>" next to inputs and outputs
+//   procedural  "procedural:NAME[:seed=N]" (NAME = mini | fullwidth-1block | full), generated on demand
+// Only the header is read at open(); get() materialises one tensor (applying the qkv split / fc1 swap).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/dit_config.h"
+
+namespace h3 {
+
+enum class DitLayout { diffusers, official, comfy, golden, procedural };
+std::string_view layout_name(DitLayout l);
+
+// How qkv_proj rows are ordered in official/comfy-named files.
+enum class QkvOrder { unknown, interleaved, blocked };
+
+struct DitCheckpointOptions {
+  QkvOrder qkv_order = QkvOrder::unknown;  // override detection ("--qkv-layout")
+};
+
+class DitCheckpoint {
+ public:
+  static DitCheckpoint open(const std::string& path, const DitCheckpointOptions& opt = {});
+
+  const std::string& path() const { return path_; }
+  DitLayout layout() const { return layout_; }
+  QkvOrder qkv_order() const { return qkv_order_; }
+  const DitConfig& config() const { return config_; }
+  const std::string& config_source() const { return config_source_; }
+  // One line on what was detected and why, for the log.
+  std::string detection_summary() const;
+  const std::vector<std::string>& files() const { return file_names_; }
+
+  // Stored dtype of a parameter (f32 for procedural).
+  DType stored_dtype(const std::string& key) const;
+  // The parameter under its diffusers name, in its stored dtype (procedural: f32).
+  Tensor get(const std::string& key) const;
+  // Bytes of parameter data as stored, and the count per stored dtype.
+  size_t stored_bytes() const;
+  std::map<DType, int64_t> dtype_counts() const;
+  uint64_t seed() const { return seed_; }
+
+ private:
+  struct Source {
+    int file = -1;          // index into files_, -1 for procedural
+    std::string key;        // key inside the file
+    enum Kind { plain, qkv_part, swap_halves } kind = plain;
+    int part = 0;           // 0 q, 1 k, 2 v for qkv_part
+  };
+  std::string path_;
+  DitLayout layout_ = DitLayout::diffusers;
+  QkvOrder qkv_order_ = QkvOrder::unknown;
+  DitConfig config_;
+  std::string config_source_;
+  std::string detection_reason_;
+  uint64_t seed_ = 0;
+  std::vector<std::shared_ptr<SafeTensors>> files_;
+  std::vector<std::string> file_names_;
+  std::map<std::string, Source> sources_;
+};
+
+}  // namespace h3

@@ -1,0 +1,47 @@
+#include "io/procedural.h"
+
+#include <cmath>
+
+#include "core/parallel.h"
+
+namespace h3 {
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
+  Tensor t(DType::f32, shape);
+  float* out = t.data<float>();
+  const uint64_t base = seed ^ fnv1a64(name);
+  double scale = 0.05, offset = 0.0;
+  if (shape.size() >= 2) {
+    int64_t fan_in = 1;
+    for (size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];
+    scale = std::sqrt(3.0 / static_cast<double>(fan_in));
+  } else if (name.find("norm") != std::string::npos) {
+    scale = 0.1;
+    offset = 1.0;
+  }
+  parallel_for(t.numel(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      double u = static_cast<double>(splitmix64(base + static_cast<uint64_t>(i)) >> 11) * 0x1p-53 * 2.0 - 1.0;
+      out[i] = static_cast<float>(offset + u * scale);
+    }
+  }, 1 << 16);
+  return t;
+}
+
+}  // namespace h3

@@ -1,0 +1,77 @@
+// The MiniMax-H3 DiT forward over one packed sequence [text | conditions | audio | video] (h3-model-spec §2.3):
+// input projections, token refiner on the text rows, scatter into the packed buffer, the AdaLN-modulated blocks with
+// 3-axis partial RoPE, the final modulated norm and the two output heads.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "model/dit_config.h"
+
+namespace h3 {
+
+// f64 / f32: every op in that precision. bf16: the released mixed recipe (blocks, context embedder and AdaLN in
+// bf16 with f32 accumulation; patch projections, time embedder and output heads in f32), emulated on the CPU by
+// rounding each op's result to bf16.
+enum class Precision { f64, f32, bf16 };
+std::string_view precision_name(Precision p);
+Precision precision_from_name(const std::string& s);
+
+struct DitInputs {
+  Tensor video;             // [Nv, in_channels*4] patchified rows (conditions first), f32
+  Tensor audio;             // [Na, audio_in_channels], f32
+  Tensor text;              // [L, text_dim], f32
+  Tensor timestep;          // [M] distinct timesteps in [0, 1] (1 = clean), f32
+  Tensor timestep_indices;  // [S] i64, index into timestep per packed row
+  Tensor token_tags;        // [S] i64, 0 video, 1 text, 2 audio
+  Tensor position_ids;      // [S, 3] (t, h, w), f64
+  Tensor video_indices;     // [Nv] i64 packed row of each video row
+  Tensor audio_indices;     // [Na] i64
+  Tensor text_indices;      // [L] i64
+  // Throws naming the input and what is allowed when shapes, dtypes or indices are inconsistent.
+  void validate(const DitConfig& c) const;
+  int64_t seq_len() const { return position_ids.dim(0); }
+};
+
+struct DitOutputs {
+  Tensor video;  // [Nv, in_channels*4] velocity, f32 for bf16/f32 runs, f64 for f64 runs
+  Tensor audio;  // [Na, audio_in_channels]
+  // Named intermediates when requested: "token_refiner" [L,H], "block.N" [S,H], "norm_out" [S,H].
+  std::map<std::string, Tensor> activations;
+};
+
+class DitModel {
+ public:
+  DitModel(const DitCheckpoint& ckpt, Precision precision);
+  DitOutputs forward(const DitInputs& in, bool keep_activations = false) const;
+  const DitConfig& config() const { return config_; }
+  Precision precision() const { return precision_; }
+
+ private:
+  struct Block {
+    Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;
+    Tensor adaln_w, adaln_b;  // undefined for refiner blocks
+  };
+  Tensor attention_mlp(const Block& b, const Tensor& x, const Tensor* cos, const Tensor* sin, const Tensor* ada,
+                       const Tensor* idx) const;
+  Tensor attn(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin) const;
+  Tensor mlp(const Block& b, const Tensor& h) const;
+  Tensor round_if_bf16(Tensor t) const;
+
+  DitConfig config_;
+  Precision precision_;
+  DType ct_;  // compute dtype (f64 or f32)
+  Tensor proj_in_w, proj_in_b, audio_in_w, audio_in_b, ctx_w, ctx_b;
+  Tensor t1_w, t1_b, t2_w, t2_b;
+  std::vector<Block> refiner_, blocks_;
+  Tensor refiner_norm_, out_norm_, out_ada_w_, out_ada_b_, proj_out_w_, proj_out_b_, audio_out_w_, audio_out_b_;
+};
+
+// The sinusoidal timestep embedding [M, freq_dim] = [cos(t f_k) | sin(t f_k)], f_k = exp(-ln(1e4) k / half),
+// always computed in f32 as the reference does.
+Tensor timestep_embedding(const Tensor& timestep, int freq_dim);
+// RoPE tables [S, 6*rope_freq_dim] in dtype `dt` (positions and inverse frequencies rounded to f32 first).
+void rope_tables(const Tensor& position_ids, const DitConfig& c, DType dt, Tensor& cos, Tensor& sin);
+
+}  // namespace h3

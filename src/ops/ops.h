@@ -1,0 +1,36 @@
+// The backend-neutral op API used by model code. Every op takes and returns h3::Tensor and dispatches on the
+// tensor's device and dtype; the CPU backend (f32, f64) is the reference the other backends are checked against.
+// Row-indexed ops take an i32 index tensor `idx` whose entry r names the table row used by activation row r.
+#pragma once
+#include "core/tensor.h"
+
+namespace h3::ops {
+
+// y[N,M] = x[N,K] * w[M,K]^T (+ bias[M]).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias = nullptr);
+// Root-mean-square norm over groups of `group` consecutive channels (group = last dim for a whole-row norm,
+// head_dim for per-head q/k norms); multiplies by w[group] when given.
+Tensor rms_norm(const Tensor& x, const Tensor* w, int64_t group, double eps);
+// h * (1 + scale[idx]) + shift[idx]; shift/scale are [R, C] tables.
+Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf16_steps);
+// x + gate[idx] * y.
+Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf16_steps);
+// x + y.
+Tensor add(const Tensor& x, const Tensor& y);
+// silu(x) elementwise.
+Tensor silu(const Tensor& x);
+// SwiGLU on u[N, 2F] laid out [value; gate] along columns: out[N,F] = value * silu(gate).
+Tensor swiglu(const Tensor& u, bool bf16_steps);
+// Rotate-half RoPE on the first R channels of every head of x[N, heads*D], with cos/sin [N, R].
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16_steps);
+// Full non-causal attention per head: q[Nq, H*D], k/v[Nk, H*D] -> [Nq, H*D], softmax scale 1/sqrt(D).
+// Streams over key blocks with an online softmax: no Nq x Nk buffer.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
+// out[idx[i]] = rows[i] (out must have the row width of rows).
+void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx);
+// out[i] = x[idx[i]].
+Tensor gather_rows(const Tensor& x, const Tensor& idx);
+// Rounds every element through bf16 in place (emulates the released bf16 recipe on the CPU).
+void round_bf16_(Tensor& x);
+
+}  // namespace h3::ops

@@ -1,0 +1,38 @@
+// h3 verify FILE: runs the engine on a golden file's inputs and compares with the reference outputs.
+#include <memory>
+
+#include "commands.h"
+#include "model/dit_verify.h"
+
+namespace h3::cli {
+
+Runner add_verify(CLI::App& app) {
+  auto* cmd = app.add_subcommand("verify", "check the engine against a golden-format file; last line PASS or FAIL");
+  struct Opts {
+    std::string file, precision = "f64", weights;
+    double tol = -1;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("file", o->file, "golden safetensors file")->required();
+  cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (the released mixed recipe)")
+      ->check(CLI::IsMember({"f64", "f32", "bf16"}))->envname("H3_PRECISION");
+  cmd->add_option("--weights", o->weights, "use these DiT weights (file, folder or procedural:NAME) instead");
+  cmd->add_option("--tol", o->tol, "override the rel-L2 tolerance");
+  return [o]() -> int {
+    SafeTensors f = SafeTensors::open(o->file);
+    if (looks_like_dit_golden(f)) {
+      VerifyOptions vo;
+      vo.precision = precision_from_name(o->precision);
+      vo.weights = o->weights;
+      if (o->tol > 0) vo.tolerance = o->tol;
+      std::printf("verify %s: DiT golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
+      VerifyReport rep = verify_dit_file(f, vo);
+      rep.print(stdout);
+      return rep.pass() ? 0 : 1;
+    }
+    std::printf("FAIL: %s is not a golden set this version can verify (DiT sets, layout sets)\n", o->file.c_str());
+    return 1;
+  };
+}
+
+}  // namespace h3::cli

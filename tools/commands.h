@@ -1,0 +1,13 @@
+// The h3 CLI's subcommands; each registers its options on the app and returns a runner.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace h3::cli {
+
+using Runner = std::function<int()>;
+Runner add_verify(CLI::App& app);
+Runner add_info(CLI::App& app);
+Runner add_run(CLI::App& app);
+
+}  // namespace h3::cli
