@@ -105,6 +105,9 @@ Tensor timestep_embedding(const Tensor& timestep, int freq_dim) {
     const float t = static_cast<float>(timestep.get(i));
     for (int k = 0; k < half; ++k) {
       const float exponent = (neg_log * static_cast<float>(k)) / static_cast<float>(half);
+      // Correctly rounded f32 values. The reference's PyTorch CPU kernels use a vectorised libm whose cos/sin are
+      // within 1 ulp but not always correctly rounded; that single-ulp difference is the whole f64 gap
+      // (docs/notes.md, "timestep embedding").
       const float arg = t * std::exp(exponent);
       o[i * freq_dim + k] = std::cos(arg);
       o[i * freq_dim + half + k] = std::sin(arg);
