@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "model/dit_verify.h"
+#include "pipeline/layout_verify.h"
 
 namespace h3::cli {
 
@@ -11,6 +12,7 @@ Runner add_verify(CLI::App& app) {
   struct Opts {
     std::string file, precision = "f64", weights;
     double tol = -1;
+    std::string dump;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "golden safetensors file")->required();
@@ -18,6 +20,7 @@ Runner add_verify(CLI::App& app) {
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))->envname("H3_PRECISION");
   cmd->add_option("--weights", o->weights, "use these DiT weights (file, folder or procedural:NAME) instead");
   cmd->add_option("--tol", o->tol, "override the rel-L2 tolerance");
+  cmd->add_option("--dump", o->dump, "write every named activation to PREFIX[.case].safetensors (debugging)");
   return [o]() -> int {
     SafeTensors f = SafeTensors::open(o->file);
     if (looks_like_dit_golden(f)) {
@@ -25,10 +28,15 @@ Runner add_verify(CLI::App& app) {
       vo.precision = precision_from_name(o->precision);
       vo.weights = o->weights;
       if (o->tol > 0) vo.tolerance = o->tol;
+      vo.dump_prefix = o->dump;
       std::printf("verify %s: DiT golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
       VerifyReport rep = verify_dit_file(f, vo);
       rep.print(stdout);
       return rep.pass() ? 0 : 1;
+    }
+    if (looks_like_layout_golden(f)) {
+      std::printf("verify %s: layout and schedule set\n", o->file.c_str());
+      return verify_layouts(f, stdout);
     }
     std::printf("FAIL: %s is not a golden set this version can verify (DiT sets, layout sets)\n", o->file.c_str());
     return 1;

@@ -130,12 +130,9 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
     }
     auto cfg = DitConfig::named(spec);
     if (!cfg) fail("{}: unknown procedural config '{}' (known: mini, fullwidth-1block, full)", path, spec);
-    ck.layout_ = DitLayout::procedural;
-    ck.config_ = *cfg;
-    ck.config_source_ = "named config '" + spec + "'";
-    ck.detection_reason_ = fmt::format("procedural weights, seed {}", ck.seed_);
-    for (const auto& [k, s] : ck.config_.parameters()) ck.sources_[k] = Source{-1, k};
-    return ck;
+    DitCheckpoint named = procedural(*cfg, ck.seed_, path);
+    named.config_source_ = "named config '" + spec + "'";
+    return named;
   }
 
   // Collect the files: a single .safetensors, or a folder (diffusers or released) with an index or shards.
@@ -348,6 +345,19 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
     fail("{}: does not match the DiT config from {} ({} layers, {} heads x {}, hidden {}):{}", path,
          ck.config_source_, ck.config_.num_layers, ck.config_.num_attention_heads, ck.config_.attention_head_dim,
          ck.config_.hidden_size, problems);
+  return ck;
+}
+
+DitCheckpoint DitCheckpoint::procedural(const DitConfig& config, uint64_t seed, const std::string& label) {
+  config.validate(label);
+  DitCheckpoint ck;
+  ck.path_ = label;
+  ck.seed_ = seed;
+  ck.layout_ = DitLayout::procedural;
+  ck.config_ = config;
+  ck.config_source_ = "the caller";
+  ck.detection_reason_ = fmt::format("procedural weights, seed {}", seed);
+  for (const auto& [k, s] : config.parameters()) ck.sources_[k] = Source{-1, k};
   return ck;
 }
 

@@ -29,6 +29,8 @@ struct DitCheckpointOptions {
 class DitCheckpoint {
  public:
   static DitCheckpoint open(const std::string& path, const DitCheckpointOptions& opt = {});
+  // Procedural weights for any config (the named ones are reachable through open("procedural:NAME")).
+  static DitCheckpoint procedural(const DitConfig& config, uint64_t seed, const std::string& label);
 
   const std::string& path() const { return path_; }
   DitLayout layout() const { return layout_; }

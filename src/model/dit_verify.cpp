@@ -101,12 +101,8 @@ DitCheckpoint dit_golden_weights(const SafeTensors& f, const std::string& overri
   uint64_t seed = kDefaultProceduralSeed;
   if (!f.meta("seed").empty()) seed = std::stoull(f.meta("seed"));
   DitConfig cfg = f.meta("config").empty() ? DitConfig{} : DitConfig::from_json_text(f.meta("config"), f.path());
-  // Procedural checkpoints are named configs; express this one as such when it matches, else fail clearly.
-  for (const char* name : {"full", "fullwidth-1block", "mini"})
-    if (*DitConfig::named(name) == cfg)
-      return DitCheckpoint::open(fmt::format("procedural:{}:seed={}", name, seed));
-  fail("{}: procedural weights for a config that is not one of the named ones (mini, fullwidth-1block, full)",
-       f.path());
+  DitCheckpoint ck = DitCheckpoint::procedural(cfg, seed, f.path() + " (procedural weights)");
+  return ck;
 }
 
 VerifyReport verify_dit_file(const SafeTensors& f, const VerifyOptions& opt) {
