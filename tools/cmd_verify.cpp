@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "dist/comm.h"
 #include "model/dit_verify.h"
 #include "pipeline/layout_verify.h"
 
@@ -12,7 +13,8 @@ Runner add_verify(CLI::App& app) {
   struct Opts {
     std::string file, precision = "f64", weights;
     double tol = -1;
-    std::string dump;
+    std::string dump, mode;
+    int tp = 1, chunks = 1;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "golden safetensors file")->required();
@@ -20,6 +22,10 @@ Runner add_verify(CLI::App& app) {
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))->envname("H3_PRECISION");
   cmd->add_option("--weights", o->weights, "use these DiT weights (file, folder or procedural:NAME) instead");
   cmd->add_option("--tol", o->tol, "override the rel-L2 tolerance");
+  cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}));
+  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree");
+  cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in");
   cmd->add_option("--dump", o->dump, "write every named activation to PREFIX[.case].safetensors (debugging)");
   return [o]() -> int {
     SafeTensors f = SafeTensors::open(o->file);
@@ -29,9 +35,12 @@ Runner add_verify(CLI::App& app) {
       vo.weights = o->weights;
       if (o->tol > 0) vo.tolerance = o->tol;
       vo.dump_prefix = o->dump;
-      std::printf("verify %s: DiT golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
+      if (!o->mode.empty() || world().size() > 1)
+        vo.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks};
+      const bool root = world().rank() == 0;
+      if (root) std::printf("verify %s: DiT golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
       VerifyReport rep = verify_dit_file(f, vo);
-      rep.print(stdout);
+      if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
     if (looks_like_layout_golden(f)) {

@@ -9,5 +9,6 @@ using Runner = std::function<int()>;
 Runner add_verify(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_parity(CLI::App& app);
 
 }  // namespace h3::cli

@@ -5,12 +5,21 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/comm.h"
+#include "dist/launch.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"h3-engine: MiniMax-H3 video+audio generation on CPUs and GPUs (version " H3_VERSION ")"};
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")->envname("H3_LOG_LEVEL");
+  int ranks = 1;
+  double timeout = 120;
+  app.add_option("--ranks", ranks, "run on N ranks (relaunches under mpirun unless already in an MPI job)")
+      ->check(CLI::Range(1, 4096))->envname("H3_RANKS");
+  app.add_option("--timeout", timeout, "seconds a rank waits for a peer before failing the job")
+      ->check(CLI::PositiveNumber)->envname("H3_TIMEOUT");
+  app.fallthrough();
   std::map<CLI::App*, h3::cli::Runner> runners;
   auto reg = [&](h3::cli::Runner (*add)(CLI::App&)) {
     size_t before = app.get_subcommands({}).size();
@@ -20,21 +29,35 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_verify);
   reg(h3::cli::add_info);
   reg(h3::cli::add_run);
+  reg(h3::cli::add_parity);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  h3::log_setup(0, 1, log_level);
   try {
-    for (auto& [sub, run] : runners)
-      if (sub->parsed()) return run();
-  } catch (const h3::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    h3::relaunch_under_mpi_if_needed(ranks, argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  return 2;
+  h3::Comm& world = h3::world();
+  world.timeout_s = timeout;
+  h3::log_setup(world.rank(), world.size(), log_level);
+  if (h3::in_mpi_job() && ranks > 1 && world.size() != ranks)
+    spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
+  int status = 2;
+  try {
+    for (auto& [sub, run] : runners)
+      if (sub->parsed()) status = run();
+  } catch (const std::exception& e) {
+    // A bad request fails on every rank alike (the inputs are the same); any other rank-local failure must not
+    // leave the others waiting, so under MPI the whole job ends here.
+    const std::string who = world.size() > 1 ? fmt::format("rank {} ({}): ", world.rank(), world.host()) : "";
+    if (world.size() > 1) h3::abort_job(who + e.what(), 2);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    status = 2;
+  }
+  h3::finalize_world();
+  return status;
 }

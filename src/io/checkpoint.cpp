@@ -1,6 +1,7 @@
 #include "io/checkpoint.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -84,27 +85,39 @@ bool is_quant_key(const std::string& k) {
 
 // Infers the config from parameter shapes (used when no config.json or "config" metadata exists).
 DitConfig infer_config(const std::map<std::string, Shape>& shapes, const std::string& where) {
-  auto need = [&](const std::string& k) -> const Shape& {
+  auto need = [&](const std::string& k, size_t ndim) -> const Shape& {
     auto it = shapes.find(k);
     if (it == shapes.end()) fail("{}: cannot infer the config: parameter '{}' is missing", where, k);
+    if (it->second.size() != ndim)
+      fail("{}: cannot infer the config: '{}' has shape {}, expected {} dimensions", where, k,
+           shape_str(it->second), ndim);
+    for (auto d : it->second)
+      if (d <= 0 || d > (int64_t{1} << 24))
+        fail("{}: cannot infer the config: '{}' has shape {}", where, k, shape_str(it->second));
     return it->second;
   };
   DitConfig c;
-  c.hidden_size = static_cast<int>(need("proj_in.weight")[0]);
-  c.in_channels = static_cast<int>(need("proj_in.weight")[1] / 4);
-  c.audio_in_channels = static_cast<int>(need("audio_proj_in.weight")[1]);
-  c.text_dim = static_cast<int>(need("context_embedder.weight")[1]);
-  c.time_embed_hidden_dim = static_cast<int>(need("time_embedder.linear_1.weight")[0]);
-  c.freq_dim = static_cast<int>(need("time_embedder.linear_1.weight")[1]);
-  c.time_embed_dim = static_cast<int>(need("time_embedder.linear_2.weight")[0]);
-  c.attention_head_dim = static_cast<int>(need("transformer_blocks.0.attn.norm_q.weight")[0]);
-  c.num_attention_heads = static_cast<int>(need("transformer_blocks.0.attn.to_out.0.weight")[1] / c.attention_head_dim);
-  c.ffn_dim = static_cast<int>(need("transformer_blocks.0.ff.net.2.weight")[1]);
+  c.hidden_size = static_cast<int>(need("proj_in.weight", 2)[0]);
+  c.in_channels = static_cast<int>(need("proj_in.weight", 2)[1] / 4);
+  c.audio_in_channels = static_cast<int>(need("audio_proj_in.weight", 2)[1]);
+  c.text_dim = static_cast<int>(need("context_embedder.weight", 2)[1]);
+  c.time_embed_hidden_dim = static_cast<int>(need("time_embedder.linear_1.weight", 2)[0]);
+  c.freq_dim = static_cast<int>(need("time_embedder.linear_1.weight", 2)[1]);
+  c.time_embed_dim = static_cast<int>(need("time_embedder.linear_2.weight", 2)[0]);
+  c.attention_head_dim = static_cast<int>(need("transformer_blocks.0.attn.norm_q.weight", 1)[0]);
+  c.num_attention_heads = static_cast<int>(need("transformer_blocks.0.attn.to_out.0.weight", 2)[1] / c.attention_head_dim);
+  c.ffn_dim = static_cast<int>(need("transformer_blocks.0.ff.net.2.weight", 2)[1]);
   int layers = 0, refiners = 0;
   while (shapes.count("transformer_blocks." + std::to_string(layers) + ".norm1.weight")) ++layers;
   while (shapes.count("token_refiner.refiner_blocks." + std::to_string(refiners) + ".norm1.weight")) ++refiners;
   c.num_layers = layers;
   c.num_refiner_layers = refiners;
+  if (c.inner_dim() % c.attention_head_dim != 0 || c.num_attention_heads <= 0)
+    fail("{}: cannot infer the config: attention width is not a multiple of head_dim {}", where, c.attention_head_dim);
+  // rope_freq_dim is not visible in shapes: the released 16 when it fits the heads, else the most that fits.
+  c.rope_freq_dim = std::min(16, c.attention_head_dim / 6);
+  if (c.rope_freq_dim < 1) fail("{}: cannot infer the config: head_dim {} is too small for RoPE", where, c.attention_head_dim);
+  c.validate(where);
   return c;  // rope_freq_dim cannot be seen in shapes: the released value (16) stays
 }
 
@@ -120,13 +133,9 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
     if (auto p = spec.find(":seed="); p != std::string::npos) {
       std::string s = spec.substr(p + 6);
       spec = spec.substr(0, p);
-      try {
-        size_t used = 0;
-        ck.seed_ = std::stoull(s, &used);
-        if (used != s.size()) throw std::invalid_argument(s);
-      } catch (const std::exception&) {
-        fail("{}: seed '{}' is not a non-negative integer", path, s);
-      }
+      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), ck.seed_);
+      if (s.empty() || ec != std::errc() || end != s.data() + s.size() || s[0] == '+' || s[0] == '-')
+        fail("{}: seed '{}' is not a non-negative integer below 2^64", path, s);
     }
     auto cfg = DitConfig::named(spec);
     if (!cfg) fail("{}: unknown procedural config '{}' (known: mini, fullwidth-1block, full)", path, spec);
@@ -267,11 +276,11 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
     const auto& st = *ck.files_[fi];
     for (const auto& k : st.keys()) {
       if (any_golden && !starts_with(k, "weight.")) continue;  // inputs and outputs of the golden case
-      std::string name = k.substr(strip.size());
       if (!strip.empty() && !starts_with(k, strip)) {
         unexpected.push_back(k);
         continue;
       }
+      std::string name = k.substr(strip.size());
       Source src{static_cast<int>(fi), k};
       if (ck.layout_ == DitLayout::official || ck.layout_ == DitLayout::comfy) {
         if (name == "rope.inv_freq") continue;  // recomputed from the config
@@ -281,7 +290,9 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
           continue;
         }
         if (d.ends_with("attn.qkv_proj.weight")) {
-          qkv_fused[d.substr(0, d.size() - std::strlen("qkv_proj.weight"))] = src;
+          const std::string prefix = d.substr(0, d.size() - std::strlen("qkv_proj.weight"));
+          if (qkv_fused.count(prefix)) fail("{}: parameter '{}' appears twice", path, k);
+          qkv_fused[prefix] = src;
           shapes[d] = st.info(k).shape;
           continue;
         }
@@ -317,7 +328,7 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
     ck.config_source_ = "file metadata 'config'";
   } else {
     ck.config_ = infer_config(shapes, path);
-    ck.config_source_ = "inferred from parameter shapes (rope_freq_dim assumed 16)";
+    ck.config_source_ = "inferred from parameter shapes (rope_freq_dim assumed: min(16, head_dim / 6))";
   }
 
   // Every expected parameter present with its shape, nothing else.

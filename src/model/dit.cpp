@@ -1,6 +1,7 @@
 #include "model/dit.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/log.h"
 #include "ops/ops.h"
@@ -25,18 +26,7 @@ Precision precision_from_name(const std::string& s) {
 
 namespace {
 
-Tensor to_i32(const Tensor& t) { return t.to(DType::i32); }
-
-// Columns [begin, end) of a 2-D tensor as a new contiguous tensor.
-Tensor columns(const Tensor& t, int64_t begin, int64_t end) {
-  const int64_t n = t.dim(0), c = t.dim(1), w = end - begin;
-  Tensor out(t.dtype(), {n, w});
-  const size_t es = dtype_size(t.dtype());
-  const auto* in = static_cast<const std::byte*>(t.raw());
-  auto* o = static_cast<std::byte*>(out.raw());
-  for (int64_t r = 0; r < n; ++r) std::copy_n(in + (r * c + begin) * es, w * es, o + r * w * es);
-  return out;
-}
+Tensor columns(const Tensor& t, int64_t b, int64_t e) { return ops::columns(t, b, e); }
 
 void check_input(const Tensor& t, const char* name, std::initializer_list<DType> dtypes, int ndim) {
   bool ok = false;
@@ -144,153 +134,102 @@ void rope_tables(const Tensor& position_ids, const DitConfig& c, DType dt, Tenso
   if (dt == DType::f64) fill(double{}); else fill(float{});
 }
 
-DitModel::DitModel(const DitCheckpoint& ck, Precision precision)
-    : config_(ck.config()), precision_(precision), ct_(precision == Precision::f64 ? DType::f64 : DType::f32) {
+namespace {
+// Rows [begin, end) as their own tensor.
+Tensor row_slice(const Tensor& t, Range r) { return t.rows(r.begin, r.end).clone(); }
+Tensor column_slice(const Tensor& t, Range r) { return columns(t, r.begin, r.end); }
+Tensor concat_rows(const Tensor& a, const Tensor& b) {
+  Tensor out(a.dtype(), {a.dim(0) + b.dim(0), a.dim(1)});
+  std::memcpy(out.raw(), a.raw(), a.nbytes());
+  std::memcpy(static_cast<std::byte*>(out.raw()) + a.nbytes(), b.raw(), b.nbytes());
+  return out;
+}
+}  // namespace
+
+DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan)
+    : config_(ck.config()), precision_(precision), ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
+      plan_(plan) {
+  const int heads = config_.num_attention_heads;
+  const int64_t D = config_.attention_head_dim, H = config_.hidden_size, F = config_.ffn_dim;
+  const Range all_heads{0, heads};
+  heads_out_ = plan_.K > 1 ? part_of(heads, plan_.K, plan_.t) : all_heads;
+  heads_qkv_ = plan_.mode == DistMode::ulysses_ag ? part_of(heads, plan_.U, plan_.u) : heads_out_;
+  ffn_ = plan_.K > 1 ? part_of(F, plan_.K, plan_.t) : Range{0, F};
+  ada_rows_ = plan_.K > 1 ? part_of(18 * H, plan_.K, plan_.t) : Range{0, 18 * H};
+  const Range qkv_rows{heads_qkv_.begin * D, heads_qkv_.end * D}, out_cols{heads_out_.begin * D, heads_out_.end * D};
+
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
   auto load = [&](const std::string& key, bool bf16_layer) {
     Tensor t = ck.get(key).to(ct_);
     if (bf16_layer && precision_ == Precision::bf16) ops::round_bf16_(t);
     return t;
   };
-  proj_in_w = load("proj_in.weight", false);
-  proj_in_b = load("proj_in.bias", false);
-  audio_in_w = load("audio_proj_in.weight", false);
-  audio_in_b = load("audio_proj_in.bias", false);
-  ctx_w = load("context_embedder.weight", true);
-  ctx_b = load("context_embedder.bias", true);
-  t1_w = load("time_embedder.linear_1.weight", false);
-  t1_b = load("time_embedder.linear_1.bias", false);
-  t2_w = load("time_embedder.linear_2.weight", false);
-  t2_b = load("time_embedder.linear_2.bias", false);
-  auto load_block = [&](const std::string& p, bool adaln) {
+  auto keep = [&](Tensor t, bool sharded) {
+    (sharded ? sharded_bytes_ : replicated_bytes_) += t.nbytes();
+    return t;
+  };
+  auto rep = [&](const std::string& key, bool bf16_layer) { return keep(load(key, bf16_layer), false); };
+  proj_in_w = rep("proj_in.weight", false);
+  proj_in_b = rep("proj_in.bias", false);
+  audio_in_w = rep("audio_proj_in.weight", false);
+  audio_in_b = rep("audio_proj_in.bias", false);
+  ctx_w = rep("context_embedder.weight", true);
+  ctx_b = rep("context_embedder.bias", true);
+  t1_w = rep("time_embedder.linear_1.weight", false);
+  t1_b = rep("time_embedder.linear_1.bias", false);
+  t2_w = rep("time_embedder.linear_2.weight", false);
+  t2_b = rep("time_embedder.linear_2.bias", false);
+  auto load_block = [&](const std::string& p, bool transformer) {
     Block b;
-    b.norm1 = load(p + "norm1.weight", true);
-    b.to_q = load(p + "attn.to_q.weight", true);
-    b.to_k = load(p + "attn.to_k.weight", true);
-    b.to_v = load(p + "attn.to_v.weight", true);
-    b.norm_q = load(p + "attn.norm_q.weight", true);
-    b.norm_k = load(p + "attn.norm_k.weight", true);
-    b.to_out = load(p + "attn.to_out.0.weight", true);
-    b.norm2 = load(p + "norm2.weight", true);
-    b.ff_in = load(p + "ff.net.0.proj.weight", true);
-    b.ff_out = load(p + "ff.net.2.weight", true);
-    if (adaln) {
-      b.adaln_w = load(p + "adaln_proj.linear.weight", true);
-      b.adaln_b = load(p + "adaln_proj.linear.bias", true);
+    b.norm1 = rep(p + "norm1.weight", true);
+    b.norm2 = rep(p + "norm2.weight", true);
+    b.norm_q = rep(p + "attn.norm_q.weight", true);
+    b.norm_k = rep(p + "attn.norm_k.weight", true);
+    if (!transformer) {  // the refiner runs whole on the ranks that hold text rows
+      b.to_q = rep(p + "attn.to_q.weight", true);
+      b.to_k = rep(p + "attn.to_k.weight", true);
+      b.to_v = rep(p + "attn.to_v.weight", true);
+      b.to_out = rep(p + "attn.to_out.0.weight", true);
+      b.ff_in = rep(p + "ff.net.0.proj.weight", true);
+      b.ff_out = rep(p + "ff.net.2.weight", true);
+      return b;
     }
+    const bool sliced_qkv = heads_qkv_.size() != heads, sliced_out = heads_out_.size() != heads;
+    b.to_q = keep(row_slice(load(p + "attn.to_q.weight", true), qkv_rows), sliced_qkv);
+    b.to_k = keep(row_slice(load(p + "attn.to_k.weight", true), qkv_rows), sliced_qkv);
+    b.to_v = keep(row_slice(load(p + "attn.to_v.weight", true), qkv_rows), sliced_qkv);
+    b.to_out = keep(column_slice(load(p + "attn.to_out.0.weight", true), out_cols), sliced_out);
+    // ff.net.0.proj rows are [value (F); gate (F)]: keep the value and gate rows of this rank's columns.
+    Tensor ff_in = load(p + "ff.net.0.proj.weight", true);
+    const bool sliced_ffn = ffn_.size() != F;
+    b.ff_in = keep(sliced_ffn ? concat_rows(row_slice(ff_in, ffn_), row_slice(ff_in, {F + ffn_.begin, F + ffn_.end}))
+                              : ff_in,
+                   sliced_ffn);
+    b.ff_out = keep(column_slice(load(p + "ff.net.2.weight", true), ffn_), sliced_ffn);
+    const bool sliced_ada = ada_rows_.size() != 18 * H;
+    b.adaln_w = keep(row_slice(load(p + "adaln_proj.linear.weight", true), ada_rows_), sliced_ada);
+    b.adaln_b = keep(row_slice(load(p + "adaln_proj.linear.bias", true).reshape({18 * H, 1}), ada_rows_)
+                         .reshape({ada_rows_.size()}),
+                     sliced_ada);
     return b;
   };
   for (int r = 0; r < config_.num_refiner_layers; ++r)
     refiner_.push_back(load_block("token_refiner.refiner_blocks." + std::to_string(r) + ".", false));
   for (int n = 0; n < config_.num_layers; ++n)
     blocks_.push_back(load_block("transformer_blocks." + std::to_string(n) + ".", true));
-  refiner_norm_ = load("token_refiner.final_norm.weight", true);
-  out_norm_ = load("norm_out.norm.weight", true);
-  out_ada_w_ = load("norm_out.linear.weight", true);
-  out_ada_b_ = load("norm_out.linear.bias", true);
-  proj_out_w_ = load("proj_out.weight", false);
-  proj_out_b_ = load("proj_out.bias", false);
-  audio_out_w_ = load("audio_proj_out.weight", false);
-  audio_out_b_ = load("audio_proj_out.bias", false);
+  refiner_norm_ = rep("token_refiner.final_norm.weight", true);
+  out_norm_ = rep("norm_out.norm.weight", true);
+  out_ada_w_ = rep("norm_out.linear.weight", true);
+  out_ada_b_ = rep("norm_out.linear.bias", true);
+  proj_out_w_ = rep("proj_out.weight", false);
+  proj_out_b_ = rep("proj_out.bias", false);
+  audio_out_w_ = rep("audio_proj_out.weight", false);
+  audio_out_b_ = rep("audio_proj_out.bias", false);
 }
 
 Tensor DitModel::round_if_bf16(Tensor t) const {
   if (precision_ == Precision::bf16) ops::round_bf16_(t);
   return t;
-}
-
-Tensor DitModel::attn(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin) const {
-  const int64_t D = config_.attention_head_dim;
-  const bool bf = precision_ == Precision::bf16;
-  Tensor q = round_if_bf16(ops::linear(h, b.to_q));
-  Tensor k = round_if_bf16(ops::linear(h, b.to_k));
-  Tensor v = round_if_bf16(ops::linear(h, b.to_v));
-  q = round_if_bf16(ops::rms_norm(q, &b.norm_q, D, config_.qk_norm_eps));
-  k = round_if_bf16(ops::rms_norm(k, &b.norm_k, D, config_.qk_norm_eps));
-  if (cos) {
-    q = ops::rope(q, *cos, *sin, D, bf);
-    k = ops::rope(k, *cos, *sin, D, bf);
-  }
-  Tensor o = round_if_bf16(ops::attention(q, k, v, D));
-  return round_if_bf16(ops::linear(o, b.to_out));
-}
-
-Tensor DitModel::mlp(const Block& b, const Tensor& h) const {
-  Tensor u = round_if_bf16(ops::linear(h, b.ff_in));
-  Tensor g = ops::swiglu(u, precision_ == Precision::bf16);
-  return round_if_bf16(ops::linear(g, b.ff_out));
-}
-
-DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
-  in.validate(config_);
-  const bool bf = precision_ == Precision::bf16;
-  const int64_t S = in.seq_len(), H = config_.hidden_size, M = in.timestep.numel();
-  DitOutputs out;
-
-  Tensor cos, sin;
-  rope_tables(in.position_ids, config_, ct_, cos, sin);
-  if (bf) {
-    ops::round_bf16_(cos);
-    ops::round_bf16_(sin);
-  }
-
-  // Input projections: the patch projections in f32 (then cast to the block dtype), the text one in block dtype.
-  Tensor video = round_if_bf16(ops::linear(in.video.to(ct_), proj_in_w, &proj_in_b));
-  Tensor audio = round_if_bf16(ops::linear(in.audio.to(ct_), audio_in_w, &audio_in_b));
-  Tensor text = round_if_bf16(ops::linear(round_if_bf16(in.text.to(ct_)), ctx_w, &ctx_b));
-  for (const auto& blk : refiner_) {
-    Tensor h = round_if_bf16(ops::rms_norm(text, &blk.norm1, H, config_.norm_eps));
-    text = round_if_bf16(ops::add(text, attn(blk, h, nullptr, nullptr)));
-    h = round_if_bf16(ops::rms_norm(text, &blk.norm2, H, config_.norm_eps));
-    text = round_if_bf16(ops::add(text, mlp(blk, h)));
-  }
-  text = round_if_bf16(ops::rms_norm(text, &refiner_norm_, H, config_.final_norm_eps));
-  if (keep) out.activations["token_refiner"] = text;
-
-  Tensor x(ct_, {S, H});
-  ops::scatter_rows(x, text, to_i32(in.text_indices));
-  ops::scatter_rows(x, video, to_i32(in.video_indices));
-  ops::scatter_rows(x, audio, to_i32(in.audio_indices));
-
-  // Timestep embedding (f32 always), the time MLP (f32 layers) and the shared AdaLN input silu(temb).
-  Tensor temb = timestep_embedding(in.timestep, config_.freq_dim).to(ct_);
-  temb = ops::linear(ops::silu(ops::linear(temb, t1_w, &t1_b)), t2_w, &t2_b);
-  Tensor ada_in = round_if_bf16(ops::silu(temb));
-
-  // Row r of the packed sequence reads AdaLN table row timestep_indices[r] * 3 + token_tags[r].
-  Tensor ti = to_i32(in.timestep_indices);
-  Tensor ada_idx(DType::i32, {S});
-  for (int64_t r = 0; r < S; ++r)
-    ada_idx.data<int32_t>()[r] = static_cast<int32_t>(in.timestep_indices.get(r) * 3 + in.token_tags.get(r));
-
-  for (size_t n = 0; n < blocks_.size(); ++n) {
-    const Block& b = blocks_[n];
-    // [M, 18H] viewed as [3M, 6H]: row m*3 + modality, column k*H + c for parameter k of
-    // (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp).
-    Tensor table = round_if_bf16(ops::linear(ada_in, b.adaln_w, &b.adaln_b)).reshape({3 * M, 6 * H});
-    Tensor p[6];
-    for (int k = 0; k < 6; ++k) p[k] = columns(table, k * H, (k + 1) * H);
-    Tensor h = round_if_bf16(ops::rms_norm(x, &b.norm1, H, config_.norm_eps));
-    h = ops::modulate(h, p[0], p[1], ada_idx, bf);
-    x = ops::gate_residual(x, p[2], ada_idx, attn(b, h, &cos, &sin), bf);
-    h = round_if_bf16(ops::rms_norm(x, &b.norm2, H, config_.norm_eps));
-    h = ops::modulate(h, p[3], p[4], ada_idx, bf);
-    x = ops::gate_residual(x, p[5], ada_idx, mlp(b, h), bf);
-    if (keep) out.activations["block." + std::to_string(n)] = x;
-  }
-
-  // Final norm modulated per timestep only (not per modality), then both f32 heads over every row.
-  Tensor fin = round_if_bf16(ops::linear(ada_in, out_ada_w_, &out_ada_b_));
-  Tensor shift = columns(fin, 0, H), scale = columns(fin, H, 2 * H);
-  Tensor h = round_if_bf16(ops::rms_norm(x, &out_norm_, H, config_.final_norm_eps));
-  h = ops::modulate(h, shift, scale, ti, bf);
-  if (keep) out.activations["norm_out"] = h;
-  Tensor hv = ops::gather_rows(h, to_i32(in.video_indices));
-  Tensor ha = ops::gather_rows(h, to_i32(in.audio_indices));
-  out.video = ops::linear(hv, proj_out_w_, &proj_out_b_);
-  out.audio = ops::linear(ha, audio_out_w_, &audio_out_b_);
-  (void)M;
-  return out;
 }
 
 }  // namespace h3

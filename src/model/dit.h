@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/plan.h"
 #include "io/checkpoint.h"
 #include "model/dit_config.h"
 
@@ -41,27 +42,43 @@ struct DitOutputs {
   std::map<std::string, Tensor> activations;
 };
 
+// Weights of one rank, in the compute dtype. With a distributed plan the rank keeps only its slices:
+//   q/k/v rows of its heads (H_t in tensor/hybrid, H_u in ulysses-ag), out_proj columns of H_t, the FFN value and
+//   gate rows of its columns F_t (kept as [value_slice; gate_slice]), fc2 columns F_t, AdaLN rows A_t of the 18H
+//   outputs. Everything else (projections, refiner, norms, final layer) is replicated.
 class DitModel {
  public:
-  DitModel(const DitCheckpoint& ckpt, Precision precision);
+  DitModel(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan = DistPlan::single());
+  // Runs one forward. Every rank calls it with the same inputs; every rank gets the full outputs (and, when asked,
+  // the full activations).
   DitOutputs forward(const DitInputs& in, bool keep_activations = false) const;
   const DitConfig& config() const { return config_; }
   Precision precision() const { return precision_; }
+  const DistPlan& plan() const { return plan_; }
+  // Bytes of weights this rank holds, split into replicated and sharded parts.
+  size_t replicated_bytes() const { return replicated_bytes_; }
+  size_t sharded_bytes() const { return sharded_bytes_; }
 
- private:
   struct Block {
     Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;
     Tensor adaln_w, adaln_b;  // undefined for refiner blocks
   };
-  Tensor attention_mlp(const Block& b, const Tensor& x, const Tensor* cos, const Tensor* sin, const Tensor* ada,
-                       const Tensor* idx) const;
-  Tensor attn(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin) const;
-  Tensor mlp(const Block& b, const Tensor& h) const;
+
+ private:
+  struct Step;  // per-forward state (dit_forward.cpp)
   Tensor round_if_bf16(Tensor t) const;
+  Tensor attention_block(const Block& b, const Tensor& h, Step& st) const;
+  Tensor mlp_block(const Block& b, const Tensor& h, Step& st) const;
+  Tensor refiner_attention(const Block& b, const Tensor& h) const;
+  Tensor refiner_mlp(const Block& b, const Tensor& h) const;
+  std::vector<Tensor> adaln_tables(const Tensor& ada_in) const;
 
   DitConfig config_;
   Precision precision_;
   DType ct_;  // compute dtype (f64 or f32)
+  DistPlan plan_;
+  Range heads_qkv_, heads_out_, ffn_, ada_rows_;
+  size_t replicated_bytes_ = 0, sharded_bytes_ = 0;
   Tensor proj_in_w, proj_in_b, audio_in_w, audio_in_b, ctx_w, ctx_b;
   Tensor t1_w, t1_b, t2_w, t2_b;
   std::vector<Block> refiner_, blocks_;

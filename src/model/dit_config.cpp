@@ -113,6 +113,20 @@ std::string DitConfig::to_json_text() const {
 }
 
 void DitConfig::validate(const std::string& where) const {
+  // Generous bounds (the released model is far inside them) that keep every size in int range.
+  const std::pair<const char*, int> sizes[] = {
+      {"num_attention_heads", num_attention_heads}, {"attention_head_dim", attention_head_dim},
+      {"hidden_size", hidden_size}, {"ffn_dim", ffn_dim}, {"in_channels", in_channels},
+      {"audio_in_channels", audio_in_channels}, {"text_dim", text_dim}, {"freq_dim", freq_dim},
+      {"time_embed_hidden_dim", time_embed_hidden_dim}, {"time_embed_dim", time_embed_dim},
+      {"rope_freq_dim", rope_freq_dim}};
+  for (const auto& [name, v] : sizes)
+    if (v < 1 || v > (1 << 16)) fail("{}: config {} = {} is outside [1, 65536]", where, name, v);
+  if (num_layers < 0 || num_layers > 1024 || num_refiner_layers < 0 || num_refiner_layers > 64)
+    fail("{}: config has {} layers and {} refiner layers (allowed: up to 1024 and 64)", where, num_layers,
+         num_refiner_layers);
+  if (static_cast<int64_t>(num_attention_heads) * attention_head_dim > (1 << 20))
+    fail("{}: {} heads x {} is wider than 2^20", where, num_attention_heads, attention_head_dim);
   if (rotary_dim() > attention_head_dim)
     fail("{}: rope_freq_dim {} rotates {} channels, more than attention_head_dim {}", where, rope_freq_dim,
          rotary_dim(), attention_head_dim);

@@ -29,7 +29,7 @@ struct DitConfig {
   double qk_norm_eps = 1e-5;
   double final_norm_eps = 1e-5;
 
-  int inner_dim() const { return num_attention_heads * attention_head_dim; }
+  int inner_dim() const { return num_attention_heads * attention_head_dim; }  // bounded by validate()
   int video_patch_dim() const { return in_channels * patch_t * patch_h * patch_w; }
   int rotary_dim() const { return 6 * rope_freq_dim; }
 

@@ -108,7 +108,10 @@ DitCheckpoint dit_golden_weights(const SafeTensors& f, const std::string& overri
 VerifyReport verify_dit_file(const SafeTensors& f, const VerifyOptions& opt) {
   DitCheckpoint ck = dit_golden_weights(f, opt.weights);
   spdlog::info("{}", ck.detection_summary());
-  DitModel model(ck, opt.precision);
+  DistPlan plan = opt.dist ? DistPlan::make(world(), *opt.dist, ck.config().num_attention_heads, ck.config().ffn_dim)
+                           : DistPlan::single();
+  if (opt.dist) spdlog::info("{}", plan.describe());
+  DitModel model(ck, opt.precision, plan);
   VerifyReport rep;
   for (const auto& c : dit_golden_cases(f)) {
     DitInputs in = dit_golden_inputs(f, c);

@@ -15,7 +15,8 @@ struct VerifyOptions {
   Precision precision = Precision::f64;
   std::string weights;              // "" = the file's own (or procedural, as its metadata says)
   std::optional<double> tolerance;  // overrides the default for the precision
-  std::string dump_prefix;          // when set, writes every case's activations to PREFIX[.case].safetensors
+  std::string dump_prefix;
+  std::optional<DistOptions> dist;  // run distributed over world() with these options          // when set, writes every case's activations to PREFIX[.case].safetensors
 };
 
 struct VerifyLine {

@@ -34,3 +34,10 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx);
 void round_bf16_(Tensor& x);
 
 }  // namespace h3::ops
+
+namespace h3::ops {
+// Columns [begin, end) of a 2-D tensor, as a new contiguous tensor.
+Tensor columns(const Tensor& t, int64_t begin, int64_t end);
+// dst[:, begin : begin + src.cols] = src.
+void set_columns(Tensor& dst, int64_t begin, const Tensor& src);
+}  // namespace h3::ops

@@ -5,10 +5,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/parallel.h"
 #include "ops/ops.h"
+
+namespace h3::cpu {
+template <typename T>
+void gemm_nt(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y);
+}  // namespace h3::cpu
 
 namespace h3::ops {
 
@@ -32,9 +39,19 @@ const int32_t* index_ptr(const Tensor& idx, int64_t n, int64_t rows, const char*
 inline float rb(float v) { return round_bf16(v); }
 inline double rb(double v) { return v; }  // bf16 emulation only exists for f32
 
+// H3_CPU_GEMM=openblas trades the fixed reduction order (bitwise results across world sizes) for OpenBLAS speed.
+bool use_openblas() {
+  static const bool v = [] {
+    const char* e = std::getenv("H3_CPU_GEMM");
+    return e && std::string(e) == "openblas";
+  }();
+  return v;
+}
+
 template <typename T>
 void dispatch_gemm(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y) {
-  if constexpr (std::is_same_v<T, float>)
+  if (!use_openblas()) cpu::gemm_nt<T>(n, m, k, x, w, y);
+  else if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, w, k, 0.0f, y, m);
   else
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0, x, k, w, k, 0.0, y, m);
@@ -104,6 +121,8 @@ Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const
   need_float(h, "modulate", "h");
   same_dtype(h, shift, "modulate");
   same_dtype(h, scale, "modulate");
+  H3_ASSERT(h.ndim() == 2 && shift.ndim() == 2 && scale.ndim() == 2, "modulate: 2-D tensors needed, got {} {} {}",
+            h.describe(), shift.describe(), scale.describe());
   const int64_t n = h.dim(0), c = h.dim(1);
   H3_ASSERT(shift.dim(1) == c && scale.dim(1) == c && shift.dim(0) == scale.dim(0), "modulate: tables {} {} for {}",
             shift.describe(), scale.describe(), h.describe());
@@ -127,6 +146,8 @@ Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, con
   need_float(x, "gate_residual", "x");
   same_dtype(x, gate, "gate_residual");
   same_dtype(x, y, "gate_residual");
+  H3_ASSERT(x.ndim() == 2 && y.ndim() == 2 && gate.ndim() == 2, "gate_residual: 2-D tensors needed, got {} {} {}",
+            x.describe(), y.describe(), gate.describe());
   const int64_t n = x.dim(0), c = x.dim(1);
   H3_ASSERT(y.dim(0) == n && y.dim(1) == c && gate.dim(1) == c, "gate_residual: x {} y {} gate {}", x.describe(),
             y.describe(), gate.describe());
@@ -172,6 +193,7 @@ Tensor silu(const Tensor& x) {
 
 Tensor swiglu(const Tensor& u, bool bf16) {
   need_float(u, "swiglu", "u");
+  H3_ASSERT(u.ndim() == 2, "swiglu: 2-D input needed, got {}", u.describe());
   const int64_t f = u.dim(1) / 2;
   H3_ASSERT(u.dim(1) == 2 * f, "swiglu: odd width {}", u.dim(1));
   auto run = [&]<typename T>(T) {
@@ -188,6 +210,8 @@ Tensor swiglu(const Tensor& u, bool bf16) {
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16) {
   need_float(x, "rope", "x");
+  H3_ASSERT(head_dim > 0 && x.ndim() == 2 && cos.ndim() == 2, "rope: head_dim {} with x {} cos {}", head_dim,
+            x.describe(), cos.describe());
   same_dtype(x, cos, "rope");
   same_dtype(x, sin, "rope");
   const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1), half = r / 2;
@@ -215,6 +239,9 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
   need_float(q, "attention", "q");
+  H3_ASSERT(d > 0 && q.ndim() == 2 && k.ndim() == 2 && v.ndim() == 2, "attention: head_dim {} with q {}", d,
+            q.describe());
+  H3_ASSERT(q.dim(0) == 0 || k.dim(0) > 0, "attention: {} queries but no keys", q.dim(0));
   same_dtype(q, k, "attention");
   same_dtype(q, v, "attention");
   const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1), heads = cols / d;
@@ -275,9 +302,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
   same_dtype(out, rows, "scatter_rows");
   const int64_t n = rows.dim(0);
-  const size_t row_bytes = n ? rows.nbytes() / n : 0;
-  H3_ASSERT(out.dim(0) == 0 || out.nbytes() / out.dim(0) == row_bytes, "scatter_rows: {} into {}", rows.describe(),
-            out.describe());
+  // Row width from the trailing dimensions, so that zero-row inputs are checked too.
+  const Shape out_tail(out.shape().begin() + 1, out.shape().end()), in_tail(rows.shape().begin() + 1, rows.shape().end());
+  H3_ASSERT(out_tail == in_tail, "scatter_rows: {} into {}", rows.describe(), out.describe());
+  const size_t row_bytes = static_cast<size_t>(shape_numel(out_tail)) * dtype_size(out.dtype());
   const int32_t* ip = index_ptr(idx, n, out.dim(0), "scatter_rows");
   auto* o = static_cast<std::byte*>(out.raw());
   const auto* in = static_cast<const std::byte*>(rows.raw());
@@ -285,11 +313,13 @@ void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
 }
 
 Tensor gather_rows(const Tensor& x, const Tensor& idx) {
+  H3_ASSERT(x.ndim() >= 1, "gather_rows: needs at least 1-D, got {}", x.describe());
   const int64_t n = idx.numel();
   Shape s = x.shape();
   s[0] = n;
   Tensor out(x.dtype(), s);
-  const size_t row_bytes = x.dim(0) ? x.nbytes() / x.dim(0) : 0;
+  const Shape tail(x.shape().begin() + 1, x.shape().end());
+  const size_t row_bytes = static_cast<size_t>(shape_numel(tail)) * dtype_size(x.dtype());
   const int32_t* ip = index_ptr(idx, n, x.dim(0), "gather_rows");
   auto* o = static_cast<std::byte*>(out.raw());
   const auto* in = static_cast<const std::byte*>(x.raw());

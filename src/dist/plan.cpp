@@ -1,0 +1,66 @@
+#include "dist/plan.h"
+
+#include "core/error.h"
+
+namespace h3 {
+
+std::string_view dist_mode_name(DistMode m) {
+  switch (m) {
+    case DistMode::ulysses: return "ulysses";
+    case DistMode::ulysses_ag: return "ulysses-ag";
+    case DistMode::tensor: return "tensor";
+    case DistMode::hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+DistMode dist_mode_from_name(const std::string& s) {
+  for (DistMode m : {DistMode::ulysses, DistMode::ulysses_ag, DistMode::tensor, DistMode::hybrid})
+    if (s == dist_mode_name(m)) return m;
+  fail("unknown mode '{}' (allowed: ulysses, ulysses-ag, tensor, hybrid)", s);
+}
+
+DistPlan DistPlan::make(Comm& comm, const DistOptions& opt, int heads, int ffn_dim) {
+  DistPlan p;
+  p.mode = opt.mode;
+  p.world = comm.size();
+  p.rank = comm.rank();
+  p.chunks = std::max(1, opt.chunks);
+  p.world_comm = &comm;
+  switch (opt.mode) {
+    case DistMode::ulysses:
+    case DistMode::ulysses_ag: p.K = 1; break;
+    case DistMode::tensor: p.K = p.world; break;
+    case DistMode::hybrid:
+      if (opt.tp < 1 || p.world % opt.tp != 0)
+        fail("hybrid mode: --tp {} must divide the number of ranks {} (mesh tp x ulysses)", opt.tp, p.world);
+      p.K = opt.tp;
+      break;
+  }
+  p.U = p.world / p.K;
+  p.t = p.rank % p.K;
+  p.u = p.rank / p.K;
+  // Every split must leave each rank something: heads over K then over U, FFN columns over K.
+  for (const auto& part : partition(heads, p.K, "attention heads (tensor-parallel)"))
+    partition(part.size(), p.U, "attention heads (sequence-parallel, per tensor-parallel slice)");
+  partition(ffn_dim, p.K, "FFN columns");
+  p.tp_comm = std::shared_ptr<Comm>(comm.split(p.u, p.t));
+  p.sp_comm = std::shared_ptr<Comm>(comm.split(p.t, p.u));
+  return p;
+}
+
+DistPlan DistPlan::single() {
+  static std::unique_ptr<Comm> local = make_local_comm();
+  DistPlan p;
+  p.world_comm = local.get();
+  p.tp_comm = std::shared_ptr<Comm>(make_local_comm());
+  p.sp_comm = std::shared_ptr<Comm>(make_local_comm());
+  return p;
+}
+
+std::string DistPlan::describe() const {
+  return fmt::format("mode {} on {} ranks (tensor {} x sequence {}), rank {} = (t {}, u {}), {} chunk(s)",
+                     dist_mode_name(mode), world, K, U, rank, t, u, chunks);
+}
+
+}  // namespace h3

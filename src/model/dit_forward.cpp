@@ -1,0 +1,290 @@
+// The DiT forward under a DistPlan (dist/plan.h describes the modes). One code path for every world size: with a
+// single rank every exchange is a no-op copy, so the 1-rank numbers are the reference the others must reproduce.
+#include <algorithm>
+#include <cstring>
+
+#include "core/log.h"
+#include "model/dit.h"
+#include "model/dit_exchange.h"
+#include "ops/ops.h"
+
+namespace h3 {
+
+struct DitModel::Step {
+  int64_t S = 0, M = 0;
+  std::vector<Range> rows;        // packed rows of each world rank
+  Range own;                      // this rank's rows
+  std::vector<Range> group_rows;  // rows of each sequence-parallel member's row group G_u
+  std::vector<Range> tp_rows;     // rows of each member of this rank's tensor-parallel group
+  std::vector<Range> heads_sp;    // the tensor-parallel head slice split over the sequence-parallel members
+  Tensor cos, sin;                // RoPE tables for the rows attention projects (G_u, or all rows in ulysses-ag)
+  Tensor ada_idx;                 // i32, own rows: timestep_index * 3 + tag
+  std::vector<std::array<Tensor, 6>> tables;
+};
+
+namespace {
+
+Tensor index_i32(const std::vector<int32_t>& v) { return Tensor::from(v, {static_cast<int64_t>(v.size())}); }
+
+// Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order.
+Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>& blocks, const std::string& what) {
+  const int64_t w = mine.numel() / std::max<int64_t>(mine.dim(0), 1);
+  const int64_t width = mine.ndim() == 2 ? mine.dim(1) : w;
+  if (comm.size() == 1) return mine;
+  std::vector<int64_t> counts;
+  int64_t rows = 0;
+  for (const auto& b : blocks) {
+    counts.push_back(b.size() * width);
+    rows += b.size();
+  }
+  Tensor out(mine.dtype(), {rows, width});
+  comm.allgatherv(mine.raw(), out.raw(), counts, mine.dtype(), what);
+  return out;
+}
+
+// Sums each member's partial [sum |blocks|, W] and returns this member's rows (sum in member order).
+Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range>& blocks, const std::string& what) {
+  if (comm.size() == 1) return partial;
+  const int64_t width = partial.dim(1);
+  std::vector<int64_t> counts;
+  for (const auto& b : blocks) counts.push_back(b.size() * width);
+  Tensor out(partial.dtype(), {blocks[comm.rank()].size(), width});
+  comm.reduce_scatterv(partial.raw(), counts, out.raw(), partial.dtype(), what);
+  return out;
+}
+
+}  // namespace
+
+Tensor DitModel::refiner_attention(const Block& b, const Tensor& h) const {
+  const int64_t D = config_.attention_head_dim;
+  Tensor q = round_if_bf16(ops::rms_norm(round_if_bf16(ops::linear(h, b.to_q)), &b.norm_q, D, config_.qk_norm_eps));
+  Tensor k = round_if_bf16(ops::rms_norm(round_if_bf16(ops::linear(h, b.to_k)), &b.norm_k, D, config_.qk_norm_eps));
+  Tensor v = round_if_bf16(ops::linear(h, b.to_v));
+  return round_if_bf16(ops::linear(round_if_bf16(ops::attention(q, k, v, D)), b.to_out));
+}
+
+Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
+  Tensor g = ops::swiglu(round_if_bf16(ops::linear(h, b.ff_in)), precision_ == Precision::bf16);
+  return round_if_bf16(ops::linear(g, b.ff_out));
+}
+
+// q/k/v for `rows` of the hidden state h, the rank's qkv heads: projection, per-head norm, RoPE.
+Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) const {
+  const int64_t D = config_.attention_head_dim;
+  const bool bf = precision_ == Precision::bf16;
+  Comm& sp = *plan_.sp_comm;
+  const bool ag = plan_.mode == DistMode::ulysses_ag;
+  // Rows the projections see: all rows (ulysses-ag), the row group G_u (tensor-parallel gather), or own rows.
+  Tensor hin = ag ? gather_rows_from(sp, h, st.rows, "all-gather hidden (ulysses-ag)")
+                  : gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden (tensor)");
+  auto project = [&](const Tensor& w, const Tensor* norm) {
+    Tensor x = round_if_bf16(ops::linear(hin, w));
+    if (!norm) return x;
+    x = round_if_bf16(ops::rms_norm(x, norm, D, config_.qk_norm_eps));
+    return ops::rope(x, st.cos, st.sin, D, bf);
+  };
+  Tensor o;
+  if (ag || plan_.U == 1) {
+    o = round_if_bf16(ops::attention(project(b.to_q, &b.norm_q), project(b.to_k, &b.norm_k), project(b.to_v, nullptr), D));
+  } else {
+    // Each projection travels while the next is computed.
+    const int64_t h0 = heads_qkv_.begin;
+    HeadExchange xq(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all q (seq->head)");
+    HeadExchange xk(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all k (seq->head)");
+    HeadExchange xv(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all v (seq->head)");
+    xq.start_seq_to_head(project(b.to_q, &b.norm_q));
+    xk.start_seq_to_head(project(b.to_k, &b.norm_k));
+    xv.start_seq_to_head(project(b.to_v, nullptr));
+    Tensor q = xq.finish(), k = xk.finish(), v = xv.finish();
+    o = round_if_bf16(ops::attention(q, k, v, D));
+  }
+  if (ag || plan_.U > 1) {
+    // Back to this rank's rows (or row group) with every head of the slice.
+    const std::vector<Range>& blocks = ag ? st.rows : st.group_rows;
+    const int64_t h0 = ag ? 0 : heads_qkv_.begin;
+    HeadExchange back(sp, blocks, st.heads_sp, h0, D, plan_.chunks, "all-to-all attention out (head->seq)");
+    back.start_head_to_seq(o);
+    o = back.finish();
+  }
+  Tensor partial = round_if_bf16(ops::linear(o, b.to_out));
+  if (ag) return partial;
+  return round_if_bf16(reduce_rows_to(*plan_.tp_comm, partial, st.tp_rows, "reduce-scatter attention out (tensor)"));
+}
+
+Tensor DitModel::mlp_block(const Block& b, const Tensor& h, Step& st) const {
+  if (plan_.K == 1) return refiner_mlp(b, h);
+  Tensor hin = gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden before MLP (tensor)");
+  Tensor partial = refiner_mlp(b, hin);
+  return round_if_bf16(reduce_rows_to(*plan_.tp_comm, partial, st.tp_rows, "reduce-scatter MLP out (tensor)"));
+}
+
+// The six modulation tables of every block for this forward: each rank projects its rows A_t of the AdaLN weights,
+// then one all-gather over the tensor-parallel group assembles all blocks at once.
+std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
+  const int64_t M = ada_in.dim(0), H = config_.hidden_size, nb = static_cast<int64_t>(blocks_.size());
+  std::vector<Tensor> full;
+  if (plan_.K == 1) {
+    for (const auto& b : blocks_) full.push_back(round_if_bf16(ops::linear(ada_in, b.adaln_w, &b.adaln_b)));
+    return full;
+  }
+  const int64_t a = ada_rows_.size();
+  Tensor mine(ct_, {nb, M, a});
+  for (int64_t n = 0; n < nb; ++n) {
+    Tensor s = round_if_bf16(ops::linear(ada_in, blocks_[n].adaln_w, &blocks_[n].adaln_b));
+    std::memcpy(static_cast<std::byte*>(mine.raw()) + n * s.nbytes(), s.raw(), s.nbytes());
+  }
+  Comm& tp = *plan_.tp_comm;
+  std::vector<Range> parts;
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  for (int j = 0; j < tp.size(); ++j) {
+    parts.push_back(part_of(18 * H, plan_.K, j));
+    counts.push_back(nb * M * parts.back().size());
+    total += counts.back();
+  }
+  Tensor all(ct_, {total});
+  tp.allgatherv(mine.raw(), all.raw(), counts, ct_, "all-gather AdaLN tables (tensor)");
+  const size_t es = dtype_size(ct_);
+  const auto* src = static_cast<const std::byte*>(all.raw());
+  for (int64_t n = 0; n < nb; ++n) full.emplace_back(ct_, Shape{M, 18 * H});
+  for (int j = 0; j < tp.size(); ++j) {
+    const int64_t w = parts[j].size();
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t m = 0; m < M; ++m, src += w * es)
+        std::memcpy(static_cast<std::byte*>(full[n].raw()) + (m * 18 * H + parts[j].begin) * es, src, w * es);
+  }
+  return full;
+}
+
+DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
+  in.validate(config_);
+  const bool bf = precision_ == Precision::bf16;
+  const int64_t H = config_.hidden_size;
+  Step st;
+  st.S = in.seq_len();
+  st.M = in.timestep.numel();
+  st.rows = partition(st.S, plan_.world, "packed rows");
+  st.own = st.rows[plan_.rank];
+  for (int u = 0; u < plan_.U; ++u)
+    st.group_rows.push_back({st.rows[u * plan_.K].begin, st.rows[u * plan_.K + plan_.K - 1].end});
+  for (int t = 0; t < plan_.K; ++t) st.tp_rows.push_back(st.rows[plan_.u * plan_.K + t]);
+  {
+    const Range slice = plan_.mode == DistMode::ulysses_ag ? Range{0, config_.num_attention_heads} : heads_qkv_;
+    for (int u = 0; u < plan_.U; ++u) {
+      Range p = part_of(slice.size(), plan_.U, u);
+      st.heads_sp.push_back({slice.begin + p.begin, slice.begin + p.end});
+    }
+  }
+  const Range att_rows = plan_.mode == DistMode::ulysses_ag ? Range{0, st.S} : st.group_rows[plan_.u];
+  rope_tables(in.position_ids.rows(att_rows.begin, att_rows.end), config_, ct_, st.cos, st.sin);
+  if (bf) {
+    ops::round_bf16_(st.cos);
+    ops::round_bf16_(st.sin);
+  }
+  DitOutputs out;
+  const auto in_own = [&](int64_t row) { return row >= st.own.begin && row < st.own.end; };
+
+  // Prologue: only the rows this rank owns (the refiner needs every text row, so text owners run it whole).
+  Tensor x(ct_, {st.own.size(), H});
+  auto scatter_own = [&](const Tensor& rows_all, const Tensor& packed_idx) {
+    std::vector<int32_t> src, dst;
+    for (int64_t i = 0; i < packed_idx.numel(); ++i) {
+      const int64_t row = static_cast<int64_t>(packed_idx.get(i));
+      if (in_own(row)) {
+        src.push_back(static_cast<int32_t>(i));
+        dst.push_back(static_cast<int32_t>(row - st.own.begin));
+      }
+    }
+    return std::pair{src, dst};
+  };
+  {
+    auto [src, dst] = scatter_own(in.text, in.text_indices);
+    if (!src.empty() || (keep && plan_.rank == 0)) {
+      Tensor text = round_if_bf16(ops::linear(round_if_bf16(in.text.to(ct_)), ctx_w, &ctx_b));
+      for (const auto& blk : refiner_) {
+        Tensor h = round_if_bf16(ops::rms_norm(text, &blk.norm1, H, config_.norm_eps));
+        text = round_if_bf16(ops::add(text, refiner_attention(blk, h)));
+        h = round_if_bf16(ops::rms_norm(text, &blk.norm2, H, config_.norm_eps));
+        text = round_if_bf16(ops::add(text, refiner_mlp(blk, h)));
+      }
+      text = round_if_bf16(ops::rms_norm(text, &refiner_norm_, H, config_.final_norm_eps));
+      if (keep) out.activations["token_refiner"] = text;
+      ops::scatter_rows(x, ops::gather_rows(text, index_i32(src)), index_i32(dst));
+    }
+  }
+  for (auto [rows, idx, w, b] : {std::tuple{&in.video, &in.video_indices, &proj_in_w, &proj_in_b},
+                                  std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
+    auto [src, dst] = scatter_own(*rows, *idx);
+    Tensor mine = ops::gather_rows(*rows, index_i32(src)).to(ct_);
+    ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), index_i32(dst));
+  }
+
+  // Timestep embedding (f32 always), the f32 time MLP, the shared AdaLN input, every block's tables.
+  Tensor temb = timestep_embedding(in.timestep, config_.freq_dim).to(ct_);
+  temb = ops::linear(ops::silu(ops::linear(temb, t1_w, &t1_b)), t2_w, &t2_b);
+  Tensor ada_in = round_if_bf16(ops::silu(temb));
+  std::vector<Tensor> tables = adaln_tables(ada_in);
+  std::vector<int32_t> ada_idx, ti_idx;
+  for (int64_t r = st.own.begin; r < st.own.end; ++r) {
+    ti_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r)));
+    ada_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r) * 3 + in.token_tags.get(r)));
+  }
+  st.ada_idx = index_i32(ada_idx);
+
+  for (size_t n = 0; n < blocks_.size(); ++n) {
+    const Block& b = blocks_[n];
+    // [M, 18H] viewed as [3M, 6H]: row m*3 + modality, column k*H + c for parameter k of
+    // (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp).
+    Tensor table = tables[n].reshape({3 * st.M, 6 * H});
+    Tensor p[6];
+    for (int k = 0; k < 6; ++k) p[k] = ops::columns(table, k * H, (k + 1) * H);
+    Tensor h = round_if_bf16(ops::rms_norm(x, &b.norm1, H, config_.norm_eps));
+    h = ops::modulate(h, p[0], p[1], st.ada_idx, bf);
+    x = ops::gate_residual(x, p[2], st.ada_idx, attention_block(b, h, st), bf);
+    h = round_if_bf16(ops::rms_norm(x, &b.norm2, H, config_.norm_eps));
+    h = ops::modulate(h, p[3], p[4], st.ada_idx, bf);
+    x = ops::gate_residual(x, p[5], st.ada_idx, mlp_block(b, h, st), bf);
+    if (keep) out.activations["block." + std::to_string(n)] = gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations");
+  }
+
+  // Final norm modulated per timestep only, then both f32 heads on the rank's rows; every rank gets all outputs.
+  Tensor fin = round_if_bf16(ops::linear(ada_in, out_ada_w_, &out_ada_b_));
+  Tensor shift = ops::columns(fin, 0, H), scale = ops::columns(fin, H, 2 * H);
+  Tensor h = round_if_bf16(ops::rms_norm(x, &out_norm_, H, config_.final_norm_eps));
+  h = ops::modulate(h, shift, scale, index_i32(ti_idx), bf);
+  if (keep) out.activations["norm_out"] = gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations");
+  auto head = [&](const Tensor& idx, const Tensor& w, const Tensor& bias) {
+    // Output rows in index order; rank j computes those whose packed row it owns.
+    std::vector<std::vector<int32_t>> per_rank(plan_.world);
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      const int64_t row = static_cast<int64_t>(idx.get(i));
+      const int owner = static_cast<int>(std::upper_bound(st.rows.begin(), st.rows.end(), row,
+                                                          [](int64_t v, const Range& r) { return v < r.end; }) -
+                                         st.rows.begin());
+      per_rank[owner].push_back(static_cast<int32_t>(i));
+    }
+    std::vector<int32_t> local;
+    for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(idx.get(i) - st.own.begin));
+    Tensor mine = ops::linear(ops::gather_rows(h, index_i32(local)), w, &bias);
+    const int64_t width = w.dim(0);
+    Tensor all(ct_, {idx.numel(), width});
+    std::vector<int64_t> counts;
+    for (const auto& pr : per_rank) counts.push_back(static_cast<int64_t>(pr.size()) * width);
+    Tensor packed = all;
+    if (plan_.world > 1) {
+      packed = Tensor(ct_, {idx.numel(), width});
+      plan_.world_comm->allgatherv(mine.raw(), packed.raw(), counts, ct_, "gather output heads");
+    } else {
+      packed = mine;
+    }
+    std::vector<int32_t> order;
+    for (const auto& pr : per_rank) order.insert(order.end(), pr.begin(), pr.end());
+    ops::scatter_rows(all, packed, index_i32(order));
+    return all;
+  };
+  out.video = head(in.video_indices, proj_out_w_, proj_out_b_);
+  out.audio = head(in.audio_indices, audio_out_w_, audio_out_b_);
+  return out;
+}
+
+}  // namespace h3

@@ -1,0 +1,83 @@
+// h3 parity FILE --mode M --ranks N: the file's cases on 1 rank and on N ranks; max-abs, rel-L2, bitwise, and the
+// golden comparison of the N-rank run. PASS needs bitwise equality in ulysses / ulysses-ag and rel-L2 <= 1e-6
+// (f32; 1e-12 in f64) in tensor / hybrid.
+#include <memory>
+
+#include "commands.h"
+#include "core/compare.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "model/dit_verify.h"
+
+namespace h3::cli {
+
+namespace {
+struct Opts {
+  std::string file, mode = "ulysses", precision = "f32", weights;
+  int tp = 1, chunks = 1;
+};
+
+void add_dist_options(CLI::App* cmd, Opts& o) {
+  cmd->add_option("--mode", o.mode, "ulysses, ulysses-ag, tensor or hybrid")
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))->envname("H3_MODE")->capture_default_str();
+  cmd->add_option("--tp", o.tp, "hybrid: tensor-parallel degree (divides the ranks)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--chunks", o.chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64))
+      ->capture_default_str();
+}
+}  // namespace
+
+Runner add_parity(CLI::App& app) {
+  auto* cmd = app.add_subcommand("parity", "compare an N-rank run with the 1-rank run on a golden DiT file");
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("file", o->file, "golden DiT file")->required();
+  cmd->add_option("--precision", o->precision, "f64, f32 or bf16")->check(CLI::IsMember({"f64", "f32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--weights", o->weights, "DiT weights instead of the file's own");
+  add_dist_options(cmd, *o);
+  return [o]() -> int {
+    Comm& w = world();
+    SafeTensors f = SafeTensors::open(o->file);
+    if (!looks_like_dit_golden(f)) fail("{}: not a DiT golden file (parity runs DiT cases)", o->file);
+    const DistMode mode = dist_mode_from_name(o->mode);
+    const Precision prec = precision_from_name(o->precision);
+    DitCheckpoint ck = dit_golden_weights(f, o->weights);
+    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks}, ck.config().num_attention_heads, ck.config().ffn_dim);
+    DitModel dist(ck, prec, plan);
+    std::unique_ptr<DitModel> single;
+    if (w.rank() == 0) single = std::make_unique<DitModel>(ck, prec, DistPlan::single());
+    const bool exact = mode == DistMode::ulysses || mode == DistMode::ulysses_ag;
+    const double tol = prec == Precision::f64 ? 1e-12 : (prec == Precision::f32 ? 1e-6 : 1e-3);
+    bool pass = true;
+    if (w.rank() == 0) {
+      std::printf("parity %s: %s, %s\n", o->file.c_str(), plan.describe().c_str(), o->precision.c_str());
+      std::printf("%-16s %12s %12s %8s %14s  %s\n", "output", "rel_l2", "max_abs", "bitwise", "golden rel_l2",
+                  "result");
+    }
+    for (const auto& c : dit_golden_cases(f)) {
+      DitInputs in = dit_golden_inputs(f, c);
+      DitOutputs d = dist.forward(in);
+      if (w.rank() != 0) continue;
+      DitOutputs s = single->forward(in);
+      for (auto [name, a, b] : {std::tuple{"video", &d.video, &s.video}, std::tuple{"audio", &d.audio, &s.audio}}) {
+        Diff diff = compare(*a, *b);
+        std::string gk = (c.empty() ? "" : c + ".") + "output.f64." + name;
+        double golden = f.has(gk) ? compare(*a, f.get(gk)).rel_l2 : -1;
+        bool ok = exact ? diff.bitwise : diff.rel_l2 <= tol;
+        pass &= ok;
+        std::printf("%-16s %12.3e %12.3e %8s %14.3e  %s\n", ((c.empty() ? "" : c + " ") + name).c_str(),
+                    diff.rel_l2, diff.max_abs, diff.bitwise ? "yes" : "no", golden, ok ? "ok" : "FAIL");
+      }
+    }
+    if (w.rank() == 0) {
+      if (pass) std::printf("PASS: %s on %d ranks %s the 1-rank run\n", o->mode.c_str(), w.size(),
+                            exact ? "is bitwise identical to" : "is within tolerance of");
+      else std::printf("FAIL: %s on %d ranks differs from the 1-rank run\n", o->mode.c_str(), w.size());
+    }
+    // Every rank returns rank 0's verdict.
+    int32_t verdict = pass ? 0 : 1;
+    w.broadcast(&verdict, sizeof(verdict), 0, "parity verdict");
+    return verdict;
+  };
+}
+
+}  // namespace h3::cli
