@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libopenblas-dev libopenmpi-dev openmpi-bin
-  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 missing=()

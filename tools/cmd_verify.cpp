@@ -4,6 +4,8 @@
 #include "commands.h"
 #include "dist/comm.h"
 #include "model/dit_verify.h"
+#include "model/text_verify.h"
+#include "model/vae_verify.h"
 #include "pipeline/layout_verify.h"
 
 namespace h3::cli {
@@ -15,6 +17,7 @@ Runner add_verify(CLI::App& app) {
     double tol = -1;
     std::string dump, mode;
     int tp = 1, chunks = 1;
+    std::string tokenizer;  // FILE.json = tokenizer cases for this tokenizer.json
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "golden safetensors file")->required();
@@ -26,8 +29,21 @@ Runner add_verify(CLI::App& app) {
       ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}));
   cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree");
   cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "with FILE.json: check FILE's tokenizer cases against this tokenizer.json")
+      ->envname("H3_TOKENIZER");
   cmd->add_option("--dump", o->dump, "write every named activation to PREFIX[.case].safetensors (debugging)");
   return [o]() -> int {
+    if (o->file.ends_with(".json") && !o->tokenizer.empty()) {
+      std::printf("verify %s: tokenizer cases, tokenizer %s\n", o->file.c_str(), o->tokenizer.c_str());
+      VerifyReport rep = verify_tokenizer_cases(o->file, o->tokenizer);
+      rep.print(stdout);
+      return rep.pass() ? 0 : 1;
+    }
+    if (o->file.ends_with(".json")) {
+      std::printf("FAIL: %s is JSON; for tokenizer cases pass --tokenizer PATH/tokenizer.json\n", o->file.c_str());
+      return 1;
+    }
     SafeTensors f = SafeTensors::open(o->file);
     if (looks_like_dit_golden(f)) {
       VerifyOptions vo;
@@ -46,6 +62,25 @@ Runner add_verify(CLI::App& app) {
     if (looks_like_layout_golden(f)) {
       std::printf("verify %s: layout and schedule set\n", o->file.c_str());
       return verify_layouts(f, stdout);
+    }
+    if (looks_like_video_vae_golden(f)) {
+      std::printf("verify %s: video VAE golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
+      VerifyReport rep = verify_video_vae_file(f, precision_from_name(o->precision));
+      rep.print(stdout);
+      return rep.pass() ? 0 : 1;
+    }
+    if (looks_like_audio_vae_golden(f)) {
+      std::printf("verify %s: audio VAE golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
+      VerifyReport rep = verify_audio_vae_file(f, precision_from_name(o->precision));
+      rep.print(stdout);
+      return rep.pass() ? 0 : 1;
+    }
+    if (looks_like_qwen_text_golden(f)) {
+      std::printf("verify %s: Qwen3-VL text decoder golden set, precision %s\n", o->file.c_str(),
+                  o->precision.c_str());
+      VerifyReport rep = verify_qwen_text_file(f, precision_from_name(o->precision));
+      rep.print(stdout);
+      return rep.pass() ? 0 : 1;
     }
     std::printf("FAIL: %s is not a golden set this version can verify (DiT sets, layout sets)\n", o->file.c_str());
     return 1;

@@ -10,5 +10,7 @@ Runner add_verify(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_parity(CLI::App& app);
+Runner add_comm_test(CLI::App& app);
+Runner add_bench_comm(CLI::App& app);
 
 }  // namespace h3::cli

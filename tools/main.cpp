@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_info);
   reg(h3::cli::add_run);
   reg(h3::cli::add_parity);
+  reg(h3::cli::add_comm_test);
+  reg(h3::cli::add_bench_comm);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -79,6 +79,7 @@ class DitModel {
   DistPlan plan_;
   Range heads_qkv_, heads_out_, ffn_, ada_rows_;
   size_t replicated_bytes_ = 0, sharded_bytes_ = 0;
+  mutable uint64_t op_id_ = 0;  // forwards run so far; agreed between ranks
   Tensor proj_in_w, proj_in_b, audio_in_w, audio_in_b, ctx_w, ctx_b;
   Tensor t1_w, t1_b, t2_w, t2_b;
   std::vector<Block> refiner_, blocks_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "dist/control.h"
 #include "model/dit.h"
 #include "model/dit_exchange.h"
 #include "ops/ops.h"
@@ -160,6 +161,11 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   in.validate(config_);
   const bool bf = precision_ == Precision::bf16;
   const int64_t H = config_.hidden_size;
+  // All ranks must be running the same forward on the same shapes before any tensor moves.
+  agree(*plan_.world_comm, ++op_id_,
+        shape_hash(fmt::format("{} {} {} {} {} {}", in.video.describe(), in.audio.describe(), in.text.describe(),
+                               in.timestep.describe(), in.seq_len(), precision_name(precision_))),
+        "DiT forward");
   Step st;
   st.S = in.seq_len();
   st.M = in.timestep.numel();
