@@ -2,20 +2,30 @@
 #include <memory>
 
 #include "commands.h"
+#include "core/error.h"
 #include "io/checkpoint.h"
+#include "model/dit.h"
 
 namespace h3::cli {
 
 Runner add_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "describe a DiT checkpoint (file, folder or procedural:NAME) without loading it");
   struct Opts {
-    std::string path, qkv;
+    std::string path, qkv, mode = "ulysses", precision = "bf16";
+    int tp = 1;
+    int64_t seq = 37830;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("path", o->path, "checkpoint file, folder, or procedural:mini|fullwidth-1block|full[:seed=N]")
       ->required();
   cmd->add_option("--qkv-layout", o->qkv, "qkv_proj row order of released-name files: interleaved or blocked")
       ->check(CLI::IsMember({"interleaved", "blocked"}));
+  cmd->add_option("--mode", o->mode, "with --ranks N: the per-rank memory of this mode")
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))->capture_default_str();
+  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree");
+  cmd->add_option("--seq", o->seq, "packed length for the activation estimate (768p: 37830)")->capture_default_str();
+  cmd->add_option("--precision", o->precision, "bytes per element of the report: f64, f32 or bf16")
+      ->check(CLI::IsMember({"f64", "f32", "bf16"}))->capture_default_str();
   return [o]() -> int {
     DitCheckpointOptions opt;
     if (o->qkv == "interleaved") opt.qkv_order = QkvOrder::interleaved;
@@ -35,6 +45,25 @@ Runner add_info(CLI::App& app) {
     std::printf("dtypes       %s\n", dts.c_str());
     std::printf("parameters   %lld (%.3f B)\n", static_cast<long long>(c.parameter_count()), c.parameter_count() / 1e9);
     std::printf("bytes        %zu (%.2f GB as stored)\n", ck.stored_bytes(), ck.stored_bytes() / 1e9);
+    const int n = g_ranks;
+    if (n > 1) {
+      const DistMode mode = dist_mode_from_name(o->mode);
+      const int K = mode == DistMode::tensor ? n : (mode == DistMode::hybrid ? o->tp : 1);
+      if (K < 1 || n % K != 0) fail("--tp {} must divide --ranks {}", o->tp, n);
+      const int U = n / K;
+      const size_t es = o->precision == "f64" ? 8 : (o->precision == "f32" ? 4 : 2);
+      std::printf("\nper-rank memory, %s on %d ranks (tensor %d x sequence %d), %s, packed length %lld\n",
+                  o->mode.c_str(), n, K, U, o->precision.c_str(), static_cast<long long>(o->seq));
+      std::printf("%5s %8s %8s %14s %14s %14s %16s\n", "rank", "heads", "ffn", "replicated_GB", "sharded_GB",
+                  "weights_GB", "largest_act_MB");
+      for (int r = 0; r < n; ++r) {
+        DitShard s = DitShard::of(c, mode, K, U, r % K, r / K, n, o->seq);
+        std::printf("%5d %8lld %8lld %14.3f %14.3f %14.3f %16.1f\n", r,
+                    static_cast<long long>(mode == DistMode::ulysses_ag ? s.heads_qkv.size() : s.heads_out.size()),
+                    static_cast<long long>(s.ffn.size()), s.replicated_params * es / 1e9, s.sharded_params * es / 1e9,
+                    (s.replicated_params + s.sharded_params) * es / 1e9, s.largest_activation_elems * es / 1e6);
+      }
+    }
     return 0;
   };
 }

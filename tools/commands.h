@@ -5,6 +5,9 @@
 
 namespace h3::cli {
 
+// The global --ranks value (for commands that report on a world size without starting it).
+inline int g_ranks = 1;
+
 using Runner = std::function<int()>;
 Runner add_verify(CLI::App& app);
 Runner add_info(CLI::App& app);
@@ -12,5 +15,6 @@ Runner add_run(CLI::App& app);
 Runner add_parity(CLI::App& app);
 Runner add_comm_test(CLI::App& app);
 Runner add_bench_comm(CLI::App& app);
+Runner add_convert(CLI::App& app);
 
 }  // namespace h3::cli

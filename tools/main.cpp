@@ -32,13 +32,16 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_parity);
   reg(h3::cli::add_comm_test);
   reg(h3::cli::add_bench_comm);
+  reg(h3::cli::add_convert);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
-    h3::relaunch_under_mpi_if_needed(ranks, argc, argv);
+    // `info --ranks N` only reports what N ranks would hold; it never starts them.
+    const bool report_only = app.got_subcommand("info");
+    if (!report_only) h3::relaunch_under_mpi_if_needed(ranks, argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
   h3::Comm& world = h3::world();
   world.timeout_s = timeout;
   h3::log_setup(world.rank(), world.size(), log_level);
+  h3::cli::g_ranks = ranks;
   if (h3::in_mpi_job() && ranks > 1 && world.size() != ranks)
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
   int status = 2;

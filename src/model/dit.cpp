@@ -136,8 +136,9 @@ void rope_tables(const Tensor& position_ids, const DitConfig& c, DType dt, Tenso
 
 namespace {
 // Rows [begin, end) as their own tensor.
-Tensor row_slice(const Tensor& t, Range r) { return t.rows(r.begin, r.end).clone(); }
-Tensor column_slice(const Tensor& t, Range r) { return columns(t, r.begin, r.end); }
+// Slices copy; the whole range is the tensor itself (a mapped file stays shared).
+Tensor row_slice(const Tensor& t, Range r) { return r.size() == t.dim(0) ? t : t.rows(r.begin, r.end).clone(); }
+Tensor column_slice(const Tensor& t, Range r) { return r.size() == t.dim(1) ? t : columns(t, r.begin, r.end); }
 Tensor concat_rows(const Tensor& a, const Tensor& b) {
   Tensor out(a.dtype(), {a.dim(0) + b.dim(0), a.dim(1)});
   std::memcpy(out.raw(), a.raw(), a.nbytes());
@@ -146,22 +147,59 @@ Tensor concat_rows(const Tensor& a, const Tensor& b) {
 }
 }  // namespace
 
+DitShard DitShard::of(const DitConfig& c, DistMode mode, int K, int U, int t, int u, int world, int64_t S) {
+  DitShard s;
+  const int heads = c.num_attention_heads;
+  const int64_t D = c.attention_head_dim, H = c.hidden_size, F = c.ffn_dim, I = c.inner_dim();
+  s.heads_out = K > 1 ? part_of(heads, K, t) : Range{0, heads};
+  s.heads_qkv = mode == DistMode::ulysses_ag ? part_of(heads, U, u) : s.heads_out;
+  s.ffn = K > 1 ? part_of(F, K, t) : Range{0, F};
+  s.ada_rows = K > 1 ? part_of(18 * H, K, t) : Range{0, 18 * H};
+  // Per block: the sliced tensors count as sharded when sliced, replicated when whole.
+  const int64_t qkv = 3 * s.heads_qkv.size() * D * H, out = H * s.heads_out.size() * D, ffn = 3 * s.ffn.size() * H,
+                ada = s.ada_rows.size() * (c.time_embed_dim + 1), norms = 2 * H + 2 * D;
+  int64_t rep = norms, shard = 0;
+  (s.heads_qkv.size() == heads ? rep : shard) += qkv;
+  (s.heads_out.size() == heads ? rep : shard) += out;
+  (s.ffn.size() == F ? rep : shard) += ffn;
+  (s.ada_rows.size() == 18 * H ? rep : shard) += ada;
+  s.replicated_params = c.parameter_count() - static_cast<int64_t>(c.num_layers) *
+                                                  (3 * I * H + H * I + 3 * F * H + 18 * H * (c.time_embed_dim + 1) +
+                                                   norms) +
+                        static_cast<int64_t>(c.num_layers) * rep;
+  s.sharded_params = static_cast<int64_t>(c.num_layers) * shard;
+  // Largest activations of one block: the rows attention projects times the q/k/v width, the MLP intermediate.
+  const int64_t own = part_of(S, world, t + u * K).size();
+  int64_t group = 0;
+  for (int j = 0; j < K; ++j) group += part_of(S, world, u * K + j).size();
+  const int64_t proj_rows = mode == DistMode::ulysses_ag ? S : group;
+  s.largest_activation_elems = std::max({proj_rows * H, proj_rows * s.heads_qkv.size() * D,
+                                         S * (mode == DistMode::ulysses_ag ? s.heads_qkv.size()
+                                                                           : part_of(s.heads_out.size(), U, u).size()) *
+                                             D,
+                                         (K > 1 ? group : own) * 2 * s.ffn.size()});
+  return s;
+}
+
 DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan)
     : config_(ck.config()), precision_(precision), ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
       plan_(plan) {
   const int heads = config_.num_attention_heads;
   const int64_t D = config_.attention_head_dim, H = config_.hidden_size, F = config_.ffn_dim;
-  const Range all_heads{0, heads};
-  heads_out_ = plan_.K > 1 ? part_of(heads, plan_.K, plan_.t) : all_heads;
-  heads_qkv_ = plan_.mode == DistMode::ulysses_ag ? part_of(heads, plan_.U, plan_.u) : heads_out_;
-  ffn_ = plan_.K > 1 ? part_of(F, plan_.K, plan_.t) : Range{0, F};
-  ada_rows_ = plan_.K > 1 ? part_of(18 * H, plan_.K, plan_.t) : Range{0, 18 * H};
+  const DitShard shard = DitShard::of(config_, plan_.mode, plan_.K, plan_.U, plan_.t, plan_.u, plan_.world, plan_.world);
+  heads_out_ = shard.heads_out;
+  heads_qkv_ = shard.heads_qkv;
+  ffn_ = shard.ffn;
+  ada_rows_ = shard.ada_rows;
   const Range qkv_rows{heads_qkv_.begin * D, heads_qkv_.end * D}, out_cols{heads_out_.begin * D, heads_out_.end * D};
 
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
   auto load = [&](const std::string& key, bool bf16_layer) {
-    Tensor t = ck.get(key).to(ct_);
-    if (bf16_layer && precision_ == Precision::bf16) ops::round_bf16_(t);
+    // Weights already in the compute dtype are used in place (a memory-mapped file stays shared between ranks).
+    Tensor t = ck.get(key);
+    const bool round = bf16_layer && precision_ == Precision::bf16;
+    if (t.dtype() != ct_ || round) t = t.to(ct_);
+    if (round) ops::round_bf16_(t);
     return t;
   };
   auto keep = [&](Tensor t, bool sharded) {
@@ -225,6 +263,11 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   proj_out_b_ = rep("proj_out.bias", false);
   audio_out_w_ = rep("audio_proj_out.weight", false);
   audio_out_b_ = rep("audio_proj_out.bias", false);
+  const size_t es = dtype_size(ct_);
+  H3_ASSERT(replicated_bytes_ == static_cast<size_t>(shard.replicated_params) * es &&
+                sharded_bytes_ == static_cast<size_t>(shard.sharded_params) * es,
+            "weights held ({} replicated + {} sharded bytes) differ from the plan's account ({} + {})",
+            replicated_bytes_, sharded_bytes_, shard.replicated_params * es, shard.sharded_params * es);
 }
 
 Tensor DitModel::round_if_bf16(Tensor t) const {

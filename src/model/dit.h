@@ -42,6 +42,15 @@ struct DitOutputs {
   std::map<std::string, Tensor> activations;
 };
 
+// What one rank of a plan holds: its head, FFN and AdaLN ranges, and the bytes of weights and of the largest
+// activations (analytic, from the config; the model checks its loaded bytes against it).
+struct DitShard {
+  Range heads_qkv, heads_out, ffn, ada_rows;
+  int64_t replicated_params = 0, sharded_params = 0;
+  int64_t largest_activation_elems = 0;  // for a packed length S
+  static DitShard of(const DitConfig& c, DistMode mode, int K, int U, int t, int u, int world, int64_t S);
+};
+
 // Weights of one rank, in the compute dtype. With a distributed plan the rank keeps only its slices:
 //   q/k/v rows of its heads (H_t in tensor/hybrid, H_u in ulysses-ag), out_proj columns of H_t, the FFN value and
 //   gate rows of its columns F_t (kept as [value_slice; gate_slice]), fc2 columns F_t, AdaLN rows A_t of the 18H

@@ -1,6 +1,11 @@
 // The DiT forward under a DistPlan (dist/plan.h describes the modes). One code path for every world size: with a
 // single rank every exchange is a no-op copy, so the 1-rank numbers are the reference the others must reproduce.
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <cstring>
 
 #include "core/log.h"
@@ -24,6 +29,28 @@ struct DitModel::Step {
 };
 
 namespace {
+
+// Test hook for the failure tests: H3_DEBUG_FAULT="RANK:BLOCK:kill" (SIGKILL itself) or "RANK:BLOCK:stall" (sleep
+// forever) at the start of that block. Never set in normal runs.
+struct FaultInjection {
+  int rank = -1, block = -1;
+  bool kill = false;
+  static FaultInjection from_env() {
+    FaultInjection f;
+    if (const char* e = std::getenv("H3_DEBUG_FAULT")) {
+      char what[16] = {0};
+      if (std::sscanf(e, "%d:%d:%15s", &f.rank, &f.block, what) == 3) f.kill = std::string(what) == "kill";
+      else f.rank = -1;
+    }
+    return f;
+  }
+  void at_block(int rank_now, int block_now) const {
+    if (rank_now != rank || block_now != block) return;
+    spdlog::warn("H3_DEBUG_FAULT: rank {} {} at block {}", rank, kill ? "killing itself" : "stalling", block);
+    if (kill) std::raise(SIGKILL);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+};
 
 Tensor index_i32(const std::vector<int32_t>& v) { return Tensor::from(v, {static_cast<int64_t>(v.size())}); }
 
@@ -237,7 +264,9 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   }
   st.ada_idx = index_i32(ada_idx);
 
+  const FaultInjection fault = FaultInjection::from_env();
   for (size_t n = 0; n < blocks_.size(); ++n) {
+    fault.at_block(plan_.rank, static_cast<int>(n));
     const Block& b = blocks_[n];
     // [M, 18H] viewed as [3M, 6H]: row m*3 + modality, column k*H + c for parameter k of
     // (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp).
