@@ -83,6 +83,15 @@ TEST(Cli, InfoReadsOnlyHeaders) {
   EXPECT_NE(bad.out.find("/nonexistent/model"), std::string::npos) << bad.out;
 }
 
+TEST(Cli, TooManyOrTooFewFramesAreRefused) {
+  Result many = run_h3("forward --frames 100000");
+  EXPECT_NE(many.status, 0);
+  EXPECT_NE(many.out.find("at most 345 frames"), std::string::npos) << many.out;
+  Result none = run_h3("forward --frames 0");
+  EXPECT_NE(none.status, 0);
+  EXPECT_NE(none.out.find("num_frames must be positive"), std::string::npos) << none.out;
+}
+
 TEST(Cli, BadGeometryIsRefused) {
   Result r = run_h3("forward --height 70");
   EXPECT_NE(r.status, 0);

@@ -6,6 +6,7 @@
 
 #include "core/compare.h"
 #include "golden.h"
+#include "ops/ops_conv.h"
 #include "model/qwen3_text.h"
 #include "model/text_verify.h"
 #include "ops/ops.h"
@@ -117,7 +118,7 @@ TEST(QwenText, GqaLastRowMatchesFullAttentionWithRepeatedKvHeads) {
     const int64_t n = 23, hq = 6, hkv = 2, d = 5;
     Tensor q = random_tensor(dt, {n, hq * d}, 1), k = random_tensor(dt, {n, hkv * d}, 2),
            v = random_tensor(dt, {n, hkv * d}, 3);
-    Tensor out = causal_gqa_attention(q, k, v, hq, hkv, d);
+    Tensor out = ops::attention_causal(q, k, v, d);
     // Repeat every KV head for its 3 query heads, then full attention: the last row sees every key either
     // way.
     Tensor k_rep(dt, {n, hq * d}), v_rep(dt, {n, hq * d});

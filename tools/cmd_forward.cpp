@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "core/compare.h"
+#include "core/error.h"
 #include "core/parallel.h"
 #include "pipeline/synthetic.h"
 
@@ -36,6 +37,9 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--text-tokens", o->req.num_text, "prompt rows")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--seed", o->req.seed, "seed of the random rows")->capture_default_str();
   return [o]() -> int {
+    // Short clips are allowed here (the procedural mini model is a test bed); long ones are refused like requests.
+    if (align_num_frames(o->req.num_frames) > kMaxRequestFrames)
+      fail("--frames {}: at most {} frames (15 s at 24 fps) are allowed", o->req.num_frames, kMaxRequestFrames);
     using clock = std::chrono::steady_clock;
     auto t0 = clock::now();
     DitCheckpoint ck = DitCheckpoint::open(o->model);

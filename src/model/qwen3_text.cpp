@@ -7,6 +7,7 @@
 
 #include "core/parallel.h"
 #include "ops/ops.h"
+#include "ops/ops_conv.h"
 
 namespace h3 {
 
@@ -245,7 +246,7 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
     Tensor v = ops::linear(h, L.v);
     q = ops::rope(q, cos, sin, hd, false);
     k = ops::rope(k, cos, sin, hd, false);
-    Tensor a = causal_gqa_attention(q, k, v, cfg_.n_heads, cfg_.n_kv_heads, hd);
+    Tensor a = ops::attention_causal(q, k, v, hd);
     x = ops::add(x, ops::linear(a, L.o));
     h = ops::rms_norm(x, &L.post_norm, cfg_.hidden, eps);
     x = ops::add(x, ops::linear(ops::swiglu(ops::linear(h, L.up_gate), false), L.down));
@@ -257,63 +258,6 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
 
 Tensor QwenTextModel::hidden_state(const std::vector<int32_t>& ids, int64_t k) const {
   return forward(ids, {k}, false).hidden_states.at(k);
-}
-
-Tensor causal_gqa_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads,
-                            int64_t n_kv_heads, int64_t d) {
-  const int64_t n = q.dim(0);
-  H3_ASSERT(q.dtype() == k.dtype() && q.dtype() == v.dtype() &&
-                (q.dtype() == DType::f32 || q.dtype() == DType::f64),
-            "causal_gqa_attention: q {} k {} v {}", q.describe(), k.describe(), v.describe());
-  H3_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && q.dim(1) == n_heads * d &&
-                k.dim(1) == n_kv_heads * d && v.shape() == k.shape() && k.dim(0) == n,
-            "causal_gqa_attention: q {} k {} v {} for {} / {} heads x {}", q.describe(), k.describe(),
-            v.describe(), n_heads, n_kv_heads, d);
-  Tensor out(q.dtype(), {n, n_heads * d});
-  const int64_t group = n_heads / n_kv_heads, qcols = n_heads * d, kcols = n_kv_heads * d;
-  auto run = [&]<typename T>(T) {
-    const T* qp = q.data<T>();
-    const T* kp = k.data<T>();
-    const T* vp = v.data<T>();
-    T* op = out.data<T>();
-    const T scale = T(1) / std::sqrt(T(d));
-    // One task = one (query head, query row); the keys of a row are always visited in the same order.
-    parallel_for(
-        n_heads * n,
-        [&](int64_t tb, int64_t te) {
-          std::vector<T> s(n), acc(d);
-          for (int64_t task = tb; task < te; ++task) {
-            const int64_t h = task / n, i = task % n, kvh = h / group;
-            const T* qi = qp + i * qcols + h * d;
-            T m = -INFINITY;
-            for (int64_t j = 0; j <= i; ++j) {
-              const T* kj = kp + j * kcols + kvh * d;
-              T dot = 0;
-              for (int64_t c = 0; c < d; ++c) dot += qi[c] * kj[c];
-              s[j] = dot * scale;
-              m = std::max(m, s[j]);
-            }
-            T l = 0;
-            std::fill(acc.begin(), acc.end(), T(0));
-            for (int64_t j = 0; j <= i; ++j) {
-              const T pj = std::exp(s[j] - m);
-              l += pj;
-              const T* vj = vp + j * kcols + kvh * d;
-              for (int64_t c = 0; c < d; ++c) acc[c] += pj * vj[c];
-            }
-            T* oi = op + i * qcols + h * d;
-            for (int64_t c = 0; c < d; ++c) oi[c] = acc[c] / l;
-          }
-        },
-        8);
-  };
-  if (n) {
-    if (q.dtype() == DType::f32)
-      run(float{});
-    else
-      run(double{});
-  }
-  return out;
 }
 
 }  // namespace h3

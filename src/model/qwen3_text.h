@@ -75,9 +75,5 @@ class QwenTextModel {
   std::vector<Layer> layers_;
 };
 
-// Causal grouped-query attention: q[N, Hq*D], k/v[N, Hkv*D] -> [N, Hq*D]; query head h reads KV head
-// h / (Hq / Hkv); row i attends to rows 0..i; softmax scale 1/sqrt(D). f32 or f64.
-Tensor causal_gqa_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_heads,
-                            int64_t n_kv_heads, int64_t head_dim);
 
 }  // namespace h3

@@ -40,6 +40,8 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, in
 Tensor pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode);
 
 // Causal attention per head: q/k/v[N, H*D], row i attends to rows 0..i; softmax scale 1/sqrt(D).
+// Causal attention with grouped KV heads: q[N, Hq*D], k/v[N, Hkv*D] (Hkv divides Hq; query head h reads KV head
+// h / (Hq / Hkv)); row i attends to rows 0..i; softmax scale 1/sqrt(D).
 Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
 
 // Weight normalisation (torch.nn.utils.weight_norm, dim 0): w = g * v / ||v||, the norm over all dims but 0.

@@ -311,25 +311,28 @@ Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64
   need_float(q, "attention_causal", "q");
   same_dtype(q, k, "attention_causal");
   same_dtype(q, v, "attention_causal");
-  const int64_t n = q.dim(0), cols = q.dim(1), heads = cols / d;
-  H3_ASSERT(k.shape() == q.shape() && v.shape() == q.shape() && cols % d == 0, "attention_causal: q {} k {} v {}",
-            q.describe(), k.describe(), v.describe());
-  Tensor out(q.dtype(), {n, cols});
+  H3_ASSERT(d > 0 && q.ndim() == 2 && k.ndim() == 2 && v.shape() == k.shape() && k.dim(0) == q.dim(0),
+            "attention_causal: q {} k {} v {}", q.describe(), k.describe(), v.describe());
+  const int64_t n = q.dim(0), qcols = q.dim(1), kcols = k.dim(1), heads = qcols / d, kv_heads = kcols / d;
+  H3_ASSERT(qcols % d == 0 && kcols % d == 0 && kv_heads > 0 && heads % kv_heads == 0,
+            "attention_causal: {} query / {} key channels are not whole heads of {} (or not grouped)", qcols, kcols, d);
+  const int64_t group = heads / kv_heads;
+  Tensor out(q.dtype(), {n, qcols});
   dispatch(q, [&]<typename T_>(T_) {
     const T_* qp = q.data<T_>();
     const T_* kp = k.data<T_>();
     const T_* vp = v.data<T_>();
     T_* op = out.data<T_>();
     const T_ scale = T_(1) / std::sqrt(T_(d));
-    // Plain two-pass softmax per (head, query row): max, then exp-sum and the weighted value sum.
+    // One task = one (query head, query row): a two-pass softmax over keys 0..i of KV head h / group, in order.
     parallel_for(heads * n, [&](int64_t tb, int64_t te) {
       std::vector<T_> s(n), acc(d);
       for (int64_t task = tb; task < te; ++task) {
-        const int64_t h = task / n, i = task % n;
-        const T_* qi = qp + i * cols + h * d;
+        const int64_t h = task / n, i = task % n, kvh = h / group;
+        const T_* qi = qp + i * qcols + h * d;
         T_ m = -INFINITY;
         for (int64_t j = 0; j <= i; ++j) {
-          const T_* kj = kp + j * cols + h * d;
+          const T_* kj = kp + j * kcols + kvh * d;
           T_ dot = 0;
           for (int64_t c = 0; c < d; ++c) dot += qi[c] * kj[c];
           s[j] = dot * scale;
@@ -340,13 +343,13 @@ Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64
         for (int64_t j = 0; j <= i; ++j) {
           const T_ p = std::exp(s[j] - m);
           l += p;
-          const T_* vj = vp + j * cols + h * d;
+          const T_* vj = vp + j * kcols + kvh * d;
           for (int64_t c = 0; c < d; ++c) acc[c] += p * vj[c];
         }
-        T_* oi = op + i * cols + h * d;
+        T_* oi = op + i * qcols + h * d;
         for (int64_t c = 0; c < d; ++c) oi[c] = acc[c] / l;
       }
-    });
+    }, 8);
     return 0;
   });
   return out;
