@@ -8,6 +8,8 @@
 #include "core/compare.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "dist/comm.h"
+#include "dist/plan.h"
 #include "pipeline/synthetic.h"
 
 namespace h3::cli {
@@ -23,7 +25,8 @@ double rms(const Tensor& t) {
 Runner add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("forward", "one DiT forward on a seeded request and a short report");
   struct Opts {
-    std::string model = "procedural:mini", precision = "f32";
+    std::string model = "procedural:mini", precision = "f32", mode = "ulysses";
+    int tp = 1, chunks = 1;
     SyntheticRequest req;
   };
   auto o = std::make_shared<Opts>();
@@ -36,6 +39,10 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--width", o->req.width, "pixels, a multiple of 32")->capture_default_str();
   cmd->add_option("--text-tokens", o->req.num_text, "prompt rows")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--seed", o->req.seed, "seed of the random rows")->capture_default_str();
+  cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))->envname("H3_MODE")->capture_default_str();
+  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
+  cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
   return [o]() -> int {
     // Short clips are allowed here (the procedural mini model is a test bed); long ones are refused like requests.
     if (align_num_frames(o->req.num_frames) > kMaxRequestFrames)
@@ -43,15 +50,21 @@ Runner add_run(CLI::App& app) {
     using clock = std::chrono::steady_clock;
     auto t0 = clock::now();
     DitCheckpoint ck = DitCheckpoint::open(o->model);
-    DitModel model(ck, precision_from_name(o->precision));
+    Comm& w = world();
+    DistPlan plan = w.size() > 1 ? DistPlan::make(w, {dist_mode_from_name(o->mode), o->tp, o->chunks},
+                                                  ck.config().num_attention_heads, ck.config().ffn_dim)
+                                 : DistPlan::single();
+    DitModel model(ck, precision_from_name(o->precision), plan);
     auto t1 = clock::now();
     DitInputs in = make_synthetic_inputs(ck.config(), o->req);
     auto t2 = clock::now();
     DitOutputs out = model.forward(in);
     auto t3 = clock::now();
     auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    if (w.rank() != 0) return 0;
     const DitConfig& c = ck.config();
-    std::printf("h3 forward: %s, %s, %d threads\n", o->model.c_str(), o->precision.c_str(), cpu_threads());
+    std::printf("h3 forward: %s, %s, %d threads per rank\n", o->model.c_str(), o->precision.c_str(), cpu_threads());
+    if (w.size() > 1) std::printf("  ranks       %s\n", plan.describe().c_str());
     std::printf("  model       %d blocks, %d heads x %d, hidden %d (%.3f B parameters)\n", c.num_layers,
                 c.num_attention_heads, c.attention_head_dim, c.hidden_size, c.parameter_count() / 1e9);
     std::printf("  request     %lld frames at %lldx%lld, %lld text rows -> packed length S = %lld "
