@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "scratch_dir.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/procedural.h"
@@ -36,29 +37,7 @@ namespace {
 
 using Weights = std::vector<std::pair<std::string, Tensor>>;
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("h3-ck-") + std::to_string(::getpid()) + "-" + info->test_suite_name() +
-                       "-" + info->name() + "-" + std::to_string(counter++);
-    path_ = fs::temp_directory_path() / name;
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& leaf) const { return path_ / leaf; }
-
- private:
-  fs::path path_;
-};
+using h3::test::ScratchDir;
 
 std::string golden(const char* file) {
   return std::string(H3_GOLDEN_DIR) + "/" + file;

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "scratch_dir.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 
@@ -28,30 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder per test, removed when the test ends.
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("h3-st-") + std::to_string(::getpid()) + "-" + info->test_suite_name() +
-                       "-" + info->name() + "-" + std::to_string(counter++);
-    path_ = fs::temp_directory_path() / name;
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& leaf) const { return path_ / leaf; }
-
- private:
-  fs::path path_;
-};
+using h3::test::ScratchDir;
 
 const DType kAllDTypes[] = {DType::f64, DType::f32, DType::bf16, DType::f16, DType::fp8_e4m3,
                             DType::i64, DType::i32, DType::i8,   DType::u8};

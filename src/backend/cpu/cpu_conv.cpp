@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/cpu_checks.h"
 #include "core/parallel.h"
 #include "ops/ops_conv.h"
 
@@ -11,14 +12,8 @@ namespace h3::ops {
 
 namespace {
 
-void need_float(const Tensor& t, const char* op, const char* arg) {
-  H3_ASSERT(t.device() == Device::cpu, "{}: {} is not a host tensor", op, arg);
-  H3_ASSERT(t.dtype() == DType::f32 || t.dtype() == DType::f64, "{}: {} must be f32 or f64, got {}", op, arg,
-            t.describe());
-}
-void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
-  H3_ASSERT(a.dtype() == b.dtype(), "{}: dtype mismatch {} vs {}", op, a.describe(), b.describe());
-}
+using cpu_checks::need_float;
+using cpu_checks::same_dtype;
 
 template <typename F>
 auto dispatch(const Tensor& x, F f) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_checks.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
 
@@ -21,14 +22,8 @@ namespace h3::ops {
 
 namespace {
 
-void need_float(const Tensor& t, const char* op, const char* arg) {
-  H3_ASSERT(t.device() == Device::cpu, "{}: {} is not a host tensor", op, arg);
-  H3_ASSERT(t.dtype() == DType::f32 || t.dtype() == DType::f64, "{}: {} must be f32 or f64, got {}", op, arg,
-            t.describe());
-}
-void same_dtype(const Tensor& a, const Tensor& b, const char* op) {
-  H3_ASSERT(a.dtype() == b.dtype(), "{}: dtype mismatch {} vs {}", op, a.describe(), b.describe());
-}
+using cpu_checks::need_float;
+using cpu_checks::same_dtype;
 const int32_t* index_ptr(const Tensor& idx, int64_t n, int64_t rows, const char* op) {
   H3_ASSERT(idx.dtype() == DType::i32 && idx.numel() == n, "{}: index must be i32[{}], got {}", op, n, idx.describe());
   const int32_t* p = idx.data<int32_t>();
