@@ -64,15 +64,23 @@ Runner add_verify(CLI::App& app) {
       return verify_layouts(f, stdout);
     }
     if (looks_like_video_vae_golden(f)) {
-      std::printf("verify %s: video VAE golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
-      VerifyReport rep = verify_video_vae_file(f, precision_from_name(o->precision));
-      rep.print(stdout);
+      Comm* comm = world().size() > 1 ? &world() : nullptr;
+      const bool root = world().rank() == 0;
+      if (root)
+        std::printf("verify %s: video VAE golden set, precision %s, decode on %d rank(s)\n", o->file.c_str(),
+                    o->precision.c_str(), world().size());
+      VerifyReport rep = verify_video_vae_file(f, precision_from_name(o->precision), comm);
+      if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
     if (looks_like_audio_vae_golden(f)) {
-      std::printf("verify %s: audio VAE golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
-      VerifyReport rep = verify_audio_vae_file(f, precision_from_name(o->precision));
-      rep.print(stdout);
+      Comm* comm = world().size() > 1 ? &world() : nullptr;
+      const bool root = world().rank() == 0;
+      if (root)
+        std::printf("verify %s: audio VAE golden set, precision %s, decode on %d rank(s)\n", o->file.c_str(),
+                    o->precision.c_str(), world().size());
+      VerifyReport rep = verify_audio_vae_file(f, precision_from_name(o->precision), comm);
+      if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
     if (looks_like_qwen_text_golden(f)) {

@@ -16,5 +16,6 @@ Runner add_parity(CLI::App& app);
 Runner add_comm_test(CLI::App& app);
 Runner add_bench_comm(CLI::App& app);
 Runner add_convert(CLI::App& app);
+Runner add_vae_parity(CLI::App& app);
 
 }  // namespace h3::cli

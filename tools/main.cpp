@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_comm_test);
   reg(h3::cli::add_bench_comm);
   reg(h3::cli::add_convert);
+  reg(h3::cli::add_vae_parity);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,7 @@
 #include "core/compare.h"
 #include "core/log.h"
 #include "model/audio_vae.h"
+#include "model/vae_shard.h"
 #include "model/video_vae.h"
 
 namespace h3 {
@@ -68,7 +69,7 @@ bool looks_like_audio_vae_golden(const SafeTensors& f) {
   return false;
 }
 
-VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision) {
+VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision, Comm* comm) {
   const double tol = vae_tolerance(precision);
   const VideoVaeConfig cfg = VideoVaeConfig::from_json_text(f.meta("config"), f.meta("tiling"), f.path());
   spdlog::info("{}: {}", f.path(), cfg.summary());
@@ -80,7 +81,7 @@ VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision) {
       const Tensor in = f.get(c + (normalized ? ".input.latents_normalized" : ".input.latents"));
       Tensor z = in.ndim() == 5 && in.dim(0) == 1 ? in.reshape({in.dim(1), in.dim(2), in.dim(3), in.dim(4)}) : in;
       if (normalized) z = vae.denormalize(z);
-      const Tensor dec = vae.decode(z);
+      const Tensor dec = comm ? decode_video_sharded(vae, z, *comm) : vae.decode(z);
       if (auto k = output_key(f, c, "decoder"); !k.empty()) add_line(rep, c + " decoder", dec, f.get(k), tol);
       if (auto k = output_key(f, c, "pixels01"); !k.empty())
         add_line(rep, c + " pixels01", VideoVae::to_pixels01(dec), f.get(k), tol);
@@ -94,7 +95,7 @@ VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision) {
   return rep;
 }
 
-VerifyReport verify_audio_vae_file(const SafeTensors& f, Precision precision) {
+VerifyReport verify_audio_vae_file(const SafeTensors& f, Precision precision, Comm* comm) {
   const double tol = vae_tolerance(precision);
   const AudioVaeConfig cfg = f.meta("config").empty() ? AudioVaeConfig{}
                                                       : AudioVaeConfig::from_json_text(f.meta("config"), f.path());
@@ -106,7 +107,10 @@ VerifyReport verify_audio_vae_file(const SafeTensors& f, Precision precision) {
       const bool normalized = f.has(c + ".input.latents_normalized");
       Tensor z = f.get(c + (normalized ? ".input.latents_normalized" : ".input.latents_denormalized"));
       if (normalized) z = vae.denormalize(z);
-      if (auto k = output_key(f, c, "waveform"); !k.empty()) add_line(rep, c + " waveform", vae.decode(z), f.get(k), tol);
+      if (auto k = output_key(f, c, "waveform"); !k.empty()) {
+        const Tensor wave = comm ? decode_audio_sharded(vae, z, *comm) : vae.decode(z);
+        add_line(rep, c + " waveform", wave, f.get(k), tol);
+      }
     } else if (f.has(c + ".input.waveform")) {
       const Tensor mean = vae.encode_mean(f.get(c + ".input.waveform"));
       if (auto k = output_key(f, c, "mean"); !k.empty()) add_line(rep, c + " mean", mean, f.get(k), tol);

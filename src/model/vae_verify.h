@@ -1,6 +1,7 @@
 // `h3 verify` for the video and audio VAE golden files (shared/golden/{video,audio}-vae-mini.safetensors): runs every
 // case of the file (decode and encode) in the requested precision and compares with the reference's outputs.
 #pragma once
+#include "dist/comm.h"
 #include "io/safetensors.h"
 #include "model/dit.h"
 #include "model/dit_verify.h"
@@ -11,8 +12,10 @@ bool looks_like_video_vae_golden(const SafeTensors& f);
 bool looks_like_audio_vae_golden(const SafeTensors& f);
 // Tolerances on rel-L2 against the f64 reference: 1e-9 (f64), 1e-5 (f32). A reference stored as f32 is compared
 // with the engine's f64 output rounded to f32 (the line says so), since the storage rounding alone is ~1e-8.
-VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision);
-VerifyReport verify_audio_vae_file(const SafeTensors& f, Precision precision);
+// With `comm` (more than one rank) the decode cases run sharded over it (model/vae_shard.h) and every rank must
+// make the same call; encode cases run whole on every rank. Every rank gets the same report.
+VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision, Comm* comm = nullptr);
+VerifyReport verify_audio_vae_file(const SafeTensors& f, Precision precision, Comm* comm = nullptr);
 
 double vae_tolerance(Precision precision);
 
