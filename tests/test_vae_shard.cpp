@@ -53,22 +53,7 @@ VideoDecodePlan plan_768p_124() {
   const int64_t r = cfg.spatial_ratio();
   p.rows = split_tiles(768, cfg.tile_height, cfg.tile_overlap_height, r);
   p.cols = split_tiles(1344, cfg.tile_width, cfg.tile_overlap_width, r);
-  for (size_t i = 0; i < p.time.starts.size(); ++i)
-    for (size_t a = 0; a < p.rows.starts.size(); ++a)
-      for (size_t b = 0; b < p.cols.starts.size(); ++b) {
-        VideoDecodeUnit u;
-        u.index = static_cast<int64_t>(p.units.size());
-        u.chunk = static_cast<int64_t>(i);
-        u.tile_row = static_cast<int64_t>(a);
-        u.tile_col = static_cast<int64_t>(b);
-        u.t0 = p.time.starts[i];
-        u.t1 = u.t0 + p.time.chunk_len(i);
-        u.y0 = p.rows.starts[a] / r;
-        u.y1 = std::min(u.y0 + p.rows.lengths[a] / r, p.latent_height);
-        u.x0 = p.cols.starts[b] / r;
-        u.x1 = std::min(u.x0 + p.cols.lengths[b] / r, p.latent_width);
-        p.units.push_back(u);
-      }
+  add_decode_units(p, r);
   return p;
 }
 

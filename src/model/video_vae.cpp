@@ -363,6 +363,25 @@ Tensor VideoVae::normalize(const Tensor& z) const {
   });
 }
 
+void add_decode_units(VideoDecodePlan& p, int64_t r) {
+  for (size_t i = 0; i < p.time.starts.size(); ++i)
+    for (size_t a = 0; a < p.rows.starts.size(); ++a)
+      for (size_t b = 0; b < p.cols.starts.size(); ++b) {
+        VideoDecodeUnit u;
+        u.index = static_cast<int64_t>(p.units.size());
+        u.chunk = static_cast<int64_t>(i);
+        u.tile_row = static_cast<int64_t>(a);
+        u.tile_col = static_cast<int64_t>(b);
+        u.t0 = p.time.starts[i];
+        u.t1 = u.t0 + p.time.chunk_len(i);
+        u.y0 = p.rows.starts[a] / r;
+        u.y1 = std::min(u.y0 + p.rows.lengths[a] / r, p.latent_height);
+        u.x0 = p.cols.starts[b] / r;
+        u.x1 = std::min(u.x0 + p.cols.lengths[b] / r, p.latent_width);
+        p.units.push_back(u);
+      }
+}
+
 VideoDecodePlan VideoVae::plan_decode(const Shape& shape) const {
   H3_CHECK(shape.size() == 4 && shape[0] == cfg_.latent_channels && shape[1] > 0 && shape[2] > 0 && shape[3] > 0,
            "video VAE decode: latents must be [{}, frames, height, width], got {}", cfg_.latent_channels,
@@ -380,22 +399,7 @@ VideoDecodePlan VideoVae::plan_decode(const Shape& shape) const {
     p.rows = {{0}, {H}, {}};
     p.cols = {{0}, {W}, {}};
   }
-  for (size_t i = 0; i < p.time.starts.size(); ++i)
-    for (size_t a = 0; a < p.rows.starts.size(); ++a)
-      for (size_t b = 0; b < p.cols.starts.size(); ++b) {
-        VideoDecodeUnit u;
-        u.index = static_cast<int64_t>(p.units.size());
-        u.chunk = static_cast<int64_t>(i);
-        u.tile_row = static_cast<int64_t>(a);
-        u.tile_col = static_cast<int64_t>(b);
-        u.t0 = p.time.starts[i];
-        u.t1 = u.t0 + p.time.chunk_len(i);
-        u.y0 = p.rows.starts[a] / r;
-        u.y1 = std::min(u.y0 + p.rows.lengths[a] / r, p.latent_height);
-        u.x0 = p.cols.starts[b] / r;
-        u.x1 = std::min(u.x0 + p.cols.lengths[b] / r, p.latent_width);
-        p.units.push_back(u);
-      }
+  add_decode_units(p, r);
   return p;
 }
 

@@ -84,6 +84,10 @@ struct VideoDecodePlan {
   std::vector<VideoDecodeUnit> units;
 };
 
+// Fills plan.units with every (temporal chunk, tile row, tile column) of a plan whose time, rows and cols are set;
+// r is the spatial ratio (pixels per latent). Unit index = (chunk * rows + row) * cols + col.
+void add_decode_units(VideoDecodePlan& plan, int64_t spatial_ratio);
+
 class VideoVae {
  public:
   // Loads the weights under `prefix` ("weight." in golden files, "" in a diffusers checkpoint) in the compute
