@@ -32,7 +32,8 @@ Runner add_run(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "DiT checkpoint (file, folder or procedural:NAME)")->envname("H3_MODEL")
       ->capture_default_str();
-  cmd->add_option("--precision", o->precision, "f64, f32 or bf16")->check(CLI::IsMember({"f64", "f32", "bf16"}))
+  cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (CPU); bf16 or fp8 (--device cuda)")
+      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--frames", o->req.num_frames, "pixel frames (snapped up to 17n+5)")->capture_default_str();
   cmd->add_option("--height", o->req.height, "pixels, a multiple of 32")->capture_default_str();
@@ -54,7 +55,7 @@ Runner add_run(CLI::App& app) {
     DistPlan plan = w.size() > 1 ? DistPlan::make(w, {dist_mode_from_name(o->mode), o->tp, o->chunks},
                                                   ck.config().num_attention_heads, ck.config().ffn_dim)
                                  : DistPlan::single();
-    DitModel model(ck, precision_from_name(o->precision), plan);
+    DitModel model(ck, precision_from_name(o->precision), plan, g_device == "cuda" ? Device::cuda : Device::cpu);
     auto t1 = clock::now();
     DitInputs in = make_synthetic_inputs(ck.config(), o->req);
     auto t2 = clock::now();

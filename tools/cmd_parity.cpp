@@ -30,7 +30,8 @@ Runner add_parity(CLI::App& app) {
   auto* cmd = app.add_subcommand("parity", "compare an N-rank run with the 1-rank run on a golden DiT file");
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "golden DiT file")->required();
-  cmd->add_option("--precision", o->precision, "f64, f32 or bf16")->check(CLI::IsMember({"f64", "f32", "bf16"}))
+  cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (CPU); bf16 or fp8 (--device cuda)")
+      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--weights", o->weights, "DiT weights instead of the file's own");
   add_dist_options(cmd, *o);
@@ -40,22 +41,29 @@ Runner add_parity(CLI::App& app) {
     if (!looks_like_dit_golden(f)) fail("{}: not a DiT golden file (parity runs DiT cases)", o->file);
     const DistMode mode = dist_mode_from_name(o->mode);
     const Precision prec = precision_from_name(o->precision);
+    const Device dev = g_device == "cuda" ? Device::cuda : Device::cpu;
     DitCheckpoint ck = dit_golden_weights(f, o->weights);
     // The 1-rank reference first, on rank 0, and freed before the distributed model exists (peak memory).
     std::vector<std::string> cases = dit_golden_cases(f);
     std::vector<DitOutputs> reference;
     if (w.rank() == 0) {
-      DitModel single(ck, prec, DistPlan::single());
+      DitModel single(ck, prec, DistPlan::single(), dev);
       for (const auto& c : cases) reference.push_back(single.forward(dit_golden_inputs(f, c)));
     }
     w.barrier("parity: reference done");
     DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks}, ck.config().num_attention_heads, ck.config().ffn_dim);
-    DitModel dist(ck, prec, plan);
+    DitModel dist(ck, prec, plan, dev);
     const bool exact = mode == DistMode::ulysses || mode == DistMode::ulysses_ag;
-    const double tol = prec == Precision::f64 ? 1e-12 : (prec == Precision::f32 ? 1e-6 : 1e-3);
+    // Tensor parallelism changes the reduction order; on the GPU the bf16 partial sums are rounded before they are
+    // added, so the GPU bound is the bf16 recipe's own error scale.
+    const double tol = prec == Precision::f64 ? 1e-12
+                       : prec == Precision::f32 ? 1e-6
+                       : dev == Device::cuda   ? 8e-3
+                                               : 1e-3;
     bool pass = true;
     if (w.rank() == 0) {
-      std::printf("parity %s: %s, %s\n", o->file.c_str(), plan.describe().c_str(), o->precision.c_str());
+      std::printf("parity %s: %s, %s on the %s%s\n", o->file.c_str(), plan.describe().c_str(), o->precision.c_str(),
+                  dev == Device::cuda ? "GPU" : "CPU", g_deterministic ? " (deterministic)" : "");
       std::printf("%-16s %12s %12s %8s %14s  %s\n", "output", "rel_l2", "max_abs", "bitwise", "golden rel_l2",
                   "result");
     }

@@ -22,7 +22,7 @@ Runner add_verify(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "golden safetensors file")->required();
   cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (the released mixed recipe)")
-      ->check(CLI::IsMember({"f64", "f32", "bf16"}))->envname("H3_PRECISION");
+      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))->envname("H3_PRECISION");
   cmd->add_option("--weights", o->weights, "use these DiT weights (file, folder or procedural:NAME) instead");
   cmd->add_option("--tol", o->tol, "override the rel-L2 tolerance");
   cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
@@ -51,6 +51,7 @@ Runner add_verify(CLI::App& app) {
       vo.weights = o->weights;
       if (o->tol > 0) vo.tolerance = o->tol;
       vo.dump_prefix = o->dump;
+      vo.device = g_device == "cuda" ? Device::cuda : Device::cpu;
       if (!o->mode.empty() || world().size() > 1)
         vo.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks};
       const bool root = world().rank() == 0;

@@ -2,11 +2,14 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace h3::cli {
 
 // The global --ranks value (for commands that report on a world size without starting it).
 inline int g_ranks = 1;
+inline std::string g_device = "cpu";
+inline bool g_deterministic = false;
 
 using Runner = std::function<int()>;
 Runner add_verify(CLI::App& app);
@@ -17,5 +20,6 @@ Runner add_comm_test(CLI::App& app);
 Runner add_bench_comm(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_vae_parity(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace h3::cli

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <map>
 
+#include "backend/backend.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -19,6 +20,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096))->envname("H3_RANKS");
   app.add_option("--timeout", timeout, "seconds a rank waits for a peer before failing the job")
       ->check(CLI::PositiveNumber)->envname("H3_TIMEOUT");
+  std::string device = "cpu";
+  bool deterministic = false;
+  app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->envname("H3_DEVICE");
+  app.add_flag("--deterministic", deterministic, "GPU: fixed algorithms")->envname("H3_DETERMINISTIC");
   app.fallthrough();
   std::map<CLI::App*, h3::cli::Runner> runners;
   auto reg = [&](h3::cli::Runner (*add)(CLI::App&)) {
@@ -34,6 +39,7 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_bench_comm);
   reg(h3::cli::add_convert);
   reg(h3::cli::add_vae_parity);
+  reg(h3::cli::add_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -51,10 +57,13 @@ int main(int argc, char** argv) {
   world.timeout_s = timeout;
   h3::log_setup(world.rank(), world.size(), log_level);
   h3::cli::g_ranks = ranks;
+  h3::cli::g_device = device;
+  h3::cli::g_deterministic = deterministic;
   if (h3::in_mpi_job() && ranks > 1 && world.size() != ranks)
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
   int status = 2;
   try {
+    if (device == "cuda" && !app.got_subcommand("info")) h3::start_gpu_backend({world.rank(), deterministic});
     for (auto& [sub, run] : runners)
       if (sub->parsed()) status = run();
   } catch (const std::exception& e) {

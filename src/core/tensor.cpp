@@ -21,12 +21,48 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   owner_ = std::shared_ptr<const void>(buf, buf.get());
 }
 
+Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
+  if (device == Device::cpu) return Tensor(dtype, std::move(shape));
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  for (auto d : t.shape_) H3_CHECK(d >= 0, "negative dimension in shape {}", shape_str(t.shape_));
+  t.device_ = device;
+  const DeviceHooks& hooks = device_hooks();
+  const size_t bytes = std::max<size_t>(t.nbytes(), 1);
+  void* p = hooks.alloc(bytes);
+  auto release = hooks.release;
+  t.data_ = p;
+  t.owner_ = std::shared_ptr<const void>(p, [release, bytes](const void* q) { release(const_cast<void*>(q), bytes); });
+  return t;
+}
+
+Tensor::Tensor(DType dtype, Shape shape, Device device) {
+  *this = empty(dtype, std::move(shape), device);
+  if (device != Device::cpu && nbytes() > 0) device_hooks().zero(data_, nbytes());
+}
+
+Tensor Tensor::to_device(Device device) const {
+  if (device == device_) return *this;
+  Tensor out = empty(dtype_, shape_, device);
+  if (nbytes() > 0) device_hooks().copy(out.data_, device != Device::cpu, data_, device_ != Device::cpu, nbytes());
+  return out;
+}
+
 Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<const void> owner, void* data, Device device)
     : dtype_(dtype), shape_(std::move(shape)), owner_(std::move(owner)), data_(data), device_(device) {}
 
 Tensor Tensor::reshape(Shape s) const {
   H3_ASSERT(shape_numel(s) == numel(), "reshape {} -> {}", shape_str(shape_), shape_str(s));
-  return Tensor(dtype_, std::move(s), owner_, data_, device_);
+  Tensor out(dtype_, std::move(s), owner_, data_, device_);
+  out.scale_ = scale_;
+  return out;
+}
+
+Tensor Tensor::with_scale(Tensor scale) const {
+  Tensor out = *this;
+  out.scale_ = std::make_shared<const Tensor>(std::move(scale));
+  return out;
 }
 
 Tensor Tensor::rows(int64_t begin, int64_t end) const {
@@ -94,7 +130,11 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
 }
 
 Tensor Tensor::to(DType dt) const {
-  H3_ASSERT(device_ == Device::cpu, "to() on a device tensor");
+  if (device_ != Device::cpu) {
+    Tensor out = empty(dt, shape_, device_);
+    if (numel() > 0) device_hooks().convert(data_, dtype_, out.data_, dt, numel());
+    return out;
+  }
   Tensor out(dt, shape_);
   convert(data_, dtype_, out.data_, dt, numel());
   return out;
@@ -102,6 +142,12 @@ Tensor Tensor::to(DType dt) const {
 
 double Tensor::get(int64_t i) const {
   H3_ASSERT(i >= 0 && i < numel(), "get({}) of {}", i, describe());
+  if (device_ != Device::cpu) {
+    alignas(8) std::byte one[8];
+    const size_t es = dtype_size(dtype_);
+    device_hooks().copy(one, false, static_cast<const std::byte*>(data_) + i * es, true, es);
+    return load(one, dtype_, 0);
+  }
   return load(data_, dtype_, i);
 }
 

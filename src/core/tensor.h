@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -32,6 +33,10 @@ class Tensor {
   Tensor() = default;
   // Allocates zero-filled host memory.
   Tensor(DType dtype, Shape shape);
+  // Allocates zero-filled memory on `device`.
+  Tensor(DType dtype, Shape shape, Device device);
+  // Allocates without filling (device memory; host memory is zero-filled anyway).
+  static Tensor empty(DType dtype, Shape shape, Device device);
   // A view of memory kept alive by `owner`.
   Tensor(DType dtype, Shape shape, std::shared_ptr<const void> owner, void* data, Device device = Device::cpu);
 
@@ -67,12 +72,21 @@ class Tensor {
   Tensor reshape(Shape s) const;
   // Rows [begin, end) along the first dimension, sharing storage.
   Tensor rows(int64_t begin, int64_t end) const;
-  // A deep copy, converted to `dt` (any float <-> float, int <-> int, int -> float).
+  // A deep copy, converted to `dt` (any float <-> float, int <-> int, int -> float), on the same device.
+  // Converting to the tensor's own dtype on a device tensor copies too.
   Tensor to(DType dt) const;
+  // A copy on `device` (the tensor itself when it is already there).
+  Tensor to_device(Device device) const;
+  Tensor cpu() const { return to_device(Device::cpu); }
+  bool on_device() const { return device_ != Device::cpu; }
   Tensor clone() const { return to(dtype_); }
-  // Element i (row-major) as double, for any dtype.
+  // Element i (row-major) as double, for any dtype (device tensors: one small copy).
   double get(int64_t i) const;
   std::string describe() const { return std::string(dtype_name(dtype_)) + shape_str(shape_); }
+  // Quantized tensors (fp8) carry their dequantization scale: value = stored * scale (an f32 tensor of one
+  // element for per-tensor scaling). Views and copies keep it; conversions drop it.
+  const Tensor* scale() const { return scale_.get(); }
+  Tensor with_scale(Tensor scale) const;
 
  private:
   DType dtype_ = DType::f32;
@@ -80,6 +94,7 @@ class Tensor {
   std::shared_ptr<const void> owner_;
   void* data_ = nullptr;
   Device device_ = Device::cpu;
+  std::shared_ptr<const Tensor> scale_;
 };
 
 // Element-wise conversion of n values between dtypes (host memory).

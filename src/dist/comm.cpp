@@ -3,6 +3,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace h3 {
@@ -41,7 +42,7 @@ void Comm::allgatherv(const void* send, void* recv, const std::vector<int64_t>& 
 
 void Comm::reduce_scatterv(const void* send, const std::vector<int64_t>& counts, void* recv, DType dt,
                            const std::string& what) {
-  H3_ASSERT(dt == DType::f32 || dt == DType::f64, "reduce_scatterv on {}", dtype_name(dt));
+  H3_ASSERT(dt == DType::f32 || dt == DType::f64 || dt == DType::bf16, "reduce_scatterv on {}", dtype_name(dt));
   const int n = size();
   const int64_t mine = counts.at(rank());
   const size_t es = dtype_size(dt);
@@ -56,7 +57,20 @@ void Comm::reduce_scatterv(const void* send, const std::vector<int64_t>& counts,
       o[i] = acc;
     }
   };
-  if (dt == DType::f32) sum(float{}); else sum(double{});
+  if (dt == DType::f32) {
+    sum(float{});
+  } else if (dt == DType::f64) {
+    sum(double{});
+  } else {
+    // bf16 partials (GPU tensor parallelism): summed in f32 in rank order, rounded once.
+    const auto* p = reinterpret_cast<const uint16_t*>(parts.data());
+    auto* o = static_cast<uint16_t*>(recv);
+    for (int64_t i = 0; i < mine; ++i) {
+      float acc = bf16_to_f32(p[i]);
+      for (int j = 1; j < n; ++j) acc += bf16_to_f32(p[j * mine + i]);
+      o[i] = f32_to_bf16(acc);
+    }
+  }
 }
 
 void Comm::allreduce_sum(const void* send, void* recv, int64_t count, DType dt, const std::string& what) {

@@ -384,6 +384,15 @@ DType DitCheckpoint::stored_dtype(const std::string& key) const {
   return files_[it->second.file]->info(it->second.key).dtype;
 }
 
+Tensor DitCheckpoint::get(const std::string& key, Device device) const {
+  if (device == Device::cpu) return get(key);
+  auto it = sources_.find(key);
+  if (it != sources_.end() && it->second.file < 0)
+    for (const auto& [k, s] : config_.parameters())
+      if (k == key) return procedural_tensor(k, s, seed_, device);
+  return get(key).to_device(device);
+}
+
 Tensor DitCheckpoint::get(const std::string& key) const {
   auto it = sources_.find(key);
   if (it == sources_.end()) fail("{}: no parameter '{}'", path_, key);

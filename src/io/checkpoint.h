@@ -45,6 +45,8 @@ class DitCheckpoint {
   DType stored_dtype(const std::string& key) const;
   // The parameter under its diffusers name, in its stored dtype (procedural: f32).
   Tensor get(const std::string& key) const;
+  // The same on `device`: procedural weights are generated there directly (no host copy), file weights are copied.
+  Tensor get(const std::string& key, Device device) const;
   // Bytes of parameter data as stored, and the count per stored dtype.
   size_t stored_bytes() const;
   std::map<DType, int64_t> dtype_counts() const;

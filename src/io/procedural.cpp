@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "ops/device_ops.h"
 
 namespace h3 {
 
@@ -22,19 +23,32 @@ uint64_t splitmix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
-  Tensor t(DType::f32, shape);
-  float* out = t.data<float>();
-  const uint64_t base = seed ^ fnv1a64(name);
-  double scale = 0.05, offset = 0.0;
+ProceduralRule procedural_rule(const std::string& name, const Shape& shape, uint64_t seed) {
+  ProceduralRule r;
+  r.base = seed ^ fnv1a64(name);
   if (shape.size() >= 2) {
     int64_t fan_in = 1;
     for (size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];
-    scale = std::sqrt(3.0 / static_cast<double>(fan_in));
+    r.scale = std::sqrt(3.0 / static_cast<double>(fan_in));
   } else if (name.find("norm") != std::string::npos) {
-    scale = 0.1;
-    offset = 1.0;
+    r.scale = 0.1;
+    r.offset = 1.0;
   }
+  return r;
+}
+
+Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed, Device device) {
+  if (device == Device::cpu) return procedural_tensor(name, shape, seed);
+  const ProceduralRule r = procedural_rule(name, shape, seed);
+  return ops::device_ops("procedural").procedural(r.base, r.scale, r.offset, shape);
+}
+
+Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
+  Tensor t(DType::f32, shape);
+  float* out = t.data<float>();
+  const ProceduralRule rule = procedural_rule(name, shape, seed);
+  const uint64_t base = rule.base;
+  const double scale = rule.scale, offset = rule.offset;
   parallel_for(t.numel(), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       double u = static_cast<double>(splitmix64(base + static_cast<uint64_t>(i)) >> 11) * 0x1p-53 * 2.0 - 1.0;

@@ -17,5 +17,13 @@ uint64_t fnv1a64(const std::string& s);
 uint64_t splitmix64(uint64_t z);
 // Fills an f32 tensor of `shape` for parameter `name`.
 Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed);
+// The same values generated on `device` (bitwise equal to the host's).
+Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed, Device device);
+// The formula's constants for one parameter: value i = float(offset + u(i) * scale), u from base + i.
+struct ProceduralRule {
+  uint64_t base = 0;
+  double scale = 0.05, offset = 0.0;
+};
+ProceduralRule procedural_rule(const std::string& name, const Shape& shape, uint64_t seed);
 
 }  // namespace h3

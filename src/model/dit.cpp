@@ -13,6 +13,7 @@ std::string_view precision_name(Precision p) {
     case Precision::f64: return "f64";
     case Precision::f32: return "f32";
     case Precision::bf16: return "bf16";
+    case Precision::fp8: return "fp8";
   }
   return "?";
 }
@@ -21,7 +22,8 @@ Precision precision_from_name(const std::string& s) {
   if (s == "f64") return Precision::f64;
   if (s == "f32") return Precision::f32;
   if (s == "bf16") return Precision::bf16;
-  fail("unknown precision '{}' (allowed: f64, f32, bf16)", s);
+  if (s == "fp8") return Precision::fp8;
+  fail("unknown precision '{}' (allowed: f64, f32, bf16; fp8 on the GPU)", s);
 }
 
 namespace {
@@ -140,7 +142,12 @@ namespace {
 Tensor row_slice(const Tensor& t, Range r) { return r.size() == t.dim(0) ? t : t.rows(r.begin, r.end).clone(); }
 Tensor column_slice(const Tensor& t, Range r) { return r.size() == t.dim(1) ? t : columns(t, r.begin, r.end); }
 Tensor concat_rows(const Tensor& a, const Tensor& b) {
-  Tensor out(a.dtype(), {a.dim(0) + b.dim(0), a.dim(1)});
+  Tensor out = Tensor::empty(a.dtype(), {a.dim(0) + b.dim(0), a.dim(1)}, a.device());
+  if (a.on_device()) {
+    device_hooks().copy(out.raw(), true, a.raw(), true, a.nbytes());
+    device_hooks().copy(static_cast<std::byte*>(out.raw()) + a.nbytes(), true, b.raw(), true, b.nbytes());
+    return out;
+  }
   std::memcpy(out.raw(), a.raw(), a.nbytes());
   std::memcpy(static_cast<std::byte*>(out.raw()) + a.nbytes(), b.raw(), b.nbytes());
   return out;
@@ -181,9 +188,15 @@ DitShard DitShard::of(const DitConfig& c, DistMode mode, int K, int U, int t, in
   return s;
 }
 
-DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan)
+DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device)
     : config_(ck.config()), precision_(precision), ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
-      plan_(plan) {
+      dev_(device), plan_(plan) {
+  const bool gpu = dev_ != Device::cpu;
+  if (gpu && precision_ != Precision::bf16 && precision_ != Precision::fp8)
+    fail("DiT on the GPU: precision {} is not supported (use bf16 or fp8; f32 and f64 run on the CPU)",
+         precision_name(precision_));
+  if (!gpu && precision_ == Precision::fp8)
+    fail("DiT precision fp8 runs on the GPU only (--device cuda); the CPU runs f64, f32 or bf16");
   const int heads = config_.num_attention_heads;
   const int64_t D = config_.attention_head_dim, H = config_.hidden_size, F = config_.ffn_dim;
   const DitShard shard = DitShard::of(config_, plan_.mode, plan_.K, plan_.U, plan_.t, plan_.u, plan_.world, plan_.world);
@@ -196,17 +209,29 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
   auto load = [&](const std::string& key, bool bf16_layer) {
     // Weights already in the compute dtype are used in place (a memory-mapped file stays shared between ranks).
-    Tensor t = ck.get(key);
-    const bool round = bf16_layer && precision_ == Precision::bf16;
+    Tensor t = ck.get(key, dev_);
+    const bool round = bf16_layer && precision_ == Precision::bf16 && !gpu;
     if (t.dtype() != ct_ || round) t = t.to(ct_);
     if (round) ops::round_bf16_(t);
     return t;
   };
-  auto keep = [&](Tensor t, bool sharded) {
+  // On the GPU a weight moves over in its layer's dtype: f32 layers stay f32, bf16 layers become bf16, and in
+  // fp8 mode the blocks' GEMM weights are quantized per tensor.
+  enum Kind { f32_layer, bf16_layer, gemm_weight };
+  int64_t rep_params = 0, shard_params = 0;
+  auto keep = [&](Tensor t, bool sharded, Kind kind = bf16_layer) {
+    (sharded ? shard_params : rep_params) += t.numel();
+    if (gpu) {
+      t = t.to_device(dev_);
+      if (kind == gemm_weight && precision_ == Precision::fp8) t = ops::quantize_fp8(t);
+      else if (kind != f32_layer) t = t.to(DType::bf16);
+    }
     (sharded ? sharded_bytes_ : replicated_bytes_) += t.nbytes();
     return t;
   };
-  auto rep = [&](const std::string& key, bool bf16_layer) { return keep(load(key, bf16_layer), false); };
+  auto rep = [&](const std::string& key, bool bf16_layer) {
+    return keep(load(key, bf16_layer), false, bf16_layer ? Kind::bf16_layer : Kind::f32_layer);
+  };
   proj_in_w = rep("proj_in.weight", false);
   proj_in_b = rep("proj_in.bias", false);
   audio_in_w = rep("audio_proj_in.weight", false);
@@ -233,17 +258,17 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       return b;
     }
     const bool sliced_qkv = heads_qkv_.size() != heads, sliced_out = heads_out_.size() != heads;
-    b.to_q = keep(row_slice(load(p + "attn.to_q.weight", true), qkv_rows), sliced_qkv);
-    b.to_k = keep(row_slice(load(p + "attn.to_k.weight", true), qkv_rows), sliced_qkv);
-    b.to_v = keep(row_slice(load(p + "attn.to_v.weight", true), qkv_rows), sliced_qkv);
-    b.to_out = keep(column_slice(load(p + "attn.to_out.0.weight", true), out_cols), sliced_out);
+    b.to_q = keep(row_slice(load(p + "attn.to_q.weight", true), qkv_rows), sliced_qkv, gemm_weight);
+    b.to_k = keep(row_slice(load(p + "attn.to_k.weight", true), qkv_rows), sliced_qkv, gemm_weight);
+    b.to_v = keep(row_slice(load(p + "attn.to_v.weight", true), qkv_rows), sliced_qkv, gemm_weight);
+    b.to_out = keep(column_slice(load(p + "attn.to_out.0.weight", true), out_cols), sliced_out, gemm_weight);
     // ff.net.0.proj rows are [value (F); gate (F)]: keep the value and gate rows of this rank's columns.
     Tensor ff_in = load(p + "ff.net.0.proj.weight", true);
     const bool sliced_ffn = ffn_.size() != F;
     b.ff_in = keep(sliced_ffn ? concat_rows(row_slice(ff_in, ffn_), row_slice(ff_in, {F + ffn_.begin, F + ffn_.end}))
                               : ff_in,
-                   sliced_ffn);
-    b.ff_out = keep(column_slice(load(p + "ff.net.2.weight", true), ffn_), sliced_ffn);
+                   sliced_ffn, gemm_weight);
+    b.ff_out = keep(column_slice(load(p + "ff.net.2.weight", true), ffn_), sliced_ffn, gemm_weight);
     const bool sliced_ada = ada_rows_.size() != 18 * H;
     b.adaln_w = keep(row_slice(load(p + "adaln_proj.linear.weight", true), ada_rows_), sliced_ada);
     b.adaln_b = keep(row_slice(load(p + "adaln_proj.linear.bias", true).reshape({18 * H, 1}), ada_rows_)
@@ -263,16 +288,28 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   proj_out_b_ = rep("proj_out.bias", false);
   audio_out_w_ = rep("audio_proj_out.weight", false);
   audio_out_b_ = rep("audio_proj_out.bias", false);
-  const size_t es = dtype_size(ct_);
-  H3_ASSERT(replicated_bytes_ == static_cast<size_t>(shard.replicated_params) * es &&
-                sharded_bytes_ == static_cast<size_t>(shard.sharded_params) * es,
-            "weights held ({} replicated + {} sharded bytes) differ from the plan's account ({} + {})",
-            replicated_bytes_, sharded_bytes_, shard.replicated_params * es, shard.sharded_params * es);
+  H3_ASSERT(rep_params == shard.replicated_params && shard_params == shard.sharded_params,
+            "weights held ({} replicated + {} sharded parameters) differ from the plan's account ({} + {})",
+            rep_params, shard_params, shard.replicated_params, shard.sharded_params);
 }
 
+// CPU: rounds the values through bf16 (the emulated recipe). GPU: bf16 layers hold bf16 tensors, so this converts
+// an f32 result (an f32 layer's output entering a bf16 layer) to bf16.
 Tensor DitModel::round_if_bf16(Tensor t) const {
+  if (t.on_device()) return t.dtype() == DType::bf16 || precision_ == Precision::f32 ? t : t.to(DType::bf16);
   if (precision_ == Precision::bf16) ops::round_bf16_(t);
   return t;
+}
+
+// Always a copy: callers round the result in place, and inputs may be read-only mapped files.
+Tensor DitModel::upload(const Tensor& t) const {
+  if (dev_ == Device::cpu) return t.to(ct_);
+  return (t.dtype() == ct_ ? t : t.to(ct_)).to_device(dev_);
+}
+
+Tensor DitModel::to_host(const Tensor& t) const {
+  if (!t.on_device()) return t;
+  return t.cpu().to(ct_);
 }
 
 }  // namespace h3

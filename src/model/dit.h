@@ -14,8 +14,9 @@ namespace h3 {
 
 // f64 / f32: every op in that precision. bf16: the released mixed recipe (blocks, context embedder and AdaLN in
 // bf16 with f32 accumulation; patch projections, time embedder and output heads in f32), emulated on the CPU by
-// rounding each op's result to bf16.
-enum class Precision { f64, f32, bf16 };
+// rounding each op's result to bf16. fp8 (GPU only): the bf16 recipe with the blocks' projection and MLP GEMMs in
+// FP8 e4m3 (weights scaled per tensor at load, activations per tensor on the fly).
+enum class Precision { f64, f32, bf16, fp8 };
 std::string_view precision_name(Precision p);
 Precision precision_from_name(const std::string& s);
 
@@ -57,12 +58,16 @@ struct DitShard {
 //   outputs. Everything else (projections, refiner, norms, final layer) is replicated.
 class DitModel {
  public:
-  DitModel(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan = DistPlan::single());
+  // device: where the weights live and the forward runs (Device::cuda needs the GPU backend started, and
+  // precision bf16 or fp8). Inputs and outputs are host tensors either way.
+  DitModel(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan = DistPlan::single(),
+           Device device = Device::cpu);
   // Runs one forward. Every rank calls it with the same inputs; every rank gets the full outputs (and, when asked,
   // the full activations).
   DitOutputs forward(const DitInputs& in, bool keep_activations = false) const;
   const DitConfig& config() const { return config_; }
   Precision precision() const { return precision_; }
+  Device device() const { return dev_; }
   const DistPlan& plan() const { return plan_; }
   // Bytes of weights this rank holds, split into replicated and sharded parts.
   size_t replicated_bytes() const { return replicated_bytes_; }
@@ -76,6 +81,11 @@ class DitModel {
  private:
   struct Step;  // per-forward state (dit_forward.cpp)
   Tensor round_if_bf16(Tensor t) const;
+  // Whether element-wise ops round their intermediates through bf16 (the bf16 and fp8 recipes).
+  bool bf16_steps() const { return precision_ == Precision::bf16 || precision_ == Precision::fp8; }
+  // Host tensor -> the model's device in the compute dtype (f32 / f64); and back to host f32 / f64.
+  Tensor upload(const Tensor& t) const;
+  Tensor to_host(const Tensor& t) const;
   Tensor attention_block(const Block& b, const Tensor& h, Step& st) const;
   Tensor mlp_block(const Block& b, const Tensor& h, Step& st) const;
   Tensor refiner_attention(const Block& b, const Tensor& h) const;
@@ -84,11 +94,14 @@ class DitModel {
 
   DitConfig config_;
   Precision precision_;
-  DType ct_;  // compute dtype (f64 or f32)
+  DType ct_;  // compute dtype (f64 or f32); on the GPU the bf16 layers' activations are bf16
+  Device dev_ = Device::cpu;
   DistPlan plan_;
   Range heads_qkv_, heads_out_, ffn_, ada_rows_;
   size_t replicated_bytes_ = 0, sharded_bytes_ = 0;
   mutable uint64_t op_id_ = 0;  // forwards run so far; agreed between ranks
+  mutable uint64_t rope_key_ = 0;  // hash of the positions the cached RoPE tables belong to
+  mutable Tensor rope_cos_, rope_sin_;
   Tensor proj_in_w, proj_in_b, audio_in_w, audio_in_b, ctx_w, ctx_b;
   Tensor t1_w, t1_b, t2_w, t2_b;
   std::vector<Block> refiner_, blocks_;

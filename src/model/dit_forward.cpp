@@ -54,6 +54,11 @@ struct FaultInjection {
 
 Tensor index_i32(const std::vector<int32_t>& v) { return Tensor::from(v, {static_cast<int64_t>(v.size())}); }
 
+// The MPI communicator moves host memory: device tensors travel through a host copy and come back to the device
+// they started on.
+Tensor host_side(const Tensor& t) { return t.on_device() ? t.cpu() : t; }
+Tensor back_to(const Tensor& t, Device d) { return d == Device::cpu ? t : t.to_device(d); }
+
 // Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order.
 Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>& blocks, const std::string& what) {
   const int64_t w = mine.numel() / std::max<int64_t>(mine.dim(0), 1);
@@ -65,9 +70,10 @@ Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>
     counts.push_back(b.size() * width);
     rows += b.size();
   }
+  const Tensor src = host_side(mine);
   Tensor out(mine.dtype(), {rows, width});
-  comm.allgatherv(mine.raw(), out.raw(), counts, mine.dtype(), what);
-  return out;
+  comm.allgatherv(src.raw(), out.raw(), counts, mine.dtype(), what);
+  return back_to(out, mine.device());
 }
 
 // Sums each member's partial [sum |blocks|, W] and returns this member's rows (sum in member order).
@@ -76,9 +82,10 @@ Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range
   const int64_t width = partial.dim(1);
   std::vector<int64_t> counts;
   for (const auto& b : blocks) counts.push_back(b.size() * width);
+  const Tensor src = host_side(partial);
   Tensor out(partial.dtype(), {blocks[comm.rank()].size(), width});
-  comm.reduce_scatterv(partial.raw(), counts, out.raw(), partial.dtype(), what);
-  return out;
+  comm.reduce_scatterv(src.raw(), counts, out.raw(), partial.dtype(), what);
+  return back_to(out, partial.device());
 }
 
 }  // namespace
@@ -92,24 +99,25 @@ Tensor DitModel::refiner_attention(const Block& b, const Tensor& h) const {
 }
 
 Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
-  Tensor g = ops::swiglu(round_if_bf16(ops::linear(h, b.ff_in)), precision_ == Precision::bf16);
+  Tensor g = ops::swiglu(round_if_bf16(ops::linear(h, b.ff_in)), bf16_steps());
   return round_if_bf16(ops::linear(g, b.ff_out));
 }
 
 // q/k/v for `rows` of the hidden state h, the rank's qkv heads: projection, per-head norm, RoPE.
 Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) const {
   const int64_t D = config_.attention_head_dim;
-  const bool bf = precision_ == Precision::bf16;
+  const bool bf = bf16_steps();
   Comm& sp = *plan_.sp_comm;
   const bool ag = plan_.mode == DistMode::ulysses_ag;
   // Rows the projections see: all rows (ulysses-ag), the row group G_u (tensor-parallel gather), or own rows.
   Tensor hin = ag ? gather_rows_from(sp, h, st.rows, "all-gather hidden (ulysses-ag)")
                   : gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden (tensor)");
+  // FP8: q, k and v project the same rows, so quantize them once.
+  if (precision_ == Precision::fp8 && hin.on_device()) hin = ops::quantize_fp8(hin);
   auto project = [&](const Tensor& w, const Tensor* norm) {
     Tensor x = round_if_bf16(ops::linear(hin, w));
     if (!norm) return x;
-    x = round_if_bf16(ops::rms_norm(x, norm, D, config_.qk_norm_eps));
-    return ops::rope(x, st.cos, st.sin, D, bf);
+    return ops::qk_norm_rope(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf);
   };
   Tensor o;
   if (ag || plan_.U == 1) {
@@ -120,10 +128,10 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     HeadExchange xq(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all q (seq->head)");
     HeadExchange xk(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all k (seq->head)");
     HeadExchange xv(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all v (seq->head)");
-    xq.start_seq_to_head(project(b.to_q, &b.norm_q));
-    xk.start_seq_to_head(project(b.to_k, &b.norm_k));
-    xv.start_seq_to_head(project(b.to_v, nullptr));
-    Tensor q = xq.finish(), k = xk.finish(), v = xv.finish();
+    xq.start_seq_to_head(host_side(project(b.to_q, &b.norm_q)));
+    xk.start_seq_to_head(host_side(project(b.to_k, &b.norm_k)));
+    xv.start_seq_to_head(host_side(project(b.to_v, nullptr)));
+    Tensor q = back_to(xq.finish(), dev_), k = back_to(xk.finish(), dev_), v = back_to(xv.finish(), dev_);
     o = round_if_bf16(ops::attention(q, k, v, D));
   }
   if (ag || plan_.U > 1) {
@@ -131,8 +139,8 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     const std::vector<Range>& blocks = ag ? st.rows : st.group_rows;
     const int64_t h0 = ag ? 0 : heads_qkv_.begin;
     HeadExchange back(sp, blocks, st.heads_sp, h0, D, plan_.chunks, "all-to-all attention out (head->seq)");
-    back.start_head_to_seq(o);
-    o = back.finish();
+    back.start_head_to_seq(host_side(o));
+    o = back_to(back.finish(), dev_);
   }
   Tensor partial = round_if_bf16(ops::linear(o, b.to_out));
   if (ag) return partial;
@@ -156,9 +164,10 @@ std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
     return full;
   }
   const int64_t a = ada_rows_.size();
-  Tensor mine(ct_, {nb, M, a});
+  const DType tt = dev_ == Device::cpu ? ct_ : DType::bf16;  // the tables' dtype
+  Tensor mine(tt, {nb, M, a});
   for (int64_t n = 0; n < nb; ++n) {
-    Tensor s = round_if_bf16(ops::linear(ada_in, blocks_[n].adaln_w, &blocks_[n].adaln_b));
+    Tensor s = host_side(round_if_bf16(ops::linear(ada_in, blocks_[n].adaln_w, &blocks_[n].adaln_b)));
     std::memcpy(static_cast<std::byte*>(mine.raw()) + n * s.nbytes(), s.raw(), s.nbytes());
   }
   Comm& tp = *plan_.tp_comm;
@@ -170,23 +179,24 @@ std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
     counts.push_back(nb * M * parts.back().size());
     total += counts.back();
   }
-  Tensor all(ct_, {total});
-  tp.allgatherv(mine.raw(), all.raw(), counts, ct_, "all-gather AdaLN tables (tensor)");
-  const size_t es = dtype_size(ct_);
+  Tensor all(tt, {total});
+  tp.allgatherv(mine.raw(), all.raw(), counts, tt, "all-gather AdaLN tables (tensor)");
+  const size_t es = dtype_size(tt);
   const auto* src = static_cast<const std::byte*>(all.raw());
-  for (int64_t n = 0; n < nb; ++n) full.emplace_back(ct_, Shape{M, 18 * H});
+  for (int64_t n = 0; n < nb; ++n) full.emplace_back(tt, Shape{M, 18 * H});
   for (int j = 0; j < tp.size(); ++j) {
     const int64_t w = parts[j].size();
     for (int64_t n = 0; n < nb; ++n)
       for (int64_t m = 0; m < M; ++m, src += w * es)
         std::memcpy(static_cast<std::byte*>(full[n].raw()) + (m * 18 * H + parts[j].begin) * es, src, w * es);
   }
+  for (auto& t : full) t = back_to(t, dev_);
   return full;
 }
 
 DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   in.validate(config_);
-  const bool bf = precision_ == Precision::bf16;
+  const bool bf = bf16_steps();
   const int64_t H = config_.hidden_size;
   // All ranks must be running the same forward on the same shapes before any tensor moves.
   agree(*plan_.world_comm, ++op_id_,
@@ -209,16 +219,32 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     }
   }
   const Range att_rows = plan_.mode == DistMode::ulysses_ag ? Range{0, st.S} : st.group_rows[plan_.u];
-  rope_tables(in.position_ids.rows(att_rows.begin, att_rows.end), config_, ct_, st.cos, st.sin);
-  if (bf) {
-    ops::round_bf16_(st.cos);
-    ops::round_bf16_(st.sin);
+  // Every step of a request has the same positions: the tables are built once and kept while they match.
+  const Tensor pos = in.position_ids.rows(att_rows.begin, att_rows.end);
+  uint64_t rope_key = 0xcbf29ce484222325ull ^ static_cast<uint64_t>(pos.numel());
+  for (size_t i = 0; i < pos.nbytes(); ++i)
+    rope_key = (rope_key ^ static_cast<const uint8_t*>(pos.raw())[i]) * 0x100000001b3ull;
+  if (rope_key != rope_key_ || !rope_cos_.defined() || rope_cos_.dim(0) != pos.dim(0)) {
+    rope_tables(pos, config_, ct_, st.cos, st.sin);
+    if (dev_ != Device::cpu) {
+      st.cos = st.cos.to_device(dev_).to(DType::bf16);
+      st.sin = st.sin.to_device(dev_).to(DType::bf16);
+    } else if (bf) {
+      ops::round_bf16_(st.cos);
+      ops::round_bf16_(st.sin);
+    }
+    rope_key_ = rope_key;
+    rope_cos_ = st.cos;
+    rope_sin_ = st.sin;
   }
+  st.cos = rope_cos_;
+  st.sin = rope_sin_;
   DitOutputs out;
   const auto in_own = [&](int64_t row) { return row >= st.own.begin && row < st.own.end; };
 
   // Prologue: only the rows this rank owns (the refiner needs every text row, so text owners run it whole).
-  Tensor x(ct_, {st.own.size(), H});
+  const DType act = dev_ == Device::cpu ? ct_ : DType::bf16;  // the residual stream's dtype
+  Tensor x(act, {st.own.size(), H}, dev_);
   auto scatter_own = [&](const Tensor& rows_all, const Tensor& packed_idx) {
     std::vector<int32_t> src, dst;
     for (int64_t i = 0; i < packed_idx.numel(); ++i) {
@@ -233,7 +259,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   {
     auto [src, dst] = scatter_own(in.text, in.text_indices);
     if (!src.empty() || (keep && plan_.rank == 0)) {
-      Tensor text = round_if_bf16(ops::linear(round_if_bf16(in.text.to(ct_)), ctx_w, &ctx_b));
+      Tensor text = round_if_bf16(ops::linear(round_if_bf16(upload(in.text)), ctx_w, &ctx_b));
       for (const auto& blk : refiner_) {
         Tensor h = round_if_bf16(ops::rms_norm(text, &blk.norm1, H, config_.norm_eps));
         text = round_if_bf16(ops::add(text, refiner_attention(blk, h)));
@@ -241,19 +267,19 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
         text = round_if_bf16(ops::add(text, refiner_mlp(blk, h)));
       }
       text = round_if_bf16(ops::rms_norm(text, &refiner_norm_, H, config_.final_norm_eps));
-      if (keep) out.activations["token_refiner"] = text;
+      if (keep) out.activations["token_refiner"] = to_host(text);
       ops::scatter_rows(x, ops::gather_rows(text, index_i32(src)), index_i32(dst));
     }
   }
   for (auto [rows, idx, w, b] : {std::tuple{&in.video, &in.video_indices, &proj_in_w, &proj_in_b},
                                   std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
     auto [src, dst] = scatter_own(*rows, *idx);
-    Tensor mine = ops::gather_rows(*rows, index_i32(src)).to(ct_);
+    Tensor mine = upload(ops::gather_rows(*rows, index_i32(src)));
     ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), index_i32(dst));
   }
 
   // Timestep embedding (f32 always), the f32 time MLP, the shared AdaLN input, every block's tables.
-  Tensor temb = timestep_embedding(in.timestep, config_.freq_dim).to(ct_);
+  Tensor temb = upload(timestep_embedding(in.timestep, config_.freq_dim));
   temb = ops::linear(ops::silu(ops::linear(temb, t1_w, &t1_b)), t2_w, &t2_b);
   Tensor ada_in = round_if_bf16(ops::silu(temb));
   std::vector<Tensor> tables = adaln_tables(ada_in);
@@ -262,7 +288,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     ti_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r)));
     ada_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r) * 3 + in.token_tags.get(r)));
   }
-  st.ada_idx = index_i32(ada_idx);
+  st.ada_idx = back_to(index_i32(ada_idx), dev_);
 
   const FaultInjection fault = FaultInjection::from_env();
   for (size_t n = 0; n < blocks_.size(); ++n) {
@@ -273,13 +299,13 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     Tensor table = tables[n].reshape({3 * st.M, 6 * H});
     Tensor p[6];
     for (int k = 0; k < 6; ++k) p[k] = ops::columns(table, k * H, (k + 1) * H);
-    Tensor h = round_if_bf16(ops::rms_norm(x, &b.norm1, H, config_.norm_eps));
-    h = ops::modulate(h, p[0], p[1], st.ada_idx, bf);
+    Tensor h = ops::norm_modulate(x, b.norm1, config_.norm_eps, p[0], p[1], st.ada_idx, bf);
     x = ops::gate_residual(x, p[2], st.ada_idx, attention_block(b, h, st), bf);
-    h = round_if_bf16(ops::rms_norm(x, &b.norm2, H, config_.norm_eps));
-    h = ops::modulate(h, p[3], p[4], st.ada_idx, bf);
+    h = ops::norm_modulate(x, b.norm2, config_.norm_eps, p[3], p[4], st.ada_idx, bf);
     x = ops::gate_residual(x, p[5], st.ada_idx, mlp_block(b, h, st), bf);
-    if (keep) out.activations["block." + std::to_string(n)] = gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations");
+    if (keep)
+      out.activations["block." + std::to_string(n)] =
+          to_host(gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations"));
   }
 
   // Final norm modulated per timestep only, then both f32 heads on the rank's rows; every rank gets all outputs.
@@ -287,7 +313,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   Tensor shift = ops::columns(fin, 0, H), scale = ops::columns(fin, H, 2 * H);
   Tensor h = round_if_bf16(ops::rms_norm(x, &out_norm_, H, config_.final_norm_eps));
   h = ops::modulate(h, shift, scale, index_i32(ti_idx), bf);
-  if (keep) out.activations["norm_out"] = gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations");
+  if (keep) out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
   auto head = [&](const Tensor& idx, const Tensor& w, const Tensor& bias) {
     // Output rows in index order; rank j computes those whose packed row it owns.
     std::vector<std::vector<int32_t>> per_rank(plan_.world);
@@ -300,7 +326,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     }
     std::vector<int32_t> local;
     for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(idx.get(i) - st.own.begin));
-    Tensor mine = ops::linear(ops::gather_rows(h, index_i32(local)), w, &bias);
+    Tensor mine = to_host(ops::linear(ops::gather_rows(h, index_i32(local)), w, &bias));
     const int64_t width = w.dim(0);
     Tensor all(ct_, {idx.numel(), width});
     std::vector<int64_t> counts;

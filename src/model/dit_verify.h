@@ -16,7 +16,8 @@ struct VerifyOptions {
   std::string weights;              // "" = the file's own (or procedural, as its metadata says)
   std::optional<double> tolerance;  // overrides the default for the precision
   std::string dump_prefix;
-  std::optional<DistOptions> dist;  // run distributed over world() with these options          // when set, writes every case's activations to PREFIX[.case].safetensors
+  std::optional<DistOptions> dist;  // run distributed over world() with these options
+  Device device = Device::cpu;      // cuda: bf16 or fp8 on the GPU
 };
 
 struct VerifyLine {

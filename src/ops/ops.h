@@ -21,6 +21,13 @@ Tensor add(const Tensor& x, const Tensor& y);
 Tensor silu(const Tensor& x);
 // SwiGLU on u[N, 2F] laid out [value; gate] along columns: out[N,F] = value * silu(gate).
 Tensor swiglu(const Tensor& u, bool bf16_steps);
+// Fused: modulate(round(rms_norm(x, w over whole rows)), shift, scale, idx), where round() rounds through bf16 when
+// bf16_steps (the released recipe stores the norm's output in bf16). One pass on the GPU.
+Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
+                     const Tensor& idx, bool bf16_steps);
+// Fused: rope(round(rms_norm(x, w over each head of head_dim channels)), cos, sin), round() as above.
+Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
+                    const Tensor& sin, bool bf16_steps);
 // Rotate-half RoPE on the first R channels of every head of x[N, heads*D], with cos/sin [N, R].
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16_steps);
 // Full non-causal attention per head: q[Nq, H*D], k/v[Nk, H*D] -> [Nq, H*D], softmax scale 1/sqrt(D).
@@ -30,6 +37,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx);
 // out[i] = x[idx[i]].
 Tensor gather_rows(const Tensor& x, const Tensor& idx);
+// Per-tensor FP8 e4m3 quantization: q = fp8(w / s), s = max|w| / 448, returned with its scale (Tensor::scale()).
+Tensor quantize_fp8(const Tensor& w);
 // Rounds every element through bf16 in place (emulates the released bf16 recipe on the CPU).
 void round_bf16_(Tensor& x);
 

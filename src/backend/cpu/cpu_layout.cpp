@@ -3,9 +3,12 @@
 
 #include "ops/ops.h"
 
+#include "ops/device_ops.h"
+
 namespace h3::ops {
 
 Tensor columns(const Tensor& t, int64_t begin, int64_t end) {
+  H3_DEVICE_DISPATCH(t, columns, t, begin, end);
   H3_ASSERT(t.ndim() == 2 && 0 <= begin && begin <= end && end <= t.dim(1), "columns({}, {}) of {}", begin, end,
             t.describe());
   const int64_t n = t.dim(0), c = t.dim(1), w = end - begin;
@@ -18,6 +21,7 @@ Tensor columns(const Tensor& t, int64_t begin, int64_t end) {
 }
 
 void set_columns(Tensor& dst, int64_t begin, const Tensor& src) {
+  H3_DEVICE_DISPATCH(dst, set_columns, dst, begin, src);
   H3_ASSERT(dst.ndim() == 2 && src.ndim() == 2 && dst.dim(0) == src.dim(0) && dst.dtype() == src.dtype() &&
                 begin >= 0 && begin + src.dim(1) <= dst.dim(1),
             "set_columns({}) of {} into {}", begin, src.describe(), dst.describe());

@@ -18,6 +18,8 @@ template <typename T>
 void gemm_nt(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y);
 }  // namespace h3::cpu
 
+#include "ops/device_ops.h"
+
 namespace h3::ops {
 
 namespace {
@@ -68,6 +70,7 @@ Tensor map_rows(const Tensor& x, int64_t out_cols, F f) {
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  H3_DEVICE_DISPATCH(x, linear, x, w, bias);
   need_float(x, "linear", "x");
   same_dtype(x, w, "linear");
   H3_ASSERT(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1), "linear: x {} vs w {}", x.describe(),
@@ -91,6 +94,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor* w, int64_t group, double eps) {
+  H3_DEVICE_DISPATCH(x, rms_norm, x, w, group, eps);
   need_float(x, "rms_norm", "x");
   const int64_t cols = x.numel() / std::max<int64_t>(x.dim(0), 1);
   H3_ASSERT(group > 0 && cols % group == 0, "rms_norm: group {} does not divide {}", group, cols);
@@ -113,6 +117,7 @@ Tensor rms_norm(const Tensor& x, const Tensor* w, int64_t group, double eps) {
 }
 
 Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf16) {
+  H3_DEVICE_DISPATCH(h, modulate, h, shift, scale, idx, bf16);
   need_float(h, "modulate", "h");
   same_dtype(h, shift, "modulate");
   same_dtype(h, scale, "modulate");
@@ -138,6 +143,7 @@ Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const
 }
 
 Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf16) {
+  H3_DEVICE_DISPATCH(x, gate_residual, x, gate, idx, y, bf16);
   need_float(x, "gate_residual", "x");
   same_dtype(x, gate, "gate_residual");
   same_dtype(x, y, "gate_residual");
@@ -160,6 +166,7 @@ Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, con
 }
 
 Tensor add(const Tensor& x, const Tensor& y) {
+  H3_DEVICE_DISPATCH(x, add, x, y);
   need_float(x, "add", "x");
   same_dtype(x, y, "add");
   H3_ASSERT(x.shape() == y.shape(), "add: {} vs {}", x.describe(), y.describe());
@@ -175,6 +182,7 @@ Tensor add(const Tensor& x, const Tensor& y) {
 }
 
 Tensor silu(const Tensor& x) {
+  H3_DEVICE_DISPATCH(x, silu, x);
   need_float(x, "silu", "x");
   Tensor out(x.dtype(), x.shape());
   auto run = [&]<typename T>(T) {
@@ -187,6 +195,7 @@ Tensor silu(const Tensor& x) {
 }
 
 Tensor swiglu(const Tensor& u, bool bf16) {
+  H3_DEVICE_DISPATCH(u, swiglu, u, bf16);
   need_float(u, "swiglu", "u");
   H3_ASSERT(u.ndim() == 2, "swiglu: 2-D input needed, got {}", u.describe());
   const int64_t f = u.dim(1) / 2;
@@ -204,6 +213,7 @@ Tensor swiglu(const Tensor& u, bool bf16) {
 }
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16) {
+  H3_DEVICE_DISPATCH(x, rope, x, cos, sin, head_dim, bf16);
   need_float(x, "rope", "x");
   H3_ASSERT(head_dim > 0 && x.ndim() == 2 && cos.ndim() == 2, "rope: head_dim {} with x {} cos {}", head_dim,
             x.describe(), cos.describe());
@@ -233,6 +243,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
+  H3_DEVICE_DISPATCH(q, attention, q, k, v, d);
   need_float(q, "attention", "q");
   H3_ASSERT(d > 0 && q.ndim() == 2 && k.ndim() == 2 && v.ndim() == 2, "attention: head_dim {} with q {}", d,
             q.describe());
@@ -295,6 +306,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
 }
 
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
+  H3_DEVICE_DISPATCH(out, scatter_rows, out, rows, idx);
   same_dtype(out, rows, "scatter_rows");
   const int64_t n = rows.dim(0);
   // Row width from the trailing dimensions, so that zero-row inputs are checked too.
@@ -308,6 +320,7 @@ void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
 }
 
 Tensor gather_rows(const Tensor& x, const Tensor& idx) {
+  H3_DEVICE_DISPATCH(x, gather_rows, x, idx);
   H3_ASSERT(x.ndim() >= 1, "gather_rows: needs at least 1-D, got {}", x.describe());
   const int64_t n = idx.numel();
   Shape s = x.shape();
@@ -322,7 +335,37 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx) {
   return out;
 }
 
+// The fused ops are their parts on the CPU.
+Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
+                     const Tensor& idx, bool bf16) {
+  H3_DEVICE_DISPATCH(x, norm_modulate, x, w, eps, shift, scale, idx, bf16);
+  Tensor n = rms_norm(x, &w, x.dim(-1), eps);
+  if (bf16) round_bf16_(n);
+  return modulate(n, shift, scale, idx, bf16);
+}
+
+Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
+                    const Tensor& sin, bool bf16) {
+  H3_DEVICE_DISPATCH(x, qk_norm_rope, x, w, head_dim, eps, cos, sin, bf16);
+  Tensor n = rms_norm(x, &w, head_dim, eps);
+  if (bf16) round_bf16_(n);
+  return rope(n, cos, sin, head_dim, bf16);
+}
+
+Tensor quantize_fp8(const Tensor& w) {
+  H3_DEVICE_DISPATCH(w, quantize_fp8, w);
+  need_float(w, "quantize_fp8", "w");
+  double amax = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::abs(w.get(i)));
+  const float scale = std::max(static_cast<float>(amax) / 448.0f, 1e-12f);
+  Tensor f = w.to(DType::f32);
+  float* p = f.data<float>();
+  for (int64_t i = 0; i < f.numel(); ++i) p[i] /= scale;
+  return f.to(DType::fp8_e4m3).with_scale(Tensor::from(std::vector<float>{scale}, {1}));
+}
+
 void round_bf16_(Tensor& x) {
+  H3_ASSERT(!x.on_device(), "round_bf16_ emulates bf16 on the CPU; device tensors hold bf16 values already");
   if (x.dtype() != DType::f32) return;
   float* p = x.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i) p[i] = round_bf16(p[i]);

@@ -1,0 +1,167 @@
+#include "backend/cuda/cuda_gemm.h"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_common.h"
+#include "core/log.h"
+
+namespace h3::cuda {
+
+namespace {
+
+constexpr size_t kWorkspace = 64u << 20;
+constexpr int64_t kReferenceRows = 16384;  // deterministic mode picks its algorithm at this row count
+
+void check(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLASLt {} failed: {} ({})", what, cublasGetStatusString(st), static_cast<int>(st));
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f32: return CUDA_R_32F;
+    case DType::fp8_e4m3: return CUDA_R_8F_E4M3;
+    default: fail("GEMM: no cuBLASLt path for {} (bf16, f32, fp8_e4m3)", dtype_name(t));
+  }
+}
+
+cublasLtHandle_t handle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x = nullptr;
+    check(cublasLtCreate(&x), "create");
+    return x;
+  }();
+  return h;
+}
+
+// Descriptors of one problem, owned.
+struct Problem {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  Problem(const GemmArgs& g, int64_t n) {
+    check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+    if (g.bias) {
+      const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "epilogue");
+      const cudaDataType_t bt = cuda_type(g.out);
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "bias type");
+    }
+    if (g.in == DType::fp8_e4m3) {
+      // Hopper's FP8 tensor cores accumulate at full rate only with fast accumulation (no periodic promotion to
+      // f32); the FP8 recipe's tolerance (4e-2) leaves room for it.
+      const int8_t fast = 1;
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast), "fast accum");
+    }
+    // Column-major view: w is k x m (transposed to m x k), x is k x n, y is m x n.
+    check(cublasLtMatrixLayoutCreate(&a, cuda_type(g.in), g.k, g.m, g.k), "layout w");
+    check(cublasLtMatrixLayoutCreate(&b, cuda_type(g.in), g.k, n, g.k), "layout x");
+    check(cublasLtMatrixLayoutCreate(&c, cuda_type(g.out), g.m, n, g.m), "layout y");
+  }
+  ~Problem() {
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(op);
+  }
+  void set_pointers(const GemmArgs& g) {
+    if (g.bias)
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias), "bias");
+    if (g.in == DType::fp8_e4m3) {
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.w_scale, sizeof g.w_scale),
+            "w scale");
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.x_scale, sizeof g.x_scale),
+            "x scale");
+    }
+  }
+};
+
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool>;
+std::mutex g_mu;
+std::map<Key, cublasLtMatmulAlgo_t> g_algos;  // the algorithm that ran for this shape
+
+std::vector<cublasLtMatmulAlgo_t> heuristic(const GemmArgs& g, Problem& p) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const size_t ws = kWorkspace;
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+        "workspace preference");
+  cublasLtMatmulHeuristicResult_t res[8];
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle(), p.op, p.a, p.b, p.c, p.c, pref, 8, res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    fail("cuBLASLt has no algorithm for {} GEMM {}x{}x{} (rows x outputs x inputs)", dtype_name(g.in), g.n, g.m, g.k);
+  std::vector<cublasLtMatmulAlgo_t> out;
+  for (int i = 0; i < found; ++i) out.push_back(res[i].algo);
+  return out;
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& g) {
+  if (g.n == 0 || g.m == 0) return;
+  H3_ASSERT(g.k > 0, "gemm with k = 0");
+  const bool det = deterministic();
+  Problem p(g, g.n);
+  p.set_pointers(g);
+  const Key key{static_cast<int>(g.in), static_cast<int>(g.out), det ? 0 : g.n, g.m, g.k, g.bias != nullptr, det};
+  const float alpha = 1.0f, beta = 0.0f;
+  auto run = [&](const cublasLtMatmulAlgo_t& a) {
+    return cublasLtMatmul(handle(), p.op, &alpha, g.w, p.a, g.x, p.b, &beta, g.y, p.c, g.y, p.c, &a,
+                          workspace(kWorkspace), kWorkspace, stream());
+  };
+  cublasLtMatmulAlgo_t algo;
+  {
+    std::lock_guard lock(g_mu);
+    auto it = g_algos.find(key);
+    if (it == g_algos.end()) {
+      std::vector<cublasLtMatmulAlgo_t> candidates;
+      if (det) {
+        GemmArgs ref = g;
+        Problem pr(ref, kReferenceRows);
+        pr.set_pointers(g);
+        candidates = heuristic(g, pr);
+        for (auto& a : candidates) {
+          // No split-K: every output element is one uninterrupted reduction over k.
+          const int32_t one = 1;
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one);
+          const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none);
+        }
+      } else {
+        candidates = heuristic(g, p);
+      }
+      // The first candidate that runs is kept for this shape.
+      cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
+      for (const auto& a : candidates) {
+        last = run(a);
+        if (last == CUBLAS_STATUS_SUCCESS) {
+          g_algos.emplace(key, a);
+          return;
+        }
+      }
+      check(last, fmt::format("matmul ({} GEMM {}x{}x{}, {} candidate algorithms)", dtype_name(g.in), g.n, g.m,
+                              g.k, candidates.size()).c_str());
+    }
+    algo = it->second;
+  }
+  if (det) {
+    cublasLtMatmulHeuristicResult_t r{};
+    const cublasStatus_t st = cublasLtMatmulAlgoCheck(handle(), p.op, p.a, p.b, p.c, p.c, &algo, &r);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      fail("deterministic mode: the pinned cuBLASLt algorithm for a {}x{} {} GEMM does not run with {} rows ({}); "
+           "run without --deterministic", g.m, g.k, dtype_name(g.in), g.n, cublasGetStatusString(st));
+  }
+  check(run(algo), "matmul");
+}
+
+}  // namespace h3::cuda

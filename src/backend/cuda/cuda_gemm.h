@@ -1,0 +1,26 @@
+// Row-major GEMMs through cuBLASLt: y[n, m] = x[n, k] * w[m, k]^T (+ bias[m]), f32 accumulation.
+//   bf16 x bf16 -> bf16, f32 x f32 -> f32 (no TF32), fp8 e4m3 x fp8 e4m3 -> bf16 with per-tensor scales.
+// Algorithms come from cuBLASLt's heuristic per shape; in deterministic mode one algorithm per (dtypes, m, k) is
+// chosen at a fixed reference row count without split-K, so a row's result never depends on how many rows a rank
+// holds.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace h3::cuda {
+
+struct GemmArgs {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  void* y = nullptr;
+  const void* bias = nullptr;  // dtype of y (bf16 for fp8 inputs); null for none
+  int64_t n = 0, m = 0, k = 0;
+  DType in = DType::bf16, out = DType::bf16;
+  const float* x_scale = nullptr;  // fp8 only: device scalars, y = (x_scale * w_scale) * (xq . wq)
+  const float* w_scale = nullptr;
+};
+
+void gemm(const GemmArgs& a);
+
+}  // namespace h3::cuda

@@ -1,0 +1,50 @@
+// The CUDA backend's element-wise and row kernels: plain functions of pointers, sizes and a stream that return a
+// CUDA error code. They know nothing of tensors or of the model; cuda_ops.cpp checks shapes and dtypes first.
+// T is float or __nv_bfloat16 (passed as the dtype tag `bf16`); arithmetic is f32, and `bf16_steps` rounds the
+// intermediates exactly where the CPU backend's bf16 emulation does.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace h3::cuda {
+
+enum class ElemType : uint8_t { f32, bf16, f64, fp8_e4m3, i32, i64 };
+
+cudaError_t convert(const void* src, ElemType st, void* dst, ElemType dt, int64_t n, cudaStream_t s);
+cudaError_t rms_norm(const void* x, const void* w, void* y, ElemType t, int64_t rows, int64_t cols, int64_t group,
+                     float eps, cudaStream_t s);
+cudaError_t modulate(const void* h, const void* shift, const void* scale, const int32_t* idx, void* out, ElemType t,
+                     int64_t rows, int64_t cols, bool bf16_steps, cudaStream_t s);
+cudaError_t gate_residual(const void* x, const void* gate, const int32_t* idx, const void* y, void* out, ElemType t,
+                          int64_t rows, int64_t cols, bool bf16_steps, cudaStream_t s);
+cudaError_t add(const void* x, const void* y, void* out, ElemType t, int64_t n, cudaStream_t s);
+cudaError_t silu(const void* x, void* out, ElemType t, int64_t n, cudaStream_t s);
+cudaError_t swiglu(const void* u, void* out, ElemType t, int64_t rows, int64_t f, bool bf16_steps, cudaStream_t s);
+cudaError_t rope(const void* x, const void* cos, const void* sin, void* out, ElemType t, int64_t rows, int64_t cols,
+                 int64_t rot, int64_t head_dim, bool bf16_steps, cudaStream_t s);
+// Fused: n = round_T(rms_norm(x) * w) over whole rows, then modulate(n, shift, scale, idx) — one pass.
+cudaError_t norm_modulate(const void* x, const void* w, const void* shift, const void* scale, const int32_t* idx,
+                          void* out, ElemType t, int64_t rows, int64_t cols, float eps, bool bf16_steps,
+                          cudaStream_t s);
+// Fused: n = round_T(rms_norm over each head of d channels * w[d]), then RoPE on its first `rot` channels.
+cudaError_t qk_norm_rope(const void* x, const void* w, const void* cos, const void* sin, void* out, ElemType t,
+                         int64_t rows, int64_t cols, int64_t d, int64_t rot, float eps, bool bf16_steps,
+                         cudaStream_t s);
+// out[i] = x[idx[i]] (gather) or out[idx[i]] = x[i] (scatter), rows of row_bytes (a multiple of 2).
+cudaError_t gather_rows(const void* x, const int32_t* idx, void* out, int64_t n, int64_t row_bytes, cudaStream_t s);
+cudaError_t scatter_rows(const void* x, const int32_t* idx, void* out, int64_t n, int64_t row_bytes, cudaStream_t s);
+// A plain flash-style attention (one warp per query row and head, online softmax in f32) for any sequence
+// lengths: the fallback when cuDNN cannot run, and an independent check of it. q/k/v/o [rows, heads*d], d <= 256.
+cudaError_t attention_simple(const void* q, const void* k, const void* v, void* o, ElemType t, int64_t nq,
+                             int64_t nk, int64_t heads, int64_t d, cudaStream_t s);
+// Procedural weights: out[i] = float(offset + (((splitmix64(base + i) >> 11) * 2^-53) * 2 - 1) * scale), computed in
+// f64 exactly as io/procedural.cpp does on the host.
+cudaError_t procedural(uint64_t base, double scale, double offset, float* out, int64_t n, cudaStream_t s);
+// Largest |x| over n values into *amax (f32, device), for FP8 scaling.
+cudaError_t absmax(const void* x, ElemType t, int64_t n, float* amax, cudaStream_t s);
+// y = fp8(x / scale) with scale = max(amax / 448, tiny) read from device memory; writes the scale to *scale_out.
+cudaError_t quantize_fp8(const void* x, ElemType t, int64_t n, const float* amax, void* y, float* scale_out,
+                         cudaStream_t s);
+
+}  // namespace h3::cuda

@@ -1,0 +1,303 @@
+// The CUDA implementations of the backend-neutral ops (ops.h): shape and dtype checks, then a kernel, cuBLASLt or
+// cuDNN. Activations are bf16 or f32; index tensors may sit in host memory and are copied over.
+#include <cstring>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "ops/device_ops.h"
+
+namespace h3::cuda {
+
+ElemType elem_type(DType t);  // cuda_runtime.cpp
+
+namespace {
+
+void need_act(const Tensor& t, const char* op, const char* what) {
+  H3_ASSERT(t.on_device() && (t.dtype() == DType::bf16 || t.dtype() == DType::f32),
+            "{}: {} must be a bf16 or f32 GPU tensor, got {} on the {}", op, what, t.describe(),
+            t.on_device() ? "GPU" : "CPU");
+}
+void same(const Tensor& a, const Tensor& b, const char* op) {
+  H3_ASSERT(b.on_device() && a.dtype() == b.dtype(), "{}: {} and {} must be GPU tensors of one dtype", op,
+            a.describe(), b.describe());
+}
+// The tensor on the GPU in dtype dt (no copy when it already is).
+Tensor as(const Tensor& t, DType dt) {
+  Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
+  return d.dtype() == dt ? d : d.to(dt);
+}
+// An i32 index of n entries in [0, rows), on the GPU. Host indices are range-checked before the copy.
+Tensor index_on_gpu(const Tensor& idx, int64_t n, int64_t rows, const char* op) {
+  H3_ASSERT(idx.numel() == n && (idx.dtype() == DType::i32 || idx.dtype() == DType::i64),
+            "{}: index must have {} entries, got {}", op, n, idx.describe());
+  if (idx.on_device()) return idx.dtype() == DType::i32 ? idx : idx.to(DType::i32);
+  Tensor h = idx.dtype() == DType::i32 ? idx : idx.to(DType::i32);
+  const int32_t* p = h.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    H3_ASSERT(p[i] >= 0 && p[i] < rows, "{}: index {} at {} out of range [0, {})", op, p[i], i, rows);
+  return h.to_device(Device::cuda);
+}
+int64_t row_count(const Tensor& t) { return t.ndim() ? t.dim(0) : 1; }
+
+Tensor quantize_fp8(const Tensor& w);
+
+Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  H3_ASSERT(w.scale() && w.scale()->on_device() && w.scale()->dtype() == DType::f32 && w.scale()->numel() == 1,
+            "linear: an fp8 weight {} needs a per-tensor f32 scale on the GPU", w.describe());
+  const int64_t n = x.dim(0), m = w.dim(0), k = w.dim(1);
+  H3_ASSERT(m % 16 == 0 && k % 16 == 0,
+            "linear: FP8 GEMMs need both weight dimensions to be multiples of 16 (got {}); keep this layer in bf16",
+            w.describe());
+  // Activations: quantized per tensor here, unless the caller already did (one quantization shared by q, k, v).
+  Tensor xq = x.dtype() == DType::fp8_e4m3 ? x : quantize_fp8(as(x, DType::bf16));
+  H3_ASSERT(xq.scale() && xq.scale()->on_device(), "linear: fp8 activations {} carry no scale", x.describe());
+  const float* xscale = static_cast<const float*>(xq.scale()->raw());
+  Tensor y = Tensor::empty(DType::bf16, {n, m}, Device::cuda);
+  Tensor b = bias ? as(*bias, DType::bf16) : Tensor();
+  GemmArgs g;
+  g.x = xq.raw();
+  g.w = w.raw();
+  g.y = y.raw();
+  g.bias = bias ? b.raw() : nullptr;
+  g.n = n, g.m = m, g.k = k;
+  g.in = DType::fp8_e4m3, g.out = DType::bf16;
+  g.x_scale = xscale;
+  g.w_scale = static_cast<const float*>(w.scale()->raw());
+  gemm(g);
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  H3_ASSERT(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1) && w.on_device(), "linear: x {} vs w {}",
+            x.describe(), w.describe());
+  if (bias) H3_ASSERT(bias->numel() == w.dim(0), "linear: bias {} for {} outputs", bias->describe(), w.dim(0));
+  if (w.dtype() == DType::fp8_e4m3) return linear_fp8(x, w, bias);
+  // The weight's dtype decides the arithmetic: bf16 layers in bf16, the released f32 layers in f32.
+  const DType dt = w.dtype();
+  H3_ASSERT(dt == DType::bf16 || dt == DType::f32, "linear: weights must be bf16, f32 or fp8, got {}", w.describe());
+  Tensor xc = as(x, dt);
+  Tensor b = bias ? as(*bias, dt) : Tensor();
+  Tensor y = Tensor::empty(dt, {x.dim(0), w.dim(0)}, Device::cuda);
+  GemmArgs g;
+  g.x = xc.raw();
+  g.w = w.raw();
+  g.y = y.raw();
+  g.bias = bias ? b.raw() : nullptr;
+  g.n = x.dim(0), g.m = w.dim(0), g.k = w.dim(1);
+  g.in = dt, g.out = dt;
+  gemm(g);
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor* w, int64_t group, double eps) {
+  need_act(x, "rms_norm", "x");
+  const int64_t rows = row_count(x), cols = rows ? x.numel() / rows : 0;
+  H3_ASSERT(group > 0 && cols % group == 0, "rms_norm: group {} does not divide {}", group, cols);
+  if (w) {
+    same(x, *w, "rms_norm");
+    H3_ASSERT(w->numel() == group, "rms_norm: weight {} for group {}", w->describe(), group);
+  }
+  Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::rms_norm(x.raw(), w ? w->raw() : nullptr, y.raw(), elem_type(x.dtype()), rows, cols, group,
+                         static_cast<float>(eps), stream()));
+  return y;
+}
+
+Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf) {
+  need_act(h, "modulate", "h");
+  same(h, shift, "modulate");
+  same(h, scale, "modulate");
+  H3_ASSERT(h.ndim() == 2 && shift.ndim() == 2 && scale.shape() == shift.shape() && shift.dim(1) == h.dim(1),
+            "modulate: tables {} {} for {}", shift.describe(), scale.describe(), h.describe());
+  Tensor i = index_on_gpu(idx, h.dim(0), shift.dim(0), "modulate");
+  Tensor out = Tensor::empty(h.dtype(), h.shape(), Device::cuda);
+  H3_CUDA(cuda::modulate(h.raw(), shift.raw(), scale.raw(), i.data<int32_t>(), out.raw(), elem_type(h.dtype()),
+                         h.dim(0), h.dim(1), bf, stream()));
+  return out;
+}
+
+Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf) {
+  need_act(x, "gate_residual", "x");
+  same(x, gate, "gate_residual");
+  same(x, y, "gate_residual");
+  H3_ASSERT(x.ndim() == 2 && y.shape() == x.shape() && gate.ndim() == 2 && gate.dim(1) == x.dim(1),
+            "gate_residual: x {} y {} gate {}", x.describe(), y.describe(), gate.describe());
+  Tensor i = index_on_gpu(idx, x.dim(0), gate.dim(0), "gate_residual");
+  Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::gate_residual(x.raw(), gate.raw(), i.data<int32_t>(), y.raw(), out.raw(), elem_type(x.dtype()),
+                              x.dim(0), x.dim(1), bf, stream()));
+  return out;
+}
+
+Tensor add(const Tensor& x, const Tensor& y) {
+  need_act(x, "add", "x");
+  same(x, y, "add");
+  H3_ASSERT(x.shape() == y.shape(), "add: {} vs {}", x.describe(), y.describe());
+  Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::add(x.raw(), y.raw(), out.raw(), elem_type(x.dtype()), x.numel(), stream()));
+  return out;
+}
+
+Tensor silu(const Tensor& x) {
+  need_act(x, "silu", "x");
+  Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::silu(x.raw(), out.raw(), elem_type(x.dtype()), x.numel(), stream()));
+  return out;
+}
+
+Tensor swiglu(const Tensor& u, bool bf) {
+  need_act(u, "swiglu", "u");
+  H3_ASSERT(u.ndim() == 2 && u.dim(1) % 2 == 0, "swiglu: [N, 2F] input needed, got {}", u.describe());
+  const int64_t f = u.dim(1) / 2;
+  Tensor out = Tensor::empty(u.dtype(), {u.dim(0), f}, Device::cuda);
+  H3_CUDA(cuda::swiglu(u.raw(), out.raw(), elem_type(u.dtype()), u.dim(0), f, bf, stream()));
+  return out;
+}
+
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t d, bool bf) {
+  need_act(x, "rope", "x");
+  same(x, cos, "rope");
+  same(x, sin, "rope");
+  const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1);
+  H3_ASSERT(x.ndim() == 2 && cos.dim(0) == n && sin.shape() == cos.shape() && r % 2 == 0 && r <= d && cols % d == 0,
+            "rope: x {} cos {} head_dim {}", x.describe(), cos.describe(), d);
+  Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::rope(x.raw(), cos.raw(), sin.raw(), out.raw(), elem_type(x.dtype()), n, cols, r, d, bf, stream()));
+  return out;
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
+  need_act(q, "attention", "q");
+  same(q, k, "attention");
+  same(q, v, "attention");
+  const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1);
+  H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols && v.shape() == k.shape(),
+            "attention: q {} k {} v {} head_dim {}", q.describe(), k.describe(), v.describe(), d);
+  H3_ASSERT(nq == 0 || nk > 0, "attention: {} queries but no keys", nq);
+  Tensor out = Tensor::empty(q.dtype(), q.shape(), Device::cuda);
+  cuda::attention(q.raw(), k.raw(), v.raw(), out.raw(), q.dtype(), nq, nk, cols / d, d);
+  return out;
+}
+
+int64_t row_bytes_of(const Tensor& t) {
+  int64_t w = 1;
+  for (int i = 1; i < t.ndim(); ++i) w *= t.dim(i);
+  return w * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
+  H3_ASSERT(out.on_device() && rows.dtype() == out.dtype() && row_bytes_of(rows) == row_bytes_of(out),
+            "scatter_rows: {} into {}", rows.describe(), out.describe());
+  Tensor src = rows.on_device() ? rows : rows.to_device(Device::cuda);
+  Tensor i = index_on_gpu(idx, rows.dim(0), out.dim(0), "scatter_rows");
+  H3_CUDA(cuda::scatter_rows(src.raw(), i.data<int32_t>(), out.raw(), rows.dim(0), row_bytes_of(out), stream()));
+}
+
+Tensor gather_rows(const Tensor& x, const Tensor& idx) {
+  H3_ASSERT(x.ndim() >= 1, "gather_rows: needs at least 1-D, got {}", x.describe());
+  Shape s = x.shape();
+  s[0] = idx.numel();
+  Tensor out = Tensor::empty(x.dtype(), s, Device::cuda);
+  Tensor i = index_on_gpu(idx, idx.numel(), x.dim(0), "gather_rows");
+  H3_CUDA(cuda::gather_rows(x.raw(), i.data<int32_t>(), out.raw(), idx.numel(), row_bytes_of(x), stream()));
+  return out;
+}
+
+Tensor columns(const Tensor& t, int64_t begin, int64_t end) {
+  H3_ASSERT(t.ndim() == 2 && 0 <= begin && begin <= end && end <= t.dim(1), "columns({}, {}) of {}", begin, end,
+            t.describe());
+  const size_t es = dtype_size(t.dtype());
+  Tensor out = Tensor::empty(t.dtype(), {t.dim(0), end - begin}, Device::cuda);
+  if (out.numel() == 0) return out;
+  H3_CUDA(cudaMemcpy2DAsync(out.raw(), (end - begin) * es, static_cast<const std::byte*>(t.raw()) + begin * es,
+                            t.dim(1) * es, (end - begin) * es, t.dim(0), cudaMemcpyDeviceToDevice, stream()));
+  return out;
+}
+
+void set_columns(Tensor& dst, int64_t begin, const Tensor& src) {
+  H3_ASSERT(dst.ndim() == 2 && src.ndim() == 2 && dst.dim(0) == src.dim(0) && dst.dtype() == src.dtype() &&
+                begin >= 0 && begin + src.dim(1) <= dst.dim(1),
+            "set_columns({}) of {} into {}", begin, src.describe(), dst.describe());
+  if (src.numel() == 0) return;
+  const size_t es = dtype_size(dst.dtype());
+  Tensor s = src.on_device() ? src : src.to_device(Device::cuda);
+  H3_CUDA(cudaMemcpy2DAsync(static_cast<std::byte*>(dst.raw()) + begin * es, dst.dim(1) * es, s.raw(),
+                            src.dim(1) * es, src.dim(1) * es, src.dim(0), cudaMemcpyDeviceToDevice, stream()));
+}
+
+Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
+                     const Tensor& idx, bool bf) {
+  need_act(x, "norm_modulate", "x");
+  same(x, w, "norm_modulate");
+  same(x, shift, "norm_modulate");
+  same(x, scale, "norm_modulate");
+  H3_ASSERT(x.ndim() == 2 && w.numel() == x.dim(1) && shift.ndim() == 2 && shift.dim(1) == x.dim(1) &&
+                scale.shape() == shift.shape(),
+            "norm_modulate: x {} w {} tables {} {}", x.describe(), w.describe(), shift.describe(), scale.describe());
+  Tensor i = index_on_gpu(idx, x.dim(0), shift.dim(0), "norm_modulate");
+  Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::norm_modulate(x.raw(), w.raw(), shift.raw(), scale.raw(), i.data<int32_t>(), out.raw(),
+                              elem_type(x.dtype()), x.dim(0), x.dim(1), static_cast<float>(eps), bf, stream()));
+  return out;
+}
+
+Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, const Tensor& cos, const Tensor& sin,
+                    bool bf) {
+  need_act(x, "qk_norm_rope", "x");
+  same(x, w, "qk_norm_rope");
+  same(x, cos, "qk_norm_rope");
+  same(x, sin, "qk_norm_rope");
+  const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1);
+  H3_ASSERT(x.ndim() == 2 && w.numel() == d && cols % d == 0 && cos.dim(0) == n && sin.shape() == cos.shape() &&
+                r % 2 == 0 && r <= d,
+            "qk_norm_rope: x {} w {} cos {} head_dim {}", x.describe(), w.describe(), cos.describe(), d);
+  Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::qk_norm_rope(x.raw(), w.raw(), cos.raw(), sin.raw(), out.raw(), elem_type(x.dtype()), n, cols, d, r,
+                             static_cast<float>(eps), bf, stream()));
+  return out;
+}
+
+Tensor procedural(uint64_t base, double scale, double offset, const Shape& shape) {
+  Tensor out = Tensor::empty(DType::f32, shape, Device::cuda);
+  H3_CUDA(cuda::procedural(base, scale, offset, static_cast<float*>(out.raw()), out.numel(), stream()));
+  return out;
+}
+
+Tensor quantize_fp8(const Tensor& w) {
+  need_act(w, "quantize_fp8", "w");
+  Tensor q = Tensor::empty(DType::fp8_e4m3, w.shape(), Device::cuda);
+  Tensor amax = Tensor::empty(DType::f32, {1}, Device::cuda);
+  Tensor scale = Tensor::empty(DType::f32, {1}, Device::cuda);
+  H3_CUDA(absmax(w.raw(), elem_type(w.dtype()), w.numel(), static_cast<float*>(amax.raw()), stream()));
+  H3_CUDA(cuda::quantize_fp8(w.raw(), elem_type(w.dtype()), w.numel(), static_cast<const float*>(amax.raw()), q.raw(),
+                             static_cast<float*>(scale.raw()), stream()));
+  return q.with_scale(scale);
+}
+
+}  // namespace
+
+void register_ops() {
+  ops::DeviceOps t;
+  t.linear = linear;
+  t.rms_norm = rms_norm;
+  t.modulate = modulate;
+  t.gate_residual = gate_residual;
+  t.add = add;
+  t.silu = silu;
+  t.swiglu = swiglu;
+  t.rope = rope;
+  t.attention = attention;
+  t.scatter_rows = scatter_rows;
+  t.gather_rows = gather_rows;
+  t.columns = columns;
+  t.set_columns = set_columns;
+  t.quantize_fp8 = quantize_fp8;
+  t.procedural = procedural;
+  t.norm_modulate = norm_modulate;
+  t.qk_norm_rope = qk_norm_rope;
+  ops::register_device_ops(t);
+}
+
+}  // namespace h3::cuda

@@ -1,0 +1,17 @@
+// The GPU entry points of a build without the CUDA toolkit.
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace h3 {
+
+void start_gpu_backend(const GpuOptions&) {
+  fail("this h3 was built without the CUDA backend (no CUDA toolkit was found at build time); rebuild on a machine "
+       "with nvcc, or run with --device cpu");
+}
+bool gpu_backend_started() { return false; }
+std::string gpu_description() { return "no GPU backend in this build"; }
+void gpu_synchronize() {}
+size_t gpu_peak_bytes() { return 0; }
+void gpu_reset_peak() {}
+
+}  // namespace h3

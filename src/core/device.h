@@ -1,0 +1,30 @@
+// Device memory behind the backend-neutral Tensor: core knows no CUDA, so a backend registers hooks for
+// allocating, copying and converting device memory. Without a registered backend, asking for a device tensor
+// fails with a message saying the build has no GPU backend.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace h3 {
+
+enum class Device : uint8_t;
+
+struct DeviceHooks {
+  const char* name = "";                                   // "cuda"
+  void* (*alloc)(size_t bytes) = nullptr;                  // never returns null (throws h3::Error)
+  void (*release)(void* p, size_t bytes) = nullptr;
+  // Copies bytes between host and device or within a device; returns when dst can be read.
+  void (*copy)(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) = nullptr;
+  void (*zero)(void* p, size_t bytes) = nullptr;
+  // Element-wise conversion of n values, both sides in device memory.
+  void (*convert)(const void* src, DType st, void* dst, DType dt, int64_t n) = nullptr;
+};
+
+void register_device_hooks(const DeviceHooks& hooks);
+// The hooks of the compiled-in backend, or a clear error when a device tensor is asked for without one.
+const DeviceHooks& device_hooks();
+bool have_device_backend();
+
+}  // namespace h3

@@ -1,0 +1,40 @@
+// The table through which the backend-neutral ops reach a device backend. The CPU implementations check their
+// first tensor's device and forward here; a GPU backend fills the table when it starts (backend/cuda/cuda_ops.cpp).
+// Each entry has the meaning documented in ops.h; device entries also accept i32 index tensors in host memory.
+#pragma once
+#include "core/tensor.h"
+
+namespace h3::ops {
+
+struct DeviceOps {
+  Tensor (*linear)(const Tensor& x, const Tensor& w, const Tensor* bias) = nullptr;
+  Tensor (*rms_norm)(const Tensor& x, const Tensor* w, int64_t group, double eps) = nullptr;
+  Tensor (*modulate)(const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf16) = nullptr;
+  Tensor (*gate_residual)(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf16) = nullptr;
+  Tensor (*add)(const Tensor& x, const Tensor& y) = nullptr;
+  Tensor (*silu)(const Tensor& x) = nullptr;
+  Tensor (*swiglu)(const Tensor& u, bool bf16) = nullptr;
+  Tensor (*rope)(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16) = nullptr;
+  Tensor (*attention)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) = nullptr;
+  void (*scatter_rows)(Tensor& out, const Tensor& rows, const Tensor& idx) = nullptr;
+  Tensor (*gather_rows)(const Tensor& x, const Tensor& idx) = nullptr;
+  Tensor (*columns)(const Tensor& t, int64_t begin, int64_t end) = nullptr;
+  void (*set_columns)(Tensor& dst, int64_t begin, const Tensor& src) = nullptr;
+  Tensor (*quantize_fp8)(const Tensor& w) = nullptr;
+  // Procedural weights (io/procedural.h) generated on the device: f32 values float(offset + u(base + i) * scale).
+  Tensor (*procedural)(uint64_t base, double scale, double offset, const Shape& shape) = nullptr;
+  Tensor (*norm_modulate)(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
+                          const Tensor& idx, bool bf16) = nullptr;
+  Tensor (*qk_norm_rope)(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
+                         const Tensor& sin, bool bf16) = nullptr;
+};
+
+void register_device_ops(const DeviceOps& ops);
+// The registered table; fails naming `op` when no device backend is running.
+const DeviceOps& device_ops(const char* op);
+
+}  // namespace h3::ops
+
+// First line of every op: a tensor on a device goes to the device backend.
+#define H3_DEVICE_DISPATCH(tensor, op, ...) \
+  if ((tensor).on_device()) return ::h3::ops::device_ops(#op).op(__VA_ARGS__)

@@ -1,0 +1,192 @@
+// Every GPU op against the CPU backend on random data of odd sizes, in bf16 (the CPU computing in f32 on the same
+// bf16 values with the bf16 recipe's roundings) and f32; the deterministic-mode invariances (a GEMM row and an
+// attention head never depend on how many rows or heads are computed with them). Without a GPU every test here
+// reports itself SKIPPED, loudly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "backend/backend.h"
+#include "core/compare.h"
+#include "core/dtype.h"
+#include "io/procedural.h"
+#include "ops/ops.h"
+#include "pipeline/synthetic.h"
+
+namespace h3 {
+namespace {
+
+bool gpu_ready() {
+  static const bool ok = [] {
+    try {
+      start_gpu_backend({0, true});
+      return true;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "no GPU: %s\n", e.what());
+      return false;
+    }
+  }();
+  return ok;
+}
+
+#define H3_REQUIRE_GPU() \
+  if (!gpu_ready()) GTEST_SKIP() << "SKIPPED LOUDLY: no usable NVIDIA GPU (the GPU tests run on the device machine)"
+
+// Random f32 values with bf16-exact magnitudes, so both backends start from identical inputs.
+Tensor rnd(Shape s, uint64_t seed, double scale = 1.0) {
+  Tensor t = seeded_normal(s, seed, 7);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = round_bf16(static_cast<float>(p[i] * scale));
+  return t;
+}
+Tensor gpu(const Tensor& t, DType dt) { return t.to_device(Device::cuda).to(dt); }
+Tensor host_f32(const Tensor& t) { return t.cpu().to(DType::f32); }
+Tensor rounded(Tensor t) {
+  ops::round_bf16_(t);
+  return t;
+}
+Tensor idx_of(int64_t n, int64_t rows, uint64_t seed) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7 + seed) % rows);
+  return Tensor::from(v, {n});
+}
+// Element-wise results: bf16 may differ by one bf16 step where a transcendental differs by an f32 ulp.
+void expect_close(const Tensor& got, const Tensor& want, double rel_l2, const char* what) {
+  Diff d = compare(host_f32(got), want);
+  EXPECT_TRUE(d.shape_ok) << what;
+  EXPECT_LE(d.rel_l2, rel_l2) << what << ": max abs " << d.max_abs;
+}
+
+TEST(CudaOps, ElementwiseMatchCpu) {
+  H3_REQUIRE_GPU();
+  const int64_t n = 37, c = 6 * 45, d = 45;
+  Tensor x = rnd({n, c}, 1), y = rnd({n, c}, 2), sh = rnd({5, c}, 3, 0.3), sc = rnd({5, c}, 4, 0.3);
+  Tensor w = rnd({c}, 5), wd = rnd({d}, 6), idx = idx_of(n, 5, 3);
+  Tensor cs = rnd({n, 30}, 7), sn = rnd({n, 30}, 8), u = rnd({n, 2 * c}, 9);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const bool bf = dt == DType::bf16;
+    const double tol = bf ? 4e-3 : 2e-7;
+    auto want = [&](Tensor t) { return bf ? rounded(t) : t; };
+    const char* name = bf ? "bf16" : "f32";
+    SCOPED_TRACE(name);
+    Tensor gw = gpu(w, dt), gwd = gpu(wd, dt);
+    expect_close(ops::rms_norm(gpu(x, dt), &gw, c, 1e-6), want(ops::rms_norm(x, &w, c, 1e-6)), tol, "rms_norm row");
+    expect_close(ops::rms_norm(gpu(x, dt), &gwd, d, 1e-6), want(ops::rms_norm(x, &wd, d, 1e-6)), tol, "rms_norm heads");
+    expect_close(ops::modulate(gpu(x, dt), gpu(sh, dt), gpu(sc, dt), idx, bf), ops::modulate(x, sh, sc, idx, bf), tol,
+                 "modulate");
+    expect_close(ops::gate_residual(gpu(x, dt), gpu(sc, dt), idx, gpu(y, dt), bf),
+                 ops::gate_residual(x, sc, idx, y, bf), tol, "gate_residual");
+    expect_close(ops::add(gpu(x, dt), gpu(y, dt)), want(ops::add(x, y)), tol, "add");
+    expect_close(ops::silu(gpu(x, dt)), want(ops::silu(x)), tol, "silu");
+    expect_close(ops::swiglu(gpu(u, dt), bf), ops::swiglu(u, bf), tol, "swiglu");
+    expect_close(ops::rope(gpu(x, dt), gpu(cs, dt), gpu(sn, dt), d, bf), ops::rope(x, cs, sn, d, bf), tol, "rope");
+    expect_close(ops::norm_modulate(gpu(x, dt), gw, 1e-6, gpu(sh, dt), gpu(sc, dt), idx, bf),
+                 ops::norm_modulate(x, w, 1e-6, sh, sc, idx, bf), tol, "norm_modulate");
+    expect_close(ops::qk_norm_rope(gpu(x, dt), gwd, d, 1e-6, gpu(cs, dt), gpu(sn, dt), bf),
+                 ops::qk_norm_rope(x, wd, d, 1e-6, cs, sn, bf), tol, "qk_norm_rope");
+    // Widths that take the 16-byte vector paths.
+    Tensor xv = rnd({9, 256}, 12), yv = rnd({9, 256}, 13), tv = rnd({5, 256}, 14, 0.3), wv = rnd({256}, 15);
+    Tensor iv = idx_of(9, 5, 1), gwv = gpu(wv, dt);
+    expect_close(ops::norm_modulate(gpu(xv, dt), gwv, 1e-6, gpu(tv, dt), gpu(tv, dt), iv, bf),
+                 ops::norm_modulate(xv, wv, 1e-6, tv, tv, iv, bf), tol, "norm_modulate (vector)");
+    expect_close(ops::modulate(gpu(xv, dt), gpu(tv, dt), gpu(tv, dt), iv, bf), ops::modulate(xv, tv, tv, iv, bf), tol,
+                 "modulate (vector)");
+    expect_close(ops::gate_residual(gpu(xv, dt), gpu(tv, dt), iv, gpu(yv, dt), bf),
+                 ops::gate_residual(xv, tv, iv, yv, bf), tol, "gate_residual (vector)");
+    expect_close(ops::swiglu(gpu(xv, dt), bf), ops::swiglu(xv, bf), tol, "swiglu (vector)");
+    expect_close(ops::add(gpu(xv, dt), gpu(yv, dt)), want(ops::add(xv, yv)), tol, "add (vector)");
+    Tensor w128 = rnd({128}, 16), c96 = rnd({9, 96}, 17), s96 = rnd({9, 96}, 18), g128 = gpu(w128, dt);
+    expect_close(ops::qk_norm_rope(gpu(xv, dt), g128, 128, 1e-6, gpu(c96, dt), gpu(s96, dt), bf),
+                 ops::qk_norm_rope(xv, w128, 128, 1e-6, c96, s96, bf), tol, "qk_norm_rope (d 128)");
+  }
+}
+
+TEST(CudaOps, ProceduralWeightsMatchHost) {
+  H3_REQUIRE_GPU();
+  for (auto [name, shape] : {std::pair{std::string("transformer_blocks.0.attn.to_q.weight"), Shape{96, 131}},
+                             std::pair{std::string("transformer_blocks.3.norm1.weight"), Shape{1001}},
+                             std::pair{std::string("proj_in.bias"), Shape{77}}}) {
+    Tensor host = procedural_tensor(name, shape, 20261129);
+    Tensor dev = procedural_tensor(name, shape, 20261129, Device::cuda);
+    EXPECT_TRUE(compare(dev.cpu(), host).bitwise) << name;
+  }
+}
+
+TEST(CudaOps, RowsAndColumnsAreExact) {
+  H3_REQUIRE_GPU();
+  Tensor x = rnd({41, 19}, 11);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor g = gpu(x, dt), idx = idx_of(23, 41, 5);
+    Tensor want = ops::gather_rows(x.to(dt), idx);
+    Diff d = compare(host_f32(ops::gather_rows(g, idx)), want.to(DType::f32));
+    EXPECT_TRUE(d.bitwise) << "gather_rows";
+    Tensor out(dt, {41, 19}, Device::cuda);
+    Tensor out_cpu(dt, {41, 19});
+    std::vector<int32_t> perm;
+    for (int i = 0; i < 23; ++i) perm.push_back((i * 5) % 41);
+    Tensor pidx = Tensor::from(perm, {23});
+    ops::scatter_rows(out, ops::gather_rows(g, idx), pidx);
+    ops::scatter_rows(out_cpu, want, pidx);
+    EXPECT_TRUE(compare(host_f32(out), out_cpu.to(DType::f32)).bitwise) << "scatter_rows";
+    EXPECT_TRUE(compare(host_f32(ops::columns(g, 3, 17)), ops::columns(x.to(dt), 3, 17).to(DType::f32)).bitwise);
+  }
+}
+
+TEST(CudaOps, LinearMatchesCpu) {
+  H3_REQUIRE_GPU();
+  const int64_t n = 53, m = 77, k = 129;
+  Tensor x = rnd({n, k}, 21), w = rnd({m, k}, 22, 0.1), b = rnd({m}, 23, 0.1);
+  Tensor want = ops::linear(x, w, &b);
+  Tensor gb = gpu(b, DType::bf16), gf = gpu(b, DType::f32);
+  expect_close(ops::linear(gpu(x, DType::bf16), gpu(w, DType::bf16), &gb), want, 6e-3, "bf16 linear");
+  expect_close(ops::linear(gpu(x, DType::f32), gpu(w, DType::f32), &gf), want, 1e-6, "f32 linear");
+  // FP8 GEMMs need dimensions in multiples of 16.
+  Tensor x8 = rnd({n, 128}, 24), w8 = rnd({80, 128}, 25, 0.1), b8 = rnd({80}, 26, 0.1), gb8 = gpu(b8, DType::bf16);
+  Tensor q = ops::quantize_fp8(gpu(w8, DType::bf16));
+  ASSERT_NE(q.scale(), nullptr);
+  expect_close(ops::linear(gpu(x8, DType::bf16), q, &gb8), ops::linear(x8, w8, &b8), 6e-2, "fp8 linear");
+  EXPECT_THROW(ops::linear(gpu(x, DType::bf16), ops::quantize_fp8(gpu(w, DType::bf16))), Error);
+}
+
+TEST(CudaOps, AttentionMatchesCpu) {
+  H3_REQUIRE_GPU();
+  for (auto [nq, nk, heads, d] : {std::tuple{77, 131, 3, 128}, std::tuple{130, 130, 2, 128}, std::tuple{9, 300, 5, 64}}) {
+    Tensor q = rnd({nq, heads * d}, 31), k = rnd({nk, heads * d}, 32), v = rnd({nk, heads * d}, 33);
+    Tensor want = ops::attention(q, k, v, d);
+    Tensor got = ops::attention(gpu(q, DType::bf16), gpu(k, DType::bf16), gpu(v, DType::bf16), d);
+    expect_close(got, want, 8e-3, "bf16 attention");
+    expect_close(ops::attention(gpu(q, DType::f32), gpu(k, DType::f32), gpu(v, DType::f32), d), want, 1e-6,
+                 "f32 attention (plain kernel)");
+  }
+}
+
+// Deterministic mode (started above): a row's GEMM result and a head's attention result are the same bits however
+// many rows or heads are computed together — what makes ulysses bitwise across world sizes.
+TEST(CudaOps, DeterministicRowsAndHeads) {
+  H3_REQUIRE_GPU();
+  const int64_t n = 300, k = 640, m = 384;
+  Tensor x = gpu(rnd({n, k}, 41), DType::bf16), w = gpu(rnd({m, k}, 42, 0.05), DType::bf16);
+  Tensor full = host_f32(ops::linear(x, w));
+  for (auto [a, b] : {std::pair{0, 1}, std::pair{17, 150}, std::pair{101, 300}}) {
+    Tensor part = host_f32(ops::linear(x.rows(a, b), w));
+    EXPECT_TRUE(compare(part, full.rows(a, b).clone()).bitwise) << "GEMM rows " << a << ".." << b;
+  }
+  const int64_t S = 257, H = 6, D = 128;
+  Tensor q = gpu(rnd({S, H * D}, 43), DType::bf16), kk = gpu(rnd({S, H * D}, 44), DType::bf16),
+         v = gpu(rnd({S, H * D}, 45), DType::bf16);
+  Tensor all = host_f32(ops::attention(q, kk, v, D));
+  // The same heads computed in groups of 4 (strided cuDNN views) are the same bits.
+  setenv("H3_ATTENTION_GROUP", "4", 1);
+  Tensor grouped = host_f32(ops::attention(q, kk, v, D));
+  unsetenv("H3_ATTENTION_GROUP");
+  EXPECT_TRUE(compare(grouped, all).bitwise) << "attention in head groups of 4";
+  for (auto [h0, h1] : {std::pair{0, 1}, std::pair{2, 5}}) {
+    Tensor part = host_f32(ops::attention(ops::columns(q, h0 * D, h1 * D), ops::columns(kk, h0 * D, h1 * D),
+                                          ops::columns(v, h0 * D, h1 * D), D));
+    EXPECT_TRUE(compare(part, ops::columns(all, h0 * D, h1 * D)).bitwise) << "heads " << h0 << ".." << h1;
+  }
+}
+
+}  // namespace
+}  // namespace h3

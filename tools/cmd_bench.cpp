@@ -1,0 +1,283 @@
+// h3 bench: the full DiT on the GPU at real packed lengths — per-forward time, GEMM and attention TFLOPS, peak
+// device memory — and a per-region breakdown from the same ops run in isolation at the same shapes (labelled as
+// such: the regions are timed one by one, not inside the forward). Prints a table and writes JSON with --json.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "dist/plan.h"
+#include "ops/ops.h"
+#include "io/procedural.h"
+#include "pipeline/synthetic.h"
+
+namespace h3::cli {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Median seconds of `reps` runs of f after one warm-up, with the GPU drained around each run.
+template <typename F>
+double time_median(int reps, F f) {
+  f();
+  gpu_synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto a = clock_type::now();
+    f();
+    gpu_synchronize();
+    t.push_back(std::chrono::duration<double>(clock_type::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Resolution {
+  std::string name;
+  SyntheticRequest req;
+};
+
+// Seeded normal values on the GPU; large tensors repeat a 4M-value block (generating billions on the host is slow,
+// and zeros would flatter the GEMMs).
+Tensor random_gpu(Shape s, uint64_t seed, DType dt) {
+  const int64_t n = shape_numel(s), block = std::min<int64_t>(n, int64_t(1) << 22);
+  Tensor src = seeded_normal({block}, seed, 1).to_device(Device::cuda).to(dt);
+  Tensor out = Tensor::empty(dt, s, Device::cuda);
+  const size_t es = dtype_size(dt);
+  for (int64_t off = 0; off < n; off += block) {
+    const int64_t len = std::min(block, n - off);
+    device_hooks().copy(static_cast<std::byte*>(out.raw()) + off * es, true, src.raw(), true, len * es);
+  }
+  return out;
+}
+
+// The regions of one block at packed length S, timed in isolation; seconds per block.
+nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
+  const int64_t H = c.hidden_size, I = c.inner_dim(), F = c.ffn_dim, D = c.attention_head_dim;
+  const DType bf = DType::bf16;
+  auto weight = [&](int64_t out, int64_t in, uint64_t seed) {
+    Tensor w = random_gpu({out, in}, seed, bf);
+    return p == Precision::fp8 ? ops::quantize_fp8(w) : w;
+  };
+  Tensor x = random_gpu({S, H}, 1, bf), wq = weight(I, H, 2), wo = weight(H, I, 3), w1 = weight(2 * F, H, 4),
+         w2 = weight(H, F, 5);
+  Tensor q = random_gpu({S, I}, 6, bf), k = random_gpu({S, I}, 7, bf), v = random_gpu({S, I}, 8, bf);
+  Tensor g = random_gpu({S, F}, 9, bf), u = random_gpu({S, 2 * F}, 10, bf);
+  Tensor table = random_gpu({3, H}, 11, bf), nw = random_gpu({H}, 12, bf), qn = random_gpu({D}, 13, bf);
+  Tensor cs = random_gpu({S, c.rotary_dim()}, 14, bf), sn = random_gpu({S, c.rotary_dim()}, 15, bf);
+  std::vector<int32_t> idx_host(static_cast<size_t>(S));
+  for (int64_t i = 0; i < S; ++i) idx_host[i] = static_cast<int32_t>(i % 3);
+  Tensor idx = Tensor::from(idx_host, {S}).to_device(Device::cuda);
+  nlohmann::json r;
+  auto gemm = [&](const char* name, const Tensor& in, const Tensor& w, int count) {
+    const double s = count * time_median(reps, [&] { ops::linear(in, w); });
+    r[name] = {{"seconds", s}, {"tflops", count * 2.0 * S * w.dim(0) * w.dim(1) / s / 1e12}};
+  };
+  gemm("qkv", x, wq, 3);
+  {
+    const double s = time_median(reps, [&] { ops::attention(q, k, v, D); });
+    r["attention"] = {{"seconds", s}, {"tflops", 4.0 * S * S * I / s / 1e12}};
+  }
+  // Not part of the per-block sum: one rank's share of 8-way Ulysses (7 heads), and the AdaLN table GEMM.
+  nlohmann::json extra;
+  {
+    const int64_t h7 = 7 * D;
+    Tensor q7 = ops::columns(q, 0, h7), k7 = ops::columns(k, 0, h7), v7 = ops::columns(v, 0, h7);
+    const double s = time_median(reps, [&] { ops::attention(q7, k7, v7, D); });
+    extra["attention_7_heads"] = {{"seconds", s}, {"tflops", 4.0 * S * S * h7 / s / 1e12}};
+    Tensor ada_in = random_gpu({2, c.time_embed_dim}, 16, bf), ada_w = random_gpu({18 * H, c.time_embed_dim}, 17, bf);
+    const double a = time_median(reps, [&] { ops::linear(ada_in, ada_w); });
+    extra["adaln_table"] = {{"seconds", a}, {"gbytes_per_s", ada_w.nbytes() / a / 1e9}};
+  }
+  gemm("out", q, wo, 1);
+  gemm("fc1", x, w1, 1);
+  gemm("fc2", g, w2, 1);
+  {
+    // Per block: two norm+modulations, two gated residuals, q and k norm+RoPE, one SwiGLU.
+    auto bytes_rate = [&](const char* name, double bytes, auto f) {
+      const double s = time_median(reps, f);
+      extra[name] = {{"seconds", s}, {"gbytes_per_s", bytes / s / 1e9}};
+      return s;
+    };
+    const double xb = static_cast<double>(x.nbytes()), qb = static_cast<double>(q.nbytes());
+    double s = 2 * bytes_rate("norm_modulate", 2 * xb, [&] { ops::norm_modulate(x, nw, 1e-6, table, table, idx, true); });
+    s += 2 * bytes_rate("gate_residual", 3 * xb, [&] { ops::gate_residual(x, table, idx, x, true); });
+    s += 2 * bytes_rate("qk_norm_rope", 2 * qb, [&] { ops::qk_norm_rope(q, qn, D, 1e-6, cs, sn, true); });
+    s += bytes_rate("swiglu", 1.5 * static_cast<double>(u.nbytes()), [&] { ops::swiglu(u, true); });
+    r["norms_modulation"] = {{"seconds", s}};
+  }
+  r["_not_summed"] = extra;
+  return r;
+}
+
+// One Ulysses rank's compute per block at world size N: its rows (GEMMs, norms) and, after the all-to-all, its heads
+// over every row (attention). Seconds, measured on this GPU.
+double ulysses_rank_block(const DitConfig& c, int64_t S, int N, Precision p, int reps) {
+  const int64_t H = c.hidden_size, I = c.inner_dim(), F = c.ffn_dim, D = c.attention_head_dim;
+  const int64_t rows = (S + N - 1) / N, heads = (c.num_attention_heads + N - 1) / N;
+  const DType bf = DType::bf16;
+  auto weight = [&](int64_t out, int64_t in, uint64_t seed) {
+    Tensor w = random_gpu({out, in}, seed, bf);
+    return p == Precision::fp8 ? ops::quantize_fp8(w) : w;
+  };
+  Tensor x = random_gpu({rows, H}, 1, bf), wq = weight(I, H, 2), wo = weight(H, I, 3), w1 = weight(2 * F, H, 4),
+         w2 = weight(H, F, 5);
+  Tensor qr = random_gpu({rows, I}, 6, bf), g = random_gpu({rows, F}, 9, bf);
+  Tensor q = random_gpu({S, heads * D}, 7, bf), k = random_gpu({S, heads * D}, 8, bf), v = random_gpu({S, heads * D}, 11, bf);
+  Tensor table = random_gpu({3, H}, 12, bf), nw = random_gpu({H}, 13, bf), qn = random_gpu({D}, 14, bf);
+  Tensor cs = random_gpu({rows, c.rotary_dim()}, 15, bf), sn = random_gpu({rows, c.rotary_dim()}, 16, bf);
+  std::vector<int32_t> idx_host(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) idx_host[i] = static_cast<int32_t>(i % 3);
+  Tensor idx = Tensor::from(idx_host, {rows}).to_device(Device::cuda);
+  return time_median(reps, [&] {
+    Tensor xq = p == Precision::fp8 ? ops::quantize_fp8(x) : x;
+    for (int n = 0; n < 3; ++n) ops::qk_norm_rope(ops::linear(xq, wq), qn, D, 1e-6, cs, sn, true);
+    ops::attention(q, k, v, D);
+    ops::gate_residual(x, table, idx, ops::linear(qr, wo), true);
+    ops::norm_modulate(x, nw, 1e-6, table, table, idx, true);
+    ops::swiglu(ops::linear(x, w1), true);
+    ops::gate_residual(x, table, idx, ops::linear(g, w2), true);
+    ops::norm_modulate(x, nw, 1e-6, table, table, idx, true);
+  });
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "the full DiT on the GPU: time per forward, TFLOPS, memory, regions");
+  struct Opts {
+    std::vector<std::string> res{"480p", "768p"}, precisions{"bf16", "fp8"};
+    std::string model = "procedural:full", json;
+    int reps = 3;
+    int blocks = 0;
+    std::vector<int> partitions;
+    double link_gbps = 370;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--res", o->res, "480p (832x480, 124 frames, 64 text rows) and/or 768p (1344x768, 124, 120)")
+      ->check(CLI::IsMember({"480p", "768p"}))->capture_default_str();
+  cmd->add_option("--precision", o->precisions, "bf16 and/or fp8")->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--model", o->model, "DiT weights (default: the released config with procedural weights)")
+      ->capture_default_str();
+  cmd->add_option("--reps", o->reps, "timed forwards (median) after one warm-up")->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_option("--blocks", o->blocks, "use only the first N blocks (quick checks; 0 = all)");
+  cmd->add_option("--json", o->json, "also write the results here");
+  cmd->add_option("--partitions", o->partitions,
+                  "also time one rank's share of N-way Ulysses on this GPU (compute measured, exchange modelled)");
+  cmd->add_option("--link-gbps", o->link_gbps, "bus bandwidth for the modelled all-to-alls (NVLink 4 NCCL: ~370)")
+      ->capture_default_str();
+  return [o]() -> int {
+    if (g_device != "cuda") fail("h3 bench measures the GPU: run it as `h3 --device cuda bench`");
+    DitCheckpoint ck = DitCheckpoint::open(o->model);
+    if (o->blocks > 0) {
+      if (!o->model.starts_with("procedural:")) fail("--blocks needs a procedural model (procedural:full)");
+      DitConfig cfg = ck.config();
+      cfg.num_layers = o->blocks;
+      ck = DitCheckpoint::procedural(cfg, kDefaultProceduralSeed, o->model + " (first " + std::to_string(o->blocks) +
+                                                                      " blocks)");
+    }
+    const DitConfig& c = ck.config();
+    std::map<std::string, Resolution> known = {
+        {"480p", {"480p", {124, 480, 832, 64, 0.25f, 0.5f, 0}}},
+        {"768p", {"768p", {124, 768, 1344, 120, 0.25f, 0.5f, 0}}}};
+    nlohmann::json all = nlohmann::json::array();
+    std::printf("h3 bench: %s, %d blocks, %s\n", o->model.c_str(), c.num_layers, gpu_description().c_str());
+    std::printf("%-5s %-5s %7s %10s %9s %9s %9s %10s\n", "res", "dtype", "S", "s/forward", "TFLOPS", "GEMM TF",
+                "attn TF", "peak GiB");
+    for (const auto& pname : o->precisions) {
+      const Precision p = precision_from_name(pname);
+      gpu_reset_peak();
+      auto t0 = clock_type::now();
+      auto model = std::make_unique<DitModel>(ck, p, DistPlan::single(), Device::cuda);
+      gpu_synchronize();
+      const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+      spdlog::info("{} model on the GPU in {:.1f} s ({:.1f} GiB of weights)", pname, load_s,
+                   (model->replicated_bytes() + model->sharded_bytes()) / 1073741824.0);
+      for (const auto& rname : o->res) {
+        const Resolution& r = known.at(rname);
+        DitInputs in = make_synthetic_inputs(c, r.req);
+        const int64_t S = in.seq_len();
+        gpu_reset_peak();
+        const double s = time_median(o->reps, [&] { model->forward(in); });
+        const double peak = gpu_peak_bytes() / 1073741824.0;
+        const double gemm_flops = 2.0 * S * c.num_layers *
+                                  (3.0 * c.inner_dim() * c.hidden_size + c.hidden_size * c.inner_dim() +
+                                   2.0 * c.ffn_dim * c.hidden_size + c.hidden_size * c.ffn_dim);
+        const double attn_flops = 4.0 * S * S * c.inner_dim() * c.num_layers;
+        nlohmann::json reg = regions(c, S, p, o->reps);
+        double gemm_s = 0, attn_s = reg["attention"]["seconds"].get<double>() * c.num_layers;
+        for (const char* g : {"qkv", "out", "fc1", "fc2"}) gemm_s += reg[g]["seconds"].get<double>() * c.num_layers;
+        std::printf("%-5s %-5s %7lld %10.3f %9.0f %9.0f %9.0f %10.1f\n", rname.c_str(), pname.c_str(),
+                    static_cast<long long>(S), s, (gemm_flops + attn_flops) / s / 1e12, gemm_flops / gemm_s / 1e12,
+                    attn_flops / attn_s / 1e12, peak);
+        std::printf("      regions (isolated, x%d blocks):", c.num_layers);
+        double sum = 0;
+        for (auto& [name, v] : reg.items()) {
+          if (name.starts_with("_")) continue;
+          const double t = v["seconds"].get<double>() * c.num_layers;
+          sum += t;
+          std::printf(" %s %.3f s", name.c_str(), t);
+        }
+        std::printf(" | sum %.3f s, rest of the forward %.3f s\n", sum, s - sum);
+        std::printf("      kernels:");
+        for (auto& [name, v] : reg["_not_summed"].items()) {
+          std::printf(" %s %.2f ms", name.c_str(), v["seconds"].get<double>() * 1e3);
+          if (v.contains("tflops")) std::printf(" (%.0f TF)", v["tflops"].get<double>());
+          if (v.contains("gbytes_per_s")) std::printf(" (%.0f GB/s)", v["gbytes_per_s"].get<double>());
+        }
+        std::printf("\n");
+        all.push_back({{"gpu", gpu_description()}, {"resolution", rname}, {"precision", pname}, {"S", S},
+                       {"blocks", c.num_layers}, {"seconds_per_forward", s},
+                       {"tflops", (gemm_flops + attn_flops) / s / 1e12}, {"gemm_tflops_isolated", gemm_flops / gemm_s / 1e12},
+                       {"attention_tflops_isolated", attn_flops / attn_s / 1e12}, {"peak_gib", peak},
+                       {"load_seconds", load_s}, {"regions_per_block", reg}, {"exchange_seconds", 0.0}});
+      }
+    }
+    if (!o->partitions.empty()) {
+      // Per-rank compute of each N-way Ulysses partition measured here; the four all-to-alls per block (q, k, v in,
+      // attention out back: each rank sends rows/N x 7168 bf16 values (N-1)/N of them away) modelled at
+      // --link-gbps, not overlapped (an upper bound on the step time).
+      std::printf("\nUlysses per-rank partition (compute measured on this GPU, exchange MODELLED at %.0f GB/s)\n",
+                  o->link_gbps);
+      std::printf("%-5s %-5s %3s %12s %12s %10s %9s %11s\n", "res", "dtype", "N", "compute s", "exchange s",
+                  "s/step", "speed-up", "efficiency");
+      for (const auto& pname : o->precisions)
+        for (const auto& rname : o->res) {
+          const Precision p = precision_from_name(pname);
+          const int64_t S = make_synthetic_inputs(c, known.at(rname).req).seq_len();
+          double t1 = 0;
+          for (int N : o->partitions) {
+            const double compute = c.num_layers * ulysses_rank_block(c, S, N, p, o->reps);
+            const int64_t rows = (S + N - 1) / N;
+            const double bytes = 4.0 * rows * c.inner_dim() * 2.0 * (N - 1) / N * c.num_layers;
+            const double exchange = N > 1 ? bytes / (o->link_gbps * 1e9) : 0.0;
+            const double step = compute + exchange;
+            if (N == 1) t1 = step;
+            const double speedup = t1 > 0 ? t1 / step : 0;
+            std::printf("%-5s %-5s %3d %12.3f %12.3f %10.3f %9.2f %11.2f\n", rname.c_str(), pname.c_str(), N, compute,
+                        exchange, step, speedup, t1 > 0 ? speedup / N : 0);
+            all.push_back({{"kind", "ulysses_partition_modelled"}, {"resolution", rname}, {"precision", pname},
+                           {"world", N}, {"compute_seconds_measured", compute}, {"exchange_seconds_modelled", exchange},
+                           {"seconds_per_step", step}, {"speedup_vs_1", speedup}, {"link_gbps", o->link_gbps}});
+          }
+        }
+    }
+    if (!o->json.empty()) {
+      std::ofstream(o->json) << all.dump(2) << "\n";
+      std::printf("wrote %s\n", o->json.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace h3::cli
