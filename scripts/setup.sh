@@ -7,6 +7,8 @@ packages=(
   libopenblas-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
+  libcpp-httplib-dev libsqlite3-dev python3 chromium
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -10,6 +10,8 @@
 #include "core/parallel.h"
 #include "dist/comm.h"
 #include "dist/plan.h"
+#include "io/lora.h"
+#include "io/safetensors.h"
 #include "pipeline/synthetic.h"
 
 namespace h3::cli {
@@ -25,8 +27,9 @@ double rms(const Tensor& t) {
 Runner add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("forward", "one DiT forward on a seeded request and a short report");
   struct Opts {
-    std::string model = "procedural:mini", precision = "f32", mode = "ulysses";
+    std::string model = "procedural:mini", precision = "f32", mode = "ulysses", dump;
     int tp = 1, chunks = 1;
+    std::vector<std::string> loras;
     SyntheticRequest req;
   };
   auto o = std::make_shared<Opts>();
@@ -44,6 +47,8 @@ Runner add_run(CLI::App& app) {
       ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))->envname("H3_MODE")->capture_default_str();
   cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
   cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
+  cmd->add_option("--lora", o->loras, "LoRA merged on load, FILE[:STRENGTH] (repeatable)")->envname("H3_LORA");
+  cmd->add_option("--dump-output", o->dump, "write the outputs to this .safetensors file (rank 0)");
   return [o]() -> int {
     // Short clips are allowed here (the procedural mini model is a test bed); long ones are refused like requests.
     if (align_num_frames(o->req.num_frames) > kMaxRequestFrames)
@@ -52,6 +57,7 @@ Runner add_run(CLI::App& app) {
     auto t0 = clock::now();
     DitCheckpoint ck = DitCheckpoint::open(o->model);
     Comm& w = world();
+    add_loras(ck, o->loras, w.rank());
     DistPlan plan = w.size() > 1 ? DistPlan::make(w, {dist_mode_from_name(o->mode), o->tp, o->chunks},
                                                   ck.config().num_attention_heads, ck.config().ffn_dim)
                                  : DistPlan::single();
@@ -63,6 +69,7 @@ Runner add_run(CLI::App& app) {
     auto t3 = clock::now();
     auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
     if (w.rank() != 0) return 0;
+    if (!o->dump.empty()) write_safetensors(o->dump, {{"video", out.video}, {"audio", out.audio}});
     const DitConfig& c = ck.config();
     std::printf("h3 forward: %s, %s, %d threads per rank\n", o->model.c_str(), o->precision.c_str(), cpu_threads());
     if (w.size() > 1) std::printf("  ranks       %s\n", plan.describe().c_str());

@@ -1,9 +1,11 @@
 // h3 info PATH: what a checkpoint is (layout, config, dtypes, parameters, bytes), read from headers only.
+#include <filesystem>
 #include <memory>
 
 #include "commands.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/lora.h"
 #include "model/dit.h"
 
 namespace h3::cli {
@@ -11,7 +13,7 @@ namespace h3::cli {
 Runner add_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "describe a DiT checkpoint (file, folder or procedural:NAME) without loading it");
   struct Opts {
-    std::string path, qkv, mode = "ulysses", precision = "bf16";
+    std::string path, qkv, mode = "ulysses", precision = "bf16", lora_for = "procedural:full";
     int tp = 1;
     int64_t seq = 37830;
   };
@@ -26,7 +28,14 @@ Runner add_info(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "packed length for the activation estimate (768p: 37830)")->capture_default_str();
   cmd->add_option("--precision", o->precision, "bytes per element of the report: f64, f32 or bf16")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))->capture_default_str();
+  cmd->add_option("--lora-for", o->lora_for, "LORA files: the DiT they are checked against")->capture_default_str();
   return [o]() -> int {
+    if (o->path.ends_with(".safetensors") && std::filesystem::exists(o->path) && looks_like_lora(o->path)) {
+      DitCheckpoint base = DitCheckpoint::open(o->lora_for);
+      LoraFile lf = LoraFile::open(o->path, 1.0, base.config());
+      std::printf("%s\n(checked against the config of %s)\n", lf.describe().c_str(), o->lora_for.c_str());
+      return 0;
+    }
     DitCheckpointOptions opt;
     if (o->qkv == "interleaved") opt.qkv_order = QkvOrder::interleaved;
     if (o->qkv == "blocked") opt.qkv_order = QkvOrder::blocked;

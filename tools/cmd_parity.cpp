@@ -7,6 +7,7 @@
 #include "core/compare.h"
 #include "core/log.h"
 #include "dist/comm.h"
+#include "io/lora.h"
 #include "model/dit_verify.h"
 
 namespace h3::cli {
@@ -15,6 +16,7 @@ namespace {
 struct Opts {
   std::string file, mode = "ulysses", precision = "f32", weights;
   int tp = 1, chunks = 1;
+  std::vector<std::string> loras;
 };
 
 void add_dist_options(CLI::App* cmd, Opts& o) {
@@ -34,6 +36,7 @@ Runner add_parity(CLI::App& app) {
       ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--weights", o->weights, "DiT weights instead of the file's own");
+  cmd->add_option("--lora", o->loras, "LoRA merged on load, FILE[:STRENGTH] (repeatable)")->envname("H3_LORA");
   add_dist_options(cmd, *o);
   return [o]() -> int {
     Comm& w = world();
@@ -43,6 +46,7 @@ Runner add_parity(CLI::App& app) {
     const Precision prec = precision_from_name(o->precision);
     const Device dev = g_device == "cuda" ? Device::cuda : Device::cpu;
     DitCheckpoint ck = dit_golden_weights(f, o->weights);
+    add_loras(ck, o->loras, w.rank());
     // The 1-rank reference first, on rank 0, and freed before the distributed model exists (peak memory).
     std::vector<std::string> cases = dit_golden_cases(f);
     std::vector<DitOutputs> reference;

@@ -7,6 +7,7 @@
 #include "model/text_verify.h"
 #include "model/vae_verify.h"
 #include "pipeline/layout_verify.h"
+#include "pipeline/pipeline_verify.h"
 
 namespace h3::cli {
 
@@ -18,6 +19,7 @@ Runner add_verify(CLI::App& app) {
     std::string dump, mode;
     int tp = 1, chunks = 1;
     std::string tokenizer;  // FILE.json = tokenizer cases for this tokenizer.json
+    std::vector<std::string> loras;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "golden safetensors file")->required();
@@ -32,8 +34,10 @@ Runner add_verify(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer,
                   "with FILE.json: check FILE's tokenizer cases against this tokenizer.json")
       ->envname("H3_TOKENIZER");
+  cmd->add_option("--lora", o->loras, "DiT sets: LoRA merged on load, FILE[:STRENGTH] (repeatable; the golden "
+                  "outputs must have been made with the same LoRA)");
   cmd->add_option("--dump", o->dump, "write every named activation to PREFIX[.case].safetensors (debugging)");
-  return [o]() -> int {
+  return [o, cmd]() -> int {
     if (o->file.ends_with(".json") && !o->tokenizer.empty()) {
       std::printf("verify %s: tokenizer cases, tokenizer %s\n", o->file.c_str(), o->tokenizer.c_str());
       VerifyReport rep = verify_tokenizer_cases(o->file, o->tokenizer);
@@ -45,17 +49,34 @@ Runner add_verify(CLI::App& app) {
       return 1;
     }
     SafeTensors f = SafeTensors::open(o->file);
+    if (looks_like_pipeline_golden(f)) {
+      PipelineVerifyOptions po;
+      po.precision = precision_from_name(o->precision == "f64" && !cmd->count("--precision") ? "f32" : o->precision);
+      if (o->tol > 0) po.tolerance = o->tol;
+      po.dit_weights = o->weights;
+      if (!o->mode.empty() || world().size() > 1)
+        po.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks};
+      const bool root = world().rank() == 0;
+      if (root)
+        std::printf("verify %s: t2va pipeline set, precision %s, %d rank(s)\n", o->file.c_str(),
+                    precision_name(po.precision).data(), world().size());
+      VerifyReport rep = verify_pipeline_file(f, po);
+      if (root) rep.print(stdout);
+      return rep.pass() ? 0 : 1;
+    }
     if (looks_like_dit_golden(f)) {
       VerifyOptions vo;
       vo.precision = precision_from_name(o->precision);
       vo.weights = o->weights;
+      vo.loras = o->loras;
       if (o->tol > 0) vo.tolerance = o->tol;
       vo.dump_prefix = o->dump;
       vo.device = g_device == "cuda" ? Device::cuda : Device::cpu;
       if (!o->mode.empty() || world().size() > 1)
         vo.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks};
       const bool root = world().rank() == 0;
-      if (root) std::printf("verify %s: DiT golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
+      if (root) std::printf("verify %s: DiT golden set, precision %s on the %s\n", o->file.c_str(), o->precision.c_str(),
+                              g_device == "cuda" ? "GPU" : "CPU");
       VerifyReport rep = verify_dit_file(f, vo);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;

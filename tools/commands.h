@@ -8,6 +8,7 @@ namespace h3::cli {
 
 // The global --ranks value (for commands that report on a world size without starting it).
 inline int g_ranks = 1;
+// The global --device (cpu or cuda) and --deterministic values; the GPU backend is started before the command runs.
 inline std::string g_device = "cpu";
 inline bool g_deterministic = false;
 
@@ -21,5 +22,9 @@ Runner add_bench_comm(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_vae_parity(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_generate(CLI::App& app);
+Runner add_serve(CLI::App& app);
+Runner add_serve_worker(CLI::App& app);
+Runner add_decode(CLI::App& app);
 
 }  // namespace h3::cli

@@ -22,8 +22,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)->envname("H3_TIMEOUT");
   std::string device = "cpu";
   bool deterministic = false;
-  app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->envname("H3_DEVICE");
-  app.add_flag("--deterministic", deterministic, "GPU: fixed algorithms")->envname("H3_DETERMINISTIC");
+  app.add_option("--device", device, "cpu, or cuda (the DiT on the GPU; ranks share GPUs round-robin)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->envname("H3_DEVICE");
+  app.add_flag("--deterministic", deterministic,
+               "GPU: fixed GEMM and attention choices so ulysses/ulysses-ag give bitwise equal outputs at every world "
+               "size")->envname("H3_DETERMINISTIC");
   app.fallthrough();
   std::map<CLI::App*, h3::cli::Runner> runners;
   auto reg = [&](h3::cli::Runner (*add)(CLI::App&)) {
@@ -40,6 +43,10 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_convert);
   reg(h3::cli::add_vae_parity);
   reg(h3::cli::add_bench);
+  reg(h3::cli::add_generate);
+  reg(h3::cli::add_serve);
+  reg(h3::cli::add_serve_worker);
+  reg(h3::cli::add_decode);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -47,7 +54,8 @@ int main(int argc, char** argv) {
   }
   try {
     // `info --ranks N` only reports what N ranks would hold; it never starts them.
-    const bool report_only = app.got_subcommand("info");
+    // `serve --ranks N` starts its rank group itself (src/serve/supervisor.h); the supervisor stays one process.
+    const bool report_only = app.got_subcommand("info") || app.got_subcommand("serve");
     if (!report_only) h3::relaunch_under_mpi_if_needed(ranks, argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

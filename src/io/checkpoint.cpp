@@ -83,6 +83,62 @@ bool is_quant_key(const std::string& k) {
   return k == "scaled_fp8";
 }
 
+// The quantized weights of one file: ComfyUI comfy_quant descriptions, legacy scale_weight, or a bare weight_scale
+// next to an F8_E4M3 / I8 weight. Throws naming the file and key for formats this engine cannot dequantize.
+std::map<std::string, QuantSpec> collect_quant(const SafeTensors& st) {
+  std::map<std::string, QuantSpec> out;
+  auto need = [&](const std::string& key, const std::string& why) {
+    if (!st.has(key)) fail("{}: '{}' needs '{}', which is missing", st.path(), why, key);
+  };
+  for (const auto& k : st.keys()) {
+    std::string layer;
+    QuantSpec q;
+    if (k.ends_with(".comfy_quant")) {
+      layer = k.substr(0, k.size() - std::strlen(".comfy_quant"));
+      Tensor b = st.get(k);
+      if (b.dtype() != DType::u8 && b.dtype() != DType::i8)
+        fail("{}: '{}' is {}, expected U8 bytes of JSON", st.path(), k, b.describe());
+      std::string text(static_cast<const char*>(b.raw()), static_cast<size_t>(b.numel()));
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(text);
+      } catch (const std::exception& e) {
+        fail("{}: '{}' is not JSON ({}): {}", st.path(), k, e.what(), text);
+      }
+      const std::string format = j.value("format", "");
+      if (format == "float8_e4m3fn") {
+        q.kind = QuantSpec::fp8;
+      } else if (format == "int8_tensorwise") {
+        q.kind = QuantSpec::int8;
+        if (j.value("convrot", false)) q.convrot_group = j.value("convrot_groupsize", 256);
+      } else {
+        fail("{}: '{}' has format '{}', which this engine cannot dequantize (supported: float8_e4m3fn, "
+             "int8_tensorwise with or without convrot); convert the checkpoint to bf16",
+             st.path(), k, format);
+      }
+      q.scale_key = layer + ".weight_scale";
+    } else if (k.ends_with(".scale_weight")) {  // legacy scaled_fp8
+      layer = k.substr(0, k.size() - std::strlen(".scale_weight"));
+      q.kind = QuantSpec::fp8;
+      q.scale_key = k;
+    } else if (k.ends_with(".weight_scale") && !st.has(k.substr(0, k.size() - 13) + ".comfy_quant")) {
+      layer = k.substr(0, k.size() - std::strlen(".weight_scale"));
+      need(layer + ".weight", k);
+      const DType dt = st.info(layer + ".weight").dtype;
+      if (dt != DType::fp8_e4m3 && dt != DType::i8)
+        fail("{}: '{}' scales '{}.weight' of dtype {}, expected F8_E4M3 or I8", st.path(), k, layer, dtype_name(dt));
+      q.kind = dt == DType::fp8_e4m3 ? QuantSpec::fp8 : QuantSpec::int8;
+      q.scale_key = k;
+    } else {
+      continue;
+    }
+    need(layer + ".weight", k);
+    need(q.scale_key, k);
+    out[layer + ".weight"] = q;
+  }
+  return out;
+}
+
 // Infers the config from parameter shapes (used when no config.json or "config" metadata exists).
 DitConfig infer_config(const std::map<std::string, Shape>& shapes, const std::string& where) {
   auto need = [&](const std::string& k, size_t ndim) -> const Shape& {
@@ -122,6 +178,8 @@ DitConfig infer_config(const std::map<std::string, Shape>& shapes, const std::st
 }
 
 }  // namespace
+
+std::string dit_official_to_diffusers(const std::string& key) { return official_to_diffusers(key); }
 
 DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOptions& opt) {
   DitCheckpoint ck;
@@ -197,20 +255,17 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
 
   // Which naming? Look at all keys across files.
   bool any_diffusers = false, any_official = false, any_golden = false, any_comfy_prefix = false;
-  std::vector<std::string> quant_keys;
   for (const auto& st : ck.files_) {
     for (const auto& k : st->keys()) {
       if (starts_with(k, "weight.")) any_golden = true;
       else if (starts_with(k, "model.diffusion_model.")) any_comfy_prefix = true;
       else if (starts_with(k, "transformer_blocks.") || starts_with(k, "proj_in.")) any_diffusers = true;
       else if (starts_with(k, "blocks.") || starts_with(k, "video_patch_proj.")) any_official = true;
-      if (is_quant_key(k)) quant_keys.push_back(k);
     }
   }
-  if (!quant_keys.empty())
-    fail("{}: quantized checkpoint (e.g. key '{}'): fp8/int8 scale tensors are not supported by this version yet; "
-         "use a bf16/fp32 checkpoint",
-         path, quant_keys.front());
+  // Quantized weights (io/quant.h): per file, stored weight key -> how to dequantize it.
+  std::vector<std::map<std::string, QuantSpec>> quant(ck.files_.size());
+  for (size_t fi = 0; fi < ck.files_.size(); ++fi) quant[fi] = collect_quant(*ck.files_[fi]);
   int kinds = int(any_golden) + int(any_diffusers) + int(any_official || any_comfy_prefix);
   if (kinds == 0) fail("{}: no DiT parameters found (neither diffusers, released nor ComfyUI key names)", path);
   if (kinds > 1) fail("{}: mixes key naming schemes (diffusers / released / golden); give one checkpoint", path);
@@ -276,12 +331,14 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
     const auto& st = *ck.files_[fi];
     for (const auto& k : st.keys()) {
       if (any_golden && !starts_with(k, "weight.")) continue;  // inputs and outputs of the golden case
+      if (is_quant_key(k) || k.ends_with("scaled_fp8")) continue;  // scales ride with their weight (quant[fi])
       if (!strip.empty() && !starts_with(k, strip)) {
         unexpected.push_back(k);
         continue;
       }
       std::string name = k.substr(strip.size());
       Source src{static_cast<int>(fi), k};
+      if (auto q = quant[fi].find(k); q != quant[fi].end()) src.quant = q->second;
       if (ck.layout_ == DitLayout::official || ck.layout_ == DitLayout::comfy) {
         if (name == "rope.inv_freq") continue;  // recomputed from the config
         std::string d = official_to_diffusers(name);
@@ -387,13 +444,13 @@ DType DitCheckpoint::stored_dtype(const std::string& key) const {
 Tensor DitCheckpoint::get(const std::string& key, Device device) const {
   if (device == Device::cpu) return get(key);
   auto it = sources_.find(key);
-  if (it != sources_.end() && it->second.file < 0)
+  if (it != sources_.end() && it->second.file < 0 && loras_.empty())
     for (const auto& [k, s] : config_.parameters())
       if (k == key) return procedural_tensor(k, s, seed_, device);
   return get(key).to_device(device);
 }
 
-Tensor DitCheckpoint::get(const std::string& key) const {
+Tensor DitCheckpoint::get_base(const std::string& key) const {
   auto it = sources_.find(key);
   if (it == sources_.end()) fail("{}: no parameter '{}'", path_, key);
   const Source& src = it->second;
@@ -402,6 +459,9 @@ Tensor DitCheckpoint::get(const std::string& key) const {
       if (k == key) return procedural_tensor(k, s, seed_);
   }
   Tensor t = files_[src.file]->get(src.key);
+  if (src.quant.kind != QuantSpec::none)
+    t = dequantize_weight(t, files_[src.file]->get(src.quant.scale_key), src.quant, files_[src.file]->path() + ": '" +
+                          src.key + "'");
   if (src.kind == Source::plain) return t;
   const int64_t rows = t.dim(0), cols = t.dim(1);
   const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype());

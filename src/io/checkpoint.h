@@ -11,10 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "io/quant.h"
 #include "io/safetensors.h"
 #include "model/dit_config.h"
 
 namespace h3 {
+
+struct LoraFile;  // io/lora.h
 
 enum class DitLayout { diffusers, official, comfy, golden, procedural };
 std::string_view layout_name(DitLayout l);
@@ -43,8 +46,18 @@ class DitCheckpoint {
 
   // Stored dtype of a parameter (f32 for procedural).
   DType stored_dtype(const std::string& key) const;
-  // The parameter under its diffusers name, in its stored dtype (procedural: f32).
+  // The parameter under its diffusers name, in its stored dtype (procedural: f32); with LoRAs added, adapted
+  // parameters come back merged (W + s*B*A, f32; io/lora.h).
   Tensor get(const std::string& key) const;
+  // Rows [begin, end) / columns [begin, end) of a 2-D parameter, merged with the LoRAs on that block only (bitwise
+  // the same values as the rows / columns of get(key)).
+  Tensor get_rows(const std::string& key, int64_t begin, int64_t end) const;
+  Tensor get_columns(const std::string& key, int64_t begin, int64_t end) const;
+  // Adds a LoRA merged on every later get() (io/lora.cpp). interleaved_override: -1 detect, 0 blocked, 1 interleaved.
+  void add_lora(const std::string& path, double strength, int interleaved_override = -1);
+  const std::vector<std::shared_ptr<const LoraFile>>& loras() const { return loras_; }
+  // FNV-1a over the LoRAs' applied tensors and scales, in order (the value of an empty list when none).
+  uint64_t lora_digest() const;
   // The same on `device`: procedural weights are generated there directly (no host copy), file weights are copied.
   Tensor get(const std::string& key, Device device) const;
   // Bytes of parameter data as stored, and the count per stored dtype.
@@ -58,6 +71,7 @@ class DitCheckpoint {
     std::string key;        // key inside the file
     enum Kind { plain, qkv_part, swap_halves } kind = plain;
     int part = 0;           // 0 q, 1 k, 2 v for qkv_part
+    QuantSpec quant{};      // quantized weights: dequantized (in stored row order) before the split / swap
   };
   std::string path_;
   DitLayout layout_ = DitLayout::diffusers;
@@ -69,6 +83,11 @@ class DitCheckpoint {
   std::vector<std::shared_ptr<SafeTensors>> files_;
   std::vector<std::string> file_names_;
   std::map<std::string, Source> sources_;
+  std::vector<std::shared_ptr<const LoraFile>> loras_;
+  Tensor get_base(const std::string& key) const;  // the stored parameter, without LoRAs
 };
+
+// Released/ComfyUI parameter name -> diffusers name ("" when it has none; qkv_proj keeps its fused name).
+std::string dit_official_to_diffusers(const std::string& key);
 
 }  // namespace h3

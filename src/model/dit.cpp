@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "io/lora.h"
 #include "ops/ops.h"
 
 namespace h3 {
@@ -154,6 +155,27 @@ Tensor concat_rows(const Tensor& a, const Tensor& b) {
 }
 }  // namespace
 
+// Every rank of a distributed plan must merge the same LoRAs (same tensors, strengths, order): the digests are
+// gathered and compared with rank 0's before any weight is used.
+void check_lora_agreement(const DitCheckpoint& ck, const DistPlan& plan) {
+  if (!plan.world_comm || plan.world_comm->size() == 1) return;
+  Comm& comm = *plan.world_comm;
+  const uint64_t mine = ck.lora_digest();
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  comm.allgatherv(&mine, all.data(), std::vector<int64_t>(comm.size(), 1), DType::i64, "LoRA digest (agreement)");
+  std::string differ;
+  for (int r = 1; r < comm.size(); ++r)
+    if (all[r] != all[0])
+      differ += fmt::format("{}rank {} (digest {:016x})", differ.empty() ? "" : ", ", comm.world_rank(r), all[r]);
+  if (!differ.empty()) {
+    std::string files;
+    for (const auto& l : ck.loras()) files += fmt::format(" {}:{}", l->path, l->strength);
+    fail("LoRA: ranks disagree with rank 0 (digest {:016x}): {} -- every rank must load the same --lora files and "
+         "strengths in the same order (this is rank {}, LoRAs:{})",
+         all[0], differ, comm.rank(), files.empty() ? " none" : files);
+  }
+}
+
 DitShard DitShard::of(const DitConfig& c, DistMode mode, int K, int U, int t, int u, int world, int64_t S) {
   DitShard s;
   const int heads = c.num_attention_heads;
@@ -207,13 +229,21 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   const Range qkv_rows{heads_qkv_.begin * D, heads_qkv_.end * D}, out_cols{heads_out_.begin * D, heads_out_.end * D};
 
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
-  auto load = [&](const std::string& key, bool bf16_layer) {
-    // Weights already in the compute dtype are used in place (a memory-mapped file stays shared between ranks).
-    Tensor t = ck.get(key, dev_);
+  check_lora_agreement(ck, plan_);
+  auto finish = [&](Tensor t, bool bf16_layer) {
     const bool round = bf16_layer && precision_ == Precision::bf16 && !gpu;
     if (t.dtype() != ct_ || round) t = t.to(ct_);
     if (round) ops::round_bf16_(t);
     return t;
+  };
+  // Weights already in the compute dtype are used in place (a memory-mapped file stays shared between ranks).
+  auto load = [&](const std::string& key, bool bf16_layer) { return finish(ck.get(key, dev_), bf16_layer); };
+  // With LoRAs a rank merges only the rows / columns it keeps (bitwise those of the full merge, io/lora.h).
+  auto load_rows = [&](const std::string& key, Range r) {
+    return ck.loras().empty() ? row_slice(load(key, true), r) : finish(ck.get_rows(key, r.begin, r.end), true);
+  };
+  auto load_cols = [&](const std::string& key, Range c) {
+    return ck.loras().empty() ? column_slice(load(key, true), c) : finish(ck.get_columns(key, c.begin, c.end), true);
   };
   // On the GPU a weight moves over in its layer's dtype: f32 layers stay f32, bf16 layers become bf16, and in
   // fp8 mode the blocks' GEMM weights are quantized per tensor.
@@ -258,19 +288,27 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       return b;
     }
     const bool sliced_qkv = heads_qkv_.size() != heads, sliced_out = heads_out_.size() != heads;
-    b.to_q = keep(row_slice(load(p + "attn.to_q.weight", true), qkv_rows), sliced_qkv, gemm_weight);
-    b.to_k = keep(row_slice(load(p + "attn.to_k.weight", true), qkv_rows), sliced_qkv, gemm_weight);
-    b.to_v = keep(row_slice(load(p + "attn.to_v.weight", true), qkv_rows), sliced_qkv, gemm_weight);
-    b.to_out = keep(column_slice(load(p + "attn.to_out.0.weight", true), out_cols), sliced_out, gemm_weight);
+    b.to_q = keep(load_rows(p + "attn.to_q.weight", qkv_rows), sliced_qkv, gemm_weight);
+    b.to_k = keep(load_rows(p + "attn.to_k.weight", qkv_rows), sliced_qkv, gemm_weight);
+    b.to_v = keep(load_rows(p + "attn.to_v.weight", qkv_rows), sliced_qkv, gemm_weight);
+    b.to_out = keep(load_cols(p + "attn.to_out.0.weight", out_cols), sliced_out, gemm_weight);
     // ff.net.0.proj rows are [value (F); gate (F)]: keep the value and gate rows of this rank's columns.
-    Tensor ff_in = load(p + "ff.net.0.proj.weight", true);
+    const std::string ff_key = p + "ff.net.0.proj.weight";
     const bool sliced_ffn = ffn_.size() != F;
-    b.ff_in = keep(sliced_ffn ? concat_rows(row_slice(ff_in, ffn_), row_slice(ff_in, {F + ffn_.begin, F + ffn_.end}))
-                              : ff_in,
-                   sliced_ffn, gemm_weight);
-    b.ff_out = keep(column_slice(load(p + "ff.net.2.weight", true), ffn_), sliced_ffn, gemm_weight);
+    const Range gate_rows{F + ffn_.begin, F + ffn_.end};
+    Tensor ff_in;
+    if (!sliced_ffn) {
+      ff_in = load(ff_key, true);
+    } else if (ck.loras().empty()) {
+      Tensor whole = load(ff_key, true);
+      ff_in = concat_rows(row_slice(whole, ffn_), row_slice(whole, gate_rows));
+    } else {
+      ff_in = concat_rows(load_rows(ff_key, ffn_), load_rows(ff_key, gate_rows));
+    }
+    b.ff_in = keep(ff_in, sliced_ffn, gemm_weight);
+    b.ff_out = keep(load_cols(p + "ff.net.2.weight", ffn_), sliced_ffn, gemm_weight);
     const bool sliced_ada = ada_rows_.size() != 18 * H;
-    b.adaln_w = keep(row_slice(load(p + "adaln_proj.linear.weight", true), ada_rows_), sliced_ada);
+    b.adaln_w = keep(load_rows(p + "adaln_proj.linear.weight", ada_rows_), sliced_ada);
     b.adaln_b = keep(row_slice(load(p + "adaln_proj.linear.bias", true).reshape({18 * H, 1}), ada_rows_)
                          .reshape({ada_rows_.size()}),
                      sliced_ada);

@@ -108,6 +108,10 @@ class DitModel {
   Tensor refiner_norm_, out_norm_, out_ada_w_, out_ada_b_, proj_out_w_, proj_out_b_, audio_out_w_, audio_out_b_;
 };
 
+// Throws on every rank (naming the ranks that differ from rank 0) unless all ranks of the plan loaded the same
+// LoRAs; the DitModel constructor calls it.
+void check_lora_agreement(const DitCheckpoint& ck, const DistPlan& plan);
+
 // The sinusoidal timestep embedding [M, freq_dim] = [cos(t f_k) | sin(t f_k)], f_k = exp(-ln(1e4) k / half),
 // always computed in f32 as the reference does.
 Tensor timestep_embedding(const Tensor& timestep, int freq_dim);

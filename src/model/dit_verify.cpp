@@ -4,6 +4,7 @@
 
 #include "core/compare.h"
 #include "core/log.h"
+#include "io/lora.h"
 #include "io/procedural.h"
 
 namespace h3 {
@@ -107,6 +108,7 @@ DitCheckpoint dit_golden_weights(const SafeTensors& f, const std::string& overri
 
 VerifyReport verify_dit_file(const SafeTensors& f, const VerifyOptions& opt) {
   DitCheckpoint ck = dit_golden_weights(f, opt.weights);
+  add_loras(ck, opt.loras, world().rank());
   spdlog::info("{}", ck.detection_summary());
   DistPlan plan = opt.dist ? DistPlan::make(world(), *opt.dist, ck.config().num_attention_heads, ck.config().ffn_dim)
                            : DistPlan::single();

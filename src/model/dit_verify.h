@@ -14,6 +14,7 @@ namespace h3 {
 struct VerifyOptions {
   Precision precision = Precision::f64;
   std::string weights;              // "" = the file's own (or procedural, as its metadata says)
+  std::vector<std::string> loras;   // "FILE[:STRENGTH]" merged on load (io/lora.h)
   std::optional<double> tolerance;  // overrides the default for the precision
   std::string dump_prefix;
   std::optional<DistOptions> dist;  // run distributed over world() with these options

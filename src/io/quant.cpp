@@ -1,0 +1,265 @@
+#include "io/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <regex>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+
+namespace h3 {
+
+QuantFormat quant_format_from_name(const std::string& s) {
+  if (s.empty() || s == "none") return QuantFormat::none;
+  if (s == "fp8") return QuantFormat::fp8;
+  if (s == "scaled_fp8") return QuantFormat::scaled_fp8;
+  if (s == "int8") return QuantFormat::int8;
+  if (s == "int8-convrot") return QuantFormat::int8_convrot;
+  fail("unknown quantization '{}' (allowed: fp8, scaled_fp8, int8, int8-convrot)", s);
+}
+
+std::string_view quant_format_name(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::none:
+      return "none";
+    case QuantFormat::fp8:
+      return "fp8";
+    case QuantFormat::scaled_fp8:
+      return "scaled_fp8";
+    case QuantFormat::int8:
+      return "int8";
+    case QuantFormat::int8_convrot:
+      return "int8-convrot";
+  }
+  return "?";
+}
+
+ExportLayout export_layout_from_name(const std::string& s) {
+  if (s == "diffusers") return ExportLayout::diffusers;
+  if (s == "official") return ExportLayout::official;
+  if (s == "comfy") return ExportLayout::comfy;
+  fail("unknown layout '{}' (allowed: diffusers, official, comfy)", s);
+}
+
+int convrot_group_for(int64_t in) {
+  int g = 256;
+  while (g > 1 && in % g != 0) g /= 2;
+  return g;
+}
+
+void hadamard_columns_(Tensor& t, int g) {
+  H3_ASSERT(t.dtype() == DType::f32 && t.ndim() == 2 && g >= 1 && (g & (g - 1)) == 0 && t.dim(1) % g == 0,
+            "hadamard_columns_: {} with group {}", t.describe(), g);
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  const double norm = 1.0 / std::sqrt(static_cast<double>(g));
+  std::vector<double> buf(static_cast<size_t>(g));
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c0 = 0; c0 < cols; c0 += g) {
+      float* v = p + i * cols + c0;
+      for (int k = 0; k < g; ++k) buf[k] = v[k];
+      // Fast Walsh-Hadamard transform (Sylvester order), then the 1/sqrt(g) normalisation.
+      for (int len = 1; len < g; len <<= 1)
+        for (int s = 0; s < g; s += 2 * len)
+          for (int k = s; k < s + len; ++k) {
+            const double a = buf[k], b = buf[k + len];
+            buf[k] = a + b;
+            buf[k + len] = a - b;
+          }
+      for (int k = 0; k < g; ++k) v[k] = static_cast<float>(buf[k] * norm);
+    }
+}
+
+Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& spec,
+                         const std::string& where) {
+  if (q.ndim() != 2) fail("{}: quantized weight {} must be 2-D", where, q.describe());
+  const int64_t rows = q.dim(0), cols = q.dim(1);
+  Tensor w = q.to(DType::f32);
+  float* p = w.data<float>();
+  if (spec.kind == QuantSpec::fp8) {
+    if (q.dtype() != DType::fp8_e4m3)
+      fail("{}: fp8 weight stored as {}, expected F8_E4M3", where, q.describe());
+    if (scale.numel() != 1)
+      fail("{}: fp8 scale '{}' is {}, expected one value", where, spec.scale_key, scale.describe());
+    const float s = static_cast<float>(scale.get(0));
+    for (int64_t i = 0; i < w.numel(); ++i) p[i] *= s;
+    return w;
+  }
+  if (q.dtype() != DType::i8) fail("{}: int8 weight stored as {}, expected I8", where, q.describe());
+  const bool per_row =
+      scale.numel() == rows && (scale.ndim() == 1 || (scale.ndim() == 2 && scale.dim(1) == 1));
+  if (!per_row && scale.numel() != 1)
+    fail("{}: int8 scale '{}' is {}, expected [{}, 1] or one value", where, spec.scale_key, scale.describe(),
+         rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float s = static_cast<float>(scale.get(per_row ? i : 0));
+    for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= s;
+  }
+  if (spec.convrot_group > 0) {
+    if (cols % spec.convrot_group != 0 || (spec.convrot_group & (spec.convrot_group - 1)) != 0)
+      fail("{}: convrot group {} does not divide the input width {} (or is not a power of two)", where,
+           spec.convrot_group, cols);
+    hadamard_columns_(w, spec.convrot_group);
+  }
+  return w;
+}
+
+namespace {
+
+// Released parameter names of a config, in file order.
+std::vector<std::string> official_names(const DitConfig& c) {
+  std::vector<std::string> n = {"video_patch_proj.weight",       "video_patch_proj.bias",
+                                "audio_patch_proj.weight",       "audio_patch_proj.bias",
+                                "condition_proj.weight",         "condition_proj.bias",
+                                "time_embedder.proj_in.weight",  "time_embedder.proj_in.bias",
+                                "time_embedder.proj_out.weight", "time_embedder.proj_out.bias"};
+  auto block = [&](const std::string& p, bool adaln) {
+    for (const char* s : {"norm1.weight", "norm2.weight", "attn.qkv_proj.weight", "attn.q_norm.weight",
+                          "attn.k_norm.weight", "attn.out_proj.weight", "mlp.fc1.weight", "mlp.fc2.weight"})
+      n.push_back(p + s);
+    if (adaln) {
+      n.push_back(p + "adaln_proj.linear.weight");
+      n.push_back(p + "adaln_proj.linear.bias");
+    }
+  };
+  for (int r = 0; r < c.num_refiner_layers; ++r)
+    block("token_refiner.blocks." + std::to_string(r) + ".", false);
+  n.push_back("token_refiner.final_norm.weight");
+  for (int b = 0; b < c.num_layers; ++b) block("blocks." + std::to_string(b) + ".", true);
+  for (const char* s :
+       {"final_layer.norm.weight", "final_layer.adaln_proj.linear.weight",
+        "final_layer.adaln_proj.linear.bias", "final_layer.video_out.weight", "final_layer.video_out.bias",
+        "final_layer.audio_out.weight", "final_layer.audio_out.bias"})
+    n.push_back(s);
+  return n;
+}
+
+bool is_block_gemm(const std::string& name) {
+  static const std::regex official(R"(^blocks\.\d+\.(attn\.(qkv_proj|out_proj)|mlp\.(fc1|fc2))\.weight$)");
+  static const std::regex diffusers(
+      R"(^transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v|to_out\.0)|ff\.net\.(0\.proj|2))\.weight$)");
+  return std::regex_match(name, official) || std::regex_match(name, diffusers);
+}
+
+Tensor scalar_f32(float v) {
+  return Tensor::from(std::vector<float>{v}, {});
+}
+
+Tensor json_bytes(const std::string& s) {
+  Tensor t(DType::u8, {static_cast<int64_t>(s.size())});
+  std::memcpy(t.raw(), s.data(), s.size());
+  return t;
+}
+
+// Appends "<name>" quantized as `q` (plus its scale tensors) to `out`. `w` is f32 [out, in].
+void quantize_into(const std::string& name, const Tensor& w, QuantFormat q,
+                   std::vector<std::pair<std::string, Tensor>>& out) {
+  const std::string layer = name.substr(0, name.size() - std::strlen(".weight"));
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  const float* p = w.data<float>();
+  if (q == QuantFormat::fp8 || q == QuantFormat::scaled_fp8) {
+    float amax = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(p[i]));
+    const float s = amax > 0 ? amax / 448.0f : 1.0f;
+    Tensor t(DType::fp8_e4m3, w.shape());
+    auto* d = static_cast<uint8_t*>(t.raw());
+    for (int64_t i = 0; i < w.numel(); ++i) d[i] = f32_to_fp8e4m3(p[i] / s);
+    out.emplace_back(name, t);
+    if (q == QuantFormat::fp8) {
+      out.emplace_back(layer + ".weight_scale", scalar_f32(s));
+      if (name.find("fc2") == std::string::npos && name.find("ff.net.2") == std::string::npos)
+        out.emplace_back(layer + ".input_scale", scalar_f32(1.0f));
+      out.emplace_back(layer + ".comfy_quant", json_bytes(R"({"format": "float8_e4m3fn"})"));
+    } else {
+      out.emplace_back(layer + ".scale_weight", scalar_f32(s));
+    }
+    return;
+  }
+  Tensor src = w.clone();
+  const int g = q == QuantFormat::int8_convrot ? convrot_group_for(cols) : 0;
+  if (g > 0) hadamard_columns_(src, g);  // H is its own inverse: (W H) H = W
+  const float* r = src.data<float>();
+  Tensor t(DType::i8, w.shape()), scale(DType::f32, {rows, 1});
+  auto* d = t.data<int8_t>();
+  for (int64_t i = 0; i < rows; ++i) {
+    float amax = 0;
+    for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(r[i * cols + j]));
+    const float s = amax > 0 ? amax / 127.0f : 1.0f;
+    scale.data<float>()[i] = s;
+    for (int64_t j = 0; j < cols; ++j)
+      d[i * cols + j] = static_cast<int8_t>(std::clamp(std::nearbyint(r[i * cols + j] / s), -127.0f, 127.0f));
+  }
+  out.emplace_back(name, t);
+  out.emplace_back(layer + ".weight_scale", scale);
+  out.emplace_back(layer + ".comfy_quant",
+                   json_bytes(g > 0 ? fmt::format(R"({{"format": "int8_tensorwise", "convrot": true, )"
+                                                  R"("convrot_groupsize": {}}})",
+                                                  g)
+                                    : std::string(R"({"format": "int8_tensorwise"})")));
+}
+
+}  // namespace
+
+void export_dit(const DitCheckpoint& ck, DType dt, ExportLayout layout, QuantFormat quant,
+                std::vector<std::pair<std::string, Tensor>>& tensors,
+                std::map<std::string, std::string>& metadata) {
+  const DitConfig& c = ck.config();
+  auto emit = [&](const std::string& name, Tensor t, const std::string& prefix) {
+    if (t.dtype() != DType::f32) t = t.to(DType::f32);
+    if (quant != QuantFormat::none && is_block_gemm(name))
+      quantize_into(prefix + name, t, quant, tensors);
+    else
+      tensors.emplace_back(prefix + name, t.dtype() == dt ? t : t.to(dt));
+  };
+  metadata["config"] = c.to_json_text();
+  metadata["quantization"] = std::string(quant_format_name(quant));
+  if (quant == QuantFormat::scaled_fp8) tensors.emplace_back("scaled_fp8", Tensor(DType::fp8_e4m3, {0}));
+  if (layout == ExportLayout::diffusers) {
+    metadata["format"] = "h3 diffusers";
+    for (const auto& [key, shape] : c.parameters()) emit(key, ck.get(key), "");
+    return;
+  }
+  const bool interleaved = layout == ExportLayout::official;
+  const std::string prefix = layout == ExportLayout::comfy ? "model.diffusion_model." : "";
+  metadata["format"] = interleaved ? "h3 released layout" : "h3 comfy layout";
+  metadata["qkv_layout"] = interleaved ? "qkv_proj rows per-head interleaved" : "qkv_proj rows blocked";
+  size_t covered = 0;
+  for (const auto& name : official_names(c)) {
+    const std::string d = dit_official_to_diffusers(name);
+    H3_ASSERT(!d.empty(), "export: no diffusers name for '{}'", name);
+    if (d.ends_with("attn.qkv_proj.weight")) {
+      const std::string p = d.substr(0, d.size() - std::strlen("qkv_proj.weight"));
+      Tensor parts[3] = {ck.get(p + "to_q.weight").to(DType::f32), ck.get(p + "to_k.weight").to(DType::f32),
+                         ck.get(p + "to_v.weight").to(DType::f32)};
+      const int64_t inner = parts[0].dim(0), H = parts[0].dim(1), D = c.attention_head_dim;
+      Tensor fused(DType::f32, {3 * inner, H});
+      const size_t rb = static_cast<size_t>(H) * sizeof(float);
+      auto* o = static_cast<std::byte*>(fused.raw());
+      for (int part = 0; part < 3; ++part) {
+        const auto* in = static_cast<const std::byte*>(parts[part].raw());
+        if (!interleaved)
+          std::memcpy(o + part * inner * rb, in, inner * rb);
+        else
+          for (int64_t h = 0; h < inner / D; ++h)
+            std::memcpy(o + (h * 3 * D + part * D) * rb, in + h * D * rb, D * rb);
+      }
+      emit(name, fused, prefix);
+      covered += 3;
+    } else if (d.ends_with("ff.net.0.proj.weight")) {  // [value; gate] -> released [gate; value]
+      Tensor t = ck.get(d).to(DType::f32), o(DType::f32, t.shape());
+      const size_t half = t.nbytes() / 2;
+      std::memcpy(o.raw(), static_cast<const std::byte*>(t.raw()) + half, half);
+      std::memcpy(static_cast<std::byte*>(o.raw()) + half, t.raw(), half);
+      emit(name, o, prefix);
+      covered += 1;
+    } else {
+      emit(name, ck.get(d), prefix);
+      covered += 1;
+    }
+  }
+  H3_ASSERT(covered == c.parameters().size(), "export: {} of {} parameters written", covered,
+            c.parameters().size());
+}
+
+}  // namespace h3

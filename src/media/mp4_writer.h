@@ -1,0 +1,74 @@
+// Media output: MP4 (H.264 + AAC through libavformat/libavcodec), WAV and PNG frames.
+//
+// Layouts (the VAE decoders' outputs, see model/video_vae.h and model/audio_vae.h):
+//   pixels [3, T, H, W] f32 (or f64), RGB in [0, 1] (values outside are clamped): VideoVae::to_pixels01()'s
+//          output; element (c, t, y, x) at ((c * T + t) * H + y) * W + x; frames are taken in order of t.
+//   wave   [channels, N] f32 (or f64) in [-1, 1] (clamped); a mono [1, N] wave goes to every channel of the
+//          spec; AudioVae::decode's [channels, 1, N] is accepted as well.
+//
+// Atomicity: every writer writes to `path + ".partial"` and renames it onto `path` only when the file is
+// complete (Mp4Writer::finish(), write_wav(), write_png_frames()); an error or a destroyed unfinished writer
+// removes the partial file, so nothing half-written is ever left at `path`. Errors throw h3::Error naming
+// what, where and what to do (an unwritable path, an encoder missing from this libavcodec build, odd sizes,
+// wrong shapes).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace h3 {
+
+struct MediaSpec {
+  int64_t width = 0, height = 0;  // pixels; both even (yuv420p)
+  int fps = 24;
+  int sample_rate = 32000;
+  int channels = 2;
+  // Container metadata (e.g. "comment" holding the resolved request as JSON, plus individual keys).
+  std::map<std::string, std::string> metadata;
+  int crf = 18;                        // libx264 constant rate factor (0 = lossless .. 51)
+  std::string x264_preset = "medium";  // libx264 speed/size trade-off
+  int64_t audio_bitrate = 192000;      // AAC bits per second
+};
+
+// MP4: H.264 (libx264, yuv420p, BT.709 limited range) + AAC-LC ("aac", the native encoder), `+faststart`
+// (the moov atom is moved before mdat on finish()). Video and audio may be added in any order and any number
+// of calls; frames are encoded as they arrive (only the encoder's own look-ahead is held). With channels = 0
+// the file has no audio track.
+class Mp4Writer {
+ public:
+  Mp4Writer(const std::string& path, const MediaSpec& spec);
+  ~Mp4Writer();  // not finished => the partial file is removed
+  Mp4Writer(const Mp4Writer&) = delete;
+  Mp4Writer& operator=(const Mp4Writer&) = delete;
+
+  // pixels [3, T, H, W] (see above) with H, W equal to the spec's.
+  void add_frames(const Tensor& pixels);
+  // wave [channels, N] (see above).
+  void add_audio(const Tensor& wave);
+  // Flushes the encoders, writes the trailer (faststart) and renames the file onto `path`.
+  void finish();
+
+  int64_t frames_written() const;
+  int64_t samples_written() const;
+  const std::string& path() const { return path_; }
+
+  struct Impl;
+
+ private:
+  std::string path_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// WAV: 16-bit signed PCM, interleaved, little-endian (RIFF/WAVE, format 1); wave [channels, N] in [-1, 1].
+void write_wav(const std::string& path, const Tensor& wave, int sample_rate);
+
+// PNG frames (libavcodec's png encoder, 8-bit RGB): `dir_or_pattern` is either a printf-style pattern holding
+// one integer conversion (e.g. "out/frame_%05d.png") or a directory (created if missing; frames go to
+// dir/frame_00000.png, ...). Frames are numbered from 0. Each file is written atomically. Returns the paths.
+std::vector<std::string> write_png_frames(const std::string& dir_or_pattern, const Tensor& pixels);
+
+}  // namespace h3

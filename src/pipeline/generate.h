@@ -1,0 +1,183 @@
+// Prompt to MP4: the public API of one text-to-video+audio (t2va) generation, shared by `h3 generate` and the
+// server (`h3 serve`). Keep it stable: the server codes against it.
+//
+// Flow of one request (architecture.md "The flow of one request"):
+//   GenerateRequest --resolve()--> ResolvedRequest (cheap checks only; throws h3::Error saying what is
+//   allowed) Generator::run(): tokenizer -> text tower (encoder ranks) -> broadcast embeddings -> seeded CPU
+//   noise -> DiT Euler loop over the two schedules (denoise ranks; cancel checked once per step, agreed by
+//   every rank)
+//   -> unpatchify -> video + audio VAE decode (all ranks) -> MP4 on rank 0 (atomic: nothing left on failure).
+//
+// Multi-rank contract: every rank of the communicator constructs the Generator with the same paths and
+// options and calls run() together. Rank 0's ResolvedRequest is the one that runs (it is broadcast; the other
+// ranks may pass the same request or any placeholder); progress callbacks fire on rank 0 only, the cancel
+// flag is read on rank 0 only and its decision reaches every rank through the step control word, so all ranks
+// stop together (each throws Cancelled) and the group stays usable for the next request.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "dist/comm.h"
+#include "dist/plan.h"
+#include "model/dit.h"
+
+namespace h3 {
+
+// Thrown by Generator::run on every rank when the request was cancelled (a bad request throws plain
+// h3::Error).
+class Cancelled : public Error {
+ public:
+  explicit Cancelled(const std::string& what) : Error(what) {}
+};
+
+// What a caller asks for. Unset optional fields take the defaults listed; the JSON form uses the same names.
+struct GenerateRequest {
+  std::string prompt;                    // required, non-empty UTF-8
+  std::optional<int64_t> width, height;  // pixels, both or neither; positive multiples of 32 (of the model's)
+  std::string aspect = "16:9";           // "W:H" or a number; used when width/height are absent; 1:4 .. 4:1
+  std::optional<int64_t> frames;         // pixel frames at 24 fps, snapped up to 17n+5; default 124
+  std::optional<double> seconds;         // alternative to frames: frames = round(seconds * 24), then snapped
+  int steps = 50;                // schedule grid points N (diffusers num_inference_steps); N-1 DiT calls
+  std::optional<uint64_t> seed;  // absent: a random seed, recorded in the resolved request
+  double shift = 12.0;           // video schedule shift
+  double audio_shift = 3.0;      // audio schedule shift
+
+  // Unknown fields, wrong types, negative seeds and sizes are refused with an h3::Error naming the field.
+  static GenerateRequest from_json(const nlohmann::json& j);
+  nlohmann::json to_json() const;
+};
+
+// What the loaded models accept (the released rules by default; procedural and test models keep them except
+// the canvas multiple, which is the video VAE's spatial ratio times the patch).
+struct ModelLimits {
+  int64_t canvas_multiple = 32;  // VAE spatial ratio (16) x patch (2)
+  int64_t vae_spatial_ratio = 16;
+  int64_t min_frames = 124, max_frames = 345;  // aligned 17n+5 frames: 5..15 s at 24 fps
+  int64_t max_canvas_pixels = 768 * 1344;      // largest trained area (W x H)
+  int min_steps = 2, max_steps = 200;
+  static ModelLimits released() { return {}; }
+};
+
+// A request after every check: the sizes the engine will run, and how they were derived.
+struct ResolvedRequest {
+  std::string prompt;
+  int64_t width = 0, height = 0;  // pixels
+  int64_t frames = 0;             // aligned 17n+5
+  double seconds = 0;             // frames / 24
+  int64_t latent_frames = 0, latent_h = 0, latent_w = 0;
+  int64_t audio_latents = 0;  // per stereo channel
+  int steps = 0;              // grid points N
+  int model_calls = 0;        // DiT evaluations (N-1)
+  uint64_t seed = 0;
+  double shift = 12.0, audio_shift = 3.0;
+  std::vector<std::string> notes;  // what was derived or snapped ("frames 130 snapped up to 141", ...)
+
+  nlohmann::json to_json() const;
+  static ResolvedRequest from_json(const nlohmann::json& j);  // for broadcasting; no re-validation of notes
+};
+
+// Validates everything that can be checked without loading or computing anything; throws h3::Error with the
+// allowed range (size not a multiple of 32, aspect beyond 4:1, duration outside 5-15 s, empty prompt, steps
+// out of range, ...). Deterministic except for an absent seed.
+ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& limits = ModelLimits::released());
+
+// Where the weights are. Each component: a file or folder in any accepted layout, or "procedural:mini"
+// (generated in code, no download). `model_dir` is a released/diffusers folder whose subfolders supply any
+// component not given explicitly (transformer/, vae/ or video_vae/, audio_vae/, text_encoder/, tokenizer/).
+// Everything empty = procedural mini models for every component (pictures are meaningless noise then).
+struct ModelPaths {
+  std::string model_dir;
+  std::string dit, video_vae, audio_vae, text_encoder, tokenizer;
+  bool all_procedural() const;  // true when every component resolves to a procedural model
+};
+
+struct GenerateOptions {
+  Precision precision = Precision::f32;  // DiT precision (VAEs and text tower: f32, or f64 with f64)
+  DistOptions dist;                      // how the DiT is spread over the denoise ranks
+  // 0: the text tower runs on rank 0 and is freed before denoising (embeddings broadcast); K > 0: it stays
+  // loaded on the last K ranks, which only encode, and the other ranks denoise (needs world > K).
+  int encoder_ranks = 0;
+  Comm* comm = nullptr;        // the group to run on; null = world()
+  bool keep_media = false;     // keep pixels and waveform in GenerateResult (tests, verify)
+  bool write_latents = false;  // also write "<out>.latents.safetensors" next to the MP4 (rank 0)
+};
+
+struct GenerateProgress {
+  std::string phase;   // "encode", "denoise", "decode_video", "decode_audio", "write", "done"
+  int step = 0;        // within the phase (denoise: DiT calls done)
+  int steps = 0;       // total of the phase (denoise: model_calls)
+  double percent = 0;  // of the whole request, 0..100
+  double eta_s = -1;   // seconds left for the whole request (-1 = unknown yet)
+};
+using ProgressFn = std::function<void(const GenerateProgress&)>;
+
+struct PhaseTiming {
+  std::string phase;
+  double seconds = 0;
+};
+
+// Precomputed inputs replacing the text tower and/or the noise generator (tests, golden checks). Only rank
+// 0's are used (broadcast to the others).
+struct PrecomputedInputs {
+  Tensor prompt_embeds;     // [L, text_dim] f32; undefined = run tokenizer + text tower
+  Tensor video_noise;       // [C, T, h, w] f32; undefined = seeded CPU generator
+  Tensor audio_noise_rows;  // [2A, audio_channels] f32; undefined = seeded CPU generator
+};
+
+struct GenerateResult {
+  ResolvedRequest request;
+  Tensor video_latents;      // [C, T, h, w] f32, final (bitwise equal for every rank count in ulysses modes)
+  Tensor audio_latent_rows;  // [2A, audio_channels] f32, final packed rows (row = ch * A + a)
+  Tensor pixels01;           // [3, frames, H, W] when options.keep_media
+  Tensor waveform;           // [2, 1, samples] when options.keep_media
+  int64_t prompt_tokens = 0;
+  std::vector<PhaseTiming>
+      timings;             // load (first run only), encode, denoise, decode_video, decode_audio, write
+  std::string out_path;    // what was written on rank 0 ("" elsewhere)
+  bool wrote_mp4 = false;  // false: latents only (no MP4 writer in this build)
+};
+
+class Generator {
+ public:
+  // Loads every model once (collective over options.comm). Throws h3::Error naming missing files or
+  // mismatched components (text tower width vs DiT text_dim, VAE latent channels vs DiT channels).
+  Generator(const ModelPaths& paths, const GenerateOptions& options);
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // The rules this generator's models accept; use with resolve().
+  const ModelLimits& limits() const;
+  // The same without loading anything (reads at most the video VAE's config), to refuse bad requests before
+  // the models are loaded.
+  static ModelLimits limits_for(const ModelPaths& paths);
+  // One line per component: what was loaded and from where (procedural ones say so).
+  std::vector<std::string> describe() const;
+  bool procedural() const;      // some component is procedural (the output is meaningless pictures)
+  int sample_rate() const;      // audio samples per second of the decoded waveform
+  double load_seconds() const;  // time the constructor spent loading
+
+  // Runs one request (collective). Writes `out_path` (MP4, atomically, on rank 0) unless it is empty. Throws
+  // Cancelled when *cancel becomes true (checked once per denoising step and between decode phases).
+  GenerateResult run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress = {},
+                     const std::atomic<bool>* cancel = nullptr,
+                     const PrecomputedInputs* precomputed = nullptr);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The message printed when the models are procedural: what that means and how to point at real weights.
+std::string procedural_models_notice();
+
+}  // namespace h3

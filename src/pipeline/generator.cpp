@@ -1,0 +1,554 @@
+// Generator: models loaded once, requests run many times (pipeline/generate.h).
+//
+// Rank roles inside the group `comm` (size n, encoder ranks K):
+//   K = 0: every rank denoises; rank 0 also loads the text tower for each request, encodes, frees it, and
+//          broadcasts the embeddings [L, text_dim] (L first, as one i64).
+//   K > 0: ranks [0, n-K) denoise, ranks [n-K, n) keep the text tower; rank n-K encodes and broadcasts. (The
+//   tower
+//          is not tensor-parallel yet: the other encoder ranks hold it idle.) Rank 0 of the group is always a
+//          denoise rank, so progress and cancellation live there; the encoder ranks follow the per-step
+//          control word and receive the final rows by broadcast before the decode.
+// Every rank decodes (units sharded over the whole group) and ends with the same latents and media; rank 0
+// writes.
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/log.h"
+#include "dist/control.h"
+#include "io/checkpoint.h"
+#include "io/procedural.h"
+#include "model/audio_vae.h"
+#include "model/qwen3_text.h"
+#include "model/tokenizer.h"
+#include "model/video_vae.h"
+#include "pipeline/generate.h"
+#include "pipeline/procedural_models.h"
+#include "pipeline/synthetic.h"
+#include "pipeline/t2va.h"
+#include "media/mp4_writer.h"
+
+namespace h3 {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+inline constexpr int64_t kConditioningLayer = 50;  // H3 conditions on hidden_states[50]
+
+std::string procedural_models_notice() {
+  return "NOTE: running on procedural (random) mini models: the pictures and the sound are meaningless "
+         "noise. "
+         "For real videos download the released MiniMax-H3 weights and pass --model DIR (the diffusers "
+         "folder "
+         "with transformer/, vae/, audio_vae/, text_encoder/, tokenizer/), or the components with --dit, "
+         "--video-vae, --audio-vae, --text-encoder and --tokenizer.";
+}
+
+bool ModelPaths::all_procedural() const {
+  auto proc = [](const std::string& s) { return s.empty() || s.starts_with("procedural:"); };
+  return model_dir.empty() && proc(dit) && proc(video_vae) && proc(audio_vae) && proc(text_encoder) &&
+         proc(tokenizer);
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  H3_CHECK(in.good(), "cannot read {} {}", what, path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A component path: explicit, else the first existing subfolder of model_dir, else procedural.
+std::string pick(const std::string& explicit_path, const std::string& model_dir,
+                 std::initializer_list<const char*> subdirs) {
+  if (!explicit_path.empty()) return explicit_path;
+  if (!model_dir.empty()) {
+    for (const char* s : subdirs)
+      if (fs::exists(fs::path(model_dir) / s)) return (fs::path(model_dir) / s).string();
+    std::string tried;
+    for (const char* s : subdirs) tried += (tried.empty() ? "" : " or ") + (fs::path(model_dir) / s).string();
+    fail("--model {}: no {} found; pass the component explicitly", model_dir, tried);
+  }
+  return kProceduralMini;
+}
+
+bool is_procedural(const std::string& p) {
+  return p.starts_with("procedural:");
+}
+
+uint64_t procedural_seed(const std::string& p) {
+  const auto k = p.find(":seed=");
+  if (k == std::string::npos) return kDefaultProceduralSeed;
+  try {
+    return std::stoull(p.substr(k + 6));
+  } catch (const std::exception&) {
+    fail("{}: the seed after ':seed=' is not a number", p);
+  }
+}
+
+void check_procedural_name(const std::string& p, const char* what) {
+  const std::string name =
+      p.substr(11, p.find(":seed=") == std::string::npos ? std::string::npos : p.find(":seed=") - 11);
+  H3_CHECK(name == "mini", "{} '{}': only procedural:mini[:seed=N] exists for this component", what, p);
+}
+
+// A safetensors component given as a file or a folder holding exactly one *.safetensors (plus config.json).
+struct ComponentFile {
+  std::shared_ptr<SafeTensors> file;
+  std::string config_json;  // folder config.json, or the file's "config" metadata
+  std::string extra_json;   // video VAE tiling metadata
+};
+
+ComponentFile open_component(const std::string& path, const char* what) {
+  ComponentFile c;
+  if (fs::is_directory(path)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path());
+    H3_CHECK(files.size() == 1,
+             "{} folder {} holds {} .safetensors files; this version reads exactly one (merge shards with h3 "
+             "convert or pass the file)",
+             what, path, files.size());
+    c.file = std::make_shared<SafeTensors>(SafeTensors::open(files[0].string()));
+    const fs::path cfg = fs::path(path) / "config.json";
+    if (fs::exists(cfg)) c.config_json = read_text_file(cfg.string(), std::string(what) + " config");
+  } else {
+    H3_CHECK(fs::exists(path), "{} {} does not exist", what, path);
+    c.file = std::make_shared<SafeTensors>(SafeTensors::open(path));
+  }
+  if (c.config_json.empty()) c.config_json = c.file->meta("config");
+  c.extra_json = c.file->meta("tiling");
+  return c;
+}
+
+void bcast_tensor(Comm& comm, Tensor& t, int root, const std::string& what) {
+  // Shape travels first (ndim, dims), then the bytes; every rank ends with an f32 tensor.
+  int64_t hdr[9] = {0};
+  if (comm.rank() == root) {
+    H3_CHECK(t.ndim() <= 8, "{}: too many dimensions", what);
+    hdr[0] = t.ndim();
+    for (int i = 0; i < t.ndim(); ++i) hdr[1 + i] = t.dim(i);
+  }
+  comm.broadcast(hdr, sizeof(hdr), root, what + " (shape)");
+  Shape s(hdr + 1, hdr + 1 + hdr[0]);
+  if (comm.rank() == root)
+    t = t.to(DType::f32);
+  else
+    t = Tensor(DType::f32, s);
+  comm.broadcast(t.raw(), static_cast<int64_t>(t.nbytes()), root, what);
+}
+
+std::string bcast_string(Comm& comm, const std::string& s, int root, const std::string& what) {
+  int64_t n = static_cast<int64_t>(s.size());
+  comm.broadcast(&n, sizeof(n), root, what + " (length)");
+  std::string out = comm.rank() == root ? s : std::string(static_cast<size_t>(n), '\0');
+  if (n > 0) comm.broadcast(out.data(), n, root, what);
+  return out;
+}
+
+}  // namespace
+
+struct Generator::Impl {
+  GenerateOptions opt;
+  Comm* comm = nullptr;
+  std::unique_ptr<Comm> role_comm;  // the denoise ranks (or the encoder ranks) of `comm`
+  bool denoiser = true, encoder = false;
+  int encoder_root = 0;  // rank of `comm` that encodes
+
+  std::string dit_path, vvae_path, avae_path, text_path, tok_path;
+  DitConfig dit_config;
+  std::unique_ptr<DitCheckpoint> ckpt;
+  DistPlan plan;
+  std::unique_ptr<DitModel> dit;
+  std::shared_ptr<SafeTensors> vvae_file, avae_file, text_file;
+  std::unique_ptr<VideoVae> vvae;
+  std::unique_ptr<AudioVae> avae;
+  QwenTextConfig text_cfg;
+  std::string text_cfg_problem;         // why the text tower cannot feed this DiT ("" = fine)
+  std::unique_ptr<QwenTextModel> text;  // kept only on dedicated encoder ranks
+  std::unique_ptr<Tokenizer> tokenizer;
+  ModelLimits limits;
+  std::vector<std::string> described;
+  bool any_procedural = false;
+  double load_s = 0;
+  bool first_run = true;
+
+  Precision vae_precision() const {
+    return opt.precision == Precision::f64 ? Precision::f64 : Precision::f32;
+  }
+
+  std::unique_ptr<QwenTextModel> load_text() const {
+    H3_CHECK(text_cfg_problem.empty(), "{}", text_cfg_problem);
+    return std::make_unique<QwenTextModel>(*text_file, text_cfg, kConditioningLayer, vae_precision());
+  }
+};
+
+Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  const auto t0 = clock_type::now();
+  m.opt = options;
+  m.comm = options.comm ? options.comm : &world();
+  Comm& comm = *m.comm;
+  const int n = comm.size(), K = options.encoder_ranks;
+  H3_CHECK(
+      K >= 0 && (K == 0 || K < n),
+      "--encoder-ranks {} needs at least one denoise rank besides them: use 0 (default) or 1..{} with {} "
+      "ranks",
+      K, n - 1, n);
+  m.encoder_root = K > 0 ? n - K : 0;
+  m.denoiser = comm.rank() < n - K;
+  m.encoder = K > 0 ? !m.denoiser : comm.rank() == 0;
+
+  // Which files.
+  // DitCheckpoint::open understands the model folder (with its transformer/ subfolder) itself.
+  m.dit_path = !paths.dit.empty() ? paths.dit : !paths.model_dir.empty() ? paths.model_dir : kProceduralMini;
+  m.vvae_path = pick(paths.video_vae, paths.model_dir, {"vae", "video_vae"});
+  m.avae_path = pick(paths.audio_vae, paths.model_dir, {"audio_vae"});
+  m.text_path = pick(paths.text_encoder, paths.model_dir, {"text_encoder"});
+  m.tok_path = paths.tokenizer.empty() && !paths.model_dir.empty()
+                   ? pick("", paths.model_dir, {"tokenizer/tokenizer.json", "tokenizer.json"})
+               : paths.tokenizer.empty() ? kProceduralMini
+                                         : paths.tokenizer;
+
+  // DiT (the denoise ranks load weights; every rank knows the config).
+  m.ckpt = std::make_unique<DitCheckpoint>(DitCheckpoint::open(m.dit_path));
+  m.dit_config = m.ckpt->config();
+  m.any_procedural |= m.ckpt->layout() == DitLayout::procedural;
+  m.described.push_back(fmt::format("dit          {}: {}", m.dit_path, m.ckpt->detection_summary()));
+
+  // Video VAE.
+  if (is_procedural(m.vvae_path)) {
+    check_procedural_name(m.vvae_path, "--video-vae");
+    m.vvae_file = procedural_video_vae_file(procedural_seed(m.vvae_path));
+    m.vvae = std::make_unique<VideoVae>(*m.vvae_file, "", procedural_video_vae_config(), m.vae_precision());
+    m.any_procedural = true;
+  } else {
+    ComponentFile c = open_component(m.vvae_path, "video VAE");
+    m.vvae_file = c.file;
+    const VideoVaeConfig cfg = VideoVaeConfig::from_json_text(c.config_json, c.extra_json, m.vvae_path);
+    const std::string prefix = c.file->has("weight.post_quant_conv.weight") ? "weight." : "";
+    m.vvae = std::make_unique<VideoVae>(*c.file, prefix, cfg, m.vae_precision());
+  }
+  m.described.push_back(fmt::format("video VAE    {}: {}", m.vvae_path, m.vvae->config().summary()));
+
+  // Audio VAE.
+  if (is_procedural(m.avae_path)) {
+    check_procedural_name(m.avae_path, "--audio-vae");
+    m.avae_file = procedural_audio_vae_file(procedural_seed(m.avae_path));
+    m.avae = std::make_unique<AudioVae>(*m.avae_file, "", procedural_audio_vae_config(), m.vae_precision());
+    m.any_procedural = true;
+  } else {
+    ComponentFile c = open_component(m.avae_path, "audio VAE");
+    m.avae_file = c.file;
+    const AudioVaeConfig cfg =
+        c.config_json.empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(c.config_json, m.avae_path);
+    const std::string prefix = c.file->has("weight.dec_in_proj.weight") ? "weight." : "";
+    m.avae = std::make_unique<AudioVae>(*c.file, prefix, cfg, m.vae_precision());
+  }
+  m.described.push_back(fmt::format("audio VAE    {}: {}", m.avae_path, m.avae->config().summary()));
+
+  // The components must fit together.
+  const DitConfig& dc = m.dit_config;
+  H3_CHECK(m.vvae->config().latent_channels == dc.in_channels,
+           "the video VAE has {} latent channels but the DiT expects {} ({} vs {}): pass matching "
+           "--video-vae/--dit",
+           m.vvae->config().latent_channels, dc.in_channels, m.vvae_path, m.dit_path);
+  H3_CHECK(m.avae->config().latent_channels == dc.audio_in_channels,
+           "the audio VAE has {} latent channels but the DiT expects {} ({} vs {}): pass matching "
+           "--audio-vae/--dit",
+           m.avae->config().latent_channels, dc.audio_in_channels, m.avae_path, m.dit_path);
+  H3_CHECK(
+      m.vvae->config().temporal_ratio() == 4 && m.vvae->config().clip_length == kFramesPerChunk,
+      "{}: the video VAE compresses time by {} in clips of {} frames; the t2va frame rules need 4 and 17",
+      m.vvae_path, m.vvae->config().temporal_ratio(), m.vvae->config().clip_length);
+  m.limits.vae_spatial_ratio = m.vvae->config().spatial_ratio();
+  m.limits.canvas_multiple = m.limits.vae_spatial_ratio * kPatch;
+
+  // Text tower: only its header here (weights are loaded where and when they are used).
+  if (is_procedural(m.text_path)) {
+    check_procedural_name(m.text_path, "--text-encoder");
+    m.text_file = procedural_qwen_text_file(procedural_seed(m.text_path));
+    m.any_procedural = true;
+  } else {
+    ComponentFile c = open_component(m.text_path, "text encoder");
+    m.text_file = c.file;
+  }
+  m.text_cfg = detect_qwen_text_config(*m.text_file);
+  if (m.text_cfg.hidden != dc.text_dim)
+    m.text_cfg_problem = fmt::format(
+        "the text encoder ({}) is {} wide but the DiT reads {}-wide prompt embeddings: pass the matching "
+        "--text-encoder (or --embeddings)",
+        m.text_path, m.text_cfg.hidden, dc.text_dim);
+  else if (m.text_cfg.n_layers < kConditioningLayer)
+    m.text_cfg_problem = fmt::format("the text encoder ({}) has {} layers; H3 conditions on hidden state {}",
+                                     m.text_path, m.text_cfg.n_layers, kConditioningLayer);
+  m.described.push_back(
+      fmt::format("text encoder {}: {}{}", m.text_path, m.text_cfg.summary(),
+                  m.text_cfg_problem.empty() ? "" : " (UNUSABLE: " + m.text_cfg_problem + ")"));
+
+  // Tokenizer (the encoding rank only needs it, but it is small and every rank validates the same file).
+  if (is_procedural(m.tok_path)) {
+    m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json_text(builtin_tokenizer_json(),
+                                                                        "built-in "
+                                                                        "byte-level tokenizer"));
+    m.any_procedural = true;
+  } else {
+    const std::string p =
+        fs::is_directory(m.tok_path) ? (fs::path(m.tok_path) / "tokenizer.json").string() : m.tok_path;
+    m.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(p));
+  }
+  m.described.push_back(fmt::format("tokenizer    {}: {} ids", m.tok_path, m.tokenizer->vocab_size()));
+  if (m.text_cfg_problem.empty() && static_cast<int64_t>(m.tokenizer->vocab_size()) > m.text_cfg.vocab_size)
+    m.text_cfg_problem =
+        fmt::format("the tokenizer ({}) has {} ids but the text encoder's vocabulary only {}", m.tok_path,
+                    m.tokenizer->vocab_size(), m.text_cfg.vocab_size);
+
+  // Ranks: denoise group and DiT weights; the text tower stays resident on dedicated encoder ranks.
+  if (K > 0) m.role_comm = comm.split(m.denoiser ? 0 : 1, comm.rank());
+  if (m.denoiser) {
+    Comm* dcomm = K > 0 ? m.role_comm.get() : &comm;
+    m.plan = dcomm->size() > 1 ? DistPlan::make(*dcomm, options.dist, dc.num_attention_heads, dc.ffn_dim)
+                               : DistPlan::single();
+    m.dit = std::make_unique<DitModel>(*m.ckpt, options.precision, m.plan);
+    m.described.push_back(fmt::format("denoise      {} rank(s){}", dcomm->size(),
+                                      dcomm->size() > 1 ? ": " + m.plan.describe() : ""));
+  }
+  if (K > 0 && m.encoder && m.text_cfg_problem.empty()) m.text = m.load_text();
+  m.described.push_back(
+      K > 0 ? fmt::format("encoder      {} dedicated rank(s) {}..{}, the tower stays loaded", K, n - K, n - 1)
+            : "encoder      rank 0, loaded per request and freed before denoising");
+  m.load_s = seconds_since(t0);
+}
+
+Generator::~Generator() = default;
+
+const ModelLimits& Generator::limits() const {
+  return impl_->limits;
+}
+
+ModelLimits Generator::limits_for(const ModelPaths& paths) {
+  ModelLimits lim;
+  const std::string v = pick(paths.video_vae, paths.model_dir, {"vae", "video_vae"});
+  if (is_procedural(v)) return lim;  // the procedural VAE has the released strides
+  ComponentFile c = open_component(v, "video VAE");
+  const VideoVaeConfig cfg = VideoVaeConfig::from_json_text(c.config_json, c.extra_json, v);
+  lim.vae_spatial_ratio = cfg.spatial_ratio();
+  lim.canvas_multiple = lim.vae_spatial_ratio * kPatch;
+  return lim;
+}
+std::vector<std::string> Generator::describe() const {
+  return impl_->described;
+}
+bool Generator::procedural() const {
+  return impl_->any_procedural;
+}
+int Generator::sample_rate() const {
+  return static_cast<int>(impl_->avae->config().sampling_rate);
+}
+double Generator::load_seconds() const {
+  return impl_->load_s;
+}
+
+GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& out_path,
+                              const ProgressFn& progress, const std::atomic<bool>* cancel,
+                              const PrecomputedInputs* pre) {
+  Impl& m = *impl_;
+  Comm& comm = *m.comm;
+  const bool root = comm.rank() == 0;
+  const auto t_start = clock_type::now();
+  GenerateResult res;
+  if (m.first_run) res.timings.push_back({"load", m.load_s});
+  m.first_run = false;
+
+  // Rank 0's request is the one that runs.
+  res.request = comm.size() > 1 ? ResolvedRequest::from_json(json::parse(bcast_string(
+                                      comm, root ? req_in.to_json().dump() : "", 0, "generate request")))
+                                : req_in;
+  const ResolvedRequest& req = res.request;
+  H3_CHECK(req.height % m.limits.canvas_multiple == 0 && req.width % m.limits.canvas_multiple == 0 &&
+               req.latent_h * m.limits.vae_spatial_ratio == req.height &&
+               req.latent_w * m.limits.vae_spatial_ratio == req.width,
+           "request {}x{} does not fit these models (multiples of {}, VAE stride {}): resolve it with the "
+           "generator's limits()",
+           req.width, req.height, m.limits.canvas_multiple, m.limits.vae_spatial_ratio);
+
+  // Progress: fixed shares of the whole request per phase; ETA from the elapsed time and the share done.
+  const double w_encode = 3, w_denoise = 85, w_video = 8, w_audio = 3, w_write = 1;
+  auto report = [&](const std::string& phase, int step, int steps, double done_before, double share) {
+    if (!root || !progress) return;
+    GenerateProgress p;
+    p.phase = phase;
+    p.step = step;
+    p.steps = steps;
+    p.percent = done_before + (steps > 0 ? share * step / steps : 0.0);
+    const double el = seconds_since(t_start);
+    p.eta_s = p.percent > 0.5 && phase == "denoise" && step > 0 ? el / p.percent * (100 - p.percent)
+              : phase == "done"                                 ? 0.0
+                                                                : -1.0;
+    progress(p);
+  };
+  // One agreed control word outside the denoise loop (between phases).
+  auto check_cancel = [&](const char* where) {
+    const bool want = root && cancel && cancel->load();
+    if (step_control(comm, want ? ControlWord::cancel : ControlWord::proceed) == ControlWord::cancel)
+      throw Cancelled(fmt::format("request cancelled {}", where));
+  };
+  auto phase_done = [&](const char* name, clock_type::time_point t0) {
+    res.timings.push_back({name, seconds_since(t0)});
+  };
+
+  // 1. Prompt embeddings.
+  check_cancel("before encoding");
+  report("encode", 0, 1, 0, w_encode);
+  auto t0 = clock_type::now();
+  Tensor embeds;
+  const bool have_pre_embeds = pre && pre->prompt_embeds.defined() && pre->prompt_embeds.numel() > 0;
+  // Rank 0 decides where the embeddings come from (precomputed ones are taken from rank 0).
+  int32_t from_pre = have_pre_embeds ? 1 : 0;
+  if (comm.size() > 1) comm.broadcast(&from_pre, sizeof(from_pre), 0, "embeddings source");
+  int src = from_pre ? 0 : m.encoder_root;
+  if (comm.rank() == src) {
+    if (from_pre) {
+      H3_CHECK(have_pre_embeds, "rank 0 passed precomputed embeddings but this rank did not");
+      embeds = pre->prompt_embeds.to(DType::f32);
+    } else {
+      const std::vector<int32_t> ids = m.tokenizer->encode(req.prompt);
+      H3_CHECK(!ids.empty(), "the prompt gives no tokens");
+      if (m.text) {
+        embeds = m.text->hidden_state(ids, kConditioningLayer).to(DType::f32);
+      } else {
+        std::unique_ptr<QwenTextModel> tower = m.load_text();
+        embeds = tower->hidden_state(ids, kConditioningLayer).to(DType::f32);
+      }  // the per-request tower is freed here, before denoising
+    }
+    H3_CHECK(embeds.ndim() == 2 && embeds.dim(1) == m.dit_config.text_dim,
+             "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()),
+             m.dit_config.text_dim);
+  }
+  if (comm.size() > 1) bcast_tensor(comm, embeds, src, "prompt embeddings");
+  res.prompt_tokens = embeds.dim(0);
+  phase_done("encode", t0);
+  report("encode", 1, 1, 0, w_encode);
+
+  // 2. Noise (CPU generator, seeded per request: the same on every rank and for every rank count).
+  T2vaSpec spec;
+  spec.latent_frames = req.latent_frames;
+  spec.latent_h = req.latent_h;
+  spec.latent_w = req.latent_w;
+  spec.audio_latents = req.audio_latents;
+  spec.num_text = embeds.dim(0);
+  spec.steps = req.steps;
+  spec.shift = req.shift;
+  spec.audio_shift = req.audio_shift;
+  const DitConfig& dc = m.dit_config;
+  const Shape vshape{dc.in_channels, req.latent_frames, req.latent_h, req.latent_w};
+  const Shape ashape{2 * req.audio_latents, dc.audio_in_channels};
+  // Precomputed noise is taken from rank 0 (broadcast), so only rank 0 needs it.
+  auto noise = [&](const Tensor* given, const Shape& shape, uint64_t stream, const char* what) {
+    int32_t use = root && given && given->defined() && given->numel() > 0 ? 1 : 0;
+    if (comm.size() > 1) comm.broadcast(&use, sizeof(use), 0, std::string(what) + " source");
+    if (!use) return seeded_normal(shape, req.seed, stream);
+    Tensor t = root ? given->to(DType::f32) : Tensor();
+    if (comm.size() > 1) bcast_tensor(comm, t, 0, what);
+    return t;
+  };
+  Tensor vnoise = noise(pre ? &pre->video_noise : nullptr, vshape, 0, "video noise");
+  Tensor anoise = noise(pre ? &pre->audio_noise_rows : nullptr, ashape, 1, "audio noise rows");
+
+  // 3. Denoise.
+  t0 = clock_type::now();
+  T2vaRows rows;
+  bool cancelled = false;
+  const int calls = req.model_calls;
+  if (m.denoiser) {
+    auto on_step = [&](int step, int total, const T2vaRows&) {
+      report("denoise", step + 1, total, w_encode, w_denoise);
+    };
+    auto want_cancel = [&]() { return cancel && cancel->load(); };
+    report("denoise", 0, calls, w_encode, w_denoise);
+    rows = denoise_t2va(*m.dit, spec, embeds, vnoise, anoise, comm, want_cancel, on_step, &cancelled);
+  } else {
+    cancelled = follow_t2va_denoise(spec, comm);
+  }
+  if (cancelled) throw Cancelled(fmt::format("request cancelled during denoising"));
+  if (m.opt.encoder_ranks > 0) {  // the encoder ranks take the rows from rank 0
+    bcast_tensor(comm, rows.video, 0, "final video rows");
+    bcast_tensor(comm, rows.audio, 0, "final audio rows");
+  }
+  res.video_latents = t2va_video_latents(rows, spec, dc.in_channels);
+  res.audio_latent_rows = rows.audio.to(DType::f32);
+  phase_done("denoise", t0);
+
+  // 4. Decode (every rank; units sharded over the group).
+  check_cancel("before the video decode");
+  t0 = clock_type::now();
+  report("decode_video", 0, 1, w_encode + w_denoise, w_video);
+  Tensor pixels = decode_t2va_video(*m.vvae, res.video_latents, comm.size() > 1 ? &comm : nullptr);
+  phase_done("decode_video", t0);
+  check_cancel("before the audio decode");
+  t0 = clock_type::now();
+  report("decode_audio", 0, 1, w_encode + w_denoise + w_video, w_audio);
+  Tensor wave = decode_t2va_audio(*m.avae, t2va_audio_latents(rows, spec), comm.size() > 1 ? &comm : nullptr);
+  phase_done("decode_audio", t0);
+  check_cancel("before writing");
+
+  // 5. Write (rank 0). The MP4 writer and write_safetensors are atomic; a failure removes what this request
+  // wrote.
+  t0 = clock_type::now();
+  report("write", 0, 1, 100 - w_write, w_write);
+  if (root && !out_path.empty()) {
+    const std::string latents_path = fs::path(out_path).replace_extension(".latents.safetensors").string();
+    std::map<std::string, std::string> md = {{"request", req.to_json().dump()}, {"generator", "h3 generate"}};
+    auto write_latents = [&]() {
+      write_safetensors(latents_path,
+                        {{"video_latents", res.video_latents}, {"audio_latent_rows", res.audio_latent_rows}},
+                        md);
+    };
+    MediaSpec ms;
+    ms.width = req.width;
+    ms.height = req.height;
+    ms.fps = static_cast<int>(kFps);
+    ms.sample_rate = sample_rate();
+    ms.channels = 2;
+    ms.metadata["comment"] = req.to_json().dump();
+    ms.metadata["title"] = req.prompt.substr(0, 200);
+    ms.metadata["h3_seed"] = std::to_string(req.seed);
+    {
+      Mp4Writer w(out_path, ms);
+      w.add_frames(pixels);
+      w.add_audio(wave);
+      w.finish();
+    }
+    res.wrote_mp4 = true;
+    res.out_path = out_path;
+    if (m.opt.write_latents) {
+      try {
+        write_latents();
+      } catch (...) {
+        std::error_code ec;
+        fs::remove(out_path, ec);
+        throw;
+      }
+    }
+  }
+  phase_done("write", t0);
+  if (m.opt.keep_media) {
+    res.pixels01 = pixels;
+    res.waveform = wave;
+  }
+  report("done", 1, 1, 100, 0);
+  return res;
+}
+
+}  // namespace h3

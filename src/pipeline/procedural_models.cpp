@@ -1,0 +1,275 @@
+#include "pipeline/procedural_models.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/procedural.h"
+
+namespace h3 {
+
+VideoVaeConfig procedural_video_vae_config() {
+  VideoVaeConfig c;
+  c.latent_channels = 24;
+  // Only the decoder is built; the encoder levels still fix the strides: 16x spatial, 4x temporal as
+  // released.
+  c.block_out_channels = {16, 16, 16, 16};
+  c.spatial_downsample_factors = {2, 2, 2, 2};
+  c.temporal_downsample_factors = {1, 2, 2, 1};
+  c.layers_per_block = 1;
+  c.norm_num_groups = 8;
+  c.decoder_num_layers = 2;
+  c.decoder_num_attention_heads = 2;
+  c.decoder_attention_head_dim = 16;
+  c.decoder_num_register_tokens = 2;
+  c.decoder_ffn_mult = 2;
+  c.validate("procedural video VAE");
+  return c;
+}
+
+AudioVaeConfig procedural_audio_vae_config() {
+  AudioVaeConfig c;
+  c.latent_channels = 32;
+  c.latent_dim = 64;
+  c.num_attention_heads = 2;
+  c.encoder_dim = 8;
+  c.encoder_rates = {2, 4, 4, 5, 5};  // hop 800: 40 latents per second at 32 kHz, as released
+  c.decoder_dim = 128;
+  c.decoder_rates = {5, 5, 2, 2, 2, 2, 2};
+  c.decoder_kernel_sizes = {9, 9, 4, 4, 4, 4, 4};
+  c.resblock_kernel_sizes = {3};
+  c.resblock_dilation_sizes = {{1, 3}};
+  c.sampling_rate = 32000;
+  c.validate("procedural audio VAE");
+  return c;
+}
+
+QwenTextConfig procedural_qwen_text_config() {
+  QwenTextConfig c;
+  c.vocab_size = 256;  // the built-in byte-level tokenizer
+  c.hidden = 64;       // = text_dim of the mini DiT
+  c.intermediate = 128;
+  c.n_layers = 50;  // H3 conditions on hidden_states[50]
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.mrope_section = {2, 3, 3};
+  return c;
+}
+
+std::vector<std::pair<std::string, Shape>> video_vae_decoder_parameters(const VideoVaeConfig& c) {
+  const int64_t lc = c.latent_channels, D = c.decoder_dim(), F = D * c.decoder_ffn_mult;
+  const int64_t out = c.out_channels * c.temporal_ratio() * c.spatial_ratio() * c.spatial_ratio();
+  std::vector<std::pair<std::string, Shape>> p = {
+      {"post_quant_conv.weight", {lc, lc, 1, 1, 1}},
+      {"post_quant_conv.bias", {lc}},
+      {"decoder.proj_in.weight", {D, lc}},
+      {"decoder.proj_in.bias", {D}},
+      {"decoder.register_tokens", {1, c.decoder_num_register_tokens, D}},
+  };
+  for (int64_t i = 0; i < c.decoder_num_layers; ++i) {
+    const std::string n = fmt::format("decoder.transformer_blocks.{}.", i);
+    for (const char* s : {"norm1.weight", "norm2.weight", "scale1", "scale2"}) p.push_back({n + s, {D}});
+    for (const char* s : {"attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0"}) {
+      p.push_back({n + s + ".weight", {D, D}});
+      p.push_back({n + s + ".bias", {D}});
+    }
+    p.push_back({n + "ff.net.0.proj.weight", {2 * F, D}});
+    p.push_back({n + "ff.net.0.proj.bias", {2 * F}});
+    p.push_back({n + "ff.net.2.weight", {D, F}});
+    p.push_back({n + "ff.net.2.bias", {D}});
+  }
+  p.push_back({"decoder.norm_out.weight", {D}});
+  p.push_back({"decoder.norm_out.bias", {D}});
+  p.push_back({"decoder.proj_out.weight", {out, D}});
+  p.push_back({"decoder.proj_out.bias", {out}});
+  return p;
+}
+
+std::vector<std::pair<std::string, Shape>> audio_vae_decoder_parameters(const AudioVaeConfig& c) {
+  const int64_t lc = c.latent_channels, ld = c.latent_dim;
+  std::vector<std::pair<std::string, Shape>> p = {{"dec_in_proj.weight", {ld, lc, 1}},
+                                                  {"dec_in_proj.bias", {ld}}};
+  auto wn = [&](const std::string& n, const Shape& v) {
+    p.push_back({n + ".weight_g", {v[0], 1, 1}});
+    p.push_back({n + ".weight_v", v});
+  };
+  auto act = [&](const std::string& n, int64_t ch) {
+    p.push_back({n + ".act.alpha", {ch}});
+    p.push_back({n + ".act.beta", {ch}});
+    p.push_back({n + ".upsample.filter", {1, 1, 12}});
+    p.push_back({n + ".downsample.lowpass.filter", {1, 1, 12}});
+  };
+  wn("decoder.conv_pre", {c.decoder_dim, ld, 7});
+  p.push_back({"decoder.conv_pre.bias", {c.decoder_dim}});
+  int64_t ch = c.decoder_dim;
+  const size_t nk = c.resblock_kernel_sizes.size();
+  for (size_t i = 0; i < c.decoder_rates.size(); ++i) {
+    const std::string n = fmt::format("decoder.ups.{}.0", i);
+    wn(n, {ch, ch / 2, c.decoder_kernel_sizes[i]});
+    p.push_back({n + ".bias", {ch / 2}});
+    ch /= 2;
+    for (size_t j = 0; j < nk; ++j) {
+      const std::string rn = fmt::format("decoder.resblocks.{}", i * nk + j);
+      const int64_t k = c.resblock_kernel_sizes[j];
+      for (size_t d = 0; d < c.resblock_dilation_sizes[j].size(); ++d) {
+        for (const char* conv : {"convs1", "convs2"}) {
+          wn(fmt::format("{}.{}.{}", rn, conv, d), {ch, ch, k});
+          p.push_back({fmt::format("{}.{}.{}.bias", rn, conv, d), {ch}});
+        }
+        act(fmt::format("{}.activations.{}", rn, 2 * d), ch);
+        act(fmt::format("{}.activations.{}", rn, 2 * d + 1), ch);
+      }
+    }
+  }
+  act("decoder.activation_post", ch);
+  wn("decoder.conv_post", {1, ch, 7});
+  return p;
+}
+
+std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c) {
+  const int64_t H = c.hidden, I = c.intermediate, hd = c.head_dim;
+  std::vector<std::pair<std::string, Shape>> p = {{"embed_tokens.weight", {c.vocab_size, H}}};
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string n = fmt::format("layers.{}.", i);
+    p.push_back({n + "input_layernorm.weight", {H}});
+    p.push_back({n + "self_attn.q_proj.weight", {c.n_heads * hd, H}});
+    p.push_back({n + "self_attn.k_proj.weight", {c.n_kv_heads * hd, H}});
+    p.push_back({n + "self_attn.v_proj.weight", {c.n_kv_heads * hd, H}});
+    p.push_back({n + "self_attn.o_proj.weight", {H, c.n_heads * hd}});
+    p.push_back({n + "self_attn.q_norm.weight", {hd}});
+    p.push_back({n + "self_attn.k_norm.weight", {hd}});
+    p.push_back({n + "post_attention_layernorm.weight", {H}});
+    p.push_back({n + "mlp.gate_proj.weight", {I, H}});
+    p.push_back({n + "mlp.up_proj.weight", {I, H}});
+    p.push_back({n + "mlp.down_proj.weight", {H, I}});
+  }
+  p.push_back({"norm.weight", {H}});
+  return p;
+}
+
+namespace {
+
+// BigVGAN's anti-aliasing filter (kaiser_sinc_filter1d(cutoff 0.25, half_width 0.3, 12 taps)): the resampling
+// filters are fixed buffers in the released model, not learned, so random values would only make the
+// procedural decoder alias needlessly.
+Tensor kaiser_sinc_filter(int64_t taps) {
+  const double cutoff = 0.25, half_width = 0.3;
+  const int64_t half = taps / 2;
+  const double delta_f = 4 * half_width;
+  const double a = 2.285 * static_cast<double>(half - 1) * M_PI * delta_f + 7.95;
+  const double beta = a > 50    ? 0.1102 * (a - 8.7)
+                      : a >= 21 ? 0.5842 * std::pow(a - 21, 0.4) + 0.07886 * (a - 21)
+                                : 0;
+  std::vector<double> f(static_cast<size_t>(taps));
+  double sum = 0;
+  for (int64_t i = 0; i < taps; ++i) {
+    const double r = 2.0 * static_cast<double>(i) / static_cast<double>(taps - 1) - 1.0;
+    const double window =
+        std::cyl_bessel_i(0.0, beta * std::sqrt(std::max(0.0, 1 - r * r))) / std::cyl_bessel_i(0.0, beta);
+    const double t = static_cast<double>(i - half) + (taps % 2 == 0 ? 0.5 : 0.0);
+    const double x = 2 * cutoff * t;
+    const double sinc = x == 0 ? 1.0 : std::sin(M_PI * x) / (M_PI * x);
+    f[static_cast<size_t>(i)] = 2 * cutoff * window * sinc;
+    sum += f[static_cast<size_t>(i)];
+  }
+  std::vector<float> out(f.size());
+  for (size_t i = 0; i < f.size(); ++i) out[i] = static_cast<float>(f[i] / sum);
+  return Tensor::from(out, {1, 1, taps});
+}
+
+std::atomic<int> g_counter{0};
+
+}  // namespace
+
+std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<std::string, Shape>>& params,
+                                                    const std::map<std::string, std::string>& metadata,
+                                                    uint64_t seed, const std::string& label) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  tensors.reserve(params.size());
+  for (const auto& [name, shape] : params) {
+    if (name.ends_with(".filter"))
+      tensors.push_back({name, kaiser_sinc_filter(shape.back())});
+    else
+      tensors.push_back({name, procedural_tensor(name, shape, seed)});
+  }
+  std::error_code ec;
+  fs::path dir = fs::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  const fs::path path = dir / fmt::format("h3-{}-{}-{}.safetensors", label, ::getpid(), g_counter++);
+  auto md = metadata;
+  md["weights"] = fmt::format("procedural seed {}", seed);
+  write_safetensors(path.string(), tensors, md);
+  std::shared_ptr<SafeTensors> f;
+  try {
+    f = std::make_shared<SafeTensors>(SafeTensors::open(path.string()));
+  } catch (...) {
+    fs::remove(path, ec);
+    throw;
+  }
+  // The mapping keeps the data alive; the name is not needed any more.
+  fs::remove(path, ec);
+  return f;
+}
+
+std::shared_ptr<SafeTensors> procedural_video_vae_file(uint64_t seed) {
+  return procedural_safetensors(video_vae_decoder_parameters(procedural_video_vae_config()), {}, seed,
+                                "procedural-video-vae");
+}
+
+std::shared_ptr<SafeTensors> procedural_audio_vae_file(uint64_t seed) {
+  return procedural_safetensors(audio_vae_decoder_parameters(procedural_audio_vae_config()), {}, seed,
+                                "procedural-audio-vae");
+}
+
+std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
+  const QwenTextConfig c = procedural_qwen_text_config();
+  nlohmann::json cfg = {{"vocab_size", c.vocab_size},
+                        {"hidden_size", c.hidden},
+                        {"intermediate_size", c.intermediate},
+                        {"num_hidden_layers", c.n_layers},
+                        {"num_attention_heads", c.n_heads},
+                        {"num_key_value_heads", c.n_kv_heads},
+                        {"head_dim", c.head_dim},
+                        {"rms_norm_eps", c.rms_eps},
+                        {"rope_parameters",
+                         {{"rope_type", "default"},
+                          {"mrope_section", {c.mrope_section[0], c.mrope_section[1], c.mrope_section[2]}},
+                          {"mrope_interleaved", c.mrope_interleaved},
+                          {"rope_theta", c.rope_theta}}}};
+  return procedural_safetensors(qwen_text_parameters(c), {{"config", cfg.dump()}}, seed,
+                                "procedural-qwen3-text");
+}
+
+std::string builtin_tokenizer_json() {
+  // GPT-2's byte-to-printable map: printable Latin-1 bytes stand for themselves, the rest take 256, 257, ...
+  nlohmann::json vocab = nlohmann::json::object();
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const int cp = printable ? b : next++;
+    std::string s;
+    if (cp < 0x80) {
+      s.push_back(static_cast<char>(cp));
+    } else {
+      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    vocab[s] = b;
+  }
+  nlohmann::json j = {
+      {"version", "1.0"},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", nlohmann::json::array()},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+  };
+  return j.dump();
+}
+
+}  // namespace h3

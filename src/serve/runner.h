@@ -1,0 +1,54 @@
+// What the rank group runs for one job, behind one small interface: the real Generator (pipeline/generate.h)
+// or a fake runner with the same collective shape (per-step control word, cancellation, progress, a rank
+// fault hook) and no models, for the server's own tests. Also the request resolution the supervisor does
+// before queueing.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "dist/comm.h"
+#include "pipeline/generate.h"
+
+namespace h3::serve {
+
+struct RunnerOptions {
+  std::string kind = "generator";  // "generator" or "fake"
+  ModelPaths paths;
+  std::string precision = "f32";
+  std::string mode = "ulysses";
+  int tp = 1, chunks = 1, encoder_ranks = 0;
+  bool write_latents = false;  // generator: "<out>.latents.safetensors" beside each MP4
+  int fake_step_ms = 100;      // fake: wall time of one denoising step
+  int fake_load_ms = 500;      // fake: time "loading models" takes
+};
+
+class JobRunner {
+ public:
+  virtual ~JobRunner() = default;
+  virtual ModelLimits limits() const = 0;
+  virtual nlohmann::json describe() const = 0;  // what was loaded, for /v1/models
+  // Runs one resolved request collectively. Rank 0 writes `out_path`. Throws Cancelled or h3::Error.
+  virtual nlohmann::json run(const ResolvedRequest& req, const std::string& out_path,
+                             const ProgressFn& progress, const std::atomic<bool>* cancel) = 0;
+};
+
+// Collective: every rank of `comm` constructs its runner (models load here).
+std::unique_ptr<JobRunner> make_runner(const RunnerOptions& options, Comm& comm);
+std::unique_ptr<JobRunner> make_fake_runner(const RunnerOptions& options, Comm& comm);
+
+nlohmann::json limits_to_json(const ModelLimits& l);
+ModelLimits limits_from_json(const nlohmann::json& j);
+
+// The test hook: "RANK:STEP:kill" or "RANK:STEP:stall" (the job-level form of H3_DEBUG_FAULT). Throws
+// h3::Error when malformed.
+struct FaultSpec {
+  int rank = -1, step = -1;
+  bool kill = false;
+  static FaultSpec parse(const std::string& s);
+  bool active() const { return rank >= 0; }
+  void at_step(int rank_now, int step_now) const;  // kills or stalls this process when it matches
+};
+
+}  // namespace h3::serve

@@ -1,0 +1,353 @@
+#include "serve/store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+
+namespace h3::serve {
+
+namespace fs = std::filesystem;
+
+bool is_terminal(const std::string& s) {
+  return s == kCompleted || s == kFailed || s == kCancelled;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string new_job_id() {
+  // 96 random bits from the kernel; ids are not guessable, so knowing one job's id reveals no other.
+  unsigned char b[12] = {0};
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  bool ok = fd >= 0 && ::read(fd, b, sizeof(b)) == static_cast<ssize_t>(sizeof(b));
+  if (fd >= 0) ::close(fd);
+  if (!ok) {
+    std::random_device rd;
+    for (auto& c : b) c = static_cast<unsigned char>(rd());
+  }
+  std::string id = "video_";
+  for (unsigned char c : b) id += fmt::format("{:02x}", c);
+  return id;
+}
+
+bool valid_job_id(const std::string& id) {
+  if (id.size() != 30 || id.rfind("video_", 0) != 0) return false;
+  for (size_t i = 6; i < id.size(); ++i)
+    if (!std::isxdigit(static_cast<unsigned char>(id[i])) || std::isupper(static_cast<unsigned char>(id[i])))
+      return false;
+  return true;
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+namespace {
+
+constexpr const char* kColumns =
+    "seq, id, status, request, resolved, phase, progress, eta_s, step, steps, error, error_code, attempts, "
+    "cancel_requested, created_at, started_at, finished_at, output_bytes, result";
+
+std::string text_col(sqlite3_stmt* st, int i) {
+  const unsigned char* t = sqlite3_column_text(st, i);
+  return t ? reinterpret_cast<const char*>(t) : "";
+}
+
+nlohmann::json json_col(sqlite3_stmt* st, int i) {
+  std::string s = text_col(st, i);
+  if (s.empty()) return nlohmann::json::object();
+  return nlohmann::json::parse(s, nullptr, false);
+}
+
+}  // namespace
+
+JobStore::JobStore(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  fs::create_directories(fs::path(dir) / "outputs", ec);
+  if (ec) fail("--store {}: cannot create the folder: {}", dir, ec.message());
+  const std::string db = (fs::path(dir) / "jobs.sqlite3").string();
+  if (sqlite3_open_v2(db.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    if (db_) sqlite3_close(db_);
+    db_ = nullptr;
+    fail("--store {}: cannot open {}: {}", dir, db, msg);
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  exec("PRAGMA journal_mode=WAL");
+  exec("PRAGMA synchronous=NORMAL");
+  exec(
+      "CREATE TABLE IF NOT EXISTS jobs ("
+      " seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, status TEXT NOT NULL,"
+      " request TEXT NOT NULL, resolved TEXT NOT NULL, phase TEXT NOT NULL DEFAULT '',"
+      " progress REAL NOT NULL DEFAULT 0, eta_s REAL NOT NULL DEFAULT -1, step INTEGER NOT NULL DEFAULT 0,"
+      " steps INTEGER NOT NULL DEFAULT 0, error TEXT NOT NULL DEFAULT '', error_code TEXT NOT NULL DEFAULT "
+      "'',"
+      " attempts INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0,"
+      " created_at REAL NOT NULL, started_at REAL NOT NULL DEFAULT 0, finished_at REAL NOT NULL DEFAULT 0,"
+      " output_bytes INTEGER NOT NULL DEFAULT 0, result TEXT NOT NULL DEFAULT '{}')");
+  exec("CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, seq)");
+  exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+}
+
+JobStore::~JobStore() {
+  if (db_) sqlite3_close(db_);
+}
+
+std::string JobStore::output_path(const std::string& id) const {
+  H3_ASSERT(valid_job_id(id), "output path for a malformed id '{}'", id);
+  return (fs::path(dir_) / "outputs" / (id + ".mp4")).string();
+}
+
+void JobStore::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "?";
+    sqlite3_free(err);
+    fail("job store {}: '{}' failed: {}", dir_, sql, msg);
+  }
+}
+
+namespace {
+struct Stmt {
+  sqlite3_stmt* st = nullptr;
+  ~Stmt() {
+    if (st) sqlite3_finalize(st);
+  }
+};
+}  // namespace
+
+std::vector<JobRecord> JobStore::query(const std::string& sql, const std::vector<Arg>& args) {
+  Stmt s;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &s.st, nullptr) != SQLITE_OK)
+    fail("job store: cannot prepare '{}': {}", sql, sqlite3_errmsg(db_));
+  for (size_t i = 0; i < args.size(); ++i) {
+    const int k = static_cast<int>(i) + 1;
+    if (auto* v = std::get_if<int64_t>(&args[i]))
+      sqlite3_bind_int64(s.st, k, *v);
+    else if (auto* d = std::get_if<double>(&args[i]))
+      sqlite3_bind_double(s.st, k, *d);
+    else {
+      const auto& t = std::get<std::string>(args[i]);
+      sqlite3_bind_text(s.st, k, t.data(), static_cast<int>(t.size()), SQLITE_TRANSIENT);
+    }
+  }
+  std::vector<JobRecord> out;
+  for (;;) {
+    int rc = sqlite3_step(s.st);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) fail("job store: '{}' failed: {}", sql, sqlite3_errmsg(db_));
+    if (sqlite3_column_count(s.st) < 19) continue;
+    JobRecord r;
+    r.seq = sqlite3_column_int64(s.st, 0);
+    r.id = text_col(s.st, 1);
+    r.status = text_col(s.st, 2);
+    r.request = json_col(s.st, 3);
+    r.resolved = json_col(s.st, 4);
+    r.phase = text_col(s.st, 5);
+    r.progress = sqlite3_column_double(s.st, 6);
+    r.eta_s = sqlite3_column_double(s.st, 7);
+    r.step = sqlite3_column_int(s.st, 8);
+    r.steps = sqlite3_column_int(s.st, 9);
+    r.error = text_col(s.st, 10);
+    r.error_code = text_col(s.st, 11);
+    r.attempts = sqlite3_column_int(s.st, 12);
+    r.cancel_requested = sqlite3_column_int(s.st, 13) != 0;
+    r.created_at = sqlite3_column_double(s.st, 14);
+    r.started_at = sqlite3_column_double(s.st, 15);
+    r.finished_at = sqlite3_column_double(s.st, 16);
+    r.output_bytes = sqlite3_column_int64(s.st, 17);
+    r.result = json_col(s.st, 18);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+int JobStore::changes(const std::string& sql, const std::vector<Arg>& args) {
+  query(sql, args);
+  return sqlite3_changes(db_);
+}
+
+std::optional<JobRecord> JobStore::insert(const nlohmann::json& request, const nlohmann::json& resolved,
+                                          int64_t max_queued) {
+  std::lock_guard lock(mu_);
+  Stmt s;
+  sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM jobs WHERE status = 'queued'", -1, &s.st, nullptr);
+  int64_t queued = sqlite3_step(s.st) == SQLITE_ROW ? sqlite3_column_int64(s.st, 0) : 0;
+  if (queued >= max_queued) return std::nullopt;
+  const std::string id = new_job_id();
+  query("INSERT INTO jobs (id, status, request, resolved, created_at) VALUES (?, 'queued', ?, ?, ?)",
+        {id, dump_json(request), dump_json(resolved), unix_now()});
+  auto r = query(std::string("SELECT ") + kColumns + " FROM jobs WHERE id = ?", {id});
+  H3_ASSERT(r.size() == 1, "inserted job {} not found", id);
+  return r[0];
+}
+
+std::optional<JobRecord> JobStore::get(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto r = query(std::string("SELECT ") + kColumns + " FROM jobs WHERE id = ?", {id});
+  if (r.empty()) return std::nullopt;
+  return r[0];
+}
+
+std::vector<JobRecord> JobStore::list(int64_t limit, std::optional<int64_t> after_seq, bool descending,
+                                      const std::string& status) {
+  std::lock_guard lock(mu_);
+  std::string sql = std::string("SELECT ") + kColumns + " FROM jobs WHERE 1=1";
+  std::vector<Arg> args;
+  if (after_seq) {
+    sql += descending ? " AND seq < ?" : " AND seq > ?";
+    args.emplace_back(*after_seq);
+  }
+  if (!status.empty()) {
+    sql += " AND status = ?";
+    args.emplace_back(status);
+  }
+  sql += descending ? " ORDER BY seq DESC LIMIT ?" : " ORDER BY seq ASC LIMIT ?";
+  args.emplace_back(limit);
+  return query(sql, args);
+}
+
+std::optional<JobRecord> JobStore::next_queued() {
+  std::lock_guard lock(mu_);
+  auto r = query(
+      std::string("SELECT ") + kColumns + " FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1", {});
+  if (r.empty()) return std::nullopt;
+  return r[0];
+}
+
+int64_t JobStore::count(const std::string& status) {
+  std::lock_guard lock(mu_);
+  Stmt s;
+  sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM jobs WHERE status = ?", -1, &s.st, nullptr);
+  sqlite3_bind_text(s.st, 1, status.c_str(), -1, SQLITE_TRANSIENT);
+  return sqlite3_step(s.st) == SQLITE_ROW ? sqlite3_column_int64(s.st, 0) : 0;
+}
+
+int64_t JobStore::queue_position(int64_t seq) {
+  std::lock_guard lock(mu_);
+  Stmt s;
+  sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM jobs WHERE status = 'queued' AND seq < ?", -1, &s.st,
+                     nullptr);
+  sqlite3_bind_int64(s.st, 1, seq);
+  return 1 + (sqlite3_step(s.st) == SQLITE_ROW ? sqlite3_column_int64(s.st, 0) : 0);
+}
+
+bool JobStore::mark_running(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return changes(
+             "UPDATE jobs SET status = 'in_progress', attempts = attempts + 1, started_at = ?, phase = "
+             "'start',"
+             " progress = 0, eta_s = -1, step = 0, steps = 0 WHERE id = ? AND status = 'queued'",
+             {unix_now(), id}) == 1;
+}
+
+bool JobStore::update_progress(const std::string& id, const std::string& phase, int step, int steps,
+                               double progress, double eta_s) {
+  std::lock_guard lock(mu_);
+  return changes(
+             "UPDATE jobs SET phase = ?, step = ?, steps = ?, progress = ?, eta_s = ? WHERE id = ? AND "
+             "status = "
+             "'in_progress'",
+             {phase, int64_t{step}, int64_t{steps}, progress, eta_s, id}) == 1;
+}
+
+bool JobStore::request_cancel(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return changes("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'in_progress'", {id}) == 1;
+}
+
+bool JobStore::cancel_queued(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return changes(
+             "UPDATE jobs SET status = 'cancelled', cancel_requested = 1, finished_at = ?, error_code = "
+             "'cancelled',"
+             " error = 'cancelled while queued' WHERE id = ? AND status = 'queued'",
+             {unix_now(), id}) == 1;
+}
+
+bool JobStore::finish(const std::string& id, const std::string& status, const std::string& error_code,
+                      const std::string& error, int64_t output_bytes, const nlohmann::json& result) {
+  std::lock_guard lock(mu_);
+  const bool done = status == kCompleted;
+  return changes(
+             "UPDATE jobs SET status = ?, error_code = ?, error = ?, output_bytes = ?, result = ?, "
+             "finished_at = ?,"
+             " progress = CASE WHEN ? THEN 100 ELSE progress END, eta_s = CASE WHEN ? THEN 0 ELSE -1 END,"
+             " phase = CASE WHEN ? THEN 'done' ELSE phase END WHERE id = ? AND status = 'in_progress'",
+             {status, error_code, error, output_bytes, dump_json(result), unix_now(), int64_t{done},
+              int64_t{done}, int64_t{done}, id}) == 1;
+}
+
+bool JobStore::requeue(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return changes(
+             "UPDATE jobs SET status = 'queued', phase = '', progress = 0, eta_s = -1, step = 0, steps = 0 "
+             "WHERE id = ? AND status = 'in_progress'",
+             {id}) == 1;
+}
+
+bool JobStore::remove(const std::string& id) {
+  std::lock_guard lock(mu_);
+  if (changes("DELETE FROM jobs WHERE id = ? AND status != 'in_progress'", {id}) != 1) return false;
+  std::error_code ec;
+  const std::string base = output_path(id);
+  fs::remove(base, ec);
+  fs::remove(base + ".tmp", ec);
+  fs::remove(fs::path(base).replace_extension(".latents.safetensors"), ec);
+  return true;
+}
+
+std::vector<std::string> JobStore::recover(int max_attempts) {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> ids;
+  for (auto& r : query(std::string("SELECT ") + kColumns + " FROM jobs WHERE status = 'in_progress'", {})) {
+    ids.push_back(r.id);
+    std::error_code ec;
+    fs::remove(output_path(r.id) + ".tmp", ec);
+    if (r.cancel_requested) {
+      changes(
+          "UPDATE jobs SET status = 'cancelled', finished_at = ?, error_code = 'cancelled', error = ? WHERE "
+          "id = ?",
+          {unix_now(), std::string("cancelled; the server restarted before the job stopped"), r.id});
+    } else if (r.attempts < max_attempts) {
+      changes(
+          "UPDATE jobs SET status = 'queued', phase = '', progress = 0, eta_s = -1, step = 0, steps = 0 "
+          "WHERE id = ?",
+          {r.id});
+    } else {
+      changes(
+          "UPDATE jobs SET status = 'failed', finished_at = ?, error_code = 'server_restart', error = ? "
+          "WHERE id = ?",
+          {unix_now(),
+           fmt::format("the server stopped while this job was running, {} time(s); not retried again "
+                       "(--max-attempts {})",
+                       r.attempts, max_attempts),
+           r.id});
+    }
+  }
+  return ids;
+}
+
+void JobStore::put_meta(const std::string& key, const std::string& value) {
+  std::lock_guard lock(mu_);
+  query("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        {key, value});
+}
+
+std::optional<std::string> JobStore::get_meta(const std::string& key) {
+  std::lock_guard lock(mu_);
+  Stmt s;
+  sqlite3_prepare_v2(db_, "SELECT value FROM meta WHERE key = ?", -1, &s.st, nullptr);
+  sqlite3_bind_text(s.st, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s.st) != SQLITE_ROW) return std::nullopt;
+  return text_col(s.st, 0);
+}
+
+}  // namespace h3::serve

@@ -1,0 +1,106 @@
+// The server's durable job queue: one SQLite database and an outputs folder inside the store directory
+// (`h3 serve --store DIR`). The queue is FIFO by insertion sequence; a job keeps its sequence when it is
+// requeued after a restart, so it runs before anything submitted later. Every path the server reads or writes
+// is derived from the store directory and a job id the server generated itself; nothing a client sends
+// becomes a path.
+#pragma once
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace h3::serve {
+
+// Job status values as the API reports them.
+inline constexpr const char* kQueued = "queued";
+inline constexpr const char* kRunning = "in_progress";
+inline constexpr const char* kCompleted = "completed";
+inline constexpr const char* kFailed = "failed";
+inline constexpr const char* kCancelled = "cancelled";
+bool is_terminal(const std::string& status);
+
+struct JobRecord {
+  int64_t seq = 0;
+  std::string id;
+  std::string status;
+  nlohmann::json request;   // the client's body as accepted
+  nlohmann::json resolved;  // the parameters that run (seed fixed)
+  std::string phase;
+  double progress = 0;  // 0..100
+  double eta_s = -1;
+  int step = 0, steps = 0;
+  std::string error, error_code;
+  int attempts = 0;
+  bool cancel_requested = false;
+  double created_at = 0, started_at = 0, finished_at = 0;  // unix seconds, 0 = not yet
+  int64_t output_bytes = 0;                                // > 0 when the MP4 is in the store
+  nlohmann::json result;                                   // timings, tokens, latents file (completed jobs)
+};
+
+class JobStore {
+ public:
+  // Opens (creating) DIR/jobs.sqlite3 and DIR/outputs. Throws h3::Error naming the file on failure.
+  explicit JobStore(const std::string& dir);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  // Where a job's files live: outputs/<id>.mp4 (and <id>.latents.safetensors beside it with --write-latents).
+  std::string output_path(const std::string& id) const;
+
+  // Inserts a queued job unless `max_queued` jobs are already queued (then returns nullopt).
+  std::optional<JobRecord> insert(const nlohmann::json& request, const nlohmann::json& resolved,
+                                  int64_t max_queued);
+  std::optional<JobRecord> get(const std::string& id);
+  // Newest first when `descending`; `after_seq` continues a page (exclusive); `status` filters when
+  // non-empty.
+  std::vector<JobRecord> list(int64_t limit, std::optional<int64_t> after_seq, bool descending,
+                              const std::string& status);
+  std::optional<JobRecord> next_queued();
+  int64_t count(const std::string& status);
+  // 1 + the number of queued jobs ahead of `seq`.
+  int64_t queue_position(int64_t seq);
+
+  // Transitions; each returns false when the job is not in the state the transition starts from.
+  bool mark_running(const std::string& id);
+  bool update_progress(const std::string& id, const std::string& phase, int step, int steps, double progress,
+                       double eta_s);
+  bool request_cancel(const std::string& id);  // running jobs: remember that a cancel was asked for
+  bool cancel_queued(const std::string& id);
+  bool finish(const std::string& id, const std::string& status, const std::string& error_code,
+              const std::string& error, int64_t output_bytes, const nlohmann::json& result);
+  bool requeue(const std::string& id);  // a running job back to the queue (shutdown)
+  // Deletes a job that is not running, with its files. False when unknown or running.
+  bool remove(const std::string& id);
+
+  // After a restart: every job left running is requeued if it has run fewer than `max_attempts` times, else
+  // failed with a reason. Returns the ids touched.
+  std::vector<std::string> recover(int max_attempts);
+
+  // Small key/value table (the model limits last reported by the rank group).
+  void put_meta(const std::string& key, const std::string& value);
+  std::optional<std::string> get_meta(const std::string& key);
+
+ private:
+  void exec(const char* sql);
+  using Arg = std::variant<int64_t, double, std::string>;
+  std::vector<JobRecord> query(const std::string& sql, const std::vector<Arg>& args);
+  int changes(const std::string& sql, const std::vector<Arg>& args);
+  std::string dir_;
+  sqlite3* db_ = nullptr;
+  std::mutex mu_;
+};
+
+double unix_now();
+// JSON text with any invalid UTF-8 replaced (error texts may carry bytes from anywhere).
+std::string dump_json(const nlohmann::json& j);
+std::string new_job_id();
+bool valid_job_id(const std::string& id);
+
+}  // namespace h3::serve

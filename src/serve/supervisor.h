@@ -1,0 +1,127 @@
+// The supervisor of `h3 serve`: owns the job store, the event hub and the rank group. One thread (the group
+// thread) starts the group (`mpirun -np N h3 serve-worker ...`, or the worker directly for one rank), waits
+// for rank 0 to connect and report its models loaded, hands it one job at a time in FIFO order, relays
+// progress, and watches it: when the group exits (a rank crashed, or a rank's collective timed out and
+// aborted the job) or stops talking for longer than the stall timeout while running a job, the running job
+// fails with the reason read from the group's log (which names the rank), the group is recreated, and the
+// queue continues.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve/events.h"
+#include "serve/runner.h"
+#include "serve/store.h"
+
+namespace h3::serve {
+
+class LineChannel;
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8190;
+  std::string store_dir;
+  std::string api_key;  // empty: no authentication
+  int ranks = 1;
+  double rank_timeout_s = 120;      // the ranks' collective timeout (h3 --timeout)
+  double stall_timeout_s = 0;       // no word from rank 0 while running a job; 0 = 2 x rank timeout + 30 s
+  double startup_timeout_s = 1800;  // to connect and load the models
+  int64_t max_queue = 64;           // queued jobs; more -> 429
+  size_t max_body_bytes = 65536;    // request bodies; more -> 413
+  int http_threads = 512;           // concurrent connections served (SSE streams hold one each)
+  int max_attempts = 2;             // a job interrupted by server restarts runs at most this often
+  bool debug_faults = false;        // accept the "x_debug_fault" request field (tests only)
+  std::string model_id = "minimax-h3";
+  std::string log_level = "info";
+  std::string self_exe;  // this binary (for the worker command)
+  std::string mpirun = "mpirun";
+  RunnerOptions runner;
+};
+
+// An error answered to the client: HTTP status, a short code and a message.
+struct ApiError {
+  int status;
+  std::string code, message;
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(ServeOptions options);
+  ~Supervisor();
+  void start();
+  // Stops the group (a running job goes back to the queue) and wakes every event stream.
+  void stop();
+
+  const ServeOptions& options() const { return o_; }
+  JobStore& store() { return *store_; }
+  EventHub& events() { return events_; }
+
+  // API operations; each throws ApiError.
+  JobRecord submit(const nlohmann::json& body);
+  JobRecord cancel(const std::string& id);
+  void remove(const std::string& id);
+  JobRecord get(const std::string& id);
+
+  nlohmann::json job_json(const JobRecord& r);
+  nlohmann::json health();
+  nlohmann::json models();
+  std::string metrics();
+  bool ready();
+
+  // Counters the HTTP layer feeds.
+  std::atomic<int64_t> http_requests{0}, http_4xx{0}, http_5xx{0}, sse_streams{0};
+
+ private:
+  enum class State { starting, loading, ready, busy, restarting, stopped };
+  static const char* state_name(State s);
+  void group_loop();
+  bool launch_group();
+  void run_group();
+  void kill_group(const std::string& why);
+  std::string reap_reason();
+  void set_state(State s, const std::string& error = "");
+  void publish_job(const std::string& id);
+  void dispatch_next();
+  void on_message(const nlohmann::json& m);
+  void fail_running(const std::string& code, const std::string& message);
+  void post(nlohmann::json message);
+  void wake();
+
+  ServeOptions o_;
+  std::unique_ptr<JobStore> store_;
+  EventHub events_;
+  std::thread group_thread_;
+  std::atomic<bool> stopping_{false};
+  int wake_pipe_[2] = {-1, -1};
+
+  std::mutex mu_;  // guards everything below
+  State state_ = State::starting;
+  std::string last_error_;
+  nlohmann::json limits_;  // from the group (persisted in the store's meta table)
+  nlohmann::json models_ = nlohmann::json::array();
+  std::deque<nlohmann::json> outbox_;
+  std::string running_;  // job id the group is running
+  int generation_ = 0;
+  int restarts_ = 0;
+  double ready_since_ = 0;
+  double last_load_s_ = 0;
+  std::atomic<int64_t> jobs_submitted_{0}, jobs_completed_{0}, jobs_failed_{0}, jobs_cancelled_{0};
+  double job_seconds_sum_ = 0;
+
+  // Group-thread state.
+  std::unique_ptr<LineChannel> channel_;
+  pid_t child_ = -1;
+  int child_status_ = 0;
+  std::string run_dir_, log_path_;
+  double last_word_ = 0;
+};
+
+}  // namespace h3::serve

@@ -1,0 +1,279 @@
+// The supervisor's API operations: request validation and resolution, job objects, cancel/delete, health,
+// models and the Prometheus metrics text. Everything here runs on HTTP threads.
+#include <cmath>
+#include <filesystem>
+
+#include "core/log.h"
+#include "serve/supervisor.h"
+
+namespace h3::serve {
+
+namespace {
+
+// Fields of POST /v1/videos beyond GenerateRequest's own (docs/api.md lists them all).
+constexpr size_t kMaxPrompt = 16384;  // bytes
+
+ApiError bad(const std::string& message) {
+  return {400, "invalid_request", message};
+}
+
+// "1280x720" -> width, height.
+std::pair<int64_t, int64_t> parse_size(const std::string& s) {
+  const auto x = s.find('x');
+  auto digits = [](const std::string& t) {
+    return !t.empty() && t.size() <= 5 && t.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (x == std::string::npos || !digits(s.substr(0, x)) || !digits(s.substr(x + 1)))
+    throw bad("'size' must look like \"1344x768\" (WIDTHxHEIGHT in pixels)");
+  return {std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1))};
+}
+
+}  // namespace
+
+JobRecord Supervisor::submit(const nlohmann::json& body) {
+  if (!body.is_object()) throw bad("the body must be a JSON object");
+  nlohmann::json gen = nlohmann::json::object();
+  nlohmann::json accepted = nlohmann::json::object();
+  static const std::vector<std::string> passthrough = {"prompt",  "width", "height", "aspect", "frames",
+                                                       "seconds", "steps", "seed",   "shift",  "audio_shift"};
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& k = it.key();
+    const nlohmann::json& v = it.value();
+    if (k == "model") {
+      if (!v.is_string()) throw bad("'model' must be a string");
+      if (v.get<std::string>() != o_.model_id)
+        throw ApiError{400, "model_not_found",
+                       fmt::format("model '{}' is not served here; this server serves '{}'",
+                                   v.get<std::string>().substr(0, 200), o_.model_id)};
+    } else if (k == "size") {
+      if (!v.is_string()) throw bad("'size' must be a string like \"1344x768\"");
+      auto [w, h] = parse_size(v.get<std::string>());
+      if (body.contains("width") || body.contains("height"))
+        throw bad("give 'size' or 'width'/'height', not both");
+      gen["width"] = w;
+      gen["height"] = h;
+    } else if (k == "seconds") {
+      // The OpenAI API sends seconds as a string ("8"); numbers are accepted too.
+      if (v.is_string()) {
+        const std::string t = v.get<std::string>();
+        char* end = nullptr;
+        const double d = t.empty() || t.size() > 16 ? NAN : std::strtod(t.c_str(), &end);
+        if (std::isnan(d) || !end || *end != '\0')
+          throw bad("'seconds' must be a number or a numeric string");
+        gen["seconds"] = d;
+      } else if (v.is_number()) {
+        gen["seconds"] = v;
+      } else {
+        throw bad("'seconds' must be a number or a numeric string");
+      }
+      if (body.contains("frames")) throw bad("give 'seconds' or 'frames', not both");
+    } else if (k == "num_inference_steps") {
+      if (body.contains("steps")) throw bad("give 'steps' or 'num_inference_steps', not both");
+      gen["steps"] = v;
+    } else if (k == "x_debug_fault") {
+      if (!o_.debug_faults)
+        throw bad(
+            "unknown field 'x_debug_fault' (a test hook; the server was not started with "
+            "--debug-faults)");
+      if (!v.is_string()) throw bad("'x_debug_fault' must be a string RANK:STEP:kill|stall");
+      try {
+        FaultSpec::parse(v.get<std::string>());
+      } catch (const std::exception& e) {
+        throw bad(e.what());
+      }
+    } else if (std::find(passthrough.begin(), passthrough.end(), k) != passthrough.end()) {
+      gen[k] = v;
+    } else {
+      throw bad(fmt::format("unknown field '{}'", k.substr(0, 100)));
+    }
+    accepted[k] = v;
+  }
+  if (!body.contains("prompt")) throw bad("'prompt' is required");
+  if (!body["prompt"].is_string()) throw bad("'prompt' must be a string");
+  if (body["prompt"].get<std::string>().size() > kMaxPrompt)
+    throw bad(fmt::format("'prompt' is longer than {} bytes", kMaxPrompt));
+  // Sizes are bounded here too, so no product of them can overflow further on.
+  for (const char* k : {"width", "height", "frames"})
+    if (gen.contains(k) && gen[k].is_number_integer() &&
+        (gen[k].is_number_unsigned() ? gen[k].get<uint64_t>() > 100000
+                                     : std::llabs(gen[k].get<int64_t>()) > 100000))
+      throw bad(fmt::format("'{}' is out of range", k));
+  // "steps" must fit an int before the pipeline sees it.
+  if (gen.contains("steps") && gen["steps"].is_number_integer() &&
+      (gen["steps"].is_number_unsigned() ? gen["steps"].get<uint64_t>() > 100000
+                                         : std::llabs(gen["steps"].get<int64_t>()) > 100000))
+    throw bad("'steps' is out of range");
+
+  nlohmann::json limits;
+  {
+    std::lock_guard lock(mu_);
+    limits = limits_;
+  }
+  if (!limits.is_object() || limits.empty())
+    throw ApiError{503, "loading",
+                   "the models are still loading for the first time, so the request limits are not "
+                   "known yet; retry in a few seconds"};
+  nlohmann::json resolved;
+  try {
+    resolved = resolve(GenerateRequest::from_json(gen), limits_from_json(limits)).to_json();
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(std::string("request: ") + e.what());
+  } catch (const std::exception& e) {
+    throw bad(e.what());
+  }
+  auto rec = store_->insert(accepted, resolved, o_.max_queue);
+  if (!rec)
+    throw ApiError{
+        429, "queue_full",
+        fmt::format("the queue is full ({} jobs waiting, --max-queue); retry later", o_.max_queue)};
+  ++jobs_submitted_;
+  spdlog::info("serve: queued job {}", rec->id);
+  events_.publish("video", rec->id, job_json(*rec));
+  wake();
+  return *rec;
+}
+
+JobRecord Supervisor::get(const std::string& id) {
+  auto r = valid_job_id(id) ? store_->get(id) : std::nullopt;
+  if (!r) throw ApiError{404, "not_found", "no video with this id"};
+  return *r;
+}
+
+JobRecord Supervisor::cancel(const std::string& id) {
+  JobRecord r = get(id);
+  if (r.status == kQueued && store_->cancel_queued(id)) {
+    ++jobs_cancelled_;
+    publish_job(id);
+    return get(id);
+  }
+  if (r.status == kRunning || (r.status == kQueued && get(id).status == kRunning)) {
+    if (store_->request_cancel(id)) {
+      post({{"type", "cancel"}, {"id", id}});
+      publish_job(id);
+    }
+    return get(id);
+  }
+  r = get(id);
+  if (r.status == kCancelled) return r;
+  throw ApiError{409, "not_cancellable", fmt::format("the video is already {}", r.status)};
+}
+
+void Supervisor::remove(const std::string& id) {
+  JobRecord r = get(id);
+  if (r.status == kRunning)
+    throw ApiError{409, "running",
+                   "the video is being generated; cancel it first (POST /v1/videos/{id}/cancel)"};
+  if (!store_->remove(id)) throw ApiError{409, "running", "the video started running; cancel it first"};
+  events_.publish("video", id, {{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
+}
+
+nlohmann::json Supervisor::job_json(const JobRecord& r) {
+  auto time_or_null = [](double t) {
+    return t > 0 ? nlohmann::json(static_cast<int64_t>(t)) : nlohmann::json();
+  };
+  const auto& res = r.resolved;
+  nlohmann::json j = {
+      {"id", r.id},
+      {"object", "video"},
+      {"model", o_.model_id},
+      {"status", r.status},
+      {"phase", r.phase.empty() ? nlohmann::json() : nlohmann::json(r.phase)},
+      {"progress", std::round(r.progress * 10) / 10},
+      {"step", r.step},
+      {"steps", r.steps},
+      {"eta_seconds", r.status == kRunning && r.eta_s >= 0 ? nlohmann::json(std::round(r.eta_s * 10) / 10)
+                                                           : nlohmann::json()},
+      {"created_at", time_or_null(r.created_at)},
+      {"started_at", time_or_null(r.started_at)},
+      {"completed_at", time_or_null(r.finished_at)},
+      {"prompt", res.value("prompt", "")},
+      {"size", fmt::format("{}x{}", res.value("width", 0), res.value("height", 0))},
+      {"seconds", fmt::format("{:g}", res.value("seconds", 0.0))},
+      {"request", r.request},
+      {"parameters", res},
+      {"attempts", r.attempts},
+      {"cancel_requested", r.cancel_requested},
+      {"error", r.error.empty() && r.error_code.empty()
+                    ? nlohmann::json()
+                    : nlohmann::json{{"code", r.error_code}, {"message", r.error}}},
+  };
+  if (r.status == kQueued) j["queue_position"] = store_->queue_position(r.seq);
+  if (r.status == kCompleted && r.output_bytes > 0) {
+    j["content_url"] = "/v1/videos/" + r.id + "/content";
+    j["bytes"] = r.output_bytes;
+    j["result"] = r.result;
+  }
+  return j;
+}
+
+bool Supervisor::ready() {
+  std::lock_guard lock(mu_);
+  return state_ == State::ready || state_ == State::busy;
+}
+
+nlohmann::json Supervisor::health() {
+  std::lock_guard lock(mu_);
+  nlohmann::json j = {{"status", state_ == State::ready || state_ == State::busy ? "ok" : "unavailable"},
+                      {"group", state_name(state_)},
+                      {"ranks", o_.ranks},
+                      {"generation", generation_},
+                      {"restarts", restarts_},
+                      {"running", running_.empty() ? nlohmann::json() : nlohmann::json(running_)},
+                      {"load_seconds", last_load_s_},
+                      {"last_error", last_error_.empty() ? nlohmann::json() : nlohmann::json(last_error_)}};
+  return j;
+}
+
+nlohmann::json Supervisor::models() {
+  std::lock_guard lock(mu_);
+  return {{"object", "list"},
+          {"data",
+           {{{"id", o_.model_id},
+             {"object", "model"},
+             {"owned_by", "h3-engine"},
+             {"runner", o_.runner.kind},
+             {"ranks", o_.ranks},
+             {"components", models_},
+             {"limits", limits_}}}}};
+}
+
+std::string Supervisor::metrics() {
+  const int64_t queued = store_->count(kQueued);
+  std::string group;
+  int restarts;
+  double secs;
+  bool busy;
+  {
+    std::lock_guard lock(mu_);
+    group = state_name(state_);
+    restarts = restarts_;
+    secs = job_seconds_sum_;
+    busy = !running_.empty();
+  }
+  std::string s;
+  auto metric = [&](const char* name, const char* type, const char* help, const std::string& value,
+                    const std::string& labels = "") {
+    s += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{} {}\n", name, help, name, type, name, labels, value);
+  };
+  metric("h3_up", "gauge", "1 when the rank group is ready", group == "ready" || group == "busy" ? "1" : "0");
+  metric("h3_queue_length", "gauge", "jobs waiting", std::to_string(queued));
+  metric("h3_jobs_running", "gauge", "jobs being generated (0 or 1)", busy ? "1" : "0");
+  metric("h3_jobs_submitted_total", "counter", "jobs accepted since start",
+         std::to_string(jobs_submitted_.load()));
+  s += "# HELP h3_jobs_finished_total jobs finished since start, by status\n# TYPE h3_jobs_finished_total "
+       "counter\n";
+  s += fmt::format("h3_jobs_finished_total{{status=\"completed\"}} {}\n", jobs_completed_.load());
+  s += fmt::format("h3_jobs_finished_total{{status=\"failed\"}} {}\n", jobs_failed_.load());
+  s += fmt::format("h3_jobs_finished_total{{status=\"cancelled\"}} {}\n", jobs_cancelled_.load());
+  metric("h3_job_seconds_total", "counter", "wall time spent running jobs", fmt::format("{:.3f}", secs));
+  metric("h3_group_restarts_total", "counter", "times the rank group was recreated",
+         std::to_string(restarts));
+  metric("h3_group_ranks", "gauge", "ranks in the group", std::to_string(o_.ranks));
+  metric("h3_http_requests_total", "counter", "HTTP requests answered", std::to_string(http_requests.load()));
+  metric("h3_http_client_errors_total", "counter", "4xx answers", std::to_string(http_4xx.load()));
+  metric("h3_http_server_errors_total", "counter", "5xx answers", std::to_string(http_5xx.load()));
+  metric("h3_sse_streams", "gauge", "open server-sent-event streams", std::to_string(sse_streams.load()));
+  return s;
+}
+
+}  // namespace h3::serve

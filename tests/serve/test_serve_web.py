@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""h3 serve's web page in headless Chromium: /#selftest makes the page use its own form and buttons (submit two
+jobs, cancel one from its row, wait for both through the per-job event streams, play the finished video) and
+write SELFTEST PASS/FAIL into the DOM, which --dump-dom prints. Skips (exit 77, loudly) when Chromium is missing
+or cannot start.
+usage: test_serve_web.py H3_BINARY"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from serve_common import SKIP, Server, check, log, main_wrapper
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def chrome_cmd(binary, profile, extra):
+    return [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+            "--disable-extensions", "--disable-background-networking", "--user-data-dir=" + profile] + extra
+
+
+def run(h3):
+    binary = chromium()
+    if not binary:
+        log("SKIPPED LOUDLY: no chromium on this machine (apt-get install chromium; scripts/setup.sh does)")
+        sys.exit(SKIP)
+    profile = tempfile.mkdtemp(prefix="h3serve-chromium-")
+    try:
+        probe = subprocess.run(chrome_cmd(binary, profile, ["--dump-dom", "data:text/html,<p id=x>alive</p>"]),
+                               capture_output=True, timeout=90)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log("SKIPPED LOUDLY: chromium cannot start: %s" % e)
+        sys.exit(SKIP)
+    if b"alive" not in probe.stdout:
+        log("SKIPPED LOUDLY: chromium cannot start (status %d): %s" % (probe.returncode,
+                                                                      probe.stderr.decode("utf-8", "replace")[-800:]))
+        sys.exit(SKIP)
+    check(True, "chromium starts headless (%s)" % binary)
+    s = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "100", "--fake-load-ms", "0"]).start()
+    try:
+        url = "http://127.0.0.1:%d/#selftest" % s.port
+        r = subprocess.run(chrome_cmd(binary, profile, ["--virtual-time-budget=120000", "--dump-dom", url]),
+                           capture_output=True, timeout=240)
+        dom = r.stdout.decode("utf-8", "replace")
+        m = re.search(r'<pre id="selftest"[^>]*>([^<]*)</pre>', dom)
+        report = m.group(1) if m else "(no #selftest element in the dumped DOM)"
+        log("  page self-test report:\n    " + report.replace("\n", "\n    "))
+        if "SELFTEST PASS" not in report:
+            log(dom[-3000:])
+            log(r.stderr.decode("utf-8", "replace")[-2000:])
+        check("SELFTEST PASS" in report, "the page submitted, cancelled, followed progress and played a video")
+        check('data-status="completed"' in dom and 'data-status="cancelled"' in dom,
+              "the jobs table shows a completed and a cancelled job")
+        check("<video" in dom and 'src="blob:' in dom, "the player holds the downloaded video")
+        st, l = s.json("GET", "/v1/videos?limit=10")
+        check(sorted(j["status"] for j in l["data"]) == ["cancelled", "completed"], "the server agrees")
+    except Exception:
+        s.dump_log()
+        raise
+    finally:
+        s.cleanup()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main_wrapper(run)

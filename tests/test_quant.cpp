@@ -1,0 +1,211 @@
+// Quantized DiT checkpoints (io/quant.h): every format written from procedural weights, loaded back, checked
+// per element against the format's own rounding bound and end to end against the f32 model.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/lora.h"
+#include "io/quant.h"
+#include "io/safetensors.h"
+#include "model/dit.h"
+#include "pipeline/synthetic.h"
+
+using namespace h3;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    static int n = 0;
+    dir = fs::temp_directory_path() / ("h3_quant_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::create_directories(dir);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+  std::string operator/(const std::string& n) const { return (dir / n).string(); }
+};
+
+std::string write_quant(const DitCheckpoint& ck, QuantFormat q, ExportLayout layout,
+                        const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::map<std::string, std::string> meta;
+  export_dit(ck, DType::f32, layout, q, tensors, meta);
+  write_safetensors(path, tensors, meta);
+  return path;
+}
+
+double rel_l2(const Tensor& a, const Tensor& b) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = a.get(i) - b.get(i);
+    num += d * d;
+    den += b.get(i) * b.get(i);
+  }
+  return std::sqrt(num / den);
+}
+
+bool is_gemm(const std::string& k) {
+  return k.starts_with("transformer_blocks.") &&
+         (k.find("attn.to_") != std::string::npos || k.find("ff.net.") != std::string::npos);
+}
+
+// A checkpoint whose block weights have rows of very different magnitude (a rank-1 LoRA with B[i] growing
+// with i), so a per-row scale that lands on the wrong row breaks the per-row bound.
+DitCheckpoint uneven_rows(const Scratch& dir) {
+  const DitConfig c = *DitConfig::named("mini");
+  std::vector<std::pair<std::string, Tensor>> w;
+  for (int n = 0; n < c.num_layers; ++n) {
+    const std::string p = "blocks." + std::to_string(n) + ".";
+    for (auto [m, out, in] : {std::tuple{"attn.qkv_proj", 3 * c.inner_dim(), int64_t{c.hidden_size}},
+                              {"mlp.fc1", 2 * int64_t{c.ffn_dim}, int64_t{c.hidden_size}}}) {
+      Tensor A(DType::f32, {1, in}), B(DType::f32, {out, 1});
+      for (int64_t j = 0; j < in; ++j) A.data<float>()[j] = (j % 3) - 1.0f;
+      for (int64_t i = 0; i < out; ++i) B.data<float>()[i] = static_cast<float>((i * 37) % 101) * 0.2f;
+      w.emplace_back(p + m + ".lora_A.weight", A);
+      w.emplace_back(p + m + ".lora_B.weight", B);
+    }
+  }
+  write_safetensors(dir / "uneven.safetensors", w);
+  DitCheckpoint ck = DitCheckpoint::open("procedural:mini");
+  ck.add_lora(dir / "uneven.safetensors", 1.0);
+  return ck;
+}
+
+}  // namespace
+
+TEST(Quant, HadamardIsOrthonormalAndItsOwnInverse) {
+  for (int g : {1, 2, 8, 32, 256}) {
+    SCOPED_TRACE(g);
+    Tensor e(DType::f32, {1, g});
+    e.data<float>()[0] = 1;
+    hadamard_columns_(e, g);
+    for (int k = 0; k < g; ++k)
+      ASSERT_NEAR(e.data<float>()[k], 1.0 / std::sqrt(g), 1e-7);  // first column of H
+    Tensor x = seeded_normal({3, 2 * g}, 4, 0), y = x.clone();
+    hadamard_columns_(y, g);
+    double nx = 0, ny = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) nx += x.get(i) * x.get(i), ny += y.get(i) * y.get(i);
+    EXPECT_NEAR(nx, ny, 1e-4 * nx);
+    hadamard_columns_(y, g);
+    EXPECT_LT(rel_l2(y, x), 1e-6);
+  }
+  EXPECT_EQ(convrot_group_for(5376), 256);
+  EXPECT_EQ(convrot_group_for(96), 32);
+  EXPECT_EQ(convrot_group_for(448), 64);
+}
+
+// Per element: fp8 e4m3 keeps 3 mantissa bits (relative error <= 2^-4 above the subnormal range, absolute
+// <= scale * 2^-10 below it); int8 per row: |err| <= s_i / 2 with s_i = amax_i / 127; convrot: the same bound
+// holds for the rotated row, so the row's L2 error is <= sqrt(in) * s_i / 2.
+TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
+  Scratch dir;
+  DitCheckpoint ref = uneven_rows(dir);
+  struct Case {
+    QuantFormat q;
+    ExportLayout layout;
+  };
+  for (auto [q, layout] :
+       {Case{QuantFormat::fp8, ExportLayout::comfy}, Case{QuantFormat::scaled_fp8, ExportLayout::diffusers},
+        Case{QuantFormat::int8, ExportLayout::official}, Case{QuantFormat::int8, ExportLayout::comfy},
+        Case{QuantFormat::int8_convrot, ExportLayout::official}}) {
+    SCOPED_TRACE(std::string(quant_format_name(q)) + " " + std::to_string(static_cast<int>(layout)));
+    const std::string p = write_quant(ref, q, layout, dir / "q.safetensors");
+    DitCheckpoint ck = DitCheckpoint::open(p);
+    int quantized = 0;
+    for (const auto& [key, shape] : ref.config().parameters()) {
+      Tensor want = ref.get(key), got = ck.get(key);
+      ASSERT_EQ(got.shape(), want.shape()) << key;
+      if (!is_gemm(key)) {
+        ASSERT_EQ(0, std::memcmp(got.raw(), want.raw(), want.nbytes())) << key << " is not quantized";
+        continue;
+      }
+      ++quantized;
+      const int64_t rows = want.dim(0), cols = want.dim(1);
+      if (q == QuantFormat::fp8 || q == QuantFormat::scaled_fp8) {
+        double amax = 0;
+        for (int64_t i = 0; i < want.numel(); ++i) amax = std::max(amax, std::fabs(want.get(i)));
+        for (int64_t i = 0; i < want.numel(); ++i)
+          ASSERT_LE(std::fabs(got.get(i) - want.get(i)),
+                    std::max(std::fabs(want.get(i)) * 0.0625, amax / 448 * std::ldexp(1.0, -10)) * (1 + 1e-5))
+              << key << " element " << i;
+        continue;
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        // int8: |err| <= amax / 254 per element. convrot: the step is set by the rotated row's amax, which is
+        // at most the row's L2 norm (H is orthonormal), and the rotation keeps the error's L2 norm.
+        double amax = 0, err2 = 0, maxerr = 0, l2 = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          const double v = want.get(i * cols + j), d = got.get(i * cols + j) - v;
+          amax = std::max(amax, std::fabs(v));
+          l2 += v * v;
+          err2 += d * d;
+          maxerr = std::max(maxerr, std::fabs(d));
+        }
+        if (q == QuantFormat::int8)
+          ASSERT_LE(maxerr, amax / 254 * (1 + 1e-5) + 1e-7) << key << " row " << i;
+        else
+          ASSERT_LE(std::sqrt(err2), std::sqrt(static_cast<double>(cols)) * std::sqrt(l2) / 254 + 1e-6)
+              << key << " row " << i;
+      }
+    }
+    EXPECT_EQ(quantized, 6 * ref.config().num_layers);
+  }
+}
+
+// The quantized model against the f32 model: output rel-L2 within the stated tolerance (docs/notes.md).
+TEST(Quant, ForwardWithinToleranceOfF32) {
+  Scratch dir;
+  DitCheckpoint ref = DitCheckpoint::open("procedural:mini");
+  DitInputs in = make_synthetic_inputs(ref.config(), SyntheticRequest{});
+  DitOutputs want = DitModel(ref, Precision::f32).forward(in);
+  const std::map<QuantFormat, double> tol = {{QuantFormat::fp8, 5e-2},
+                                             {QuantFormat::scaled_fp8, 5e-2},
+                                             {QuantFormat::int8, 1e-2},
+                                             {QuantFormat::int8_convrot, 1e-2}};
+  for (auto [q, t] : tol) {
+    const std::string p = write_quant(
+        ref, q, q == QuantFormat::int8 ? ExportLayout::comfy : ExportLayout::official, dir / "f.safetensors");
+    DitOutputs got = DitModel(DitCheckpoint::open(p), Precision::f32).forward(in);
+    const double ev = rel_l2(got.video, want.video), ea = rel_l2(got.audio, want.audio);
+    std::printf("quant %-13s video rel_l2 %.3e, audio rel_l2 %.3e (tolerance %.0e)\n",
+                std::string(quant_format_name(q)).c_str(), ev, ea, t);
+    EXPECT_LE(ev, t) << quant_format_name(q);
+    EXPECT_LE(ea, t) << quant_format_name(q);
+    EXPECT_GT(ev, 0) << "nothing was quantized";
+  }
+}
+
+TEST(Quant, UnsupportedFormatsAreNamed) {
+  Scratch dir;
+  DitCheckpoint ref = DitCheckpoint::open("procedural:mini");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::map<std::string, std::string> meta;
+  export_dit(ref, DType::f32, ExportLayout::comfy, QuantFormat::fp8, tensors, meta);
+  for (auto& [k, t] : tensors)
+    if (k == "model.diffusion_model.blocks.1.mlp.fc2.comfy_quant") {
+      const std::string j = R"({"format": "nvfp4"})";
+      t = Tensor(DType::u8, {static_cast<int64_t>(j.size())});
+      std::memcpy(t.raw(), j.data(), j.size());
+    }
+  const std::string p = dir / "nvfp4.safetensors";
+  write_safetensors(p, tensors, meta);
+  try {
+    DitCheckpoint::open(p);
+    ADD_FAILURE() << "nvfp4 accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(p), std::string::npos) << m;
+    EXPECT_NE(m.find("blocks.1.mlp.fc2.comfy_quant"), std::string::npos) << m;
+    EXPECT_NE(m.find("nvfp4"), std::string::npos) << m;
+  }
+}

@@ -1,0 +1,362 @@
+// h3 decode LATENTS -o OUT.mp4: final latents (a safetensors file) -> video VAE + audio VAE decode (sharded
+// over --ranks N) -> MP4 on rank 0, optionally a WAV and PNG frames too.
+//
+// Keys read from LATENTS (the first present of each list):
+//   video: video_latents | output.video_latents  ->  [C, T, h, w] or [1, C, T, h, w], in the DiT's
+//          (normalised) latent space, as `h3 generate --latents` and pipeline-t2va-mini store them;
+//   audio: audio_latents | output.audio_latents  ->  [2, C_a, A] (stereo latents), or
+//          audio_latent_rows | output.audio_latent_rows | audio_rows | output.audio_rows | the last
+//          stepN.audio_rows  ->  [2A, C_a] (the DiT's rows, row = ch * A + a).
+// Both are de-normalised with the VAE's latents_mean/std before decoding. Without audio latents (or with
+// --no-audio) the MP4 has no audio track.
+//
+// Every output is atomic (media/mp4_writer.h), and the outputs of one run go together: when any of them
+// fails, the ones already written by this run are removed, so the command leaves either all requested files
+// or none.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "io/procedural.h"
+#include "io/safetensors.h"
+#include "media/mp4_writer.h"
+#include "model/audio_vae.h"
+#include "model/layout.h"
+#include "model/vae_shard.h"
+#include "model/video_vae.h"
+#include "pipeline/procedural_models.h"
+
+namespace h3::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+const char* const kVideoKeys[] = {"video_latents", "output.video_latents"};
+const char* const kAudioLatentKeys[] = {"audio_latents", "output.audio_latents"};
+const char* const kAudioRowKeys[] = {"audio_latent_rows", "output.audio_latent_rows", "audio_rows",
+                                     "output.audio_rows"};
+
+std::string key_list(const SafeTensors& f) {
+  std::string s;
+  int n = 0;
+  for (const auto& k : f.keys()) {
+    if (k.starts_with("weight.")) continue;
+    if (n++ == 12) return s + ", ...";
+    s += (s.empty() ? "" : ", ") + k;
+  }
+  return s.empty() ? "(none)" : s;
+}
+
+// The golden pipeline file keeps its final audio rows as the last step's output "stepN.audio_rows".
+std::string last_step_audio_rows(const SafeTensors& f) {
+  std::string best;
+  int64_t best_n = -1;
+  for (const auto& k : f.keys()) {
+    if (!k.starts_with("step") || !k.ends_with(".audio_rows")) continue;
+    const std::string num = k.substr(4, k.size() - 4 - std::string(".audio_rows").size());
+    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int64_t n = std::stoll(num);
+    if (n > best_n) best_n = n, best = k;
+  }
+  return best;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  H3_CHECK(in.good(), "cannot read {}", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+uint64_t procedural_seed_of(const std::string& p) {
+  const auto k = p.find(":seed=");
+  if (k == std::string::npos) return kDefaultProceduralSeed;
+  try {
+    return std::stoull(p.substr(k + 6));
+  } catch (const std::exception&) {
+    fail("{}: the seed after ':seed=' is not a number", p);
+  }
+}
+
+void check_procedural(const std::string& p, const char* flag) {
+  const auto colon = p.find(":seed=");
+  const std::string name = p.substr(11, colon == std::string::npos ? std::string::npos : colon - 11);
+  H3_CHECK(name == "mini", "{} '{}': only procedural:mini[:seed=N] exists for the VAEs", flag, p);
+}
+
+// A VAE given as a safetensors file (config in its "config" metadata, golden files' "weight." prefix
+// detected) or a diffusers folder (config.json + one *.safetensors).
+struct VaeSource {
+  std::shared_ptr<SafeTensors> file;
+  std::string config, tiling;
+};
+
+VaeSource open_vae(const std::string& path, const char* flag) {
+  VaeSource s;
+  if (fs::is_directory(path)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path());
+    H3_CHECK(files.size() == 1,
+             "{} {}: the folder holds {} .safetensors files; exactly one is read (pass the file)", flag, path,
+             files.size());
+    s.file = std::make_shared<SafeTensors>(SafeTensors::open(files[0].string()));
+    if (fs::exists(fs::path(path) / "config.json")) s.config = read_text(fs::path(path) / "config.json");
+  } else {
+    H3_CHECK(fs::exists(path),
+             "{} {}: no such file or folder; pass a VAE safetensors file, a diffusers VAE folder "
+             "or procedural:mini",
+             flag, path);
+    s.file = std::make_shared<SafeTensors>(SafeTensors::open(path));
+  }
+  if (s.config.empty()) s.config = s.file->meta("config");
+  s.tiling = s.file->meta("tiling");
+  return s;
+}
+
+struct Outputs {
+  std::vector<std::string> written;
+  bool keep = false;
+  ~Outputs() {
+    std::error_code ec;
+    if (!keep)
+      for (const auto& p : written) fs::remove(p, ec);
+  }
+};
+
+}  // namespace
+
+Runner add_decode(CLI::App& app) {
+  auto* cmd = app.add_subcommand("decode",
+                                 "decode final latents (safetensors: video_latents [C,T,h,w] and "
+                                 "audio_latent_rows [2A,C] or audio_latents "
+                                 "[2,C,A]; also the golden output.video_latents / stepN.audio_rows) with the "
+                                 "video and audio VAEs into an "
+                                 "MP4 (H.264 + AAC, 24 fps, 32 kHz stereo), optionally a WAV and PNG frames");
+  struct Opts {
+    std::string latents, out, video_vae = "procedural:mini", audio_vae = "procedural:mini", precision = "f32";
+    std::string wav, png_dir;
+    bool no_audio = false;
+    int crf = 18;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("latents", o->latents, "safetensors file of final latents")->required();
+  cmd->add_option("-o,--output", o->out, "MP4 to write (atomically; nothing is left on failure)")->required();
+  cmd->add_option("--video-vae", o->video_vae,
+                  "video VAE: safetensors file, diffusers folder or procedural:mini")
+      ->envname("H3_VIDEO_VAE")
+      ->capture_default_str();
+  cmd->add_option("--audio-vae", o->audio_vae,
+                  "audio VAE: safetensors file, diffusers folder or procedural:mini")
+      ->envname("H3_AUDIO_VAE")
+      ->capture_default_str();
+  cmd->add_option("--precision", o->precision, "VAE compute precision: f32 or f64")
+      ->check(CLI::IsMember({"f32", "f64"}))
+      ->envname("H3_PRECISION")
+      ->capture_default_str();
+  cmd->add_option("--wav", o->wav, "also write the soundtrack as 16-bit PCM WAV")->envname("H3_WAV");
+  cmd->add_option("--png-dir", o->png_dir, "also write every frame as PNG (DIR/frame_00000.png, ...)")
+      ->envname("H3_PNG_DIR");
+  cmd->add_flag("--no-audio", o->no_audio, "ignore audio latents: a video-only MP4")->envname("H3_NO_AUDIO");
+  cmd->add_option("--crf", o->crf, "H.264 constant rate factor (0 lossless .. 51; lower = better)")
+      ->check(CLI::Range(0, 51))
+      ->envname("H3_CRF")
+      ->capture_default_str();
+  return [o]() -> int {
+    Comm& w = world();
+    const bool root = w.rank() == 0;
+    const auto t_start = clock_type::now();
+    SafeTensors f = SafeTensors::open(o->latents);
+
+    // Which tensors, and are they shaped like latents?
+    std::string vkey;
+    for (const char* k : kVideoKeys)
+      if (vkey.empty() && f.has(k)) vkey = k;
+    H3_CHECK(!vkey.empty(),
+             "{}: no video latents; expected a tensor named video_latents (or output.video_latents) "
+             "[C, T, h, w]; the file holds: {}",
+             o->latents, key_list(f));
+    Tensor z = f.get(vkey);
+    if (z.ndim() == 5 && z.dim(0) == 1) z = z.reshape({z.dim(1), z.dim(2), z.dim(3), z.dim(4)});
+    H3_CHECK(
+        z.ndim() == 4 && z.numel() > 0 && dtype_is_float(z.dtype()),
+        "{}: {} is {}; video latents must be float [C, T, h, w] (or [1, C, T, h, w]) with every size >= 1",
+        o->latents, vkey, z.describe());
+    z = z.to(DType::f32);
+
+    std::string akey;
+    bool rows = false;
+    if (!o->no_audio) {
+      for (const char* k : kAudioLatentKeys)
+        if (akey.empty() && f.has(k)) akey = k;
+      for (const char* k : kAudioRowKeys)
+        if (akey.empty() && f.has(k)) akey = k, rows = true;
+      if (akey.empty() && !(akey = last_step_audio_rows(f)).empty()) rows = true;
+    }
+    Tensor a;
+    if (!akey.empty()) {
+      a = f.get(akey);
+      H3_CHECK(dtype_is_float(a.dtype()), "{}: {} is {}; audio latents must be float", o->latents, akey,
+               a.describe());
+      if (rows) {
+        H3_CHECK(
+            a.ndim() == 2 && a.dim(0) >= 2 && a.dim(0) % 2 == 0 && a.dim(1) >= 1,
+            "{}: {} is {}; audio rows must be [2A, C] (two stereo channels of A latents, row = ch * A + a)",
+            o->latents, akey, a.describe());
+        a = unpack_audio(a.to(DType::f32), a.dim(0) / 2);
+      } else {
+        if (a.ndim() == 4 && a.dim(0) == 1) a = a.reshape({a.dim(1), a.dim(2), a.dim(3)});
+        H3_CHECK(a.ndim() == 3 && a.dim(0) == 2 && a.dim(1) >= 1 && a.dim(2) >= 1,
+                 "{}: {} is {}; audio latents must be stereo [2, C, A]", o->latents, akey, a.describe());
+        a = a.to(DType::f32);
+      }
+    }
+
+    // The VAEs.
+    const Precision prec = precision_from_name(o->precision);
+    std::shared_ptr<SafeTensors> vfile, afile;
+    std::unique_ptr<VideoVae> vvae;
+    std::unique_ptr<AudioVae> avae;
+    if (o->video_vae.starts_with("procedural:")) {
+      check_procedural(o->video_vae, "--video-vae");
+      vfile = procedural_video_vae_file(procedural_seed_of(o->video_vae));
+      vvae = std::make_unique<VideoVae>(*vfile, "", procedural_video_vae_config(), prec);
+    } else {
+      VaeSource s = open_vae(o->video_vae, "--video-vae");
+      vfile = s.file;
+      const std::string prefix = vfile->has("weight.post_quant_conv.weight") ? "weight." : "";
+      vvae = std::make_unique<VideoVae>(
+          *vfile, prefix, VideoVaeConfig::from_json_text(s.config, s.tiling, o->video_vae), prec);
+    }
+    const VideoVaeConfig& vc = vvae->config();
+    H3_CHECK(z.dim(0) == vc.latent_channels,
+             "{}: {} has {} channels but the video VAE ({}) takes {}; the latents and the VAE do not belong "
+             "together",
+             o->latents, vkey, z.dim(0), o->video_vae, vc.latent_channels);
+    if (a.defined() && a.numel() > 0) {
+      if (o->audio_vae.starts_with("procedural:")) {
+        check_procedural(o->audio_vae, "--audio-vae");
+        afile = procedural_audio_vae_file(procedural_seed_of(o->audio_vae));
+        avae = std::make_unique<AudioVae>(*afile, "", procedural_audio_vae_config(), prec);
+      } else {
+        VaeSource s = open_vae(o->audio_vae, "--audio-vae");
+        afile = s.file;
+        const std::string prefix = afile->has("weight.dec_in_proj.weight") ? "weight." : "";
+        const AudioVaeConfig cfg =
+            s.config.empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(s.config, o->audio_vae);
+        avae = std::make_unique<AudioVae>(*afile, prefix, cfg, prec);
+      }
+      H3_CHECK(a.dim(1) == avae->config().latent_channels,
+               "{}: {} has {} latent channels but the audio VAE ({}) takes {}; pass the matching --audio-vae",
+               o->latents, akey, a.dim(1), o->audio_vae, avae->config().latent_channels);
+    }
+
+    // Open the outputs before the expensive decode, so that an unwritable path or a missing codec fails at
+    // once.
+    const int64_t r = vc.spatial_ratio();
+    MediaSpec ms;
+    ms.width = z.dim(3) * r;
+    ms.height = z.dim(2) * r;
+    ms.fps = 24;
+    ms.channels = avae ? 2 : 0;
+    ms.sample_rate = avae ? static_cast<int>(avae->config().sampling_rate) : 32000;
+    ms.crf = o->crf;
+    nlohmann::json info = {{"command", "h3 decode"},
+                           {"latents", fs::path(o->latents).filename().string()},
+                           {"video_key", vkey},
+                           {"audio_key", akey},
+                           {"video_vae", o->video_vae},
+                           {"audio_vae", avae ? o->audio_vae : ""},
+                           {"precision", o->precision},
+                           {"ranks", w.size()},
+                           {"latent_shape", z.shape()},
+                           {"width", ms.width},
+                           {"height", ms.height},
+                           {"fps", ms.fps},
+                           {"sample_rate", ms.sample_rate},
+                           {"crf", ms.crf}};
+    // The request that produced the latents (h3 generate writes "request"; golden files "info") travels
+    // along.
+    const std::string request = f.meta("request").empty() ? f.meta("info") : f.meta("request");
+    ms.metadata["comment"] = request.empty() ? info.dump() : request;
+    ms.metadata["h3_decode"] = info.dump();
+    if (!request.empty()) ms.metadata["h3_request"] = request;
+    std::unique_ptr<Mp4Writer> mp4;
+    if (root) {
+      if (!o->wav.empty())
+        H3_CHECK(avae, "--wav {}: {} holds no audio latents (or --no-audio was given)", o->wav, o->latents);
+      if (!o->png_dir.empty())
+        H3_CHECK(!fs::exists(o->png_dir) || fs::is_directory(o->png_dir),
+                 "--png-dir {}: exists and is not a folder", o->png_dir);
+      mp4 = std::make_unique<Mp4Writer>(o->out, ms);
+    }
+    spdlog::info("decode {}: video {} {} with {} ({}), audio {} with {}", o->latents, vkey,
+                 shape_str(z.shape()), o->video_vae, vc.summary(),
+                 akey.empty() ? "none" : akey + " " + shape_str(a.shape()), avae ? o->audio_vae : "-");
+
+    // Decode (every rank; units sharded over the world, the whole result on every rank).
+    ShardDecodeStats vst, ast;
+    auto t0 = clock_type::now();
+    const Tensor pixels = VideoVae::to_pixels01(decode_video_sharded(*vvae, vvae->denormalize(z), w, &vst));
+    const double video_s = seconds_since(t0);
+    Tensor wave;
+    double audio_s = 0;
+    if (avae) {
+      t0 = clock_type::now();
+      wave = decode_audio_sharded(*avae, avae->denormalize(a), w, &ast);
+      wave = wave.reshape({wave.dim(0), wave.dim(-1)}).to(DType::f32);
+      audio_s = seconds_since(t0);
+    }
+    if (!root) return 0;
+
+    // Write (rank 0): all requested files or none.
+    Outputs outs;
+    t0 = clock_type::now();
+    mp4->add_frames(pixels);
+    if (avae) mp4->add_audio(wave);
+    mp4->finish();
+    outs.written.push_back(o->out);
+    const double mp4_s = seconds_since(t0);
+    if (!o->wav.empty()) {
+      write_wav(o->wav, wave, ms.sample_rate);
+      outs.written.push_back(o->wav);
+    }
+    if (!o->png_dir.empty()) {
+      const auto pngs = write_png_frames(o->png_dir, pixels);
+      outs.written.insert(outs.written.end(), pngs.begin(), pngs.end());
+    }
+    outs.keep = true;
+    const int64_t frames = pixels.dim(1);
+    std::printf("decode: video %s -> %lld frames %lld x %lld (%.3f s on %d rank(s), %lld units here)\n",
+                shape_str(z.shape()).c_str(), static_cast<long long>(frames),
+                static_cast<long long>(ms.width), static_cast<long long>(ms.height), video_s, w.size(),
+                static_cast<long long>(vst.units));
+    if (avae)
+      std::printf("decode: audio %s -> %lld samples x %lld channels at %d Hz (%.3f s)\n",
+                  shape_str(a.shape()).c_str(), static_cast<long long>(wave.dim(1)),
+                  static_cast<long long>(wave.dim(0)), ms.sample_rate, audio_s);
+    std::printf("wrote %s (H.264 crf %d%s, 24 fps, %.2f s): encode %.3f s, %.2f ms per frame; total %.3f s\n",
+                o->out.c_str(), ms.crf, avae ? " + AAC" : ", no audio", static_cast<double>(frames) / ms.fps,
+                mp4_s, 1e3 * mp4_s / static_cast<double>(frames), seconds_since(t_start));
+    if (!o->wav.empty()) std::printf("wrote %s\n", o->wav.c_str());
+    if (!o->png_dir.empty())
+      std::printf("wrote %lld PNG frames to %s\n", static_cast<long long>(frames), o->png_dir.c_str());
+    return 0;
+  };
+}
+
+}  // namespace h3::cli

@@ -1,0 +1,232 @@
+// h3 generate: prompt -> MP4 (pipeline/generate.h). With no model paths every component is procedural (mini),
+// so it runs with no download; the output then says plainly that the pictures are meaningless.
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "dist/comm.h"
+#include "io/procedural.h"
+#include "io/safetensors.h"
+#include "pipeline/generate.h"
+
+namespace h3::cli {
+
+namespace {
+
+std::atomic<bool> g_cancel{false};
+extern "C" void on_sigint(int) {
+  g_cancel.store(true);
+}
+
+uint64_t tensor_hash(const Tensor& t) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const unsigned char*>(t.raw());
+  for (size_t i = 0; i < t.nbytes(); ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+Tensor pick_tensor(const SafeTensors& f, std::initializer_list<const char*> names, const char* what) {
+  for (const char* n : names)
+    if (f.has(n)) return f.get(n).to(DType::f32);
+  std::string list;
+  for (const char* n : names) list += (list.empty() ? "" : ", ") + std::string(n);
+  fail("{}: no {} tensor (looked for {})", f.path(), what, list);
+}
+
+std::string eta_str(double s) {
+  if (s < 0) return "--:--";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                   : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+}  // namespace
+
+Runner add_generate(CLI::App& app) {
+  auto* cmd =
+      app.add_subcommand("generate", "prompt -> MP4 (video + soundtrack); procedural mini models by default");
+  struct Opts {
+    GenerateRequest req;
+    std::string prompt_file, out = "h3-out.mp4";
+    int64_t width = 0, height = 0, frames = 0;
+    double seconds = 0;
+    int64_t seed = -1;
+    std::string precision = "f32", mode = "ulysses";
+    int tp = 1, chunks = 1, encoder_ranks = 0;
+    ModelPaths paths;
+    std::string embeddings, noise;
+    bool latents = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--prompt", o->req.prompt, "what to generate (text)")->envname("H3_PROMPT");
+  cmd->add_option("--prompt-file", o->prompt_file, "read the prompt from a UTF-8 file");
+  cmd->add_option("--width", o->width, "pixels, a multiple of 32 (with --height)");
+  cmd->add_option("--height", o->height, "pixels, a multiple of 32 (with --width)");
+  cmd->add_option("--aspect", o->req.aspect, "W:H when no --width/--height (1:4 .. 4:1; short edge 768)")
+      ->capture_default_str();
+  cmd->add_option("--frames", o->frames, "frames at 24 fps, snapped up to 17n+5 (124..345); default 124");
+  cmd->add_option("--seconds", o->seconds, "duration instead of --frames (5..15 s)");
+  cmd->add_option("--steps", o->req.steps, "schedule grid points (N-1 DiT calls)")
+      ->capture_default_str()
+      ->envname("H3_STEPS");
+  cmd->add_option("--seed", o->seed, "noise seed (default: random, printed and stored in the file)");
+  cmd->add_option("--shift", o->req.shift, "video schedule shift")->capture_default_str();
+  cmd->add_option("--audio-shift", o->req.audio_shift, "audio schedule shift")->capture_default_str();
+  cmd->add_option("-o,--output", o->out, "output MP4 path")->capture_default_str();
+  cmd->add_option("--precision", o->precision, "f32, f64 or bf16 (DiT; VAEs and text tower f32/f64)")
+      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
+      ->envname("H3_PRECISION")
+      ->capture_default_str();
+  cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
+      ->envname("H3_MODE")
+      ->capture_default_str();
+  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
+  cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
+  cmd->add_option("--encoder-ranks", o->encoder_ranks,
+                  "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
+      ->check(CLI::Range(0, 4096))
+      ->envname("H3_ENCODER_RANKS");
+  cmd->add_option("--model", o->paths.model_dir,
+                  "released/diffusers folder (transformer/, vae/, audio_vae/, text_encoder/, tokenizer/)")
+      ->envname("H3_MODEL_DIR");
+  cmd->add_option("--dit", o->paths.dit, "DiT checkpoint (file, folder or procedural:mini)");
+  cmd->add_option("--video-vae", o->paths.video_vae, "video VAE (file or folder, or procedural:mini)");
+  cmd->add_option("--audio-vae", o->paths.audio_vae, "audio VAE (file or folder, or procedural:mini)");
+  cmd->add_option("--text-encoder", o->paths.text_encoder, "Qwen3-VL text tower (file or folder)");
+  cmd->add_option("--tokenizer", o->paths.tokenizer, "tokenizer.json (or its folder)")
+      ->envname("H3_TOKENIZER");
+  cmd->add_option("--embeddings", o->embeddings,
+                  "precomputed prompt embeddings (safetensors: prompt_embeds)");
+  cmd->add_option("--noise", o->noise, "precomputed noise (safetensors: video_noise, audio_noise_rows)");
+  cmd->add_flag("--latents", o->latents, "also write OUT.latents.safetensors (final latents)");
+  return [o]() -> int {
+    Comm& w = world();
+    const bool root = w.rank() == 0;
+    GenerateRequest req = o->req;
+    if (!o->prompt_file.empty()) {
+      H3_CHECK(req.prompt.empty(), "give --prompt or --prompt-file, not both");
+      std::ifstream in(o->prompt_file, std::ios::binary);
+      H3_CHECK(in.good(), "cannot read the prompt file {}", o->prompt_file);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      req.prompt = ss.str();
+      while (!req.prompt.empty() && (req.prompt.back() == '\n' || req.prompt.back() == '\r'))
+        req.prompt.pop_back();
+    }
+    if (req.prompt.empty() && !o->embeddings.empty())
+      req.prompt = "(precomputed embeddings " + o->embeddings + ")";
+    if (o->width) req.width = o->width;
+    if (o->height) req.height = o->height;
+    if (o->frames) req.frames = o->frames;
+    if (o->seconds != 0) req.seconds = o->seconds;
+    if (o->seed >= 0) req.seed = static_cast<uint64_t>(o->seed);
+    H3_CHECK(!(o->width < 0 || o->height < 0 || o->frames < 0), "sizes and frames must be positive");
+
+    // Everything about the request is checked before any model is loaded.
+    const ResolvedRequest resolved = resolve(req, Generator::limits_for(o->paths));
+    H3_CHECK(!o->out.empty(), "-o needs a path");
+    {
+      const std::filesystem::path parent = std::filesystem::path(o->out).parent_path();
+      H3_CHECK(parent.empty() || std::filesystem::is_directory(parent),
+               "-o {}: the folder {} does not exist (create it first)", o->out, parent.string());
+      H3_CHECK(!std::filesystem::is_directory(o->out), "-o {} is a folder; give a file name such as out.mp4",
+               o->out);
+    }
+
+    PrecomputedInputs pre;
+    if (!o->embeddings.empty())
+      pre.prompt_embeds = pick_tensor(SafeTensors::open(o->embeddings),
+                                      {"prompt_embeds", "input.prompt_embeds"}, "prompt embeddings");
+    if (!o->noise.empty()) {
+      const SafeTensors f = SafeTensors::open(o->noise);
+      pre.video_noise = pick_tensor(f, {"video_noise", "input.video_noise"}, "video noise");
+      pre.audio_noise_rows =
+          pick_tensor(f, {"audio_noise_rows", "input.audio_noise_rows"}, "audio noise rows");
+    }
+
+    GenerateOptions go;
+    go.precision = precision_from_name(o->precision);
+    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks};
+    go.encoder_ranks = o->encoder_ranks;
+    go.write_latents = o->latents;
+    if (root) {
+      std::printf("h3 generate: %d rank(s), %d threads per rank, precision %s\n", w.size(), cpu_threads(),
+                  o->precision.c_str());
+      std::printf("request: %s\n", resolved.to_json().dump(2).c_str());
+      std::fflush(stdout);
+    }
+    Generator gen(o->paths, go);
+    if (root) {
+      for (const auto& line : gen.describe()) std::printf("  %s\n", line.c_str());
+      if (gen.procedural()) std::printf("%s\n", procedural_models_notice().c_str());
+      std::fflush(stdout);
+    }
+
+    const bool tty = isatty(fileno(stderr));
+    std::string last_phase;
+    auto progress = [&](const GenerateProgress& p) {
+      if (tty) {
+        const int width = 30, fill = static_cast<int>(p.percent / 100.0 * width + 0.5);
+        std::fprintf(stderr, "\r[%s%s] %5.1f%% %-12s %d/%d ETA %s   ", std::string(fill, '#').c_str(),
+                     std::string(width - fill, '.').c_str(), p.percent, p.phase.c_str(), p.step, p.steps,
+                     eta_str(p.eta_s).c_str());
+        if (p.phase == "done") std::fprintf(stderr, "\n");
+      } else if (p.phase == "denoise" ? p.step > 0 : p.phase != last_phase) {
+        std::fprintf(stderr, "progress: %s %d/%d %.1f%% eta %s\n", p.phase.c_str(), p.step, p.steps,
+                     p.percent, eta_str(p.eta_s).c_str());
+      }
+      last_phase = p.phase;
+      std::fflush(stderr);
+    };
+    std::signal(SIGINT, on_sigint);
+    GenerateResult res;
+    try {
+      res = gen.run(resolved, o->out, progress, &g_cancel, &pre);
+    } catch (const Cancelled& e) {
+      if (root) std::fprintf(stderr, "\ncancelled: %s; nothing was written\n", e.what());
+      return 130;
+    }
+    std::signal(SIGINT, SIG_DFL);
+    if (!root) return 0;
+    std::printf("timings:");
+    double total = 0;
+    for (const auto& t : res.timings) {
+      std::printf(" %s %.2f s,", t.phase.c_str(), t.seconds);
+      total += t.seconds;
+    }
+    std::printf(" total %.2f s\n", total);
+    std::printf("prompt tokens %" PRId64 ", latents: video %s hash %016" PRIx64
+                ", audio rows %s hash %016" PRIx64 "\n",
+                res.prompt_tokens, shape_str(res.video_latents.shape()).c_str(),
+                tensor_hash(res.video_latents), shape_str(res.audio_latent_rows.shape()).c_str(),
+                tensor_hash(res.audio_latent_rows));
+    if (res.wrote_mp4) {
+      std::printf("wrote %s (%" PRId64 "x%" PRId64 ", %" PRId64 " frames at 24 fps, stereo %d Hz)\n",
+                  res.out_path.c_str(), res.request.width, res.request.height, res.request.frames,
+                  gen.sample_rate());
+    } else {
+      std::printf("wrote %s (latents only: this build has no MP4 writer yet)\n", res.out_path.c_str());
+    }
+    if (gen.procedural())
+      std::printf("reminder: procedural models -> meaningless pictures; pass --model DIR for real output\n");
+    std::printf("OK\n");
+    return 0;
+  };
+}
+
+}  // namespace h3::cli

@@ -1,0 +1,175 @@
+// h3 serve: the HTTP job server (src/serve). h3 serve-worker: one rank of its rank group (started by serve).
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "serve/http.h"
+#include "serve/supervisor.h"
+#include "serve/worker.h"
+
+namespace h3::cli {
+
+namespace {
+
+void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
+  cmd->add_option("--runner", r.kind, "generator (the models) or fake (no models; the server's own tests)")
+      ->check(CLI::IsMember({"generator", "fake"}))
+      ->envname("H3_RUNNER")
+      ->capture_default_str();
+  cmd->add_option("--model-dir", r.paths.model_dir, "released/diffusers folder supplying every component")
+      ->envname("H3_MODEL_DIR");
+  cmd->add_option("--dit", r.paths.dit, "DiT checkpoint (file, folder or procedural:NAME)")
+      ->envname("H3_DIT");
+  cmd->add_option("--video-vae", r.paths.video_vae, "video VAE")->envname("H3_VIDEO_VAE");
+  cmd->add_option("--audio-vae", r.paths.audio_vae, "audio VAE")->envname("H3_AUDIO_VAE");
+  cmd->add_option("--text-encoder", r.paths.text_encoder, "Qwen3-VL text tower")->envname("H3_TEXT_ENCODER");
+  cmd->add_option("--tokenizer", r.paths.tokenizer, "tokenizer")->envname("H3_TOKENIZER");
+  cmd->add_option("--precision", r.precision, "DiT precision: f64, f32 or bf16")
+      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
+      ->envname("H3_PRECISION")
+      ->capture_default_str();
+  cmd->add_option("--mode", r.mode, "distributed mode: ulysses, ulysses-ag, tensor or hybrid")
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
+      ->envname("H3_MODE")
+      ->capture_default_str();
+  cmd->add_option("--tp", r.tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
+  cmd->add_option("--chunks", r.chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
+  cmd->add_option("--encoder-ranks", r.encoder_ranks,
+                  "ranks that keep the text tower loaded (0: rank 0, freed)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_flag("--write-latents", r.write_latents, "keep <id>.mp4.latents.safetensors beside each video")
+      ->envname("H3_WRITE_LATENTS");
+  cmd->add_option("--fake-step-ms", r.fake_step_ms, "fake runner: milliseconds per denoising step")
+      ->check(CLI::Range(0, 600000))
+      ->envname("H3_FAKE_STEP_MS");
+  cmd->add_option("--fake-load-ms", r.fake_load_ms, "fake runner: milliseconds to 'load models'")
+      ->check(CLI::Range(0, 600000))
+      ->envname("H3_FAKE_LOAD_MS");
+}
+
+serve::HttpServer* g_http = nullptr;
+serve::Supervisor* g_sup = nullptr;
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int) {
+  char c = 1;
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "serve",
+      "HTTP job server: a persistent rank group (--ranks N) behind an OpenAI-style video API and a web page");
+  auto o = std::make_shared<serve::ServeOptions>();
+  cmd->add_option("--host", o->host,
+                  "address to listen on (loopback by default; anything else exposes the API)")
+      ->envname("H3_HOST")
+      ->capture_default_str();
+  cmd->add_option("--port", o->port, "TCP port (0: any free port, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->envname("H3_PORT")
+      ->capture_default_str();
+  cmd->add_option("--store", o->store_dir, "folder of the job database and the videos (created)")
+      ->envname("H3_STORE")
+      ->required();
+  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on the API")
+      ->envname("H3_API_KEY");
+  cmd->add_option("--max-queue", o->max_queue, "queued jobs accepted before 429")
+      ->check(CLI::Range(1, 1000000))
+      ->envname("H3_MAX_QUEUE")
+      ->capture_default_str();
+  cmd->add_option("--max-body", o->max_body_bytes, "largest request body in bytes before 413")
+      ->check(CLI::Range(1024, 16 << 20))
+      ->envname("H3_MAX_BODY")
+      ->capture_default_str();
+  cmd->add_option("--http-threads", o->http_threads, "connections served at once (each SSE stream holds one)")
+      ->check(CLI::Range(8, 8192))
+      ->envname("H3_HTTP_THREADS")
+      ->capture_default_str();
+  cmd->add_option(
+         "--stall-timeout", o->stall_timeout_s,
+         "seconds without a word from the group while a job runs before it is recreated (0: 2 x --timeout "
+         "+ 30)")
+      ->check(CLI::NonNegativeNumber)
+      ->envname("H3_STALL_TIMEOUT");
+  cmd->add_option("--startup-timeout", o->startup_timeout_s, "seconds the group may take to load the models")
+      ->check(CLI::PositiveNumber)
+      ->envname("H3_STARTUP_TIMEOUT")
+      ->capture_default_str();
+  cmd->add_option("--max-attempts", o->max_attempts, "runs of a job interrupted by server restarts")
+      ->check(CLI::Range(1, 100))
+      ->envname("H3_MAX_ATTEMPTS")
+      ->capture_default_str();
+  cmd->add_option("--model-id", o->model_id, "the model name the API reports and accepts")
+      ->envname("H3_MODEL_ID")
+      ->capture_default_str();
+  cmd->add_flag("--debug-faults", o->debug_faults, "accept the x_debug_fault request field (tests only)")
+      ->envname("H3_DEBUG_FAULTS");
+  add_runner_options(cmd, o->runner);
+  return [o, &app]() -> int {
+    o->ranks = g_ranks;
+    o->self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
+    if (const char* m = std::getenv("H3_MPIRUN")) o->mpirun = m;
+    o->rank_timeout_s = world().timeout_s;
+    o->log_level = std::string(spdlog::level::to_string_view(spdlog::get_level()).data());
+    if (o->host != "127.0.0.1" && o->host != "::1" && o->host != "localhost" && o->api_key.empty())
+      spdlog::warn("serve: listening on {} without --api-key: anyone who can reach it can submit jobs",
+                   o->host);
+    ::signal(SIGPIPE, SIG_IGN);
+    if (::pipe(g_signal_pipe) != 0) fail("serve: pipe(): {}", std::strerror(errno));
+    serve::Supervisor sup(*o);
+    serve::HttpServer http(sup);
+    http.bind();
+    g_http = &http;
+    g_sup = &sup;
+    ::signal(SIGINT, on_signal);
+    ::signal(SIGTERM, on_signal);
+    // Stops everything from a normal thread when a signal arrives (a handler may only write to the pipe).
+    std::thread stopper([&] {
+      char c = 0;
+      while (::read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      if (c == 2) return;
+      spdlog::info("serve: stopping");
+      sup.events().close();
+      http.stop();
+    });
+    sup.start();
+    std::printf("h3 serve: listening on http://%s:%d/ (store %s, %d rank%s, runner %s)\n", o->host.c_str(),
+                http.port(), o->store_dir.c_str(), o->ranks, o->ranks > 1 ? "s" : "", o->runner.kind.c_str());
+    std::fflush(stdout);
+    http.listen();
+    sup.stop();
+    char quit = 2;
+    [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &quit, 1);
+    stopper.join();
+    g_http = nullptr;
+    g_sup = nullptr;
+    spdlog::info("serve: stopped");
+    return 0;
+  };
+}
+
+Runner add_serve_worker(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve-worker", "one rank of h3 serve's rank group (started by h3 serve)");
+  cmd->group("");  // internal: not listed in --help
+  auto o = std::make_shared<serve::WorkerOptions>();
+  cmd->add_option("--control", o->control, "the supervisor's control socket")->required();
+  add_runner_options(cmd, o->runner);
+  return [o]() -> int {
+    const char* token = std::getenv("H3_SERVE_TOKEN");
+    o->token = token ? token : "";
+    ::unsetenv("H3_SERVE_TOKEN");
+    return serve::run_worker(*o);
+  };
+}
+
+}  // namespace h3::cli
