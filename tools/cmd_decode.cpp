@@ -82,21 +82,6 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-uint64_t procedural_seed_of(const std::string& p) {
-  const auto k = p.find(":seed=");
-  if (k == std::string::npos) return kDefaultProceduralSeed;
-  try {
-    return std::stoull(p.substr(k + 6));
-  } catch (const std::exception&) {
-    fail("{}: the seed after ':seed=' is not a number", p);
-  }
-}
-
-void check_procedural(const std::string& p, const char* flag) {
-  const auto colon = p.find(":seed=");
-  const std::string name = p.substr(11, colon == std::string::npos ? std::string::npos : colon - 11);
-  H3_CHECK(name == "mini", "{} '{}': only procedural:mini[:seed=N] exists for the VAEs", flag, p);
-}
 
 // A VAE given as a safetensors file (config in its "config" metadata, golden files' "weight." prefix
 // detected) or a diffusers folder (config.json + one *.safetensors).
@@ -232,8 +217,7 @@ Runner add_decode(CLI::App& app) {
     std::unique_ptr<VideoVae> vvae;
     std::unique_ptr<AudioVae> avae;
     if (o->video_vae.starts_with("procedural:")) {
-      check_procedural(o->video_vae, "--video-vae");
-      vfile = procedural_video_vae_file(procedural_seed_of(o->video_vae));
+      vfile = procedural_video_vae_file(procedural_mini_seed(o->video_vae, "--video-vae"));
       vvae = std::make_unique<VideoVae>(*vfile, "", procedural_video_vae_config(), prec);
     } else {
       VaeSource s = open_vae(o->video_vae, "--video-vae");
@@ -249,8 +233,7 @@ Runner add_decode(CLI::App& app) {
              o->latents, vkey, z.dim(0), o->video_vae, vc.latent_channels);
     if (a.defined() && a.numel() > 0) {
       if (o->audio_vae.starts_with("procedural:")) {
-        check_procedural(o->audio_vae, "--audio-vae");
-        afile = procedural_audio_vae_file(procedural_seed_of(o->audio_vae));
+        afile = procedural_audio_vae_file(procedural_mini_seed(o->audio_vae, "--audio-vae"));
         avae = std::make_unique<AudioVae>(*afile, "", procedural_audio_vae_config(), prec);
       } else {
         VaeSource s = open_vae(o->audio_vae, "--audio-vae");

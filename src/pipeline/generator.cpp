@@ -86,21 +86,6 @@ bool is_procedural(const std::string& p) {
   return p.starts_with("procedural:");
 }
 
-uint64_t procedural_seed(const std::string& p) {
-  const auto k = p.find(":seed=");
-  if (k == std::string::npos) return kDefaultProceduralSeed;
-  try {
-    return std::stoull(p.substr(k + 6));
-  } catch (const std::exception&) {
-    fail("{}: the seed after ':seed=' is not a number", p);
-  }
-}
-
-void check_procedural_name(const std::string& p, const char* what) {
-  const std::string name =
-      p.substr(11, p.find(":seed=") == std::string::npos ? std::string::npos : p.find(":seed=") - 11);
-  H3_CHECK(name == "mini", "{} '{}': only procedural:mini[:seed=N] exists for this component", what, p);
-}
 
 // A safetensors component given as a file or a folder holding exactly one *.safetensors (plus config.json).
 struct ComponentFile {
@@ -229,8 +214,7 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
 
   // Video VAE.
   if (is_procedural(m.vvae_path)) {
-    check_procedural_name(m.vvae_path, "--video-vae");
-    m.vvae_file = procedural_video_vae_file(procedural_seed(m.vvae_path));
+    m.vvae_file = procedural_video_vae_file(procedural_mini_seed(m.vvae_path, "--video-vae"));
     m.vvae = std::make_unique<VideoVae>(*m.vvae_file, "", procedural_video_vae_config(), m.vae_precision());
     m.any_procedural = true;
   } else {
@@ -244,8 +228,7 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
 
   // Audio VAE.
   if (is_procedural(m.avae_path)) {
-    check_procedural_name(m.avae_path, "--audio-vae");
-    m.avae_file = procedural_audio_vae_file(procedural_seed(m.avae_path));
+    m.avae_file = procedural_audio_vae_file(procedural_mini_seed(m.avae_path, "--audio-vae"));
     m.avae = std::make_unique<AudioVae>(*m.avae_file, "", procedural_audio_vae_config(), m.vae_precision());
     m.any_procedural = true;
   } else {
@@ -277,8 +260,7 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
 
   // Text tower: only its header here (weights are loaded where and when they are used).
   if (is_procedural(m.text_path)) {
-    check_procedural_name(m.text_path, "--text-encoder");
-    m.text_file = procedural_qwen_text_file(procedural_seed(m.text_path));
+    m.text_file = procedural_qwen_text_file(procedural_mini_seed(m.text_path, "--text-encoder"));
     m.any_procedural = true;
   } else {
     ComponentFile c = open_component(m.text_path, "text encoder");

@@ -272,4 +272,16 @@ std::string builtin_tokenizer_json() {
   return j.dump();
 }
 
+uint64_t procedural_mini_seed(const std::string& spec, const char* what) {
+  const auto k = spec.find(":seed=");
+  const std::string name = spec.substr(11, k == std::string::npos ? std::string::npos : k - 11);
+  H3_CHECK(name == "mini", "{} '{}': only procedural:mini[:seed=N] exists for this component", what, spec);
+  if (k == std::string::npos) return kDefaultProceduralSeed;
+  try {
+    return std::stoull(spec.substr(k + 6));
+  } catch (const std::exception&) {
+    fail("{}: the seed after ':seed=' is not a number", spec);
+  }
+}
+
 }  // namespace h3

@@ -38,6 +38,10 @@ std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<
                                                     const std::map<std::string, std::string>& metadata,
                                                     uint64_t seed, const std::string& label);
 
+// "procedural:mini[:seed=N]" for a component: checks the name (only mini exists; `what` names the flag in the
+// error) and returns the seed (the default seed when none is given).
+uint64_t procedural_mini_seed(const std::string& spec, const char* what);
+
 std::shared_ptr<SafeTensors> procedural_video_vae_file(uint64_t seed);
 std::shared_ptr<SafeTensors> procedural_audio_vae_file(uint64_t seed);
 std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed);
