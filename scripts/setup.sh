@@ -10,6 +10,8 @@ packages=(
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
   libcpp-httplib-dev libsqlite3-dev python3 chromium
 )
+# Intel MKL's VML from Debian non-free, unpacked beside the system (optional; see scripts/setup-mkl.sh).
+"$(dirname "$0")/setup-mkl.sh"
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/log.h"
+#include "core/ref_math.h"
 #include "io/lora.h"
 #include "ops/ops.h"
 
@@ -93,19 +95,25 @@ Tensor timestep_embedding(const Tensor& timestep, int freq_dim) {
   const int64_t m = timestep.numel();
   Tensor out(DType::f32, {m, freq_dim});
   float* o = out.data<float>();
+  // All f32, as the reference runs it in every precision. Its exp/sin/cos are PyTorch's CPU kernels, i.e. Intel
+  // MKL VML (HA): those round a few arguments to the other neighbouring float than the correctly rounded value,
+  // and that one ulp alone moves the f64 blocks by ~1e-8 (docs/notes.md). ref_math calls VML when present.
   const float neg_log = static_cast<float>(-std::log(10000.0));
+  std::vector<float> exponent(static_cast<size_t>(half)), freq(static_cast<size_t>(half));
+  for (int k = 0; k < half; ++k) exponent[k] = (neg_log * static_cast<float>(k)) / static_cast<float>(half);
+  ref_math::exp_f32(exponent.data(), freq.data(), half);
+  std::vector<float> arg(static_cast<size_t>(m * half)), c(arg.size()), s(arg.size());
   for (int64_t i = 0; i < m; ++i) {
     const float t = static_cast<float>(timestep.get(i));
-    for (int k = 0; k < half; ++k) {
-      const float exponent = (neg_log * static_cast<float>(k)) / static_cast<float>(half);
-      // Correctly rounded f32 values. The reference's PyTorch CPU kernels use a vectorised libm whose cos/sin are
-      // within 1 ulp but not always correctly rounded; that single-ulp difference is the whole f64 gap
-      // (docs/notes.md, "timestep embedding").
-      const float arg = t * std::exp(exponent);
-      o[i * freq_dim + k] = std::cos(arg);
-      o[i * freq_dim + half + k] = std::sin(arg);
-    }
+    for (int k = 0; k < half; ++k) arg[i * half + k] = t * freq[k];
   }
+  ref_math::cos_f32(arg.data(), c.data(), static_cast<int64_t>(arg.size()));
+  ref_math::sin_f32(arg.data(), s.data(), static_cast<int64_t>(arg.size()));
+  for (int64_t i = 0; i < m; ++i)
+    for (int k = 0; k < half; ++k) {
+      o[i * freq_dim + k] = c[i * half + k];
+      o[i * freq_dim + half + k] = s[i * half + k];
+    }
   return out;
 }
 
