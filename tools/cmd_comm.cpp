@@ -6,23 +6,35 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "backend/backend.h"
+#include "core/tensor.h"
 #include "dist/comm_check.h"
+#include "dist/comm_device.h"
 #include "dist/partition.h"
 #include "dist/plan.h"
 
 namespace h3::cli {
+
+namespace {
+// With --device cuda and one GPU per rank: an NCCL communicator over the world (device buffers); else none.
+std::unique_ptr<Comm> device_comm(Comm& w) {
+  if (!gpu_backend_started() || pick_device_transport(w) != Transport::nccl) return nullptr;
+  return make_nccl_comm(w);
+}
+}  // namespace
 
 Runner add_comm_test(CLI::App& app) {
   auto* cmd = app.add_subcommand("comm-test", "collective tests on known values (in and out of place, ragged)");
   auto base = std::make_shared<int64_t>(1000);
   cmd->add_option("--elements", *base, "base element count per rank")->check(CLI::Range(1, 1 << 28));
   return [base]() -> int {
-    Comm& w = world();
-    comm_probe(w, "MPI");
+    std::unique_ptr<Comm> nccl = device_comm(world());
+    Comm& w = nccl ? *nccl : world();
+    comm_probe(w, nccl ? "NCCL" : "MPI");
     auto rows = run_comm_checks(w, *base);
     int64_t wrong = 0;
     if (w.rank() == 0) {
-      std::printf("comm-test on %d ranks (MPI, host memory)\n", w.size());
+      std::printf("comm-test on %d ranks (%s)\n", w.size(), nccl ? "NCCL, device memory" : "MPI, host memory");
       std::printf("%-16s %-12s %10s %10s %8s\n", "collective", "placement", "elements", "time_us", "#wrong");
     }
     for (const auto& r : rows) {
@@ -50,13 +62,18 @@ Runner add_bench_comm(CLI::App& app) {
   cmd->add_option("--iters", o->iters, "timed repetitions (median)")->capture_default_str();
   cmd->add_option("--json", o->json, "also write the table as JSON to this file");
   return [o]() -> int {
-    Comm& w = world();
+    std::unique_ptr<Comm> nccl = device_comm(world());
+    Comm& w = nccl ? *nccl : world();
+    const char* transport = nccl ? "NCCL device" : "MPI host";
+    const Device dev = nccl ? Device::cuda : Device::cpu;
+    // Payload buffers where the transport moves them from (device memory for NCCL).
+    auto buffer = [dev](DType dt, int64_t n) { return std::make_shared<Tensor>(dt, Shape{std::max<int64_t>(n, 1)}, dev); };
     const int n = w.size(), me = w.rank();
     const int64_t D = o->head_dim, inner = o->heads * D, H = o->hidden;
     const size_t es = 2;  // bf16 on the wire
     nlohmann::json out = nlohmann::json::array();
     if (me == 0) {
-      std::printf("bench-comm on %d ranks (MPI, host memory), bf16 payloads, median of %d\n", n, o->iters);
+      std::printf("bench-comm on %d ranks (%s memory), bf16 payloads, median of %d\n", n, transport, o->iters);
       std::printf("%-8s %-12s %-34s %12s %10s %10s\n", "S", "mode", "exchange", "bytes/rank", "time_ms", "busbw_GB/s");
     }
     for (int64_t S : o->lengths) {
@@ -79,10 +96,10 @@ Runner add_bench_comm(CLI::App& app) {
           rc[j] = rows[j].size() * heads[me].size() * D;
           sb += sc[j];
         }
-        auto send = std::make_shared<std::vector<uint16_t>>(sb, 1);
-        auto recv = std::make_shared<std::vector<uint16_t>>(S * heads[me].size() * D);
+        auto send = buffer(DType::bf16, sb);
+        auto recv = buffer(DType::bf16, S * heads[me].size() * D);
         exs.push_back({"ulysses", "all-to-all q|k|v|out (x4 per block)", 4, [&w, send, recv, sc, rc] {
-                         w.alltoallv(send->data(), sc, recv->data(), rc, DType::f16,
+                         w.alltoallv(send->raw(), sc, recv->raw(), rc, DType::bf16,
                                      "bench all-to-all");
                          return 0.0;
                        },
@@ -92,18 +109,19 @@ Runner add_bench_comm(CLI::App& app) {
       {
         std::vector<int64_t> counts(n);
         for (int j = 0; j < n; ++j) counts[j] = rows[j].size() * H;
-        auto send = std::make_shared<std::vector<uint16_t>>(counts[me], 1);
-        auto recv = std::make_shared<std::vector<uint16_t>>(S * H);
+        auto send = buffer(DType::bf16, counts[me]);
+        auto recv = buffer(DType::bf16, S * H);
         exs.push_back({"ulysses-ag", "all-gather hidden (x1 per block)", 1, [&w, send, recv, counts] {
-                         w.allgatherv(send->data(), recv->data(), counts, DType::f16, "bench all-gather");
+                         w.allgatherv(send->raw(), recv->raw(), counts, DType::bf16, "bench all-gather");
                          return 0.0;
                        },
                        static_cast<int64_t>((S - rows[me].size()) * H * es)});
         // tensor: all-gather + reduce-scatter of [S, H] twice per block (attention and MLP).
-        auto part = std::make_shared<std::vector<float>>(S * H, 1.0f);
-        auto mine = std::make_shared<std::vector<float>>(counts[me]);
+        // bf16 partials, as the GPU's tensor mode reduces them (the CPU's f32 partials move twice the bytes).
+        auto part = buffer(DType::bf16, S * H);
+        auto mine = buffer(DType::bf16, counts[me]);
         exs.push_back({"tensor", "reduce-scatter partial (x2 per block)", 2, [&w, part, mine, counts] {
-                         w.reduce_scatterv(part->data(), counts, mine->data(), DType::f32, "bench reduce-scatter");
+                         w.reduce_scatterv(part->raw(), counts, mine->raw(), DType::bf16, "bench reduce-scatter");
                          return 0.0;
                        },
                        static_cast<int64_t>((S - rows[me].size()) * H * es)});
@@ -115,6 +133,7 @@ Runner add_bench_comm(CLI::App& app) {
           w.barrier("bench barrier");
           auto t0 = std::chrono::steady_clock::now();
           e.run();
+          gpu_synchronize();
           double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           if (it > 0) times.push_back(t);  // the first is warm-up
         }
@@ -127,7 +146,7 @@ Runner add_bench_comm(CLI::App& app) {
                       static_cast<long long>(e.bytes), med * 1e3, busbw);
           out.push_back({{"S", S}, {"ranks", n}, {"mode", e.mode}, {"exchange", e.name}, {"per_block", e.per_block},
                          {"bytes_per_rank", e.bytes}, {"time_ms", med * 1e3}, {"busbw_GBps", busbw},
-                         {"transport", "MPI host"}});
+                         {"transport", transport}});
         }
       }
     }

@@ -15,6 +15,8 @@ void start_gpu_backend(const GpuOptions& options);
 bool gpu_backend_started();
 // "NVIDIA H200, 139.8 GiB, sm_90" or why there is no GPU.
 std::string gpu_description();
+// PCI bus id of this process's GPU ("0000:19:00.0"), empty when the backend is not started.
+std::string gpu_bus_id();
 // Waits for all queued GPU work (for timing); a no-op without a GPU.
 void gpu_synchronize();
 // Peak device bytes allocated since the last reset (the caching allocator's high-water mark).

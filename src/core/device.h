@@ -18,6 +18,8 @@ struct DeviceHooks {
   // Copies bytes between host and device or within a device; returns when dst can be read.
   void (*copy)(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) = nullptr;
   void (*zero)(void* p, size_t bytes) = nullptr;
+  // Device-to-device copy of `rows` rows of `width` bytes between pitched layouts (queued on the compute stream).
+  void (*copy2d)(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) = nullptr;
   // Element-wise conversion of n values, both sides in device memory.
   void (*convert)(const void* src, DType st, void* dst, DType dt, int64_t n) = nullptr;
 };

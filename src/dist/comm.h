@@ -2,7 +2,8 @@
 // built from point-to-point messages, so a collective that does not complete in time can name the ranks whose
 // messages never arrived. Reductions sum in rank order (0, 1, ..., n-1) so a result depends only on the world size.
 //
-// Host memory goes through MPI (or the size-1 local communicator); device memory through NCCL (CUDA builds).
+// Host memory goes through MPI (or the size-1 local communicator); device memory through NCCL (CUDA builds, see
+// dist/comm_device.h): the NCCL communicator takes host buffers too and hands those to the MPI one beneath it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -38,19 +39,22 @@ class Comm {
   // Copies `bytes` from root to every rank.
   virtual void broadcast(void* buf, int64_t bytes, int root, const std::string& what) = 0;
 
-  // Derived collectives (point-to-point underneath).
+  // True when the buffers may be device memory (NCCL); false: host memory only.
+  virtual bool device_memory() const { return false; }
+
+  // Derived collectives (point-to-point underneath; a device communicator overrides the virtual ones).
   void alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
                  const std::vector<int64_t>& recv_counts, DType dt, const std::string& what);
   // recv = concat over ranks of each rank's `count` elements; counts[j] = rank j's count.
-  std::unique_ptr<Pending> iallgatherv(const void* send, void* recv, const std::vector<int64_t>& counts, DType dt,
+  virtual std::unique_ptr<Pending> iallgatherv(const void* send, void* recv, const std::vector<int64_t>& counts, DType dt,
                                        const std::string& what);
   void allgatherv(const void* send, void* recv, const std::vector<int64_t>& counts, DType dt, const std::string& what);
   // send holds one block per destination (counts[j] elements for rank j); recv[counts[me]] = sum over ranks in rank
   // order of their block for me. Float dtypes (f32, f64) only.
-  void reduce_scatterv(const void* send, const std::vector<int64_t>& counts, void* recv, DType dt,
+  virtual void reduce_scatterv(const void* send, const std::vector<int64_t>& counts, void* recv, DType dt,
                        const std::string& what);
-  void allreduce_sum(const void* send, void* recv, int64_t count, DType dt, const std::string& what);
-  void barrier(const std::string& what);
+  virtual void allreduce_sum(const void* send, void* recv, int64_t count, DType dt, const std::string& what);
+  virtual void barrier(const std::string& what);
 
   double timeout_s = 120.0;
 };

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/device.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace h3 {
 
@@ -17,6 +19,29 @@ float pattern(int from, int to, int64_t i) { return static_cast<float>(from * 40
 int64_t ragged(int r, int n, int64_t base) { return base + (r * 7 + n) % 5 - (base < 4 && r == n - 1 ? base : 0); }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// A check's buffer: a host vector, mirrored in device memory when the communicator moves device memory (NCCL),
+// so the same checks cover both transports.
+template <typename T>
+class Buf {
+ public:
+  Buf(const Comm& c, std::vector<T> v) : host_(std::move(v)) {
+    if (!c.device_memory()) return;
+    dev_ = Tensor(dtype_of<T>::value, {std::max<int64_t>(size(), 1)}, Device::cuda);
+    if (size() > 0) device_hooks().copy(dev_.raw(), true, host_.data(), false, size() * sizeof(T));
+  }
+  T* ptr() { return dev_.on_device() ? static_cast<T*>(dev_.raw()) : host_.data(); }
+  // The values now (copied back from the device).
+  const std::vector<T>& read() {
+    if (dev_.on_device() && size() > 0) device_hooks().copy(host_.data(), false, dev_.raw(), true, size() * sizeof(T));
+    return host_;
+  }
+  int64_t size() const { return static_cast<int64_t>(host_.size()); }
+
+ private:
+  std::vector<T> host_;
+  Tensor dev_;
+};
 
 }  // namespace
 
@@ -38,14 +63,15 @@ std::vector<CommCheckRow> run_comm_checks(Comm& comm, int64_t base) {
         sc[j] = ragged(me + j, n, b);
         rc[j] = ragged(j + me, n, b);
       }
-      std::vector<float> send, recv;
+      std::vector<float> send_v;
       for (int j = 0; j < n; ++j)
-        for (int64_t i = 0; i < sc[j]; ++i) send.push_back(pattern(me, j, i));
+        for (int64_t i = 0; i < sc[j]; ++i) send_v.push_back(pattern(me, j, i));
       int64_t total = 0;
       for (auto c : rc) total += c;
-      recv.assign(total, -1.0f);
+      Buf<float> send(comm, send_v), recv_b(comm, std::vector<float>(total, -1.0f));
       double t0 = now();
-      comm.alltoallv(send.data(), sc, recv.data(), rc, DType::f32, "comm check: all-to-all");
+      comm.alltoallv(send.ptr(), sc, recv_b.ptr(), rc, DType::f32, "comm check: all-to-all");
+      const std::vector<float>& recv = recv_b.read();
       int64_t wrong = 0, off = 0;
       for (int j = 0; j < n; ++j)
         for (int64_t i = 0; i < rc[j]; ++i) wrong += recv[off++] != pattern(j, me, i);
@@ -60,12 +86,14 @@ std::vector<CommCheckRow> run_comm_checks(Comm& comm, int64_t base) {
         if (j < me) my_off += counts[j];
         total += counts[j];
       }
-      std::vector<float> recv(total, -1.0f), send(counts[me]);
-      for (int64_t i = 0; i < counts[me]; ++i) send[i] = pattern(me, 0, i);
-      if (in_place) std::memcpy(recv.data() + my_off, send.data(), send.size() * sizeof(float));
+      std::vector<float> recv_v(total, -1.0f), send_v(counts[me]);
+      for (int64_t i = 0; i < counts[me]; ++i) send_v[i] = pattern(me, 0, i);
+      if (in_place) std::memcpy(recv_v.data() + my_off, send_v.data(), send_v.size() * sizeof(float));
+      Buf<float> send(comm, send_v), recv_b(comm, recv_v);
       double t0 = now();
-      comm.allgatherv(in_place ? recv.data() + my_off : send.data(), recv.data(), counts, DType::f32,
+      comm.allgatherv(in_place ? recv_b.ptr() + my_off : send.ptr(), recv_b.ptr(), counts, DType::f32,
                       "comm check: all-gather");
+      const std::vector<float>& recv = recv_b.read();
       int64_t wrong = 0, off = 0;
       for (int j = 0; j < n; ++j)
         for (int64_t i = 0; i < counts[j]; ++i) wrong += recv[off++] != pattern(j, 0, i);
@@ -80,12 +108,14 @@ std::vector<CommCheckRow> run_comm_checks(Comm& comm, int64_t base) {
         if (j < me) my_off += counts[j];
         total += counts[j];
       }
-      std::vector<double> send(total), out(counts[me], -1.0);
+      std::vector<double> send_v(total);
       for (int j = 0, o = 0; j < n; ++j)
-        for (int64_t i = 0; i < counts[j]; ++i) send[o++] = pattern(me, j, i);
+        for (int64_t i = 0; i < counts[j]; ++i) send_v[o++] = pattern(me, j, i);
+      Buf<double> send(comm, send_v), out(comm, std::vector<double>(counts[me], -1.0));
       double t0 = now();
-      double* dst = in_place ? send.data() : out.data();
-      comm.reduce_scatterv(send.data(), counts, dst, DType::f64, "comm check: reduce-scatter");
+      comm.reduce_scatterv(send.ptr(), counts, in_place ? send.ptr() : out.ptr(), DType::f64,
+                           "comm check: reduce-scatter");
+      const double* dst = in_place ? send.read().data() : out.read().data();
       int64_t wrong = 0;
       for (int64_t i = 0; i < counts[me]; ++i) {
         double expect = 0;
@@ -98,11 +128,13 @@ std::vector<CommCheckRow> run_comm_checks(Comm& comm, int64_t base) {
     {
       const int root = n - 1;
       const int64_t count = ragged(root, n, b);
-      std::vector<float> buf(count, -1.0f);
+      std::vector<float> buf_v(count, -1.0f);
       if (me == root)
-        for (int64_t i = 0; i < count; ++i) buf[i] = pattern(root, 0, i);
+        for (int64_t i = 0; i < count; ++i) buf_v[i] = pattern(root, 0, i);
+      Buf<float> buf_b(comm, buf_v);
       double t0 = now();
-      comm.broadcast(buf.data(), count * static_cast<int64_t>(sizeof(float)), root, "comm check: broadcast");
+      comm.broadcast(buf_b.ptr(), count * static_cast<int64_t>(sizeof(float)), root, "comm check: broadcast");
+      const std::vector<float>& buf = buf_b.read();
       int64_t wrong = 0;
       for (int64_t i = 0; i < count; ++i) wrong += buf[i] != pattern(root, 0, i);
       finish({"broadcast", false, count}, wrong, t0);
@@ -119,14 +151,17 @@ void comm_probe(Comm& comm, const std::string& transport) {
          "or --log-level debug",
          comm.world_rank(me), comm.host(), transport, what);
   };
-  int64_t mine = me + 1, sum = 0;
-  comm.allreduce_sum(&mine, &sum, 1, DType::i64, transport + " probe all-reduce");
+  Buf<int64_t> mine(comm, {me + 1}), sum_b(comm, {0});
+  comm.allreduce_sum(mine.ptr(), sum_b.ptr(), 1, DType::i64, transport + " probe all-reduce");
+  const int64_t sum = sum_b.read()[0];
   if (sum != static_cast<int64_t>(n) * (n + 1) / 2)
     complain(fmt::format("all-reduce of rank+1 gave {}, expected {}", sum, static_cast<int64_t>(n) * (n + 1) / 2));
-  std::vector<int32_t> send(n), recv(n, -1);
-  for (int j = 0; j < n; ++j) send[j] = me * 1000 + j;
-  comm.alltoallv(send.data(), std::vector<int64_t>(n, 1), recv.data(), std::vector<int64_t>(n, 1), DType::i32,
+  std::vector<int32_t> send_v(n);
+  for (int j = 0; j < n; ++j) send_v[j] = me * 1000 + j;
+  Buf<int32_t> send(comm, send_v), recv_b(comm, std::vector<int32_t>(n, -1));
+  comm.alltoallv(send.ptr(), std::vector<int64_t>(n, 1), recv_b.ptr(), std::vector<int64_t>(n, 1), DType::i32,
                  transport + " probe all-to-all");
+  const std::vector<int32_t>& recv = recv_b.read();
   for (int j = 0; j < n; ++j)
     if (recv[j] != j * 1000 + me)
       complain(fmt::format("all-to-all from rank {} gave {}, expected {}", j, recv[j], j * 1000 + me));

@@ -1,5 +1,6 @@
 #include "dist/plan.h"
 
+#include "backend/backend.h"
 #include "core/error.h"
 
 namespace h3 {
@@ -46,6 +47,12 @@ DistPlan DistPlan::make(Comm& comm, const DistOptions& opt, int heads, int ffn_d
   partition(ffn_dim, p.K, "FFN columns");
   p.tp_comm = std::shared_ptr<Comm>(comm.split(p.u, p.t));
   p.sp_comm = std::shared_ptr<Comm>(comm.split(p.t, p.u));
+  // On GPUs, the groups that exchange activations get NCCL when every rank has its own GPU.
+  if (gpu_backend_started() && pick_device_transport(comm) == Transport::nccl) {
+    p.transport = "nccl";
+    if (p.tp_comm->size() > 1) p.tp_comm = std::shared_ptr<Comm>(make_nccl_comm(*p.tp_comm, p.tp_comm));
+    if (p.sp_comm->size() > 1) p.sp_comm = std::shared_ptr<Comm>(make_nccl_comm(*p.sp_comm, p.sp_comm));
+  }
   return p;
 }
 
@@ -59,8 +66,8 @@ DistPlan DistPlan::single() {
 }
 
 std::string DistPlan::describe() const {
-  return fmt::format("mode {} on {} ranks (tensor {} x sequence {}), rank {} = (t {}, u {}), {} chunk(s)",
-                     dist_mode_name(mode), world, K, U, rank, t, u, chunks);
+  return fmt::format("mode {} on {} ranks (tensor {} x sequence {}), rank {} = (t {}, u {}), {} chunk(s), {} transport",
+                     dist_mode_name(mode), world, K, U, rank, t, u, chunks, transport);
 }
 
 }  // namespace h3

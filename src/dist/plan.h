@@ -15,6 +15,7 @@
 #include <string>
 
 #include "dist/comm.h"
+#include "dist/comm_device.h"
 #include "dist/partition.h"
 
 namespace h3 {
@@ -37,6 +38,8 @@ struct DistPlan {
   int chunks = 1;
   Comm* world_comm = nullptr;
   std::shared_ptr<Comm> tp_comm, sp_comm;  // ranks with the same u (size K), with the same t (size U)
+  // How device tensors travel: NCCL (tp_comm / sp_comm then take device buffers) or MPI through host memory.
+  std::string transport = "mpi";
 
   // Builds the mesh over `comm` (all ranks must call it) and checks the model can be split this way.
   static DistPlan make(Comm& comm, const DistOptions& opt, int heads, int ffn_dim);

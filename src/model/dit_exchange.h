@@ -7,7 +7,8 @@
 //   head_to_seq: the inverse, in Y_j, out X_j:     X_j[r, (P_i.begin - h0) D + c] = Y_i[off(G_j) + r, c]
 // Each exchange is issued as `chunks` asynchronous all-to-alls over sub-ranges of the heads (possibly empty), so
 // the caller can compute the next projection while the previous one travels; chunking moves the same bytes to
-// the same places and never changes a value.
+// the same places and never changes a value. Tensors on a device are packed there (pitched copies) and must go
+// through a communicator that takes device memory.
 #pragma once
 #include <functional>
 #include <memory>
@@ -36,7 +37,7 @@ class HeadExchange {
   int chunks_;
   std::string what_;
   std::vector<std::unique_ptr<Pending>> pending_;
-  std::vector<std::vector<std::byte>> send_, recv_;
+  std::vector<Tensor> send_, recv_;  // byte buffers, on the device of the exchanged tensor
   std::function<Tensor()> unpack_;
 };
 

@@ -55,9 +55,10 @@ struct FaultInjection {
 Tensor index_i32(const std::vector<int32_t>& v) { return Tensor::from(v, {static_cast<int64_t>(v.size())}); }
 
 // The MPI communicator moves host memory: device tensors travel through a host copy and come back to the device
-// they started on.
+// they started on. A device communicator (NCCL) takes them where they are.
 Tensor host_side(const Tensor& t) { return t.on_device() ? t.cpu() : t; }
-Tensor back_to(const Tensor& t, Device d) { return d == Device::cpu ? t : t.to_device(d); }
+Tensor for_comm(const Comm& c, const Tensor& t) { return c.device_memory() ? t : host_side(t); }
+Tensor back_to(const Tensor& t, Device d) { return t.device() == d ? t : t.to_device(d); }
 
 // Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order.
 Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>& blocks, const std::string& what) {
@@ -70,8 +71,8 @@ Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>
     counts.push_back(b.size() * width);
     rows += b.size();
   }
-  const Tensor src = host_side(mine);
-  Tensor out(mine.dtype(), {rows, width});
+  const Tensor src = for_comm(comm, mine);
+  Tensor out(mine.dtype(), {rows, width}, src.device());
   comm.allgatherv(src.raw(), out.raw(), counts, mine.dtype(), what);
   return back_to(out, mine.device());
 }
@@ -82,8 +83,8 @@ Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range
   const int64_t width = partial.dim(1);
   std::vector<int64_t> counts;
   for (const auto& b : blocks) counts.push_back(b.size() * width);
-  const Tensor src = host_side(partial);
-  Tensor out(partial.dtype(), {blocks[comm.rank()].size(), width});
+  const Tensor src = for_comm(comm, partial);
+  Tensor out(partial.dtype(), {blocks[comm.rank()].size(), width}, src.device());
   comm.reduce_scatterv(src.raw(), counts, out.raw(), partial.dtype(), what);
   return back_to(out, partial.device());
 }
@@ -128,9 +129,9 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     HeadExchange xq(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all q (seq->head)");
     HeadExchange xk(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all k (seq->head)");
     HeadExchange xv(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all v (seq->head)");
-    xq.start_seq_to_head(host_side(project(b.to_q, &b.norm_q)));
-    xk.start_seq_to_head(host_side(project(b.to_k, &b.norm_k)));
-    xv.start_seq_to_head(host_side(project(b.to_v, nullptr)));
+    xq.start_seq_to_head(for_comm(sp, project(b.to_q, &b.norm_q)));
+    xk.start_seq_to_head(for_comm(sp, project(b.to_k, &b.norm_k)));
+    xv.start_seq_to_head(for_comm(sp, project(b.to_v, nullptr)));
     Tensor q = back_to(xq.finish(), dev_), k = back_to(xk.finish(), dev_), v = back_to(xv.finish(), dev_);
     o = round_if_bf16(ops::attention(q, k, v, D));
   }
@@ -139,7 +140,7 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     const std::vector<Range>& blocks = ag ? st.rows : st.group_rows;
     const int64_t h0 = ag ? 0 : heads_qkv_.begin;
     HeadExchange back(sp, blocks, st.heads_sp, h0, D, plan_.chunks, "all-to-all attention out (head->seq)");
-    back.start_head_to_seq(host_side(o));
+    back.start_head_to_seq(for_comm(sp, o));
     o = back_to(back.finish(), dev_);
   }
   Tensor partial = round_if_bf16(ops::linear(o, b.to_out));

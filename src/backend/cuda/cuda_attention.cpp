@@ -223,8 +223,11 @@ int64_t group_for(const void* q, const void* k, const void* v, void* o, int64_t 
     cudaEvent_t a, b;
     H3_CUDA(cudaEventCreate(&a));
     H3_CUDA(cudaEventCreate(&b));
-    for (int64_t g : {heads, int64_t(16), int64_t(8), int64_t(4)}) {
-      if (g > heads || (g != heads && g >= heads)) continue;
+    // All heads, even splits of them (56 -> 28, 14, 7: no ragged last call) and a few fixed sizes.
+    std::vector<int64_t> sizes{heads};
+    for (int64_t g : {(heads + 1) / 2, (heads + 3) / 4, (heads + 7) / 8, int64_t(16), int64_t(8), int64_t(4)})
+      if (g >= 1 && g < heads && std::find(sizes.begin(), sizes.end(), g) == sizes.end()) sizes.push_back(g);
+    for (int64_t g : sizes) {
       if (!run_groups(q, k, v, o, nq, nk, heads, d, g)) continue;  // warm-up and plan
       H3_CUDA(cudaEventRecord(a, stream()));
       run_groups(q, k, v, o, nq, nk, heads, d, g);

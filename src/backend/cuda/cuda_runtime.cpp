@@ -2,6 +2,7 @@
 // let core tensors live in device memory.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -83,6 +84,11 @@ void hook_copy(void* dst, bool dst_dev, const void* src, bool src_dev, size_t by
 
 void hook_zero(void* p, size_t bytes) { H3_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
 
+void hook_copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  H3_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, stream()));
+}
+
 void hook_convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
   H3_CUDA(cuda::convert(src, elem_type(st), dst, elem_type(dt), n, stream()));
 }
@@ -156,7 +162,10 @@ void start_gpu_backend(const GpuOptions& o) {
   if (e != cudaSuccess || count == 0)
     fail("--device cuda: no usable NVIDIA GPU ({}); check nvidia-smi and CUDA_VISIBLE_DEVICES, or run with "
          "--device cpu", e == cudaSuccess ? "none visible" : cudaGetErrorString(e));
-  s.device = o.rank % count;
+  // Ranks of one host take the GPUs in turn (the launcher's local rank when it gives one).
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!local) local = std::getenv("SLURM_LOCALID");
+  s.device = (local ? std::atoi(local) : o.rank) % count;
   H3_CUDA(cudaSetDevice(s.device));
   H3_CUDA(cudaGetDeviceProperties(&s.prop, s.device));
   s.sms = s.prop.multiProcessorCount;
@@ -168,6 +177,7 @@ void start_gpu_backend(const GpuOptions& o) {
   hooks.release = cuda::hook_release;
   hooks.copy = cuda::hook_copy;
   hooks.zero = cuda::hook_zero;
+  hooks.copy2d = cuda::hook_copy2d;
   hooks.convert = cuda::hook_convert;
   register_device_hooks(hooks);
   cuda::register_ops();
@@ -182,6 +192,14 @@ std::string gpu_description() {
   if (!s.started) return "GPU backend not started";
   return fmt::format("{}, {:.1f} GiB, sm_{}{}, {} SMs", s.prop.name, s.prop.totalGlobalMem / 1073741824.0,
                      s.prop.major, s.prop.minor, s.sms);
+}
+
+std::string gpu_bus_id() {
+  const cuda::State& s = cuda::state();
+  if (!s.started) return "";
+  char bus[64] = {0};
+  H3_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), s.device));
+  return bus;
 }
 
 void gpu_synchronize() {

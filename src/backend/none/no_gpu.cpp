@@ -10,8 +10,22 @@ void start_gpu_backend(const GpuOptions&) {
 }
 bool gpu_backend_started() { return false; }
 std::string gpu_description() { return "no GPU backend in this build"; }
+std::string gpu_bus_id() { return ""; }
 void gpu_synchronize() {}
 size_t gpu_peak_bytes() { return 0; }
 void gpu_reset_peak() {}
+
+}  // namespace h3
+
+// NCCL lives in the CUDA backend (backend/cuda/cuda_nccl.cpp).
+#include "dist/comm_device.h"
+
+namespace h3 {
+
+bool nccl_built() { return false; }
+std::unique_ptr<Comm> make_nccl_comm(Comm&, std::shared_ptr<Comm>) {
+  fail("--transport nccl: this h3 was built without the CUDA backend and NCCL; rebuild on a machine with the CUDA "
+       "toolkit and NCCL, or use --transport mpi");
+}
 
 }  // namespace h3

@@ -1,0 +1,62 @@
+#include "dist/comm_device.h"
+
+#include <functional>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace h3 {
+
+namespace {
+Transport g_transport = Transport::automatic;
+}
+
+Transport transport_from_name(const std::string& s) {
+  for (Transport t : {Transport::automatic, Transport::mpi, Transport::nccl})
+    if (s == transport_name(t)) return t;
+  fail("unknown transport '{}' (allowed: auto, mpi, nccl)", s);
+}
+
+std::string_view transport_name(Transport t) {
+  switch (t) {
+    case Transport::automatic: return "auto";
+    case Transport::mpi: return "mpi";
+    case Transport::nccl: return "nccl";
+  }
+  return "?";
+}
+
+void set_device_transport(Transport t) { g_transport = t; }
+Transport device_transport() { return g_transport; }
+
+Transport pick_device_transport(Comm& host) {
+  // One rank needs no transport, except when NCCL is asked for explicitly (it then checks the NCCL path itself).
+  if (g_transport == Transport::mpi || (host.size() == 1 && g_transport != Transport::nccl)) return Transport::mpi;
+  const bool asked = g_transport == Transport::nccl;
+  std::string why;
+  if (!nccl_built()) why = "this build has no NCCL";
+  else if (!gpu_backend_started()) why = "the GPU backend is not running (--device cuda)";
+  // Every rank learns whether all GPUs are distinct (NCCL refuses two ranks of one communicator on one GPU).
+  const std::string bus = gpu_bus_id();
+  const int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(host.host() + "/" + bus) & 0x7fffffffffff);
+  std::vector<int64_t> all(host.size());
+  host.allgatherv(&mine, all.data(), std::vector<int64_t>(host.size(), 1), DType::i64, "GPU identities");
+  int64_t flags = why.empty() ? 0 : 1;  // any rank unable -> everyone falls back
+  int64_t any = 0;
+  host.allreduce_sum(&flags, &any, 1, DType::i64, "NCCL availability");
+  if (why.empty() && any > 0) why = "another rank cannot use NCCL";
+  for (size_t i = 0; why.empty() && i < all.size(); ++i)
+    for (size_t j = i + 1; j < all.size(); ++j)
+      if (all[i] == all[j]) {
+        why = fmt::format("ranks {} and {} share one GPU", host.world_rank(static_cast<int>(i)),
+                          host.world_rank(static_cast<int>(j)));
+        break;
+      }
+  if (why.empty()) return Transport::nccl;
+  if (asked) fail("--transport nccl cannot be used: {} (use --transport mpi or auto)", why);
+  spdlog::info("device tensors travel through MPI (host memory): {}", why);
+  return Transport::mpi;
+}
+
+}  // namespace h3

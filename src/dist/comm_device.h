@@ -1,0 +1,35 @@
+// Collectives on device memory: an NCCL communicator over the same ranks as a host (MPI) communicator.
+//
+// make_nccl_comm(host) is collective over `host`: rank 0 creates NCCL's unique id, MPI broadcasts it, every rank
+// joins on its current GPU. The returned Comm takes device buffers (ragged all-to-all / all-gather as grouped
+// ncclSend/ncclRecv on a communication stream; reduce-scatter and all-reduce as an all-to-all followed by a
+// rank-ordered sum on the GPU, so results are bitwise those of the MPI transport) and passes host buffers on to
+// `host`, which it keeps using for everything small (probes, barriers, liveness checks after a timeout).
+//
+// NCCL cannot put two ranks of one communicator on the same GPU: pick_device_transport() chooses NCCL only when
+// every rank of `host` has its own GPU, else the MPI transport (device tensors staged through host memory).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dist/comm.h"
+
+namespace h3 {
+
+enum class Transport { automatic, mpi, nccl };
+Transport transport_from_name(const std::string& s);  // "auto", "mpi", "nccl"
+std::string_view transport_name(Transport t);
+// The process-wide choice for device tensors (h3 --transport); default automatic.
+void set_device_transport(Transport t);
+Transport device_transport();
+
+// Whether this build has NCCL.
+bool nccl_built();
+// Collective over `host`. `host` must outlive the result unless `keep` owns it. Throws (naming the rank and cause)
+// on failure.
+std::unique_ptr<Comm> make_nccl_comm(Comm& host, std::shared_ptr<Comm> keep = nullptr);
+// NCCL when the setting allows it and every rank of `host` has a distinct GPU (collective over `host`); throws
+// when --transport nccl was asked for and cannot be honoured, saying why.
+Transport pick_device_transport(Comm& host);
+
+}  // namespace h3
