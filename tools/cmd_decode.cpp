@@ -149,8 +149,9 @@ Runner add_decode(CLI::App& app) {
                   "audio VAE: safetensors file, diffusers folder or procedural:mini")
       ->envname("H3_AUDIO_VAE")
       ->capture_default_str();
-  cmd->add_option("--precision", o->precision, "VAE compute precision: f32 or f64")
-      ->check(CLI::IsMember({"f32", "f64"}))
+  cmd->add_option("--precision", o->precision,
+                  "VAE compute precision: f32 or f64 (CPU); f32 or bf16 with --device cuda (the audio VAE runs f32)")
+      ->check(CLI::IsMember({"f32", "f64", "bf16"}))
       ->envname("H3_PRECISION")
       ->capture_default_str();
   cmd->add_option("--wav", o->wav, "also write the soundtrack as 16-bit PCM WAV")->envname("H3_WAV");
@@ -213,18 +214,19 @@ Runner add_decode(CLI::App& app) {
 
     // The VAEs.
     const Precision prec = precision_from_name(o->precision);
+    const Device dev = g_device == "cuda" ? Device::cuda : Device::cpu;
     std::shared_ptr<SafeTensors> vfile, afile;
     std::unique_ptr<VideoVae> vvae;
     std::unique_ptr<AudioVae> avae;
     if (o->video_vae.starts_with("procedural:")) {
       vfile = procedural_video_vae_file(procedural_mini_seed(o->video_vae, "--video-vae"));
-      vvae = std::make_unique<VideoVae>(*vfile, "", procedural_video_vae_config(), prec);
+      vvae = std::make_unique<VideoVae>(*vfile, "", procedural_video_vae_config(), prec, dev);
     } else {
       VaeSource s = open_vae(o->video_vae, "--video-vae");
       vfile = s.file;
       const std::string prefix = vfile->has("weight.post_quant_conv.weight") ? "weight." : "";
       vvae = std::make_unique<VideoVae>(
-          *vfile, prefix, VideoVaeConfig::from_json_text(s.config, s.tiling, o->video_vae), prec);
+          *vfile, prefix, VideoVaeConfig::from_json_text(s.config, s.tiling, o->video_vae), prec, dev);
     }
     const VideoVaeConfig& vc = vvae->config();
     H3_CHECK(z.dim(0) == vc.latent_channels,
@@ -234,14 +236,14 @@ Runner add_decode(CLI::App& app) {
     if (a.defined() && a.numel() > 0) {
       if (o->audio_vae.starts_with("procedural:")) {
         afile = procedural_audio_vae_file(procedural_mini_seed(o->audio_vae, "--audio-vae"));
-        avae = std::make_unique<AudioVae>(*afile, "", procedural_audio_vae_config(), prec);
+        avae = std::make_unique<AudioVae>(*afile, "", procedural_audio_vae_config(), prec, dev);
       } else {
         VaeSource s = open_vae(o->audio_vae, "--audio-vae");
         afile = s.file;
         const std::string prefix = afile->has("weight.dec_in_proj.weight") ? "weight." : "";
         const AudioVaeConfig cfg =
             s.config.empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(s.config, o->audio_vae);
-        avae = std::make_unique<AudioVae>(*afile, prefix, cfg, prec);
+        avae = std::make_unique<AudioVae>(*afile, prefix, cfg, prec, dev);
       }
       H3_CHECK(a.dim(1) == avae->config().latent_channels,
                "{}: {} has {} latent channels but the audio VAE ({}) takes {}; pass the matching --audio-vae",

@@ -61,8 +61,8 @@ Runner add_vae_parity(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "video- or audio-VAE golden file")->required();
-  cmd->add_option("--precision", o->precision, "f32 or f64")
-      ->check(CLI::IsMember({"f32", "f64"}))
+  cmd->add_option("--precision", o->precision, "f32 or f64 (CPU); f32 or bf16 with --device cuda")
+      ->check(CLI::IsMember({"f32", "f64", "bf16"}))
       ->envname("H3_PRECISION")
       ->capture_default_str();
   return [o]() -> int {
@@ -73,18 +73,19 @@ Runner add_vae_parity(CLI::App& app) {
     if (!video && !looks_like_audio_vae_golden(f))
       fail("{}: not a video- or audio-VAE golden file (vae-parity runs VAE decode cases)", o->file);
     const Precision prec = precision_from_name(o->precision);
+    const Device dev = g_device == "cuda" ? Device::cuda : Device::cpu;
     std::unique_ptr<VideoVae> vvae;
     std::unique_ptr<AudioVae> avae;
     std::vector<DecodeCase> cases;
     if (video) {
       vvae = std::make_unique<VideoVae>(
-          f, "weight.", VideoVaeConfig::from_json_text(f.meta("config"), f.meta("tiling"), f.path()), prec);
+          f, "weight.", VideoVaeConfig::from_json_text(f.meta("config"), f.meta("tiling"), f.path()), prec, dev);
       cases = decode_cases(f, {"latents_normalized"}, "latents", "decoder");
     } else {
       const AudioVaeConfig cfg = f.meta("config").empty()
                                      ? AudioVaeConfig{}
                                      : AudioVaeConfig::from_json_text(f.meta("config"), f.path());
-      avae = std::make_unique<AudioVae>(f, "weight.", cfg, prec);
+      avae = std::make_unique<AudioVae>(f, "weight.", cfg, prec, dev);
       cases = decode_cases(f, {"latents_normalized"}, "latents_denormalized", "waveform");
     }
     H3_CHECK(!cases.empty(), "{}: no decode cases", o->file);
@@ -107,8 +108,8 @@ Runner add_vae_parity(CLI::App& app) {
     w.barrier("vae-parity: reference done");
 
     if (root) {
-      std::printf("vae-parity %s: %s VAE decode, 1 rank vs %d ranks, %s\n", o->file.c_str(),
-                  video ? "video" : "audio", w.size(), o->precision.c_str());
+      std::printf("vae-parity %s: %s VAE decode, 1 rank vs %d ranks, %s on the %s\n", o->file.c_str(),
+                  video ? "video" : "audio", w.size(), o->precision.c_str(), dev == Device::cuda ? "GPU" : "CPU");
       std::printf("%-28s %6s %12s %12s %8s %14s %9s %9s  %s\n", "case", "units", "rel_l2", "max_abs",
                   "bitwise", "golden rel_l2", "1-rank s", "sharded s", "result");
     }

@@ -8,6 +8,7 @@
 #include "model/vae_weights.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
+#include "ops/ops_vae.h"
 
 namespace h3 {
 
@@ -150,9 +151,16 @@ std::string AudioVaeConfig::summary() const {
                      fmt::join(resblock_kernel_sizes, ","), num_attention_heads, sampling_rate);
 }
 
-AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision)
-    : cfg_(cfg) {
-  H3_CHECK(precision != Precision::bf16, "audio VAE: bf16 is not supported on the CPU; use f32 or f64");
+AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
+                   Device device)
+    : cfg_(cfg), dev_(device) {
+  if (dev_ == Device::cpu)
+    H3_CHECK(precision == Precision::f64 || precision == Precision::f32,
+             "audio VAE: {} is not supported on the CPU; use f32 or f64", precision_name(precision));
+  else
+    H3_CHECK(precision == Precision::f32 || precision == Precision::bf16,
+             "audio VAE on the GPU: precision {} is not supported; use f32 (bf16 also runs in f32 there)",
+             precision_name(precision));
   ct_ = precision == Precision::f64 ? DType::f64 : DType::f32;
   cfg_.validate(f.path());
   VaeWeightReader r(f, prefix, ct_, "audio VAE");
@@ -272,6 +280,23 @@ AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioV
     lat_mean_ = Tensor::from(cfg_.latents_mean, {lc}).to(ct_);
     lat_std_ = Tensor::from(cfg_.latents_std, {lc}).to(ct_);
   }
+  if (dev_ != Device::cpu) upload_decoder();
+}
+
+void AudioVae::upload_decoder() {
+  auto up = [&](Tensor& t) { t = t.to_device(dev_); };
+  auto up_act = [&](Act& a) {
+    for (Tensor* t : {&a.alpha, &a.beta, &a.up_filter, &a.down_filter}) up(*t);
+  };
+  for (Tensor* t : {&dec_in_w_, &dec_in_b_, &conv_pre_w_, &conv_pre_b_, &conv_post_w_}) up(*t);
+  for (auto& t : ups_w_) up(t);
+  for (auto& t : ups_b_) up(t);
+  for (AmpBlock& blk : resblocks_) {
+    for (auto* list : {&blk.w1, &blk.b1, &blk.w2, &blk.b2})
+      for (Tensor& t : *list) up(t);
+    for (Act& a : blk.acts) up_act(a);
+  }
+  up_act(act_post_);
 }
 
 // Upsample x2 (replicate pad, depthwise transposed Kaiser-sinc filter, x ratio, crop), SnakeBeta
@@ -282,19 +307,8 @@ Tensor AudioVae::activation(const Act& a, const Tensor& x) const {
   const int64_t crop_l = pad * ratio + (K - ratio) / 2, crop_r = pad * ratio + (K - ratio + 1) / 2;
   Tensor up = ops::conv_transpose1d(ops::pad1d(x, pad, pad, ops::PadMode::replicate), a.up_filter, nullptr, ratio, 0,
                                     C);
-  up = crop_last(up, crop_l, crop_r);
-  Tensor snake = dispatch(x, [&]<typename T>(T) {
-    std::vector<T> fa(C), inv_b(C);
-    for (int64_t c = 0; c < C; ++c) {
-      fa[c] = std::exp(a.alpha.data<T>()[c]);
-      inv_b[c] = T(1) / (std::exp(a.beta.data<T>()[c]) + T(1e-9));
-    }
-    return map_channels(up, [&](int64_t c, T v) {
-      const T u = T(ratio) * v;
-      const T s = std::sin(fa[c] * u);
-      return u + inv_b[c] * (s * s);
-    });
-  });
+  up = ops::slice_last(up, crop_l, up.dim(2) - crop_r);
+  Tensor snake = ops::snake_beta(up, a.alpha, a.beta, static_cast<double>(ratio));
   const int64_t Kd = a.down_filter.dim(2);
   const int64_t pl = Kd / 2 - (Kd % 2 == 0 ? 1 : 0), pr = Kd / 2;
   return ops::conv1d(ops::pad1d(snake, pl, pr, ops::PadMode::replicate), a.down_filter, nullptr, ratio, 0, 1, C);
@@ -317,7 +331,9 @@ Tensor AudioVae::decode(const Tensor& latents) const {
            cfg_.latent_channels, latents.describe());
   H3_CHECK(dtype_is_float(latents.dtype()), "audio VAE decode: latents must be floating point, got {}",
            latents.describe());
-  Tensor x = ops::conv1d(latents.to(ct_), dec_in_w_, &dec_in_b_, 1, 0, 1, 1);
+  Tensor x = latents.on_device() ? latents.cpu().to(ct_) : latents.to(ct_);
+  if (dev_ != Device::cpu) x = x.to_device(dev_);
+  x = ops::conv1d(x, dec_in_w_, &dec_in_b_, 1, 0, 1, 1);
   x = ops::conv1d(x, conv_pre_w_, &conv_pre_b_, 1, 3, 1, 1);
   const size_t nk = cfg_.resblock_kernel_sizes.size();
   for (size_t i = 0; i < ups_w_.size(); ++i) {
@@ -328,15 +344,12 @@ Tensor AudioVae::decode(const Tensor& latents) const {
       Tensor b = amp_block(resblocks_[i * nk + j], x);
       sum = j == 0 ? b : ops::add(sum, b);
     }
-    x = dispatch(sum, [&]<typename T>(T) {
-      return map_channels(sum, [&](int64_t, T v) { return v / T(static_cast<double>(nk)); });
-    });
+    x = ops::divide_clamp(sum, static_cast<double>(nk), -INFINITY, INFINITY);  // the kernels' average
   }
   x = activation(act_post_, x);
   x = ops::conv1d(x, conv_post_w_, nullptr, 1, 3, 1, 1);
-  return dispatch(x, [&]<typename T>(T) {
-    return map_channels(x, [](int64_t, T v) { return std::min(T(1), std::max(T(-1), v)); });
-  });
+  x = ops::divide_clamp(x, 1.0, -1.0, 1.0);
+  return x.on_device() ? x.cpu() : x;
 }
 
 Tensor AudioVae::residual_unit(const ResUnit& u, const Tensor& x) const {

@@ -36,8 +36,11 @@ class AudioVae {
  public:
   // Loads the weights stored under `prefix` ("weight." in golden files, "" in a diffusers checkpoint) and converts
   // them to the compute dtype; weight-normalised convolutions are folded (w = g v / ||v||) once here. Throws
-  // listing every missing or mis-shaped key.
-  AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision);
+  // listing every missing or mis-shaped key. device cuda: the decoder's weights are uploaded once and decode runs
+  // on the GPU in f32 (precision f32, or bf16, which the GPU also runs in f32: the decoder is small and its convs
+  // are not GEMM-bound); decode still takes and returns host tensors, and the encoder stays on the CPU.
+  AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
+           Device device = Device::cpu);
 
   // latents [B, latent_channels, A] (already de-normalised) -> waveform [B, 1, A * hop] clamped to [-1, 1].
   Tensor decode(const Tensor& latents) const;
@@ -49,6 +52,7 @@ class AudioVae {
 
   const AudioVaeConfig& config() const { return cfg_; }
   DType compute_dtype() const { return ct_; }
+  Device device() const { return dev_; }
   bool has_encoder() const { return has_encoder_; }
 
  private:
@@ -76,8 +80,11 @@ class AudioVae {
   Tensor residual_unit(const ResUnit& u, const Tensor& x) const;
   Tensor pre_block(const Tensor& rows) const;  // [T, latent_dim] -> [T, latent_channels]
 
+  void upload_decoder();  // moves the decoder's weights to dev_ (constructor)
+
   AudioVaeConfig cfg_;
   DType ct_;
+  Device dev_ = Device::cpu;
   bool has_encoder_ = false;
   Tensor lat_mean_, lat_std_;
   // decoder

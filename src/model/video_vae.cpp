@@ -220,9 +220,17 @@ TemporalChunkPlan plan_temporal_chunks(int64_t T, int64_t clip, int64_t drop, in
   return p;
 }
 
-VideoVae::VideoVae(const SafeTensors& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision)
-    : cfg_(cfg) {
-  H3_CHECK(precision != Precision::bf16, "video VAE: bf16 is not supported on the CPU; use f32 or f64");
+VideoVae::VideoVae(const SafeTensors& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision,
+                   Device device)
+    : cfg_(cfg), precision_(precision), dev_(device) {
+  if (dev_ == Device::cpu)
+    H3_CHECK(precision == Precision::f64 || precision == Precision::f32,
+             "video VAE: {} is not supported on the CPU; use f32 or f64 (bf16 runs on the GPU: --device cuda)",
+             precision_name(precision));
+  else
+    H3_CHECK(precision == Precision::f32 || precision == Precision::bf16,
+             "video VAE on the GPU: precision {} is not supported; use f32 or bf16 (f64 runs on the CPU)",
+             precision_name(precision));
   ct_ = precision == Precision::f64 ? DType::f64 : DType::f32;
   cfg_.validate(f.path());
   VaeWeightReader r(f, prefix, ct_, "video VAE");
@@ -330,6 +338,25 @@ VideoVae::VideoVae(const SafeTensors& f, const std::string& prefix, const VideoV
     lat_mean_ = Tensor::from(cfg_.latents_mean, {lc}).to(ct_);
     lat_std_ = Tensor::from(cfg_.latents_std, {lc}).to(ct_);
   }
+  if (dev_ != Device::cpu) upload_decoder();
+}
+
+void VideoVae::upload_decoder() {
+  // f32 layers stay f32 (post_quant_conv, proj_in, norms, LayerScale, proj_out: the reference keeps proj_in and
+  // proj_out out of autocast); in bf16 the block GEMMs' weights and biases become bf16.
+  const DType gemm_dt = precision_ == Precision::bf16 ? DType::bf16 : DType::f32;
+  auto up = [&](Tensor& t, DType dt) { t = t.to_device(dev_).to(dt); };
+  for (Tensor* t : {&pq_w_, &pq_b_, &proj_in_w_, &proj_in_b_, &registers_, &norm_out_w_, &norm_out_b_, &proj_out_w_,
+                    &proj_out_b_})
+    up(*t, DType::f32);
+  for (Block& b : blocks_) {
+    for (Tensor* t : {&b.norm1, &b.norm2, &b.scale1, &b.scale2}) up(*t, DType::f32);
+    for (Tensor* t : {&b.to_q, &b.q_b, &b.to_k, &b.k_b, &b.to_v, &b.v_b, &b.to_out, &b.out_b, &b.ff_in, &b.ff_in_b,
+                      &b.ff_out, &b.ff_out_b})
+      up(*t, gemm_dt);
+  }
+  std::vector<float> ones(static_cast<size_t>(cfg_.decoder_attention_head_dim), 1.0f);
+  qk_ones_ = Tensor::from(ones, {cfg_.decoder_attention_head_dim}).to_device(dev_).to(gemm_dt);
 }
 
 namespace {
@@ -416,9 +443,14 @@ Tensor VideoVae::pad_latents(const Tensor& z, const VideoDecodePlan& plan) const
   return vae::concat_dim(parts, 1);
 }
 
-Tensor VideoVae::decode_unit(const Tensor& zp, const VideoDecodeUnit& u) const {
+Tensor VideoVae::decode_unit_on_device(const Tensor& zp, const VideoDecodeUnit& u) const {
   Tensor block = vae::slice_dim(vae::slice_dim(vae::slice_dim(zp, 1, u.t0, u.t1), 2, u.y0, u.y1), 3, u.x0, u.x1);
   return decode_block(block);
+}
+
+Tensor VideoVae::decode_unit(const Tensor& zp, const VideoDecodeUnit& u) const {
+  Tensor d = decode_unit_on_device(zp, u);
+  return d.on_device() ? d.cpu() : d;
 }
 
 Tensor VideoVae::stitch(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const {

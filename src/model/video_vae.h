@@ -10,7 +10,10 @@
 //   tile (a, b) covers latent rows [ys_a/r, (ys_a + tile_h)/r) and cols [xs_b/r, (xs_b + tile_w)/r) (clamped),
 //   where ys/xs are the pixel starts of split_tiles(); unit index u = (i * rows + a) * cols + b.
 #pragma once
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -92,7 +95,11 @@ class VideoVae {
  public:
   // Loads the weights under `prefix` ("weight." in golden files, "" in a diffusers checkpoint) in the compute
   // dtype. The encoder is optional (decode-only files); every missing or mis-shaped key is reported at once.
-  VideoVae(const SafeTensors& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision);
+  // device cuda: the ViT decoder's weights are uploaded once and decode_block runs on the GPU (precision f32, or
+  // bf16 = the big block GEMMs, attention and FFN in bf16 with the residual stream, norms, proj_in and proj_out in
+  // f32); decode_unit and decode still return host f32 tensors, and the encoder stays on the CPU (f32).
+  VideoVae(const SafeTensors& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision,
+           Device device = Device::cpu);
 
   // z * std + mean and (z - mean) / std per channel on [C, T, h, w] (identity without statistics).
   Tensor denormalize(const Tensor& z) const;
@@ -104,11 +111,14 @@ class VideoVae {
   VideoDecodePlan plan_decode(const Shape& latent_shape) const;
   // z with the plan's trailing latent frames appended (compute dtype); decode_unit reads from it.
   Tensor pad_latents(const Tensor& z, const VideoDecodePlan& plan) const;
-  // One unit: [out_channels, q * (t1 - t0), r * (y1 - y0), r * (x1 - x0)].
+  // One unit: [out_channels, q * (t1 - t0), r * (y1 - y0), r * (x1 - x0)], a host tensor of compute_dtype().
   Tensor decode_unit(const Tensor& z_padded, const VideoDecodeUnit& unit) const;
+  // The same unit left where decode_block computed it (GPU memory for a GPU VAE; benchmarks time this).
+  Tensor decode_unit_on_device(const Tensor& z_padded, const VideoDecodeUnit& unit) const;
   // Blends decoded units (indexed like plan.units) into the video, in the reference's order.
   Tensor stitch(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const;
-  // The ViT decoder on one latent block [latent_channels, t, h, w] (post_quant_conv included, no tiling).
+  // The ViT decoder on one latent block [latent_channels, t, h, w] (post_quant_conv included, no tiling); the
+  // result lives on the VAE's device.
   Tensor decode_block(const Tensor& z) const;
 
   // ImageNet-normalised pixels [in_channels, frames, H, W] -> posterior mean [latent_channels, T, H/r, W/r]
@@ -121,7 +131,10 @@ class VideoVae {
   static Tensor to_pixels01(const Tensor& decoded);
 
   const VideoVaeConfig& config() const { return cfg_; }
+  // The dtype of decode_unit's and decode's results (f32 for a GPU VAE in either precision).
   DType compute_dtype() const { return ct_; }
+  Precision precision() const { return precision_; }
+  Device device() const { return dev_; }
   bool has_encoder() const { return has_encoder_; }
 
   struct Block {
@@ -142,9 +155,17 @@ class VideoVae {
   Tensor causal_conv(const Tensor& x, const Tensor& w, const Tensor& b, int64_t spatial_pad) const;
   Tensor encode_clip(const Tensor& x) const;  // spatially tiled moments of one clip
   void rope_tables(int64_t t, int64_t h, int64_t w, Tensor& cos, Tensor& sin) const;
+  // The tables for a block of t x h x w latents on the VAE's device in `dt` (cached on the GPU: units share shapes).
+  void rope_tables_for(int64_t t, int64_t h, int64_t w, DType dt, Tensor& cos, Tensor& sin) const;
+  void upload_decoder();  // moves the decoder's weights to dev_ (constructor)
 
   VideoVaeConfig cfg_;
   DType ct_;
+  Precision precision_ = Precision::f32;
+  Device dev_ = Device::cpu;
+  Tensor qk_ones_;  // [head_dim] ones: the non-affine q/k norm through the fused GPU qk_norm_rope
+  mutable std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<Tensor, Tensor>> rope_cache_;
+  mutable std::mutex rope_mu_;
   bool has_encoder_ = false;
   Tensor lat_mean_, lat_std_;
   // decoder

@@ -8,6 +8,7 @@
 #include "model/video_vae.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
+#include "ops/ops_vae.h"
 
 namespace h3 {
 
@@ -18,20 +19,15 @@ auto dispatch(const Tensor& x, F f) {
   return x.dtype() == DType::f32 ? f(float{}) : f(double{});
 }
 
-// x + y * scale[c] row-wise (LayerScale residual).
-Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
-  Tensor out(x.dtype(), x.shape());
-  const int64_t C = x.dim(1), N = x.dim(0);
-  dispatch(x, [&]<typename T>(T) {
-    const T* xp = x.data<T>();
-    const T* yp = y.data<T>();
-    const T* sp = scale.data<T>();
-    T* op = out.data<T>();
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t c = 0; c < C; ++c) op[r * C + c] = xp[r * C + c] + yp[r * C + c] * sp[c];
-    return 0;
-  });
-  return out;
+// Copies src's bytes into rows [row, row + src rows) of dst (same device, same row width and dtype).
+void copy_rows_into(Tensor& dst, int64_t row, const Tensor& src) {
+  H3_ASSERT(dst.device() == src.device() && dst.dtype() == src.dtype() && dst.ndim() == 2 && src.ndim() == 2 &&
+                dst.dim(1) == src.dim(1) && row + src.dim(0) <= dst.dim(0),
+            "video VAE decoder: rows {} into {} at {}", src.describe(), dst.describe(), row);
+  void* at = dst.rows(row, row + src.dim(0)).raw();
+  if (src.nbytes() == 0) return;
+  if (dst.on_device()) device_hooks().copy(at, true, src.raw(), true, src.nbytes());
+  else std::memcpy(at, src.raw(), src.nbytes());
 }
 
 }  // namespace
@@ -83,6 +79,22 @@ void VideoVae::rope_tables(int64_t t, int64_t h, int64_t w, Tensor& cos, Tensor&
   });
 }
 
+void VideoVae::rope_tables_for(int64_t t, int64_t h, int64_t w, DType dt, Tensor& cos, Tensor& sin) const {
+  if (dev_ == Device::cpu) {
+    rope_tables(t, h, w, cos, sin);
+    return;
+  }
+  std::lock_guard lock(rope_mu_);
+  auto it = rope_cache_.find({t, h, w});
+  if (it == rope_cache_.end()) {
+    Tensor c, s;
+    rope_tables(t, h, w, c, s);  // angles as on the CPU (f32), then moved and rounded to the activations' dtype
+    it = rope_cache_.emplace(std::tuple{t, h, w}, std::pair{c.to_device(dev_).to(dt), s.to_device(dev_).to(dt)}).first;
+  }
+  cos = it->second.first;
+  sin = it->second.second;
+}
+
 Tensor VideoVae::decode_block(const Tensor& z) const {
   const int64_t lc = cfg_.latent_channels;
   H3_CHECK(z.ndim() == 4 && z.dim(0) == lc, "video VAE decoder: block must be [{}, t, h, w], got {}", lc,
@@ -91,9 +103,10 @@ Tensor VideoVae::decode_block(const Tensor& z) const {
   const int64_t D = cfg_.decoder_dim(), hd = cfg_.decoder_attention_head_dim;
   const int64_t reg = cfg_.decoder_num_register_tokens, N = V + reg + 1;
   const double eps = cfg_.decoder_norm_eps;
-  // Tokens [V, lc] in (t, h, w) order: a transpose of the channel-first block.
+  const bool gpu = dev_ != Device::cpu;
+  // Tokens [V, lc] in (t, h, w) order: a transpose of the channel-first block (on the host; it is small).
   Tensor tok(ct_, {V, lc});
-  Tensor zc = z.to(ct_);
+  Tensor zc = z.on_device() ? z.cpu().to(ct_) : z.to(ct_);
   dispatch(tok, [&]<typename T>(T) {
     const T* zp = zc.data<T>();
     T* tp = tok.data<T>();
@@ -101,49 +114,37 @@ Tensor VideoVae::decode_block(const Tensor& z) const {
       for (int64_t v = 0; v < V; ++v) tp[v * lc + c] = zp[c * V + v];
     return 0;
   });
-  tok = ops::linear(tok, pq_w_, &pq_b_);               // post_quant_conv (1x1x1)
+  if (gpu) tok = tok.to_device(dev_);
+  tok = ops::linear(tok, pq_w_, &pq_b_);                   // post_quant_conv (1x1x1)
   Tensor emb = ops::linear(tok, proj_in_w_, &proj_in_b_);  // [V, D]
-  Tensor x(ct_, {N, D});
-  const size_t es = dtype_size(ct_);
-  std::memcpy(x.raw(), emb.raw(), V * D * es);
-  std::memcpy(static_cast<std::byte*>(x.raw()) + V * D * es, registers_.raw(), reg * D * es);  // last row stays 0
+  // x = [emb; registers; one zero row] (the residual stream, f32 on the GPU in both precisions).
+  Tensor x(ct_, {N, D}, dev_);
+  copy_rows_into(x, 0, emb);
+  copy_rows_into(x, V, registers_);
+  // The blocks' GEMM inputs in the weights' dtype (bf16 in the bf16 recipe), converted once per norm output.
+  const DType gemm_dt = blocks_.empty() ? ct_ : blocks_[0].to_q.dtype();
+  auto gemm_in = [&](Tensor a) { return a.dtype() == gemm_dt ? a : a.to(gemm_dt); };
   Tensor cos, sin;
-  rope_tables(t, h, w, cos, sin);
+  rope_tables_for(t, h, w, gemm_dt, cos, sin);
+  // q/k: non-affine RMSNorm per head, then RoPE (fused on the GPU, with a weight of ones).
+  auto norm_rope = [&](const Tensor& a) {
+    if (gpu) return ops::qk_norm_rope(a, qk_ones_, hd, eps, cos, sin, false);
+    return ops::rope(ops::rms_norm(a, nullptr, hd, eps), cos, sin, hd, false);
+  };
 
   for (const Block& b : blocks_) {
-    Tensor n1 = ops::rms_norm(x, &b.norm1, D, eps);
-    Tensor q = ops::rms_norm(ops::linear(n1, b.to_q, &b.q_b), nullptr, hd, eps);
-    Tensor k = ops::rms_norm(ops::linear(n1, b.to_k, &b.k_b), nullptr, hd, eps);
+    Tensor n1 = gemm_in(ops::rms_norm(x, &b.norm1, D, eps));
+    Tensor q = norm_rope(ops::linear(n1, b.to_q, &b.q_b));
+    Tensor k = norm_rope(ops::linear(n1, b.to_k, &b.k_b));
     Tensor v = ops::linear(n1, b.to_v, &b.v_b);
-    q = ops::rope(q, cos, sin, hd, false);
-    k = ops::rope(k, cos, sin, hd, false);
     Tensor a = ops::linear(ops::attention(q, k, v, hd), b.to_out, &b.out_b);
-    x = add_scaled(x, a, b.scale1);
-    Tensor n2 = ops::rms_norm(x, &b.norm2, D, eps);
+    x = ops::add_scaled(x, a, b.scale1);
+    Tensor n2 = gemm_in(ops::rms_norm(x, &b.norm2, D, eps));
     Tensor f = ops::linear(ops::swiglu(ops::linear(n2, b.ff_in, &b.ff_in_b), false), b.ff_out, &b.ff_out_b);
-    x = add_scaled(x, f, b.scale2);
+    x = ops::add_scaled(x, f, b.scale2);
   }
   Tensor y = ops::linear(ops::layer_norm(x.rows(0, V), &norm_out_w_, &norm_out_b_, eps), proj_out_w_, &proj_out_b_);
-
-  // Unpatchify: out[c, ti*pt + a, yi*r + bb, xi*r + e] = y[(ti*h + yi)*w + xi, ((c*pt + a)*r + bb)*r + e].
-  const int64_t C = cfg_.out_channels, pt = cfg_.temporal_ratio(), r = cfg_.spatial_ratio();
-  const int64_t To = t * pt, Ho = h * r, Wo = w * r, P = C * pt * r * r;
-  Tensor out(ct_, {C, To, Ho, Wo});
-  dispatch(out, [&]<typename T>(T) {
-    const T* yp = y.data<T>();
-    T* op = out.data<T>();
-    for (int64_t v = 0; v < V; ++v) {
-      const int64_t ti = v / (h * w), yi = (v / w) % h, xi = v % w;
-      const T* row = yp + v * P;
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t a = 0; a < pt; ++a)
-          for (int64_t bb = 0; bb < r; ++bb)
-            for (int64_t e = 0; e < r; ++e)
-              op[((c * To + ti * pt + a) * Ho + yi * r + bb) * Wo + xi * r + e] = row[((c * pt + a) * r + bb) * r + e];
-    }
-    return 0;
-  });
-  return out;
+  return ops::unpatchify3d(y, t, h, w, cfg_.out_channels, cfg_.temporal_ratio(), cfg_.spatial_ratio());
 }
 
 }  // namespace h3

@@ -1,0 +1,325 @@
+// Kernels of the VAE decoders' ops (declared in cuda_vae_kernels.h). Built with --fmad=false like the other
+// kernels, so a*b+c rounds twice as on the CPU backend.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_vae_kernels.h"
+
+namespace h3::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 32 ? (b > 0 ? b : 1) : 65535 * 32);
+}
+
+template <typename T> __device__ __forceinline__ float ld(const T* p, int64_t i);
+template <> __device__ __forceinline__ float ld<float>(const float* p, int64_t i) { return p[i]; }
+template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
+template <typename T> __device__ __forceinline__ void st(T* p, int64_t i, float v);
+template <> __device__ __forceinline__ void st<float>(float* p, int64_t i, float v) { p[i] = v; }
+template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
+
+template <typename F>
+cudaError_t by_type(ElemType t, F f) {
+  if (t == ElemType::f32) f(float{});
+  else if (t == ElemType::bf16) f(__nv_bfloat16{});
+  else return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+#define H3_GRID_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum of v over the block (every thread gets it); `scratch` holds 32 floats.
+__device__ float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read from the previous call
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float w = threadIdx.x < (blockDim.x + 31) / 32 ? scratch[threadIdx.x] : 0.f;
+    w = warp_sum(w);
+    if (threadIdx.x == 0) scratch[0] = w;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+
+// One block per row.
+template <typename T>
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, int64_t cols, float eps) {
+  __shared__ float scratch[32];
+  const int64_t base = blockIdx.x * cols;
+  float s = 0.f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += ld(x, base + c);
+  const float mean = block_sum(s, scratch) / static_cast<float>(cols);
+  float q = 0.f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float d = ld(x, base + c) - mean;
+    q += d * d;
+  }
+  const float inv = 1.0f / sqrtf(block_sum(q, scratch) / static_cast<float>(cols) + eps);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = (ld(x, base + c) - mean) * inv;
+    if (w) v = v * ld(w, c);
+    if (b) v = v + ld(b, c);
+    st(y, base + c, v);
+  }
+}
+
+template <typename T>
+__global__ void conv1d_direct_kernel(const T* x, const T* w, const T* bias, T* y, int64_t C, int64_t L, int64_t O,
+                                     int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t dil, int64_t groups,
+                                     int64_t n) {
+  const int64_t cpg = C / groups, opg = O / groups;
+  H3_GRID_LOOP(idx, n) {
+    const int64_t j = idx % Lo, bo = idx / Lo, o = bo % O, b = bo / O, g = o / opg;
+    float acc = 0.f;
+    for (int64_t cl = 0; cl < cpg; ++cl) {
+      const T* row = x + (b * C + g * cpg + cl) * L;
+      const T* wr = w + (o * cpg + cl) * K;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t i = j * stride + k * dil - pad;
+        if (i >= 0 && i < L) acc += ld(wr, k) * ld(row, i);
+      }
+    }
+    if (bias) acc += ld(bias, o);
+    st(y, idx, acc);
+  }
+}
+
+template <typename T>
+__global__ void im2col_kernel(const T* x, T* cols, int64_t C, int64_t L, int64_t K, int64_t Lo, int64_t stride,
+                              int64_t pad, int64_t dil, int64_t n) {
+  const int64_t CK = C * K;
+  H3_GRID_LOOP(idx, n) {
+    const int64_t row = idx / CK, ck = idx % CK, c = ck / K, k = ck % K, b = row / Lo, j = row % Lo;
+    const int64_t i = j * stride + k * dil - pad;
+    cols[idx] = (i >= 0 && i < L) ? x[(b * C + c) * L + i] : T(0.f);
+  }
+}
+
+template <typename T>
+__global__ void rows_to_channels_kernel(const T* rows, T* y, int64_t O, int64_t Lo, int64_t n) {
+  H3_GRID_LOOP(idx, n) {
+    const int64_t j = idx % Lo, o = (idx / Lo) % O, b = idx / (Lo * O);
+    y[idx] = rows[(b * Lo + j) * O + o];
+  }
+}
+
+template <typename T>
+__global__ void conv_transpose1d_kernel(const T* x, const T* w, const T* bias, T* y, int64_t C, int64_t L, int64_t O,
+                                        int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t groups,
+                                        int64_t n) {
+  const int64_t cpg = C / groups, opg = O / groups;
+  H3_GRID_LOOP(idx, n) {
+    const int64_t j = idx % Lo, bo = idx / Lo, o = bo % O, b = bo / O, g = o / opg, ol = o % opg;
+    // Output j takes input i through tap k when i*stride + k - pad = j: k = (j + pad) mod stride, + stride, ...
+    const int64_t k0 = (j + pad) % stride;
+    float acc = 0.f;
+    for (int64_t cl = 0; cl < cpg; ++cl) {
+      const int64_t c = g * cpg + cl;
+      const T* row = x + (b * C + c) * L;
+      const T* wr = w + (c * opg + ol) * K;
+      for (int64_t k = k0; k < K; k += stride) {
+        const int64_t i = (j + pad - k) / stride;
+        if (j + pad - k >= 0 && i < L) acc += ld(wr, k) * ld(row, i);
+      }
+    }
+    if (bias) acc += ld(bias, o);
+    st(y, idx, acc);
+  }
+}
+
+__device__ __forceinline__ int64_t pad_index(int64_t p, int64_t n, int mode) {
+  if (p >= 0 && p < n) return p;
+  if (mode == 0) return -1;
+  if (mode == 2) return p < 0 ? 0 : n - 1;
+  return p < 0 ? -p : 2 * (n - 1) - p;
+}
+
+template <typename T>
+__global__ void pad1d_kernel(const T* x, T* y, int64_t L, int64_t left, int64_t Lo, int mode, int64_t n) {
+  H3_GRID_LOOP(idx, n) {
+    const int64_t j = idx % Lo, r = idx / Lo;
+    const int64_t sj = pad_index(j - left, L, mode);
+    y[idx] = sj < 0 ? T(0.f) : x[r * L + sj];
+  }
+}
+
+template <typename TX, typename TY>
+__global__ void add_scaled_kernel(const TX* x, const TY* y, const TX* scale, TX* out, int64_t cols, int64_t n) {
+  H3_GRID_LOOP(idx, n) st(out, idx, ld(x, idx) + ld(y, idx) * ld(scale, idx % cols));
+}
+
+template <typename T>
+__global__ void unpatchify3d_kernel(const T* y, T* out, int64_t tt, int64_t h, int64_t w, int64_t C, int64_t pt,
+                                    int64_t r, int64_t n) {
+  const int64_t To = tt * pt, Ho = h * r, Wo = w * r, P = C * pt * r * r;
+  H3_GRID_LOOP(idx, n) {
+    const int64_t wo = idx % Wo, ho = (idx / Wo) % Ho, to = (idx / (Wo * Ho)) % To, c = idx / (Wo * Ho * To);
+    const int64_t v = ((to / pt) * h + ho / r) * w + wo / r;
+    out[idx] = y[v * P + ((c * pt + to % pt) * r + ho % r) * r + wo % r];
+  }
+}
+
+template <typename T>
+__global__ void snake_beta_kernel(const T* x, const T* alpha, const T* beta, T* y, int64_t C, int64_t L, float gain,
+                                  int64_t n) {
+  H3_GRID_LOOP(idx, n) {
+    const int64_t c = (idx / L) % C;
+    const float fa = expf(ld(alpha, c));
+    const float inv_b = 1.0f / (expf(ld(beta, c)) + 1e-9f);
+    const float u = gain * ld(x, idx);
+    const float s = sinf(fa * u);
+    st(y, idx, u + inv_b * (s * s));
+  }
+}
+
+template <typename T>
+__global__ void divide_clamp_kernel(const T* x, T* y, float d, float lo, float hi, int64_t n) {
+  H3_GRID_LOOP(idx, n) st(y, idx, fminf(hi, fmaxf(lo, ld(x, idx) / d)));
+}
+
+}  // namespace
+
+cudaError_t layer_norm(const void* x, const void* w, const void* b, void* y, ElemType t, int64_t rows, int64_t cols,
+                       float eps, cudaStream_t s) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const int threads = cols >= 1024 ? 1024 : static_cast<int>((cols + 31) / 32 * 32);
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_kernel<T><<<static_cast<unsigned>(rows), threads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(y), cols, eps);
+  });
+}
+
+cudaError_t conv1d_direct(const void* x, const void* w, const void* bias, void* y, ElemType t, int64_t B, int64_t C,
+                          int64_t L, int64_t O, int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t dilation,
+                          int64_t groups, cudaStream_t s) {
+  const int64_t n = B * O * Lo;
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    conv1d_direct_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                                static_cast<const T*>(bias), static_cast<T*>(y), C, L,
+                                                                O, K, Lo, stride, pad, dilation, groups, n);
+  });
+}
+
+cudaError_t conv1d_im2col(const void* x, void* cols, ElemType t, int64_t B, int64_t C, int64_t L, int64_t K,
+                          int64_t Lo, int64_t stride, int64_t pad, int64_t dilation, cudaStream_t s) {
+  const int64_t n = B * Lo * C * K;
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    im2col_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(cols), C, L, K, Lo,
+                                                         stride, pad, dilation, n);
+  });
+}
+
+cudaError_t rows_to_channels(const void* rows, void* y, ElemType t, int64_t B, int64_t O, int64_t Lo, cudaStream_t s) {
+  const int64_t n = B * O * Lo;
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    rows_to_channels_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(rows), static_cast<T*>(y), O,
+                                                                   Lo, n);
+  });
+}
+
+cudaError_t conv_transpose1d(const void* x, const void* w, const void* bias, void* y, ElemType t, int64_t B,
+                             int64_t C, int64_t L, int64_t O, int64_t K, int64_t Lo, int64_t stride, int64_t pad,
+                             int64_t groups, cudaStream_t s) {
+  const int64_t n = B * O * Lo;
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    conv_transpose1d_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y), C, L, O,
+        K, Lo, stride, pad, groups, n);
+  });
+}
+
+cudaError_t pad1d(const void* x, void* y, ElemType t, int64_t rows, int64_t L, int64_t left, int64_t right, int mode,
+                  cudaStream_t s) {
+  const int64_t Lo = L + left + right, n = rows * Lo;
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    pad1d_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), L, left, Lo, mode,
+                                                        n);
+  });
+}
+
+cudaError_t add_scaled(const void* x, const void* y, const void* scale, void* out, ElemType tx, ElemType ty,
+                       int64_t rows, int64_t cols, cudaStream_t s) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  using B = __nv_bfloat16;
+  if (tx == ElemType::f32 && ty == ElemType::f32)
+    add_scaled_kernel<float, float><<<blocks_for(n), kThreads, 0, s>>>(
+        static_cast<const float*>(x), static_cast<const float*>(y), static_cast<const float*>(scale),
+        static_cast<float*>(out), cols, n);
+  else if (tx == ElemType::f32 && ty == ElemType::bf16)
+    add_scaled_kernel<float, B><<<blocks_for(n), kThreads, 0, s>>>(
+        static_cast<const float*>(x), static_cast<const B*>(y), static_cast<const float*>(scale),
+        static_cast<float*>(out), cols, n);
+  else if (tx == ElemType::bf16 && ty == ElemType::bf16)
+    add_scaled_kernel<B, B><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(y),
+                                                                static_cast<const B*>(scale), static_cast<B*>(out),
+                                                                cols, n);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+cudaError_t unpatchify3d(const void* y, void* out, ElemType t, int64_t tt, int64_t h, int64_t w, int64_t C, int64_t pt,
+                         int64_t r, cudaStream_t s) {
+  const int64_t n = C * tt * pt * h * r * w * r;
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    unpatchify3d_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(y), static_cast<T*>(out), tt, h,
+                                                               w, C, pt, r, n);
+  });
+}
+
+cudaError_t snake_beta(const void* x, const void* alpha, const void* beta, void* y, ElemType t, int64_t B, int64_t C,
+                       int64_t L, float gain, cudaStream_t s) {
+  const int64_t n = B * C * L;
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    snake_beta_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(alpha),
+                                                             static_cast<const T*>(beta), static_cast<T*>(y), C, L,
+                                                             gain, n);
+  });
+}
+
+cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float divisor, float lo, float hi,
+                         cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    divide_clamp_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), divisor,
+                                                               lo, hi, n);
+  });
+}
+
+}  // namespace h3::cuda

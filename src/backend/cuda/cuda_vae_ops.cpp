@@ -1,0 +1,183 @@
+// The CUDA implementations of the VAE decoders' ops (ops_conv.h: layer_norm, conv1d, conv_transpose1d, pad1d;
+// ops_vae.h): shape and dtype checks, then a kernel of cuda_vae_kernels.cu or, for dense conv1d, im2col + the
+// cuBLASLt GEMM. Activations are f32 or bf16 GPU tensors; parameters are taken in the activation's dtype (converted
+// when they are not, which the models avoid by uploading them once in the right dtype).
+#include <cstddef>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_vae_kernels.h"
+#include "ops/device_ops.h"
+
+namespace h3::cuda {
+
+ElemType elem_type(DType t);  // cuda_runtime.cpp
+
+namespace {
+
+void need_act(const Tensor& t, const char* op, const char* what) {
+  H3_ASSERT(t.on_device() && (t.dtype() == DType::bf16 || t.dtype() == DType::f32),
+            "{}: {} must be a bf16 or f32 GPU tensor, got {} on the {}", op, what, t.describe(),
+            t.on_device() ? "GPU" : "CPU");
+}
+// The tensor on the GPU in dtype dt (no copy when it already is).
+Tensor as(const Tensor& t, DType dt) {
+  Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
+  return d.dtype() == dt ? d : d.to(dt);
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps) {
+  need_act(x, "layer_norm", "x");
+  const int64_t C = x.ndim() ? x.dim(-1) : 1, rows = C ? x.numel() / C : 0;
+  if (w) H3_ASSERT(w->numel() == C, "layer_norm: weight {} for width {}", w->describe(), C);
+  if (b) H3_ASSERT(b->numel() == C, "layer_norm: bias {} for width {}", b->describe(), C);
+  const Tensor wd = w ? as(*w, x.dtype()) : Tensor(), bd = b ? as(*b, x.dtype()) : Tensor();
+  Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::layer_norm(x.raw(), w ? wd.raw() : nullptr, b ? bd.raw() : nullptr, y.raw(), elem_type(x.dtype()),
+                           rows, C, static_cast<float>(eps), stream()));
+  return y;
+}
+
+// Dense convolutions with enough work per output run as im2col + GEMM (cuBLASLt, f32 without TF32 or bf16 with
+// f32 accumulation); small, grouped and depthwise ones as a direct kernel.
+bool conv1d_as_gemm(int64_t groups, int64_t C, int64_t K, int64_t O) { return groups == 1 && C * K >= 16 && O >= 16; }
+
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,
+              int64_t groups) {
+  need_act(x, "conv1d", "x");
+  H3_ASSERT(x.ndim() == 3 && w.ndim() == 3, "conv1d: x {} w {}", x.describe(), w.describe());
+  const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), O = w.dim(0), K = w.dim(2);
+  H3_ASSERT(groups > 0 && C % groups == 0 && O % groups == 0 && w.dim(1) == C / groups && stride > 0 && dilation > 0,
+            "conv1d: x {} w {} groups {} stride {} dilation {}", x.describe(), w.describe(), groups, stride, dilation);
+  const int64_t span = (K - 1) * dilation + 1;
+  H3_ASSERT(L + 2 * pad >= span, "conv1d: input {} shorter than the kernel span {}", x.describe(), span);
+  const int64_t Lo = (L + 2 * pad - span) / stride + 1;
+  if (bias) H3_ASSERT(bias->numel() == O, "conv1d: bias {} for {} outputs", bias->describe(), O);
+  const DType dt = x.dtype();
+  const Tensor wd = as(w, dt), bd = bias ? as(*bias, dt) : Tensor();
+  Tensor y = Tensor::empty(dt, {B, O, Lo}, Device::cuda);
+  if (!conv1d_as_gemm(groups, C, K, O)) {
+    H3_CUDA(conv1d_direct(x.raw(), wd.raw(), bias ? bd.raw() : nullptr, y.raw(), elem_type(dt), B, C, L, O, K, Lo,
+                          stride, pad, dilation, groups, stream()));
+    return y;
+  }
+  // cols [B*Lo, C*K] (rows = output positions), rows = cols * w[O, C*K]^T + bias -> [B*Lo, O] -> y [B, O, Lo].
+  Tensor cols = Tensor::empty(dt, {B * Lo, C * K}, Device::cuda);
+  H3_CUDA(conv1d_im2col(x.raw(), cols.raw(), elem_type(dt), B, C, L, K, Lo, stride, pad, dilation, stream()));
+  Tensor rows = Tensor::empty(dt, {B * Lo, O}, Device::cuda);
+  GemmArgs g;
+  g.x = cols.raw();
+  g.w = wd.raw();
+  g.y = rows.raw();
+  g.bias = bias ? bd.raw() : nullptr;
+  g.n = B * Lo, g.m = O, g.k = C * K;
+  g.in = dt, g.out = dt;
+  gemm(g);
+  H3_CUDA(rows_to_channels(rows.raw(), y.raw(), elem_type(dt), B, O, Lo, stream()));
+  return y;
+}
+
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad,
+                        int64_t groups) {
+  need_act(x, "conv_transpose1d", "x");
+  H3_ASSERT(x.ndim() == 3 && w.ndim() == 3 && w.dim(0) == x.dim(1) && groups > 0 && x.dim(1) % groups == 0 &&
+                stride > 0,
+            "conv_transpose1d: x {} w {} groups {} stride {}", x.describe(), w.describe(), groups, stride);
+  const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), opg = w.dim(1), K = w.dim(2);
+  const int64_t O = opg * groups, Lo = (L - 1) * stride - 2 * pad + K;
+  H3_ASSERT(Lo > 0 && pad >= 0, "conv_transpose1d: empty output for x {} w {} pad {}", x.describe(), w.describe(), pad);
+  if (bias) H3_ASSERT(bias->numel() == O, "conv_transpose1d: bias {} for {} outputs", bias->describe(), O);
+  const DType dt = x.dtype();
+  const Tensor wd = as(w, dt), bd = bias ? as(*bias, dt) : Tensor();
+  Tensor y = Tensor::empty(dt, {B, O, Lo}, Device::cuda);
+  H3_CUDA(cuda::conv_transpose1d(x.raw(), wd.raw(), bias ? bd.raw() : nullptr, y.raw(), elem_type(dt), B, C, L, O, K,
+                                 Lo, stride, pad, groups, stream()));
+  return y;
+}
+
+Tensor pad1d(const Tensor& x, int64_t left, int64_t right, int mode) {
+  need_act(x, "pad1d", "x");
+  H3_ASSERT(x.ndim() >= 1 && left >= 0 && right >= 0 && mode >= 0 && mode <= 2, "pad1d: {} by {}/{} mode {}",
+            x.describe(), left, right, mode);
+  const int64_t L = x.dim(-1), rows = L ? x.numel() / L : 0;
+  if (mode == 1) H3_ASSERT(left < L && right < L, "pad1d: reflect pad larger than the input {}", x.describe());
+  if (mode == 2) H3_ASSERT(L > 0, "pad1d: replicate pad of an empty input {}", x.describe());
+  Shape s = x.shape();
+  s.back() = L + left + right;
+  Tensor y = Tensor::empty(x.dtype(), s, Device::cuda);
+  H3_CUDA(cuda::pad1d(x.raw(), y.raw(), elem_type(x.dtype()), rows, L, left, right, mode, stream()));
+  return y;
+}
+
+Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
+  need_act(x, "add_scaled", "x");
+  need_act(y, "add_scaled", "y");
+  H3_ASSERT(x.ndim() == 2 && y.shape() == x.shape() && scale.numel() == x.dim(1) &&
+                (x.dtype() == y.dtype() || (x.dtype() == DType::f32 && y.dtype() == DType::bf16)),
+            "add_scaled: x {} y {} scale {} (y may be bf16 on an f32 x)", x.describe(), y.describe(),
+            scale.describe());
+  const Tensor sd = as(scale, x.dtype());
+  Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::add_scaled(x.raw(), y.raw(), sd.raw(), out.raw(), elem_type(x.dtype()), elem_type(y.dtype()),
+                           x.dim(0), x.dim(1), stream()));
+  return out;
+}
+
+Tensor unpatchify3d(const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t C, int64_t pt, int64_t r) {
+  need_act(y, "unpatchify3d", "y");
+  H3_ASSERT(y.ndim() == 2 && y.dim(0) == t * h * w && y.dim(1) == C * pt * r * r,
+            "unpatchify3d: y {} for {}x{}x{} tokens of {} values", y.describe(), t, h, w, C * pt * r * r);
+  Tensor out = Tensor::empty(y.dtype(), {C, t * pt, h * r, w * r}, Device::cuda);
+  H3_CUDA(cuda::unpatchify3d(y.raw(), out.raw(), elem_type(y.dtype()), t, h, w, C, pt, r, stream()));
+  return out;
+}
+
+Tensor snake_beta(const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain) {
+  need_act(x, "snake_beta", "x");
+  H3_ASSERT(x.ndim() == 3 && alpha.numel() == x.dim(1) && beta.numel() == x.dim(1), "snake_beta: x {} alpha {} beta {}",
+            x.describe(), alpha.describe(), beta.describe());
+  const Tensor a = as(alpha, x.dtype()), b = as(beta, x.dtype());
+  Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::snake_beta(x.raw(), a.raw(), b.raw(), y.raw(), elem_type(x.dtype()), x.dim(0), x.dim(1), x.dim(2),
+                           static_cast<float>(gain), stream()));
+  return y;
+}
+
+Tensor slice_last(const Tensor& x, int64_t begin, int64_t end) {
+  need_act(x, "slice_last", "x");
+  const int64_t L = x.ndim() ? x.dim(-1) : 0, rows = L ? x.numel() / L : 0;
+  H3_ASSERT(0 <= begin && begin <= end && end <= L, "slice_last: [{}, {}) of {}", begin, end, x.describe());
+  Shape s = x.shape();
+  s.back() = end - begin;
+  Tensor y = Tensor::empty(x.dtype(), s, Device::cuda);
+  if (y.numel() == 0) return y;
+  const size_t es = dtype_size(x.dtype());
+  H3_CUDA(cudaMemcpy2DAsync(y.raw(), (end - begin) * es, static_cast<const std::byte*>(x.raw()) + begin * es, L * es,
+                            (end - begin) * es, rows, cudaMemcpyDeviceToDevice, stream()));
+  return y;
+}
+
+Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
+  need_act(x, "divide_clamp", "x");
+  H3_ASSERT(divisor != 0, "divide_clamp: divisor 0");
+  Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  H3_CUDA(cuda::divide_clamp(x.raw(), y.raw(), elem_type(x.dtype()), x.numel(), static_cast<float>(divisor),
+                             static_cast<float>(lo), static_cast<float>(hi), stream()));
+  return y;
+}
+
+}  // namespace
+
+void register_vae_ops(ops::DeviceOps& t) {
+  t.layer_norm = layer_norm;
+  t.conv1d = conv1d;
+  t.conv_transpose1d = conv_transpose1d;
+  t.pad1d = pad1d;
+  t.add_scaled = add_scaled;
+  t.unpatchify3d = unpatchify3d;
+  t.snake_beta = snake_beta;
+  t.slice_last = slice_last;
+  t.divide_clamp = divide_clamp;
+}
+
+}  // namespace h3::cuda

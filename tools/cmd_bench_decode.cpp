@@ -1,0 +1,292 @@
+// h3 bench-decode: the full-size video VAE decoder (the released config, procedural weights) on the GPU at 768p and
+// 480p x 124 frames: the whole decode on 1 rank, and the per-rank compute of the sharded decode's N-way unit split
+// (model/vae_shard.h's assignment; each rank's units timed one after another on this one GPU, the slowest rank
+// reported), with the analytic FLOPs and the TFLOPS reached; then the full-size audio decode. Prints a table and
+// writes JSON with --json.
+//
+// Timing a subset: --max-units K times only K units (spread over the plan) and gives every other unit the mean time
+// of the timed units of its shape (or, for a shape never timed, the timed mean per token scaled by its cost); such
+// rows say "extrapolated from K of M units" and the whole-decode column then stays empty.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "backend/backend.h"
+#include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/procedural.h"
+#include "model/audio_vae.h"
+#include "model/vae_shard.h"
+#include "model/video_vae.h"
+#include "pipeline/procedural_models.h"
+#include "pipeline/synthetic.h"
+
+namespace h3::cli {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+struct DecodeResolution {
+  std::string name;
+  int64_t height = 0, width = 0, frames = 0;
+};
+
+// 17n+5 pixel frames <-> 5n+2 latent frames (spec §3.1).
+int64_t latent_frames_for(int64_t frames) { return (frames - 5) / 17 * 5 + 2; }
+
+// Analytic FLOPs of one ViT decoder call on a t x h x w latent block (multiply-add = 2): the block GEMMs, the
+// attention's two products, and post_quant_conv / proj_in / proj_out. Element-wise work is not counted.
+double unit_flops(const VideoVaeConfig& c, int64_t t, int64_t h, int64_t w) {
+  const double V = static_cast<double>(t * h * w), N = V + static_cast<double>(c.decoder_num_register_tokens + 1);
+  const double D = static_cast<double>(c.decoder_dim()), F = D * static_cast<double>(c.decoder_ffn_mult);
+  const double lc = static_cast<double>(c.latent_channels);
+  const double P = static_cast<double>(c.out_channels * c.temporal_ratio() * c.spatial_ratio() * c.spatial_ratio());
+  const double per_layer = 2 * N * (4 * D * D + 2 * F * D + F * D) + 4 * N * N * D;
+  return static_cast<double>(c.decoder_num_layers) * per_layer + 2 * V * (lc * lc + lc * D + D * P);
+}
+
+struct UnitTimes {
+  std::vector<double> seconds;  // per unit (measured or extrapolated)
+  std::vector<bool> measured;
+  int64_t timed = 0;
+};
+
+// Times decode_unit_on_device for the chosen units (GPU drained around each), after one untimed warm-up unit per
+// distinct shape (cuDNN plans and GEMM algorithms are picked on first use).
+UnitTimes time_units(const VideoVae& vae, const VideoDecodePlan& plan, const Tensor& zp, int64_t max_units) {
+  const int64_t m = static_cast<int64_t>(plan.units.size());
+  auto shape_of = [](const VideoDecodeUnit& u) { return std::tuple{u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0}; };
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> first_of_shape;
+  for (const auto& u : plan.units) first_of_shape.emplace(shape_of(u), u.index);
+  for (const auto& [shape, u] : first_of_shape) {
+    (void)shape;
+    (void)vae.decode_unit_on_device(zp, plan.units[u]);
+  }
+  gpu_synchronize();
+  UnitTimes r;
+  r.seconds.assign(m, 0);
+  r.measured.assign(m, false);
+  const int64_t k = max_units > 0 ? std::min(max_units, m) : m;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t u = k == m ? i : i * m / k;  // spread over the plan
+    const auto t0 = clock_type::now();
+    Tensor d = vae.decode_unit_on_device(zp, plan.units[u]);
+    gpu_synchronize();
+    r.seconds[u] = seconds_since(t0);
+    r.measured[u] = true;
+  }
+  r.timed = k;
+  if (k == m) return r;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<double, int64_t>> by_shape;
+  const std::vector<int64_t> costs = video_unit_costs(plan);
+  double timed_s = 0, timed_cost = 0;
+  for (int64_t u = 0; u < m; ++u)
+    if (r.measured[u]) {
+      auto& [s, n] = by_shape[shape_of(plan.units[u])];
+      s += r.seconds[u], ++n;
+      timed_s += r.seconds[u], timed_cost += static_cast<double>(costs[u]);
+    }
+  for (int64_t u = 0; u < m; ++u) {
+    if (r.measured[u]) continue;
+    auto it = by_shape.find(shape_of(plan.units[u]));
+    r.seconds[u] = it != by_shape.end() ? it->second.first / static_cast<double>(it->second.second)
+                                        : timed_s / timed_cost * static_cast<double>(costs[u]);
+  }
+  return r;
+}
+
+}  // namespace
+
+Runner add_bench_decode(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "bench-decode",
+      "the full-size video VAE decode (procedural weights) on the GPU at 768p/480p x 124 frames: 1 rank and the "
+      "per-rank share of the N-way unit split, TFLOPS; and the audio decode");
+  struct Opts {
+    std::vector<std::string> res{"768p", "480p"}, precisions{"bf16", "f32"};
+    std::vector<int> splits{1, 2, 4, 8};
+    int64_t frames = 124, max_units = 0, max_units_f32 = 16, layers = 0;
+    uint64_t seed = kDefaultProceduralSeed;
+    bool no_audio = false;
+    std::string json;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--res", o->res, "768p (768x1344) and/or 480p (480x832)")
+      ->check(CLI::IsMember({"768p", "480p"}))->capture_default_str();
+  cmd->add_option("--precision", o->precisions, "bf16 and/or f32")->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--split", o->splits, "rank counts N of the unit split")->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--frames", o->frames, "pixel frames (17n+5)")->check(CLI::Range(22, 100000))->capture_default_str();
+  cmd->add_option("--max-units", o->max_units, "bf16: time only this many units and extrapolate (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--max-units-f32", o->max_units_f32, "f32: time only this many units and extrapolate (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--layers", o->layers, "use only the first N decoder layers (quick checks; 0 = all 36)");
+  cmd->add_option("--seed", o->seed, "procedural weight seed")->capture_default_str();
+  cmd->add_flag("--no-audio", o->no_audio, "skip the audio decode");
+  cmd->add_option("--json", o->json, "also write the results here");
+  return [o]() -> int {
+    H3_CHECK(gpu_backend_started(), "bench-decode runs on the GPU: pass --device cuda");
+    H3_CHECK((o->frames - 5) % 17 == 0, "--frames {}: the decode takes 17n+5 frames (22, 39, ..., 124, ...)", o->frames);
+    VideoVaeConfig cfg;  // the released configuration (spec §6.1)
+    if (o->layers > 0) cfg.decoder_num_layers = std::min<int64_t>(o->layers, cfg.decoder_num_layers);
+    const int64_t T = latent_frames_for(o->frames), r = cfg.spatial_ratio();
+    std::vector<DecodeResolution> resolutions;
+    for (const auto& n : o->res)
+      resolutions.push_back(n == "768p" ? DecodeResolution{n, 768, 1344, o->frames} : DecodeResolution{n, 480, 832, o->frames});
+
+    std::printf("h3 bench-decode: video VAE ViT decoder, released config (%lld layers, dim %lld, %lld heads x %lld, "
+                "ffn x%lld), procedural weights, %s\n",
+                static_cast<long long>(cfg.decoder_num_layers), static_cast<long long>(cfg.decoder_dim()),
+                static_cast<long long>(cfg.decoder_num_attention_heads),
+                static_cast<long long>(cfg.decoder_attention_head_dim), static_cast<long long>(cfg.decoder_ffn_mult),
+                gpu_description().c_str());
+    // The FLOPs first (they do not depend on the run).
+    for (const auto& res : resolutions) {
+      const Shape zs{cfg.latent_channels, T, res.height / r, res.width / r};
+      VideoDecodePlan plan;
+      plan.latent_frames = T, plan.latent_height = zs[2], plan.latent_width = zs[3];
+      plan.time = plan_temporal_chunks(T, cfg.clip_length, cfg.token_drop, cfg.temporal_ratio());
+      plan.rows = split_tiles(res.height, cfg.tile_height, cfg.tile_overlap_height, r);
+      plan.cols = split_tiles(res.width, cfg.tile_width, cfg.tile_overlap_width, r);
+      add_decode_units(plan, r);
+      double flops = 0;
+      for (const auto& u : plan.units) flops += unit_flops(cfg, u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0);
+      const auto& u0 = plan.units[0];
+      std::printf("  %s x %lld frames: latents %s, %zu units (%zu chunks x %zu x %zu tiles) of %lld tokens, "
+                  "%.1f TFLOP per decode (%.2f TFLOP per unit)\n",
+                  res.name.c_str(), static_cast<long long>(res.frames), shape_str(zs).c_str(), plan.units.size(),
+                  plan.time.starts.size(), plan.rows.starts.size(), plan.cols.starts.size(),
+                  static_cast<long long>((u0.t1 - u0.t0) * (u0.y1 - u0.y0) * (u0.x1 - u0.x0) +
+                                         cfg.decoder_num_register_tokens + 1),
+                  flops / 1e12, unit_flops(cfg, u0.t1 - u0.t0, u0.y1 - u0.y0, u0.x1 - u0.x0) / 1e12);
+    }
+    std::fflush(stdout);
+
+    auto t_load = clock_type::now();
+    auto vfile = procedural_safetensors(video_vae_decoder_parameters(cfg), {}, o->seed, "bench-video-vae");
+    spdlog::info("procedural video VAE weights generated in {:.1f} s", seconds_since(t_load));
+    nlohmann::json all = nlohmann::json::array();
+    std::printf("\n%-5s %-5s %6s %12s %11s %10s %9s %8s  %s\n", "res", "dtype", "units", "whole dec s", "units GPU s",
+                "s/unit", "TFLOPS", "peak GB", "note");
+    std::vector<std::string> split_lines;
+    for (const auto& pname : o->precisions) {
+      const Precision p = precision_from_name(pname);
+      t_load = clock_type::now();
+      auto vae = std::make_unique<VideoVae>(*vfile, "", cfg, p, Device::cuda);
+      gpu_synchronize();
+      spdlog::info("video VAE {} on the GPU in {:.1f} s", pname, seconds_since(t_load));
+      const int64_t max_units = p == Precision::f32 ? o->max_units_f32 : o->max_units;
+      for (const auto& res : resolutions) {
+        const Tensor z = seeded_normal({cfg.latent_channels, T, res.height / r, res.width / r}, 7, 3);
+        const VideoDecodePlan plan = vae->plan_decode(z.shape());
+        const Tensor zp = vae->pad_latents(z, plan);
+        double flops = 0;
+        for (const auto& u : plan.units) flops += unit_flops(cfg, u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0);
+        gpu_reset_peak();
+        const UnitTimes ut = time_units(*vae, plan, zp, max_units);
+        const int64_t m = static_cast<int64_t>(plan.units.size());
+        double units_s = 0;
+        for (double s : ut.seconds) units_s += s;
+        const bool extrapolated = ut.timed < m;
+        // The whole decode (units, download, host stitch) only when every unit is being run anyway.
+        double whole_s = -1;
+        if (!extrapolated) {
+          const auto t0 = clock_type::now();
+          const Tensor video = vae->decode(z);
+          whole_s = seconds_since(t0);
+          H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode: decoded {} frames, expected {}",
+                   video.dim(1), plan.time.out_frames);
+        }
+        const double peak = gpu_peak_bytes() / 1073741824.0;
+        const std::string note = extrapolated ? fmt::format("units extrapolated from {} of {} timed", ut.timed, m)
+                                              : "all units timed";
+        std::printf("%-5s %-5s %6lld %12s %11.3f %10.4f %9.0f %8.1f  %s\n", res.name.c_str(), pname.c_str(),
+                    static_cast<long long>(m), whole_s < 0 ? "-" : fmt::format("{:.3f}", whole_s).c_str(), units_s,
+                    units_s / static_cast<double>(m), flops / units_s / 1e12, peak, note.c_str());
+        std::fflush(stdout);
+        nlohmann::json rec = {{"res", res.name},
+                              {"height", res.height},
+                              {"width", res.width},
+                              {"frames", res.frames},
+                              {"precision", pname},
+                              {"latent_shape", z.shape()},
+                              {"units", m},
+                              {"units_timed", ut.timed},
+                              {"extrapolated", extrapolated},
+                              {"flops", flops},
+                              {"whole_decode_s", whole_s < 0 ? nlohmann::json() : nlohmann::json(whole_s)},
+                              {"units_gpu_s", units_s},
+                              {"unit_s_mean", units_s / static_cast<double>(m)},
+                              {"tflops_units", flops / units_s / 1e12},
+                              {"peak_gib", peak},
+                              {"unit_seconds", ut.seconds}};
+        // The N-way split: each rank's units per the sharded decode's rule, their (measured) times summed.
+        const std::vector<int64_t> costs = video_unit_costs(plan);
+        nlohmann::json splits = nlohmann::json::array();
+        for (int N : o->splits) {
+          const ShardAssignment as = assign_balanced(costs, N);
+          double mx = 0, mn = 1e300;
+          size_t umax = 0;
+          for (int rk = 0; rk < N; ++rk) {
+            double s = 0;
+            for (int64_t u : as.units[rk]) s += ut.seconds[u];
+            mx = std::max(mx, s), mn = std::min(mn, s);
+            umax = std::max(umax, as.units[rk].size());
+          }
+          split_lines.push_back(fmt::format("{:<5} {:<5} {:>3} {:>9} {:>12.3f} {:>12.3f} {:>8.2f} {:>9.0f}{}",
+                                            res.name, pname, N, umax, mx, mn, units_s / mx, flops / N / mx / 1e12,
+                                            extrapolated ? "  (extrapolated)" : ""));
+          splits.push_back({{"ranks", N}, {"max_units_per_rank", umax}, {"max_rank_s", mx}, {"min_rank_s", mn},
+                            {"speedup_vs_1", units_s / mx}});
+        }
+        rec["splits"] = splits;
+        all.push_back(rec);
+      }
+    }
+    std::printf("\nN-way unit split: per-rank GPU compute of its units (sequential on this GPU); gather and stitch "
+                "not included\n%-5s %-5s %3s %9s %12s %12s %8s %9s\n",
+                "res", "dtype", "N", "units/rk", "max rank s", "min rank s", "speedup", "TF/rank");
+    for (const auto& l : split_lines) std::printf("%s\n", l.c_str());
+
+    if (!o->no_audio) {
+      const AudioVaeConfig ac;  // released
+      auto afile = procedural_safetensors(audio_vae_decoder_parameters(ac), {}, o->seed, "bench-audio-vae");
+      const AudioVae avae(*afile, "", ac, Precision::f32, Device::cuda);
+      const int64_t A = (o->frames * 40 + 12) / 24;  // round(frames / 24 * 40)
+      const Tensor za = seeded_normal({2, ac.latent_channels, A}, 8, 3);
+      (void)avae.decode(za);  // warm-up
+      std::vector<double> ts;
+      for (int i = 0; i < 3; ++i) {
+        const auto t0 = clock_type::now();
+        (void)avae.decode(za);
+        ts.push_back(seconds_since(t0));
+      }
+      std::sort(ts.begin(), ts.end());
+      std::printf("\naudio VAE decode (released BigVGAN config, f32 on the GPU): [2, %lld, %lld] -> 2 x %lld samples: "
+                  "%.3f s (median of 3, host in/out included)\n",
+                  static_cast<long long>(ac.latent_channels), static_cast<long long>(A),
+                  static_cast<long long>(A * ac.hop()), ts[1]);
+      all.push_back({{"audio", true}, {"latents", A}, {"samples", A * ac.hop()}, {"seconds", ts[1]}});
+    }
+    if (!o->json.empty()) {
+      std::ofstream(o->json) << all.dump(2) << "\n";
+      std::printf("wrote %s\n", o->json.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace h3::cli
