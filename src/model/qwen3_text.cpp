@@ -1,10 +1,12 @@
-// Qwen3-VL text decoder on the CPU (see qwen3_text.h for the precision flow).
+// Qwen3-VL text decoder: config, loading (whole or one rank's units) and the forward driver. The unit work and
+// the tensor-parallel fold live in qwen3_text_tp.cpp; qwen3_text.h describes both.
 #include "model/qwen3_text.h"
 
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
@@ -110,102 +112,175 @@ std::string QwenTextConfig::summary() const {
       mrope_section[0], mrope_section[1], mrope_section[2], mrope_interleaved ? " interleaved" : "");
 }
 
-std::string qwen_text_prefix(const SafeTensors& f) {
-  for (const auto& k : f.keys()) {
+std::string qwen_text_prefix(const QwenTextWeights& w) {
+  for (const auto& k : w.keys()) {
     if (!k.ends_with("embed_tokens.weight") || k.find("visual") != std::string::npos) continue;
     const std::string p = k.substr(0, k.size() - 19);
-    if (f.has(p + "layers.0.self_attn.q_norm.weight")) return p;
+    if (w.has(p + "layers.0.self_attn.q_norm.weight")) return p;
   }
-  fail(
-      "{}: no Qwen3 text decoder found (no '*embed_tokens.weight' with 'layers.0.self_attn.q_norm.weight' "
-      "next "
-      "to it)",
-      f.path());
+  fail("{}: no Qwen3 text decoder found (no '*embed_tokens.weight' with 'layers.0.self_attn.q_norm.weight' "
+       "next to it)",
+       w.path());
+}
+
+std::string qwen_text_prefix(const SafeTensors& f) {
+  return qwen_text_prefix(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)));
+}
+
+QwenTextConfig detect_qwen_text_config(const QwenTextWeights& w) {
+  const std::string p = qwen_text_prefix(w);
+  QwenTextConfig c = w.config_json().empty() ? QwenTextConfig{}
+                                             : QwenTextConfig::from_json_text(w.config_json(), w.path());
+  const Shape& emb = w.info(p + "embed_tokens.weight").shape;
+  c.vocab_size = emb.at(0);
+  c.hidden = emb.at(1);
+  c.head_dim = w.info(p + "layers.0.self_attn.q_norm.weight").shape.at(0);
+  c.n_heads = w.info(p + "layers.0.self_attn.q_proj.weight").shape.at(0) / c.head_dim;
+  c.n_kv_heads = w.info(p + "layers.0.self_attn.k_proj.weight").shape.at(0) / c.head_dim;
+  c.intermediate = w.info(p + "layers.0.mlp.gate_proj.weight").shape.at(0);
+  int64_t layers = 0;
+  while (w.has(p + "layers." + std::to_string(layers) + ".input_layernorm.weight")) ++layers;
+  c.n_layers = layers;
+  if (c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0)
+    fail("{}: {} query heads are not a multiple of {} KV heads", w.path(), c.n_heads, c.n_kv_heads);
+  return c;
 }
 
 QwenTextConfig detect_qwen_text_config(const SafeTensors& f) {
-  const std::string p = qwen_text_prefix(f);
-  QwenTextConfig c = f.meta("config").empty() ? QwenTextConfig{}
-                                              : QwenTextConfig::from_json_text(f.meta("config"), f.path());
-  const Shape& emb = f.info(p + "embed_tokens.weight").shape;
-  c.vocab_size = emb.at(0);
-  c.hidden = emb.at(1);
-  c.head_dim = f.info(p + "layers.0.self_attn.q_norm.weight").shape.at(0);
-  c.n_heads = f.info(p + "layers.0.self_attn.q_proj.weight").shape.at(0) / c.head_dim;
-  c.n_kv_heads = f.info(p + "layers.0.self_attn.k_proj.weight").shape.at(0) / c.head_dim;
-  c.intermediate = f.info(p + "layers.0.mlp.gate_proj.weight").shape.at(0);
-  int64_t layers = 0;
-  while (f.has(p + "layers." + std::to_string(layers) + ".input_layernorm.weight")) ++layers;
-  c.n_layers = layers;
-  if (c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads != 0)
-    fail("{}: {} query heads are not a multiple of {} KV heads", f.path(), c.n_heads, c.n_kv_heads);
-  return c;
+  return detect_qwen_text_config(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)));
 }
 
 QwenTextModel::QwenTextModel(const SafeTensors& f, const QwenTextConfig& cfg, int64_t n_layers,
                              Precision precision)
-    : cfg_(cfg) {
-  if (precision == Precision::bf16)
-    fail(
-        "Qwen3-VL text tower: bf16 compute is not implemented; use f32 (what the reference conditioner "
-        "runs)");
-  dtype_ = precision == Precision::f64 ? DType::f64 : DType::f32;
+    : QwenTextModel(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg, n_layers,
+                    QwenTextOptions{precision, Device::cpu, nullptr}) {}
+
+QwenTextModel::~QwenTextModel() = default;
+
+QwenTextModel::QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg, int64_t n_layers,
+                             const QwenTextOptions& opt)
+    : cfg_(cfg), device_(opt.device), comm_(opt.comm) {
+  if (opt.precision == Precision::bf16 || opt.precision == Precision::fp8)
+    fail("Qwen3-VL text tower: {} compute is not implemented; use f32 (what the reference conditioner runs)",
+         precision_name(opt.precision));
+  dtype_ = opt.precision == Precision::f64 ? DType::f64 : DType::f32;
+  if (device_ == Device::cuda && dtype_ != DType::f32)
+    fail("Qwen3-VL text tower: the GPU runs it in f32 only (asked for {}); use --precision f32",
+         dtype_name(dtype_));
   if (n_layers < 0) n_layers = cfg.n_layers;
   if (n_layers > cfg.n_layers)
-    fail("{}: {} decoder layers requested, the model has {}", f.path(), n_layers, cfg.n_layers);
-  const std::string p = qwen_text_prefix(f);
+    fail("{}: {} decoder layers requested, the model has {}", w.path(), n_layers, cfg.n_layers);
+  const int64_t G = cfg.n_kv_heads;
+  if (G < 1 || cfg.n_heads % G != 0)
+    fail("{}: {} query heads do not split over {} KV heads", w.path(), cfg.n_heads, G);
+  if (cfg.intermediate < G)
+    fail("{}: FFN width {} is smaller than the {} KV heads the units are cut by", w.path(), cfg.intermediate, G);
+
+  // Placement: T = min(ranks, G) ranks hold units; the others hold nothing and receive the outputs.
+  const int n = comm_ ? comm_->size() : 1, me = comm_ ? comm_->rank() : 0;
+  tp_size_ = static_cast<int>(std::min<int64_t>(n, G));
+  if (comm_ && n > tp_size_) {
+    tp_comm_ = comm_->split(me < tp_size_ ? 0 : 1, me);
+    if (me == 0)
+      spdlog::warn("Qwen3-VL text: {} ranks but {} KV heads: ranks {}..{} hold no text weights and receive the "
+                   "outputs by broadcast",
+                   n, G, tp_size_, n - 1);
+  }
+  tp_rank_ = me < tp_size_ ? me : -1;
+  for (int r = 0; r < tp_size_; ++r) unit_parts_.push_back(part_of(G, tp_size_, r));
+  units_ = tp_rank_ >= 0 ? unit_parts_[static_cast<size_t>(tp_rank_)] : Range{0, 0};
+
+  const std::string p = qwen_text_prefix(w);
   std::vector<std::string> problems;
-  auto load = [&](const std::string& key, const Shape& shape) -> Tensor {
+  // Checks the whole stored shape, then reads rows [r0, r1) or columns [c0, c1) of it (the rest is never read),
+  // converted to the compute dtype, on the host.
+  auto load = [&](const std::string& key, const Shape& shape, int64_t r0 = -1, int64_t r1 = -1, int64_t c0 = -1,
+                  int64_t c1 = -1) -> Tensor {
     const std::string full = p + key;
-    if (!f.has(full)) {
+    if (!w.has(full)) {
       problems.push_back("missing " + full);
       return {};
     }
-    if (f.info(full).shape != shape) {
+    if (w.info(full).shape != shape) {
       problems.push_back(
-          fmt::format("{} is {}, expected {}", full, shape_str(f.info(full).shape), shape_str(shape)));
+          fmt::format("{} is {}, expected {}", full, shape_str(w.info(full).shape), shape_str(shape)));
       return {};
     }
-    return f.get(full).to(dtype_);
+    Tensor t = w.get(full);
+    if (r0 >= 0) t = t.rows(r0, r1);
+    if (c0 >= 0) t = ops::columns(t, c0, c1);
+    return t.to(dtype_);
   };
-  const int64_t h = cfg.hidden, qd = cfg.n_heads * cfg.head_dim, kd = cfg.n_kv_heads * cfg.head_dim;
-  const int64_t ff = cfg.intermediate;
-  embed_ = load("embed_tokens.weight", {cfg.vocab_size, h});
-  for (int64_t i = 0; i < n_layers; ++i) {
+  // Moves a loaded tensor to the model's device and counts its bytes.
+  auto place = [&](Tensor t, bool sharded) -> Tensor {
+    if (!t.defined() || t.numel() == 0) return t;
+    if (device_ != Device::cpu) t = t.to_device(device_);
+    (sharded ? bytes_sharded_ : bytes_replicated_) += t.nbytes();
+    return t;
+  };
+  const int64_t h = cfg.hidden, D = cfg.head_dim, qd = cfg.n_heads * D, kd = G * D, ff = cfg.intermediate;
+  const int64_t qpg = cfg.n_heads / G;  // query heads per KV head
+  if (tp_rank_ >= 0) embed_ = place(load("embed_tokens.weight", {cfg.vocab_size, h}), false);
+  for (int64_t i = 0; i < n_layers && tp_rank_ >= 0; ++i) {
     const std::string l = "layers." + std::to_string(i) + ".";
     Layer L;
-    L.in_norm = load(l + "input_layernorm.weight", {h});
-    L.q = load(l + "self_attn.q_proj.weight", {qd, h});
-    L.k = load(l + "self_attn.k_proj.weight", {kd, h});
-    L.v = load(l + "self_attn.v_proj.weight", {kd, h});
-    L.o = load(l + "self_attn.o_proj.weight", {h, qd});
-    L.q_norm = load(l + "self_attn.q_norm.weight", {cfg.head_dim});
-    L.k_norm = load(l + "self_attn.k_norm.weight", {cfg.head_dim});
-    L.post_norm = load(l + "post_attention_layernorm.weight", {h});
-    Tensor up = load(l + "mlp.up_proj.weight", {ff, h});
-    Tensor gate = load(l + "mlp.gate_proj.weight", {ff, h});
-    L.down = load(l + "mlp.down_proj.weight", {h, ff});
-    if (up.defined() && gate.defined() && up.numel() && gate.numel()) {
-      // [up; gate] so that one GEMM feeds ops::swiglu's [value; gate] layout.
-      L.up_gate = Tensor(dtype_, {2 * ff, h});
-      const size_t half = up.nbytes();
-      std::copy_n(static_cast<const std::byte*>(up.raw()), half, static_cast<std::byte*>(L.up_gate.raw()));
-      std::copy_n(static_cast<const std::byte*>(gate.raw()), half,
-                  static_cast<std::byte*>(L.up_gate.raw()) + half);
+    L.in_norm = place(load(l + "input_layernorm.weight", {h}), false);
+    L.q_norm = place(load(l + "self_attn.q_norm.weight", {D}), false);
+    L.k_norm = place(load(l + "self_attn.k_norm.weight", {D}), false);
+    L.post_norm = place(load(l + "post_attention_layernorm.weight", {h}), false);
+    for (int64_t g = units_.begin; g < units_.end; ++g) {
+      // Unit g: query heads [g*qpg, (g+1)*qpg), KV head g, FFN chunk part_of(ff, G, g).
+      const Range c = part_of(ff, static_cast<int>(G), static_cast<int>(g));
+      Unit u;
+      u.q = place(load(l + "self_attn.q_proj.weight", {qd, h}, g * qpg * D, (g + 1) * qpg * D), true);
+      u.k = place(load(l + "self_attn.k_proj.weight", {kd, h}, g * D, (g + 1) * D), true);
+      u.v = place(load(l + "self_attn.v_proj.weight", {kd, h}, g * D, (g + 1) * D), true);
+      u.o = place(load(l + "self_attn.o_proj.weight", {h, qd}, -1, -1, g * qpg * D, (g + 1) * qpg * D), true);
+      u.down = place(load(l + "mlp.down_proj.weight", {h, ff}, -1, -1, c.begin, c.end), true);
+      const Tensor up = load(l + "mlp.up_proj.weight", {ff, h}, c.begin, c.end);
+      const Tensor gate = load(l + "mlp.gate_proj.weight", {ff, h}, c.begin, c.end);
+      if (up.defined() && gate.defined() && up.numel() && gate.numel()) {
+        // [up; gate] so that one GEMM feeds ops::swiglu's [value; gate] layout.
+        Tensor ug(dtype_, {2 * c.size(), h});
+        const size_t half = up.nbytes();
+        std::copy_n(static_cast<const std::byte*>(up.raw()), half, static_cast<std::byte*>(ug.raw()));
+        std::copy_n(static_cast<const std::byte*>(gate.raw()), half, static_cast<std::byte*>(ug.raw()) + half);
+        u.up_gate = place(ug, true);
+      }
+      L.units.push_back(std::move(u));
     }
     layers_.push_back(std::move(L));
   }
-  if (n_layers == cfg.n_layers) final_norm_ = load("norm.weight", {h});
+  if (tp_rank_ >= 0 && n_layers == cfg.n_layers) final_norm_ = place(load("norm.weight", {h}), false);
   if (!problems.empty()) {
     std::string list;
     for (const auto& s : problems) list += "\n  " + s;
-    fail("{}: the Qwen3-VL text decoder ({}) does not load: {} problem(s):{}", f.path(), cfg.summary(),
+    fail("{}: the Qwen3-VL text decoder ({}) does not load: {} problem(s):{}", w.path(), cfg.summary(),
          problems.size(), list);
   }
+  if (tp_rank_ < 0) layers_.resize(static_cast<size_t>(n_layers));  // layer count for checks; no weights
+  if (comm_ && n > 1) spdlog::info("{}", describe_shard());
+}
+
+std::string QwenTextModel::describe_shard() const {
+  const int me = comm_ ? comm_->rank() : 0;
+  if (tp_rank_ < 0)
+    return fmt::format("Qwen3-VL text: rank {} holds no weights ({} KV heads over {} ranks)", me, cfg_.n_kv_heads,
+                       tp_size_);
+  const Range c0 = part_of(cfg_.intermediate, static_cast<int>(cfg_.n_kv_heads), static_cast<int>(units_.begin));
+  const Range c1 =
+      part_of(cfg_.intermediate, static_cast<int>(cfg_.n_kv_heads), static_cast<int>(units_.end - 1));
+  const int64_t qpg = cfg_.n_heads / cfg_.n_kv_heads;
+  return fmt::format(
+      "Qwen3-VL text: rank {} of {} tensor-parallel: KV heads [{}, {}), query heads [{}, {}), FFN columns "
+      "[{}, {}); {} layers, {:.1f} MB replicated + {:.1f} MB sharded on the {}",
+      tp_rank_, tp_size_, units_.begin, units_.end, units_.begin * qpg, units_.end * qpg, c0.begin, c1.end,
+      layers_loaded(), bytes_replicated_ / 1e6, bytes_sharded_ / 1e6, device_ == Device::cpu ? "CPU" : "GPU");
 }
 
 QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
-                                       bool want_normed, const std::vector<int64_t>* mrope_positions) const {
+                                       bool want_normed, const std::vector<int64_t>* mrope_positions,
+                                       const TextExtras* extras) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   int64_t last = 0;
   for (int64_t k : keep) {
@@ -215,7 +290,7 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
     last = std::max(last, k);
   }
   if (want_normed) {
-    if (layers_loaded() != cfg_.n_layers || !final_norm_.numel())
+    if (layers_loaded() != cfg_.n_layers || (tp_rank_ >= 0 && !final_norm_.numel()))
       fail("Qwen3-VL text: the normed last state needs all {} layers and the final norm loaded ({} loaded)",
            cfg_.n_layers, layers_loaded());
     last = layers_loaded();
@@ -226,31 +301,90 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
            cfg_.vocab_size);
   if (mrope_positions && static_cast<int64_t>(mrope_positions->size()) != 3 * n)
     fail("Qwen3-VL text: {} mRoPE positions for {} tokens (need 3 x N)", mrope_positions->size(), n);
+  if (extras) {
+    const int64_t r = static_cast<int64_t>(extras->rows.size());
+    std::vector<bool> seen(static_cast<size_t>(n), false);
+    for (int64_t row : extras->rows) {
+      if (row < 0 || row >= n) fail("Qwen3-VL text: extras row {} outside the {} tokens", row, n);
+      if (seen[static_cast<size_t>(row)]) fail("Qwen3-VL text: extras row {} given twice", row);
+      seen[static_cast<size_t>(row)] = true;
+    }
+    auto check = [&](const Tensor& t, const std::string& what) {
+      if (t.ndim() != 2 || t.dim(0) != r || t.dim(1) != cfg_.hidden)
+        fail("Qwen3-VL text: extras {} is {}, expected [{}, {}] (rows x hidden)", what, shape_str(t.shape()), r,
+             cfg_.hidden);
+    };
+    if (extras->embeds.defined() && extras->embeds.numel() > 0) check(extras->embeds, "embeds");
+    if (!extras->deepstack.empty() && r == 0) fail("Qwen3-VL text: deepstack features given but no extras rows");
+    for (size_t k = 0; k < extras->deepstack.size(); ++k)
+      check(extras->deepstack[k], fmt::format("deepstack[{}]", k));
+  }
 
   QwenTextOutputs out;
+  if (tp_rank_ >= 0) out = compute(ids, keep, want_normed, last, mrope_positions, extras);
+  if (comm_ && comm_->size() > tp_size_) {
+    // Ranks beyond T take every output from rank 0, in a fixed order (sorted keep, then the normed state).
+    std::vector<int64_t> order(keep.begin(), keep.end());
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    if (want_normed) order.push_back(-1);
+    for (int64_t k : order) {
+      Tensor t = tp_rank_ >= 0 ? (k < 0 ? out.last_normed : out.hidden_states.at(k)).cpu()
+                               : Tensor(dtype_, {n, cfg_.hidden});
+      comm_->broadcast(t.raw(), static_cast<int64_t>(t.nbytes()), 0,
+                       fmt::format("Qwen3-VL text output {}", k < 0 ? "normed" : std::to_string(k)));
+      if (tp_rank_ < 0) (k < 0 ? out.last_normed : out.hidden_states[k]) = t.to_device(device_);
+    }
+  }
+  return out;
+}
+
+QwenTextOutputs QwenTextModel::compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
+                                       bool want_normed, int64_t last,
+                                       const std::vector<int64_t>* mrope_positions,
+                                       const TextExtras* extras) const {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  auto kept = [&](int64_t k) { return std::find(keep.begin(), keep.end(), k) != keep.end(); };
+  auto on_dev = [&](const Tensor& t) {
+    Tensor c = t.dtype() == dtype_ ? t : t.to(dtype_);
+    return c.device() == device_ ? c : c.to_device(device_);
+  };
+  QwenTextOutputs out;
   Tensor x = ops::gather_rows(embed_, Tensor::from(ids, {n}));
-  if (std::find(keep.begin(), keep.end(), 0) != keep.end()) out.hidden_states[0] = x.clone();
+  // The vision hook's rows, as an i32 index (host; the device ops copy it over).
+  Tensor rows_idx;
+  if (extras && !extras->rows.empty()) {
+    std::vector<int32_t> r(extras->rows.begin(), extras->rows.end());
+    rows_idx = Tensor::from(r, {static_cast<int64_t>(r.size())});
+    if (extras->embeds.defined() && extras->embeds.numel() > 0) ops::scatter_rows(x, on_dev(extras->embeds), rows_idx);
+  }
+  if (kept(0)) out.hidden_states[0] = x.clone();
   if (n == 0) {
     for (int64_t k : keep) out.hidden_states[k] = x;
     if (want_normed) out.last_normed = x;
     return out;
   }
-  auto [cos, sin] = mrope_tables(cfg_, n, mrope_positions, dtype_);
+  auto [cos_h, sin_h] = mrope_tables(cfg_, n, mrope_positions, dtype_);
+  const Tensor cos = on_dev(cos_h), sin = on_dev(sin_h);
   const double eps = cfg_.rms_eps;
-  const int64_t hd = cfg_.head_dim;
   for (int64_t li = 0; li < last; ++li) {
-    const Layer& L = layers_[li];
+    const Layer& L = layers_[static_cast<size_t>(li)];
+    const std::string name = "layer " + std::to_string(li);
+    std::vector<Tensor> parts;
     Tensor h = ops::rms_norm(x, &L.in_norm, cfg_.hidden, eps);
-    Tensor q = ops::rms_norm(ops::linear(h, L.q), &L.q_norm, hd, eps);
-    Tensor k = ops::rms_norm(ops::linear(h, L.k), &L.k_norm, hd, eps);
-    Tensor v = ops::linear(h, L.v);
-    q = ops::rope(q, cos, sin, hd, false);
-    k = ops::rope(k, cos, sin, hd, false);
-    Tensor a = ops::attention_causal(q, k, v, hd);
-    x = ops::add(x, ops::linear(a, L.o));
+    for (const Unit& u : L.units) parts.push_back(attention_partial(u, h, L, cos, sin));
+    x = ops::add(x, fold_units(parts, name + " attention"));
+    parts.clear();
     h = ops::rms_norm(x, &L.post_norm, cfg_.hidden, eps);
-    x = ops::add(x, ops::linear(ops::swiglu(ops::linear(h, L.up_gate), false), L.down));
-    if (std::find(keep.begin(), keep.end(), li + 1) != keep.end()) out.hidden_states[li + 1] = x;
+    for (const Unit& u : L.units) parts.push_back(mlp_partial(u, h));
+    x = ops::add(x, fold_units(parts, name + " MLP"));
+    if (kept(li + 1)) out.hidden_states[li + 1] = x;
+    if (extras && static_cast<size_t>(li) < extras->deepstack.size() && rows_idx.numel() > 0) {
+      // DeepStack: x[rows] += deepstack[li], on a copy (the recorded state above keeps the layer's output).
+      Tensor added = ops::add(ops::gather_rows(x, rows_idx), on_dev(extras->deepstack[static_cast<size_t>(li)]));
+      x = x.clone();
+      ops::scatter_rows(x, added, rows_idx);
+    }
   }
   if (want_normed) out.last_normed = ops::rms_norm(x, &final_norm_, cfg_.hidden, eps);
   return out;

@@ -1,6 +1,7 @@
 #include "model/text_verify.h"
 
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -54,11 +55,19 @@ bool looks_like_qwen_text_golden(const SafeTensors& f) {
   return false;
 }
 
-VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision) {
+VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Comm* comm, Device device) {
   const QwenTextConfig cfg = detect_qwen_text_config(f);
-  spdlog::info("{}: {}", f.path(), cfg.summary());
-  const QwenTextModel model(f, cfg, -1, precision);
+  const bool root = !comm || comm->rank() == 0;
+  const bool distributed = comm && comm->size() > 1;
+  if (root) spdlog::info("{}: {}", f.path(), cfg.summary());
+  const QwenTextWeights weights = QwenTextWeights::from_file(std::make_shared<SafeTensors>(f));
+  const QwenTextModel model(weights, cfg, -1, QwenTextOptions{precision, device, distributed ? comm : nullptr});
+  // The 1-rank rerun (rank 0 only, no communicator).
+  std::unique_ptr<QwenTextModel> single;
+  if (distributed && root)
+    single = std::make_unique<QwenTextModel>(weights, cfg, -1, QwenTextOptions{precision, device, nullptr});
   const double tol = precision == Precision::f64 ? 1e-6 : 1e-5;
+  const double tol_ranks = 1e-6;
   VerifyReport rep;
   for (const auto& c : qwen_cases(f)) {
     const Tensor ids_t = f.get(c + ".input_ids");
@@ -71,13 +80,22 @@ VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision) {
     std::sort(keep.begin(), keep.end());
     const bool normed = f.has(c + ".last_hidden_state_normed");
     QwenTextOutputs out = model.forward(ids, keep, normed);
-    auto add = [&](const std::string& what, const Tensor& got, const Tensor& ref) {
-      Diff d = compare(got, ref);
+    QwenTextOutputs one;
+    if (single) one = single->forward(ids, keep, normed);
+    auto add = [&](const std::string& what, const Tensor& got, const Tensor& ref, const Tensor* got_one) {
+      Diff d = compare(got.cpu(), ref);
       rep.lines.push_back({c + " " + what, d.rel_l2, d.max_abs, tol, d.shape_ok && d.rel_l2 <= tol});
+      if (!got_one) return;
+      Diff r = compare(got.cpu(), got_one->cpu());
+      rep.lines.push_back({c + " " + what + " vs 1 rank", r.rel_l2, r.max_abs, tol_ranks,
+                           r.shape_ok && r.rel_l2 <= tol_ranks});
     };
     for (int64_t k : keep)
-      add("hidden_states_" + std::to_string(k), out.hidden_states.at(k), f.get(hs + std::to_string(k)));
-    if (normed) add("last_hidden_state_normed", out.last_normed, f.get(c + ".last_hidden_state_normed"));
+      add("hidden_states_" + std::to_string(k), out.hidden_states.at(k), f.get(hs + std::to_string(k)),
+          single ? &one.hidden_states.at(k) : nullptr);
+    if (normed)
+      add("last_hidden_state_normed", out.last_normed, f.get(c + ".last_hidden_state_normed"),
+          single ? &one.last_normed : nullptr);
   }
   return rep;
 }
