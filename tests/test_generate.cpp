@@ -280,7 +280,9 @@ TEST(GenerateCli, OneTwoAndThreeRanksWriteTheSameLatents) {
                                                           {"--ranks 2", ""},
                                                           {"--ranks 3", ""},
                                                           {"--ranks 3", "--mode ulysses-ag"},
-                                                          {"--ranks 3", "--encoder-ranks 1"}};
+                                                          {"--ranks 3", "--encoder-ranks 1"},
+                                                          // the text tower tensor-parallel on 2 dedicated ranks
+                                                          {"--ranks 3", "--encoder-ranks 2"}};
   for (const auto& [global, local] : variants) {
     SCOPED_TRACE(std::string(global) + " " + local);
     const auto out = dir.path() / "clip.mp4";

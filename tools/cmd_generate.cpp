@@ -70,6 +70,10 @@ Runner add_generate(CLI::App& app) {
     ModelPaths paths;
     std::string embeddings, noise;
     bool latents = false;
+    // fl2va keyframes and ref2va references (kept in command-line order through the parse order).
+    std::string first, last;
+    std::vector<std::string> ref_image, ref_video, ref_audio;
+    CLI::Option *ref_image_opt = nullptr, *ref_video_opt = nullptr, *ref_audio_opt = nullptr;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--prompt", o->req.prompt, "what to generate (text)")->envname("H3_PROMPT");
@@ -114,7 +118,16 @@ Runner add_generate(CLI::App& app) {
                   "precomputed prompt embeddings (safetensors: prompt_embeds)");
   cmd->add_option("--noise", o->noise, "precomputed noise (safetensors: video_noise, audio_noise_rows)");
   cmd->add_flag("--latents", o->latents, "also write OUT.latents.safetensors (final latents)");
-  return [o]() -> int {
+  cmd->add_option("--first", o->first, "fl2va: first keyframe image (PNG/JPEG/WebP); sets the aspect");
+  cmd->add_option("--last", o->last, "fl2va: last keyframe image (cover-scaled and centre-cropped)");
+  o->ref_image_opt = cmd->add_option("--ref-image", o->ref_image, "ref2va: reference image (repeatable)")
+                         ->allow_extra_args(false);
+  o->ref_video_opt = cmd->add_option("--ref-video", o->ref_video,
+                                     "ref2va: reference video, with its soundtrack if any (repeatable)")
+                         ->allow_extra_args(false);
+  o->ref_audio_opt = cmd->add_option("--ref-audio", o->ref_audio, "ref2va: reference audio (repeatable)")
+                         ->allow_extra_args(false);
+  return [o, cmd]() -> int {
     Comm& w = world();
     const bool root = w.rank() == 0;
     GenerateRequest req = o->req;
@@ -136,6 +149,20 @@ Runner add_generate(CLI::App& app) {
     if (o->seconds != 0) req.seconds = o->seconds;
     if (o->seed >= 0) req.seed = static_cast<uint64_t>(o->seed);
     H3_CHECK(!(o->width < 0 || o->height < 0 || o->frames < 0), "sizes and frames must be positive");
+    req.first_image = o->first;
+    req.last_image = o->last;
+    {  // references in the order given: the i-th occurrence of an option is its i-th value
+      size_t next[3] = {0, 0, 0};
+      for (const CLI::Option* opt : cmd->parse_order()) {
+        const int k = opt == o->ref_image_opt ? 0 : opt == o->ref_video_opt ? 1 : opt == o->ref_audio_opt ? 2 : -1;
+        if (k < 0) continue;
+        const std::vector<std::string>& vals = k == 0 ? o->ref_image : k == 1 ? o->ref_video : o->ref_audio;
+        H3_CHECK(next[k] < vals.size(), "internal: reference option order mismatch");
+        req.references.push_back({k == 0 ? "image" : k == 1 ? "video" : "audio", vals[next[k]++]});
+      }
+      H3_CHECK(req.references.size() == o->ref_image.size() + o->ref_video.size() + o->ref_audio.size(),
+               "give each --ref-image/--ref-video/--ref-audio one file");
+    }
 
     // Everything about the request is checked before any model is loaded.
     const ResolvedRequest resolved = resolve(req, Generator::limits_for(o->paths));
@@ -164,6 +191,7 @@ Runner add_generate(CLI::App& app) {
     go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks};
     go.encoder_ranks = o->encoder_ranks;
     go.write_latents = o->latents;
+    go.vae_device = g_device == "cuda" ? Device::cuda : Device::cpu;
     if (root) {
       std::printf("h3 generate: %d rank(s), %d threads per rank, precision %s\n", w.size(), cpu_threads(),
                   o->precision.c_str());
@@ -224,6 +252,7 @@ Runner add_generate(CLI::App& app) {
     }
     if (gen.procedural())
       std::printf("reminder: procedural models -> meaningless pictures; pass --model DIR for real output\n");
+    for (const auto& warning : res.warnings) std::printf("warning: %s\n", warning.c_str());
     std::printf("OK\n");
     return 0;
   };

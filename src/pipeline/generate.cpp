@@ -70,8 +70,10 @@ std::string fmt_seconds(int64_t frames) {
 
 GenerateRequest GenerateRequest::from_json(const json& j) {
   if (!j.is_object()) fail("a generate request must be a JSON object, got {}", json_kind(j));
-  static const std::set<std::string> known = {"prompt",  "width", "height", "aspect", "frames",
-                                              "seconds", "steps", "seed",   "shift",  "audio_shift"};
+  static const std::set<std::string> known = {
+      "prompt", "width",       "height",      "aspect",    "frames",    "seconds",
+      "steps",  "seed",        "shift",       "audio_shift", "first_image", "last_image",
+      "references"};
   GenerateRequest r;
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) {
@@ -108,6 +110,21 @@ GenerateRequest GenerateRequest::from_json(const json& j) {
       r.shift = get_number(v, "shift");
     else if (k == "audio_shift")
       r.audio_shift = get_number(v, "audio_shift");
+    else if (k == "first_image")
+      r.first_image = get_string(v, "first_image");
+    else if (k == "last_image")
+      r.last_image = get_string(v, "last_image");
+    else if (k == "references") {
+      H3_CHECK(v.is_array(), "request field \"references\" must be a list of {{\"kind\", \"path\"}} objects, got {}",
+               json_kind(v));
+      for (const json& e : v) {
+        H3_CHECK(e.is_object() && e.contains("kind") && e.contains("path") && e.size() == 2,
+                 "each entry of \"references\" must be {{\"kind\": \"image\"|\"video\"|\"audio\", \"path\": "
+                 "FILE}}, got {}",
+                 e.dump());
+        r.references.push_back({get_string(e["kind"], "references[].kind"), get_string(e["path"], "references[].path")});
+      }
+    }
   }
   return r;
 }
@@ -123,11 +140,31 @@ json GenerateRequest::to_json() const {
   if (frames) j["frames"] = *frames;
   if (seconds) j["seconds"] = *seconds;
   if (seed) j["seed"] = *seed;
+  if (!first_image.empty()) j["first_image"] = first_image;
+  if (!last_image.empty()) j["last_image"] = last_image;
+  if (!references.empty()) {
+    j["references"] = json::array();
+    for (const auto& m : references) j["references"].push_back({{"kind", m.kind}, {"path", m.path}});
+  }
   return j;
 }
 
 json ResolvedRequest::to_json() const {
+  json jm = json::array();
+  for (const ConditionMedia& m : media)
+    jm.push_back({{"role", m.role},
+                  {"path", m.path},
+                  {"width", m.width},
+                  {"height", m.height},
+                  {"frames", m.frames},
+                  {"latent_frames", m.latent_frames},
+                  {"latent_h", m.latent_h},
+                  {"latent_w", m.latent_w},
+                  {"audio_samples", m.audio_samples},
+                  {"audio_latents", m.audio_latents}});
   return {{"prompt", prompt},
+          {"mode", mode},
+          {"media", jm},
           {"width", width},
           {"height", height},
           {"frames", frames},
@@ -163,6 +200,22 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
     r.shift = j.at("shift").get<double>();
     r.audio_shift = j.at("audio_shift").get<double>();
     if (j.contains("notes")) r.notes = j["notes"].get<std::vector<std::string>>();
+    if (j.contains("mode")) r.mode = j["mode"].get<std::string>();
+    if (j.contains("media"))
+      for (const json& e : j["media"]) {
+        ConditionMedia m;
+        m.role = e.at("role").get<std::string>();
+        m.path = e.at("path").get<std::string>();
+        m.width = e.at("width").get<int64_t>();
+        m.height = e.at("height").get<int64_t>();
+        m.frames = e.at("frames").get<int64_t>();
+        m.latent_frames = e.at("latent_frames").get<int64_t>();
+        m.latent_h = e.at("latent_h").get<int64_t>();
+        m.latent_w = e.at("latent_w").get<int64_t>();
+        m.audio_samples = e.at("audio_samples").get<int64_t>();
+        m.audio_latents = e.at("audio_latents").get<int64_t>();
+        r.media.push_back(std::move(m));
+      }
   } catch (const json::exception& e) {
     fail("resolved request JSON is incomplete or mistyped: {}", e.what());
   }
@@ -201,13 +254,17 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
     r.width = w;
     r.height = h;
   } else {
-    const auto [aw, ah] = parse_aspect(req.aspect);
+    // fl2va without a size: the first keyframe's aspect (scanning the file refuses a bad one here).
+    const std::string keyframe_aspect = condition_aspect(req, lim);
+    const std::string aspect = keyframe_aspect.empty() ? req.aspect : keyframe_aspect;
+    const auto [aw, ah] = parse_aspect(aspect);
     const CanvasSize c = resolve_canvas_size(aw, ah);  // throws outside 1:4 .. 4:1
-    H3_CHECK(c.width % m == 0 && c.height % m == 0, "aspect {} gives {}x{}, not a multiple of {}", req.aspect,
+    H3_CHECK(c.width % m == 0 && c.height % m == 0, "aspect {} gives {}x{}, not a multiple of {}", aspect,
              c.width, c.height, m);
     r.width = c.width;
     r.height = c.height;
-    r.notes.push_back(fmt::format("aspect {} -> {}x{}", req.aspect, r.width, r.height));
+    r.notes.push_back(fmt::format("aspect {}{} -> {}x{}", aspect,
+                                  keyframe_aspect.empty() ? "" : " (of the first keyframe)", r.width, r.height));
   }
 
   // Duration.
@@ -266,6 +323,9 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
     r.seed = (static_cast<uint64_t>(rd()) << 32 | rd()) & ((1ull << 53) - 1);  // exact in JSON doubles too
     r.notes.push_back(fmt::format("random seed {}", r.seed));
   }
+
+  // Keyframes / references: every file scanned and checked, their geometry fixed.
+  resolve_conditions(req, r, lim);
   return r;
 }
 

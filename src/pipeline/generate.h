@@ -28,6 +28,7 @@
 #include "dist/comm.h"
 #include "dist/plan.h"
 #include "model/dit.h"
+#include "pipeline/conditions.h"
 
 namespace h3 {
 
@@ -50,6 +51,16 @@ struct GenerateRequest {
   double shift = 12.0;           // video schedule shift
   double audio_shift = 3.0;      // audio schedule shift
 
+  // fl2va: keyframe files (first and/or last; the canvas takes the first keyframe's aspect when no size is
+  // given). ref2va: reference files in the order given (kind "image", "video" or "audio"). The two modes do
+  // not mix. Paths are read by the engine: the server fills them with its own stored uploads only.
+  std::string first_image, last_image;
+  struct MediaRef {
+    std::string kind;
+    std::string path;
+  };
+  std::vector<MediaRef> references;
+
   // Unknown fields, wrong types, negative seeds and sizes are refused with an h3::Error naming the field.
   static GenerateRequest from_json(const nlohmann::json& j);
   nlohmann::json to_json() const;
@@ -63,6 +74,12 @@ struct ModelLimits {
   int64_t min_frames = 124, max_frames = 345;  // aligned 17n+5 frames: 5..15 s at 24 fps
   int64_t max_canvas_pixels = 768 * 1344;      // largest trained area (W x H)
   int min_steps = 2, max_steps = 200;
+  // References (ref2va): how many, and the sizes they are encoded at (pipeline/conditions.h).
+  int max_references = 8;
+  int64_t ref_image_short_edge = 2048;
+  int64_t ref_video_short_edge = 768, ref_video_max_pixels = 768 * 1344;
+  int64_t audio_hop = 800;     // samples per audio latent
+  int audio_sample_rate = 32000;
   static ModelLimits released() { return {}; }
 };
 
@@ -78,6 +95,8 @@ struct ResolvedRequest {
   int model_calls = 0;        // DiT evaluations (N-1)
   uint64_t seed = 0;
   double shift = 12.0, audio_shift = 3.0;
+  std::string mode = "t2va";          // "t2va", "fl2va" (keyframes) or "ref2va" (references)
+  std::vector<ConditionMedia> media;  // keyframes (first, then last) or references in request order
   std::vector<std::string> notes;  // what was derived or snapped ("frames 130 snapped up to 141", ...)
 
   nlohmann::json to_json() const;
@@ -102,12 +121,16 @@ struct ModelPaths {
 struct GenerateOptions {
   Precision precision = Precision::f32;  // DiT precision (VAEs and text tower: f32, or f64 with f64)
   DistOptions dist;                      // how the DiT is spread over the denoise ranks
-  // 0: the text tower runs on rank 0 and is freed before denoising (embeddings broadcast); K > 0: it stays
-  // loaded on the last K ranks, which only encode, and the other ranks denoise (needs world > K).
+  // 0: the text tower runs tensor-parallel on every rank and is freed before denoising; K > 0: it stays loaded
+  // on the last K ranks (tensor-parallel among them), which only encode and broadcast the embeddings, and the
+  // other ranks denoise (needs world > K). The embeddings are bitwise the same for every placement.
   int encoder_ranks = 0;
   Comm* comm = nullptr;        // the group to run on; null = world()
   bool keep_media = false;     // keep pixels and waveform in GenerateResult (tests, verify)
   bool write_latents = false;  // also write "<out>.latents.safetensors" next to the MP4 (rank 0)
+  // Where the decode phase runs: Device::cuda puts both VAE decoders on the GPU (in f32, whatever `precision`;
+  // the GPU backend must be running). The encoders stay on the CPU.
+  Device vae_device = Device::cpu;
 };
 
 struct GenerateProgress {
@@ -141,6 +164,7 @@ struct GenerateResult {
   int64_t prompt_tokens = 0;
   std::vector<PhaseTiming>
       timings;             // load (first run only), encode, denoise, decode_video, decode_audio, write
+  std::vector<std::string> warnings;  // e.g. vision rows absent from the prompt (pipeline/conditions.h)
   std::string out_path;    // what was written on rank 0 ("" elsewhere)
   bool wrote_mp4 = false;  // false: latents only (no MP4 writer in this build)
 };

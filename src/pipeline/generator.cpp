@@ -1,13 +1,16 @@
 // Generator: models loaded once, requests run many times (pipeline/generate.h).
 //
 // Rank roles inside the group `comm` (size n, encoder ranks K):
-//   K = 0: every rank denoises; rank 0 also loads the text tower for each request, encodes, frees it, and
-//          broadcasts the embeddings [L, text_dim] (L first, as one i64).
-//   K > 0: ranks [0, n-K) denoise, ranks [n-K, n) keep the text tower; rank n-K encodes and broadcasts. (The
-//   tower
-//          is not tensor-parallel yet: the other encoder ranks hold it idle.) Rank 0 of the group is always a
-//          denoise rank, so progress and cancellation live there; the encoder ranks follow the per-step
+//   K = 0: every rank denoises; for each request every rank also loads its slice of the text tower, which runs
+//          tensor-parallel over the whole group (model/qwen3_text.h: KV-head units, ranks beyond the KV head
+//          count hold nothing and receive the output), and frees it before denoising. Every rank ends the
+//          encode with the embeddings, so nothing is broadcast.
+//   K > 0: ranks [0, n-K) denoise, ranks [n-K, n) keep the text tower loaded, tensor-parallel among them;
+//          rank n-K broadcasts the embeddings [L, text_dim] (L first, as one i64). Rank 0 of the group is
+//          always a denoise rank, so progress and cancellation live there; the encoder ranks follow the per-step
 //          control word and receive the final rows by broadcast before the decode.
+// The tower's fold order does not depend on its rank count, so the embeddings (and the latents) are bitwise the
+// same for every n and K.
 // Every rank decodes (units sharded over the whole group) and ends with the same latents and media; rank 0
 // writes.
 #include <chrono>
@@ -25,6 +28,7 @@
 #include "model/qwen3_text.h"
 #include "model/tokenizer.h"
 #include "model/video_vae.h"
+#include "pipeline/conditions.h"
 #include "pipeline/generate.h"
 #include "pipeline/procedural_models.h"
 #include "pipeline/synthetic.h"
@@ -84,6 +88,14 @@ std::string pick(const std::string& explicit_path, const std::string& model_dir,
 
 bool is_procedural(const std::string& p) {
   return p.starts_with("procedural:");
+}
+
+// The procedural mini VAEs have no trained resolution: references are encoded small (64 px short edge) so
+// fl2va / ref2va runs on the CPU stay short. Real checkpoints keep the released sizes.
+void use_procedural_reference_sizes(ModelLimits& lim) {
+  lim.ref_image_short_edge = 64;
+  lim.ref_video_short_edge = 64;
+  lim.ref_video_max_pixels = 64 * 128;
 }
 
 
@@ -155,7 +167,8 @@ struct Generator::Impl {
   std::unique_ptr<DitCheckpoint> ckpt;
   DistPlan plan;
   std::unique_ptr<DitModel> dit;
-  std::shared_ptr<SafeTensors> vvae_file, avae_file, text_file;
+  std::shared_ptr<SafeTensors> vvae_file, avae_file;
+  std::shared_ptr<QwenTextWeights> text_weights;
   std::unique_ptr<VideoVae> vvae;
   std::unique_ptr<AudioVae> avae;
   QwenTextConfig text_cfg;
@@ -171,10 +184,13 @@ struct Generator::Impl {
   Precision vae_precision() const {
     return opt.precision == Precision::f64 ? Precision::f64 : Precision::f32;
   }
+  Device vae_device() const { return vae_precision() == Precision::f64 ? Device::cpu : opt.vae_device; }
 
-  std::unique_ptr<QwenTextModel> load_text() const {
+  // Collective over `tp` (null: this rank alone).
+  std::unique_ptr<QwenTextModel> load_text(Comm* tp) const {
     H3_CHECK(text_cfg_problem.empty(), "{}", text_cfg_problem);
-    return std::make_unique<QwenTextModel>(*text_file, text_cfg, kConditioningLayer, vae_precision());
+    return std::make_unique<QwenTextModel>(*text_weights, text_cfg, kConditioningLayer,
+                                           QwenTextOptions{vae_precision(), Device::cpu, tp});
   }
 };
 
@@ -193,7 +209,7 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
       K, n - 1, n);
   m.encoder_root = K > 0 ? n - K : 0;
   m.denoiser = comm.rank() < n - K;
-  m.encoder = K > 0 ? !m.denoiser : comm.rank() == 0;
+  m.encoder = K > 0 ? !m.denoiser : true;  // K = 0: the whole group runs the tower, tensor-parallel
 
   // Which files.
   // DitCheckpoint::open understands the model folder (with its transformer/ subfolder) itself.
@@ -215,21 +231,23 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
   // Video VAE.
   if (is_procedural(m.vvae_path)) {
     m.vvae_file = procedural_video_vae_file(procedural_mini_seed(m.vvae_path, "--video-vae"));
-    m.vvae = std::make_unique<VideoVae>(*m.vvae_file, "", procedural_video_vae_config(), m.vae_precision());
+    m.vvae = std::make_unique<VideoVae>(*m.vvae_file, "", procedural_video_vae_config(), m.vae_precision(),
+                                        m.vae_device());
     m.any_procedural = true;
   } else {
     ComponentFile c = open_component(m.vvae_path, "video VAE");
     m.vvae_file = c.file;
     const VideoVaeConfig cfg = VideoVaeConfig::from_json_text(c.config_json, c.extra_json, m.vvae_path);
     const std::string prefix = c.file->has("weight.post_quant_conv.weight") ? "weight." : "";
-    m.vvae = std::make_unique<VideoVae>(*c.file, prefix, cfg, m.vae_precision());
+    m.vvae = std::make_unique<VideoVae>(*c.file, prefix, cfg, m.vae_precision(), m.vae_device());
   }
   m.described.push_back(fmt::format("video VAE    {}: {}", m.vvae_path, m.vvae->config().summary()));
 
   // Audio VAE.
   if (is_procedural(m.avae_path)) {
     m.avae_file = procedural_audio_vae_file(procedural_mini_seed(m.avae_path, "--audio-vae"));
-    m.avae = std::make_unique<AudioVae>(*m.avae_file, "", procedural_audio_vae_config(), m.vae_precision());
+    m.avae = std::make_unique<AudioVae>(*m.avae_file, "", procedural_audio_vae_config(), m.vae_precision(),
+                                        m.vae_device());
     m.any_procedural = true;
   } else {
     ComponentFile c = open_component(m.avae_path, "audio VAE");
@@ -237,7 +255,7 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
     const AudioVaeConfig cfg =
         c.config_json.empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(c.config_json, m.avae_path);
     const std::string prefix = c.file->has("weight.dec_in_proj.weight") ? "weight." : "";
-    m.avae = std::make_unique<AudioVae>(*c.file, prefix, cfg, m.vae_precision());
+    m.avae = std::make_unique<AudioVae>(*c.file, prefix, cfg, m.vae_precision(), m.vae_device());
   }
   m.described.push_back(fmt::format("audio VAE    {}: {}", m.avae_path, m.avae->config().summary()));
 
@@ -257,16 +275,20 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
       m.vvae_path, m.vvae->config().temporal_ratio(), m.vvae->config().clip_length);
   m.limits.vae_spatial_ratio = m.vvae->config().spatial_ratio();
   m.limits.canvas_multiple = m.limits.vae_spatial_ratio * kPatch;
+  m.limits.audio_hop = m.avae->config().hop();
+  m.limits.audio_sample_rate = static_cast<int>(m.avae->config().sampling_rate);
+  if (is_procedural(m.vvae_path)) use_procedural_reference_sizes(m.limits);
 
   // Text tower: only its header here (weights are loaded where and when they are used).
   if (is_procedural(m.text_path)) {
-    m.text_file = procedural_qwen_text_file(procedural_mini_seed(m.text_path, "--text-encoder"));
+    m.text_weights = std::make_shared<QwenTextWeights>(
+        QwenTextWeights::from_file(procedural_qwen_text_file(procedural_mini_seed(m.text_path, "--text-encoder"))));
     m.any_procedural = true;
   } else {
-    ComponentFile c = open_component(m.text_path, "text encoder");
-    m.text_file = c.file;
+    // A file, or a transformers folder (config.json + index + shards): only the text layers are read.
+    m.text_weights = std::make_shared<QwenTextWeights>(QwenTextWeights::open(m.text_path));
   }
-  m.text_cfg = detect_qwen_text_config(*m.text_file);
+  m.text_cfg = detect_qwen_text_config(*m.text_weights);
   if (m.text_cfg.hidden != dc.text_dim)
     m.text_cfg_problem = fmt::format(
         "the text encoder ({}) is {} wide but the DiT reads {}-wide prompt embeddings: pass the matching "
@@ -306,10 +328,13 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
     m.described.push_back(fmt::format("denoise      {} rank(s){}", dcomm->size(),
                                       dcomm->size() > 1 ? ": " + m.plan.describe() : ""));
   }
-  if (K > 0 && m.encoder && m.text_cfg_problem.empty()) m.text = m.load_text();
+  if (K > 0 && m.encoder && m.text_cfg_problem.empty()) m.text = m.load_text(K > 1 ? m.role_comm.get() : nullptr);
   m.described.push_back(
-      K > 0 ? fmt::format("encoder      {} dedicated rank(s) {}..{}, the tower stays loaded", K, n - K, n - 1)
-            : "encoder      rank 0, loaded per request and freed before denoising");
+      K > 0 ? fmt::format("encoder      {} dedicated rank(s) {}..{}, tensor-parallel over {}, the tower stays loaded",
+                          K, n - K, n - 1, std::min<int64_t>(K, m.text_cfg.n_kv_heads))
+            : fmt::format("encoder      tensor-parallel over {} of {} rank(s), loaded per request and freed "
+                          "before denoising",
+                          std::min<int64_t>(n, m.text_cfg.n_kv_heads), n));
   m.load_s = seconds_since(t0);
 }
 
@@ -322,7 +347,10 @@ const ModelLimits& Generator::limits() const {
 ModelLimits Generator::limits_for(const ModelPaths& paths) {
   ModelLimits lim;
   const std::string v = pick(paths.video_vae, paths.model_dir, {"vae", "video_vae"});
-  if (is_procedural(v)) return lim;  // the procedural VAE has the released strides
+  if (is_procedural(v)) {  // the procedural VAE has the released strides
+    use_procedural_reference_sizes(lim);
+    return lim;
+  }
   ComponentFile c = open_component(v, "video VAE");
   const VideoVaeConfig cfg = VideoVaeConfig::from_json_text(c.config_json, c.extra_json, v);
   lim.vae_spatial_ratio = cfg.spatial_ratio();
@@ -395,31 +423,58 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   report("encode", 0, 1, 0, w_encode);
   auto t0 = clock_type::now();
   Tensor embeds;
+  std::string prompt_extra;  // JSON {vision_ranges, warnings} from the encoding rank
   const bool have_pre_embeds = pre && pre->prompt_embeds.defined() && pre->prompt_embeds.numel() > 0;
   // Rank 0 decides where the embeddings come from (precomputed ones are taken from rank 0).
   int32_t from_pre = have_pre_embeds ? 1 : 0;
   if (comm.size() > 1) comm.broadcast(&from_pre, sizeof(from_pre), 0, "embeddings source");
   int src = from_pre ? 0 : m.encoder_root;
-  if (comm.rank() == src) {
+  // Every encoder rank runs the (tensor-parallel) tower; with K = 0 that is every rank, and all end with the
+  // embeddings.
+  const bool everyone_encodes = !from_pre && m.opt.encoder_ranks == 0;
+  if (comm.rank() == src || (!from_pre && m.encoder)) {
     if (from_pre) {
       H3_CHECK(have_pre_embeds, "rank 0 passed precomputed embeddings but this rank did not");
       embeds = pre->prompt_embeds.to(DType::f32);
     } else {
-      const std::vector<int32_t> ids = m.tokenizer->encode(req.prompt);
-      H3_CHECK(!ids.empty(), "the prompt gives no tokens");
-      if (m.text) {
-        embeds = m.text->hidden_state(ids, kConditioningLayer).to(DType::f32);
-      } else {
-        std::unique_ptr<QwenTextModel> tower = m.load_text();
-        embeds = tower->hidden_state(ids, kConditioningLayer).to(DType::f32);
-      }  // the per-request tower is freed here, before denoising
-    }
+      // The prompt with its keyframes / references (the vision-tower seam is in pipeline/conditions.h).
+      std::unique_ptr<QwenTextModel> tower = m.text ? nullptr : m.load_text(comm.size() > 1 ? &comm : nullptr);
+      PromptEncoding pe = encode_prompt_with_media(req, *m.tokenizer, m.text ? *m.text : *tower,
+                                                   kConditioningLayer);
+      embeds = pe.embeds;
+      prompt_extra = json{{"vision_ranges", pe.vision_ranges}, {"warnings", pe.warnings}}.dump();
+    }  // the per-request tower is freed here, before denoising
     H3_CHECK(embeds.ndim() == 2 && embeds.dim(1) == m.dit_config.text_dim,
              "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()),
              m.dit_config.text_dim);
   }
-  if (comm.size() > 1) bcast_tensor(comm, embeds, src, "prompt embeddings");
+  if (comm.size() > 1 && !everyone_encodes) bcast_tensor(comm, embeds, src, "prompt embeddings");
+  if (comm.size() > 1 && !everyone_encodes)
+    prompt_extra = bcast_string(comm, prompt_extra, src, "prompt vision rows");
   res.prompt_tokens = embeds.dim(0);
+  std::vector<std::pair<int64_t, int64_t>> vision_ranges;
+  if (!prompt_extra.empty()) {
+    const json pj = json::parse(prompt_extra);
+    vision_ranges = pj.at("vision_ranges").get<std::vector<std::pair<int64_t, int64_t>>>();
+    res.warnings = pj.at("warnings").get<std::vector<std::string>>();
+  } else if (!req.media.empty()) {
+    res.warnings.push_back("precomputed prompt embeddings: no vision rows for the keyframes / references");
+  }
+
+  // Keyframes / references: rank 0 reads and encodes them, every rank gets the rows (pipeline/conditions.h).
+  auto layout = std::make_shared<const PackedLayout>(
+      request_layout(req, text_tags_with_vision(embeds.dim(0), vision_ranges)));
+  ConditionRows cond;
+  if (!req.media.empty()) {
+    H3_CHECK(m.vvae->has_encoder() && m.avae->has_encoder(),
+             "{} needs the VAE encoders but {} has none: pass a video VAE / audio VAE with encoder weights",
+             req.mode, m.vvae->has_encoder() ? m.avae_path : m.vvae_path);
+    if (root) cond = encode_conditions(req, *m.vvae, *m.avae);
+    if (comm.size() > 1 && layout->num_condition_video_rows > 0)
+      bcast_tensor(comm, cond.video, 0, "condition video rows");
+    if (comm.size() > 1 && layout->num_condition_audio_rows > 0)
+      bcast_tensor(comm, cond.audio, 0, "reference audio rows");
+  }
   phase_done("encode", t0);
   report("encode", 1, 1, 0, w_encode);
 
@@ -433,6 +488,9 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   spec.steps = req.steps;
   spec.shift = req.shift;
   spec.audio_shift = req.audio_shift;
+  spec.layout = layout;
+  spec.cond_video_rows = cond.video;
+  spec.cond_audio_rows = cond.audio;
   const DitConfig& dc = m.dit_config;
   const Shape vshape{dc.in_channels, req.latent_frames, req.latent_h, req.latent_w};
   const Shape ashape{2 * req.audio_latents, dc.audio_in_channels};

@@ -14,8 +14,7 @@ namespace h3 {
 VideoVaeConfig procedural_video_vae_config() {
   VideoVaeConfig c;
   c.latent_channels = 24;
-  // Only the decoder is built; the encoder levels still fix the strides: 16x spatial, 4x temporal as
-  // released.
+  // Tiny widths; the encoder levels fix the strides: 16x spatial, 4x temporal as released.
   c.block_out_channels = {16, 16, 16, 16};
   c.spatial_downsample_factors = {2, 2, 2, 2};
   c.temporal_downsample_factors = {1, 2, 2, 1};
@@ -130,6 +129,97 @@ std::vector<std::pair<std::string, Shape>> audio_vae_decoder_parameters(const Au
   return p;
 }
 
+std::vector<std::pair<std::string, Shape>> video_vae_encoder_parameters(const VideoVaeConfig& c) {
+  const auto& ch = c.block_out_channels;
+  const int64_t lc = c.latent_channels;
+  std::vector<std::pair<std::string, Shape>> p = {{"encoder.conv_in.weight", {ch[0], c.in_channels, 3, 3, 3}},
+                                                  {"encoder.conv_in.bias", {ch[0]}}};
+  int64_t cin = ch[0];
+  for (size_t l = 0; l < ch.size(); ++l) {
+    for (int64_t i = 0; i < c.layers_per_block; ++i) {
+      const std::string n = fmt::format("encoder.down_blocks.{}.resnets.{}.", l, i);
+      const int64_t in = i == 0 ? cin : ch[l], out = ch[l];
+      p.push_back({n + "norm1.weight", {in}});
+      p.push_back({n + "norm1.bias", {in}});
+      p.push_back({n + "conv1.weight", {out, in, 3, 3, 3}});
+      p.push_back({n + "conv1.bias", {out}});
+      p.push_back({n + "norm2.weight", {out}});
+      p.push_back({n + "norm2.bias", {out}});
+      p.push_back({n + "conv2.weight", {out, out, 3, 3, 3}});
+      p.push_back({n + "conv2.bias", {out}});
+      if (in != out) {
+        p.push_back({n + "conv_shortcut.weight", {out, in, 1, 1, 1}});
+        p.push_back({n + "conv_shortcut.bias", {out}});
+      }
+    }
+    if (c.temporal_downsample_factors[l] * c.spatial_downsample_factors[l] > 1) {
+      const std::string n = fmt::format("encoder.down_blocks.{}.downsamplers.0.conv.", l);
+      p.push_back({n + "weight", {ch[l], ch[l], 3, 3, 3}});
+      p.push_back({n + "bias", {ch[l]}});
+    }
+    cin = ch[l];
+  }
+  p.push_back({"encoder.norm_out.weight", {ch.back()}});
+  p.push_back({"encoder.norm_out.bias", {ch.back()}});
+  p.push_back({"encoder.conv_out.weight", {2 * lc, ch.back(), 3, 3, 3}});
+  p.push_back({"encoder.conv_out.bias", {2 * lc}});
+  p.push_back({"quant_conv.weight", {2 * lc, 2 * lc, 1, 1, 1}});
+  p.push_back({"quant_conv.bias", {2 * lc}});
+  return p;
+}
+
+std::vector<std::pair<std::string, Shape>> audio_vae_encoder_parameters(const AudioVaeConfig& c) {
+  const int64_t lc = c.latent_channels, ld = c.latent_dim;
+  std::vector<std::pair<std::string, Shape>> p;
+  auto wn = [&](const std::string& n, const Shape& v) {
+    p.push_back({n + ".weight_g", {v[0], 1, 1}});
+    p.push_back({n + ".weight_v", v});
+    p.push_back({n + ".bias", {v[0]}});
+  };
+  int64_t d = c.encoder_dim;
+  wn("encoder.block.0", {d, 1, 7});
+  for (size_t i = 0; i < c.encoder_rates.size(); ++i) {
+    const std::string bn = fmt::format("encoder.block.{}.block", i + 1);
+    for (int u = 0; u < 3; ++u) {
+      const std::string un = fmt::format("{}.{}.block", bn, u);
+      p.push_back({un + ".0.alpha", {1, d, 1}});
+      wn(un + ".1", {d, d, 7});
+      p.push_back({un + ".2.alpha", {1, d, 1}});
+      wn(un + ".3", {d, d, 1});
+    }
+    p.push_back({bn + ".3.alpha", {1, d, 1}});
+    wn(bn + ".4", {2 * d, d, 2 * c.encoder_rates[i]});
+    d *= 2;
+  }
+  const size_t n = c.encoder_rates.size();
+  p.push_back({fmt::format("encoder.block.{}.alpha", n + 1), {1, d, 1}});
+  wn(fmt::format("encoder.block.{}", n + 2), {ld, d, 3});
+  for (const char* nm : {"pre_block.norm1", "pre_block.norm3"}) {
+    p.push_back({std::string(nm) + ".weight", {ld}});
+    p.push_back({std::string(nm) + ".bias", {ld}});
+  }
+  p.push_back({"pre_block.norm2.weight", {lc}});
+  p.push_back({"pre_block.norm2.bias", {lc}});
+  p.push_back({"pre_block.attn.qkv.weight", {3 * ld, ld}});
+  p.push_back({"pre_block.attn.q_bias", {ld}});
+  p.push_back({"pre_block.attn.v_bias", {ld}});
+  p.push_back({"pre_block.attn.proj.weight", {lc, lc}});
+  p.push_back({"pre_block.attn.proj.bias", {lc}});
+  p.push_back({"pre_block.proj.weight", {lc, ld}});
+  p.push_back({"pre_block.proj.bias", {lc}});
+  p.push_back({"pre_block.mlp.norm.weight", {lc}});
+  p.push_back({"pre_block.mlp.norm.bias", {lc}});
+  p.push_back({"pre_block.mlp.w0.weight", {2 * lc, lc}});
+  p.push_back({"pre_block.mlp.w0.bias", {2 * lc}});
+  p.push_back({"pre_block.mlp.w1.weight", {2 * lc, lc}});
+  p.push_back({"pre_block.mlp.w1.bias", {2 * lc}});
+  p.push_back({"pre_block.mlp.w2.weight", {lc, 2 * lc}});
+  p.push_back({"pre_block.mlp.w2.bias", {lc}});
+  p.push_back({"mean_proj.weight", {lc, lc, 1}});
+  p.push_back({"mean_proj.bias", {lc}});
+  return p;
+}
+
 std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c) {
   const int64_t H = c.hidden, I = c.intermediate, hd = c.head_dim;
   std::vector<std::pair<std::string, Shape>> p = {{"embed_tokens.weight", {c.vocab_size, H}}};
@@ -217,13 +307,15 @@ std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<
 }
 
 std::shared_ptr<SafeTensors> procedural_video_vae_file(uint64_t seed) {
-  return procedural_safetensors(video_vae_decoder_parameters(procedural_video_vae_config()), {}, seed,
-                                "procedural-video-vae");
+  auto params = video_vae_decoder_parameters(procedural_video_vae_config());
+  for (auto& p : video_vae_encoder_parameters(procedural_video_vae_config())) params.push_back(std::move(p));
+  return procedural_safetensors(params, {}, seed, "procedural-video-vae");
 }
 
 std::shared_ptr<SafeTensors> procedural_audio_vae_file(uint64_t seed) {
-  return procedural_safetensors(audio_vae_decoder_parameters(procedural_audio_vae_config()), {}, seed,
-                                "procedural-audio-vae");
+  auto params = audio_vae_decoder_parameters(procedural_audio_vae_config());
+  for (auto& p : audio_vae_encoder_parameters(procedural_audio_vae_config())) params.push_back(std::move(p));
+  return procedural_safetensors(params, {}, seed, "procedural-audio-vae");
 }
 
 std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {

@@ -1,5 +1,5 @@
 // Procedural stand-ins for every component of the t2va pipeline, so `h3 generate` runs with no download: the
-// mini DiT (procedural:mini), a video VAE decoder and an audio VAE decoder at the released strides (16x
+// mini DiT (procedural:mini), a video VAE and an audio VAE (encoders and decoders) at the released strides (16x
 // spatial, 4x temporal, 800 samples per audio latent at 32 kHz) but tiny widths, a 50-layer Qwen3 text tower
 // of width 64 (the mini DiT's text_dim) and a byte-level tokenizer (256 ids, one per byte, no merges).
 // Weights follow the procedural formula of shared/golden/README.md (io/procedural.h). The pictures and sound
@@ -31,6 +31,10 @@ QwenTextConfig procedural_qwen_text_config();
 std::vector<std::pair<std::string, Shape>> video_vae_decoder_parameters(const VideoVaeConfig& c);
 std::vector<std::pair<std::string, Shape>> audio_vae_decoder_parameters(const AudioVaeConfig& c);
 std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c);
+// The encoders (fl2va / ref2va conditions): the CNN video encoder + quant_conv, the DAC audio encoder + its
+// causal-attention projection and mean_proj.
+std::vector<std::pair<std::string, Shape>> video_vae_encoder_parameters(const VideoVaeConfig& c);
+std::vector<std::pair<std::string, Shape>> audio_vae_encoder_parameters(const AudioVaeConfig& c);
 
 // A memory-mapped file holding procedural tensors for `params` (name = key) and `metadata`; the file is
 // unlinked once mapped. `label` names it in logs.

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "core/tensor.h"
 #include "dist/comm.h"
@@ -32,6 +33,12 @@ struct T2vaSpec {
   int64_t num_text = 0;                                   // L prompt rows
   int steps = 4;                                          // schedule grid points N (N-1 DiT calls)
   double shift = kVideoShift, audio_shift = kAudioShift;
+  // fl2va / ref2va (pipeline/conditions.h): the packed layout with its condition rows, which lead the video
+  // and audio row lists and stay fixed through the loop (only the target rows are stepped). Null = the t2va
+  // layout (all text rows tagged text, no conditions).
+  std::shared_ptr<const PackedLayout> layout;
+  Tensor cond_video_rows;  // [layout->num_condition_video_rows, C*4] f32
+  Tensor cond_audio_rows;  // [layout->num_condition_audio_rows, C_a] f32
 };
 
 struct T2vaRows {

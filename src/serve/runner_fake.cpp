@@ -41,7 +41,13 @@ nlohmann::json limits_to_json(const ModelLimits& l) {
           {"max_frames", l.max_frames},
           {"max_canvas_pixels", l.max_canvas_pixels},
           {"min_steps", l.min_steps},
-          {"max_steps", l.max_steps}};
+          {"max_steps", l.max_steps},
+          {"max_references", l.max_references},
+          {"ref_image_short_edge", l.ref_image_short_edge},
+          {"ref_video_short_edge", l.ref_video_short_edge},
+          {"ref_video_max_pixels", l.ref_video_max_pixels},
+          {"audio_hop", l.audio_hop},
+          {"audio_sample_rate", l.audio_sample_rate}};
 }
 
 ModelLimits limits_from_json(const nlohmann::json& j) {
@@ -53,6 +59,12 @@ ModelLimits limits_from_json(const nlohmann::json& j) {
   l.max_canvas_pixels = j.value("max_canvas_pixels", l.max_canvas_pixels);
   l.min_steps = j.value("min_steps", l.min_steps);
   l.max_steps = j.value("max_steps", l.max_steps);
+  l.max_references = j.value("max_references", l.max_references);
+  l.ref_image_short_edge = j.value("ref_image_short_edge", l.ref_image_short_edge);
+  l.ref_video_short_edge = j.value("ref_video_short_edge", l.ref_video_short_edge);
+  l.ref_video_max_pixels = j.value("ref_video_max_pixels", l.ref_video_max_pixels);
+  l.audio_hop = j.value("audio_hop", l.audio_hop);
+  l.audio_sample_rate = j.value("audio_sample_rate", l.audio_sample_rate);
   return l;
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "serve/supervisor.h"
+#include "serve/uploads.h"
 
 namespace h3::serve {
 
@@ -81,6 +82,8 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
       } catch (const std::exception& e) {
         throw bad(e.what());
       }
+    } else if (is_media_field(k)) {
+      continue;  // stored below (serve/uploads.h); the record keeps a summary, not the data
     } else if (std::find(passthrough.begin(), passthrough.end(), k) != passthrough.end()) {
       gen[k] = v;
     } else {
@@ -113,19 +116,24 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
     throw ApiError{503, "loading",
                    "the models are still loading for the first time, so the request limits are not "
                    "known yet; retry in a few seconds"};
+  const std::string upload_dir = store_uploads(body, gen, accepted, o_.store_dir);
   nlohmann::json resolved;
   try {
     resolved = resolve(GenerateRequest::from_json(gen), limits_from_json(limits)).to_json();
   } catch (const nlohmann::json::exception& e) {
+    remove_uploads(upload_dir);
     throw bad(std::string("request: ") + e.what());
   } catch (const std::exception& e) {
+    remove_uploads(upload_dir);
     throw bad(e.what());
   }
   auto rec = store_->insert(accepted, resolved, o_.max_queue);
-  if (!rec)
+  if (!rec) {
+    remove_uploads(upload_dir);
     throw ApiError{
         429, "queue_full",
         fmt::format("the queue is full ({} jobs waiting, --max-queue); retry later", o_.max_queue)};
+  }
   ++jobs_submitted_;
   spdlog::info("serve: queued job {}", rec->id);
   events_.publish("video", rec->id, job_json(*rec));
@@ -164,6 +172,7 @@ void Supervisor::remove(const std::string& id) {
     throw ApiError{409, "running",
                    "the video is being generated; cancel it first (POST /v1/videos/{id}/cancel)"};
   if (!store_->remove(id)) throw ApiError{409, "running", "the video started running; cancel it first"};
+  remove_job_uploads(r.resolved, o_.store_dir);
   events_.publish("video", id, {{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
 }
 

@@ -1,0 +1,437 @@
+// Media input (media/media_read.h): one demux + decode loop feeds either counters (scan_media) or tensors
+// (read_picture, read_video_frames, read_audio), so the geometry a request is resolved with and the pixels it
+// is run with come from the same frame-holding and resampling code.
+#include "media/media_read.h"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/channel_layout.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/log.h>
+#include <libswresample/swresample.h>
+#include <libswscale/swscale.h>
+}
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "core/log.h"
+#include "media/media_util.h"
+
+namespace h3 {
+
+using media::av_error_text;
+
+namespace {
+
+void quiet_libav() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    av_log_set_level(spdlog::get_level() <= spdlog::level::debug ? AV_LOG_INFO : AV_LOG_ERROR);
+  });
+}
+
+struct FrameDeleter {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
+
+// An opened file with decoders for its best video and audio streams (either may be absent).
+class Demuxer {
+ public:
+  Demuxer(const std::string& path, bool want_video, bool want_audio) : path_(path) {
+    quiet_libav();
+    namespace fs = std::filesystem;
+    H3_CHECK(fs::exists(path), "media file {} does not exist: check the path", path);
+    H3_CHECK(!fs::is_directory(path), "media file {} is a folder: give an image, video or audio file", path);
+    int ret = avformat_open_input(&fc_, path.c_str(), nullptr, nullptr);
+    H3_CHECK(ret >= 0, "cannot open {} as media ({}): give a PNG/JPEG/WebP image, a video or an audio file",
+             path, av_error_text(ret));
+    ret = avformat_find_stream_info(fc_, nullptr);
+    H3_CHECK(ret >= 0, "{}: cannot read its stream information ({}); is the file complete?", path,
+             av_error_text(ret));
+    if (want_video) vidx_ = open_decoder(AVMEDIA_TYPE_VIDEO, &vdec_);
+    if (want_audio) aidx_ = open_decoder(AVMEDIA_TYPE_AUDIO, &adec_);
+  }
+  ~Demuxer() {
+    avcodec_free_context(&vdec_);
+    avcodec_free_context(&adec_);
+    avformat_close_input(&fc_);
+  }
+  Demuxer(const Demuxer&) = delete;
+  Demuxer& operator=(const Demuxer&) = delete;
+
+  bool has_video() const { return vidx_ >= 0; }
+  bool has_audio() const { return aidx_ >= 0; }
+  AVStream* video_stream() const { return fc_->streams[vidx_]; }
+  AVCodecContext* vdec() const { return vdec_; }
+  AVCodecContext* adec() const { return adec_; }
+  std::string format() const { return fc_->iformat ? fc_->iformat->name : "?"; }
+
+  // Decodes every packet of the opened streams in file order; a callback returning false stops that stream.
+  void run(const std::function<bool(AVFrame*)>& on_video, const std::function<bool(AVFrame*)>& on_audio) {
+    AVPacket* pkt = av_packet_alloc();
+    FramePtr frame(av_frame_alloc());
+    H3_CHECK(pkt && frame, "{}: out of memory allocating a decode frame", path_);
+    bool video_on = has_video() && on_video, audio_on = has_audio() && on_audio;
+    auto drain = [&](AVCodecContext* dec, bool& on, const std::function<bool(AVFrame*)>& cb) {
+      while (on) {
+        const int r = avcodec_receive_frame(dec, frame.get());
+        if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return;
+        H3_CHECK(r >= 0, "{}: decoding failed ({}); the file may be damaged", path_, av_error_text(r));
+        on = cb(frame.get());
+        av_frame_unref(frame.get());
+      }
+    };
+    try {
+      while (video_on || audio_on) {
+        const int r = av_read_frame(fc_, pkt);
+        if (r == AVERROR_EOF) break;
+        H3_CHECK(r >= 0, "{}: reading failed ({}); the file may be damaged", path_, av_error_text(r));
+        if (pkt->stream_index == vidx_ && video_on) {
+          const int s = avcodec_send_packet(vdec_, pkt);
+          if (s >= 0 || s == AVERROR(EAGAIN)) drain(vdec_, video_on, on_video);
+        } else if (pkt->stream_index == aidx_ && audio_on) {
+          const int s = avcodec_send_packet(adec_, pkt);
+          if (s >= 0 || s == AVERROR(EAGAIN)) drain(adec_, audio_on, on_audio);
+        }
+        av_packet_unref(pkt);
+      }
+      if (video_on) {
+        avcodec_send_packet(vdec_, nullptr);
+        drain(vdec_, video_on, on_video);
+      }
+      if (audio_on) {
+        avcodec_send_packet(adec_, nullptr);
+        drain(adec_, audio_on, on_audio);
+      }
+    } catch (...) {
+      av_packet_free(&pkt);
+      throw;
+    }
+    av_packet_free(&pkt);
+  }
+
+ private:
+  int open_decoder(AVMediaType type, AVCodecContext** dec) {
+    const int idx = av_find_best_stream(fc_, type, -1, -1, nullptr, 0);
+    if (idx < 0) return -1;
+    AVStream* st = fc_->streams[idx];
+    if (type == AVMEDIA_TYPE_VIDEO && (st->disposition & AV_DISPOSITION_ATTACHED_PIC) &&
+        fc_->nb_streams > 1) {
+      // Cover art of an audio file is not a picture the user meant as a reference.
+      bool other = false;
+      for (unsigned i = 0; i < fc_->nb_streams; ++i)
+        other |= static_cast<int>(i) != idx && fc_->streams[i]->codecpar->codec_type == AVMEDIA_TYPE_AUDIO;
+      if (other) return -1;
+    }
+    const AVCodec* codec = avcodec_find_decoder(st->codecpar->codec_id);
+    H3_CHECK(codec,
+             "{}: this libavcodec has no decoder for its {} stream ({}); convert the file (e.g. to PNG / "
+             "H.264 / WAV) or install a fuller FFmpeg",
+             path_, av_get_media_type_string(type), avcodec_get_name(st->codecpar->codec_id));
+    *dec = avcodec_alloc_context3(codec);
+    H3_CHECK(*dec, "{}: out of memory allocating a decoder", path_);
+    int ret = avcodec_parameters_to_context(*dec, st->codecpar);
+    if (ret >= 0) ret = avcodec_open2(*dec, codec, nullptr);
+    H3_CHECK(ret >= 0, "{}: cannot open the {} decoder ({})", path_, codec->name, av_error_text(ret));
+    return idx;
+  }
+
+  std::string path_;
+  AVFormatContext* fc_ = nullptr;
+  AVCodecContext *vdec_ = nullptr, *adec_ = nullptr;
+  int vidx_ = -1, aidx_ = -1;
+};
+
+// Frame holding to a constant rate: `emit(frame)` is called once per output frame with the source frame shown
+// at that time (see media_read.h). Source timestamps are taken relative to the first decoded frame.
+class FrameHolder {
+ public:
+  FrameHolder(int fps, int64_t max_out, AVStream* st, std::function<void(const AVFrame*)> emit)
+      : fps_(fps), max_out_(max_out), st_(st), emit_(std::move(emit)) {}
+
+  // Returns false once max_out frames were emitted.
+  bool push(const AVFrame* f) {
+    ++source_frames_;
+    const double t = time_of(f);
+    if (!cur_) {
+      t0_ = t;
+      cur_.reset(av_frame_clone(f));
+      cur_t_ = 0;
+      return !full();
+    }
+    const double rel = std::max(t - t0_, cur_t_);  // out-of-order stamps never go back in time
+    emit_until(rel);
+    last_delta_ = rel - cur_t_;
+    cur_.reset(av_frame_clone(f));
+    cur_t_ = rel;
+    return !full();
+  }
+  void finish() {
+    if (!cur_ || full()) return;
+    const AVRational r = st_->avg_frame_rate;
+    double dur = r.num > 0 && r.den > 0 ? av_q2d(av_inv_q(r)) : last_delta_ > 0 ? last_delta_ : 1.0 / fps_;
+    emit_until(cur_t_ + dur);
+    if (emitted_ == 0) {  // a picture shorter than one output frame still gives one frame
+      emit_(cur_.get());
+      ++emitted_;
+    }
+  }
+  int64_t emitted() const { return emitted_; }
+  int64_t source_frames() const { return source_frames_; }
+
+ private:
+  bool full() const { return max_out_ > 0 && emitted_ >= max_out_; }
+  double time_of(const AVFrame* f) {
+    const int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+    if (ts == AV_NOPTS_VALUE) {
+      const AVRational r = st_->avg_frame_rate;
+      const double step = r.num > 0 && r.den > 0 ? av_q2d(av_inv_q(r)) : 1.0 / fps_;
+      return static_cast<double>(source_frames_ - 1) * step;
+    }
+    return static_cast<double>(ts) * av_q2d(st_->time_base);
+  }
+  // Emits the current frame for every output time k / fps < end (1e-9 s of slack against rounding).
+  void emit_until(double end) {
+    while (!full() && static_cast<double>(emitted_) / fps_ < end - 1e-9) {
+      emit_(cur_.get());
+      ++emitted_;
+    }
+  }
+
+  int fps_;
+  int64_t max_out_;
+  AVStream* st_;
+  std::function<void(const AVFrame*)> emit_;
+  FramePtr cur_;
+  double t0_ = 0, cur_t_ = 0, last_delta_ = 0;
+  int64_t emitted_ = 0, source_frames_ = 0;
+};
+
+// Audio to planar f32 stereo at a fixed rate; mono is duplicated, more channels are mixed down by swr.
+class AudioCollector {
+ public:
+  AudioCollector(std::string path, int rate, int64_t max_samples)
+      : path_(std::move(path)), rate_(rate), max_(max_samples) {}
+  ~AudioCollector() {
+    swr_free(&swr_);
+    av_channel_layout_uninit(&out_layout_);
+  }
+  AudioCollector(const AudioCollector&) = delete;
+  AudioCollector& operator=(const AudioCollector&) = delete;
+
+  bool push(const AVFrame* f) {
+    if (!swr_) init(f);
+    convert(f->extended_data, f->nb_samples);
+    return !full();
+  }
+  void finish() {
+    if (swr_ && !full()) convert(nullptr, 0);
+    if (max_ > 0)
+      for (auto& c : ch_)
+        if (static_cast<int64_t>(c.size()) > max_) c.resize(static_cast<size_t>(max_));
+  }
+  int64_t samples() const { return static_cast<int64_t>(ch_[0].size()); }
+  Tensor tensor() const {
+    const int64_t n = samples();
+    Tensor t(DType::f32, {2, n});
+    float* p = t.data<float>();
+    for (int c = 0; c < 2; ++c) std::copy(ch_[c].begin(), ch_[c].end(), p + c * n);
+    return t;
+  }
+
+ private:
+  bool full() const { return max_ > 0 && samples() >= max_; }
+  void init(const AVFrame* f) {
+    in_channels_ = f->ch_layout.nb_channels;
+    H3_CHECK(in_channels_ >= 1, "{}: the audio stream has no channels", path_);
+    av_channel_layout_default(&out_layout_, in_channels_ == 1 ? 1 : 2);
+    AVChannelLayout in_layout{};
+    av_channel_layout_copy(&in_layout, &f->ch_layout);
+    const int ret = swr_alloc_set_opts2(&swr_, &out_layout_, AV_SAMPLE_FMT_FLTP, rate_, &in_layout,
+                                        static_cast<AVSampleFormat>(f->format), f->sample_rate, 0, nullptr);
+    av_channel_layout_uninit(&in_layout);
+    H3_CHECK(ret >= 0 && swr_ && swr_init(swr_) >= 0,
+             "{}: libswresample cannot convert {} Hz {}-channel {} audio to {} Hz", path_, f->sample_rate,
+             in_channels_, av_get_sample_fmt_name(static_cast<AVSampleFormat>(f->format)), rate_);
+  }
+  void convert(uint8_t** in, int n_in) {
+    const int cap = swr_get_out_samples(swr_, n_in) + 16;
+    if (cap <= 0) return;
+    std::vector<float> a(static_cast<size_t>(cap)), b(static_cast<size_t>(cap));
+    uint8_t* out[2] = {reinterpret_cast<uint8_t*>(a.data()), reinterpret_cast<uint8_t*>(b.data())};
+    const int got = swr_convert(swr_, out, cap, const_cast<const uint8_t**>(in), n_in);
+    H3_CHECK(got >= 0, "{}: resampling failed ({})", path_, av_error_text(got));
+    const bool mono = out_layout_.nb_channels == 1;
+    ch_[0].insert(ch_[0].end(), a.begin(), a.begin() + got);
+    ch_[1].insert(ch_[1].end(), (mono ? a : b).begin(), (mono ? a : b).begin() + got);
+  }
+
+  std::string path_;
+  int rate_;
+  int64_t max_;
+  SwrContext* swr_ = nullptr;
+  AVChannelLayout out_layout_{};
+  int in_channels_ = 0;
+  std::vector<float> ch_[2];
+};
+
+// One picture -> [3, H, W] f32 written at `dst` (plane stride H * W per channel, frame stride given).
+class PictureScaler {
+ public:
+  PictureScaler(std::string path, int64_t width, int64_t height, FitMode fit)
+      : path_(std::move(path)), W_(width), H_(height), fit_(fit) {}
+  ~PictureScaler() { sws_freeContext(sws_); }
+  PictureScaler(const PictureScaler&) = delete;
+  PictureScaler& operator=(const PictureScaler&) = delete;
+
+  // Writes channel c at dst + c * channel_stride, row-major H x W.
+  void scale(const AVFrame* f, float* dst, int64_t channel_stride) {
+    const int64_t w = f->width, h = f->height;
+    int64_t sw = W_, sh = H_;
+    if (fit_ == FitMode::cover) {
+      const double s = std::max(static_cast<double>(W_) / static_cast<double>(w),
+                                static_cast<double>(H_) / static_cast<double>(h));
+      sw = std::max<int64_t>(W_, std::llround(static_cast<double>(w) * s));
+      sh = std::max<int64_t>(H_, std::llround(static_cast<double>(h) * s));
+    }
+    sws_ = sws_getCachedContext(
+        sws_, static_cast<int>(w), static_cast<int>(h), static_cast<AVPixelFormat>(f->format),
+        static_cast<int>(sw), static_cast<int>(sh), AV_PIX_FMT_RGB24,
+        SWS_LANCZOS | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
+    H3_CHECK(sws_, "{}: libswscale cannot convert {}x{} {} pictures to {}x{} RGB", path_, w, h,
+             av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format)), sw, sh);
+    buf_.resize(static_cast<size_t>(sw * sh * 3));
+    uint8_t* out[4] = {buf_.data(), nullptr, nullptr, nullptr};
+    int out_stride[4] = {static_cast<int>(sw * 3), 0, 0, 0};
+    const int rows = sws_scale(sws_, f->data, f->linesize, 0, static_cast<int>(h), out, out_stride);
+    H3_CHECK(rows == sh, "{}: scaling gave {} rows, expected {}", path_, rows, sh);
+    const int64_t x0 = (sw - W_) / 2, y0 = (sh - H_) / 2;
+    for (int c = 0; c < 3; ++c)
+      for (int64_t y = 0; y < H_; ++y) {
+        const uint8_t* src = buf_.data() + ((y0 + y) * sw + x0) * 3 + c;
+        float* d = dst + c * channel_stride + y * W_;
+        for (int64_t x = 0; x < W_; ++x) d[x] = static_cast<float>(src[3 * x]) / 255.0f;
+      }
+  }
+
+ private:
+  std::string path_;
+  int64_t W_, H_;
+  FitMode fit_;
+  SwsContext* sws_ = nullptr;
+  std::vector<uint8_t> buf_;
+};
+
+void check_canvas_args(const std::string& path, int64_t width, int64_t height) {
+  H3_CHECK(width > 0 && height > 0 && width <= 16384 && height <= 16384,
+           "{}: cannot fit pictures to {}x{} (1..16384 pixels per side)", path, width, height);
+}
+
+}  // namespace
+
+MediaInfo scan_media(const std::string& path, int fps, int sample_rate) {
+  Demuxer d(path, true, true);
+  H3_CHECK(d.has_video() || d.has_audio(), "{} holds neither pictures nor sound that this FFmpeg can decode",
+           path);
+  MediaInfo info;
+  info.path = path;
+  info.format = d.format();
+  info.has_video = d.has_video();
+  info.has_audio = d.has_audio();
+  std::unique_ptr<FrameHolder> holder;
+  if (d.has_video()) {
+    info.width = d.vdec()->width;
+    info.height = d.vdec()->height;
+    info.video_codec = d.vdec()->codec->name;
+    holder = std::make_unique<FrameHolder>(fps, 0, d.video_stream(), [](const AVFrame*) {});
+  }
+  std::unique_ptr<AudioCollector> audio;
+  if (d.has_audio()) {
+    info.audio_codec = d.adec()->codec->name;
+    audio = std::make_unique<AudioCollector>(path, sample_rate, 0);
+  }
+  d.run(
+      [&](AVFrame* f) {
+        info.width = f->width;
+        info.height = f->height;
+        return holder->push(f);
+      },
+      [&](AVFrame* f) { return audio->push(f); });
+  if (holder) {
+    holder->finish();
+    info.frames = holder->emitted();
+    info.still = holder->source_frames() == 1;
+    if (holder->source_frames() == 0) info.has_video = false;
+  }
+  if (audio) {
+    audio->finish();
+    info.audio_samples = audio->samples();
+    if (info.audio_samples == 0) info.has_audio = false;
+  }
+  H3_CHECK(info.has_video || info.has_audio, "{}: no picture or sound could be decoded (empty streams)",
+           path);
+  return info;
+}
+
+Tensor read_picture(const std::string& path, int64_t width, int64_t height, FitMode fit) {
+  check_canvas_args(path, width, height);
+  Demuxer d(path, true, false);
+  H3_CHECK(d.has_video(), "{} holds no picture (an image such as PNG, JPEG or WebP is needed)", path);
+  Tensor out(DType::f32, {3, height, width});
+  PictureScaler scaler(path, width, height, fit);
+  bool got = false;
+  d.run(
+      [&](AVFrame* f) {
+        scaler.scale(f, out.data<float>(), height * width);
+        got = true;
+        return false;
+      },
+      {});
+  H3_CHECK(got, "{}: no picture could be decoded", path);
+  return out;
+}
+
+Tensor read_video_frames(const std::string& path, int fps, int64_t max_frames, int64_t width,
+                         int64_t height) {
+  check_canvas_args(path, width, height);
+  H3_CHECK(max_frames > 0 && max_frames <= 100000, "{}: cannot read {} frames", path, max_frames);
+  Demuxer d(path, true, false);
+  H3_CHECK(d.has_video(), "{} holds no pictures (a video file is needed)", path);
+  const int64_t plane = height * width;
+  std::vector<float> frames;  // [F][3][H][W] while reading, transposed to [3][F][H][W] at the end
+  PictureScaler scaler(path, width, height, FitMode::stretch);
+  FrameHolder holder(fps, max_frames, d.video_stream(), [&](const AVFrame* f) {
+    const size_t at = frames.size();
+    frames.resize(at + static_cast<size_t>(3 * plane));
+    scaler.scale(f, frames.data() + at, plane);
+  });
+  d.run([&](AVFrame* f) { return holder.push(f); }, {});
+  holder.finish();
+  const int64_t F = holder.emitted();
+  H3_CHECK(F > 0, "{}: no picture could be decoded", path);
+  Tensor out(DType::f32, {3, F, height, width});
+  float* o = out.data<float>();
+  for (int64_t f = 0; f < F; ++f)
+    for (int64_t c = 0; c < 3; ++c)
+      std::copy_n(frames.data() + (f * 3 + c) * plane, plane, o + (c * F + f) * plane);
+  return out;
+}
+
+Tensor read_audio(const std::string& path, int sample_rate, int64_t max_samples) {
+  H3_CHECK(sample_rate > 0, "{}: bad sample rate {}", path, sample_rate);
+  Demuxer d(path, false, true);
+  H3_CHECK(d.has_audio(), "{} holds no sound (an audio file, or a video with a soundtrack, is needed)", path);
+  AudioCollector audio(path, sample_rate, max_samples);
+  d.run({}, [&](AVFrame* f) { return audio.push(f); });
+  audio.finish();
+  H3_CHECK(audio.samples() > 0, "{}: the audio stream decodes to no samples", path);
+  return audio.tensor();
+}
+
+}  // namespace h3

@@ -1,0 +1,313 @@
+// Keyframes and references (pipeline/conditions.h).
+#include "pipeline/conditions.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/log.h"
+#include "media/media_read.h"
+#include "model/qwen3_text.h"
+#include "model/tokenizer.h"
+#include "pipeline/generate.h"
+#include "pipeline/geometry.h"
+#include "pipeline/synthetic.h"
+
+namespace h3 {
+
+namespace {
+
+// Condition k's augmentation noise comes from this stream of the request seed (0: video noise, 1: audio).
+constexpr uint64_t kConditionNoiseStream = 2;
+
+int64_t round_to_multiple(double v, int64_t m) {
+  return std::max<int64_t>(m, static_cast<int64_t>(std::nearbyint(v / static_cast<double>(m))) * m);
+}
+
+// Short edge `s`, area at most `max_pixels`, sides rounded to multiples of m (the 768 rule with other sizes).
+std::pair<int64_t, int64_t> canvas_of(int64_t w, int64_t h, int64_t s, int64_t max_pixels, int64_t m) {
+  const double r = static_cast<double>(w) / static_cast<double>(h);
+  double cw = r >= 1 ? static_cast<double>(s) * r : static_cast<double>(s);
+  double ch = r >= 1 ? static_cast<double>(s) : static_cast<double>(s) / r;
+  if (cw * ch > static_cast<double>(max_pixels)) {
+    const double k = std::sqrt(static_cast<double>(max_pixels) / (cw * ch));
+    cw *= k;
+    ch *= k;
+  }
+  return {round_to_multiple(cw, m), round_to_multiple(ch, m)};
+}
+
+void check_aspect(const MediaInfo& info, const std::string& what) {
+  const double r = static_cast<double>(info.width) / static_cast<double>(info.height);
+  H3_CHECK(info.width > 0 && info.height > 0 && r >= 0.25 && r <= 4.0,
+           "{} {} is {}x{}; its aspect must lie in 1:4 .. 4:1", what, info.path, info.width, info.height);
+}
+
+// scan_media with the condition named in its errors ("reference 2 (video): ...").
+MediaInfo scan_as(const std::string& path, const std::string& what) {
+  try {
+    return scan_media(path);
+  } catch (const Error& e) {
+    fail("{}: {}", what, e.what());
+  }
+}
+
+MediaInfo scan_picture(const std::string& path, const std::string& what) {
+  const MediaInfo info = scan_as(path, what);
+  H3_CHECK(info.has_video, "{} {} holds no picture (give a PNG, JPEG or WebP image)", what, path);
+  H3_CHECK(info.still, "{} {} is a video of {} frames; give a single picture (PNG, JPEG or WebP)", what, path,
+           info.frames);
+  check_aspect(info, what);
+  return info;
+}
+
+int64_t target_samples(const ResolvedRequest& r, const ModelLimits& lim) {
+  return r.frames * lim.audio_sample_rate / kFps;  // the generated duration, floor
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+std::vector<int64_t> shape_of(const ConditionMedia& m, int64_t channels) {
+  return {channels, m.latent_frames, m.latent_h, m.latent_w};
+}
+
+Tensor concat_rows(const std::vector<Tensor>& parts, int64_t width) {
+  int64_t n = 0;
+  for (const Tensor& t : parts) n += t.dim(0);
+  Tensor out(DType::f32, {n, width});
+  auto* o = static_cast<std::byte*>(out.raw());
+  for (const Tensor& t : parts) {
+    H3_ASSERT(t.dtype() == DType::f32 && t.ndim() == 2 && t.dim(1) == width, "condition rows {}",
+              t.describe());
+    std::memcpy(o, t.raw(), t.nbytes());
+    o += t.nbytes();
+  }
+  return out;
+}
+
+// [3, F, H, W] RGB in [0, 1] -> (x - imagenet_mean) / imagenet_std.
+Tensor imagenet_normalize(const Tensor& rgb01) {
+  static const double mean[3] = {0.485, 0.456, 0.406}, stdv[3] = {0.229, 0.224, 0.225};
+  Tensor out = rgb01.to(DType::f32);
+  float* p = out.data<float>();
+  const int64_t plane = out.numel() / 3;
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t i = 0; i < plane; ++i)
+      p[c * plane + i] = static_cast<float>((static_cast<double>(p[c * plane + i]) - mean[c]) / stdv[c]);
+  return out;
+}
+
+}  // namespace
+
+std::string condition_aspect(const GenerateRequest& req, const ModelLimits&) {
+  const std::string& kf = !req.first_image.empty() ? req.first_image : req.last_image;
+  if (kf.empty() || !req.references.empty()) return "";
+  const MediaInfo info =
+      scan_picture(kf, req.first_image.empty() ? "the last keyframe" : "the first keyframe");
+  return fmt::format("{}:{}", info.width, info.height);
+}
+
+void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const ModelLimits& lim) {
+  const bool keyframes = !req.first_image.empty() || !req.last_image.empty();
+  H3_CHECK(!(keyframes && !req.references.empty()),
+           "keyframes (first/last image) and references cannot be combined: fl2va and ref2va are different "
+           "models; give one or the other");
+  r.media.clear();
+  r.mode = keyframes ? "fl2va" : req.references.empty() ? "t2va" : "ref2va";
+  if (keyframes) {
+    for (const auto& [role, path] : {std::pair<std::string, std::string>{"first", req.first_image},
+                                     std::pair<std::string, std::string>{"last", req.last_image}}) {
+      if (path.empty()) continue;
+      scan_picture(path, "the " + role + " keyframe");
+      ConditionMedia m;
+      m.role = role;
+      m.path = path;
+      m.width = r.width;
+      m.height = r.height;
+      m.frames = 1;
+      m.latent_frames = 1;
+      m.latent_h = r.latent_h;
+      m.latent_w = r.latent_w;
+      r.media.push_back(std::move(m));
+    }
+    return;
+  }
+  if (req.references.empty()) return;  // t2va
+  const int64_t n = static_cast<int64_t>(req.references.size());
+  H3_CHECK(n <= lim.max_references, "{} references given; at most {} are allowed", n, lim.max_references);
+  const int64_t ratio = lim.vae_spatial_ratio, mult = lim.canvas_multiple;
+  const int64_t max_samples = target_samples(r, lim);
+  int counts[3] = {0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& ref = req.references[static_cast<size_t>(i)];
+    const std::string what = fmt::format("reference {} ({})", i + 1, ref.kind);
+    H3_CHECK(ref.kind == "image" || ref.kind == "video" || ref.kind == "audio",
+             "reference {} has kind \"{}\"; allowed: image, video, audio", i + 1, ref.kind);
+    H3_CHECK(!ref.path.empty(), "{}: no file given", what);
+    ConditionMedia m;
+    m.role = ref.kind;
+    m.path = ref.path;
+    if (ref.kind == "image") {
+      const MediaInfo info = scan_picture(ref.path, what);
+      ++counts[0];
+      // Short edge to ref_image_short_edge (rounded to the canvas multiple), either way, no area cap.
+      const double s = static_cast<double>(lim.ref_image_short_edge) /
+                       static_cast<double>(std::min(info.width, info.height));
+      m.width = round_to_multiple(static_cast<double>(info.width) * s, mult);
+      m.height = round_to_multiple(static_cast<double>(info.height) * s, mult);
+      m.frames = 1;
+      m.latent_frames = 1;
+    } else if (ref.kind == "video") {
+      const MediaInfo info = scan_as(ref.path, what);
+      H3_CHECK(info.has_video, "{} {} holds no pictures; give a video file (or use kind audio)", what,
+               ref.path);
+      H3_CHECK(!info.still, "{} {} is a single picture; give it as an image reference", what, ref.path);
+      check_aspect(info, what);
+      ++counts[1];
+      const int64_t avail = std::min(info.frames, r.frames);
+      H3_CHECK(avail >= 5, "{} {} has {} frames at 24 fps; at least 5 are needed", what, ref.path,
+               info.frames);
+      m.frames = (avail - 5) / kFramesPerChunk * kFramesPerChunk + 5;  // snapped down to 17n+5
+      if (m.frames != info.frames)
+        r.notes.push_back(fmt::format("{}: {} frames at 24 fps, {} used (17n+5, at most the target's {})",
+                                      what, info.frames, m.frames, r.frames));
+      const auto [w, h] =
+          canvas_of(info.width, info.height, lim.ref_video_short_edge, lim.ref_video_max_pixels, mult);
+      m.width = w;
+      m.height = h;
+      m.latent_frames = video_latent_frames(m.frames);
+      if (info.has_audio) {
+        m.audio_samples = std::min(info.audio_samples, max_samples);
+        m.audio_latents = ceil_div(m.audio_samples, lim.audio_hop);
+      }
+    } else {
+      const MediaInfo info = scan_as(ref.path, what);
+      H3_CHECK(info.has_audio, "{} {} holds no sound; give an audio file (WAV, FLAC, MP3, AAC, ...)", what,
+               ref.path);
+      ++counts[2];
+      m.audio_samples = std::min(info.audio_samples, max_samples);
+      m.audio_latents = ceil_div(m.audio_samples, lim.audio_hop);
+    }
+    if (m.visual()) {
+      m.latent_h = m.height / ratio;
+      m.latent_w = m.width / ratio;
+    }
+    r.media.push_back(std::move(m));
+  }
+  r.notes.push_back(
+      fmt::format("ref2va: {} image, {} video, {} audio reference(s)", counts[0], counts[1], counts[2]));
+}
+
+PackedLayout request_layout(const ResolvedRequest& r, const std::vector<int64_t>& text_tags) {
+  const TargetGrid grid{r.latent_frames, r.latent_h, r.latent_w, r.audio_latents};
+  if (r.mode == "ref2va") {
+    std::vector<Reference> refs;
+    for (const ConditionMedia& m : r.media) {
+      Reference ref;
+      ref.kind = m.role == "image"   ? Reference::Kind::image
+                 : m.role == "video" ? Reference::Kind::video
+                                     : Reference::Kind::audio;
+      ref.latent_frames = m.latent_frames;
+      ref.latent_h = m.latent_h;
+      ref.latent_w = m.latent_w;
+      ref.audio_latents = m.audio_latents;
+      refs.push_back(ref);
+    }
+    return build_ref2va_layout(text_tags, grid, refs);
+  }
+  std::vector<KeyframeAnchor> anchors;
+  for (const ConditionMedia& m : r.media) {
+    H3_CHECK(m.role == "first" || m.role == "last", "{} request with a \"{}\" condition", r.mode, m.role);
+    anchors.push_back(m.role == "first" ? KeyframeAnchor::first : KeyframeAnchor::last);
+  }
+  return build_fl2va_layout(text_tags, grid, anchors);
+}
+
+ConditionRows encode_conditions(const ResolvedRequest& r, const VideoVae& vvae, const AudioVae& avae) {
+  const int64_t C = vvae.config().latent_channels, Ca = avae.config().latent_channels;
+  const int sample_rate = static_cast<int>(avae.config().sampling_rate);
+  std::vector<Tensor> vrows, arows;
+  uint64_t visual_index = 0;
+  for (const ConditionMedia& m : r.media) {
+    // Sound first: a video's soundtrack rows come before its video rows (only the order within each list
+    // matters here).
+    if (m.audio_samples > 0) {
+      const Tensor wave = read_audio(m.path, sample_rate, m.audio_samples);
+      H3_CHECK(wave.dim(1) == m.audio_samples,
+               "{}: read {} audio samples, the request was resolved with {}; "
+               "did the file change?",
+               m.path, wave.dim(1), m.audio_samples);
+      const Tensor w3 = wave.reshape({2, 1, wave.dim(1)});
+      const Tensor z = avae.normalize(avae.encode_mean(w3.to(avae.compute_dtype()))).to(DType::f32);
+      H3_CHECK(z.shape() == (Shape{2, Ca, m.audio_latents}), "{}: audio latents {} instead of [2, {}, {}]",
+               m.path, z.describe(), Ca, m.audio_latents);
+      arows.push_back(pack_audio(z).to(DType::f32));
+    }
+    if (!m.visual()) continue;
+    Tensor pix;
+    if (m.role == "video") {
+      pix = read_video_frames(m.path, static_cast<int>(kFps), m.frames, m.width, m.height);
+      H3_CHECK(pix.dim(1) == m.frames,
+               "{}: read {} frames, the request was resolved with {}; did the file "
+               "change?",
+               m.path, pix.dim(1), m.frames);
+    } else {
+      const FitMode fit = m.role == "last" ? FitMode::cover : FitMode::stretch;
+      pix = read_picture(m.path, m.width, m.height, fit).reshape({3, 1, m.height, m.width});
+    }
+    const Tensor mean = vvae.encode_mean(imagenet_normalize(pix).to(vvae.compute_dtype()));
+    Tensor z = vvae.normalize(mean).to(DType::f32);
+    H3_CHECK(z.shape() == Shape(shape_of(m, C)), "{}: video latents {} instead of [{}, {}, {}, {}]", m.path,
+             z.describe(), C, m.latent_frames, m.latent_h, m.latent_w);
+    // x = 0.999 z + 0.001 e, once (the rows stay fixed through the loop).
+    const Tensor e = seeded_normal(z.shape(), r.seed, kConditionNoiseStream + visual_index++);
+    float* zp = z.data<float>();
+    const float* ep = e.data<float>();
+    const auto keep = static_cast<float>(kConditionNoiseAug),
+               mix = static_cast<float>(1.0 - kConditionNoiseAug);
+    for (int64_t i = 0; i < z.numel(); ++i) zp[i] = keep * zp[i] + mix * ep[i];
+    vrows.push_back(patchify_video(z).to(DType::f32));
+  }
+  ConditionRows out;
+  out.video = concat_rows(vrows, C * kPatch * kPatch);
+  out.audio = concat_rows(arows, Ca);
+  return out;
+}
+
+std::string prompt_text_without_vision(const ResolvedRequest& r) {
+  bool visual = false;
+  for (const ConditionMedia& m : r.media) visual |= m.visual();
+  if (visual || r.media.empty()) return r.prompt;
+  std::string text;
+  int j = 0;
+  for (const ConditionMedia& m : r.media)
+    if (m.role == "audio") text += fmt::format("<Audio {}>: ", ++j);
+  return text + r.prompt;
+}
+
+PromptEncoding encode_prompt_with_media(const ResolvedRequest& r, const Tokenizer& tok,
+                                        const QwenTextModel& text, int64_t layer) {
+  PromptEncoding out;
+  int pictures = 0, videos = 0;
+  for (const ConditionMedia& m : r.media) {
+    pictures += m.role == "first" || m.role == "last" || m.role == "image";
+    videos += m.role == "video";
+  }
+  if (pictures + videos > 0) {
+    out.warnings.push_back(
+        fmt::format("{}: the Qwen3-VL vision tower is not wired in yet (pipeline/conditions.cpp "
+                    "encode_prompt_with_media), so "
+                    "the {} picture(s) and {} video(s) are absent from the prompt: no <Picture i>/<Video k> "
+                    "labels and no "
+                    "vision rows; the prompt text is encoded alone (the VAE condition rows are still used)",
+                    r.mode, pictures, videos));
+    spdlog::warn("{}", out.warnings.back());
+  }
+  const std::vector<int32_t> ids = tok.encode(prompt_text_without_vision(r));
+  H3_CHECK(!ids.empty(), "the prompt gives no tokens");
+  out.embeds = text.hidden_state(ids, layer).to(DType::f32);
+  return out;
+}
+
+}  // namespace h3
