@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "dist/comm.h"
 #include "model/dit_verify.h"
+#include "model/qwen3vl_verify.h"
 #include "model/text_verify.h"
 #include "model/vae_verify.h"
 #include "pipeline/layout_verify.h"
@@ -89,9 +90,10 @@ Runner add_verify(CLI::App& app) {
       Comm* comm = world().size() > 1 ? &world() : nullptr;
       const bool root = world().rank() == 0;
       if (root)
-        std::printf("verify %s: video VAE golden set, precision %s, decode on %d rank(s)\n", o->file.c_str(),
-                    o->precision.c_str(), world().size());
-      VerifyReport rep = verify_video_vae_file(f, precision_from_name(o->precision), comm);
+        std::printf("verify %s: video VAE golden set, precision %s, decode on %d rank(s) on the %s\n",
+                    o->file.c_str(), o->precision.c_str(), world().size(), g_device == "cuda" ? "GPU" : "CPU");
+      VerifyReport rep = verify_video_vae_file(f, precision_from_name(o->precision), comm,
+                                               g_device == "cuda" ? Device::cuda : Device::cpu);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
@@ -99,17 +101,29 @@ Runner add_verify(CLI::App& app) {
       Comm* comm = world().size() > 1 ? &world() : nullptr;
       const bool root = world().rank() == 0;
       if (root)
-        std::printf("verify %s: audio VAE golden set, precision %s, decode on %d rank(s)\n", o->file.c_str(),
-                    o->precision.c_str(), world().size());
-      VerifyReport rep = verify_audio_vae_file(f, precision_from_name(o->precision), comm);
+        std::printf("verify %s: audio VAE golden set, precision %s, decode on %d rank(s) on the %s\n",
+                    o->file.c_str(), o->precision.c_str(), world().size(), g_device == "cuda" ? "GPU" : "CPU");
+      VerifyReport rep = verify_audio_vae_file(f, precision_from_name(o->precision), comm,
+                                               g_device == "cuda" ? Device::cuda : Device::cpu);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
-    if (looks_like_qwen_text_golden(f)) {
-      std::printf("verify %s: Qwen3-VL text decoder golden set, precision %s\n", o->file.c_str(),
-                  o->precision.c_str());
-      VerifyReport rep = verify_qwen_text_file(f, precision_from_name(o->precision));
+    if (looks_like_qwen3vl_vision_golden(f)) {
+      std::printf("verify %s: Qwen3-VL vision golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
+      VerifyReport rep = verify_qwen3vl_vision_file(f, precision_from_name(o->precision));
       rep.print(stdout);
+      return rep.pass() ? 0 : 1;
+    }
+    if (looks_like_qwen_text_golden(f)) {
+      Comm* comm = world().size() > 1 ? &world() : nullptr;
+      const bool root = world().rank() == 0;
+      if (root)
+        std::printf("verify %s: Qwen3-VL text decoder golden set, precision %s on the %s, %d rank(s) "
+                    "tensor-parallel\n",
+                    o->file.c_str(), o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU", world().size());
+      VerifyReport rep = verify_qwen_text_file(f, precision_from_name(o->precision), comm,
+                                               g_device == "cuda" ? Device::cuda : Device::cpu);
+      if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
     std::printf("FAIL: %s is not a golden set this version can verify (DiT sets, layout sets)\n", o->file.c_str());

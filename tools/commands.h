@@ -22,6 +22,7 @@ Runner add_bench_comm(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_vae_parity(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_bench_decode(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_serve_worker(CLI::App& app);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/comm.h"
+#include "dist/comm_device.h"
 #include "dist/launch.h"
 
 int main(int argc, char** argv) {
@@ -27,6 +28,11 @@ int main(int argc, char** argv) {
   app.add_flag("--deterministic", deterministic,
                "GPU: fixed GEMM and attention choices so ulysses/ulysses-ag give bitwise equal outputs at every world "
                "size")->envname("H3_DETERMINISTIC");
+  std::string transport = "auto";
+  app.add_option("--transport", transport,
+                 "how GPU ranks exchange device tensors: nccl (one GPU per rank), mpi (through host memory; ranks may "
+                 "share a GPU) or auto (nccl when every rank has its own GPU)")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}))->envname("H3_TRANSPORT");
   app.fallthrough();
   std::map<CLI::App*, h3::cli::Runner> runners;
   auto reg = [&](h3::cli::Runner (*add)(CLI::App&)) {
@@ -43,6 +49,7 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_convert);
   reg(h3::cli::add_vae_parity);
   reg(h3::cli::add_bench);
+  reg(h3::cli::add_bench_decode);
   reg(h3::cli::add_generate);
   reg(h3::cli::add_serve);
   reg(h3::cli::add_serve_worker);
@@ -67,6 +74,7 @@ int main(int argc, char** argv) {
   h3::cli::g_ranks = ranks;
   h3::cli::g_device = device;
   h3::cli::g_deterministic = deterministic;
+  h3::set_device_transport(h3::transport_from_name(transport));
   if (h3::in_mpi_job() && ranks > 1 && world.size() != ranks)
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
   int status = 2;

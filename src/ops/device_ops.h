@@ -27,6 +27,21 @@ struct DeviceOps {
                           const Tensor& idx, bool bf16) = nullptr;
   Tensor (*qk_norm_rope)(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
                          const Tensor& sin, bool bf16) = nullptr;
+  // The VAE decoders' ops (ops_conv.h, ops_vae.h); backend/cuda/cuda_vae_ops.cpp fills them.
+  Tensor (*layer_norm)(const Tensor& x, const Tensor* w, const Tensor* b, double eps) = nullptr;
+  Tensor (*conv1d)(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,
+                   int64_t groups) = nullptr;
+  Tensor (*conv_transpose1d)(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad,
+                             int64_t groups) = nullptr;
+  Tensor (*pad1d)(const Tensor& x, int64_t left, int64_t right, int mode) = nullptr;  // mode: ops::PadMode
+  Tensor (*add_scaled)(const Tensor& x, const Tensor& y, const Tensor& scale) = nullptr;
+  Tensor (*unpatchify3d)(const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t channels, int64_t pt,
+                         int64_t r) = nullptr;
+  Tensor (*snake_beta)(const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain) = nullptr;
+  Tensor (*slice_last)(const Tensor& x, int64_t begin, int64_t end) = nullptr;
+  Tensor (*divide_clamp)(const Tensor& x, double divisor, double lo, double hi) = nullptr;
+  // The text tower's causal grouped-query attention (ops_conv.h); backend/cuda/cuda_text_ops.cpp fills it.
+  Tensor (*attention_causal)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) = nullptr;
 };
 
 void register_device_ops(const DeviceOps& ops);

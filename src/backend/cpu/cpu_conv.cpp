@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_checks.h"
 #include "core/parallel.h"
+#include "ops/device_ops.h"
 #include "ops/ops_conv.h"
 
 namespace h3::ops {
@@ -159,6 +160,7 @@ Tensor group_norm_frames(const Tensor& x, int64_t groups, const Tensor* w, const
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps) {
+  H3_DEVICE_DISPATCH(x, layer_norm, x, w, b, eps);
   need_float(x, "layer_norm", "x");
   const int64_t C = x.dim(-1), N = x.numel() / std::max<int64_t>(C, 1);
   if (w) H3_ASSERT(w->numel() == C, "layer_norm: weight {} for width {}", w->describe(), C);
@@ -194,6 +196,7 @@ Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps)
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,
               int64_t groups) {
+  H3_DEVICE_DISPATCH(x, conv1d, x, w, bias, stride, pad, dilation, groups);
   need_float(x, "conv1d", "x");
   same_dtype(x, w, "conv1d");
   H3_ASSERT(x.ndim() == 3 && w.ndim() == 3, "conv1d: x {} w {}", x.describe(), w.describe());
@@ -241,6 +244,7 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stri
 
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad,
                         int64_t groups) {
+  H3_DEVICE_DISPATCH(x, conv_transpose1d, x, w, bias, stride, pad, groups);
   need_float(x, "conv_transpose1d", "x");
   same_dtype(x, w, "conv_transpose1d");
   H3_ASSERT(x.ndim() == 3 && w.ndim() == 3 && w.dim(0) == x.dim(1) && groups > 0 && x.dim(1) % groups == 0,
@@ -282,6 +286,7 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, in
 }
 
 Tensor pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode) {
+  H3_DEVICE_DISPATCH(x, pad1d, x, left, right, static_cast<int>(mode));
   need_float(x, "pad1d", "x");
   const int64_t L = x.dim(-1), rows = x.numel() / std::max<int64_t>(L, 1), Lo = L + left + right;
   if (mode == PadMode::reflect)
@@ -303,6 +308,7 @@ Tensor pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode) {
 }
 
 Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
+  H3_DEVICE_DISPATCH(q, attention_causal, q, k, v, d);
   need_float(q, "attention_causal", "q");
   same_dtype(q, k, "attention_causal");
   same_dtype(q, v, "attention_causal");

@@ -11,6 +11,8 @@
 namespace h3::cuda {
 
 ElemType elem_type(DType t);  // cuda_runtime.cpp
+void register_vae_ops(ops::DeviceOps& t);  // cuda_vae_ops.cpp
+void register_text_ops(ops::DeviceOps& t);  // cuda_text_ops.cpp
 
 namespace {
 
@@ -297,6 +299,8 @@ void register_ops() {
   t.procedural = procedural;
   t.norm_modulate = norm_modulate;
   t.qk_norm_rope = qk_norm_rope;
+  register_vae_ops(t);
+  register_text_ops(t);
   ops::register_device_ops(t);
 }
 
