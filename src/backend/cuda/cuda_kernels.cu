@@ -203,11 +203,15 @@ bool aligned16(std::initializer_list<const void*> ps) {
   return true;
 }
 
+// The 16-byte element-wise kernels find a chunk's row with one division in I: uint32_t whenever the tensor has
+// fewer than 2^31 elements (64-bit division is a long software sequence that costs more than the memory traffic).
+template <typename I>
 __global__ void modulate_vec(const __nv_bfloat16* h, const __nv_bfloat16* shift, const __nv_bfloat16* scale,
                              const int32_t* idx, __nv_bfloat16* out, int64_t rows, int64_t cols, bool bf) {
-  const int64_t n8 = rows * cols / 8;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = i * 8, r = e / cols, c = e % cols, t = int64_t(idx[r]) * cols + c;
+  const I n8 = static_cast<I>(rows * cols / 8), per_row = static_cast<I>(cols / 8);
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += I(gridDim.x) * blockDim.x) {
+    const I r = i / per_row, c = (i - r * per_row) * 8;
+    const int64_t e = int64_t(i) * 8, t = int64_t(idx[r]) * cols + c;
     Bf8 a = load8(h + e);
     const Bf8 sc = load8(scale + t), sh = load8(shift + t);
     for (int j = 0; j < 8; ++j)
@@ -216,11 +220,13 @@ __global__ void modulate_vec(const __nv_bfloat16* h, const __nv_bfloat16* shift,
   }
 }
 
+template <typename I>
 __global__ void gate_residual_vec(const __nv_bfloat16* x, const __nv_bfloat16* gate, const int32_t* idx,
                                   const __nv_bfloat16* y, __nv_bfloat16* out, int64_t rows, int64_t cols, bool bf) {
-  const int64_t n8 = rows * cols / 8;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = i * 8, r = e / cols, c = e % cols;
+  const I n8 = static_cast<I>(rows * cols / 8), per_row = static_cast<I>(cols / 8);
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += I(gridDim.x) * blockDim.x) {
+    const I r = i / per_row, c = (i - r * per_row) * 8;
+    const int64_t e = int64_t(i) * 8;
     Bf8 a = load8(x + e);
     const Bf8 g = load8(gate + int64_t(idx[r]) * cols + c), b = load8(y + e);
     for (int j = 0; j < 8; ++j) a.v[j] = bf ? rb(a.v[j] + rb(g.v[j] * b.v[j])) : a.v[j] + g.v[j] * b.v[j];
@@ -228,12 +234,14 @@ __global__ void gate_residual_vec(const __nv_bfloat16* x, const __nv_bfloat16* g
   }
 }
 
+template <typename I>
 __global__ void swiglu_vec(const __nv_bfloat16* u, __nv_bfloat16* out, int64_t rows, int64_t f, bool bf) {
-  const int64_t n8 = rows * f / 8;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = i * 8, r = e / f, j = e % f;
-    Bf8 value = load8(u + r * 2 * f + j);
-    const Bf8 g = load8(u + r * 2 * f + f + j);
+  const I n8 = static_cast<I>(rows * f / 8), per_row = static_cast<I>(f / 8);
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += I(gridDim.x) * blockDim.x) {
+    const I r = i / per_row, j = (i - r * per_row) * 8;
+    const int64_t e = int64_t(i) * 8;
+    Bf8 value = load8(u + int64_t(r) * 2 * f + j);
+    const Bf8 g = load8(u + int64_t(r) * 2 * f + f + j);
     for (int k = 0; k < 8; ++k) {
       const float sg = g.v[k] / (1.0f + expf(-g.v[k]));
       value.v[k] = bf ? rb(value.v[k] * rb(sg)) : value.v[k] * sg;
@@ -360,11 +368,11 @@ __global__ void qk_norm_rope_d128(const __nv_bfloat16* x, const __nv_bfloat16* w
   const int c0 = lane * 8;
   Bf8 a{};
   if (active) a = load8(x + base + c0);
+  const Bf8 wv = load8(w + c0);  // independent of x: in flight together
   float ss = 0.f;
   for (int j = 0; j < 8; ++j) ss += a.v[j] * a.v[j];
   for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the half warp
   const float inv = 1.0f / sqrtf(ss / 128.0f + eps);
-  const Bf8 wv = load8(w + c0);
   for (int j = 0; j < 8; ++j) {
     a.v[j] = rb((a.v[j] * inv) * wv.v[j]);
     v[c0 + j] = a.v[j];
@@ -519,7 +527,8 @@ cudaError_t modulate(const void* h, const void* shift, const void* scale, const 
   if (rows * cols == 0) return cudaSuccess;
   if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({h, shift, scale, out})) {
     using B = __nv_bfloat16;
-    modulate_vec<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(
+    auto kernel = rows * cols < (int64_t(1) << 31) ? modulate_vec<uint32_t> : modulate_vec<int64_t>;
+    kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(
         static_cast<const B*>(h), static_cast<const B*>(shift), static_cast<const B*>(scale), idx, static_cast<B*>(out),
         rows, cols, bf);
     return cudaGetLastError();
@@ -537,7 +546,8 @@ cudaError_t gate_residual(const void* x, const void* gate, const int32_t* idx, c
   if (rows * cols == 0) return cudaSuccess;
   if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({x, gate, y, out})) {
     using B = __nv_bfloat16;
-    gate_residual_vec<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(
+    auto kernel = rows * cols < (int64_t(1) << 31) ? gate_residual_vec<uint32_t> : gate_residual_vec<int64_t>;
+    kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(
         static_cast<const B*>(x), static_cast<const B*>(gate), idx, static_cast<const B*>(y), static_cast<B*>(out), rows,
         cols, bf);
     return cudaGetLastError();
@@ -577,8 +587,8 @@ cudaError_t swiglu(const void* u, void* out, ElemType t, int64_t rows, int64_t f
   if (rows * f == 0) return cudaSuccess;
   if (t == ElemType::bf16 && f % 8 == 0 && aligned16({u, out})) {
     using B = __nv_bfloat16;
-    swiglu_vec<<<blocks_for(rows * f / 8), kThreads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
-                                                             bf);
+    auto kernel = rows * f < (int64_t(1) << 31) ? swiglu_vec<uint32_t> : swiglu_vec<int64_t>;
+    kernel<<<blocks_for(rows * f / 8), kThreads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f, bf);
     return cudaGetLastError();
   }
   return by_type(t, [&](auto tag) {
