@@ -2,6 +2,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "dist/comm_check.h"
 
 namespace h3 {
 
@@ -50,8 +51,14 @@ DistPlan DistPlan::make(Comm& comm, const DistOptions& opt, int heads, int ffn_d
   // On GPUs, the groups that exchange activations get NCCL when every rank has its own GPU.
   if (gpu_backend_started() && pick_device_transport(comm) == Transport::nccl) {
     p.transport = "nccl";
-    if (p.tp_comm->size() > 1) p.tp_comm = std::shared_ptr<Comm>(make_nccl_comm(*p.tp_comm, p.tp_comm));
-    if (p.sp_comm->size() > 1) p.sp_comm = std::shared_ptr<Comm>(make_nccl_comm(*p.sp_comm, p.sp_comm));
+    if (p.tp_comm->size() > 1) {
+      p.tp_comm = std::shared_ptr<Comm>(make_nccl_comm(*p.tp_comm, p.tp_comm));
+      comm_probe(*p.tp_comm, "NCCL (tensor-parallel group)");
+    }
+    if (p.sp_comm->size() > 1) {
+      p.sp_comm = std::shared_ptr<Comm>(make_nccl_comm(*p.sp_comm, p.sp_comm));
+      comm_probe(*p.sp_comm, "NCCL (sequence-parallel group)");
+    }
   }
   return p;
 }

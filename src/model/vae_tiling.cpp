@@ -1,5 +1,7 @@
 #include "model/vae_tiling.h"
 
+#include "core/parallel.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -29,8 +31,11 @@ Tensor slice_dim(const Tensor& t, int dim, int64_t begin, int64_t end) {
   const auto* src = static_cast<const std::byte*>(t.raw());
   auto* dst = static_cast<std::byte*>(out.raw());
   const size_t chunk = static_cast<size_t>((end - begin) * inner) * es;
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(dst + o * chunk, src + (static_cast<size_t>((o * n + begin) * inner)) * es, chunk);
+  // Pure copies, so splitting the outer index over threads cannot change a value (full-size stitches move GBs).
+  parallel_for(outer, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      std::memcpy(dst + o * chunk, src + (static_cast<size_t>((o * n + begin) * inner)) * es, chunk);
+  });
   return out;
 }
 
@@ -56,8 +61,10 @@ Tensor concat_dim(const std::vector<Tensor>& parts, int dim) {
     const int64_t pn = p.dim(dim);
     const auto* src = static_cast<const std::byte*>(p.raw());
     const size_t chunk = static_cast<size_t>(pn * inner) * es;
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(dst + static_cast<size_t>((o * n + offset) * inner) * es, src + o * chunk, chunk);
+    parallel_for(outer, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o)
+        std::memcpy(dst + static_cast<size_t>((o * n + offset) * inner) * es, src + o * chunk, chunk);
+    });
     offset += pn;
   }
   return out;
@@ -70,20 +77,32 @@ Tensor blend_dim(const Tensor& a, const Tensor& b, int64_t extent, int dim) {
   H3_ASSERT(ao == bo && ai == bi && a.dtype() == b.dtype(), "blend_dim: {} vs {} along {}", a.describe(),
             b.describe(), dim);
   const int64_t e = std::min({an, bn, extent});
-  Tensor out = b.clone();
+  Tensor out(b.dtype(), b.shape());  // a copy of b, made by all threads
+  {
+    const auto* src = static_cast<const std::byte*>(b.raw());
+    auto* dst = static_cast<std::byte*>(out.raw());
+    const int64_t bytes = static_cast<int64_t>(b.nbytes()), block = int64_t{1} << 20;
+    parallel_for((bytes + block - 1) / block, [&](int64_t k0, int64_t k1) {
+      const int64_t from = k0 * block, to = std::min(bytes, k1 * block);
+      std::memcpy(dst + from, src + from, static_cast<size_t>(to - from));
+    });
+  }
   if (e <= 0) return out;
   auto run = [&]<typename T>(T) {
     const T* ap = a.data<T>();
     T* op = out.data<T>();
-    for (int64_t p = 0; p < e; ++p) {
-      const T wb = T(static_cast<double>(p)) / T(static_cast<double>(e));
-      const T wa = T(1) - wb;
-      for (int64_t o = 0; o < ao; ++o) {
-        const T* ar = ap + (o * an + an - e + p) * ai;
-        T* br = op + (o * bn + p) * bi;
-        for (int64_t i = 0; i < ai; ++i) br[i] = ar[i] * wa + br[i] * wb;
+    // Every element is blended once with its own weights: the outer index may be split over threads.
+    parallel_for(ao, [&](int64_t o0, int64_t o1) {
+      for (int64_t p = 0; p < e; ++p) {
+        const T wb = T(static_cast<double>(p)) / T(static_cast<double>(e));
+        const T wa = T(1) - wb;
+        for (int64_t o = o0; o < o1; ++o) {
+          const T* ar = ap + (o * an + an - e + p) * ai;
+          T* br = op + (o * bn + p) * bi;
+          for (int64_t i = 0; i < ai; ++i) br[i] = ar[i] * wa + br[i] * wb;
+        }
       }
-    }
+    });
   };
   if (a.dtype() == DType::f32) run(float{}); else run(double{});
   return out;
