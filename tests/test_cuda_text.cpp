@@ -12,31 +12,15 @@
 #include "ops/ops_conv.h"
 #include "pipeline/synthetic.h"
 
+#include "gpu_test.h"
+
 namespace h3 {
 namespace {
 
-bool gpu_ready() {
-  static const bool ok = [] {
-    try {
-      start_gpu_backend({0, true});
-      return true;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "no GPU: %s\n", e.what());
-      return false;
-    }
-  }();
-  return ok;
-}
-
-#define H3_REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "SKIPPED LOUDLY: no usable NVIDIA GPU (the GPU tests run on the device machine)"
+using test::gpu_ready;
 
 // Random f32 values with bf16-exact magnitudes, so both backends start from identical inputs.
-Tensor rnd(Shape s, uint64_t seed) {
-  Tensor t = seeded_normal(s, seed, 9);
-  for (auto& v : t.span<float>()) v = round_bf16(v);
-  return t;
-}
+Tensor rnd(Shape s, uint64_t seed) { return test::bf16_exact_normal(s, seed, 9); }
 
 TEST(CudaText, AttentionCausalMatchesCpuOnOddShapesWithGroupedHeads) {
   H3_REQUIRE_GPU();

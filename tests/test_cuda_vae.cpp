@@ -20,32 +20,15 @@
 #include "pipeline/procedural_models.h"
 #include "pipeline/synthetic.h"
 
+#include "gpu_test.h"
+
 namespace h3 {
 namespace {
 
-bool gpu_ready() {
-  static const bool ok = [] {
-    try {
-      start_gpu_backend({0, true});
-      return true;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "no GPU: %s\n", e.what());
-      return false;
-    }
-  }();
-  return ok;
-}
-
-#define H3_REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "SKIPPED LOUDLY: no usable NVIDIA GPU (the GPU tests run on the device machine)"
+using test::gpu_ready;
 
 // Random f32 values with bf16-exact magnitudes, so both backends start from identical inputs in either dtype.
-Tensor rnd(Shape s, uint64_t seed, double scale = 1.0) {
-  Tensor t = seeded_normal(s, seed, 11);
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = round_bf16(static_cast<float>(p[i] * scale));
-  return t;
-}
+Tensor rnd(Shape s, uint64_t seed, double scale = 1.0) { return test::bf16_exact_normal(s, seed, 11, scale); }
 Tensor gpu(const Tensor& t, DType dt = DType::f32) { return t.to_device(Device::cuda).to(dt); }
 
 void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {

@@ -9,6 +9,7 @@
 #include <initializer_list>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_device.cuh"
 
 namespace h3::cuda {
 
@@ -21,32 +22,9 @@ int blocks_for(int64_t n, int per_block = kThreads) {
   return static_cast<int>(b < 65535 * 32 ? (b > 0 ? b : 1) : 65535 * 32);
 }
 
-__device__ __forceinline__ float rb(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-template <typename T> __device__ __forceinline__ float ld(const T* p, int64_t i);
-template <> __device__ __forceinline__ float ld<float>(const float* p, int64_t i) { return p[i]; }
-template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-template <typename T> __device__ __forceinline__ void st(T* p, int64_t i, float v);
-template <> __device__ __forceinline__ void st<float>(float* p, int64_t i, float v) { p[i] = v; }
-template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
 
-// Calls f(T{}) for the two activation types.
-template <typename F>
-cudaError_t by_type(ElemType t, F f) {
-  if (t == ElemType::f32) f(float{});
-  else if (t == ElemType::bf16) f(__nv_bfloat16{});
-  else return cudaErrorInvalidValue;
-  return cudaGetLastError();
-}
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // ---- conversion ----
 __device__ double load_any(const void* p, ElemType t, int64_t i) {
@@ -264,19 +242,6 @@ template <typename T> __device__ __forceinline__ float round_to(float v);
 template <> __device__ __forceinline__ float round_to<float>(float v) { return v; }
 template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float v) { return rb(v); }
 
-__device__ float block_sum(float v, float* shared32) {
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) shared32[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float w = threadIdx.x < (blockDim.x + 31) / 32 ? shared32[threadIdx.x] : 0.f;
-    w = warp_sum(w);
-    if (threadIdx.x == 0) shared32[0] = w;
-  }
-  __syncthreads();
-  const float total = shared32[0];
-  return total;
-}
 
 // One block per row: sum of squares, then norm * w rounded to T, then the modulation.
 template <typename T>

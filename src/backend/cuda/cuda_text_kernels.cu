@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_text_kernels.h"
+#include "backend/cuda/cuda_device.cuh"
 
 namespace h3::cuda {
 
@@ -14,21 +15,6 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxPerLane = 8;  // head_dim <= 32 * 8
 
-template <typename T> __device__ __forceinline__ float load(const T* p, int64_t i);
-template <> __device__ __forceinline__ float load<float>(const float* p, int64_t i) { return p[i]; }
-template <> __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-template <typename T> __device__ __forceinline__ void store(T* p, int64_t i, float v);
-template <> __device__ __forceinline__ void store<float>(float* p, int64_t i, float v) { p[i] = v; }
-template <> __device__ __forceinline__ void store<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
-
-__device__ __forceinline__ float lane_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Warp w handles query row i = w / heads, head h = w % heads; lane l holds channels l, l+32, ...
 template <typename T>
@@ -42,7 +28,7 @@ __global__ void attention_causal_kernel(const T* q, const T* k, const T* v, T* o
   float qv[kMaxPerLane], acc[kMaxPerLane];
   for (int e = 0; e < kMaxPerLane; ++e) {
     const int64_t c = lane + 32 * e;
-    qv[e] = c < d ? load(q, i * qcols + h * d + c) : 0.f;
+    qv[e] = c < d ? ld(q, i * qcols + h * d + c) : 0.f;
     acc[e] = 0.f;
   }
   float m = -FLT_MAX, l = 0.f;
@@ -50,20 +36,20 @@ __global__ void attention_causal_kernel(const T* q, const T* k, const T* v, T* o
     float dot = 0.f;
     for (int e = 0; e < kMaxPerLane; ++e) {
       const int64_t c = lane + 32 * e;
-      if (c < d) dot += qv[e] * load(k, j * kcols + kvh * d + c);
+      if (c < d) dot += qv[e] * ld(k, j * kcols + kvh * d + c);
     }
-    const float s = lane_sum(dot) * scale;
+    const float s = warp_sum(dot) * scale;
     const float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
     l = l * corr + p;
     for (int e = 0; e < kMaxPerLane; ++e) {
       const int64_t c = lane + 32 * e;
-      acc[e] = acc[e] * corr + (c < d ? p * load(v, j * kcols + kvh * d + c) : 0.f);
+      acc[e] = acc[e] * corr + (c < d ? p * ld(v, j * kcols + kvh * d + c) : 0.f);
     }
     m = m_new;
   }
   for (int e = 0; e < kMaxPerLane; ++e) {
     const int64_t c = lane + 32 * e;
-    if (c < d) store(o, i * qcols + h * d + c, acc[e] / l);
+    if (c < d) st(o, i * qcols + h * d + c, acc[e] / l);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_vae_kernels.h"
+#include "backend/cuda/cuda_device.cuh"
 
 namespace h3::cuda {
 
@@ -17,48 +18,13 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65535 * 32 ? (b > 0 ? b : 1) : 65535 * 32);
 }
 
-template <typename T> __device__ __forceinline__ float ld(const T* p, int64_t i);
-template <> __device__ __forceinline__ float ld<float>(const float* p, int64_t i) { return p[i]; }
-template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-template <typename T> __device__ __forceinline__ void st(T* p, int64_t i, float v);
-template <> __device__ __forceinline__ void st<float>(float* p, int64_t i, float v) { p[i] = v; }
-template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
 
-template <typename F>
-cudaError_t by_type(ElemType t, F f) {
-  if (t == ElemType::f32) f(float{});
-  else if (t == ElemType::bf16) f(__nv_bfloat16{});
-  else return cudaErrorInvalidValue;
-  return cudaGetLastError();
-}
 
 #define H3_GRID_LOOP(i, n) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
-// Sum of v over the block (every thread gets it); `scratch` holds 32 floats.
-__device__ float block_sum(float v, float* scratch) {
-  v = warp_sum(v);
-  __syncthreads();  // scratch may still be read from the previous call
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float w = threadIdx.x < (blockDim.x + 31) / 32 ? scratch[threadIdx.x] : 0.f;
-    w = warp_sum(w);
-    if (threadIdx.x == 0) scratch[0] = w;
-  }
-  __syncthreads();
-  return scratch[0];
-}
 
 // One block per row.
 template <typename T>
