@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_run.h"
 #include "golden.h"
 #include "io/safetensors.h"
 #include "media/media_read.h"
@@ -359,21 +360,8 @@ TEST(ConditionLayoutGolden, Ref2vaResolvedReferencesBuildTheGoldenLayouts) {
 
 namespace {
 
-struct CliResult {
-  int status;
-  std::string out;
-};
-
-CliResult run_h3(const std::string& args) {
-  const std::string cmd = std::string(H3_BIN_DIR) + "/h3 " + args + " 2>&1";
-  CliResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (p && fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-  const int st = p ? pclose(p) : -1;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using h3::test::CliResult;
+using h3::test::run_h3;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_run.h"
 #include "core/compare.h"
 #include "golden.h"
 #include "io/safetensors.h"
@@ -240,21 +241,8 @@ TEST(Generator, CancelStopsAtAStepAndWritesNothing) {
 // `h3 generate` end to end through the binary.
 namespace {
 
-struct CliResult {
-  int status;
-  std::string out;
-};
-
-CliResult run_h3(const std::string& args) {
-  const std::string cmd = std::string(H3_BIN_DIR) + "/h3 " + args + " 2>&1";
-  CliResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (p && fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-  const int st = p ? pclose(p) : -1;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using h3::test::CliResult;
+using h3::test::run_h3;
 
 std::string slurp(const std::filesystem::path& p) {
   FILE* f = std::fopen(p.c_str(), "rb");
