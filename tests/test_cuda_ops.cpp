@@ -82,7 +82,84 @@ TEST(CudaOps, ElementwiseMatchCpu) {
     Tensor w128 = rnd({128}, 16), c96 = rnd({9, 96}, 17), s96 = rnd({9, 96}, 18), g128 = gpu(w128, dt);
     expect_close(ops::qk_norm_rope(gpu(xv, dt), g128, 128, 1e-6, gpu(c96, dt), gpu(s96, dt), bf),
                  ops::qk_norm_rope(xv, w128, 128, 1e-6, c96, s96, bf), tol, "qk_norm_rope (d 128)");
+    Tensor c128 = rnd({xv.dim(0), 128}, 71), s128 = rnd({xv.dim(0), 128}, 72);
+    expect_close(ops::qk_norm_rope(gpu(xv, dt), g128, 128, 1e-6, gpu(c128, dt), gpu(s128, dt), bf),
+                 ops::qk_norm_rope(xv, w128, 128, 1e-6, c128, s128, bf), tol, "qk_norm_rope (d 128, rot 128)");
   }
+}
+
+// The fused row kernels (residual + norm + modulation, per-row FP8, SwiGLU) on widths the DiT uses and odd ones:
+// the fusion is bitwise the separate GPU ops, and the results match the CPU backend.
+TEST(CudaOps, FusedRowKernels) {
+  H3_REQUIRE_GPU();
+  for (auto [n, c] : {std::pair{37, 1000}, std::pair{5, 5376}, std::pair{3, 96}, std::pair{2, 2056}}) {
+    Tensor x = rnd({n, c}, 51), y = rnd({n, c}, 52), g = rnd({7, c}, 53, 0.3), sh = rnd({7, c}, 54, 0.3),
+           sc = rnd({7, c}, 55, 0.3), w = rnd({c}, 56);
+    Tensor idx = idx_of(n, 7, 2);
+    const DType bf = DType::bf16;
+    Tensor gx = gpu(x, bf), gy = gpu(y, bf), gg = gpu(g, bf), gsh = gpu(sh, bf), gsc = gpu(sc, bf), gw = gpu(w, bf);
+    for (bool steps : {true, false}) {
+      ops::ResidualNorm fused = ops::residual_norm_modulate(gx, gg, idx, gy, gw, 1e-6, gsh, gsc, steps, false);
+      Tensor sep_x = ops::gate_residual(gx, gg, idx, gy, steps);
+      Tensor sep_h = ops::norm_modulate(sep_x, gw, 1e-6, gsh, gsc, idx, steps);
+      EXPECT_TRUE(compare(host_f32(fused.x), host_f32(sep_x)).bitwise) << "residual " << n << "x" << c;
+      EXPECT_TRUE(compare(host_f32(fused.h), host_f32(sep_h)).bitwise) << "norm_modulate " << n << "x" << c;
+      if (steps) {
+        ops::ResidualNorm cpu = ops::residual_norm_modulate(x, g, idx, y, w, 1e-6, sh, sc, true, false);
+        expect_close(fused.x, cpu.x, 4e-3, "residual vs CPU");
+        expect_close(fused.h, cpu.h, 4e-3, "norm_modulate vs CPU");
+      }
+      // Per-row FP8: the fused output is the per-row quantization of the bf16 h, bit for bit.
+      ops::ResidualNorm q = ops::residual_norm_modulate(gx, Tensor(), idx, Tensor(), gw, 1e-6, gsh, gsc, steps, true);
+      Tensor h_only = ops::norm_modulate(gx, gw, 1e-6, gsh, gsc, idx, steps);
+      Tensor q_sep = ops::quantize_fp8_rows(h_only);
+      ASSERT_TRUE(q.h.dtype() == DType::fp8_e4m3 && q.h.scale() && q.h.scale()->numel() == n);
+      EXPECT_TRUE(compare(q.h.cpu().to(DType::f32), q_sep.cpu().to(DType::f32)).bitwise) << "fp8 rows " << c;
+      EXPECT_TRUE(compare(q.h.scale()->cpu(), q_sep.scale()->cpu()).bitwise) << "fp8 row scales " << c;
+    }
+    // quantize_fp8_rows on the GPU is the CPU's, bit for bit (same division, round-to-nearest-even).
+    Tensor xr = rounded(rnd({n, c}, 57, 3.0));
+    Tensor qg = ops::quantize_fp8_rows(gpu(xr, bf)), qc = ops::quantize_fp8_rows(xr);
+    EXPECT_TRUE(compare(qg.cpu().to(DType::f32), qc.to(DType::f32)).bitwise) << "quantize_fp8_rows " << c;
+    EXPECT_TRUE(compare(qg.scale()->cpu(), *qc.scale()).bitwise) << "quantize_fp8_rows scales " << c;
+    // SwiGLU: per-row FP8 out of one pass vs the CPU's swiglu + quantization (fast exp: tolerance).
+    Tensor u = rnd({n, 2 * c}, 58);
+    Tensor sg = ops::swiglu_fp8_rows(gpu(u, bf), true), sc_ = ops::swiglu_fp8_rows(u, true);
+    Tensor deq_g = sg.cpu().to(DType::f32), deq_c = sc_.to(DType::f32);
+    for (int64_t r = 0; r < n; ++r) {
+      const float a = sg.scale()->cpu().data<float>()[r], b = sc_.scale()->data<float>()[r];
+      for (int64_t j = 0; j < c; ++j) {
+        deq_g.data<float>()[r * c + j] *= a;
+        deq_c.data<float>()[r * c + j] *= b;
+      }
+    }
+    expect_close(deq_g, deq_c, 4e-2, "swiglu_fp8_rows vs CPU");
+  }
+}
+
+TEST(CudaOps, Fp8LinearWithRowScales) {
+  H3_REQUIRE_GPU();
+  const int64_t n = 61, m = 96, k = 272;
+  Tensor x = rnd({n, k}, 61), w = rnd({m, k}, 62, 0.1), b = rnd({m}, 63, 0.1);
+  // Rows of very different magnitude: a per-tensor activation scale would flush the small rows.
+  for (int64_t r = 0; r < n; r += 3)
+    for (int64_t j = 0; j < k; ++j) x.data<float>()[r * k + j] *= 1e-3f;
+  Tensor want = ops::linear(x, w, &b);
+  Tensor qw = ops::quantize_fp8(gpu(w, DType::bf16)), gb = gpu(b, DType::bf16);
+  Tensor qx = ops::quantize_fp8_rows(gpu(x, DType::bf16));
+  Tensor got = ops::linear(qx, qw, &gb);
+  expect_close(got, want, 6e-2, "fp8 linear, per-row activations");
+  // Row r of the result depends on row r alone (per-row scales + a pinned algorithm would make it bitwise; here:
+  // the small rows are as accurate as the large ones).
+  Tensor small = host_f32(got), ref = want;
+  double err = 0, norm = 0;
+  for (int64_t r = 0; r < n; r += 3)
+    for (int64_t j = 0; j < m; ++j) {
+      const double d = small.data<float>()[r * m + j] - ref.data<float>()[r * m + j];
+      err += d * d;
+      norm += double(ref.data<float>()[r * m + j]) * ref.data<float>()[r * m + j];
+    }
+  EXPECT_LE(std::sqrt(err / norm), 6e-2) << "small-magnitude rows";
 }
 
 TEST(CudaOps, ProceduralWeightsMatchHost) {

@@ -282,6 +282,37 @@ TEST(OpsGateResidual, MatchesReference) {
   }
 }
 
+// Per-row FP8: each row's scale is its own max|x| / 448, every element decodes within half an e4m3 step of x / s, a
+// row quantizes to the same bits whatever rows surround it, and a zero row stays zero.
+TEST(OpsQuantizeFp8Rows, PerRowScalesAndRowIndependence) {
+  Rng rng(107);
+  const int64_t n = 9, c = 37;
+  auto v = random_values(rng, n * c, 0.001, 3.0);
+  for (int64_t j = 0; j < c; ++j) v[4 * c + j] = 0.0;     // a zero row
+  for (int64_t j = 0; j < c; ++j) v[6 * c + j] *= 1e-4;   // a tiny row keeps its own scale
+  const Tensor x = make(v, {n, c}, DType::f32);
+  const Tensor q = ops::quantize_fp8_rows(x);
+  ASSERT_EQ(q.dtype(), DType::fp8_e4m3);
+  ASSERT_TRUE(q.scale() && q.scale()->numel() == n);
+  const float* s = q.scale()->data<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    float amax = 0;
+    for (int64_t j = 0; j < c; ++j) amax = std::max(amax, std::fabs(static_cast<float>(v[r * c + j])));
+    EXPECT_EQ(s[r], std::max(amax / 448.0f, 1e-12f)) << "row " << r;
+    for (int64_t j = 0; j < c; ++j) {
+      const double want = static_cast<float>(v[r * c + j]) / s[r], got = q.get(r * c + j);
+      // e4m3: 3 mantissa bits; below 2^-6 the subnormal step is 2^-9.
+      const double step = std::max(std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::fabs(want) + 1e-30))) - 3),
+                                   std::ldexp(1.0, -9));
+      EXPECT_LE(std::fabs(got - want), 0.5 * step + 1e-12) << r << "," << j;
+    }
+  }
+  for (int64_t j = 0; j < c; ++j) EXPECT_EQ(q.get(4 * c + j), 0.0);
+  const Tensor part = ops::quantize_fp8_rows(x.rows(3, 7).clone());
+  for (int64_t i = 0; i < 4 * c; ++i) EXPECT_EQ(part.get(i), q.get(3 * c + i));
+  for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(part.scale()->data<float>()[r], s[3 + r]);
+}
+
 TEST(OpsAdd, MatchesReference) {
   Rng rng(106);
   for (Shape s : {Shape{1, 3}, Shape{7, 33}, Shape{131, 96}, Shape{37}, Shape{3, 7, 5}}) {

@@ -100,7 +100,10 @@ Tensor DitModel::refiner_attention(const Block& b, const Tensor& h) const {
 }
 
 Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
-  Tensor g = ops::swiglu(round_if_bf16(ops::linear(h, b.ff_in)), bf16_steps());
+  Tensor u = round_if_bf16(ops::linear(h, b.ff_in));
+  // An FP8 second projection takes its input quantized per row, straight from the SwiGLU pass.
+  Tensor g = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device() ? ops::swiglu_fp8_rows(u, bf16_steps())
+                                                                   : ops::swiglu(u, bf16_steps());
   return round_if_bf16(ops::linear(g, b.ff_out));
 }
 
@@ -114,7 +117,8 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   Tensor hin = ag ? gather_rows_from(sp, h, st.rows, "all-gather hidden (ulysses-ag)")
                   : gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden (tensor)");
   // FP8: q, k and v project the same rows, so quantize them once.
-  if (precision_ == Precision::fp8 && hin.on_device()) hin = ops::quantize_fp8(hin);
+  if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3)
+    hin = ops::quantize_fp8_rows(hin);
   auto project = [&](const Tensor& w, const Tensor* norm) {
     Tensor x = round_if_bf16(ops::linear(hin, w));
     if (!norm) return x;
@@ -291,6 +295,12 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   }
   st.ada_idx = back_to(index_i32(ada_idx), dev_);
 
+  // FP8 on the GPU: the norms hand their output to the projections already quantized per row when the
+  // projections take this rank's rows as they are (no gather before them).
+  const bool fp8 = precision_ == Precision::fp8 && dev_ != Device::cpu;
+  const bool fp8_attn_in = fp8 && plan_.mode != DistMode::ulysses_ag && plan_.K == 1;
+  const bool fp8_mlp_in = fp8 && plan_.K == 1;
+  Tensor pending_gate, pending_y;  // the MLP residual not yet added to x
   const FaultInjection fault = FaultInjection::from_env();
   for (size_t n = 0; n < blocks_.size(); ++n) {
     fault.at_block(plan_.rank, static_cast<int>(n));
@@ -300,14 +310,23 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     Tensor table = tables[n].reshape({3 * st.M, 6 * H});
     Tensor p[6];
     for (int k = 0; k < 6; ++k) p[k] = ops::columns(table, k * H, (k + 1) * H);
-    Tensor h = ops::norm_modulate(x, b.norm1, config_.norm_eps, p[0], p[1], st.ada_idx, bf);
-    x = ops::gate_residual(x, p[2], st.ada_idx, attention_block(b, h, st), bf);
-    h = ops::norm_modulate(x, b.norm2, config_.norm_eps, p[3], p[4], st.ada_idx, bf);
-    x = ops::gate_residual(x, p[5], st.ada_idx, mlp_block(b, h, st), bf);
-    if (keep)
+    // The MLP's gated residual of block n-1 is applied in the same pass as block n's first norm (fused, bitwise
+    // the separate ops), unless every block's output is kept.
+    ops::ResidualNorm r = ops::residual_norm_modulate(x, pending_gate, st.ada_idx, pending_y, b.norm1,
+                                                      config_.norm_eps, p[0], p[1], bf, fp8_attn_in);
+    Tensor y = attention_block(b, r.h, st);
+    r = ops::residual_norm_modulate(r.x, p[2], st.ada_idx, y, b.norm2, config_.norm_eps, p[3], p[4], bf, fp8_mlp_in);
+    x = r.x;
+    pending_y = mlp_block(b, r.h, st);
+    pending_gate = p[5];
+    if (keep) {
+      x = ops::gate_residual(x, pending_gate, st.ada_idx, pending_y, bf);
+      pending_gate = pending_y = Tensor();
       out.activations["block." + std::to_string(n)] =
           to_host(gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations"));
+    }
   }
+  if (pending_gate.defined()) x = ops::gate_residual(x, pending_gate, st.ada_idx, pending_y, bf);
 
   // Final norm modulated per timestep only, then both f32 heads on the rank's rows; every rank gets all outputs.
   Tensor fin = round_if_bf16(ops::linear(ada_in, out_ada_w_, &out_ada_b_));

@@ -3,6 +3,7 @@
 // Each entry has the meaning documented in ops.h; device entries also accept i32 index tensors in host memory.
 #pragma once
 #include "core/tensor.h"
+#include "ops/ops.h"
 
 namespace h3::ops {
 
@@ -21,6 +22,11 @@ struct DeviceOps {
   Tensor (*columns)(const Tensor& t, int64_t begin, int64_t end) = nullptr;
   void (*set_columns)(Tensor& dst, int64_t begin, const Tensor& src) = nullptr;
   Tensor (*quantize_fp8)(const Tensor& w) = nullptr;
+  Tensor (*quantize_fp8_rows)(const Tensor& x) = nullptr;
+  ResidualNorm (*residual_norm_modulate)(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
+                                         const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
+                                         bool bf16, bool fp8_rows) = nullptr;
+  Tensor (*swiglu_fp8_rows)(const Tensor& u, bool bf16) = nullptr;
   // Procedural weights (io/procedural.h) generated on the device: f32 values float(offset + u(base + i) * scale).
   Tensor (*procedural)(uint64_t base, double scale, double offset, const Shape& shape) = nullptr;
   Tensor (*norm_modulate)(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,

@@ -39,6 +39,22 @@ void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx);
 Tensor gather_rows(const Tensor& x, const Tensor& idx);
 // Per-tensor FP8 e4m3 quantization: q = fp8(w / s), s = max|w| / 448, returned with its scale (Tensor::scale()).
 Tensor quantize_fp8(const Tensor& w);
+// Per-row FP8 e4m3 quantization of x[N, C]: q[r] = fp8(x[r] / s[r]), s[r] = max(max|x[r]| / 448, 1e-12), returned
+// with its [N] f32 scales (Tensor::scale()). Each row's bits depend on that row alone.
+Tensor quantize_fp8_rows(const Tensor& x);
+
+// Fused gated residual, norm and modulation, one pass on the GPU:
+//   x' = gate_residual(x, gate, idx, y, bf16_steps)   (x' = x when `gate` is undefined: Tensor())
+//   h  = norm_modulate(x', w, eps, shift, scale, idx, bf16_steps), quantize_fp8_rows(h) when fp8_rows.
+// Bitwise the same as the separate ops.
+struct ResidualNorm {
+  Tensor x, h;
+};
+ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
+                                    const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
+                                    bool bf16_steps, bool fp8_rows);
+// quantize_fp8_rows(swiglu(u, bf16_steps)), one pass on the GPU.
+Tensor swiglu_fp8_rows(const Tensor& u, bool bf16_steps);
 // Rounds every element through bf16 in place (emulates the released bf16 recipe on the CPU).
 void round_bf16_(Tensor& x);
 

@@ -364,6 +364,45 @@ Tensor quantize_fp8(const Tensor& w) {
   return f.to(DType::fp8_e4m3).with_scale(Tensor::from(std::vector<float>{scale}, {1}));
 }
 
+Tensor quantize_fp8_rows(const Tensor& x) {
+  H3_DEVICE_DISPATCH(x, quantize_fp8_rows, x);
+  need_float(x, "quantize_fp8_rows", "x");
+  H3_ASSERT(x.ndim() == 2, "quantize_fp8_rows: 2-D input needed, got {}", x.describe());
+  const int64_t n = x.dim(0), c = x.dim(1);
+  Tensor f = x.to(DType::f32);
+  float* p = f.data<float>();
+  std::vector<float> scales(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    float amax = 0;
+    for (int64_t j = 0; j < c; ++j) amax = std::max(amax, std::abs(p[r * c + j]));
+    const float s = std::max(amax / 448.0f, 1e-12f);
+    scales[static_cast<size_t>(r)] = s;
+    for (int64_t j = 0; j < c; ++j) p[r * c + j] /= s;
+  }
+  return f.to(DType::fp8_e4m3).with_scale(Tensor::from(scales, {n}));
+}
+
+ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
+                                    const Tensor& w, double eps, const Tensor& shift, const Tensor& scale, bool bf16,
+                                    bool fp8_rows) {
+  H3_DEVICE_DISPATCH(x, residual_norm_modulate, x, gate, idx, y, w, eps, shift, scale, bf16, fp8_rows);
+  ResidualNorm out;
+  out.x = gate.defined() ? gate_residual(x, gate, idx, y, bf16) : x;
+  out.h = norm_modulate(out.x, w, eps, shift, scale, idx, bf16);
+  if (fp8_rows) {
+    if (!bf16) round_bf16_(out.h);  // the GPU quantizes the stored bf16 values
+    out.h = quantize_fp8_rows(out.h);
+  }
+  return out;
+}
+
+Tensor swiglu_fp8_rows(const Tensor& u, bool bf16) {
+  H3_DEVICE_DISPATCH(u, swiglu_fp8_rows, u, bf16);
+  Tensor g = swiglu(u, bf16);
+  if (!bf16) round_bf16_(g);
+  return quantize_fp8_rows(g);
+}
+
 void round_bf16_(Tensor& x) {
   H3_ASSERT(!x.on_device(), "round_bf16_ emulates bf16 on the CPU; device tensors hold bf16 values already");
   if (x.dtype() != DType::f32) return;

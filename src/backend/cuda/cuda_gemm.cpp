@@ -2,8 +2,10 @@
 
 #include <cublasLt.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -55,6 +57,12 @@ struct Problem {
       const cudaDataType_t bt = cuda_type(g.out);
       check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "bias type");
     }
+    if (g.in == DType::fp8_e4m3 && g.row_scales) {
+      // In cuBLASLt's column-major view w is A (m rows: one scale per output) and x is B (n columns: one per row).
+      const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec), "w scale mode");
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec), "x scale mode");
+    }
     if (g.in == DType::fp8_e4m3) {
       // Hopper's FP8 tensor cores accumulate at full rate only with fast accumulation (no periodic promotion to
       // f32); the FP8 recipe's tolerance (4e-2) leaves room for it.
@@ -84,11 +92,12 @@ struct Problem {
   }
 };
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool>;
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool, bool>;
 std::mutex g_mu;
 std::map<Key, cublasLtMatmulAlgo_t> g_algos;  // the algorithm that ran for this shape
 
-std::vector<cublasLtMatmulAlgo_t> heuristic(const GemmArgs& g, Problem& p) {
+// cuBLASLt's candidates for the problem; empty when it has none.
+std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p) {
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference");
   const size_t ws = kWorkspace;
@@ -98,14 +107,35 @@ std::vector<cublasLtMatmulAlgo_t> heuristic(const GemmArgs& g, Problem& p) {
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle(), p.op, p.a, p.b, p.c, p.c, pref, 8, res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    fail("cuBLASLt has no algorithm for {} GEMM {}x{}x{} (rows x outputs x inputs)", dtype_name(g.in), g.n, g.m, g.k);
   std::vector<cublasLtMatmulAlgo_t> out;
-  for (int i = 0; i < found; ++i) out.push_back(res[i].algo);
+  if (st != CUBLAS_STATUS_SUCCESS) return out;
+  for (int i = 0; i < found; ++i)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS) out.push_back(res[i].algo);
   return out;
 }
 
+std::vector<cublasLtMatmulAlgo_t> heuristic(const GemmArgs& g, Problem& p) {
+  std::vector<cublasLtMatmulAlgo_t> out = candidates_for(p);
+  if (out.empty())
+    fail("cuBLASLt has no algorithm for {} GEMM {}x{}x{} (rows x outputs x inputs{})", dtype_name(g.in), g.n, g.m,
+         g.k, g.row_scales ? ", per-row FP8 scales" : "");
+  return out;
+}
+
+bool tuning() {
+  static const bool on = [] {
+    const char* e = std::getenv("H3_GEMM_TUNE");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 }  // namespace
+
+bool gemm_supported(const GemmArgs& g) {
+  Problem p(g, g.n > 0 ? g.n : kReferenceRows);
+  return !candidates_for(p).empty();
+}
 
 void gemm(const GemmArgs& g) {
   if (g.n == 0 || g.m == 0) return;
@@ -113,7 +143,8 @@ void gemm(const GemmArgs& g) {
   const bool det = deterministic();
   Problem p(g, g.n);
   p.set_pointers(g);
-  const Key key{static_cast<int>(g.in), static_cast<int>(g.out), det ? 0 : g.n, g.m, g.k, g.bias != nullptr, det};
+  const Key key{static_cast<int>(g.in), static_cast<int>(g.out), det ? 0 : g.n, g.m, g.k, g.bias != nullptr, det,
+                g.row_scales};
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&](const cublasLtMatmulAlgo_t& a) {
     return cublasLtMatmul(handle(), p.op, &alpha, g.w, p.a, g.x, p.b, &beta, g.y, p.c, g.y, p.c, &a,
@@ -140,8 +171,37 @@ void gemm(const GemmArgs& g) {
       } else {
         candidates = heuristic(g, p);
       }
-      // The first candidate that runs is kept for this shape.
+      // Deterministic mode (or H3_GEMM_TUNE=0, or a small GEMM): the first candidate that runs. Otherwise every
+      // candidate is timed once after a warm-up run and the fastest is kept; the last run leaves y computed.
+      const bool timed = !det && tuning() && 2.0 * g.n * g.m * g.k >= 1e10 && candidates.size() > 1;
       cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
+      if (timed) {
+        cudaEvent_t t0, t1;
+        H3_CUDA(cudaEventCreate(&t0));
+        H3_CUDA(cudaEventCreate(&t1));
+        float best_ms = 0;
+        int best = -1;
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          if (run(candidates[i]) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up, and does it run at all
+          H3_CUDA(cudaEventRecord(t0, stream()));
+          run(candidates[i]);
+          H3_CUDA(cudaEventRecord(t1, stream()));
+          H3_CUDA(cudaEventSynchronize(t1));
+          float ms = 0;
+          H3_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+          if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
+        }
+        cudaEventDestroy(t0);
+        cudaEventDestroy(t1);
+        if (best >= 0) {
+          spdlog::debug("GEMM {} {}x{}x{}{}: candidate {} of {} fastest ({:.3f} ms, {:.0f} TFLOPS)",
+                        dtype_name(g.in), g.n, g.m, g.k, g.row_scales ? " (row scales)" : "", best,
+                        candidates.size(), best_ms, 2.0 * g.n * g.m * g.k / (best_ms * 1e-3) / 1e12);
+          g_algos.emplace(key, candidates[best]);
+          check(run(candidates[best]), "matmul");
+          return;
+        }
+      }
       for (const auto& a : candidates) {
         last = run(a);
         if (last == CUBLAS_STATUS_SUCCESS) {

@@ -1,8 +1,10 @@
 // Row-major GEMMs through cuBLASLt: y[n, m] = x[n, k] * w[m, k]^T (+ bias[m]), f32 accumulation.
-//   bf16 x bf16 -> bf16, f32 x f32 -> f32 (no TF32), fp8 e4m3 x fp8 e4m3 -> bf16 with per-tensor scales.
-// Algorithms come from cuBLASLt's heuristic per shape; in deterministic mode one algorithm per (dtypes, m, k) is
-// chosen at a fixed reference row count without split-K, so a row's result never depends on how many rows a rank
-// holds.
+//   bf16 x bf16 -> bf16, f32 x f32 -> f32 (no TF32), fp8 e4m3 x fp8 e4m3 -> bf16 with per-tensor scales or with
+//   per-row scales (one per row of x and one per row of w: cuBLASLt's outer-vector scaling).
+// Algorithms: cuBLASLt's heuristic candidates for the shape, each timed once on the real buffers and the fastest
+// kept (H3_GEMM_TUNE=0: the first that runs). In deterministic mode one algorithm per (dtypes, m, k) is chosen at a
+// fixed reference row count without split-K and without timing, so a row's result never depends on how many rows a
+// rank holds.
 #pragma once
 #include <cstdint>
 
@@ -19,8 +21,11 @@ struct GemmArgs {
   DType in = DType::bf16, out = DType::bf16;
   const float* x_scale = nullptr;  // fp8 only: device scalars, y = (x_scale * w_scale) * (xq . wq)
   const float* w_scale = nullptr;
+  bool row_scales = false;  // fp8: x_scale has n entries and w_scale m entries, y[i][j] = x_scale[i] * w_scale[j] * ...
 };
 
 void gemm(const GemmArgs& a);
+// Whether cuBLASLt has an algorithm for this GEMM (used to fall back when per-row FP8 scaling is unsupported).
+bool gemm_supported(const GemmArgs& a);
 
 }  // namespace h3::cuda

@@ -31,6 +31,30 @@ cudaError_t norm_modulate(const void* x, const void* w, const void* shift, const
 cudaError_t qk_norm_rope(const void* x, const void* w, const void* cos, const void* sin, void* out, ElemType t,
                          int64_t rows, int64_t cols, int64_t d, int64_t rot, float eps, bool bf16_steps,
                          cudaStream_t s);
+// Row kernels for bf16 rows (cuda_row_kernels.cu); cols % 8 == 0, 16-byte aligned buffers, rows of at most 16384
+// values, else cudaErrorNotSupported (the caller then takes the generic kernels above). A whole row is reduced in
+// one thread block in an order fixed by the row width alone.
+// Fused gated residual + norm + modulation: when gate is given, x' = bf16 ? rb(x + rb(gate[idx] * y)) : x + ...,
+// stored to x_out (else x' = x); then h = norm_modulate(x') into h (bf16) and/or h_fp8 with per-row scales
+// h_scale[r] = max(max|h[r]| / 448, 1e-12) (h_fp8[r] = fp8(h[r] / h_scale[r]) of the bf16 h).
+cudaError_t residual_norm_modulate(const void* x, const void* gate, const void* y, const int32_t* idx, void* x_out,
+                                   const void* w, const void* shift, const void* scale, void* h, void* h_fp8,
+                                   float* h_scale, int64_t rows, int64_t cols, float eps, bool bf16_steps,
+                                   cudaStream_t s);
+// Per-row FP8 e4m3 quantization of bf16 rows: q[r] = fp8(x[r] / scales[r]), scales[r] as above.
+cudaError_t quantize_rows_fp8(const void* x, void* q, float* scales, int64_t rows, int64_t cols, cudaStream_t s);
+// SwiGLU of bf16 u[rows, 2f] = [value | gate] into bf16 `out` and/or per-row FP8 `q` + `scales` (then one block
+// per row). Fast exp and division (within 2 ulp of f32 before the bf16 rounding).
+cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_t rows, int64_t f, bool bf16_steps,
+                        cudaStream_t s);
+// qk_norm_rope for bf16 heads of 128 channels with rot % 16 == 0 (the rotate-half partners by warp shuffles).
+cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, int64_t rows,
+                              int64_t heads, int64_t rot, float eps, bool bf16_steps, cudaStream_t s);
+// bf16 out[r][c] = q[r][c] * scales[per_tensor ? 0 : r] for fp8 e4m3 rows q.
+cudaError_t dequantize_rows_fp8(const void* q, const float* scales, bool per_tensor, void* out, int64_t rows,
+                                int64_t cols, cudaStream_t s);
+// out[i] = scale[0] for i < n (a per-tensor FP8 scale widened to a per-row vector).
+cudaError_t broadcast_scale(const float* scale, float* out, int64_t n, cudaStream_t s);
 // out[i] = x[idx[i]] (gather) or out[idx[i]] = x[i] (scatter), rows of row_bytes (a multiple of 2).
 cudaError_t gather_rows(const void* x, const int32_t* idx, void* out, int64_t n, int64_t row_bytes, cudaStream_t s);
 cudaError_t scatter_rows(const void* x, const int32_t* idx, void* out, int64_t n, int64_t row_bytes, cudaStream_t s);

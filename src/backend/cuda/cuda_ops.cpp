@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/log.h"
 #include "ops/device_ops.h"
 
 namespace h3::cuda {
@@ -44,29 +45,64 @@ Tensor index_on_gpu(const Tensor& idx, int64_t n, int64_t rows, const char* op) 
 int64_t row_count(const Tensor& t) { return t.ndim() ? t.dim(0) : 1; }
 
 Tensor quantize_fp8(const Tensor& w);
+Tensor dequantize_rows(const Tensor& q);  // below
+Tensor quantize_fp8_rows(const Tensor& x);  // below
 
+// FP8 GEMM. Scales: the weight's is per tensor ([1]) or per output row ([m]); the activations' per tensor, or per
+// row ([n], from quantize_fp8_rows or a fused producer). Any per-row operand makes the GEMM per-row on both sides
+// (a per-tensor scale is widened); when cuBLASLt has no per-row algorithm, the activations are dequantized and
+// quantized per tensor instead (slower, logged once).
 Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
-  H3_ASSERT(w.scale() && w.scale()->on_device() && w.scale()->dtype() == DType::f32 && w.scale()->numel() == 1,
-            "linear: an fp8 weight {} needs a per-tensor f32 scale on the GPU", w.describe());
   const int64_t n = x.dim(0), m = w.dim(0), k = w.dim(1);
+  H3_ASSERT(w.scale() && w.scale()->on_device() && w.scale()->dtype() == DType::f32 &&
+                (w.scale()->numel() == 1 || w.scale()->numel() == m),
+            "linear: an fp8 weight {} needs an f32 scale on the GPU, per tensor or per output row", w.describe());
   H3_ASSERT(m % 16 == 0 && k % 16 == 0,
             "linear: FP8 GEMMs need both weight dimensions to be multiples of 16 (got {}); keep this layer in bf16",
             w.describe());
-  // Activations: quantized per tensor here, unless the caller already did (one quantization shared by q, k, v).
-  Tensor xq = x.dtype() == DType::fp8_e4m3 ? x : quantize_fp8(as(x, DType::bf16));
-  H3_ASSERT(xq.scale() && xq.scale()->on_device(), "linear: fp8 activations {} carry no scale", x.describe());
-  const float* xscale = static_cast<const float*>(xq.scale()->raw());
+  GemmArgs g;
+  g.n = n, g.m = m, g.k = k;
+  g.in = DType::fp8_e4m3, g.out = DType::bf16;
+  // Asked once, at the first FP8 GEMM's shape.
+  static const bool row_ok = [&] {
+    GemmArgs probe = g;
+    probe.n = 16384;
+    probe.row_scales = true;
+    const bool ok = gemm_supported(probe);
+    if (!ok)
+      spdlog::warn("cuBLASLt has no per-row-scaled FP8 GEMM here: FP8 activations are quantized per tensor instead");
+    return ok;
+  }();
+  // Activations: quantized here (per row where cuBLASLt can scale rows), unless the caller already did.
+  Tensor xq = x;
+  if (x.dtype() != DType::fp8_e4m3)
+    xq = row_ok ? quantize_fp8_rows(as(x, DType::bf16)) : quantize_fp8(as(x, DType::bf16));
+  H3_ASSERT(xq.scale() && xq.scale()->on_device() && (xq.scale()->numel() == 1 || xq.scale()->numel() == n),
+            "linear: fp8 activations {} carry no per-tensor or per-row scale", x.describe());
+  if (!row_ok && xq.scale()->numel() != 1) xq = quantize_fp8(dequantize_rows(xq));
+  H3_ASSERT(row_ok || w.scale()->numel() == 1,
+            "linear: per-row FP8 weight scales need cuBLASLt's outer-vector scaling, which this cuBLASLt lacks; use "
+            "a checkpoint with per-tensor scales");
   Tensor y = Tensor::empty(DType::bf16, {n, m}, Device::cuda);
   Tensor b = bias ? as(*bias, DType::bf16) : Tensor();
-  GemmArgs g;
-  g.x = xq.raw();
   g.w = w.raw();
   g.y = y.raw();
   g.bias = bias ? b.raw() : nullptr;
-  g.n = n, g.m = m, g.k = k;
-  g.in = DType::fp8_e4m3, g.out = DType::bf16;
-  g.x_scale = xscale;
-  g.w_scale = static_cast<const float*>(w.scale()->raw());
+  g.row_scales = row_ok && (xq.scale()->numel() != 1 || w.scale()->numel() != 1);
+  Tensor xs = *xq.scale(), ws = *w.scale();
+  if (g.row_scales) {
+    auto widen = [](const Tensor& s, int64_t count) {
+      if (s.numel() == count) return s;
+      Tensor v = Tensor::empty(DType::f32, {count}, Device::cuda);
+      H3_CUDA(broadcast_scale(static_cast<const float*>(s.raw()), static_cast<float*>(v.raw()), count, stream()));
+      return v;
+    };
+    xs = widen(xs, n);
+    ws = widen(ws, m);
+  }
+  g.x = xq.raw();
+  g.x_scale = static_cast<const float*>(xs.raw());
+  g.w_scale = static_cast<const float*>(ws.raw());
   gemm(g);
   return y;
 }
@@ -154,6 +190,11 @@ Tensor swiglu(const Tensor& u, bool bf) {
   H3_ASSERT(u.ndim() == 2 && u.dim(1) % 2 == 0, "swiglu: [N, 2F] input needed, got {}", u.describe());
   const int64_t f = u.dim(1) / 2;
   Tensor out = Tensor::empty(u.dtype(), {u.dim(0), f}, Device::cuda);
+  if (u.dtype() == DType::bf16) {
+    const cudaError_t e = swiglu_bf16(u.raw(), out.raw(), nullptr, nullptr, u.dim(0), f, bf, stream());
+    if (e == cudaSuccess) return out;
+    H3_ASSERT(e == cudaErrorNotSupported, "swiglu: {}", cudaGetErrorString(e));
+  }
   H3_CUDA(cuda::swiglu(u.raw(), out.raw(), elem_type(u.dtype()), u.dim(0), f, bf, stream()));
   return out;
 }
@@ -240,6 +281,13 @@ Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor&
             "norm_modulate: x {} w {} tables {} {}", x.describe(), w.describe(), shift.describe(), scale.describe());
   Tensor i = index_on_gpu(idx, x.dim(0), shift.dim(0), "norm_modulate");
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  if (x.dtype() == DType::bf16) {
+    const cudaError_t e = residual_norm_modulate(x.raw(), nullptr, nullptr, i.data<int32_t>(), nullptr, w.raw(),
+                                                 shift.raw(), scale.raw(), out.raw(), nullptr, nullptr, x.dim(0),
+                                                 x.dim(1), static_cast<float>(eps), bf, stream());
+    if (e == cudaSuccess) return out;
+    H3_ASSERT(e == cudaErrorNotSupported, "norm_modulate: {}", cudaGetErrorString(e));
+  }
   H3_CUDA(cuda::norm_modulate(x.raw(), w.raw(), shift.raw(), scale.raw(), i.data<int32_t>(), out.raw(),
                               elem_type(x.dtype()), x.dim(0), x.dim(1), static_cast<float>(eps), bf, stream()));
   return out;
@@ -256,9 +304,92 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, con
                 r % 2 == 0 && r <= d,
             "qk_norm_rope: x {} w {} cos {} head_dim {}", x.describe(), w.describe(), cos.describe(), d);
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
+  if (x.dtype() == DType::bf16 && d == 128) {
+    const cudaError_t e = qk_norm_rope_d128(x.raw(), w.raw(), cos.raw(), sin.raw(), out.raw(), n, cols / d, r,
+                                            static_cast<float>(eps), bf, stream());
+    if (e == cudaSuccess) return out;
+    H3_ASSERT(e == cudaErrorNotSupported, "qk_norm_rope: {}", cudaGetErrorString(e));
+  }
   H3_CUDA(cuda::qk_norm_rope(x.raw(), w.raw(), cos.raw(), sin.raw(), out.raw(), elem_type(x.dtype()), n, cols, d, r,
                              static_cast<float>(eps), bf, stream()));
   return out;
+}
+
+// An fp8 tensor with per-row scales [n] (or a per-tensor scale [1]) as bf16 values q * scale.
+Tensor dequantize_rows(const Tensor& q) {
+  H3_ASSERT(q.on_device() && q.dtype() == DType::fp8_e4m3 && q.ndim() == 2 && q.scale(),
+            "dequantize_rows: an fp8 [N, C] GPU tensor with scales needed, got {}", q.describe());
+  const Tensor& sc = *q.scale();
+  H3_ASSERT(sc.numel() == q.dim(0) || sc.numel() == 1, "dequantize_rows: {} scales for {}", sc.numel(), q.describe());
+  Tensor out = Tensor::empty(DType::bf16, q.shape(), Device::cuda);
+  H3_CUDA(dequantize_rows_fp8(q.raw(), static_cast<const float*>(sc.raw()), sc.numel() == 1, out.raw(), q.dim(0),
+                              q.dim(1), stream()));
+  return out;
+}
+
+Tensor quantize_fp8_rows(const Tensor& x) {
+  need_act(x, "quantize_fp8_rows", "x");
+  H3_ASSERT(x.ndim() == 2, "quantize_fp8_rows: 2-D input needed, got {}", x.describe());
+  Tensor xb = x.dtype() == DType::bf16 ? x : x.to(DType::bf16);
+  Tensor q = Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda);
+  Tensor scales = Tensor::empty(DType::f32, {x.dim(0)}, Device::cuda);
+  H3_CUDA(quantize_rows_fp8(xb.raw(), q.raw(), static_cast<float*>(scales.raw()), x.dim(0), x.dim(1), stream()));
+  return q.with_scale(scales);
+}
+
+ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
+                                         const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
+                                         bool bf, bool fp8_rows) {
+  need_act(x, "residual_norm_modulate", "x");
+  const bool gated = gate.defined();
+  const int64_t n = x.dim(0), c = x.ndim() == 2 ? x.dim(1) : 0;
+  H3_ASSERT(x.ndim() == 2 && w.numel() == c && shift.ndim() == 2 && shift.dim(1) == c && scale.shape() == shift.shape(),
+            "residual_norm_modulate: x {} w {} tables {} {}", x.describe(), w.describe(), shift.describe(),
+            scale.describe());
+  if (gated)
+    H3_ASSERT(y.shape() == x.shape() && gate.ndim() == 2 && gate.dim(1) == c && gate.dim(0) == shift.dim(0),
+              "residual_norm_modulate: x {} y {} gate {}", x.describe(), y.describe(), gate.describe());
+  ops::ResidualNorm out;
+  if (x.dtype() == DType::bf16) {
+    for (const Tensor* t : {&w, &shift, &scale}) same(x, *t, "residual_norm_modulate");
+    if (gated) {
+      same(x, gate, "residual_norm_modulate");
+      same(x, y, "residual_norm_modulate");
+    }
+    Tensor i = index_on_gpu(idx, n, shift.dim(0), "residual_norm_modulate");
+    out.x = gated ? Tensor::empty(DType::bf16, x.shape(), Device::cuda) : x;
+    Tensor h = fp8_rows ? Tensor() : Tensor::empty(DType::bf16, x.shape(), Device::cuda);
+    Tensor q = fp8_rows ? Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda) : Tensor();
+    Tensor qs = fp8_rows ? Tensor::empty(DType::f32, {n}, Device::cuda) : Tensor();
+    const cudaError_t e = cuda::residual_norm_modulate(
+        x.raw(), gated ? gate.raw() : nullptr, gated ? y.raw() : nullptr, i.data<int32_t>(),
+        gated ? out.x.raw() : nullptr, w.raw(), shift.raw(), scale.raw(), fp8_rows ? nullptr : h.raw(),
+        fp8_rows ? q.raw() : nullptr, fp8_rows ? static_cast<float*>(qs.raw()) : nullptr, n, c,
+        static_cast<float>(eps), bf, stream());
+    if (e == cudaSuccess) {
+      out.h = fp8_rows ? q.with_scale(qs) : h;
+      return out;
+    }
+    H3_ASSERT(e == cudaErrorNotSupported, "residual_norm_modulate: {}", cudaGetErrorString(e));
+  }
+  out.x = gated ? gate_residual(x, gate, idx, y, bf) : x;
+  out.h = norm_modulate(out.x, w, eps, shift, scale, idx, bf);
+  if (fp8_rows) out.h = quantize_fp8_rows(out.h);
+  return out;
+}
+
+Tensor swiglu_fp8_rows(const Tensor& u, bool bf) {
+  need_act(u, "swiglu_fp8_rows", "u");
+  H3_ASSERT(u.ndim() == 2 && u.dim(1) % 2 == 0, "swiglu_fp8_rows: [N, 2F] input needed, got {}", u.describe());
+  const int64_t n = u.dim(0), f = u.dim(1) / 2;
+  if (u.dtype() == DType::bf16) {
+    Tensor q = Tensor::empty(DType::fp8_e4m3, {n, f}, Device::cuda);
+    Tensor qs = Tensor::empty(DType::f32, {n}, Device::cuda);
+    const cudaError_t e = swiglu_bf16(u.raw(), nullptr, q.raw(), static_cast<float*>(qs.raw()), n, f, bf, stream());
+    if (e == cudaSuccess) return q.with_scale(qs);
+    H3_ASSERT(e == cudaErrorNotSupported, "swiglu_fp8_rows: {}", cudaGetErrorString(e));
+  }
+  return quantize_fp8_rows(swiglu(u, bf));
 }
 
 Tensor procedural(uint64_t base, double scale, double offset, const Shape& shape) {
@@ -296,6 +427,9 @@ void register_ops() {
   t.columns = columns;
   t.set_columns = set_columns;
   t.quantize_fp8 = quantize_fp8;
+  t.quantize_fp8_rows = quantize_fp8_rows;
+  t.residual_norm_modulate = residual_norm_modulate;
+  t.swiglu_fp8_rows = swiglu_fp8_rows;
   t.procedural = procedural;
   t.norm_modulate = norm_modulate;
   t.qk_norm_rope = qk_norm_rope;

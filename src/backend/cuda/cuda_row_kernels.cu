@@ -1,0 +1,460 @@
+// Row kernels for bf16 activations (declared in cuda_kernels.h): the fused residual + RMSNorm + modulation, q/k
+// head norm + RoPE for 128-channel heads, SwiGLU and the per-row FP8 quantization. Built with --fmad=false like
+// every kernel of the backend, so the bf16 roundings fall exactly where the CPU backend's emulation puts them.
+//
+// Why these shapes: the DiT's rows are 5376 (hidden) or 14336 (ffn) bf16 values, and every one of these kernels is
+// bound by device memory. A whole row lives in one thread block's registers (VPT 16-byte chunks per thread, every
+// load issued before the row's reduction), so x is read from DRAM once, and the reduction order of a row depends
+// only on the row's width, never on how many rows a rank holds (bitwise parity across world sizes).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace h3::cuda {
+
+namespace {
+
+constexpr float kFp8Max = 448.0f;
+constexpr float kTinyScale = 1e-12f;
+
+// Eight bf16 values as raw bits (one 16-byte access) and as floats.
+__device__ __forceinline__ uint4 load_raw(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ void unpack(const uint4& raw, float (&v)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ uint4 pack(const float (&v)[8]) {
+  uint4 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  return raw;
+}
+// Eight fp8 e4m3 values (round to nearest even, saturating: |v| <= 448 by construction) as one 8-byte store.
+__device__ __forceinline__ void store_fp8x8(__nv_fp8_e4m3* p, const float (&v)[8], float scale) {
+  uint2 raw;
+  __nv_fp8x2_storage_t* q = reinterpret_cast<__nv_fp8x2_storage_t*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    q[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] / scale, v[2 * i + 1] / scale), __NV_SATFINITE, __NV_E4M3);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Max of v over the block, every thread gets it; `scratch` holds 32 floats. Safe to call repeatedly.
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  v = warp_max(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float w = threadIdx.x < (blockDim.x + 31) / 32 ? scratch[threadIdx.x] : 0.f;
+    w = warp_max(w);
+    if (threadIdx.x == 0) scratch[0] = w;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+
+// Where a row kernel writes its result: bf16 rows (`bf`), or fp8 rows with one dequantization scale per row
+// (value = q * scale[r], scale[r] = max(amax_r / 448, 1e-12)), or both.
+struct RowOut {
+  __nv_bfloat16* bf = nullptr;
+  __nv_fp8_e4m3* q = nullptr;
+  float* scale = nullptr;
+};
+
+// Writes the VPT chunks of row `r` held by this thread (chunk k at column (threadIdx.x + k * blockDim.x) * 8).
+template <int VPT>
+__device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t cols, const float (&v)[VPT][8],
+                                          const bool (&live)[VPT], float* scratch) {
+  const int64_t base = r * cols;
+  if (o.bf) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (live[k]) *reinterpret_cast<uint4*>(o.bf + base + (threadIdx.x + k * blockDim.x) * 8) = pack(v[k]);
+  }
+  if (o.q) {
+    float m = 0.f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (live[k])
+#pragma unroll
+        for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[k][j]));
+    const float scale = fmaxf(block_max(m, scratch) / kFp8Max, kTinyScale);
+    if (threadIdx.x == 0) o.scale[r] = scale;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (live[k]) store_fp8x8(o.q + base + (threadIdx.x + k * blockDim.x) * 8, v[k], scale);
+  }
+}
+
+// One block per row r:
+//   x' = x                                   (no gate), or
+//   x' = bf ? rb(x + rb(g[idx] * y)) : x + g[idx] * y, stored to x_out   (the gated residual)
+//   n  = rb((x' * inv_rms(x')) * w)
+//   h  = bf ? rb(rb(n * rb(1 + scale[idx])) + shift[idx]) : n * (1 + scale[idx]) + shift[idx]
+// with every value rounded to bf16 where it is stored. Rows of cols values, cols % 8 == 0.
+template <int VPT>
+__global__ void __launch_bounds__(256) residual_norm_modulate_kernel(
+    const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ y,
+    const int32_t* __restrict__ idx, __nv_bfloat16* __restrict__ x_out, const __nv_bfloat16* __restrict__ w,
+    const __nv_bfloat16* __restrict__ shift, const __nv_bfloat16* __restrict__ scale, RowOut out, int64_t cols,
+    float eps, bool bf) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x, base = r * cols, chunks = cols / 8;
+  const int64_t t = int64_t(idx[r]) * cols;
+  bool live[VPT];
+  uint4 raw[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+    live[k] = c < chunks;
+    if (live[k]) raw[k] = load_raw(x + base + c * 8);
+  }
+  float v[VPT][8];
+  if (gate) {
+    uint4 graw[VPT], yraw[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+      if (live[k]) {
+        yraw[k] = load_raw(y + base + c * 8);
+        graw[k] = load_raw(gate + t + c * 8);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      if (!live[k]) continue;
+      float g[8], yv[8];
+      unpack(raw[k], v[k]);
+      unpack(graw[k], g);
+      unpack(yraw[k], yv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[k][j] = bf ? rb(v[k][j] + rb(g[j] * yv[j])) : v[k][j] + g[j] * yv[j];
+      raw[k] = pack(v[k]);
+      *reinterpret_cast<uint4*>(x_out + base + (threadIdx.x + int64_t(k) * blockDim.x) * 8) = raw[k];
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (!live[k]) continue;
+    unpack(raw[k], v[k]);  // the stored (bf16) values: what the separate norm would read back
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss += v[k][j] * v[k][j];
+  }
+  const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / static_cast<float>(cols) + eps);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (!live[k]) continue;
+    const int64_t c = (threadIdx.x + int64_t(k) * blockDim.x) * 8;
+    float wv[8], sc[8], sh[8];
+    unpack(load_raw(w + c), wv);
+    unpack(load_raw(scale + t + c), sc);
+    unpack(load_raw(shift + t + c), sh);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float n = rb((v[k][j] * inv) * wv[j]);
+      const float h = bf ? rb(rb(n * rb(1.0f + sc[j])) + sh[j]) : n * (1.0f + sc[j]) + sh[j];
+      v[k][j] = rb(h);  // stored as bf16; the fp8 quantization starts from that value
+    }
+  }
+  write_row<VPT>(out, r, cols, v, live, scratch);
+}
+
+// Per-row FP8 quantization of bf16 rows (one block per row).
+template <int VPT>
+__global__ void __launch_bounds__(256) quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, RowOut out,
+                                                             int64_t cols) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x, base = r * cols, chunks = cols / 8;
+  bool live[VPT];
+  float v[VPT][8];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+    live[k] = c < chunks;
+    if (live[k]) unpack(load_raw(x + base + c * 8), v[k]);
+  }
+  write_row<VPT>(out, r, cols, v, live, scratch);
+}
+
+// SwiGLU of one row (u = [value | gate], f values each) into per-row FP8 (one block per row).
+template <int VPT>
+__global__ void __launch_bounds__(256) swiglu_rows_kernel(const __nv_bfloat16* __restrict__ u, RowOut out, int64_t f,
+                                                           bool bf) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x, chunks = f / 8;
+  const __nv_bfloat16* row = u + r * 2 * f;
+  bool live[VPT];
+  uint4 vraw[VPT], graw[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+    live[k] = c < chunks;
+    if (live[k]) {
+      vraw[k] = load_raw(row + c * 8);
+      graw[k] = load_raw(row + f + c * 8);
+    }
+  }
+  float v[VPT][8];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (!live[k]) continue;
+    float g[8];
+    unpack(vraw[k], v[k]);
+    unpack(graw[k], g);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float sg = __fdividef(g[j], 1.0f + __expf(-g[j]));
+      v[k][j] = rb(bf ? rb(v[k][j] * rb(sg)) : v[k][j] * sg);
+    }
+  }
+  write_row<VPT>(out, r, f, v, live, scratch);
+}
+
+// SwiGLU into bf16, element-wise over 16-byte chunks; two chunks per thread in flight. Fast exp and division:
+// within 2 ulp of f32 before the bf16 rounding, the same on every rank.
+template <typename I>
+__global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_bfloat16* __restrict__ out,
+                                     int64_t rows, int64_t f, bool bf) {
+  const I per_row = static_cast<I>(f / 8), n8 = static_cast<I>(rows) * per_row;
+  const I stride = I(gridDim.x) * blockDim.x;
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += 2 * stride) {
+    const I i2 = i + stride;
+    const bool two = i2 < n8;
+    const I r1 = i / per_row, r2 = two ? i2 / per_row : r1;
+    const int64_t a1 = int64_t(r1) * 2 * f + int64_t(i - r1 * per_row) * 8;
+    const int64_t a2 = int64_t(r2) * 2 * f + int64_t(two ? i2 - r2 * per_row : 0) * 8;
+    const uint4 v1 = load_raw(u + a1), g1 = load_raw(u + a1 + f);
+    uint4 v2{}, g2{};
+    if (two) {
+      v2 = load_raw(u + a2);
+      g2 = load_raw(u + a2 + f);
+    }
+    auto one = [&](const uint4& vr, const uint4& gr, I e) {
+      float v[8], g[8];
+      unpack(vr, v);
+      unpack(gr, g);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float sg = __fdividef(g[j], 1.0f + __expf(-g[j]));
+        v[j] = bf ? rb(v[j] * rb(sg)) : v[j] * sg;
+      }
+      *reinterpret_cast<uint4*>(out + int64_t(e) * 8) = pack(v);
+    };
+    one(v1, g1, i);
+    if (two) one(v2, g2, i2);
+  }
+}
+
+// q/k norm + RoPE for 128-channel bf16 heads: 16 lanes per (row, head) item, 8 channels per lane, ITEMS items per
+// half warp with all their loads issued first. The rotate-half partner of channel c (c < rot) is c +- rot/2, i.e.
+// lane +- rot/16 of the same half warp: exchanged by shuffles (rot % 16 == 0).
+constexpr int kQkItems = 4;
+__global__ void __launch_bounds__(256) qk_norm_rope_d128_kernel(
+    const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ cs,
+    const __nv_bfloat16* __restrict__ sn, __nv_bfloat16* __restrict__ out, int64_t items, int heads, int rot,
+    float eps, bool bf) {
+  const int lane16 = threadIdx.x & 15, c0 = lane16 * 8, half = rot / 2, shift_lanes = half / 8;
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 4;  // half-warp number
+  const int64_t first = group * kQkItems;
+  float wv[8];
+  unpack(load_raw(w + c0), wv);
+  uint4 raw[kQkItems];
+#pragma unroll
+  for (int k = 0; k < kQkItems; ++k)
+    if (first + k < items) raw[k] = load_raw(x + (first + k) * 128 + c0);
+  const bool rotates = c0 < rot;
+  const int partner = (threadIdx.x & 31) + (c0 < half ? shift_lanes : -shift_lanes);
+#pragma unroll
+  for (int k = 0; k < kQkItems; ++k) {
+    const int64_t item = first + k;
+    const bool active = item < items;  // uniform over the half warp; shuffles below stay converged per warp
+    float v[8];
+    if (active) unpack(raw[k], v);
+    else
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = 0.f;
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+    for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the half warp
+    const float inv = 1.0f / sqrtf(ss / 128.0f + eps);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = rb((v[j] * inv) * wv[j]);
+    float other[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) other[j] = __shfl_sync(0xffffffffu, v[j], rotates ? partner : (threadIdx.x & 31));
+    if (!active) continue;
+    const int64_t row = item / heads;
+    if (rotates) {
+      float cv[8], sv[8];
+      unpack(load_raw(cs + row * rot + c0), cv);
+      unpack(load_raw(sn + row * rot + c0), sv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float o = c0 < half ? -other[j] : other[j];
+        v[j] = bf ? rb(rb(v[j] * cv[j]) + rb(o * sv[j])) : v[j] * cv[j] + o * sv[j];
+      }
+    }
+    *reinterpret_cast<uint4*>(out + item * 128 + c0) = pack(v);
+  }
+}
+
+__global__ void broadcast_scale_kernel(const float* scale, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = *scale;
+}
+
+__global__ void dequantize_rows_kernel(const __nv_fp8_e4m3* q, const float* scales, bool per_tensor,
+                                       __nv_bfloat16* out, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(static_cast<float>(q[i]) * scales[per_tensor ? 0 : i / cols]);
+}
+
+bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Threads and chunks per thread for a row of `chunks` 16-byte chunks: about 256 threads, at most 8 chunks each.
+struct RowShape {
+  int threads = 0, vpt = 0;
+};
+RowShape row_shape(int64_t chunks) {
+  RowShape s;
+  s.vpt = static_cast<int>((chunks + 255) / 256);
+  if (s.vpt < 1) s.vpt = 1;
+  if (s.vpt > 8) return {};
+  const int64_t t = (chunks + s.vpt - 1) / s.vpt;
+  s.threads = static_cast<int>((t + 31) / 32 * 32);
+  return s;
+}
+
+template <typename Launch>
+cudaError_t by_vpt(int vpt, Launch launch) {
+  switch (vpt) {
+    case 1: launch.template operator()<1>(); break;
+    case 2: launch.template operator()<2>(); break;
+    case 3: launch.template operator()<3>(); break;
+    case 4: launch.template operator()<4>(); break;
+    case 5: launch.template operator()<5>(); break;
+    case 6: launch.template operator()<6>(); break;
+    case 7: launch.template operator()<7>(); break;
+    case 8: launch.template operator()<8>(); break;
+    default: return cudaErrorNotSupported;
+  }
+  return cudaGetLastError();
+}
+
+RowOut row_out(void* bf, void* q, float* scale) {
+  return RowOut{static_cast<__nv_bfloat16*>(bf), static_cast<__nv_fp8_e4m3*>(q), scale};
+}
+
+}  // namespace
+
+cudaError_t broadcast_scale(const float* scale, float* out, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  const int64_t blocks = (n + 255) / 256;
+  broadcast_scale_kernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(scale, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t dequantize_rows_fp8(const void* q, const float* scales, bool per_tensor, void* out, int64_t rows,
+                                int64_t cols, cudaStream_t s) {
+  if (rows * cols == 0) return cudaSuccess;
+  const int64_t blocks = (rows * cols + 255) / 256;
+  dequantize_rows_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(
+      static_cast<const __nv_fp8_e4m3*>(q), scales, per_tensor, static_cast<__nv_bfloat16*>(out), rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t residual_norm_modulate(const void* x, const void* gate, const void* y, const int32_t* idx, void* x_out,
+                                   const void* w, const void* shift, const void* scale, void* h, void* h_fp8,
+                                   float* h_scale, int64_t rows, int64_t cols, float eps, bool bf16_steps,
+                                   cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const RowShape rs = row_shape(cols / 8);
+  if (cols % 8 || !rs.vpt || !(h || h_fp8) || (gate && !(y && x_out)) || (h_fp8 && !h_scale)) return cudaErrorNotSupported;
+  for (const void* p : std::initializer_list<const void*>{x, gate, y, x_out, w, shift, scale, h, h_fp8})
+    if (!aligned16(p)) return cudaErrorNotSupported;
+  using B = __nv_bfloat16;
+  const RowOut o = row_out(h, h_fp8, h_scale);
+  return by_vpt(rs.vpt, [&]<int V>() {
+    residual_norm_modulate_kernel<V><<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(
+        static_cast<const B*>(x), static_cast<const B*>(gate), static_cast<const B*>(y), idx, static_cast<B*>(x_out),
+        static_cast<const B*>(w), static_cast<const B*>(shift), static_cast<const B*>(scale), o, cols, eps,
+        bf16_steps);
+  });
+}
+
+cudaError_t quantize_rows_fp8(const void* x, void* q, float* scales, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const RowShape rs = row_shape(cols / 8);
+  if (cols % 8 || !rs.vpt || !aligned16(x) || !aligned16(q) || !scales) return cudaErrorNotSupported;
+  const RowOut o = row_out(nullptr, q, scales);
+  return by_vpt(rs.vpt, [&]<int V>() {
+    quantize_rows_kernel<V><<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(
+        static_cast<const __nv_bfloat16*>(x), o, cols);
+  });
+}
+
+cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_t rows, int64_t f, bool bf16_steps,
+                        cudaStream_t s) {
+  if (rows * f == 0) return cudaSuccess;
+  if (f % 8 || !aligned16(u) || !aligned16(out) || !aligned16(q) || !(out || q)) return cudaErrorNotSupported;
+  using B = __nv_bfloat16;
+  if (q) {
+    const RowShape rs = row_shape(f / 8);
+    if (!rs.vpt || !scales) return cudaErrorNotSupported;
+    const RowOut o = row_out(out, q, scales);
+    return by_vpt(rs.vpt, [&]<int V>() {
+      swiglu_rows_kernel<V><<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(static_cast<const B*>(u), o, f,
+                                                                               bf16_steps);
+    });
+  }
+  const int64_t n8 = rows * f / 8;
+  const int threads = 256;
+  const int64_t want = (n8 + 2 * threads - 1) / (2 * threads);
+  const unsigned blocks = static_cast<unsigned>(want < (int64_t(1) << 30) ? want : (int64_t(1) << 30));
+  if (n8 < (int64_t(1) << 30))
+    swiglu_chunks_kernel<uint32_t><<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
+                                                             bf16_steps);
+  else
+    swiglu_chunks_kernel<int64_t><<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
+                                                            bf16_steps);
+  return cudaGetLastError();
+}
+
+cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, int64_t rows,
+                              int64_t heads, int64_t rot, float eps, bool bf16_steps, cudaStream_t s) {
+  if (rows * heads == 0) return cudaSuccess;
+  if (rot % 16 || rot > 128 || rot <= 0) return cudaErrorNotSupported;
+  for (const void* p : std::initializer_list<const void*>{x, w, cs, sn, out})
+    if (!aligned16(p)) return cudaErrorNotSupported;
+  const int64_t items = rows * heads;
+  constexpr int threads = 256;
+  const int64_t groups = (items + kQkItems - 1) / kQkItems;  // one half warp each
+  const unsigned blocks = static_cast<unsigned>((groups * 16 + threads - 1) / threads);
+  using B = __nv_bfloat16;
+  qk_norm_rope_d128_kernel<<<blocks, threads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(w),
+                                                      static_cast<const B*>(cs), static_cast<const B*>(sn),
+                                                      static_cast<B*>(out), items, static_cast<int>(heads),
+                                                      static_cast<int>(rot), eps, bf16_steps);
+  return cudaGetLastError();
+}
+
+}  // namespace h3::cuda
