@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/profile.h"
 #include "dist/comm.h"
 #include "dist/plan.h"
 #include "ops/ops.h"
@@ -77,7 +78,9 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
   for (int64_t i = 0; i < S; ++i) idx_host[i] = static_cast<int32_t>(i % 3);
   Tensor idx = Tensor::from(idx_host, {S}).to_device(Device::cuda);
   nlohmann::json r;
-  auto gemm = [&](const char* name, const Tensor& in, const Tensor& w, int count) {
+  auto gemm = [&](const char* name, const Tensor& in_bf16, const Tensor& w, int count) {
+    // FP8: the activations quantized per row beforehand, as the forward's fused producers hand them over.
+    const Tensor in = p == Precision::fp8 ? ops::quantize_fp8_rows(in_bf16) : in_bf16;
     const double s = count * time_median(reps, [&] { ops::linear(in, w); });
     r[name] = {{"seconds", s}, {"tflops", count * 2.0 * S * w.dim(0) * w.dim(1) / s / 1e12}};
   };
@@ -101,17 +104,26 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
   gemm("fc1", x, w1, 1);
   gemm("fc2", g, w2, 1);
   {
-    // Per block: two norm+modulations, two gated residuals, q and k norm+RoPE, one SwiGLU.
+    // Per block: two fused gated residual + norm + modulation passes (FP8: their output quantized per row), q and
+    // k norm+RoPE, one SwiGLU (FP8: into per-row FP8); the forward's separate kernels for reference.
     auto bytes_rate = [&](const char* name, double bytes, auto f) {
       const double s = time_median(reps, f);
       extra[name] = {{"seconds", s}, {"gbytes_per_s", bytes / s / 1e9}};
       return s;
     };
+    const bool f8 = p == Precision::fp8;
     const double xb = static_cast<double>(x.nbytes()), qb = static_cast<double>(q.nbytes());
-    double s = 2 * bytes_rate("norm_modulate", 2 * xb, [&] { ops::norm_modulate(x, nw, 1e-6, table, table, idx, true); });
-    s += 2 * bytes_rate("gate_residual", 3 * xb, [&] { ops::gate_residual(x, table, idx, x, true); });
+    double s = 2 * bytes_rate("residual_norm_modulate", (f8 ? 3.5 : 4.0) * xb, [&] {
+      ops::residual_norm_modulate(x, table, idx, x, nw, 1e-6, table, table, true, f8);
+    });
     s += 2 * bytes_rate("qk_norm_rope", 2 * qb, [&] { ops::qk_norm_rope(q, qn, D, 1e-6, cs, sn, true); });
-    s += bytes_rate("swiglu", 1.5 * static_cast<double>(u.nbytes()), [&] { ops::swiglu(u, true); });
+    s += bytes_rate("swiglu", (f8 ? 1.25 : 1.5) * static_cast<double>(u.nbytes()), [&] {
+      if (f8) ops::swiglu_fp8_rows(u, true);
+      else ops::swiglu(u, true);
+    });
+    bytes_rate("norm_modulate", 2 * xb, [&] { ops::norm_modulate(x, nw, 1e-6, table, table, idx, true); });
+    bytes_rate("gate_residual", 3 * xb, [&] { ops::gate_residual(x, table, idx, x, true); });
+    if (f8) bytes_rate("quantize_fp8_rows", 1.5 * qb, [&] { ops::quantize_fp8_rows(q); });
     r["norms_modulation"] = {{"seconds", s}};
   }
   r["_not_summed"] = extra;
@@ -138,7 +150,7 @@ double ulysses_rank_block(const DitConfig& c, int64_t S, int N, Precision p, int
   for (int64_t i = 0; i < rows; ++i) idx_host[i] = static_cast<int32_t>(i % 3);
   Tensor idx = Tensor::from(idx_host, {rows}).to_device(Device::cuda);
   return time_median(reps, [&] {
-    Tensor xq = p == Precision::fp8 ? ops::quantize_fp8(x) : x;
+    Tensor xq = p == Precision::fp8 ? ops::quantize_fp8_rows(x) : x;
     for (int n = 0; n < 3; ++n) ops::qk_norm_rope(ops::linear(xq, wq), qn, D, 1e-6, cs, sn, true);
     ops::attention(q, k, v, D);
     ops::gate_residual(x, table, idx, ops::linear(qr, wo), true);
@@ -160,6 +172,7 @@ Runner add_bench(CLI::App& app) {
     int blocks = 0;
     std::vector<int> partitions;
     double link_gbps = 370;
+    bool profile = false, no_isolated = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--res", o->res, "480p (832x480, 124 frames, 64 text rows) and/or 768p (1344x768, 124, 120)")
@@ -174,6 +187,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--json", o->json, "also write the results here");
   cmd->add_option("--partitions", o->partitions,
                   "also time one rank's share of N-way Ulysses on this GPU (compute measured, exchange modelled)");
+  cmd->add_flag("--profile", o->profile,
+                "also time the regions of one real forward on the device (the forward's own spans, not isolated)");
+  cmd->add_flag("--no-isolated", o->no_isolated, "skip the isolated per-region timings (faster)");
   cmd->add_option("--link-gbps", o->link_gbps, "bus bandwidth for the modelled all-to-alls (NVLink 4 NCCL: ~370)")
       ->capture_default_str();
   return [o]() -> int {
@@ -214,33 +230,60 @@ Runner add_bench(CLI::App& app) {
                                   (3.0 * c.inner_dim() * c.hidden_size + c.hidden_size * c.inner_dim() +
                                    2.0 * c.ffn_dim * c.hidden_size + c.hidden_size * c.ffn_dim);
         const double attn_flops = 4.0 * S * S * c.inner_dim() * c.num_layers;
-        nlohmann::json reg = regions(c, S, p, o->reps);
-        double gemm_s = 0, attn_s = reg["attention"]["seconds"].get<double>() * c.num_layers;
-        for (const char* g : {"qkv", "out", "fc1", "fc2"}) gemm_s += reg[g]["seconds"].get<double>() * c.num_layers;
+        nlohmann::json prof = nlohmann::json::object();
+        if (o->profile) {
+          profile::set_enabled(true);
+          profile::take();
+          model->forward(in);
+          gpu_synchronize();
+          const std::vector<profile::Total> totals = profile::take();
+          profile::set_enabled(false);
+          for (const auto& t : totals) prof[t.name] = {{"seconds", t.seconds}, {"spans", t.spans}};
+        }
+        nlohmann::json reg = o->no_isolated ? nlohmann::json::object() : regions(c, S, p, o->reps);
+        double gemm_s = 0, attn_s = 0;
+        if (!o->no_isolated) {
+          attn_s = reg["attention"]["seconds"].get<double>() * c.num_layers;
+          for (const char* g : {"qkv", "out", "fc1", "fc2"}) gemm_s += reg[g]["seconds"].get<double>() * c.num_layers;
+        }
         std::printf("%-5s %-5s %7lld %10.3f %9.0f %9.0f %9.0f %10.1f\n", rname.c_str(), pname.c_str(),
-                    static_cast<long long>(S), s, (gemm_flops + attn_flops) / s / 1e12, gemm_flops / gemm_s / 1e12,
-                    attn_flops / attn_s / 1e12, peak);
-        std::printf("      regions (isolated, x%d blocks):", c.num_layers);
-        double sum = 0;
-        for (auto& [name, v] : reg.items()) {
-          if (name.starts_with("_")) continue;
-          const double t = v["seconds"].get<double>() * c.num_layers;
-          sum += t;
-          std::printf(" %s %.3f s", name.c_str(), t);
+                    static_cast<long long>(S), s, (gemm_flops + attn_flops) / s / 1e12,
+                    gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0, attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0, peak);
+        if (o->profile) {
+          std::printf("      real forward (one, profiled):");
+          double sum = 0;
+          for (auto& [name, v] : prof.items()) {
+            const double t = v["seconds"].get<double>();
+            sum += t;
+            std::printf(" %s %.3f s (%.0f%%)", name.c_str(), t, 100 * t / s);
+          }
+          std::printf(" | other %.3f s\n", s - sum);
         }
-        std::printf(" | sum %.3f s, rest of the forward %.3f s\n", sum, s - sum);
-        std::printf("      kernels:");
-        for (auto& [name, v] : reg["_not_summed"].items()) {
-          std::printf(" %s %.2f ms", name.c_str(), v["seconds"].get<double>() * 1e3);
-          if (v.contains("tflops")) std::printf(" (%.0f TF)", v["tflops"].get<double>());
-          if (v.contains("gbytes_per_s")) std::printf(" (%.0f GB/s)", v["gbytes_per_s"].get<double>());
+        if (!o->no_isolated) {
+          std::printf("      regions (isolated, x%d blocks):", c.num_layers);
+          double sum = 0;
+          for (auto& [name, v] : reg.items()) {
+            if (name.starts_with("_")) continue;
+            const double t = v["seconds"].get<double>() * c.num_layers;
+            sum += t;
+            std::printf(" %s %.3f s", name.c_str(), t);
+          }
+          std::printf(" | sum %.3f s, rest of the forward %.3f s\n", sum, s - sum);
+          std::printf("      kernels:");
+          for (auto& [name, v] : reg["_not_summed"].items()) {
+            std::printf(" %s %.2f ms", name.c_str(), v["seconds"].get<double>() * 1e3);
+            if (v.contains("tflops")) std::printf(" (%.0f TF)", v["tflops"].get<double>());
+            if (v.contains("gbytes_per_s")) std::printf(" (%.0f GB/s)", v["gbytes_per_s"].get<double>());
+          }
+          std::printf("\n");
         }
-        std::printf("\n");
         all.push_back({{"gpu", gpu_description()}, {"resolution", rname}, {"precision", pname}, {"S", S},
                        {"blocks", c.num_layers}, {"seconds_per_forward", s},
-                       {"tflops", (gemm_flops + attn_flops) / s / 1e12}, {"gemm_tflops_isolated", gemm_flops / gemm_s / 1e12},
-                       {"attention_tflops_isolated", attn_flops / attn_s / 1e12}, {"peak_gib", peak},
-                       {"load_seconds", load_s}, {"regions_per_block", reg}, {"exchange_seconds", 0.0}});
+                       {"tflops", (gemm_flops + attn_flops) / s / 1e12},
+                       {"gemm_tflops_isolated", gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0},
+                       {"attention_tflops_isolated", attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0}, {"peak_gib", peak},
+                       {"load_seconds", load_s}, {"regions_per_block", reg}, {"exchange_seconds", 0.0},
+                       {"profile_real_forward", prof}});
       }
     }
     if (!o->partitions.empty()) {

@@ -22,6 +22,11 @@ struct DeviceHooks {
   void (*copy2d)(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) = nullptr;
   // Element-wise conversion of n values, both sides in device memory.
   void (*convert)(const void* src, DType st, void* dst, DType dt, int64_t n) = nullptr;
+  // Timing marks on the compute stream (core/profile.h): an opaque recorded event, the milliseconds between two
+  // (waits for the second), and its release.
+  void* (*event_record)() = nullptr;
+  double (*event_elapsed_ms)(void* from, void* to) = nullptr;
+  void (*event_release)(void* e) = nullptr;
 };
 
 void register_device_hooks(const DeviceHooks& hooks);

@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "dist/control.h"
+#include "core/profile.h"
 #include "model/dit.h"
 #include "model/dit_exchange.h"
 #include "ops/ops.h"
@@ -100,10 +101,18 @@ Tensor DitModel::refiner_attention(const Block& b, const Tensor& h) const {
 }
 
 Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
-  Tensor u = round_if_bf16(ops::linear(h, b.ff_in));
-  // An FP8 second projection takes its input quantized per row, straight from the SwiGLU pass.
-  Tensor g = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device() ? ops::swiglu_fp8_rows(u, bf16_steps())
-                                                                   : ops::swiglu(u, bf16_steps());
+  Tensor u, g;
+  {
+    profile::Region r("mlp fc1");
+    u = round_if_bf16(ops::linear(h, b.ff_in));
+  }
+  {
+    // An FP8 second projection takes its input quantized per row, straight from the SwiGLU pass.
+    profile::Region r("mlp swiglu");
+    g = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device() ? ops::swiglu_fp8_rows(u, bf16_steps())
+                                                              : ops::swiglu(u, bf16_steps());
+  }
+  profile::Region r("mlp fc2");
   return round_if_bf16(ops::linear(g, b.ff_out));
 }
 
@@ -120,13 +129,23 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3)
     hin = ops::quantize_fp8_rows(hin);
   auto project = [&](const Tensor& w, const Tensor* norm) {
-    Tensor x = round_if_bf16(ops::linear(hin, w));
+    Tensor x;
+    {
+      profile::Region r("qkv");
+      x = round_if_bf16(ops::linear(hin, w));
+    }
     if (!norm) return x;
+    profile::Region r("qk norm+rope");
     return ops::qk_norm_rope(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf);
+  };
+  auto attend = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    profile::Region r("attention");
+    return round_if_bf16(ops::attention(q, k, v, D));
   };
   Tensor o;
   if (ag || plan_.U == 1) {
-    o = round_if_bf16(ops::attention(project(b.to_q, &b.norm_q), project(b.to_k, &b.norm_k), project(b.to_v, nullptr), D));
+    Tensor q = project(b.to_q, &b.norm_q), k = project(b.to_k, &b.norm_k), v = project(b.to_v, nullptr);
+    o = attend(q, k, v);
   } else {
     // Each projection travels while the next is computed.
     const int64_t h0 = heads_qkv_.begin;
@@ -136,18 +155,27 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     xq.start_seq_to_head(for_comm(sp, project(b.to_q, &b.norm_q)));
     xk.start_seq_to_head(for_comm(sp, project(b.to_k, &b.norm_k)));
     xv.start_seq_to_head(for_comm(sp, project(b.to_v, nullptr)));
-    Tensor q = back_to(xq.finish(), dev_), k = back_to(xk.finish(), dev_), v = back_to(xv.finish(), dev_);
-    o = round_if_bf16(ops::attention(q, k, v, D));
+    Tensor q, k, v;
+    {
+      profile::Region r("exchange");
+      q = back_to(xq.finish(), dev_), k = back_to(xk.finish(), dev_), v = back_to(xv.finish(), dev_);
+    }
+    o = attend(q, k, v);
   }
   if (ag || plan_.U > 1) {
     // Back to this rank's rows (or row group) with every head of the slice.
     const std::vector<Range>& blocks = ag ? st.rows : st.group_rows;
     const int64_t h0 = ag ? 0 : heads_qkv_.begin;
     HeadExchange back(sp, blocks, st.heads_sp, h0, D, plan_.chunks, "all-to-all attention out (head->seq)");
+    profile::Region r("exchange");
     back.start_head_to_seq(for_comm(sp, o));
     o = back_to(back.finish(), dev_);
   }
-  Tensor partial = round_if_bf16(ops::linear(o, b.to_out));
+  Tensor partial;
+  {
+    profile::Region r("out");
+    partial = round_if_bf16(ops::linear(o, b.to_out));
+  }
   if (ag) return partial;
   return round_if_bf16(reduce_rows_to(*plan_.tp_comm, partial, st.tp_rows, "reduce-scatter attention out (tensor)"));
 }
@@ -287,7 +315,11 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   Tensor temb = upload(timestep_embedding(in.timestep, config_.freq_dim));
   temb = ops::linear(ops::silu(ops::linear(temb, t1_w, &t1_b)), t2_w, &t2_b);
   Tensor ada_in = round_if_bf16(ops::silu(temb));
-  std::vector<Tensor> tables = adaln_tables(ada_in);
+  std::vector<Tensor> tables;
+  {
+    profile::Region r("adaln tables");
+    tables = adaln_tables(ada_in);
+  }
   std::vector<int32_t> ada_idx, ti_idx;
   for (int64_t r = st.own.begin; r < st.own.end; ++r) {
     ti_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r)));
@@ -312,10 +344,18 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     for (int k = 0; k < 6; ++k) p[k] = ops::columns(table, k * H, (k + 1) * H);
     // The MLP's gated residual of block n-1 is applied in the same pass as block n's first norm (fused, bitwise
     // the separate ops), unless every block's output is kept.
-    ops::ResidualNorm r = ops::residual_norm_modulate(x, pending_gate, st.ada_idx, pending_y, b.norm1,
-                                                      config_.norm_eps, p[0], p[1], bf, fp8_attn_in);
+    ops::ResidualNorm r;
+    {
+      profile::Region pr("residual+norm+modulate");
+      r = ops::residual_norm_modulate(x, pending_gate, st.ada_idx, pending_y, b.norm1, config_.norm_eps, p[0], p[1],
+                                      bf, fp8_attn_in);
+    }
     Tensor y = attention_block(b, r.h, st);
-    r = ops::residual_norm_modulate(r.x, p[2], st.ada_idx, y, b.norm2, config_.norm_eps, p[3], p[4], bf, fp8_mlp_in);
+    {
+      profile::Region pr("residual+norm+modulate");
+      r = ops::residual_norm_modulate(r.x, p[2], st.ada_idx, y, b.norm2, config_.norm_eps, p[3], p[4], bf,
+                                      fp8_mlp_in);
+    }
     x = r.x;
     pending_y = mlp_block(b, r.h, st);
     pending_gate = p[5];

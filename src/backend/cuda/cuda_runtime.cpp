@@ -82,6 +82,20 @@ void hook_copy(void* dst, bool dst_dev, const void* src, bool src_dev, size_t by
   if (!dst_dev || !src_dev) H3_CUDA(cudaStreamSynchronize(stream()));
 }
 
+void* hook_event_record() {
+  cudaEvent_t e = nullptr;
+  H3_CUDA(cudaEventCreate(&e));
+  H3_CUDA(cudaEventRecord(e, stream()));
+  return e;
+}
+double hook_event_elapsed_ms(void* from, void* to) {
+  H3_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(to)));
+  float ms = 0;
+  H3_CUDA(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
+  return ms;
+}
+void hook_event_release(void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+
 void hook_zero(void* p, size_t bytes) { H3_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
 
 void hook_copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows) {
@@ -179,6 +193,9 @@ void start_gpu_backend(const GpuOptions& o) {
   hooks.zero = cuda::hook_zero;
   hooks.copy2d = cuda::hook_copy2d;
   hooks.convert = cuda::hook_convert;
+  hooks.event_record = cuda::hook_event_record;
+  hooks.event_elapsed_ms = cuda::hook_event_elapsed_ms;
+  hooks.event_release = cuda::hook_event_release;
   register_device_hooks(hooks);
   cuda::register_ops();
   s.started = true;
