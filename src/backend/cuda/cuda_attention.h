@@ -14,4 +14,19 @@ void attention(const void* q, const void* k, const void* v, void* o, DType t, in
 // needed.
 std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 
+// The output type the FP8 attention graph is built with: the first that cuDNN accepts (bf16, else fp8 + a dequantize),
+// or only one of them. H3_ATTENTION_FP8_O=bf16|fp8 sets it for `any`.
+enum class Fp8AttentionOut { any, bf16, fp8 };
+// FP8 attention (cuda_attention_fp8.cpp): q [nq, heads*d], k/v [nk, heads*d] fp8 e4m3 with per-tensor f32 descales
+// on the device (value = stored * descale; each pointer 16-byte aligned), o bf16 [nq, heads*d], softmax scale
+// 1/sqrt(d). Returns false when cuDNN
+// refuses every FP8 graph for this shape (logged once with cuDNN's reasons; o may be partly written): the caller
+// then runs the bf16 attention.
+bool attention_fp8(const void* q, const void* k, const void* v, const float* descale_q, const float* descale_k,
+                   const float* descale_v, void* o, int64_t nq, int64_t nk, int64_t heads, int64_t d,
+                   Fp8AttentionOut out = Fp8AttentionOut::any);
+// "cudnn-fp8 (O bf16)", "cudnn-fp8 (O fp8 + dequantize)", ... or "refused", building the graph if needed.
+std::string attention_fp8_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d,
+                               Fp8AttentionOut out = Fp8AttentionOut::any);
+
 }  // namespace h3::cuda
