@@ -25,6 +25,9 @@ enum class Fp8AttentionOut { any, bf16, fp8 };
 bool attention_fp8(const void* q, const void* k, const void* v, const float* descale_q, const float* descale_k,
                    const float* descale_v, void* o, int64_t nq, int64_t nk, int64_t heads, int64_t d,
                    Fp8AttentionOut out = Fp8AttentionOut::any);
+// Builds every variant's operation graph for this shape without a GPU (no handle, no plan): "" when cuDNN finalizes
+// all of them, else cuDNN's reasons. Catches wrong dims, strides, types or connections before a GPU run.
+std::string attention_fp8_graph_check(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 // "cudnn-fp8 (O bf16)", "cudnn-fp8 (O fp8 + dequantize)", ... or "refused", building the graph if needed.
 std::string attention_fp8_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d,
                                Fp8AttentionOut out = Fp8AttentionOut::any);

@@ -144,7 +144,10 @@ struct Graph {
   }
 };
 
-std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t n, int64_t d, int64_t ld, const Variant& var) {
+// The operation graph of one variant; with `plan`, its execution plan (needs the GPU), else only the graph
+// finalized (returned as a plan without an executable, for the GPU-less check).
+std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t n, int64_t d, int64_t ld, const Variant& var,
+                            bool plan = true) {
   const cudnnDataType_t f8 = CUDNN_DATA_FP8_E4M3, f32 = CUDNN_DATA_FLOAT;
   Graph g;
   Desc* q = g.real(kQ, f8, {1, n, nq, d}, {nq * ld, d, ld, 1});
@@ -198,7 +201,11 @@ std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t n, int64_t d, int64_
   g.pointwise(CUDNN_POINTWISE_MUL, o1, dv, o2);
   g.pointwise(CUDNN_POINTWISE_MUL, o2, so, o);
   g.reduction(CUDNN_REDUCE_TENSOR_AMAX, o2, amax_o);
-  return dnn::make_plan(std::move(g.keep), g.ops);
+  if (plan) return dnn::make_plan(std::move(g.keep), g.ops);
+  auto p = std::make_unique<Plan>();
+  p->keep = std::move(g.keep);
+  p->keep.push_back(dnn::make_graph(g.ops));
+  return p;
 }
 
 // Device scalars of the graph, 16 bytes apart (the alignment its tensors declare): scale_s, descale_s, scale_o and
@@ -359,6 +366,22 @@ int64_t group_for(const void* q, const void* k, const void* v, const float* dq, 
 
 }  // namespace
 #endif
+
+std::string attention_fp8_graph_check(int64_t nq, int64_t nk, int64_t heads, int64_t d) {
+#if H3_HAVE_CUDNN
+  std::string errors;
+  for (const Variant& var : kVariants) {
+    try {
+      build(nq, nk, heads, d, heads * d, var, false);
+    } catch (const Failed& f) {
+      errors += fmt::format("{}[{}] {}", errors.empty() ? "" : "; ", var.name, f.what);
+    }
+  }
+  return errors;
+#else
+  return "built without cuDNN";
+#endif
+}
 
 std::string attention_fp8_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d, Fp8AttentionOut out) {
 #if H3_HAVE_CUDNN

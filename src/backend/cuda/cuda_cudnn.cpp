@@ -90,14 +90,18 @@ std::vector<DescPtr> configs(Desc& graph, cudnnBackendHeurMode_t mode, int max) 
 
 }  // namespace
 
-std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cudnnBackendDescriptor_t>& ops) {
-  cudnnHandle_t h = handle();
-  if (!h) throw Failed{"cudnnCreate failed (is libcudnn.so.9 on the library path?)"};
-  auto graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "finalize graph", [&](Desc& g) {
-    set(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle");
+DescPtr make_graph(const std::vector<cudnnBackendDescriptor_t>& ops, cudnnHandle_t h) {
+  return make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "finalize graph", [&](Desc& g) {
+    if (h) set(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle");
     set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()), ops.data(),
         "graph ops");
   });
+}
+
+std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cudnnBackendDescriptor_t>& ops) {
+  cudnnHandle_t h = handle();
+  if (!h) throw Failed{"cudnnCreate failed (is libcudnn.so.9 on the library path?)"};
+  auto graph = make_graph(ops, h);
   std::string last = "no engine configuration";
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     std::vector<DescPtr> cfgs;

@@ -67,6 +67,9 @@ struct Plan {
 // and returns the first engine configuration that finalizes; throws Failed with cuDNN's reason otherwise. `keep`
 // (tensors and operations) moves into the plan.
 std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cudnnBackendDescriptor_t>& ops);
+// Only the finalized operation graph of `ops` (no handle, heuristics or plan): cuDNN checks every operation's dims,
+// strides and types and the graph's connections, which needs no GPU. Throws Failed with cuDNN's reason.
+DescPtr make_graph(const std::vector<cudnnBackendDescriptor_t>& ops, cudnnHandle_t h = nullptr);
 // Runs the plan on the backend's stream with device (or by-value host) pointers for the given tensor uids.
 void execute(const Plan& p, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs);
 
