@@ -69,8 +69,8 @@ Plan* plan_for(int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
 }
 
 // Runs cuDNN on heads [0, heads) in groups of g; false when cuDNN refuses a group's shape.
-bool run_groups(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk, int64_t heads,
-                int64_t d, int64_t g) {
+bool run_groups(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk, int64_t heads, int64_t d,
+                int64_t g) {
   const int64_t ld = heads * d;
   for (int64_t h0 = 0; h0 < heads; h0 += g) {
     const int64_t n = std::min(g, heads - h0);

@@ -18,10 +18,11 @@
 //                                                  the device (|o| <= max|v| <= 448 dv), then o = fp8 * dv/0.875
 // clang-format on
 //
-// Whether cuDNN takes a bf16 O with fp8 inputs depends on the version and the GPU (cudnn-frontend and Transformer
-// Engine give it only on Blackwell), and whether the stats must be a real output may too, so the variants are
-// tried in order — bf16 O / virtual stats, bf16 O / stats, fp8 O / virtual stats, fp8 O / stats — and every refusal
-// is logged with cuDNN's text. H3_ATTENTION_FP8_O=bf16|fp8 restricts the O type (tests, the check program).
+// A bf16 O with fp8 inputs is documented only on Blackwell with cuDNN 9.13+ (cudnn-frontend's support checks;
+// Transformer Engine enables its bf16-O recipe only on sm100+), and whether the stats must be a real output may
+// depend on the version, so the variants are tried in order — bf16 O / virtual stats, bf16 O / stats (both only
+// where documented, or when asked for), fp8 O / virtual stats, fp8 O / stats — and every refusal is logged with
+// cuDNN's text. H3_ATTENTION_FP8_O=bf16|fp8 restricts the O type (tests, the check program).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -271,10 +272,22 @@ int variant_for(int64_t nq, int64_t nk, int64_t heads, int64_t d, Fp8AttentionOu
   if (d % 8 != 0 || d > 256) {
     reasons = fmt::format("head_dim {} (cuDNN's FP8 SDPA needs a multiple of 8, at most 256)", d);
   } else {
+    // cudnn-frontend declares a bf16 O with fp8 inputs unsupported before Blackwell (and cuDNN 9.13): not tried
+    // there unless asked for, so that a backend which accepted it anyway could not give unchecked numbers.
+    int dev = 0, major = 0;
+    H3_CUDA(cudaGetDevice(&dev));
+    H3_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const bool bf16_o_documented = major >= 10 && cudnnGetVersion() >= 91300;
     for (int i = 0; i < kNumVariants && chosen < 0; ++i) {
       if ((want == Fp8AttentionOut::bf16 && !kVariants[i].o_bf16) ||
           (want == Fp8AttentionOut::fp8 && kVariants[i].o_bf16))
         continue;
+      if (want == Fp8AttentionOut::any && kVariants[i].o_bf16 && !bf16_o_documented) {
+        if (reasons.empty())
+          reasons = fmt::format("[O bf16] not tried: needs sm_100+ and cuDNN 9.13+ (sm_{}0, cuDNN {})", major,
+                                cudnnGetVersion());
+        continue;
+      }
       std::string why;
       if (plan_for(nq, nk, heads, d, heads * d, i, &why))
         chosen = i;
