@@ -28,6 +28,12 @@ bool attention_fp8(const void* q, const void* k, const void* v, const float* des
 // Builds every variant's operation graph for this shape without a GPU (no handle, no plan): "" when cuDNN finalizes
 // all of them, else cuDNN's reasons. Catches wrong dims, strides, types or connections before a GPU run.
 std::string attention_fp8_graph_check(int64_t nq, int64_t nk, int64_t heads, int64_t d);
+// The amax outputs of the last FP8 attention call's last head group (diagnostics; waits for the stream): s = max
+// of the softmax weights before their scale into fp8, o = max |O| before its scale (-1: none yet).
+struct Fp8AttentionAmax {
+  float s = -1, o = -1;
+};
+Fp8AttentionAmax attention_fp8_amax();
 // "cudnn-fp8 (O bf16)", "cudnn-fp8 (O fp8 + dequantize)", ... or "refused", building the graph if needed.
 std::string attention_fp8_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d,
                                Fp8AttentionOut out = Fp8AttentionOut::any);

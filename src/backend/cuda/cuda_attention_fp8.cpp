@@ -220,8 +220,33 @@ enum Slot : int {
   kAmaxOSlot = 20
 };
 float* scalars() {
-  static float* p = static_cast<float*>(device_alloc(32 * sizeof(float)));
+  static float* p = [] {
+    auto* d = static_cast<float*>(device_alloc(32 * sizeof(float)));
+    std::vector<float> none(32, -1.0f);  // the amax slots read -1 until a call writes them
+    H3_CUDA(cudaMemcpy(d, none.data(), none.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+  }();
   return p;
+}
+
+// The scale of P into fp8: 448 (P <= 1 fills e4m3's range), or H3_ATTENTION_FP8_SCALE_S — e.g. 448 / amax_s when
+// attention_fp8_amax shows that the quantized P stays far below 1 (long rows of small normalized weights would
+// otherwise fall into e4m3's subnormals).
+float p_scale() {
+  static const float s = [] {
+    const char* e = std::getenv("H3_ATTENTION_FP8_SCALE_S");
+    if (!e || !*e) return 448.0f;
+    char* end = nullptr;
+    const float v = std::strtof(e, &end);
+    if (*end != '\0' || !(v > 0.0f) || !std::isfinite(v))
+      fail(
+          "H3_ATTENTION_FP8_SCALE_S={}: expected a positive number (the scale of the softmax weights into fp8, "
+          "448 by default)",
+          e);
+    spdlog::info("FP8 attention: softmax weights scaled by {} into fp8 (H3_ATTENTION_FP8_SCALE_S)", v);
+    return v;
+  }();
+  return s;
 }
 
 std::mutex g_mu;
@@ -396,6 +421,17 @@ std::string attention_fp8_graph_check(int64_t nq, int64_t nk, int64_t heads, int
 #endif
 }
 
+Fp8AttentionAmax attention_fp8_amax() {
+  Fp8AttentionAmax a;
+#if H3_HAVE_CUDNN
+  float* sc = scalars();
+  H3_CUDA(cudaStreamSynchronize(stream()));
+  H3_CUDA(cudaMemcpy(&a.s, sc + kAmaxSSlot, sizeof(float), cudaMemcpyDeviceToHost));
+  H3_CUDA(cudaMemcpy(&a.o, sc + kAmaxOSlot, sizeof(float), cudaMemcpyDeviceToHost));
+#endif
+  return a;
+}
+
 std::string attention_fp8_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d, Fp8AttentionOut out) {
 #if H3_HAVE_CUDNN
   const int var = variant_for(nq, nk, heads, d, wanted(out));
@@ -414,8 +450,8 @@ bool attention_fp8(const void* q, const void* k, const void* v, const float* des
   const int var = variant_for(nq, nk, heads, d, wanted(out));
   if (var < 0) return false;
   float* sc = scalars();
-  H3_CUDA(attention_fp8_scales(descale_v, sc + kScaleSSlot, sc + kDescaleSSlot, sc + kScaleOSlot, sc + kDescaleOSlot,
-                               stream()));
+  H3_CUDA(attention_fp8_scales(descale_v, p_scale(), sc + kScaleSSlot, sc + kDescaleSSlot, sc + kScaleOSlot,
+                               sc + kDescaleOSlot, stream()));
   if (kVariants[var].o_bf16) {
     const int64_t g = group_for(q, k, v, descale_q, descale_k, descale_v, o, nq, nk, heads, d, var);
     return run_groups(q, k, v, descale_q, descale_k, descale_v, o, nq, nk, heads, d, g, var);

@@ -453,10 +453,10 @@ __global__ void dequantize_fp8_kernel(const __nv_fp8_e4m3* x, int64_t n, const f
     y[i] = __float2bfloat16_rn(static_cast<float>(x[i]) * sc);
 }
 
-__global__ void attention_fp8_scales_kernel(const float* descale_v, float* scale_s, float* descale_s, float* scale_o,
-                                            float* descale_o) {
-  *scale_s = 448.0f;
-  *descale_s = 1.0f / 448.0f;
+__global__ void attention_fp8_scales_kernel(const float* descale_v, float p_scale, float* scale_s, float* descale_s,
+                                            float* scale_o, float* descale_o) {
+  *scale_s = p_scale;
+  *descale_s = 1.0f / p_scale;
   // 7/8 of the full range: the rounded fp8 softmax weights of a row may sum to a little more than 1.
   const float dv = fmaxf(*descale_v, 1e-30f);
   *scale_o = 0.875f / dv;
@@ -681,9 +681,9 @@ cudaError_t dequantize_fp8(const void* x, int64_t n, const float* scale, void* y
   return cudaGetLastError();
 }
 
-cudaError_t attention_fp8_scales(const float* descale_v, float* scale_s, float* descale_s, float* scale_o,
-                                 float* descale_o, cudaStream_t s) {
-  attention_fp8_scales_kernel<<<1, 1, 0, s>>>(descale_v, scale_s, descale_s, scale_o, descale_o);
+cudaError_t attention_fp8_scales(const float* descale_v, float p_scale, float* scale_s, float* descale_s,
+                                 float* scale_o, float* descale_o, cudaStream_t s) {
+  attention_fp8_scales_kernel<<<1, 1, 0, s>>>(descale_v, p_scale, scale_s, descale_s, scale_o, descale_o);
   return cudaGetLastError();
 }
 
