@@ -12,7 +12,7 @@
 //   M  = max_j P,  E = exp(P - M),  Z = sum_j E    softmax as reductions and pointwise ops (cuDNN < 9.21)
 //   Stats = M + log Z                              virtual, or written to scratch (variants below)
 //   S  = E / Z,    amax_s = max |S|                amax to scratch
-//   S8 = fp8(S * scale_s)                          scale_s = 448 (S <= 1): e4m3's full range
+//   S8 = fp8(S * scale_s)                          scale_s = 448 (S <= 1): e4m3's full range; H3_ATTENTION_FP8_SCALE_S
 //   O' = (S8 x V) * descale_s * dv                 f32 virtual, descale_s = 1/448;  amax_o = max |O'| to scratch
 //   O  = O' * scale_o                              bf16 O: scale_o = 1 (by value); fp8 O: scale_o = 0.875/dv on
 //                                                  the device (|o| <= max|v| <= 448 dv), then o = fp8 * dv/0.875
