@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "core/compare.h"
@@ -218,6 +220,49 @@ TEST(CudaOps, AttentionMatchesCpu) {
     expect_close(got, want, 8e-3, "bf16 attention");
     expect_close(ops::attention(gpu(q, DType::f32), gpu(k, DType::f32), gpu(v, DType::f32), d), want, 1e-6,
                  "f32 attention (plain kernel)");
+  }
+}
+
+// FP8 attention against the CPU on the same dequantized values. cuDNN's FP8 graph stores the softmax weights P
+// (and, where it gives no bf16 O with fp8 inputs, O) in e4m3 with 3 mantissa bits: ~1-3e-2 rel-L2, hence the bound.
+// H3_ATTENTION_FP8=require turns a refused graph into an error, so a silent bf16 fallback cannot pass for FP8;
+// =off checks the fallback itself (bf16 attention of the dequantized values) at the bf16 bound.
+TEST(CudaOps, Fp8AttentionMatchesCpu) {
+  H3_REQUIRE_GPU();
+  auto dequant = [](const Tensor& t8) {
+    Tensor f = t8.cpu().to(DType::f32);
+    const float s = t8.scale()->cpu().to(DType::f32).data<float>()[0];
+    float* p = f.data<float>();
+    for (int64_t i = 0; i < f.numel(); ++i) p[i] *= s;
+    return f;
+  };
+  const int64_t d = 128;
+  for (auto [nq, nk, heads] : {std::tuple{77, 131, 3}, std::tuple{300, 300, 2}, std::tuple{1000, 1000, 4}}) {
+    SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads");
+    Tensor q8 = ops::quantize_fp8(gpu(rnd({nq, heads * d}, 51), DType::bf16));
+    Tensor k8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 52), DType::bf16));
+    Tensor v8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 53, 0.5), DType::bf16));
+    Tensor want = ops::attention(dequant(q8), dequant(k8), dequant(v8), d);
+    for (auto [mode, o_type, tol] : {std::tuple{"require", "", 5e-2}, std::tuple{"require", "fp8", 5e-2},
+                                     std::tuple{"off", "", 8e-3}}) {
+      SCOPED_TRACE(testing::Message() << "H3_ATTENTION_FP8=" << mode << " H3_ATTENTION_FP8_O=" << o_type);
+      setenv("H3_ATTENTION_FP8", mode, 1);
+      setenv("H3_ATTENTION_FP8_O", o_type, 1);
+      Tensor got;
+      try {
+        got = ops::attention(q8, k8, v8, d);
+      } catch (const Error& e) {
+        ADD_FAILURE() << e.what();
+        continue;
+      }
+      EXPECT_EQ(got.dtype(), DType::bf16);
+      Diff diff = compare(host_f32(got), want);
+      std::printf("fp8 attention %lld x %lld, %lld heads, FP8=%s O=%s: rel-L2 %.3g\n", static_cast<long long>(nq),
+                  static_cast<long long>(nk), static_cast<long long>(heads), mode, o_type, diff.rel_l2);
+      EXPECT_LE(diff.rel_l2, tol) << "max abs " << diff.max_abs;
+    }
+    unsetenv("H3_ATTENTION_FP8");
+    unsetenv("H3_ATTENTION_FP8_O");
   }
 }
 

@@ -31,7 +31,9 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t head_dim, double e
 // Rotate-half RoPE on the first R channels of every head of x[N, heads*D], with cos/sin [N, R].
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16_steps);
 // Full non-causal attention per head: q[Nq, H*D], k/v[Nk, H*D] -> [Nq, H*D], softmax scale 1/sqrt(D).
-// Streams over key blocks with an online softmax: no Nq x Nk buffer.
+// Streams over key blocks with an online softmax: no Nq x Nk buffer. On the GPU, q/k/v may also be fp8 e4m3 with
+// per-tensor scales (quantize_fp8): FP8 attention through cuDNN (bf16 result), or, where cuDNN refuses it, bf16
+// attention of the dequantized values (H3_ATTENTION_FP8=off|require: always that / fail instead).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
 // out[idx[i]] = rows[i] (out must have the row width of rows).
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx);

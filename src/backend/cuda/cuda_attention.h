@@ -14,4 +14,28 @@ void attention(const void* q, const void* k, const void* v, void* o, DType t, in
 // needed.
 std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 
+// The output type the FP8 attention graph is built with: the first that cuDNN accepts (bf16, else fp8 + a dequantize),
+// or only one of them. H3_ATTENTION_FP8_O=bf16|fp8 sets it for `any`.
+enum class Fp8AttentionOut { any, bf16, fp8 };
+// FP8 attention (cuda_attention_fp8.cpp): q [nq, heads*d], k/v [nk, heads*d] fp8 e4m3 with per-tensor f32 descales
+// on the device (value = stored * descale; each pointer 16-byte aligned), o bf16 [nq, heads*d], softmax scale
+// 1/sqrt(d). Returns false when cuDNN
+// refuses every FP8 graph for this shape (logged once with cuDNN's reasons; o may be partly written): the caller
+// then runs the bf16 attention.
+bool attention_fp8(const void* q, const void* k, const void* v, const float* descale_q, const float* descale_k,
+                   const float* descale_v, void* o, int64_t nq, int64_t nk, int64_t heads, int64_t d,
+                   Fp8AttentionOut out = Fp8AttentionOut::any);
+// Builds every variant's operation graph for this shape without a GPU (no handle, no plan): "" when cuDNN finalizes
+// all of them, else cuDNN's reasons. Catches wrong dims, strides, types or connections before a GPU run.
+std::string attention_fp8_graph_check(int64_t nq, int64_t nk, int64_t heads, int64_t d);
+// The amax outputs of the last FP8 attention call's last head group (diagnostics; waits for the stream): s = max
+// of the softmax weights before their scale into fp8, o = max |O| before its scale (-1: none yet).
+struct Fp8AttentionAmax {
+  float s = -1, o = -1;
+};
+Fp8AttentionAmax attention_fp8_amax();
+// "cudnn-fp8 (O bf16)", "cudnn-fp8 (O fp8 + dequantize)", ... or "refused", building the graph if needed.
+std::string attention_fp8_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d,
+                               Fp8AttentionOut out = Fp8AttentionOut::any);
+
 }  // namespace h3::cuda

@@ -447,6 +447,35 @@ __global__ void quantize_fp8_kernel(const T* x, int64_t n, const float* amax, __
     y[i] = __nv_fp8_e4m3(ld(x, i) / scale);
 }
 
+__global__ void dequantize_fp8_kernel(const __nv_fp8_e4m3* x, int64_t n, const float* scale, __nv_bfloat16* y) {
+  const float sc = *scale;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __float2bfloat16_rn(static_cast<float>(x[i]) * sc);
+}
+// The same, 8 values a thread: one 8-byte load and one 16-byte store (x 8-byte and y 16-byte aligned, n8 = n / 8).
+__global__ void dequantize_fp8x8_kernel(const uint2* x, int64_t n8, const float* scale, uint4* y) {
+  const float sc = *scale;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint2 in = x[i];
+    const auto* f = reinterpret_cast<const __nv_fp8_e4m3*>(&in);
+    uint4 out;
+    auto* b = reinterpret_cast<__nv_bfloat16*>(&out);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b[j] = __float2bfloat16_rn(static_cast<float>(f[j]) * sc);
+    y[i] = out;
+  }
+}
+
+__global__ void attention_fp8_scales_kernel(const float* descale_v, float p_scale, float* scale_s, float* descale_s,
+                                            float* scale_o, float* descale_o) {
+  *scale_s = p_scale;
+  *descale_s = 1.0f / p_scale;
+  // 7/8 of the full range: the rounded fp8 softmax weights of a row may sum to a little more than 1.
+  const float dv = fmaxf(*descale_v, 1e-30f);
+  *scale_o = 0.875f / dv;
+  *descale_o = dv / 0.875f;
+}
+
 __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -656,6 +685,23 @@ cudaError_t quantize_fp8(const void* x, ElemType t, int64_t n, const float* amax
     quantize_fp8_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), n, amax,
                                                               static_cast<__nv_fp8_e4m3*>(y), scale_out);
   });
+}
+
+cudaError_t dequantize_fp8(const void* x, int64_t n, const float* scale, void* y, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0)
+    dequantize_fp8x8_kernel<<<blocks_for(n / 8), kThreads, 0, s>>>(static_cast<const uint2*>(x), n / 8, scale,
+                                                                   static_cast<uint4*>(y));
+  else
+    dequantize_fp8_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __nv_fp8_e4m3*>(x), n, scale,
+                                                            static_cast<__nv_bfloat16*>(y));
+  return cudaGetLastError();
+}
+
+cudaError_t attention_fp8_scales(const float* descale_v, float p_scale, float* scale_s, float* descale_s,
+                                 float* scale_o, float* descale_o, cudaStream_t s) {
+  attention_fp8_scales_kernel<<<1, 1, 0, s>>>(descale_v, p_scale, scale_s, descale_s, scale_o, descale_o);
+  return cudaGetLastError();
 }
 
 }  // namespace h3::cuda

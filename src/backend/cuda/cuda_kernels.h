@@ -71,4 +71,11 @@ cudaError_t absmax(const void* x, ElemType t, int64_t n, float* amax, cudaStream
 cudaError_t quantize_fp8(const void* x, ElemType t, int64_t n, const float* amax, void* y, float* scale_out,
                          cudaStream_t s);
 
+// y = bf16(x * *scale) for fp8 e4m3 x and a device f32 scale: the dequantize of an FP8 result.
+cudaError_t dequantize_fp8(const void* x, int64_t n, const float* scale, void* y, cudaStream_t s);
+// The FP8 attention graph's device scalars from the value descale dv: scale_s = p_scale (P into fp8: 448, e4m3's
+// largest value, for P <= 1), descale_s = 1 / p_scale, scale_o = 0.875 / dv (O into fp8: |o| <= max|v| <= 448 dv,
+// with 1/8 headroom for the rounded softmax weights summing past 1), descale_o = dv / 0.875 (that fp8 O's descale).
+cudaError_t attention_fp8_scales(const float* descale_v, float p_scale, float* scale_s, float* descale_s,
+                                 float* scale_o, float* descale_o, cudaStream_t s);
 }  // namespace h3::cuda

@@ -1,6 +1,9 @@
 // The CUDA implementations of the backend-neutral ops (ops.h): shape and dtype checks, then a kernel, cuBLASLt or
-// cuDNN. Activations are bf16 or f32; index tensors may sit in host memory and are copied over.
+// cuDNN. Activations are bf16 or f32 (attention also takes fp8 q/k/v); index tensors may sit in host memory and
+// are copied over.
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_common.h"
@@ -211,7 +214,49 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t d, bo
   return out;
 }
 
+// The per-tensor scale of an fp8 GPU tensor (value = stored * scale), as a device pointer.
+const float* fp8_scale(const Tensor& t, const char* what) {
+  H3_ASSERT(t.on_device() && t.dtype() == DType::fp8_e4m3 && t.scale() && t.scale()->on_device() &&
+                t.scale()->dtype() == DType::f32 && t.scale()->numel() == 1,
+            "attention: fp8 {} {} needs a per-tensor f32 scale on the GPU (ops::quantize_fp8 gives one)", what,
+            t.describe());
+  return static_cast<const float*>(t.scale()->raw());
+}
+
+// q, k, v fp8 e4m3 with per-tensor scales -> bf16: cuDNN's FP8 attention graph, or the bf16 attention of the
+// dequantized values when cuDNN refuses it. H3_ATTENTION_FP8=off always takes the bf16 route; =require makes a
+// refusal an error (tests, benchmarks: a silent fallback would hide it).
+Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
+  const float *sq = fp8_scale(q, "q"), *sk = fp8_scale(k, "k"), *sv = fp8_scale(v, "v");
+  const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1);
+  H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols && v.shape() == k.shape(),
+            "attention: q {} k {} v {} head_dim {}", q.describe(), k.describe(), v.describe(), d);
+  H3_ASSERT(nq == 0 || nk > 0, "attention: {} queries but no keys", nq);
+  const char* e = std::getenv("H3_ATTENTION_FP8");
+  const std::string mode = e ? e : "";
+  if (!mode.empty() && mode != "off" && mode != "require")
+    fail("H3_ATTENTION_FP8={}: expected off (bf16 attention of the dequantized values), require (fail when cuDNN "
+         "refuses the FP8 graph) or unset",
+         mode);
+  Tensor out = Tensor::empty(DType::bf16, q.shape(), Device::cuda);
+  if (mode != "off" && cuda::attention_fp8(q.raw(), k.raw(), v.raw(), sq, sk, sv, out.raw(), nq, nk, cols / d, d))
+    return out;
+  if (mode == "require")
+    fail("attention: cuDNN refused the FP8 attention graph for {} heads x {} x {} (d {}) and H3_ATTENTION_FP8=require; "
+         "the warning above gives cuDNN's reasons (unset H3_ATTENTION_FP8 to fall back to bf16)",
+         cols / d, nq, nk, d);
+  auto dequant = [&](const Tensor& x, const float* scale) {
+    Tensor y = Tensor::empty(DType::bf16, x.shape(), Device::cuda);
+    H3_CUDA(dequantize_fp8(x.raw(), x.numel(), scale, y.raw(), stream()));
+    return y;
+  };
+  Tensor qb = dequant(q, sq), kb = dequant(k, sk), vb = dequant(v, sv);
+  cuda::attention(qb.raw(), kb.raw(), vb.raw(), out.raw(), DType::bf16, nq, nk, cols / d, d);
+  return out;
+}
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
+  if (q.dtype() == DType::fp8_e4m3) return attention_fp8_op(q, k, v, d);
   need_act(q, "attention", "q");
   same(q, k, "attention");
   same(q, v, "attention");

@@ -1,0 +1,82 @@
+// Internal to the CUDA backend's attention files: small owners and builders for cuDNN backend-API descriptors
+// (tensors, operation graphs, execution plans), shared by the bf16 fused SDPA (cuda_attention.cpp) and the FP8
+// SDPA graph (cuda_attention_fp8.cpp). Only compiled with cuDNN (H3_HAVE_CUDNN).
+#pragma once
+#if H3_HAVE_CUDNN
+#include <cudnn.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace h3::cuda::dnn {
+
+// One cuDNN backend descriptor, destroyed with its owner.
+struct Desc {
+  cudnnBackendDescriptor_t d = nullptr;
+  explicit Desc(cudnnBackendDescriptorType_t t);
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  ~Desc();
+};
+using DescPtr = std::unique_ptr<Desc>;
+
+// A refused or failed cuDNN call: what was being done, cuDNN's status and its last error text.
+struct Failed {
+  std::string what;
+};
+void ok(cudnnStatus_t st, const char* what);
+template <typename T>
+void set(Desc& d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const T* v,
+         const char* what) {
+  if (!d.d) throw Failed{std::string("create ") + what};
+  ok(cudnnBackendSetAttribute(d.d, name, type, count, v), what);
+}
+// A finalized descriptor of type t after `fill` set its attributes.
+DescPtr make(cudnnBackendDescriptorType_t t, const char* what, const std::function<void(Desc&)>& fill);
+
+// The backend's cuDNN handle on its stream; null when libcudnn cannot start.
+cudnnHandle_t handle();
+
+// A 4-d tensor: [batch, heads, rows, cols] with explicit element strides.
+struct TensorSpec {
+  int64_t uid = 0;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  std::array<int64_t, 4> dims{1, 1, 1, 1};
+  std::array<int64_t, 4> strides{1, 1, 1, 1};
+  bool is_virtual = false;  // an intermediate of the graph, never in memory
+  bool by_value = false;    // a host scalar passed in the variant pack
+};
+DescPtr tensor(const TensorSpec& s);
+// [1, heads, rows, d] over a row-major buffer of `ld` values per row (a group of heads of a wider buffer).
+DescPtr head_tensor(int64_t uid, int64_t heads, int64_t rows, int64_t d, int64_t ld, cudnnDataType_t type);
+// A [1, 1, 1, 1] f32 scalar: on the device, or by value.
+DescPtr scalar(int64_t uid, bool by_value);
+
+// A finalized execution plan with everything it references kept alive.
+struct Plan {
+  std::vector<DescPtr> keep;
+  cudnnBackendDescriptor_t plan = nullptr;
+  int64_t workspace = 0;
+  std::string engine;  // which heuristic result was taken, for the logs
+};
+// Finalizes the operation graph of `ops` (in data-flow order), asks the heuristics (mode A, then the fallback list)
+// and returns the first engine configuration that finalizes; throws Failed with cuDNN's reason otherwise. `keep`
+// (tensors and operations) moves into the plan.
+std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cudnnBackendDescriptor_t>& ops);
+// Only the finalized operation graph of `ops` (no handle, heuristics or plan): cuDNN checks every operation's dims,
+// strides and types and the graph's connections, which needs no GPU. Throws Failed with cuDNN's reason.
+DescPtr make_graph(const std::vector<cudnnBackendDescriptor_t>& ops, cudnnHandle_t h = nullptr);
+// Runs the plan on the backend's stream with device (or by-value host) pointers for the given tensor uids.
+void execute(const Plan& p, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs);
+
+// Heads per cuDNN call for a long-sequence attention: the fastest of all heads, even splits (heads/2, /4, /8) and a
+// few fixed sizes, each timed once with `run(g)` (false: that grouping is refused). Every head is computed alone,
+// so the grouping never changes a value.
+int64_t fastest_group(int64_t heads, const std::function<bool(int64_t)>& run, const char* what);
+
+}  // namespace h3::cuda::dnn
+#endif
