@@ -126,20 +126,27 @@ Tensor VideoVae::decode_block(const Tensor& z) const {
   auto gemm_in = [&](Tensor a) { return a.dtype() == gemm_dt ? a : a.to(gemm_dt); };
   Tensor cos, sin;
   rope_tables_for(t, h, w, gemm_dt, cos, sin);
+  // The f64 run follows the reference's precision flow: its block and q/k RMSNorms run on x.float() (f32),
+  // the rest of the decoder in f64 (ops_vae.h, rms_norm_via_f32). The f32 and GPU paths keep their own norms.
+  const bool norms_via_f32 = ct_ == DType::f64 && !gpu;
+  auto norm = [&](const Tensor& a, const Tensor* weight, int64_t group) {
+    return norms_via_f32 ? ops::rms_norm_via_f32(a, weight, group, eps)
+                         : ops::rms_norm(a, weight, group, eps);
+  };
   // q/k: non-affine RMSNorm per head, then RoPE (fused on the GPU, with a weight of ones).
   auto norm_rope = [&](const Tensor& a) {
     if (gpu) return ops::qk_norm_rope(a, qk_ones_, hd, eps, cos, sin, false);
-    return ops::rope(ops::rms_norm(a, nullptr, hd, eps), cos, sin, hd, false);
+    return ops::rope(norm(a, nullptr, hd), cos, sin, hd, false);
   };
 
   for (const Block& b : blocks_) {
-    Tensor n1 = gemm_in(ops::rms_norm(x, &b.norm1, D, eps));
+    Tensor n1 = gemm_in(norm(x, &b.norm1, D));
     Tensor q = norm_rope(ops::linear(n1, b.to_q, &b.q_b));
     Tensor k = norm_rope(ops::linear(n1, b.to_k, &b.k_b));
     Tensor v = ops::linear(n1, b.to_v, &b.v_b);
     Tensor a = ops::linear(ops::attention(q, k, v, hd), b.to_out, &b.out_b);
     x = ops::add_scaled(x, a, b.scale1);
-    Tensor n2 = gemm_in(ops::rms_norm(x, &b.norm2, D, eps));
+    Tensor n2 = gemm_in(norm(x, &b.norm2, D));
     Tensor f = ops::linear(ops::swiglu(ops::linear(n2, b.ff_in, &b.ff_in_b), false), b.ff_out, &b.ff_out_b);
     x = ops::add_scaled(x, f, b.scale2);
   }

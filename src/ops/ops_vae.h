@@ -26,4 +26,25 @@ Tensor slice_last(const Tensor& x, int64_t begin, int64_t end);
 // multi-kernel average and final clamp).
 Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi);
 
+// The reference's float32 RMSNorm inside its float64 run, on an f64 host tensor (CPU only; returns f64
+// holding f32 values). diffusers' ViT decoder calls `norm(x.float())` for the block norms and the q/k norms
+// whatever the model dtype; ATen's rms_norm then works in the input's f32 (a weight of another dtype forces its
+// composite path, which casts the weighted result back to the input's dtype). So per group of `group` channels:
+// x rounded to f32; the mean of x*x in f32, summed in ATen's CPU order (torch_cpu_sum_f32 with
+// kReferenceSumLanes); + f32(eps); rsqrt as 1 / sqrt in f32; x * rsqrt in f32; with a weight (f64, the module's
+// dtype) that product times the weight in f64, cast back to f32.
+Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double eps);
+
+// The sum of n contiguous floats as ATen's CPU sum kernel forms it (SumKernel.cpp, cascade_sum, contiguous
+// inner reduction) with `lanes`-wide float vectors (8 in ATen's AVX2 and default builds, 16 with AVX-512):
+// per-lane sums of whole vectors in four interleaved accumulators with the cascade levels, accumulator 0 +=
+// 1, 2, 3; then the leftover elements and the lanes, in order, into a zero. Fewer than `lanes` elements: the
+// scalar four-accumulator sum.
+float torch_cpu_sum_f32(const float* x, int64_t n, int lanes);
+
+// The vector width of the reference runs' ATen sum (the golden sets' float64 runs): 8 floats. Measured, not
+// read: with 8 lanes both video-vae-mini decodes match at 4e-16, with 16 lanes (AVX-512) at 4e-8
+// (docs/notes.md).
+inline constexpr int kReferenceSumLanes = 8;
+
 }  // namespace h3::ops
