@@ -13,6 +13,8 @@ struct GpuOptions {
 // Selects the GPU, creates the stream and library handles and registers the device hooks and ops. Idempotent.
 void start_gpu_backend(const GpuOptions& options);
 bool gpu_backend_started();
+// Whether the started GPU backend runs in deterministic mode (false without one).
+bool gpu_deterministic();
 // "NVIDIA H200, 139.8 GiB, sm_90" or why there is no GPU.
 std::string gpu_description();
 // PCI bus id of this process's GPU ("0000:19:00.0"), empty when the backend is not started.

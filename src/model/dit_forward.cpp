@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <thread>
 #include <cstring>
+#include <string>
 
+#include "backend/backend.h"
 #include "core/log.h"
 #include "dist/control.h"
 #include "core/profile.h"
@@ -138,7 +140,22 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     profile::Region r("qk norm+rope");
     return ops::qk_norm_rope(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf);
   };
+  // FP8 attention (cuDNN's FP8 graph) on q/k/v quantized per tensor, unless H3_ATTENTION_FP8=off. Not in
+  // deterministic mode: a per-tensor scale depends on which rows or heads a rank holds, so attention stays bf16
+  // there and FP8 runs stay bitwise across world sizes (every other FP8 scale is per row).
+  const char* fp8_env = std::getenv("H3_ATTENTION_FP8");
+  const bool fp8_attention = precision_ == Precision::fp8 && hin.on_device() && !gpu_deterministic() &&
+                             !(fp8_env && std::string(fp8_env) == "off");
   auto attend = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    if (fp8_attention) {
+      Tensor q8, k8, v8;
+      {
+        profile::Region r("quantize q/k/v");
+        q8 = ops::quantize_fp8(q), k8 = ops::quantize_fp8(k), v8 = ops::quantize_fp8(v);
+      }
+      profile::Region r("attention");
+      return ops::attention(q8, k8, v8, D);
+    }
     profile::Region r("attention");
     return round_if_bf16(ops::attention(q, k, v, D));
   };

@@ -203,6 +203,7 @@ void start_gpu_backend(const GpuOptions& o) {
 }
 
 bool gpu_backend_started() { return cuda::state().started; }
+bool gpu_deterministic() { return cuda::state().started && cuda::state().deterministic; }
 
 std::string gpu_description() {
   const cuda::State& s = cuda::state();

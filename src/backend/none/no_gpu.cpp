@@ -9,6 +9,7 @@ void start_gpu_backend(const GpuOptions&) {
        "with nvcc, or run with --device cpu");
 }
 bool gpu_backend_started() { return false; }
+bool gpu_deterministic() { return false; }
 std::string gpu_description() { return "no GPU backend in this build"; }
 std::string gpu_bus_id() { return ""; }
 void gpu_synchronize() {}

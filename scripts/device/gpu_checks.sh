@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU checks and measurements (the `device` tool's H200 machine), each step logged to
+# $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
+# Usage, from the checkout's root there:
+#   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
+# Steps: build tests fp8attn verify parity bench480 bench768 benchall decode probe
+set -uo pipefail
+out=${OUT:-/tmp/h3-out}
+mkdir -p "$out"
+g=.golden
+export NCCL_NVLS_ENABLE=0
+nv=$(python3 -c "import nvidia, os; print(nvidia.__path__[0])")
+export LD_LIBRARY_PATH="$nv/cudnn/lib:$nv/nccl/lib:$nv/cublas/lib:/tmp/h3deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+h3=build-gpu/bin/h3
+step() {  # step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s%N)
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  printf '== %-26s rc=%-3d %5d.%01d s\n' "$name" "$rc" $((ms / 1000)) $(((ms % 1000) / 100)) | tee -a "$out/summary.txt"
+  tail -n "${TAIL:-6}" "$out/$name.log" | cut -c1-220
+}
+for s in "$@"; do
+  case $s in
+    probe)
+      step probe 60 bash -c 'nvidia-smi; ls /usr/include | grep -E "spdlog|fmt|nlohmann|CLI|gtest" ; nproc' ;;
+    build)
+      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check" scripts/device/build.sh build-gpu ;;
+    tests)
+      TAIL=25 step tests 240 build-gpu/bin/h3_tests --gtest_filter='Cuda*:VideoVaeGolden*:AudioVae*' ;;
+    fp8attn)
+      TAIL=20 step fp8attn 180 env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr build-gpu/bin/attention_fp8_check --reps 5 ;;
+    verify)
+      for p in bf16 fp8; do
+        for f in dit-mini dit-fullwidth-1block; do
+          TAIL=4 step "verify-$f-$p" 120 "$h3" --device cuda verify "$g/$f.safetensors" --precision "$p"
+        done
+      done ;;
+    parity)
+      for p in bf16 fp8; do
+        for m in ulysses ulysses-ag; do
+          for n in 2 3; do
+            TAIL=3 step "parity-$m-$p-n$n" 120 "$h3" --device cuda --deterministic parity "$g/dit-fullwidth-1block.safetensors" \
+              --mode "$m" --ranks "$n" --precision "$p"
+          done
+        done
+      done ;;
+    bench480)
+      TAIL=12 step bench480 300 "$h3" --device cuda bench --res 480p --precision bf16 fp8 --reps 3 --profile \
+        --json "$out/bench480.json" ;;
+    bench768)
+      TAIL=12 step bench768 400 "$h3" --device cuda bench --res 768p --precision bf16 fp8 --reps 3 --profile \
+        --no-isolated --json "$out/bench768.json" ;;
+    benchall)
+      TAIL=20 step benchall 560 "$h3" --device cuda bench --res 480p 768p --precision bf16 fp8 --reps 3 --profile \
+        --json "$out/bench.json" ;;
+    decode)
+      TAIL=20 step decode 300 "$h3" --device cuda bench-decode --res 768p 480p --precision bf16 --split 2 4 8 \
+        --json "$out/decode.json" ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+cat "$out/summary.txt"
