@@ -286,6 +286,17 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     b.norm2 = rep(p + "norm2.weight", true);
     b.norm_q = rep(p + "attn.norm_q.weight", true);
     b.norm_k = rep(p + "attn.norm_k.weight", true);
+    if (gpu && precision_ == Precision::fp8 && transformer) {
+      auto bound = [&](const Tensor& w) {
+        const Tensor h = w.cpu().to(DType::f32);
+        float m = 0;
+        for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::fabs(h.data<float>()[i]));
+        const float s = std::sqrt(static_cast<float>(config_.attention_head_dim)) * m * 1.02f / 448.0f;
+        return Tensor::from(std::vector<float>{std::max(s, 1e-12f)}, {1}).to_device(dev_);
+      };
+      b.q8_scale = bound(b.norm_q);
+      b.k8_scale = bound(b.norm_k);
+    }
     if (!transformer) {  // the refiner runs whole on the ranks that hold text rows
       b.to_q = rep(p + "attn.to_q.weight", true);
       b.to_k = rep(p + "attn.to_k.weight", true);

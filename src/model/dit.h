@@ -76,6 +76,10 @@ class DitModel {
   struct Block {
     Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;
     Tensor adaln_w, adaln_b;  // undefined for refiner blocks
+    // FP8 attention: fixed per-tensor scales of the normed, rotated q and k, from the norm weights alone:
+    // |q_c| <= sqrt(head_dim) * max|norm_q| (RMS-normed rows, rotations keep pair norms), +2 % for bf16 roundings,
+    // mapped onto e4m3's 448. The same on every rank, so the quantization does not depend on the partition.
+    Tensor q8_scale, k8_scale;
   };
 
  private:

@@ -130,7 +130,15 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   // FP8: q, k and v project the same rows, so quantize them once.
   if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3)
     hin = ops::quantize_fp8_rows(hin);
-  auto project = [&](const Tensor& w, const Tensor* norm) {
+  // FP8 attention (cuDNN's FP8 graph), unless H3_ATTENTION_FP8=off: q and k quantized with the block's fixed
+  // scales (fused into the norm+RoPE pass when attention runs on this rank's projections), v per tensor. Not in
+  // deterministic mode: v's per-tensor scale depends on the rows or heads a rank holds, so attention stays bf16
+  // there and FP8 runs stay bitwise across world sizes (every other FP8 scale is per row or fixed).
+  const char* fp8_env = std::getenv("H3_ATTENTION_FP8");
+  const bool fp8_attention = precision_ == Precision::fp8 && hin.on_device() && !gpu_deterministic() &&
+                             b.q8_scale.defined() && !(fp8_env && std::string(fp8_env) == "off");
+  const bool fused_fp8_qk = fp8_attention && (ag || plan_.U == 1);
+  auto project = [&](const Tensor& w, const Tensor* norm, const Tensor* fp8_scale) {
     Tensor x;
     {
       profile::Region r("qkv");
@@ -138,20 +146,16 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     }
     if (!norm) return x;
     profile::Region r("qk norm+rope");
+    if (fused_fp8_qk) return ops::qk_norm_rope_fp8(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf, *fp8_scale);
     return ops::qk_norm_rope(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf);
   };
-  // FP8 attention (cuDNN's FP8 graph) on q/k/v quantized per tensor, unless H3_ATTENTION_FP8=off. Not in
-  // deterministic mode: a per-tensor scale depends on which rows or heads a rank holds, so attention stays bf16
-  // there and FP8 runs stay bitwise across world sizes (every other FP8 scale is per row).
-  const char* fp8_env = std::getenv("H3_ATTENTION_FP8");
-  const bool fp8_attention = precision_ == Precision::fp8 && hin.on_device() && !gpu_deterministic() &&
-                             !(fp8_env && std::string(fp8_env) == "off");
   auto attend = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
     if (fp8_attention) {
-      Tensor q8, k8, v8;
+      Tensor q8 = q, k8 = k, v8;
       {
         profile::Region r("quantize q/k/v");
-        q8 = ops::quantize_fp8(q), k8 = ops::quantize_fp8(k), v8 = ops::quantize_fp8(v);
+        if (q.dtype() != DType::fp8_e4m3) q8 = ops::quantize_fp8(q), k8 = ops::quantize_fp8(k);
+        v8 = ops::quantize_fp8(v);
       }
       profile::Region r("attention");
       return ops::attention(q8, k8, v8, D);
@@ -161,7 +165,8 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   };
   Tensor o;
   if (ag || plan_.U == 1) {
-    Tensor q = project(b.to_q, &b.norm_q), k = project(b.to_k, &b.norm_k), v = project(b.to_v, nullptr);
+    Tensor q = project(b.to_q, &b.norm_q, &b.q8_scale), k = project(b.to_k, &b.norm_k, &b.k8_scale),
+           v = project(b.to_v, nullptr, nullptr);
     o = attend(q, k, v);
   } else {
     // Each projection travels while the next is computed.
@@ -169,9 +174,9 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     HeadExchange xq(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all q (seq->head)");
     HeadExchange xk(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all k (seq->head)");
     HeadExchange xv(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all v (seq->head)");
-    xq.start_seq_to_head(for_comm(sp, project(b.to_q, &b.norm_q)));
-    xk.start_seq_to_head(for_comm(sp, project(b.to_k, &b.norm_k)));
-    xv.start_seq_to_head(for_comm(sp, project(b.to_v, nullptr)));
+    xq.start_seq_to_head(for_comm(sp, project(b.to_q, &b.norm_q, nullptr)));
+    xk.start_seq_to_head(for_comm(sp, project(b.to_k, &b.norm_k, nullptr)));
+    xv.start_seq_to_head(for_comm(sp, project(b.to_v, nullptr, nullptr)));
     Tensor q, k, v;
     {
       profile::Region r("exchange");

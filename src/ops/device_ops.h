@@ -27,6 +27,8 @@ struct DeviceOps {
                                          const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
                                          bool bf16, bool fp8_rows) = nullptr;
   Tensor (*swiglu_fp8_rows)(const Tensor& u, bool bf16) = nullptr;
+  Tensor (*qk_norm_rope_fp8)(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
+                             const Tensor& sin, bool bf16, const Tensor& scale) = nullptr;
   // Procedural weights (io/procedural.h) generated on the device: f32 values float(offset + u(base + i) * scale).
   Tensor (*procedural)(uint64_t base, double scale, double offset, const Shape& shape) = nullptr;
   Tensor (*norm_modulate)(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,

@@ -55,6 +55,10 @@ struct ResidualNorm {
 ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                     const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
                                     bool bf16_steps, bool fp8_rows);
+// qk_norm_rope, its (bf16-rounded) output quantized to fp8 e4m3 with a fixed per-tensor scale: q = fp8(v / s),
+// s = scale[0] (a [1] f32 tensor), saturating beyond 448 s; the result carries s. One pass on the GPU.
+Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
+                        const Tensor& sin, bool bf16_steps, const Tensor& scale);
 // quantize_fp8_rows(swiglu(u, bf16_steps)), one pass on the GPU.
 Tensor swiglu_fp8_rows(const Tensor& u, bool bf16_steps);
 // Rounds every element through bf16 in place (emulates the released bf16 recipe on the CPU).

@@ -396,6 +396,19 @@ ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const T
   return out;
 }
 
+Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
+                        const Tensor& sin, bool bf16, const Tensor& scale) {
+  H3_DEVICE_DISPATCH(x, qk_norm_rope_fp8, x, w, head_dim, eps, cos, sin, bf16, scale);
+  H3_ASSERT(scale.numel() == 1 && scale.dtype() == DType::f32, "qk_norm_rope_fp8: scale must be one f32, got {}",
+            scale.describe());
+  Tensor v = qk_norm_rope(x, w, head_dim, eps, cos, sin, bf16).to(DType::f32);
+  if (!bf16) round_bf16_(v);  // the GPU quantizes the stored bf16 values
+  const float s = scale.cpu().data<float>()[0];
+  float* p = v.data<float>();
+  for (int64_t i = 0; i < v.numel(); ++i) p[i] /= s;
+  return v.to(DType::fp8_e4m3).with_scale(scale.cpu());
+}
+
 Tensor swiglu_fp8_rows(const Tensor& u, bool bf16) {
   H3_DEVICE_DISPATCH(u, swiglu_fp8_rows, u, bf16);
   Tensor g = swiglu(u, bf16);

@@ -66,7 +66,10 @@ struct Problem {
     if (g.in == DType::fp8_e4m3) {
       // Hopper's FP8 tensor cores accumulate at full rate only with fast accumulation (no periodic promotion to
       // f32); the FP8 recipe's tolerance (4e-2) leaves room for it.
-      const int8_t fast = 1;
+      static const int8_t fast = [] {  // H3_FP8_FAST_ACCUM=0: promote to f32 periodically (slower, for comparison)
+        const char* e = std::getenv("H3_FP8_FAST_ACCUM");
+        return static_cast<int8_t>(!(e && std::string(e) == "0"));
+      }();
       check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast), "fast accum");
     }
     // Column-major view: w is k x m (transposed to m x k), x is k x n, y is m x n.

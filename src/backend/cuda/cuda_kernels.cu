@@ -476,6 +476,13 @@ __global__ void attention_fp8_scales_kernel(const float* descale_v, float p_scal
   *descale_o = dv / 0.875f;
 }
 
+template <typename T>
+__global__ void quantize_fp8_fixed_kernel(const T* x, int64_t n, const float* scale, __nv_fp8_e4m3* y) {
+  const float s = *scale;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __nv_fp8_e4m3(ld(x, i) / s);
+}
+
 __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -664,6 +671,15 @@ cudaError_t attention_simple(const void* q, const void* k, const void* v, void* 
     attention_simple_kernel<T, 8><<<blocks_for(threads, 128), 128, 0, s>>>(
         static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), nq, nk, heads,
         d, scale);
+  });
+}
+
+cudaError_t quantize_fp8_fixed(const void* x, ElemType t, int64_t n, const float* scale, void* y, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    quantize_fp8_fixed_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), n, scale,
+                                                                    static_cast<__nv_fp8_e4m3*>(y));
   });
 }
 

@@ -31,6 +31,8 @@ cudaError_t norm_modulate(const void* x, const void* w, const void* shift, const
 cudaError_t qk_norm_rope(const void* x, const void* w, const void* cos, const void* sin, void* out, ElemType t,
                          int64_t rows, int64_t cols, int64_t d, int64_t rot, float eps, bool bf16_steps,
                          cudaStream_t s);
+// y = fp8(x / *scale) with a given scale (device f32); values beyond 448 * scale saturate.
+cudaError_t quantize_fp8_fixed(const void* x, ElemType t, int64_t n, const float* scale, void* y, cudaStream_t s);
 // Row kernels for bf16 rows (cuda_row_kernels.cu); cols % 8 == 0, 16-byte aligned buffers, rows of at most 16384
 // values, else cudaErrorNotSupported (the caller then takes the generic kernels above). A whole row is reduced in
 // one thread block in an order fixed by the row width alone.
@@ -47,9 +49,11 @@ cudaError_t quantize_rows_fp8(const void* x, void* q, float* scales, int64_t row
 // per row). Fast exp and division (within 2 ulp of f32 before the bf16 rounding).
 cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_t rows, int64_t f, bool bf16_steps,
                         cudaStream_t s);
-// qk_norm_rope for bf16 heads of 128 channels with rot % 16 == 0 (the rotate-half partners by warp shuffles).
-cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, int64_t rows,
-                              int64_t heads, int64_t rot, float eps, bool bf16_steps, cudaStream_t s);
+// qk_norm_rope for bf16 heads of 128 channels with rot % 16 == 0 (the rotate-half partners by warp shuffles), into
+// bf16 `out`, or into fp8 e4m3 `out_fp8` = fp8(v / *fp8_scale) of the bf16 result v (a fixed per-tensor scale).
+cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, void* out_fp8,
+                              const float* fp8_scale, int64_t rows, int64_t heads, int64_t rot, float eps,
+                              bool bf16_steps, cudaStream_t s);
 // bf16 out[r][c] = q[r][c] * scales[per_tensor ? 0 : r] for fp8 e4m3 rows q.
 cudaError_t dequantize_rows_fp8(const void* q, const float* scales, bool per_tensor, void* out, int64_t rows,
                                 int64_t cols, cudaStream_t s);

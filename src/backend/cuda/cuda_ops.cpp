@@ -350,8 +350,8 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, con
             "qk_norm_rope: x {} w {} cos {} head_dim {}", x.describe(), w.describe(), cos.describe(), d);
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   if (x.dtype() == DType::bf16 && d == 128) {
-    const cudaError_t e = qk_norm_rope_d128(x.raw(), w.raw(), cos.raw(), sin.raw(), out.raw(), n, cols / d, r,
-                                            static_cast<float>(eps), bf, stream());
+    const cudaError_t e = qk_norm_rope_d128(x.raw(), w.raw(), cos.raw(), sin.raw(), out.raw(), nullptr, nullptr, n,
+                                            cols / d, r, static_cast<float>(eps), bf, stream());
     if (e == cudaSuccess) return out;
     H3_ASSERT(e == cudaErrorNotSupported, "qk_norm_rope: {}", cudaGetErrorString(e));
   }
@@ -437,6 +437,30 @@ Tensor swiglu_fp8_rows(const Tensor& u, bool bf) {
   return quantize_fp8_rows(swiglu(u, bf));
 }
 
+Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t d, double eps, const Tensor& cos, const Tensor& sin,
+                        bool bf, const Tensor& scale) {
+  need_act(x, "qk_norm_rope_fp8", "x");
+  H3_ASSERT(scale.numel() == 1 && scale.dtype() == DType::f32, "qk_norm_rope_fp8: scale must be one f32, got {}",
+            scale.describe());
+  Tensor s = scale.on_device() ? scale : scale.to_device(Device::cuda);
+  const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1);
+  if (x.dtype() == DType::bf16 && d == 128 && w.dtype() == DType::bf16 && cos.dtype() == DType::bf16 &&
+      sin.dtype() == DType::bf16 && x.ndim() == 2 && cols % d == 0 && cos.dim(0) == n && sin.shape() == cos.shape()) {
+    Tensor q = Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda);
+    const cudaError_t e = qk_norm_rope_d128(x.raw(), w.raw(), cos.raw(), sin.raw(), nullptr, q.raw(),
+                                            static_cast<const float*>(s.raw()), n, cols / d, r,
+                                            static_cast<float>(eps), bf, stream());
+    if (e == cudaSuccess) return q.with_scale(s);
+    H3_ASSERT(e == cudaErrorNotSupported, "qk_norm_rope_fp8: {}", cudaGetErrorString(e));
+  }
+  // Any other shape: the bf16 op, then the fixed-scale quantization.
+  Tensor v = qk_norm_rope(x, w, d, eps, cos, sin, bf);
+  Tensor q = Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda);
+  H3_CUDA(cuda::quantize_fp8_fixed(v.raw(), elem_type(v.dtype()), v.numel(), static_cast<const float*>(s.raw()),
+                                   q.raw(), stream()));
+  return q.with_scale(s);
+}
+
 Tensor procedural(uint64_t base, double scale, double offset, const Shape& shape) {
   Tensor out = Tensor::empty(DType::f32, shape, Device::cuda);
   H3_CUDA(cuda::procedural(base, scale, offset, static_cast<float*>(out.raw()), out.numel(), stream()));
@@ -475,6 +499,7 @@ void register_ops() {
   t.quantize_fp8_rows = quantize_fp8_rows;
   t.residual_norm_modulate = residual_norm_modulate;
   t.swiglu_fp8_rows = swiglu_fp8_rows;
+  t.qk_norm_rope_fp8 = qk_norm_rope_fp8;
   t.procedural = procedural;
   t.norm_modulate = norm_modulate;
   t.qk_norm_rope = qk_norm_rope;

@@ -268,8 +268,8 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
 constexpr int kQkItems = 4;
 __global__ void __launch_bounds__(256) qk_norm_rope_d128_kernel(
     const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ cs,
-    const __nv_bfloat16* __restrict__ sn, __nv_bfloat16* __restrict__ out, int64_t items, int heads, int rot,
-    float eps, bool bf) {
+    const __nv_bfloat16* __restrict__ sn, __nv_bfloat16* __restrict__ out, __nv_fp8_e4m3* __restrict__ out8,
+    const float* __restrict__ scale8, int64_t items, int heads, int rot, float eps, bool bf) {
   const int lane16 = threadIdx.x & 15, c0 = lane16 * 8, half = rot / 2, shift_lanes = half / 8;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 4;  // half-warp number
   const int64_t first = group * kQkItems;
@@ -312,7 +312,13 @@ __global__ void __launch_bounds__(256) qk_norm_rope_d128_kernel(
         v[j] = bf ? rb(rb(v[j] * cv[j]) + rb(o * sv[j])) : v[j] * cv[j] + o * sv[j];
       }
     }
-    *reinterpret_cast<uint4*>(out + item * 128 + c0) = pack(v);
+    if (out8) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = rb(v[j]);  // the bf16 value the unquantized path would store
+      store_fp8x8(out8 + item * 128 + c0, v, *scale8);
+    } else {
+      *reinterpret_cast<uint4*>(out + item * 128 + c0) = pack(v);
+    }
   }
 }
 
@@ -439,11 +445,12 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
   return cudaGetLastError();
 }
 
-cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, int64_t rows,
-                              int64_t heads, int64_t rot, float eps, bool bf16_steps, cudaStream_t s) {
+cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, void* out_fp8,
+                              const float* fp8_scale, int64_t rows, int64_t heads, int64_t rot, float eps,
+                              bool bf16_steps, cudaStream_t s) {
   if (rows * heads == 0) return cudaSuccess;
-  if (rot % 16 || rot > 128 || rot <= 0) return cudaErrorNotSupported;
-  for (const void* p : std::initializer_list<const void*>{x, w, cs, sn, out})
+  if (rot % 16 || rot > 128 || rot <= 0 || (out_fp8 && !fp8_scale) || (!out && !out_fp8)) return cudaErrorNotSupported;
+  for (const void* p : std::initializer_list<const void*>{x, w, cs, sn, out, out_fp8})
     if (!aligned16(p)) return cudaErrorNotSupported;
   const int64_t items = rows * heads;
   constexpr int threads = 256;
@@ -452,7 +459,8 @@ cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, cons
   using B = __nv_bfloat16;
   qk_norm_rope_d128_kernel<<<blocks, threads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(w),
                                                       static_cast<const B*>(cs), static_cast<const B*>(sn),
-                                                      static_cast<B*>(out), items, static_cast<int>(heads),
+                                                      static_cast<B*>(out), static_cast<__nv_fp8_e4m3*>(out_fp8),
+                                                      fp8_scale, items, static_cast<int>(heads),
                                                       static_cast<int>(rot), eps, bf16_steps);
   return cudaGetLastError();
 }
