@@ -2,7 +2,9 @@
 // chunked/tiled encode driver. The ViT decoder is in video_vae_decoder.cpp, the CNN encoder in video_vae_encoder.cpp.
 #include "model/video_vae.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -486,8 +488,159 @@ Tensor VideoVae::stitch(const VideoDecodePlan& plan, const std::vector<Tensor>& 
   return video;
 }
 
+std::vector<std::vector<ops::StitchFrame>> frame_schedule(const VideoDecodePlan& plan, bool two_parts) {
+  // Mirrors VideoVae::stitch: chunk i's clip has clip_frames = chunk_len(i) * q frames; part j is the clip's frames
+  // [j * chunk_frames, (j + 1) * chunk_frames) clamped to the clip, less its first frame_pre_padding frames (both
+  // cuts clamp as slice_dim does). Part 0 cross-fades from the previous chunk's part 1 over
+  // e = min(|overlap|, |part 0|, frame_overlap) frames; part 1 of the last chunk closes the video.
+  const TemporalChunkPlan& tp = plan.time;
+  const int64_t q = plan.time.chunk_tokens > 0 ? tp.chunk_frames / tp.chunk_tokens : 1;
+  auto part = [&](size_t i, int64_t j, int64_t& first, int64_t& count) {
+    const int64_t clip_frames = tp.chunk_len(i) * q;
+    const int64_t b = std::clamp<int64_t>(j * tp.chunk_frames, 0, clip_frames);
+    const int64_t e = std::clamp<int64_t>(j * tp.chunk_frames + tp.chunk_frames, b, clip_frames);
+    const int64_t pre = std::min(tp.frame_pre_padding, e - b);
+    first = b + pre;
+    count = e - b - pre;
+  };
+  std::vector<std::vector<ops::StitchFrame>> sched(tp.starts.size());
+  int64_t ov_first = 0, ov_count = 0;
+  bool have_overlap = false;
+  for (size_t i = 0; i < tp.starts.size(); ++i) {
+    int64_t first = 0, count = 0;
+    part(i, 0, first, count);
+    const int64_t e = have_overlap && ov_count > 0 ? std::min({ov_count, count, tp.frame_overlap}) : 0;
+    for (int64_t p = 0; p < count; ++p) {
+      ops::StitchFrame f;
+      f.frame = first + p;
+      if (p < e) {
+        f.prev_frame = ov_first + ov_count - e + p;
+        f.fade_p = p;
+        f.fade_e = e;
+      }
+      sched[i].push_back(f);
+    }
+    if (two_parts) {
+      part(i, 1, ov_first, ov_count);
+      have_overlap = true;
+    }
+  }
+  if (have_overlap && !sched.empty())
+    for (int64_t p = 0; p < ov_count; ++p) sched.back().push_back({ov_first + p, 0, 0, 0});
+  // The trailing frames produced by the padding are dropped from the end.
+  for (int64_t k = tp.trim_frames; k > 0; --k) {
+    auto it = std::find_if(sched.rbegin(), sched.rend(), [](const auto& v) { return !v.empty(); });
+    H3_ASSERT(it != sched.rend(), "video VAE frame schedule: trims {} frames of a shorter video", tp.trim_frames);
+    it->pop_back();
+  }
+  return sched;
+}
+
+ops::StitchGrid stitch_grid(const VideoDecodePlan& plan) {
+  ops::StitchGrid g;
+  g.rows = static_cast<int64_t>(plan.rows.starts.size());
+  g.cols = static_cast<int64_t>(plan.cols.starts.size());
+  g.row_overlaps = plan.rows.overlaps;
+  g.col_overlaps = plan.cols.overlaps;
+  return g;
+}
+
+namespace {
+// Emits chunk i's scheduled frames from its tiles (and the previous chunk's), a few frames per stitch call.
+void emit_chunk_frames(const std::vector<ops::StitchFrame>& frames, const std::vector<Tensor>& cur,
+                       const std::vector<Tensor>& prev, const ops::StitchGrid& grid, int64_t& next_frame,
+                       const VideoVae::FrameSink& sink) {
+  constexpr size_t kFramesPerCall = 24;  // one download of 24 768p frames in f32 is 297 MB
+  for (size_t k0 = 0; k0 < frames.size(); k0 += kFramesPerCall) {
+    const std::vector<ops::StitchFrame> part(frames.begin() + k0,
+                                             frames.begin() + std::min(frames.size(), k0 + kFramesPerCall));
+    const Tensor f = ops::stitch_frames(cur, prev, grid, part);
+    sink(next_frame, f.on_device() ? f.cpu() : f);
+    next_frame += static_cast<int64_t>(part.size());
+  }
+}
+
+std::vector<Tensor> chunk_tiles(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded, size_t chunk) {
+  const size_t n = plan.rows.starts.size() * plan.cols.starts.size();
+  return std::vector<Tensor>(decoded.begin() + chunk * n, decoded.begin() + (chunk + 1) * n);
+}
+}  // namespace
+
+void VideoVae::stitch_streaming(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded,
+                                const FrameSink& sink) const {
+  H3_CHECK(decoded.size() == plan.units.size(), "video VAE stitch: {} decoded units for a plan of {}",
+           decoded.size(), plan.units.size());
+  const auto sched = frame_schedule(plan, cfg_.token_drop > 0);
+  const ops::StitchGrid grid = stitch_grid(plan);
+  int64_t next = 0;
+  for (size_t i = 0; i < sched.size(); ++i)
+    emit_chunk_frames(sched[i], chunk_tiles(plan, decoded, i), i > 0 ? chunk_tiles(plan, decoded, i - 1)
+                                                                      : std::vector<Tensor>{},
+                      grid, next, sink);
+  H3_ASSERT(next == plan.time.out_frames, "video VAE stitch: {} frames streamed, plan says {}", next,
+            plan.time.out_frames);
+}
+
+std::vector<Tensor> VideoVae::decode_units_on_device(const Tensor& zp, const std::vector<VideoDecodeUnit>& units,
+                                                     int64_t max_batch) const {
+  std::vector<Tensor> out;
+  out.reserve(units.size());
+  auto shape_of = [](const VideoDecodeUnit& u) { return std::tuple{u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0}; };
+  for (size_t i = 0; i < units.size();) {
+    const auto [t, h, w] = shape_of(units[i]);
+    const int64_t k = max_batch > 0 ? max_batch : batch_size(t, h, w);
+    std::vector<Tensor> blocks;
+    for (; i < units.size() && static_cast<int64_t>(blocks.size()) < k && shape_of(units[i]) == std::tuple{t, h, w};
+         ++i) {
+      const VideoDecodeUnit& u = units[i];
+      blocks.push_back(
+          vae::slice_dim(vae::slice_dim(vae::slice_dim(zp, 1, u.t0, u.t1), 2, u.y0, u.y1), 3, u.x0, u.x1));
+    }
+    for (Tensor& d : decode_blocks(blocks)) out.push_back(std::move(d));
+  }
+  return out;
+}
+
+void VideoVae::decode_streaming(const Tensor& z, const FrameSink& sink, int64_t max_batch) const {
+  check_latents(z, cfg_, "decode");
+  const VideoDecodePlan plan = plan_decode(z.shape());
+  const Tensor zp = pad_latents(z, plan);
+  const auto sched = frame_schedule(plan, cfg_.token_drop > 0);
+  const ops::StitchGrid grid = stitch_grid(plan);
+  const size_t per_chunk = plan.rows.starts.size() * plan.cols.starts.size();
+  std::vector<Tensor> prev, cur;
+  int64_t next = 0;
+  for (size_t i = 0; i < sched.size(); ++i) {
+    const std::vector<VideoDecodeUnit> units(plan.units.begin() + i * per_chunk,
+                                             plan.units.begin() + (i + 1) * per_chunk);
+    cur = decode_units_on_device(zp, units, max_batch);
+    emit_chunk_frames(sched[i], cur, prev, grid, next, sink);
+    prev = std::move(cur);
+    cur.clear();
+  }
+  H3_ASSERT(next == plan.time.out_frames, "video VAE decode: {} frames streamed, plan says {}", next,
+            plan.time.out_frames);
+}
+
 Tensor VideoVae::decode(const Tensor& z) const {
   check_latents(z, cfg_, "decode");
+  if (dev_ != Device::cpu) {
+    // The GPU stitches on the device and downloads finished frames into the one host clip.
+    const VideoDecodePlan plan = plan_decode(z.shape());
+    const int64_t H = plan.latent_height * cfg_.spatial_ratio(), W = plan.latent_width * cfg_.spatial_ratio();
+    Tensor video(ct_, {cfg_.out_channels, plan.time.out_frames, H, W});
+    const int64_t F = plan.time.out_frames;
+    decode_streaming(z, [&](int64_t first, const Tensor& frames) {
+      H3_ASSERT(frames.dim(2) == H && frames.dim(3) == W, "video VAE decode: frames {} for a {}x{} video",
+                frames.describe(), H, W);
+      const int64_t n = frames.dim(1);
+      const size_t plane = static_cast<size_t>(H * W) * dtype_size(ct_);
+      for (int64_t c = 0; c < cfg_.out_channels; ++c)
+        std::memcpy(static_cast<std::byte*>(video.raw()) + (c * F + first) * plane,
+                    static_cast<const std::byte*>(frames.raw()) + c * n * plane, n * plane);
+    });
+    return video;
+  }
   const VideoDecodePlan plan = plan_decode(z.shape());
   const Tensor zp = pad_latents(z, plan);
   std::vector<Tensor> decoded;
