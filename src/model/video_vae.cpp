@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "core/device.h"
 #include "model/vae_tiling.h"
 #include "model/vae_weights.h"
 
@@ -546,7 +547,8 @@ ops::StitchGrid stitch_grid(const VideoDecodePlan& plan) {
 }
 
 namespace {
-// Emits chunk i's scheduled frames from its tiles (and the previous chunk's), a few frames per stitch call.
+// Emits chunk i's scheduled frames from its tiles (and the previous chunk's), a few frames per stitch call, on the
+// tiles' device.
 void emit_chunk_frames(const std::vector<ops::StitchFrame>& frames, const std::vector<Tensor>& cur,
                        const std::vector<Tensor>& prev, const ops::StitchGrid& grid, int64_t& next_frame,
                        const VideoVae::FrameSink& sink) {
@@ -554,8 +556,7 @@ void emit_chunk_frames(const std::vector<ops::StitchFrame>& frames, const std::v
   for (size_t k0 = 0; k0 < frames.size(); k0 += kFramesPerCall) {
     const std::vector<ops::StitchFrame> part(frames.begin() + k0,
                                              frames.begin() + std::min(frames.size(), k0 + kFramesPerCall));
-    const Tensor f = ops::stitch_frames(cur, prev, grid, part);
-    sink(next_frame, f.on_device() ? f.cpu() : f);
+    sink(next_frame, ops::stitch_frames(cur, prev, grid, part));
     next_frame += static_cast<int64_t>(part.size());
   }
 }
@@ -573,10 +574,11 @@ void VideoVae::stitch_streaming(const VideoDecodePlan& plan, const std::vector<T
   const auto sched = frame_schedule(plan, cfg_.token_drop > 0);
   const ops::StitchGrid grid = stitch_grid(plan);
   int64_t next = 0;
+  const FrameSink to_host = [&](int64_t first, const Tensor& f) { sink(first, f.on_device() ? f.cpu() : f); };
   for (size_t i = 0; i < sched.size(); ++i)
     emit_chunk_frames(sched[i], chunk_tiles(plan, decoded, i), i > 0 ? chunk_tiles(plan, decoded, i - 1)
                                                                       : std::vector<Tensor>{},
-                      grid, next, sink);
+                      grid, next, to_host);
   H3_ASSERT(next == plan.time.out_frames, "video VAE stitch: {} frames streamed, plan says {}", next,
             plan.time.out_frames);
 }
@@ -602,6 +604,11 @@ std::vector<Tensor> VideoVae::decode_units_on_device(const Tensor& zp, const std
 }
 
 void VideoVae::decode_streaming(const Tensor& z, const FrameSink& sink, int64_t max_batch) const {
+  decode_streaming_on_device(
+      z, [&](int64_t first, const Tensor& f) { sink(first, f.on_device() ? f.cpu() : f); }, max_batch);
+}
+
+void VideoVae::decode_streaming_on_device(const Tensor& z, const FrameSink& sink, int64_t max_batch) const {
   check_latents(z, cfg_, "decode");
   const VideoDecodePlan plan = plan_decode(z.shape());
   const Tensor zp = pad_latents(z, plan);
@@ -630,14 +637,15 @@ Tensor VideoVae::decode(const Tensor& z) const {
     const int64_t H = plan.latent_height * cfg_.spatial_ratio(), W = plan.latent_width * cfg_.spatial_ratio();
     Tensor video(ct_, {cfg_.out_channels, plan.time.out_frames, H, W});
     const int64_t F = plan.time.out_frames;
-    decode_streaming(z, [&](int64_t first, const Tensor& frames) {
-      H3_ASSERT(frames.dim(2) == H && frames.dim(3) == W, "video VAE decode: frames {} for a {}x{} video",
-                frames.describe(), H, W);
+    decode_streaming_on_device(z, [&](int64_t first, const Tensor& frames) {
+      H3_ASSERT(frames.on_device() && frames.dtype() == ct_ && frames.dim(2) == H && frames.dim(3) == W,
+                "video VAE decode: frames {} for a {}x{} video", frames.describe(), H, W);
+      // Frames [C, n, H, W] on the GPU -> video[c, first : first + n], one download per channel.
       const int64_t n = frames.dim(1);
       const size_t plane = static_cast<size_t>(H * W) * dtype_size(ct_);
       for (int64_t c = 0; c < cfg_.out_channels; ++c)
-        std::memcpy(static_cast<std::byte*>(video.raw()) + (c * F + first) * plane,
-                    static_cast<const std::byte*>(frames.raw()) + c * n * plane, n * plane);
+        device_hooks().copy(static_cast<std::byte*>(video.raw()) + (c * F + first) * plane, false,
+                            static_cast<const std::byte*>(frames.raw()) + c * n * plane, true, n * plane);
     });
     return video;
   }

@@ -138,6 +138,9 @@ class VideoVae {
   // stitched there, downloaded and handed to sink; the previous chunk's units are then released. Bitwise the same
   // frames as decode(). decode() on a GPU VAE is this, collected.
   void decode_streaming(const Tensor& z, const FrameSink& sink, int64_t max_batch = 0) const;
+  // The same, with the frames left on the VAE's device (sink gets GPU tensors on a GPU VAE): the caller downloads
+  // them where it wants them (decode() copies each channel's frames straight into its host clip).
+  void decode_streaming_on_device(const Tensor& z, const FrameSink& sink, int64_t max_batch = 0) const;
   // Units decoded stacked: consecutive units of one latent shape go max_batch at a time (0 = batch_size()) through
   // decode_blocks; results left on the VAE's device, in the order given.
   std::vector<Tensor> decode_units_on_device(const Tensor& z_padded, const std::vector<VideoDecodeUnit>& units,
