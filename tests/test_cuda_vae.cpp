@@ -235,6 +235,10 @@ TEST(CudaVae, StreamingDecodeEqualsHostStitch) {
     EXPECT_TRUE(d.shape_ok && d.bitwise) << precision_name(p) << ": rel_l2 " << d.rel_l2;
     std::printf("  streaming GPU decode %-4s vs host stitch: %s\n", precision_name(p).data(),
                 d.bitwise ? "bitwise" : "DIFFERENT");
+    // Host units stitched on the GPU (the sharded decode's path after the gather).
+    const Tensor clip = g.stitch_on_device(plan, units);
+    EXPECT_TRUE(compare(clip, want).shape_ok && compare(clip, want).bitwise) << precision_name(p)
+                                                                               << ": stitch_on_device";
   }
 }
 

@@ -92,6 +92,9 @@ TEST(VaeStream, FrameStitchEqualsReferenceStitchBitwise) {
       EXPECT_TRUE(d.shape_ok) << got.describe() << " vs " << want.describe();
       EXPECT_TRUE(d.bitwise) << "rel_l2 " << d.rel_l2 << " max_abs " << d.max_abs << " (" << plan.units.size()
                              << " units, " << plan.time.out_frames << " frames)";
+      // The chunk-row loop that fills one clip (the sharded decode's GPU stitch; here on the CPU backend).
+      const Tensor clip = vae.stitch_on_device(plan, decoded);
+      EXPECT_TRUE(compare(clip, want).shape_ok && compare(clip, want).bitwise) << "stitch_on_device";
     }
   }
 }

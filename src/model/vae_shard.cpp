@@ -141,7 +141,9 @@ Tensor decode_video_sharded(const VideoVae& vae, const Tensor& z, Comm& comm, Sh
   const std::vector<std::byte> recv = gather_units(comm, as, numel, mine, dt, "video VAE sharded decode");
   mine.clear();
   const auto t_stitch = std::chrono::steady_clock::now();
-  Tensor video = vae.stitch(plan, unpack_units(recv, as, shapes, dt));
+  // A GPU VAE stitches on its device (bitwise the host stitch, see VideoVae::stitch_on_device).
+  const std::vector<Tensor> all_units = unpack_units(recv, as, shapes, dt);
+  Tensor video = vae.device() == Device::cpu ? vae.stitch(plan, all_units) : vae.stitch_on_device(plan, all_units);
   if (stats) {
     stats->units = static_cast<int64_t>(my_units.size());
     stats->cost = as.load[comm.rank()];

@@ -565,7 +565,48 @@ std::vector<Tensor> chunk_tiles(const VideoDecodePlan& plan, const std::vector<T
   const size_t n = plan.rows.starts.size() * plan.cols.starts.size();
   return std::vector<Tensor>(decoded.begin() + chunk * n, decoded.begin() + (chunk + 1) * n);
 }
+
+// Frames [C, n, H, W] (host or device) into video[:, first : first + n] of a host clip [C, F, H, W]: one copy per
+// channel, a download straight into place for device frames.
+void place_frames(Tensor& video, int64_t first, const Tensor& frames) {
+  const int64_t C = video.dim(0), F = video.dim(1), H = video.dim(2), W = video.dim(3), n = frames.dim(1);
+  H3_ASSERT(frames.ndim() == 4 && frames.dtype() == video.dtype() && frames.dim(0) == C && frames.dim(2) == H &&
+                frames.dim(3) == W && first >= 0 && first + n <= F,
+            "video VAE decode: frames {} at {} for a clip {}", frames.describe(), first, video.describe());
+  const size_t plane = static_cast<size_t>(H * W) * dtype_size(video.dtype());
+  for (int64_t c = 0; c < C; ++c) {
+    void* dst = static_cast<std::byte*>(video.raw()) + (c * F + first) * plane;
+    const void* src = static_cast<const std::byte*>(frames.raw()) + c * n * plane;
+    if (frames.on_device()) device_hooks().copy(dst, false, src, true, n * plane);
+    else std::memcpy(dst, src, n * plane);
+  }
+}
+
+Tensor empty_clip(const VideoDecodePlan& plan, const VideoVaeConfig& cfg, DType dt) {
+  return Tensor(dt, {cfg.out_channels, plan.time.out_frames, plan.latent_height * cfg.spatial_ratio(),
+                     plan.latent_width * cfg.spatial_ratio()});
+}
 }  // namespace
+
+Tensor VideoVae::stitch_on_device(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const {
+  H3_CHECK(decoded.size() == plan.units.size(), "video VAE stitch: {} decoded units for a plan of {}",
+           decoded.size(), plan.units.size());
+  const auto sched = frame_schedule(plan, cfg_.token_drop > 0);
+  const ops::StitchGrid grid = stitch_grid(plan);
+  Tensor video = empty_clip(plan, cfg_, ct_);
+  std::vector<Tensor> prev, cur;
+  int64_t next = 0;
+  for (size_t i = 0; i < sched.size(); ++i) {
+    cur = chunk_tiles(plan, decoded, i);
+    for (Tensor& t : cur) t = t.to_device(dev_);
+    emit_chunk_frames(sched[i], cur, prev, grid, next,
+                      [&](int64_t first, const Tensor& f) { place_frames(video, first, f); });
+    prev = std::move(cur);
+    cur.clear();
+  }
+  H3_ASSERT(next == plan.time.out_frames, "video VAE stitch: {} frames, plan says {}", next, plan.time.out_frames);
+  return video;
+}
 
 void VideoVae::stitch_streaming(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded,
                                 const FrameSink& sink) const {
@@ -632,21 +673,9 @@ void VideoVae::decode_streaming_on_device(const Tensor& z, const FrameSink& sink
 Tensor VideoVae::decode(const Tensor& z) const {
   check_latents(z, cfg_, "decode");
   if (dev_ != Device::cpu) {
-    // The GPU stitches on the device and downloads finished frames into the one host clip.
-    const VideoDecodePlan plan = plan_decode(z.shape());
-    const int64_t H = plan.latent_height * cfg_.spatial_ratio(), W = plan.latent_width * cfg_.spatial_ratio();
-    Tensor video(ct_, {cfg_.out_channels, plan.time.out_frames, H, W});
-    const int64_t F = plan.time.out_frames;
-    decode_streaming_on_device(z, [&](int64_t first, const Tensor& frames) {
-      H3_ASSERT(frames.on_device() && frames.dtype() == ct_ && frames.dim(2) == H && frames.dim(3) == W,
-                "video VAE decode: frames {} for a {}x{} video", frames.describe(), H, W);
-      // Frames [C, n, H, W] on the GPU -> video[c, first : first + n], one download per channel.
-      const int64_t n = frames.dim(1);
-      const size_t plane = static_cast<size_t>(H * W) * dtype_size(ct_);
-      for (int64_t c = 0; c < cfg_.out_channels; ++c)
-        device_hooks().copy(static_cast<std::byte*>(video.raw()) + (c * F + first) * plane, false,
-                            static_cast<const std::byte*>(frames.raw()) + c * n * plane, true, n * plane);
-    });
+    // The GPU stitches on the device and downloads finished frames into their place in the one host clip.
+    Tensor video = empty_clip(plan_decode(z.shape()), cfg_, ct_);
+    decode_streaming_on_device(z, [&](int64_t first, const Tensor& f) { place_frames(video, first, f); });
     return video;
   }
   const VideoDecodePlan plan = plan_decode(z.shape());

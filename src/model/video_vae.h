@@ -127,6 +127,11 @@ class VideoVae {
   // Blends decoded units (indexed like plan.units) into the video, in the reference's order.
   Tensor stitch(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const;
 
+  // stitch() on the VAE's device: the units (host or device tensors) are moved there a chunk row at a time and
+  // stitched by ops::stitch_frames into one host clip; bitwise stitch(). The sharded decode's gathered units take
+  // this path on a GPU VAE.
+  Tensor stitch_on_device(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const;
+
   // Finished frames: sink(first, frames) receives video frames [first, first + n) as a host tensor
   // [out_channels, n, H, W] of compute_dtype(); calls come in frame order and cover the video once.
   using FrameSink = std::function<void(int64_t first, const Tensor& frames)>;
