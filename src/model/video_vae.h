@@ -202,6 +202,7 @@ class VideoVae {
   // k copies stacked: [k * N, rope_dim].
   void rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType dt, Tensor& cos, Tensor& sin) const;
   void upload_decoder();  // moves the decoder's weights to dev_ (constructor)
+  Tensor decode_into_clip(const Tensor& z) const;  // decode() of a GPU VAE: streamed into one host clip
 
   VideoVaeConfig cfg_;
   DType ct_;
