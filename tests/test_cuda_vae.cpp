@@ -172,6 +172,23 @@ TEST(CudaVaeOps, StitchFramesMatchesCpuBitwise) {
                  "stitch_frames f32 without fades");
 }
 
+// The fused norm + bf16 store against the two steps it replaces, bitwise (whole rows and per-head groups, odd sizes).
+TEST(CudaVaeOps, RmsNormToBf16EqualsNormThenRound) {
+  H3_REQUIRE_GPU();
+  const Tensor x = rnd({37, 203}, 600, 3.0), w = rnd({203}, 601), x2 = rnd({29, 192}, 602, 2.0), w2 = rnd({64}, 603);
+  const Tensor gx = gpu(x), gw = gpu(w), gx2 = gpu(x2), gw2 = gpu(w2);
+  const Tensor fused = ops::rms_norm_to(gx, &gw, 203, 1e-5, DType::bf16);
+  ASSERT_EQ(fused.dtype(), DType::bf16);
+  expect_bitwise(fused, ops::rms_norm(gx, &gw, 203, 1e-5).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to rows");
+  expect_bitwise(ops::rms_norm_to(gx2, &gw2, 64, 1e-6, DType::bf16),
+                 ops::rms_norm(gx2, &gw2, 64, 1e-6).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to heads");
+  expect_bitwise(ops::rms_norm_to(gx2, nullptr, 192, 1e-6, DType::bf16),
+                 ops::rms_norm(gx2, nullptr, 192, 1e-6).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to no weight");
+  // f32 out: the plain norm.
+  expect_bitwise(ops::rms_norm_to(gx, &gw, 203, 1e-5, DType::f32), ops::rms_norm(gx, &gw, 203, 1e-5).cpu(),
+                 "rms_norm_to f32");
+}
+
 TEST(CudaVaeOps, AttentionBlocksEqualPerBlockAttention) {
   H3_REQUIRE_GPU();
   const int64_t n = 37, d = 64, heads = 3, blocks = 3;

@@ -153,6 +153,15 @@ TEST(VaeStream, AttentionBlocksEqualsPerBlockAttention) {
   EXPECT_FALSE(compare(all, ops::attention(q, k, v, d)).bitwise);
 }
 
+TEST(VaeStream, RmsNormToIsTheNormThenTheConversion) {
+  const Tensor x = seeded_normal({7, 24}, 11, 7), w = seeded_normal({8}, 12, 7);
+  EXPECT_TRUE(compare(ops::rms_norm_to(x, &w, 8, 1e-6, DType::f32), ops::rms_norm(x, &w, 8, 1e-6)).bitwise);
+  const Tensor x64 = x.to(DType::f64), w64 = w.to(DType::f64);
+  const Tensor y = ops::rms_norm_to(x64, &w64, 8, 1e-6, DType::f32);
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_TRUE(compare(y, ops::rms_norm(x64, &w64, 8, 1e-6).to(DType::f32)).bitwise);
+}
+
 TEST(VaeStream, StreamingDecodeEqualsDecode) {
   auto file = procedural_video_vae_file(kDefaultProceduralSeed);
   const Geometry& g = kGeometries[1];

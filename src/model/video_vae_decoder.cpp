@@ -171,9 +171,9 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
     copy_rows_into(x, i * N, emb.rows(i * V, (i + 1) * V));
     copy_rows_into(x, i * N + V, registers_);
   }
-  // The blocks' GEMM inputs in the weights' dtype (bf16 in the bf16 recipe), converted once per norm output.
+  // The blocks' GEMM inputs in the weights' dtype (bf16 in the bf16 recipe): the norms round their output to it in
+  // the same pass (bitwise the norm then the conversion).
   const DType gemm_dt = blocks_.empty() ? ct_ : blocks_[0].to_q.dtype();
-  auto gemm_in = [&](Tensor a) { return a.dtype() == gemm_dt ? a : a.to(gemm_dt); };
   Tensor cos, sin;
   rope_tables_for(t, h, w, K, gemm_dt, cos, sin);
   // q/k: non-affine RMSNorm per head, then RoPE (fused on the GPU, with a weight of ones).
@@ -183,13 +183,13 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
   };
 
   for (const Block& b : blocks_) {
-    Tensor n1 = gemm_in(ops::rms_norm(x, &b.norm1, D, eps));
+    Tensor n1 = ops::rms_norm_to(x, &b.norm1, D, eps, gemm_dt);
     Tensor q = norm_rope(ops::linear(n1, b.to_q, &b.q_b));
     Tensor k = norm_rope(ops::linear(n1, b.to_k, &b.k_b));
     Tensor v = ops::linear(n1, b.to_v, &b.v_b);
     Tensor a = ops::linear(ops::attention_blocks(q, k, v, hd, K), b.to_out, &b.out_b);
     x = ops::add_scaled(x, a, b.scale1);
-    Tensor n2 = gemm_in(ops::rms_norm(x, &b.norm2, D, eps));
+    Tensor n2 = ops::rms_norm_to(x, &b.norm2, D, eps, gemm_dt);
     Tensor f = ops::linear(ops::swiglu(ops::linear(n2, b.ff_in, &b.ff_in_b), false), b.ff_out, &b.ff_out_b);
     x = ops::add_scaled(x, f, b.scale2);
   }

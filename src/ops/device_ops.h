@@ -45,6 +45,7 @@ struct DeviceOps {
   Tensor (*snake_beta)(const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain) = nullptr;
   Tensor (*slice_last)(const Tensor& x, int64_t begin, int64_t end) = nullptr;
   Tensor (*divide_clamp)(const Tensor& x, double divisor, double lo, double hi) = nullptr;
+  Tensor (*rms_norm_to)(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) = nullptr;
   Tensor (*attention_blocks)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim,
                              int64_t blocks) = nullptr;
   Tensor (*stitch_frames)(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const StitchGrid& g,

@@ -28,6 +28,10 @@ Tensor slice_last(const Tensor& x, int64_t begin, int64_t end);
 // multi-kernel average and final clamp).
 Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi);
 
+// rms_norm(x, w, group, eps) (ops.h) with the result rounded to `out` (x's dtype or bf16) in the same pass: bitwise
+// rms_norm(...).to(out). The ViT decoder's norms read the f32 residual stream and feed bf16 GEMMs.
+Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out);
+
 // Block-diagonal attention: q/k/v [blocks * n, H*D] hold `blocks` independent sequences of n rows each; block i's
 // queries attend to block i's keys only. Each block is the same computation as attention() on its rows alone
 // (bitwise), so stacking units for the linear layers never changes what attention sees.

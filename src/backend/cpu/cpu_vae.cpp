@@ -141,6 +141,12 @@ Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
 
 namespace h3::ops {
 
+Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) {
+  H3_DEVICE_DISPATCH(x, rms_norm_to, x, w, group, eps, out);
+  Tensor y = rms_norm(x, w, group, eps);
+  return y.dtype() == out ? y : y.to(out);
+}
+
 Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, int64_t blocks) {
   H3_DEVICE_DISPATCH(q, attention_blocks, q, k, v, head_dim, blocks);
   need_float(q, "attention_blocks", "q");

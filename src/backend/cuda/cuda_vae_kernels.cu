@@ -352,4 +352,46 @@ cudaError_t stitch_frames(const StitchArgs& a, float* out, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+namespace {
+
+// cuda_kernels.cu's rms_norm_kernel with a bf16 store: one block per (row, group), threads stride over the group.
+__global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv_bfloat16* y, int64_t cols,
+                                            int64_t group, float eps) {
+  const int64_t groups = cols / group;
+  const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
+  const int64_t base = row * cols + g * group;
+  float ss = 0.f;
+  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
+    const float v = x[base + c];
+    ss += v * v;
+  }
+  __shared__ float partial[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(group) + eps);
+  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
+    const float v = x[base + c] * inv;
+    y[base + c] = __float2bfloat16_rn(w ? v * w[c] : v);
+  }
+}
+
+}  // namespace
+
+cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_t rows, int64_t cols, int64_t group,
+                                 float eps, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const int64_t blocks = rows * (cols / group);
+  const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
+  rms_norm_f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+      x, w, static_cast<__nv_bfloat16*>(y), cols, group, eps);
+  return cudaGetLastError();
+}
+
 }  // namespace h3::cuda

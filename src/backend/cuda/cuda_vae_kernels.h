@@ -43,6 +43,11 @@ cudaError_t snake_beta(const void* x, const void* alpha, const void* beta, void*
 cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float divisor, float lo, float hi,
                          cudaStream_t s);
 
+// RMSNorm over groups of `group` channels of f32 x [rows, cols] times an f32 weight (may be null), stored as bf16:
+// the arithmetic of cuda_kernels.cu's rms_norm (same block shape and reduction order), rounded once at the store.
+cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_t rows, int64_t cols, int64_t group,
+                                 float eps, cudaStream_t s);
+
 // The video decode's per-pixel stitch (ops_vae.h stitch_frames has the equations). Tiles are f32 [C, T, h_a, w_b],
 // tile (a, b) at cur[a * cols + b] (prev: the previous chunk's, read only for frames with fade_e > 0). Output f32
 // [C, n_frames, H, W]. Sizes are small (at most kStitchMaxAxis tiles per axis, kStitchMaxFrames frames per call), so

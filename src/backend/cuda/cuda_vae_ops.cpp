@@ -169,6 +169,23 @@ Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
   return y;
 }
 
+// f32 -> bf16 in one pass; any other pairing as the two steps it stands for.
+Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) {
+  need_act(x, "rms_norm_to", "x");
+  const bool fused = x.dtype() == DType::f32 && out == DType::bf16 && (!w || (w->on_device() && w->dtype() == DType::f32));
+  if (!fused) {
+    Tensor y = ops::device_ops("rms_norm").rms_norm(x, w, group, eps);
+    return y.dtype() == out ? y : y.to(out);
+  }
+  const int64_t cols = x.ndim() ? x.dim(-1) : 1, rows = cols ? x.numel() / cols : 0;
+  H3_ASSERT(group > 0 && cols % group == 0, "rms_norm_to: group {} does not divide {}", group, cols);
+  if (w) H3_ASSERT(w->numel() == group, "rms_norm_to: weight {} for group {}", w->describe(), group);
+  Tensor y = Tensor::empty(DType::bf16, x.shape(), Device::cuda);
+  H3_CUDA(rms_norm_f32_to_bf16(static_cast<const float*>(x.raw()), w ? static_cast<const float*>(w->raw()) : nullptr,
+                               y.raw(), rows, cols, group, static_cast<float>(eps), stream()));
+  return y;
+}
+
 // Each block through the same attention call as attention() on its rows alone, written into one output.
 Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, int64_t blocks) {
   need_act(q, "attention_blocks", "q");
@@ -271,6 +288,7 @@ void register_vae_ops(ops::DeviceOps& t) {
   t.snake_beta = snake_beta;
   t.slice_last = slice_last;
   t.divide_clamp = divide_clamp;
+  t.rms_norm_to = rms_norm_to;
   t.attention_blocks = attention_blocks;
   t.stitch_frames = stitch_frames;
 }
