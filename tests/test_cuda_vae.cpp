@@ -134,6 +134,131 @@ TEST(CudaVaeOps, ElementwiseMatchCpu) {
   expect_close(ops::divide_clamp(gpu(a), 1.0, -1.0, 1.0), ops::divide_clamp(a, 1.0, -1.0, 1.0), 0, "divide_clamp clamp");
 }
 
+// The device stitch against the CPU's per-pixel stitch (itself bitwise the reference stitch, test_vae_stream.cpp):
+// uneven tiles, cross-fades, more frames than one kernel launch takes.
+TEST(CudaVaeOps, StitchFramesMatchesCpuBitwise) {
+  H3_REQUIRE_GPU();
+  ops::StitchGrid g;
+  g.rows = 3, g.cols = 2;
+  g.row_overlaps = {5, 9};
+  g.col_overlaps = {7};
+  const int64_t heights[3] = {17, 19, 13}, widths[2] = {23, 11}, C = 3, T = 31;
+  std::vector<Tensor> cur, prev, gcur, gprev;
+  for (int64_t a = 0; a < g.rows; ++a)
+    for (int64_t b = 0; b < g.cols; ++b) {
+      cur.push_back(rnd({C, T, heights[a], widths[b]}, 300 + a * 7 + b));
+      prev.push_back(rnd({C, T + 2, heights[a], widths[b]}, 400 + a * 7 + b));
+      gcur.push_back(gpu(cur.back()));
+      gprev.push_back(gpu(prev.back()));
+    }
+  std::vector<ops::StitchFrame> frames;
+  for (int64_t k = 0; k < 29; ++k) {  // 29 > kStitchMaxFrames (24): two launches
+    ops::StitchFrame f;
+    f.frame = (k * 5) % T;
+    if (k % 3 != 2) {
+      f.prev_frame = (k * 7) % (T + 2);
+      f.fade_e = 5 + k % 4;
+      f.fade_p = k % f.fade_e;
+    }
+    frames.push_back(f);
+  }
+  const Tensor want = ops::stitch_frames(cur, prev, g, frames);
+  const Tensor got = ops::stitch_frames(gcur, gprev, g, frames);
+  ASSERT_TRUE(got.on_device());
+  expect_bitwise(got, want, "stitch_frames f32");
+  // No fades: the previous chunk's tiles are not needed.
+  for (auto& f : frames) f.fade_e = f.fade_p = 0;
+  expect_bitwise(ops::stitch_frames(gcur, {}, g, frames), ops::stitch_frames(cur, {}, g, frames),
+                 "stitch_frames f32 without fades");
+}
+
+// The fused norm + bf16 store against the two steps it replaces, bitwise (whole rows and per-head groups, odd sizes).
+TEST(CudaVaeOps, RmsNormToBf16EqualsNormThenRound) {
+  H3_REQUIRE_GPU();
+  const Tensor x = rnd({37, 203}, 600, 3.0), w = rnd({203}, 601), x2 = rnd({29, 192}, 602, 2.0), w2 = rnd({64}, 603);
+  const Tensor gx = gpu(x), gw = gpu(w), gx2 = gpu(x2), gw2 = gpu(w2);
+  const Tensor fused = ops::rms_norm_to(gx, &gw, 203, 1e-5, DType::bf16);
+  ASSERT_EQ(fused.dtype(), DType::bf16);
+  expect_bitwise(fused, ops::rms_norm(gx, &gw, 203, 1e-5).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to rows");
+  expect_bitwise(ops::rms_norm_to(gx2, &gw2, 64, 1e-6, DType::bf16),
+                 ops::rms_norm(gx2, &gw2, 64, 1e-6).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to heads");
+  expect_bitwise(ops::rms_norm_to(gx2, nullptr, 192, 1e-6, DType::bf16),
+                 ops::rms_norm(gx2, nullptr, 192, 1e-6).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to no weight");
+  // f32 out: the plain norm.
+  expect_bitwise(ops::rms_norm_to(gx, &gw, 203, 1e-5, DType::f32), ops::rms_norm(gx, &gw, 203, 1e-5).cpu(),
+                 "rms_norm_to f32");
+}
+
+TEST(CudaVaeOps, AttentionBlocksEqualPerBlockAttention) {
+  H3_REQUIRE_GPU();
+  const int64_t n = 37, d = 64, heads = 3, blocks = 3;
+  for (DType dt : {DType::bf16, DType::f32}) {
+    const Tensor q = gpu(rnd({blocks * n, heads * d}, 500), dt), k = gpu(rnd({blocks * n, heads * d}, 501), dt),
+                 v = gpu(rnd({blocks * n, heads * d}, 502), dt);
+    const Tensor all = ops::attention_blocks(q, k, v, d, blocks);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const Tensor one = ops::attention(q.rows(b * n, (b + 1) * n).clone(), k.rows(b * n, (b + 1) * n).clone(),
+                                        v.rows(b * n, (b + 1) * n).clone(), d);
+      expect_bitwise(all.rows(b * n, (b + 1) * n).clone(), one.cpu().to(DType::f32),
+                     std::string("attention_blocks block ") + std::to_string(b) + " " + std::string(dtype_name(dt)));
+    }
+  }
+}
+
+// Stacking units into one GEMM (pinned algorithms, per-unit attention) must not change a unit's bits, or the
+// sharded decode (other companions per rank) would differ from 1 rank.
+TEST(CudaVae, StackedUnitsEqualOneAtATime) {
+  H3_REQUIRE_GPU();
+  auto file = procedural_video_vae_file(kDefaultProceduralSeed);
+  VideoVaeConfig cfg = procedural_video_vae_config();
+  cfg.tile_height = cfg.tile_width = 64;
+  cfg.tile_overlap_height = cfg.tile_overlap_width = 16;
+  const Tensor z = rnd({cfg.latent_channels, 12, 6, 9}, 93);
+  for (Precision p : {Precision::bf16, Precision::f32}) {
+    const VideoVae g(*file, "", cfg, p, Device::cuda);
+    const VideoDecodePlan plan = g.plan_decode(z.shape());
+    const Tensor zp = g.pad_latents(z, plan);
+    const std::vector<Tensor> one = g.decode_units_on_device(zp, plan.units, 1);
+    for (int64_t batch : {int64_t{3}, int64_t{0}}) {
+      const std::vector<Tensor> stacked = g.decode_units_on_device(zp, plan.units, batch);
+      ASSERT_EQ(stacked.size(), one.size());
+      for (size_t i = 0; i < one.size(); ++i)
+        EXPECT_TRUE(compare(stacked[i].cpu(), one[i].cpu()).bitwise)
+            << precision_name(p) << " unit " << i << " differs when stacked " << batch << " per call";
+    }
+  }
+}
+
+// The streaming GPU decode (device stitch, frames downloaded as they finish) against the host stitch of the same
+// GPU units, on a 124-frame clip of 7 chunks x 2 x 2 tiles (padding, trimming, cross-fades, several downloads).
+TEST(CudaVae, StreamingDecodeEqualsHostStitch) {
+  H3_REQUIRE_GPU();
+  auto file = procedural_video_vae_file(kDefaultProceduralSeed);
+  VideoVaeConfig cfg = procedural_video_vae_config();
+  cfg.tile_height = cfg.tile_width = 32;
+  cfg.tile_overlap_height = cfg.tile_overlap_width = 16;
+  const Tensor z = rnd({cfg.latent_channels, 37, 3, 3}, 94);
+  for (Precision p : {Precision::bf16, Precision::f32}) {
+    const VideoVae g(*file, "", cfg, p, Device::cuda);
+    const VideoDecodePlan plan = g.plan_decode(z.shape());
+    ASSERT_EQ(plan.time.out_frames, 124);
+    const Tensor zp = g.pad_latents(z, plan);
+    std::vector<Tensor> units;
+    for (const auto& u : plan.units) units.push_back(g.decode_unit(zp, u));  // host tensors
+    const Tensor want = g.stitch(plan, units);
+    const Tensor got = g.decode(z);
+    ASSERT_FALSE(got.on_device());
+    const Diff d = compare(got, want);
+    EXPECT_TRUE(d.shape_ok && d.bitwise) << precision_name(p) << ": rel_l2 " << d.rel_l2;
+    std::printf("  streaming GPU decode %-4s vs host stitch: %s\n", precision_name(p).data(),
+                d.bitwise ? "bitwise" : "DIFFERENT");
+    // Host units stitched on the GPU (the sharded decode's path after the gather).
+    const Tensor clip = g.stitch_on_device(plan, units);
+    EXPECT_TRUE(compare(clip, want).shape_ok && compare(clip, want).bitwise) << precision_name(p)
+                                                                               << ": stitch_on_device";
+  }
+}
+
 // The mini decoders (procedural weights, the released strides) on the GPU against the CPU decoders.
 TEST(CudaVae, VideoMiniDecoderMatchesCpu) {
   H3_REQUIRE_GPU();

@@ -1,12 +1,12 @@
 // h3 bench-decode: the full-size video VAE decoder (the released config, procedural weights) on the GPU at 768p and
-// 480p x 124 frames: the whole decode on 1 rank, and the per-rank compute of the sharded decode's N-way unit split
-// (model/vae_shard.h's assignment; each rank's units timed one after another on this one GPU, the slowest rank
-// reported), with the analytic FLOPs and the TFLOPS reached; then the full-size audio decode. Prints a table and
-// writes JSON with --json.
+// 480p x 124 frames. Per resolution and precision: the units decoded stacked `--batch` per ViT call (the memory rule
+// by default) with their TFLOPS; the device stitch plus the download of every finished frame from those outputs;
+// the whole decode as a consumer sees it (VideoVae::decode: units, device stitch, frames into one host clip); and for
+// the N-way split of the sharded decode (model/vae_shard.h's assignment) the busiest rank's units decoded stacked on
+// this one GPU. Then the full-size audio decode. Prints a table and writes JSON with --json.
 //
-// Timing a subset: --max-units K times only K units (spread over the plan) and gives every other unit the mean time
-// of the timed units of its shape (or, for a shape never timed, the timed mean per token scaled by its cost); such
-// rows say "extrapolated from K of M units" and the whole-decode column then stays empty.
+// Timing a subset: --max-units K decodes only the first K units and scales their time by cost to the whole plan;
+// such rows say "extrapolated from K of M units" and the whole-decode, stitch and split columns stay empty.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -56,54 +56,33 @@ double unit_flops(const VideoVaeConfig& c, int64_t t, int64_t h, int64_t w) {
   return static_cast<double>(c.decoder_num_layers) * per_layer + 2 * V * (lc * lc + lc * D + D * P);
 }
 
-struct UnitTimes {
-  std::vector<double> seconds;  // per unit (measured or extrapolated)
-  std::vector<bool> measured;
-  int64_t timed = 0;
-};
-
-// Times decode_unit_on_device for the chosen units (GPU drained around each), after one untimed warm-up unit per
-// distinct shape (cuDNN plans and GEMM algorithms are picked on first use).
-UnitTimes time_units(const VideoVae& vae, const VideoDecodePlan& plan, const Tensor& zp, int64_t max_units) {
-  const int64_t m = static_cast<int64_t>(plan.units.size());
-  auto shape_of = [](const VideoDecodeUnit& u) { return std::tuple{u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0}; };
-  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> first_of_shape;
-  for (const auto& u : plan.units) first_of_shape.emplace(shape_of(u), u.index);
-  for (const auto& [shape, u] : first_of_shape) {
-    (void)shape;
-    (void)vae.decode_unit_on_device(zp, plan.units[u]);
-  }
+// Decodes the listed units stacked `batch` per ViT call (0 = the VAE's memory rule), GPU drained before and after;
+// returns the seconds. `keep` receives the (device) outputs when given.
+double time_units(const VideoVae& vae, const VideoDecodePlan& plan, const Tensor& zp, const std::vector<int64_t>& ids,
+                  int64_t batch, std::vector<Tensor>* keep = nullptr) {
+  std::vector<VideoDecodeUnit> units;
+  for (int64_t u : ids) units.push_back(plan.units[u]);
   gpu_synchronize();
-  UnitTimes r;
-  r.seconds.assign(m, 0);
-  r.measured.assign(m, false);
-  const int64_t k = max_units > 0 ? std::min(max_units, m) : m;
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t u = k == m ? i : i * m / k;  // spread over the plan
-    const auto t0 = clock_type::now();
-    Tensor d = vae.decode_unit_on_device(zp, plan.units[u]);
-    gpu_synchronize();
-    r.seconds[u] = seconds_since(t0);
-    r.measured[u] = true;
+  const auto t0 = clock_type::now();
+  std::vector<Tensor> out = vae.decode_units_on_device(zp, units, batch);
+  gpu_synchronize();
+  const double s = seconds_since(t0);
+  if (keep) *keep = std::move(out);
+  return s;
+}
+
+// One untimed stacked call per distinct unit shape at the batch size used (cuDNN plans and GEMM algorithms are
+// picked on first use).
+void warm_up(const VideoVae& vae, const VideoDecodePlan& plan, const Tensor& zp, int64_t batch) {
+  auto shape_of = [](const VideoDecodeUnit& u) { return std::tuple{u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0}; };
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> by_shape;
+  for (const auto& u : plan.units) by_shape[shape_of(u)].push_back(u.index);
+  for (auto& [shape, ids] : by_shape) {
+    const auto [t, h, w] = shape;
+    const int64_t k = batch > 0 ? batch : vae.batch_size(t, h, w);
+    ids.resize(std::min<size_t>(ids.size(), static_cast<size_t>(k)));
+    (void)time_units(vae, plan, zp, ids, batch);
   }
-  r.timed = k;
-  if (k == m) return r;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<double, int64_t>> by_shape;
-  const std::vector<int64_t> costs = video_unit_costs(plan);
-  double timed_s = 0, timed_cost = 0;
-  for (int64_t u = 0; u < m; ++u)
-    if (r.measured[u]) {
-      auto& [s, n] = by_shape[shape_of(plan.units[u])];
-      s += r.seconds[u], ++n;
-      timed_s += r.seconds[u], timed_cost += static_cast<double>(costs[u]);
-    }
-  for (int64_t u = 0; u < m; ++u) {
-    if (r.measured[u]) continue;
-    auto it = by_shape.find(shape_of(plan.units[u]));
-    r.seconds[u] = it != by_shape.end() ? it->second.first / static_cast<double>(it->second.second)
-                                        : timed_s / timed_cost * static_cast<double>(costs[u]);
-  }
-  return r;
 }
 
 }  // namespace
@@ -115,8 +94,8 @@ Runner add_bench_decode(CLI::App& app) {
       "per-rank share of the N-way unit split, TFLOPS; and the audio decode");
   struct Opts {
     std::vector<std::string> res{"768p", "480p"}, precisions{"bf16", "f32"};
-    std::vector<int> splits{1, 2, 4, 8};
-    int64_t frames = 124, max_units = 0, max_units_f32 = 16, layers = 0;
+    std::vector<int> splits{2, 4, 8};
+    int64_t frames = 124, max_units = 0, max_units_f32 = 16, layers = 0, batch = 0;
     uint64_t seed = kDefaultProceduralSeed;
     bool no_audio = false;
     std::string json;
@@ -132,6 +111,8 @@ Runner add_bench_decode(CLI::App& app) {
   cmd->add_option("--max-units", o->max_units, "bf16: time only this many units and extrapolate (0 = all)")
       ->capture_default_str();
   cmd->add_option("--max-units-f32", o->max_units_f32, "f32: time only this many units and extrapolate (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch, "units stacked per ViT call (0 = chosen by memory, at most 32)")
       ->capture_default_str();
   cmd->add_option("--layers", o->layers, "use only the first N decoder layers (quick checks; 0 = all 36)");
   cmd->add_option("--seed", o->seed, "procedural weight seed")->capture_default_str();
@@ -179,8 +160,8 @@ Runner add_bench_decode(CLI::App& app) {
     auto vfile = procedural_safetensors(video_vae_decoder_parameters(cfg), {}, o->seed, "bench-video-vae");
     spdlog::info("procedural video VAE weights generated in {:.1f} s", seconds_since(t_load));
     nlohmann::json all = nlohmann::json::array();
-    std::printf("\n%-5s %-5s %6s %12s %11s %10s %9s %8s  %s\n", "res", "dtype", "units", "whole dec s", "units GPU s",
-                "s/unit", "TFLOPS", "peak GB", "note");
+    std::printf("\n%-5s %-5s %6s %5s %12s %11s %10s %9s %10s %8s  %s\n", "res", "dtype", "units", "batch",
+                "whole dec s", "units GPU s", "s/unit", "TFLOPS", "stitch+dl", "peak GB", "note");
     std::vector<std::string> split_lines;
     for (const auto& pname : o->precisions) {
       const Precision p = precision_from_name(pname);
@@ -193,30 +174,53 @@ Runner add_bench_decode(CLI::App& app) {
         const Tensor z = seeded_normal({cfg.latent_channels, T, res.height / r, res.width / r}, 7, 3);
         const VideoDecodePlan plan = vae->plan_decode(z.shape());
         const Tensor zp = vae->pad_latents(z, plan);
+        const int64_t m = static_cast<int64_t>(plan.units.size());
+        const auto& u0 = plan.units[0];
+        const int64_t batch = o->batch > 0 ? o->batch : vae->batch_size(u0.t1 - u0.t0, u0.y1 - u0.y0, u0.x1 - u0.x0);
         double flops = 0;
         for (const auto& u : plan.units) flops += unit_flops(cfg, u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0);
         gpu_reset_peak();
-        const UnitTimes ut = time_units(*vae, plan, zp, max_units);
-        const int64_t m = static_cast<int64_t>(plan.units.size());
-        double units_s = 0;
-        for (double s : ut.seconds) units_s += s;
-        const bool extrapolated = ut.timed < m;
-        // The whole decode (units, download, host stitch) only when every unit is being run anyway.
-        double whole_s = -1;
+        warm_up(*vae, plan, zp, batch);
+        // All units (or the first max_units, their time scaled by cost) stacked `batch` per call, in plan order
+        // (the 1-rank decode's order: a chunk row's tiles are consecutive).
+        const int64_t timed = max_units > 0 ? std::min(max_units, m) : m;
+        const bool extrapolated = timed < m;
+        std::vector<int64_t> ids(static_cast<size_t>(timed));
+        for (int64_t i = 0; i < timed; ++i) ids[i] = i;
+        std::vector<Tensor> outputs;
+        const double timed_s = time_units(*vae, plan, zp, ids, batch, extrapolated ? nullptr : &outputs);
+        const std::vector<int64_t> costs = video_unit_costs(plan);
+        double timed_cost = 0, all_cost = 0;
+        for (int64_t u = 0; u < m; ++u) (u < timed ? timed_cost : all_cost) += static_cast<double>(costs[u]);
+        all_cost += timed_cost;
+        const double units_s = timed_s * all_cost / timed_cost;
+        // The stitch and the download of every frame from the kept unit outputs, then the whole decode as a
+        // consumer sees it (decode(): units, device stitch, frames downloaded into one host clip).
+        double stitch_s = -1, whole_s = -1;
         if (!extrapolated) {
           const auto t0 = clock_type::now();
+          int64_t frames = 0;
+          vae->stitch_streaming(plan, outputs, [&](int64_t, const Tensor& f) { frames += f.dim(1); });
+          stitch_s = seconds_since(t0);
+          H3_CHECK(frames == plan.time.out_frames, "bench-decode: stitched {} frames, expected {}", frames,
+                   plan.time.out_frames);
+          outputs.clear();
+          const auto t1 = clock_type::now();
           const Tensor video = vae->decode(z);
-          whole_s = seconds_since(t0);
+          whole_s = seconds_since(t1);
           H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode: decoded {} frames, expected {}",
                    video.dim(1), plan.time.out_frames);
         }
         const double peak = gpu_peak_bytes() / 1073741824.0;
-        const std::string note = extrapolated ? fmt::format("units extrapolated from {} of {} timed", ut.timed, m)
+        const std::string note = extrapolated ? fmt::format("units extrapolated from {} of {} timed", timed, m)
                                               : "all units timed";
-        std::printf("%-5s %-5s %6lld %12s %11.3f %10.4f %9.0f %8.1f  %s\n", res.name.c_str(), pname.c_str(),
-                    static_cast<long long>(m), whole_s < 0 ? "-" : fmt::format("{:.3f}", whole_s).c_str(), units_s,
-                    units_s / static_cast<double>(m), flops / units_s / 1e12, peak, note.c_str());
+        auto opt = [](double v) { return v < 0 ? std::string("-") : fmt::format("{:.3f}", v); };
+        std::printf("%-5s %-5s %6lld %5lld %12s %11.3f %10.4f %9.0f %10s %8.1f  %s\n", res.name.c_str(), pname.c_str(),
+                    static_cast<long long>(m), static_cast<long long>(batch), opt(whole_s).c_str(), units_s,
+                    units_s / static_cast<double>(m), flops / units_s / 1e12, opt(stitch_s).c_str(), peak,
+                    note.c_str());
         std::fflush(stdout);
+        auto opt_json = [](double v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); };
         nlohmann::json rec = {{"res", res.name},
                               {"height", res.height},
                               {"width", res.width},
@@ -224,41 +228,43 @@ Runner add_bench_decode(CLI::App& app) {
                               {"precision", pname},
                               {"latent_shape", z.shape()},
                               {"units", m},
-                              {"units_timed", ut.timed},
+                              {"batch", batch},
+                              {"units_timed", timed},
                               {"extrapolated", extrapolated},
                               {"flops", flops},
-                              {"whole_decode_s", whole_s < 0 ? nlohmann::json() : nlohmann::json(whole_s)},
+                              {"whole_decode_s", opt_json(whole_s)},
+                              {"stitch_download_s", opt_json(stitch_s)},
                               {"units_gpu_s", units_s},
                               {"unit_s_mean", units_s / static_cast<double>(m)},
                               {"tflops_units", flops / units_s / 1e12},
-                              {"peak_gib", peak},
-                              {"unit_seconds", ut.seconds}};
-        // The N-way split: each rank's units per the sharded decode's rule, their (measured) times summed.
-        const std::vector<int64_t> costs = video_unit_costs(plan);
+                              {"peak_gib", peak}};
+        // The N-way split: the busiest rank of the sharded decode's rule (largest load, then most units) decodes
+        // its units stacked as that rank would, timed on this GPU.
         nlohmann::json splits = nlohmann::json::array();
-        for (int N : o->splits) {
-          const ShardAssignment as = assign_balanced(costs, N);
-          double mx = 0, mn = 1e300;
-          size_t umax = 0;
-          for (int rk = 0; rk < N; ++rk) {
-            double s = 0;
-            for (int64_t u : as.units[rk]) s += ut.seconds[u];
-            mx = std::max(mx, s), mn = std::min(mn, s);
-            umax = std::max(umax, as.units[rk].size());
+        if (!extrapolated)
+          for (int N : o->splits) {
+            if (N == 1) continue;
+            const ShardAssignment as = assign_balanced(costs, N);
+            int busiest = 0;
+            for (int rk = 1; rk < N; ++rk)
+              if (as.load[rk] > as.load[busiest] ||
+                  (as.load[rk] == as.load[busiest] && as.units[rk].size() > as.units[busiest].size()))
+                busiest = rk;
+            const double mx = time_units(*vae, plan, zp, as.units[busiest], batch);
+            const size_t umax = as.units[busiest].size();
+            split_lines.push_back(fmt::format("{:<5} {:<5} {:>3} {:>9} {:>12.3f} {:>8.2f} {:>9.0f}", res.name, pname, N,
+                                              umax, mx, units_s / mx, flops * (static_cast<double>(as.load[busiest]) /
+                                                                               all_cost) / mx / 1e12));
+            splits.push_back({{"ranks", N}, {"busiest_rank", busiest}, {"max_units_per_rank", umax},
+                              {"max_rank_s", mx}, {"speedup_vs_1", units_s / mx}});
           }
-          split_lines.push_back(fmt::format("{:<5} {:<5} {:>3} {:>9} {:>12.3f} {:>12.3f} {:>8.2f} {:>9.0f}{}",
-                                            res.name, pname, N, umax, mx, mn, units_s / mx, flops / N / mx / 1e12,
-                                            extrapolated ? "  (extrapolated)" : ""));
-          splits.push_back({{"ranks", N}, {"max_units_per_rank", umax}, {"max_rank_s", mx}, {"min_rank_s", mn},
-                            {"speedup_vs_1", units_s / mx}});
-        }
         rec["splits"] = splits;
         all.push_back(rec);
       }
     }
-    std::printf("\nN-way unit split: per-rank GPU compute of its units (sequential on this GPU); gather and stitch "
-                "not included\n%-5s %-5s %3s %9s %12s %12s %8s %9s\n",
-                "res", "dtype", "N", "units/rk", "max rank s", "min rank s", "speedup", "TF/rank");
+    std::printf("\nN-way unit split: the busiest rank's units decoded stacked on this GPU (its GPU compute); the "
+                "gather and stitch are not included\n%-5s %-5s %3s %9s %12s %8s %9s\n",
+                "res", "dtype", "N", "units/rk", "max rank s", "speedup", "TF/rank");
     for (const auto& l : split_lines) std::printf("%s\n", l.c_str());
 
     if (!o->no_audio) {

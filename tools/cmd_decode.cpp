@@ -296,8 +296,25 @@ Runner add_decode(CLI::App& app) {
     // Decode (every rank; units sharded over the world, the whole result on every rank).
     ShardDecodeStats vst, ast;
     auto t0 = clock_type::now();
-    const Tensor pixels = VideoVae::to_pixels01(decode_video_sharded(*vvae, vvae->denormalize(z), w, &vst));
-    const double video_s = seconds_since(t0);
+    // One rank writing only the MP4: frames go to the encoder as the decode finishes them (on a GPU they are
+    // stitched there and downloaded a chunk at a time), so the clip is never held. Otherwise the whole clip.
+    const bool stream = w.size() == 1 && o->png_dir.empty();
+    Tensor pixels;
+    int64_t frames = 0;
+    double stream_encode_s = 0;
+    if (stream) {
+      vvae->decode_streaming(vvae->denormalize(z), [&](int64_t, const Tensor& part) {
+        const auto te = clock_type::now();
+        mp4->add_frames(VideoVae::to_pixels01(part));
+        stream_encode_s += seconds_since(te);
+        frames += part.dim(1);
+      });
+      vst.units = static_cast<int64_t>(vvae->plan_decode(z.shape()).units.size());
+    } else {
+      pixels = VideoVae::to_pixels01(decode_video_sharded(*vvae, vvae->denormalize(z), w, &vst));
+      frames = pixels.dim(1);
+    }
+    const double video_s = seconds_since(t0) - stream_encode_s;
     Tensor wave;
     double audio_s = 0;
     if (avae) {
@@ -311,11 +328,11 @@ Runner add_decode(CLI::App& app) {
     // Write (rank 0): all requested files or none.
     Outputs outs;
     t0 = clock_type::now();
-    mp4->add_frames(pixels);
+    if (!stream) mp4->add_frames(pixels);
     if (avae) mp4->add_audio(wave);
     mp4->finish();
     outs.written.push_back(o->out);
-    const double mp4_s = seconds_since(t0);
+    const double mp4_s = seconds_since(t0) + stream_encode_s;
     if (!o->wav.empty()) {
       write_wav(o->wav, wave, ms.sample_rate);
       outs.written.push_back(o->wav);
@@ -325,7 +342,6 @@ Runner add_decode(CLI::App& app) {
       outs.written.insert(outs.written.end(), pngs.begin(), pngs.end());
     }
     outs.keep = true;
-    const int64_t frames = pixels.dim(1);
     std::printf("decode: video %s -> %lld frames %lld x %lld (%.3f s on %d rank(s), %lld units here)\n",
                 shape_str(z.shape()).c_str(), static_cast<long long>(frames),
                 static_cast<long long>(ms.width), static_cast<long long>(ms.height), video_s, w.size(),

@@ -24,5 +24,19 @@ void gpu_synchronize();
 // Peak device bytes allocated since the last reset (the caching allocator's high-water mark).
 size_t gpu_peak_bytes();
 void gpu_reset_peak();
+// Total device memory of this process's GPU (0 without one).
+size_t gpu_total_bytes();
+
+// While one is alive, GEMMs issued by this thread on the GPU choose their cuBLASLt algorithm as deterministic mode
+// does (one per weight shape, picked at a fixed reference row count, no split-K), so a row's result does not depend
+// on how many rows are stacked with it. The video decode stacks several units per GEMM under it and stays bitwise
+// equal to decoding the units one at a time (and so to any sharded split). Nests; a no-op without a GPU.
+class GpuPinnedGemms {
+ public:
+  GpuPinnedGemms();
+  ~GpuPinnedGemms();
+  GpuPinnedGemms(const GpuPinnedGemms&) = delete;
+  GpuPinnedGemms& operator=(const GpuPinnedGemms&) = delete;
+};
 
 }  // namespace h3

@@ -123,8 +123,13 @@ Tensor decode_video_sharded(const VideoVae& vae, const Tensor& z, Comm& comm, Sh
   std::vector<Tensor> mine;
   if (!my_units.empty()) {
     const Tensor zp = vae.pad_latents(z, plan);
-    for (int64_t u : my_units) {
-      Tensor d = vae.decode_unit(zp, plan.units[u]);
+    // Stacked like the 1-rank decode (decode_blocks: each unit's bits do not depend on its batch companions).
+    std::vector<VideoDecodeUnit> units;
+    for (int64_t u : my_units) units.push_back(plan.units[u]);
+    std::vector<Tensor> decoded = vae.decode_units_on_device(zp, units);
+    for (size_t k = 0; k < my_units.size(); ++k) {
+      const int64_t u = my_units[k];
+      Tensor d = decoded[k].on_device() ? decoded[k].cpu() : std::move(decoded[k]);
       H3_ASSERT(d.dtype() == dt && d.shape() == shapes[u],
                 "video VAE sharded decode: unit {} decoded to {}, "
                 "expected {}{}",
@@ -136,7 +141,9 @@ Tensor decode_video_sharded(const VideoVae& vae, const Tensor& z, Comm& comm, Sh
   const std::vector<std::byte> recv = gather_units(comm, as, numel, mine, dt, "video VAE sharded decode");
   mine.clear();
   const auto t_stitch = std::chrono::steady_clock::now();
-  Tensor video = vae.stitch(plan, unpack_units(recv, as, shapes, dt));
+  // A GPU VAE stitches on its device (bitwise the host stitch, see VideoVae::stitch_on_device).
+  const std::vector<Tensor> all_units = unpack_units(recv, as, shapes, dt);
+  Tensor video = vae.device() == Device::cpu ? vae.stitch(plan, all_units) : vae.stitch_on_device(plan, all_units);
   if (stats) {
     stats->units = static_cast<int64_t>(my_units.size());
     stats->cost = as.load[comm.rank()];

@@ -1,8 +1,11 @@
 // Video VAE: configuration, weights, the tile/chunk plans, the decode work units and their stitch, and the
-// chunked/tiled encode driver. The ViT decoder is in video_vae_decoder.cpp, the CNN encoder in video_vae_encoder.cpp.
+// chunked/tiled encode driver. The ViT decoder is in video_vae_decoder.cpp, the CNN encoder in video_vae_encoder.cpp,
+// the streamed decode (frame schedule, stacked units, the device stitch) in video_vae_stream.cpp.
 #include "model/video_vae.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -488,6 +491,7 @@ Tensor VideoVae::stitch(const VideoDecodePlan& plan, const std::vector<Tensor>& 
 
 Tensor VideoVae::decode(const Tensor& z) const {
   check_latents(z, cfg_, "decode");
+  if (dev_ != Device::cpu) return decode_into_clip(z);  // video_vae_stream.cpp
   const VideoDecodePlan plan = plan_decode(z.shape());
   const Tensor zp = pad_latents(z, plan);
   std::vector<Tensor> decoded;

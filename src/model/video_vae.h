@@ -10,6 +10,7 @@
 //   tile (a, b) covers latent rows [ys_a/r, (ys_a + tile_h)/r) and cols [xs_b/r, (xs_b + tile_w)/r) (clamped),
 //   where ys/xs are the pixel starts of split_tiles(); unit index u = (i * rows + a) * cols + b.
 #pragma once
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -18,6 +19,7 @@
 
 #include "io/safetensors.h"
 #include "model/dit.h"
+#include "ops/ops_vae.h"
 
 namespace h3 {
 
@@ -87,6 +89,13 @@ struct VideoDecodePlan {
   std::vector<VideoDecodeUnit> units;
 };
 
+// The stitch's output frames grouped by the temporal chunk after whose decode they are final: schedule[i] lists, in
+// output order, frames of chunk i's tiles (the first part cross-fading from chunk i-1's overlap part; the last chunk
+// also its own overlap part). Concatenated over i they are the whole video (trim applied), frame for frame what
+// VideoVae::stitch produces; ops::stitch_frames evaluates them.
+std::vector<std::vector<ops::StitchFrame>> frame_schedule(const VideoDecodePlan& plan, bool two_parts);
+ops::StitchGrid stitch_grid(const VideoDecodePlan& plan);
+
 // Fills plan.units with every (temporal chunk, tile row, tile column) of a plan whose time, rows and cols are set;
 // r is the spatial ratio (pixels per latent). Unit index = (chunk * rows + row) * cols + col.
 void add_decode_units(VideoDecodePlan& plan, int64_t spatial_ratio);
@@ -117,6 +126,40 @@ class VideoVae {
   Tensor decode_unit_on_device(const Tensor& z_padded, const VideoDecodeUnit& unit) const;
   // Blends decoded units (indexed like plan.units) into the video, in the reference's order.
   Tensor stitch(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const;
+
+  // stitch() on the VAE's device: the units (host or device tensors) are moved there a chunk row at a time and
+  // stitched by ops::stitch_frames into one host clip; bitwise stitch(). The sharded decode's gathered units take
+  // this path on a GPU VAE.
+  Tensor stitch_on_device(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const;
+
+  // Finished frames: sink(first, frames) receives video frames [first, first + n) as a host tensor
+  // [out_channels, n, H, W] of compute_dtype(); calls come in frame order and cover the video once.
+  using FrameSink = std::function<void(int64_t first, const Tensor& frames)>;
+  // stitch() frame by frame: frame_schedule() through ops::stitch_frames on the units' device (the GPU for a GPU
+  // VAE), emitted after each chunk; bitwise the same values as stitch().
+  void stitch_streaming(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded, const FrameSink& sink) const;
+  // decode(z) without holding the clip: chunk by chunk, the chunk's units are decoded (stacked, max_batch per ViT
+  // call, 0 = chosen by memory) and stay on the VAE's device with the previous chunk's; the frames they finish are
+  // stitched there, downloaded and handed to sink; the previous chunk's units are then released. Bitwise the same
+  // frames as decode(). decode() on a GPU VAE is this, collected.
+  void decode_streaming(const Tensor& z, const FrameSink& sink, int64_t max_batch = 0) const;
+  // The same, with the frames left on the VAE's device (sink gets GPU tensors on a GPU VAE): the caller downloads
+  // them where it wants them (decode() copies each channel's frames straight into its host clip).
+  void decode_streaming_on_device(const Tensor& z, const FrameSink& sink, int64_t max_batch = 0) const;
+  // Units decoded stacked: consecutive units of one latent shape go max_batch at a time (0 = batch_size()) through
+  // decode_blocks; results left on the VAE's device, in the order given.
+  std::vector<Tensor> decode_units_on_device(const Tensor& z_padded, const std::vector<VideoDecodeUnit>& units,
+                                             int64_t max_batch = 0) const;
+  // The ViT decoder on latent blocks of one shape at once: their tokens are stacked into one [k * N, D] matrix for
+  // every linear and row-wise layer, attention stays per block (ops::attention_blocks). Element i is bitwise
+  // decode_block(blocks[i]): the CPU GEMM's order never depends on the row count, and on the GPU the GEMMs run
+  // under GpuPinnedGemms (one algorithm per weight shape).
+  std::vector<Tensor> decode_blocks(const std::vector<Tensor>& blocks) const;
+  // Units of this latent shape per stacked call: the activation bytes of one unit (decoder_unit_bytes) against a
+  // budget of a quarter of the GPU's memory (2 GiB on the CPU), at most kMaxDecodeBatch.
+  int64_t batch_size(int64_t t, int64_t h, int64_t w) const;
+  int64_t decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const;
+  static constexpr int64_t kMaxDecodeBatch = 32;
   // The ViT decoder on one latent block [latent_channels, t, h, w] (post_quant_conv included, no tiling); the
   // result lives on the VAE's device.
   Tensor decode_block(const Tensor& z) const;
@@ -156,15 +199,17 @@ class VideoVae {
   Tensor encode_clip(const Tensor& x) const;  // spatially tiled moments of one clip
   void rope_tables(int64_t t, int64_t h, int64_t w, Tensor& cos, Tensor& sin) const;
   // The tables for a block of t x h x w latents on the VAE's device in `dt` (cached on the GPU: units share shapes).
-  void rope_tables_for(int64_t t, int64_t h, int64_t w, DType dt, Tensor& cos, Tensor& sin) const;
+  // k copies stacked: [k * N, rope_dim].
+  void rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType dt, Tensor& cos, Tensor& sin) const;
   void upload_decoder();  // moves the decoder's weights to dev_ (constructor)
+  Tensor decode_into_clip(const Tensor& z) const;  // decode() of a GPU VAE: streamed into one host clip
 
   VideoVaeConfig cfg_;
   DType ct_;
   Precision precision_ = Precision::f32;
   Device dev_ = Device::cpu;
   Tensor qk_ones_;  // [head_dim] ones: the non-affine q/k norm through the fused GPU qk_norm_rope
-  mutable std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<Tensor, Tensor>> rope_cache_;
+  mutable std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::pair<Tensor, Tensor>> rope_cache_;
   mutable std::mutex rope_mu_;
   bool has_encoder_ = false;
   Tensor lat_mean_, lat_std_;

@@ -2,9 +2,12 @@
 // post_quant_conv -> one token per latent voxel (t, h, w order) -> proj_in -> + registers + one zero token ->
 // blocks (RMSNorm, q/k RMSNorm, 3-axis partial RoPE on tile-normalised coordinates, full attention, LayerScale,
 // SwiGLU FFN) -> LayerNorm -> proj_out -> drop the suffix tokens -> unpatchify.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
+#include "backend/backend.h"
 #include "model/video_vae.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
@@ -79,53 +82,100 @@ void VideoVae::rope_tables(int64_t t, int64_t h, int64_t w, Tensor& cos, Tensor&
   });
 }
 
-void VideoVae::rope_tables_for(int64_t t, int64_t h, int64_t w, DType dt, Tensor& cos, Tensor& sin) const {
+void VideoVae::rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType dt, Tensor& cos,
+                               Tensor& sin) const {
+  auto stacked = [&](const Tensor& one) {
+    if (k == 1) return one;
+    Tensor all(one.dtype(), {k * one.dim(0), one.dim(1)});
+    for (int64_t i = 0; i < k; ++i)
+      std::memcpy(static_cast<std::byte*>(all.raw()) + i * one.nbytes(), one.raw(), one.nbytes());
+    return all;
+  };
   if (dev_ == Device::cpu) {
     rope_tables(t, h, w, cos, sin);
+    cos = stacked(cos);
+    sin = stacked(sin);
     return;
   }
   std::lock_guard lock(rope_mu_);
-  auto it = rope_cache_.find({t, h, w});
+  auto it = rope_cache_.find({t, h, w, k});
   if (it == rope_cache_.end()) {
     Tensor c, s;
     rope_tables(t, h, w, c, s);  // angles as on the CPU (f32), then moved and rounded to the activations' dtype
-    it = rope_cache_.emplace(std::tuple{t, h, w}, std::pair{c.to_device(dev_).to(dt), s.to_device(dev_).to(dt)}).first;
+    it = rope_cache_
+             .emplace(std::tuple{t, h, w, k},
+                      std::pair{stacked(c).to_device(dev_).to(dt), stacked(s).to_device(dev_).to(dt)})
+             .first;
   }
   cos = it->second.first;
   sin = it->second.second;
 }
 
-Tensor VideoVae::decode_block(const Tensor& z) const {
+Tensor VideoVae::decode_block(const Tensor& z) const { return decode_blocks({z})[0]; }
+
+int64_t VideoVae::decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const {
+  // The largest set of live activations in one block, per unit, with the allocator's slack: the f32 residual
+  // stream twice (x and its update), the bf16/f32 norm output, q, k, v, attention output and projection, the
+  // [N, 2F] FFN input projection and the [N, F] SwiGLU output; and the unit's f32 output twice (proj_out rows
+  // and the unpatchified tile).
+  const int64_t N = t * h * w + cfg_.decoder_num_register_tokens + 1, D = cfg_.decoder_dim();
+  const int64_t F = D * cfg_.decoder_ffn_mult, es = precision_ == Precision::bf16 ? 2 : 4;
+  const int64_t P = cfg_.out_channels * cfg_.temporal_ratio() * cfg_.spatial_ratio() * cfg_.spatial_ratio();
+  const int64_t rows = N * (2 * D * 4 + 6 * D * es + 2 * F * es + F * es) + 2 * t * h * w * P * 4;
+  return rows + rows / 4;
+}
+
+int64_t VideoVae::batch_size(int64_t t, int64_t h, int64_t w) const {
+  const int64_t budget = dev_ == Device::cpu ? (int64_t{2} << 30) : static_cast<int64_t>(gpu_total_bytes() / 4);
+  return std::clamp<int64_t>(budget / std::max<int64_t>(decoder_unit_bytes(t, h, w), 1), 1, kMaxDecodeBatch);
+}
+
+std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) const {
   const int64_t lc = cfg_.latent_channels;
-  H3_CHECK(z.ndim() == 4 && z.dim(0) == lc, "video VAE decoder: block must be [{}, t, h, w], got {}", lc,
-           z.describe());
-  const int64_t t = z.dim(1), h = z.dim(2), w = z.dim(3), V = t * h * w;
+  H3_CHECK(!blocks.empty(), "video VAE decoder: no blocks to decode");
+  const Tensor& z0 = blocks[0];
+  for (const Tensor& z : blocks)
+    H3_CHECK(z.ndim() == 4 && z.dim(0) == lc && z.shape() == z0.shape(),
+             "video VAE decoder: blocks must all be [{}, t, h, w] of one shape, got {} and {}", lc, z.describe(),
+             z0.describe());
+  const int64_t K = static_cast<int64_t>(blocks.size());
+  const int64_t t = z0.dim(1), h = z0.dim(2), w = z0.dim(3), V = t * h * w;
   const int64_t D = cfg_.decoder_dim(), hd = cfg_.decoder_attention_head_dim;
   const int64_t reg = cfg_.decoder_num_register_tokens, N = V + reg + 1;
   const double eps = cfg_.decoder_norm_eps;
   const bool gpu = dev_ != Device::cpu;
-  // Tokens [V, lc] in (t, h, w) order: a transpose of the channel-first block (on the host; it is small).
-  Tensor tok(ct_, {V, lc});
-  Tensor zc = z.on_device() ? z.cpu().to(ct_) : z.to(ct_);
-  dispatch(tok, [&]<typename T>(T) {
-    const T* zp = zc.data<T>();
-    T* tp = tok.data<T>();
-    for (int64_t c = 0; c < lc; ++c)
-      for (int64_t v = 0; v < V; ++v) tp[v * lc + c] = zp[c * V + v];
-    return 0;
-  });
+  // One cuBLASLt algorithm per weight shape, so that a unit's rows come out the same however many are stacked.
+  std::optional<GpuPinnedGemms> pin;
+  if (gpu) pin.emplace();
+  // Tokens [K * V, lc]: block i's voxels in (t, h, w) order at rows [i * V, (i + 1) * V) (a transpose of each
+  // channel-first block, on the host; they are small).
+  Tensor tok(ct_, {K * V, lc});
+  for (int64_t i = 0; i < K; ++i) {
+    const Tensor& z = blocks[i];
+    Tensor zc = z.on_device() ? z.cpu().to(ct_) : z.to(ct_);
+    dispatch(tok, [&]<typename T>(T) {
+      const T* zp = zc.data<T>();
+      T* tp = tok.data<T>() + i * V * lc;
+      for (int64_t c = 0; c < lc; ++c)
+        for (int64_t v = 0; v < V; ++v) tp[v * lc + c] = zp[c * V + v];
+      return 0;
+    });
+  }
   if (gpu) tok = tok.to_device(dev_);
   tok = ops::linear(tok, pq_w_, &pq_b_);                   // post_quant_conv (1x1x1)
-  Tensor emb = ops::linear(tok, proj_in_w_, &proj_in_b_);  // [V, D]
-  // x = [emb; registers; one zero row] (the residual stream, f32 on the GPU in both precisions).
-  Tensor x(ct_, {N, D}, dev_);
-  copy_rows_into(x, 0, emb);
-  copy_rows_into(x, V, registers_);
-  // The blocks' GEMM inputs in the weights' dtype (bf16 in the bf16 recipe), converted once per norm output.
+  Tensor emb = ops::linear(tok, proj_in_w_, &proj_in_b_);  // [K * V, D]
+  // x [K * N, D], block i at rows [i * N, (i + 1) * N) = [emb_i (V rows); registers; one zero row] (the residual
+  // stream, f32 on the GPU in both precisions).
+  Tensor x(ct_, {K * N, D}, dev_);
+  for (int64_t i = 0; i < K; ++i) {
+    copy_rows_into(x, i * N, emb.rows(i * V, (i + 1) * V));
+    copy_rows_into(x, i * N + V, registers_);
+  }
+  // The blocks' GEMM inputs in the weights' dtype (bf16 in the bf16 recipe): the norms round their output to it in
+  // the same pass (bitwise the norm then the conversion).
   const DType gemm_dt = blocks_.empty() ? ct_ : blocks_[0].to_q.dtype();
-  auto gemm_in = [&](Tensor a) { return a.dtype() == gemm_dt ? a : a.to(gemm_dt); };
   Tensor cos, sin;
-  rope_tables_for(t, h, w, gemm_dt, cos, sin);
+  rope_tables_for(t, h, w, K, gemm_dt, cos, sin);
   // The f64 run follows the reference's precision flow: its block and q/k RMSNorms run on x.float() (f32),
   // the rest of the decoder in f64 (ops_vae.h, rms_norm_via_f32). The f32 and GPU paths keep their own norms.
   const bool norms_via_f32 = ct_ == DType::f64 && !gpu;
@@ -140,18 +190,24 @@ Tensor VideoVae::decode_block(const Tensor& z) const {
   };
 
   for (const Block& b : blocks_) {
-    Tensor n1 = gemm_in(norm(x, &b.norm1, D));
+    Tensor n1 = norms_via_f32 ? norm(x, &b.norm1, D) : ops::rms_norm_to(x, &b.norm1, D, eps, gemm_dt);
     Tensor q = norm_rope(ops::linear(n1, b.to_q, &b.q_b));
     Tensor k = norm_rope(ops::linear(n1, b.to_k, &b.k_b));
     Tensor v = ops::linear(n1, b.to_v, &b.v_b);
-    Tensor a = ops::linear(ops::attention(q, k, v, hd), b.to_out, &b.out_b);
+    Tensor a = ops::linear(ops::attention_blocks(q, k, v, hd, K), b.to_out, &b.out_b);
     x = ops::add_scaled(x, a, b.scale1);
-    Tensor n2 = gemm_in(norm(x, &b.norm2, D));
+    Tensor n2 = norms_via_f32 ? norm(x, &b.norm2, D) : ops::rms_norm_to(x, &b.norm2, D, eps, gemm_dt);
     Tensor f = ops::linear(ops::swiglu(ops::linear(n2, b.ff_in, &b.ff_in_b), false), b.ff_out, &b.ff_out_b);
     x = ops::add_scaled(x, f, b.scale2);
   }
-  Tensor y = ops::linear(ops::layer_norm(x.rows(0, V), &norm_out_w_, &norm_out_b_, eps), proj_out_w_, &proj_out_b_);
-  return ops::unpatchify3d(y, t, h, w, cfg_.out_channels, cfg_.temporal_ratio(), cfg_.spatial_ratio());
+  // norm_out and proj_out are row-wise: run on all K * N rows, then each block keeps its V voxel rows.
+  Tensor y = ops::linear(ops::layer_norm(x, &norm_out_w_, &norm_out_b_, eps), proj_out_w_, &proj_out_b_);
+  std::vector<Tensor> out;
+  out.reserve(blocks.size());
+  for (int64_t i = 0; i < K; ++i)
+    out.push_back(ops::unpatchify3d(y.rows(i * N, i * N + V), t, h, w, cfg_.out_channels, cfg_.temporal_ratio(),
+                                    cfg_.spatial_ratio()));
+  return out;
 }
 
 }  // namespace h3

@@ -2,10 +2,15 @@
 // first tensor's device and forward here; a GPU backend fills the table when it starts (backend/cuda/cuda_ops.cpp).
 // Each entry has the meaning documented in ops.h; device entries also accept i32 index tensors in host memory.
 #pragma once
+#include <vector>
+
 #include "core/tensor.h"
 #include "ops/ops.h"
 
 namespace h3::ops {
+
+struct StitchGrid;   // ops_vae.h
+struct StitchFrame;  // ops_vae.h
 
 struct DeviceOps {
   Tensor (*linear)(const Tensor& x, const Tensor& w, const Tensor* bias) = nullptr;
@@ -48,6 +53,11 @@ struct DeviceOps {
   Tensor (*snake_beta)(const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain) = nullptr;
   Tensor (*slice_last)(const Tensor& x, int64_t begin, int64_t end) = nullptr;
   Tensor (*divide_clamp)(const Tensor& x, double divisor, double lo, double hi) = nullptr;
+  Tensor (*rms_norm_to)(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) = nullptr;
+  Tensor (*attention_blocks)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim,
+                             int64_t blocks) = nullptr;
+  Tensor (*stitch_frames)(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const StitchGrid& g,
+                          const std::vector<StitchFrame>& frames) = nullptr;
   // The text tower's causal grouped-query attention (ops_conv.h); backend/cuda/cuda_text_ops.cpp fills it.
   Tensor (*attention_causal)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) = nullptr;
 };

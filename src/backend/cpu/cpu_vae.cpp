@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_checks.h"
 #include "core/parallel.h"
 #include "ops/device_ops.h"
+#include "ops/ops.h"
 #include "ops/ops_vae.h"
 
 namespace h3::ops {
@@ -246,6 +247,155 @@ Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double 
       },
       16);
   return y;
+}
+
+}  // namespace h3::ops
+
+namespace h3::ops {
+
+Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) {
+  H3_DEVICE_DISPATCH(x, rms_norm_to, x, w, group, eps, out);
+  Tensor y = rms_norm(x, w, group, eps);
+  return y.dtype() == out ? y : y.to(out);
+}
+
+Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, int64_t blocks) {
+  H3_DEVICE_DISPATCH(q, attention_blocks, q, k, v, head_dim, blocks);
+  need_float(q, "attention_blocks", "q");
+  H3_ASSERT(blocks > 0 && q.ndim() == 2 && k.shape() == q.shape() && v.shape() == q.shape() && q.dim(0) % blocks == 0,
+            "attention_blocks: q {} k {} v {} in {} blocks", q.describe(), k.describe(), v.describe(), blocks);
+  const int64_t n = q.dim(0) / blocks;
+  if (blocks == 1) return attention(q, k, v, head_dim);
+  Tensor out(q.dtype(), q.shape());
+  for (int64_t b = 0; b < blocks; ++b) {
+    const Tensor o = attention(q.rows(b * n, (b + 1) * n), k.rows(b * n, (b + 1) * n), v.rows(b * n, (b + 1) * n),
+                               head_dim);
+    std::memcpy(out.rows(b * n, (b + 1) * n).raw(), o.raw(), o.nbytes());
+  }
+  return out;
+}
+
+namespace {
+StitchAxis stitch_axis(const std::vector<int64_t>& sizes, const std::vector<int64_t>& overlaps, const char* op,
+                       const char* what) {
+  const size_t n = sizes.size();
+  H3_ASSERT(n > 0 && overlaps.size() + 1 == n, "{}: {} {} of tiles with {} overlaps", op, n, what, overlaps.size());
+  StitchAxis a;
+  a.size = sizes;
+  a.off.push_back(0);
+  for (size_t i = 0; i < n; ++i) {
+    H3_ASSERT(i + 1 == n || overlaps[i] >= 0, "{}: negative overlap {} after {} {}", op, overlaps[i], what, i);
+    // slice_dim(tile, 0, size - overlap) clamps: a tile smaller than its overlap keeps nothing.
+    a.kept.push_back(i + 1 == n ? sizes[i] : std::max<int64_t>(sizes[i] - overlaps[i], 0));
+    a.off.push_back(a.off.back() + a.kept.back());
+    a.extent.push_back(i == 0 ? 0 : std::max<int64_t>(std::min({sizes[i - 1], sizes[i], overlaps[i - 1]}), 0));
+  }
+  return a;
+}
+}  // namespace
+
+StitchLayout stitch_layout(const std::vector<Tensor>& tiles, const StitchGrid& g, const char* op) {
+  H3_ASSERT(g.rows > 0 && g.cols > 0 && static_cast<int64_t>(tiles.size()) == g.rows * g.cols,
+            "{}: {} tiles for a {} x {} grid", op, tiles.size(), g.rows, g.cols);
+  const Tensor& t0 = tiles[0];
+  H3_ASSERT(t0.ndim() == 4, "{}: tiles must be [C, T, h, w], got {}", op, t0.describe());
+  std::vector<int64_t> heights(g.rows), widths(g.cols);
+  for (int64_t a = 0; a < g.rows; ++a) heights[a] = tiles[a * g.cols].dim(2);
+  for (int64_t b = 0; b < g.cols; ++b) widths[b] = tiles[b].dim(3);
+  for (int64_t a = 0; a < g.rows; ++a)
+    for (int64_t b = 0; b < g.cols; ++b) {
+      const Tensor& t = tiles[a * g.cols + b];
+      H3_ASSERT(t.ndim() == 4 && t.dtype() == t0.dtype() && t.device() == t0.device() && t.dim(0) == t0.dim(0) &&
+                    t.dim(1) == t0.dim(1) && t.dim(2) == heights[a] && t.dim(3) == widths[b],
+                "{}: tile ({}, {}) is {} but its row has height {}, its column width {} and tile (0, 0) is {}", op,
+                a, b, t.describe(), heights[a], widths[b], t0.describe());
+    }
+  StitchLayout l;
+  l.channels = t0.dim(0);
+  l.tile_frames = t0.dim(1);
+  l.rows = stitch_axis(heights, g.row_overlaps, op, "rows");
+  l.cols = stitch_axis(widths, g.col_overlaps, op, "columns");
+  return l;
+}
+
+namespace {
+// The tile index along one axis holding output coordinate p (kept extents are never all zero before it).
+int64_t find_tile(const StitchAxis& a, int64_t p) {
+  int64_t i = 0;
+  while (i + 1 < static_cast<int64_t>(a.kept.size()) && p >= a.off[i + 1]) ++i;
+  return i;
+}
+}  // namespace
+
+Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const StitchGrid& g,
+                     const std::vector<StitchFrame>& frames) {
+  H3_ASSERT(!cur.empty(), "stitch_frames: no tiles");
+  H3_DEVICE_DISPATCH(cur[0], stitch_frames, cur, prev, g, frames);
+  need_float(cur[0], "stitch_frames", "tiles");
+  const StitchLayout l = stitch_layout(cur, g, "stitch_frames");
+  bool fades = false;
+  for (const auto& f : frames) {
+    H3_ASSERT(f.frame >= 0 && f.frame < l.tile_frames && f.fade_e >= 0 && f.fade_p >= 0 && f.fade_p < std::max<int64_t>(f.fade_e, 1),
+              "stitch_frames: frame {} (fade {}/{}) of tiles with {} frames", f.frame, f.fade_p, f.fade_e,
+              l.tile_frames);
+    fades = fades || f.fade_e > 0;
+  }
+  StitchLayout lp;
+  if (fades) {
+    lp = stitch_layout(prev, g, "stitch_frames (previous chunk)");
+    H3_ASSERT(lp.rows.size == l.rows.size && lp.cols.size == l.cols.size && lp.channels == l.channels &&
+                  prev[0].dtype() == cur[0].dtype(),
+              "stitch_frames: the previous chunk's tiles ({}) do not match the current ones ({})", prev[0].describe(),
+              cur[0].describe());
+    for (const auto& f : frames)
+      H3_ASSERT(f.fade_e == 0 || (f.prev_frame >= 0 && f.prev_frame < lp.tile_frames),
+                "stitch_frames: previous frame {} of tiles with {} frames", f.prev_frame, lp.tile_frames);
+  }
+  const int64_t C = l.channels, H = l.rows.off.back(), W = l.cols.off.back(), F = static_cast<int64_t>(frames.size());
+  Tensor out(cur[0].dtype(), {C, F, H, W});
+  dispatch(out, [&]<typename T>(T) {
+    T* op = out.data<T>();
+    // S(tiles, f, c, Y, X) of the header's equations; every output element is computed alone from its inputs.
+    auto spatial = [&](const std::vector<Tensor>& tiles, int64_t tf, int64_t f, int64_t c, int64_t a, int64_t b,
+                       int64_t y, int64_t x) {
+      const int64_t cols = g.cols;
+      auto at = [&](int64_t ta, int64_t tb, int64_t yy, int64_t xx) {
+        const int64_t h = l.rows.size[ta], w = l.cols.size[tb];
+        return tiles[ta * cols + tb].template data<T>()[((c * tf + f) * h + yy) * w + xx];
+      };
+      T v = at(a, b, y, x);
+      const int64_t er = l.rows.extent[a];
+      if (a > 0 && y < er) {
+        const T wb = T(static_cast<double>(y)) / T(static_cast<double>(er)), wa = T(1) - wb;
+        v = at(a - 1, b, l.rows.size[a - 1] - er + y, x) * wa + v * wb;
+      }
+      const int64_t ec = l.cols.extent[b];
+      if (b > 0 && x < ec) {
+        const T wb = T(static_cast<double>(x)) / T(static_cast<double>(ec)), wa = T(1) - wb;
+        v = at(a, b - 1, y, l.cols.size[b - 1] - ec + x) * wa + v * wb;
+      }
+      return v;
+    };
+    parallel_for(C * F * H, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t c = r / (F * H), k = (r / H) % F, Y = r % H;
+        const StitchFrame& fr = frames[k];
+        const int64_t a = find_tile(l.rows, Y), y = Y - l.rows.off[a];
+        T* row = op + r * W;
+        for (int64_t X = 0; X < W; ++X) {
+          const int64_t b = find_tile(l.cols, X), x = X - l.cols.off[b];
+          T v = spatial(cur, l.tile_frames, fr.frame, c, a, b, y, x);
+          if (fr.fade_e > 0) {
+            const T wb = T(static_cast<double>(fr.fade_p)) / T(static_cast<double>(fr.fade_e)), wa = T(1) - wb;
+            v = spatial(prev, lp.tile_frames, fr.prev_frame, c, a, b, y, x) * wa + v * wb;
+          }
+          row[X] = v;
+        }
+      }
+    }, 4);
+    return 0;
+  });
+  return out;
 }
 
 }  // namespace h3::ops

@@ -226,5 +226,6 @@ void gpu_synchronize() {
 
 size_t gpu_peak_bytes() { return cuda::state().peak; }
 void gpu_reset_peak() { cuda::state().peak = cuda::state().in_use; }
+size_t gpu_total_bytes() { return cuda::state().started ? cuda::state().prop.totalGlobalMem : 0; }
 
 }  // namespace h3

@@ -288,4 +288,110 @@ cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float di
   });
 }
 
+namespace {
+
+// The tile holding output coordinate p along one axis (tiles that keep nothing are stepped over).
+__device__ int stitch_tile(const int32_t* off, int n, int p) {
+  int i = 0;
+  while (i + 1 < n && p >= off[i + 1]) ++i;
+  return i;
+}
+
+// S(tiles, f, c, Y, X) of ops_vae.h: tile value, then the blend with the raw tile above, then with the raw tile to
+// the left; every product and sum rounded on its own (the CPU's order and roundings).
+__device__ float stitch_spatial(const float* const* tiles, const StitchArgs& a, int tf, int f, int c, int ta, int tb,
+                                int y, int x) {
+  auto at = [&](int i, int j, int yy, int xx) {
+    const int64_t h = a.row_size[i], w = a.col_size[j];
+    return tiles[i * a.cols + j][((static_cast<int64_t>(c) * tf + f) * h + yy) * w + xx];
+  };
+  float v = at(ta, tb, y, x);
+  const int er = a.row_extent[ta];
+  if (ta > 0 && y < er) {
+    const float wb = __fdiv_rn(static_cast<float>(y), static_cast<float>(er)), wa = __fsub_rn(1.0f, wb);
+    v = __fadd_rn(__fmul_rn(at(ta - 1, tb, a.row_size[ta - 1] - er + y, x), wa), __fmul_rn(v, wb));
+  }
+  const int ec = a.col_extent[tb];
+  if (tb > 0 && x < ec) {
+    const float wb = __fdiv_rn(static_cast<float>(x), static_cast<float>(ec)), wa = __fsub_rn(1.0f, wb);
+    v = __fadd_rn(__fmul_rn(at(ta, tb - 1, y, a.col_size[tb - 1] - ec + x), wa), __fmul_rn(v, wb));
+  }
+  return v;
+}
+
+// grid.y = output frame k, grid.x over C * H * W of that frame.
+__global__ void stitch_frames_kernel(const StitchArgs a, float* out) {
+  const int k = blockIdx.y;
+  const int64_t plane = static_cast<int64_t>(a.height) * a.width, n = plane * a.channels;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(idx / plane), Y = static_cast<int>((idx / a.width) % a.height),
+              X = static_cast<int>(idx % a.width);
+    const int ta = stitch_tile(a.row_off, a.rows, Y), tb = stitch_tile(a.col_off, a.cols, X);
+    const int y = Y - a.row_off[ta], x = X - a.col_off[tb];
+    float v = stitch_spatial(a.cur, a, a.cur_frames, a.frame[k], c, ta, tb, y, x);
+    if (a.fade_e[k] > 0) {
+      const float wb = __fdiv_rn(static_cast<float>(a.fade_p[k]), static_cast<float>(a.fade_e[k]));
+      const float wa = __fsub_rn(1.0f, wb);
+      const float p = stitch_spatial(a.prev, a, a.prev_frames, a.prev_frame[k], c, ta, tb, y, x);
+      v = __fadd_rn(__fmul_rn(p, wa), __fmul_rn(v, wb));
+    }
+    out[(static_cast<int64_t>(c) * a.n_frames + k) * plane + static_cast<int64_t>(Y) * a.width + X] = v;
+  }
+}
+
+}  // namespace
+
+cudaError_t stitch_frames(const StitchArgs& a, float* out, cudaStream_t s) {
+  if (a.n_frames <= 0 || a.height <= 0 || a.width <= 0 || a.channels <= 0) return cudaSuccess;
+  if (a.n_frames > kStitchMaxFrames || a.rows > kStitchMaxAxis || a.cols > kStitchMaxAxis) return cudaErrorInvalidValue;
+  const int64_t n = static_cast<int64_t>(a.height) * a.width * a.channels;
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(b < 4096 ? b : 4096), static_cast<unsigned>(a.n_frames));
+  stitch_frames_kernel<<<grid, kThreads, 0, s>>>(a, out);
+  return cudaGetLastError();
+}
+
+namespace {
+
+// cuda_kernels.cu's rms_norm_kernel with a bf16 store: one block per (row, group), threads stride over the group.
+__global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv_bfloat16* y, int64_t cols,
+                                            int64_t group, float eps) {
+  const int64_t groups = cols / group;
+  const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
+  const int64_t base = row * cols + g * group;
+  float ss = 0.f;
+  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
+    const float v = x[base + c];
+    ss += v * v;
+  }
+  __shared__ float partial[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(group) + eps);
+  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
+    const float v = x[base + c] * inv;
+    y[base + c] = __float2bfloat16_rn(w ? v * w[c] : v);
+  }
+}
+
+}  // namespace
+
+cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_t rows, int64_t cols, int64_t group,
+                                 float eps, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const int64_t blocks = rows * (cols / group);
+  const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
+  rms_norm_f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+      x, w, static_cast<__nv_bfloat16*>(y), cols, group, eps);
+  return cudaGetLastError();
+}
+
 }  // namespace h3::cuda

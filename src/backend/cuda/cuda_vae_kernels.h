@@ -43,4 +43,24 @@ cudaError_t snake_beta(const void* x, const void* alpha, const void* beta, void*
 cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float divisor, float lo, float hi,
                          cudaStream_t s);
 
+// RMSNorm over groups of `group` channels of f32 x [rows, cols] times an f32 weight (may be null), stored as bf16:
+// the arithmetic of cuda_kernels.cu's rms_norm (same block shape and reduction order), rounded once at the store.
+cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_t rows, int64_t cols, int64_t group,
+                                 float eps, cudaStream_t s);
+
+// The video decode's per-pixel stitch (ops_vae.h stitch_frames has the equations). Tiles are f32 [C, T, h_a, w_b],
+// tile (a, b) at cur[a * cols + b] (prev: the previous chunk's, read only for frames with fade_e > 0). Output f32
+// [C, n_frames, H, W]. Sizes are small (at most kStitchMaxAxis tiles per axis, kStitchMaxFrames frames per call), so
+// everything travels by value in the kernel's parameters.
+constexpr int kStitchMaxAxis = 16, kStitchMaxTiles = 64, kStitchMaxFrames = 24;
+struct StitchArgs {
+  const float* cur[kStitchMaxTiles];
+  const float* prev[kStitchMaxTiles];
+  int32_t rows = 0, cols = 0, channels = 0, cur_frames = 0, prev_frames = 0, height = 0, width = 0, n_frames = 0;
+  int32_t row_size[kStitchMaxAxis], row_off[kStitchMaxAxis + 1], row_extent[kStitchMaxAxis];
+  int32_t col_size[kStitchMaxAxis], col_off[kStitchMaxAxis + 1], col_extent[kStitchMaxAxis];
+  int32_t frame[kStitchMaxFrames], prev_frame[kStitchMaxFrames], fade_p[kStitchMaxFrames], fade_e[kStitchMaxFrames];
+};
+cudaError_t stitch_frames(const StitchArgs& a, float* out, cudaStream_t s);
+
 }  // namespace h3::cuda

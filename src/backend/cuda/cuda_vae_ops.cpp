@@ -2,12 +2,15 @@
 // ops_vae.h): shape and dtype checks, then a kernel of cuda_vae_kernels.cu or, for dense conv1d, im2col + the
 // cuBLASLt GEMM. Activations are f32 or bf16 GPU tensors; parameters are taken in the activation's dtype (converted
 // when they are not, which the models avoid by uploading them once in the right dtype).
+#include <algorithm>
 #include <cstddef>
 
+#include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_vae_kernels.h"
 #include "ops/device_ops.h"
+#include "ops/ops_vae.h"
 
 namespace h3::cuda {
 
@@ -166,6 +169,113 @@ Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
   return y;
 }
 
+// f32 -> bf16 in one pass; any other pairing as the two steps it stands for.
+Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) {
+  need_act(x, "rms_norm_to", "x");
+  const bool fused = x.dtype() == DType::f32 && out == DType::bf16 && (!w || (w->on_device() && w->dtype() == DType::f32));
+  if (!fused) {
+    Tensor y = ops::device_ops("rms_norm").rms_norm(x, w, group, eps);
+    return y.dtype() == out ? y : y.to(out);
+  }
+  const int64_t cols = x.ndim() ? x.dim(-1) : 1, rows = cols ? x.numel() / cols : 0;
+  H3_ASSERT(group > 0 && cols % group == 0, "rms_norm_to: group {} does not divide {}", group, cols);
+  if (w) H3_ASSERT(w->numel() == group, "rms_norm_to: weight {} for group {}", w->describe(), group);
+  Tensor y = Tensor::empty(DType::bf16, x.shape(), Device::cuda);
+  H3_CUDA(rms_norm_f32_to_bf16(static_cast<const float*>(x.raw()), w ? static_cast<const float*>(w->raw()) : nullptr,
+                               y.raw(), rows, cols, group, static_cast<float>(eps), stream()));
+  return y;
+}
+
+// Each block through the same attention call as attention() on its rows alone, written into one output.
+Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, int64_t blocks) {
+  need_act(q, "attention_blocks", "q");
+  H3_ASSERT(blocks > 0 && d > 0 && q.ndim() == 2 && k.shape() == q.shape() && v.shape() == q.shape() &&
+                k.dtype() == q.dtype() && v.dtype() == q.dtype() && k.on_device() && v.on_device() &&
+                q.dim(0) % blocks == 0 && q.dim(1) % d == 0,
+            "attention_blocks: q {} k {} v {} head_dim {} in {} blocks", q.describe(), k.describe(), v.describe(), d,
+            blocks);
+  const int64_t n = q.dim(0) / blocks, cols = q.dim(1);
+  const size_t block_bytes = static_cast<size_t>(n * cols) * dtype_size(q.dtype());
+  Tensor out = Tensor::empty(q.dtype(), q.shape(), Device::cuda);
+  for (int64_t b = 0; b < blocks; ++b) {
+    auto at = [&](const Tensor& t) { return static_cast<std::byte*>(t.raw()) + b * block_bytes; };
+    cuda::attention(at(q), at(k), at(v), at(out), q.dtype(), n, n, cols / d, d);
+  }
+  return out;
+}
+
+Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const ops::StitchGrid& g,
+                     const std::vector<ops::StitchFrame>& frames) {
+  const ops::StitchLayout l = ops::stitch_layout(cur, g, "stitch_frames (GPU)");
+  H3_ASSERT(cur[0].on_device() && cur[0].dtype() == DType::f32, "stitch_frames (GPU): tiles must be f32 GPU tensors, got {}",
+            cur[0].describe());
+  H3_CHECK(g.rows <= kStitchMaxAxis && g.cols <= kStitchMaxAxis && g.rows * g.cols <= kStitchMaxTiles,
+           "video decode stitch on the GPU: a {} x {} tile grid is larger than the kernel's {} x {} ({} tiles); raise "
+           "kStitchMaxAxis/kStitchMaxTiles in cuda_vae_kernels.h or use larger tiles",
+           g.rows, g.cols, kStitchMaxAxis, kStitchMaxAxis, kStitchMaxTiles);
+  const int64_t H = l.rows.off.back(), W = l.cols.off.back();
+  H3_CHECK(H < (int64_t{1} << 30) / std::max<int64_t>(W, 1) && l.channels * l.tile_frames * H * W < (int64_t{1} << 40),
+           "video decode stitch on the GPU: {} x {} frames are too large for 32-bit pixel indices", H, W);
+  StitchArgs a{};
+  a.rows = static_cast<int32_t>(g.rows), a.cols = static_cast<int32_t>(g.cols);
+  a.channels = static_cast<int32_t>(l.channels), a.cur_frames = static_cast<int32_t>(l.tile_frames);
+  a.height = static_cast<int32_t>(H), a.width = static_cast<int32_t>(W);
+  for (int64_t i = 0; i < g.rows; ++i) {
+    a.row_size[i] = static_cast<int32_t>(l.rows.size[i]);
+    a.row_off[i] = static_cast<int32_t>(l.rows.off[i]);
+    a.row_extent[i] = static_cast<int32_t>(l.rows.extent[i]);
+  }
+  a.row_off[g.rows] = static_cast<int32_t>(H);
+  for (int64_t i = 0; i < g.cols; ++i) {
+    a.col_size[i] = static_cast<int32_t>(l.cols.size[i]);
+    a.col_off[i] = static_cast<int32_t>(l.cols.off[i]);
+    a.col_extent[i] = static_cast<int32_t>(l.cols.extent[i]);
+  }
+  a.col_off[g.cols] = static_cast<int32_t>(W);
+  bool fades = false;
+  for (const auto& f : frames) fades = fades || f.fade_e > 0;
+  for (size_t i = 0; i < cur.size(); ++i) a.cur[i] = static_cast<const float*>(cur[i].raw());
+  if (fades) {
+    const ops::StitchLayout lp = ops::stitch_layout(prev, g, "stitch_frames (GPU, previous chunk)");
+    H3_ASSERT(lp.rows.size == l.rows.size && lp.cols.size == l.cols.size && lp.channels == l.channels &&
+                  prev[0].on_device() && prev[0].dtype() == DType::f32,
+              "stitch_frames (GPU): the previous chunk's tiles ({}) do not match the current ones ({})",
+              prev[0].describe(), cur[0].describe());
+    a.prev_frames = static_cast<int32_t>(lp.tile_frames);
+    for (size_t i = 0; i < prev.size(); ++i) a.prev[i] = static_cast<const float*>(prev[i].raw());
+  }
+  const int64_t F = static_cast<int64_t>(frames.size());
+  Tensor out = Tensor::empty(DType::f32, {l.channels, F, H, W}, Device::cuda);
+  // The kernel takes kStitchMaxFrames frames per launch; a launch writes its frames into a [C, n, H, W] piece.
+  const int64_t plane = H * W;
+  for (int64_t k0 = 0; k0 < F; k0 += kStitchMaxFrames) {
+    const int64_t n = std::min<int64_t>(kStitchMaxFrames, F - k0);
+    a.n_frames = static_cast<int32_t>(n);
+    for (int64_t k = 0; k < n; ++k) {
+      const ops::StitchFrame& f = frames[k0 + k];
+      H3_ASSERT(f.frame >= 0 && f.frame < l.tile_frames && f.fade_e >= 0 && f.fade_p >= 0 &&
+                    (f.fade_e == 0 || (f.fade_p < f.fade_e && f.prev_frame >= 0 && f.prev_frame < a.prev_frames)),
+                "stitch_frames (GPU): frame {} / previous {} (fade {}/{}) of tiles with {} / {} frames", f.frame,
+                f.prev_frame, f.fade_p, f.fade_e, l.tile_frames, a.prev_frames);
+      a.frame[k] = static_cast<int32_t>(f.frame);
+      a.prev_frame[k] = static_cast<int32_t>(f.prev_frame);
+      a.fade_p[k] = static_cast<int32_t>(f.fade_p);
+      a.fade_e[k] = static_cast<int32_t>(f.fade_e);
+    }
+    if (n == F) {
+      H3_CUDA(cuda::stitch_frames(a, static_cast<float*>(out.raw()), stream()));
+      break;
+    }
+    Tensor piece = Tensor::empty(DType::f32, {l.channels, n, H, W}, Device::cuda);
+    H3_CUDA(cuda::stitch_frames(a, static_cast<float*>(piece.raw()), stream()));
+    // piece[c] (n frames) -> out[c, k0 : k0 + n]
+    H3_CUDA(cudaMemcpy2DAsync(static_cast<float*>(out.raw()) + k0 * plane, F * plane * sizeof(float), piece.raw(),
+                              n * plane * sizeof(float), n * plane * sizeof(float), l.channels,
+                              cudaMemcpyDeviceToDevice, stream()));
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_vae_ops(ops::DeviceOps& t) {
@@ -178,6 +288,9 @@ void register_vae_ops(ops::DeviceOps& t) {
   t.snake_beta = snake_beta;
   t.slice_last = slice_last;
   t.divide_clamp = divide_clamp;
+  t.rms_norm_to = rms_norm_to;
+  t.attention_blocks = attention_blocks;
+  t.stitch_frames = stitch_frames;
 }
 
 }  // namespace h3::cuda

@@ -15,6 +15,9 @@ std::string gpu_bus_id() { return ""; }
 void gpu_synchronize() {}
 size_t gpu_peak_bytes() { return 0; }
 void gpu_reset_peak() {}
+size_t gpu_total_bytes() { return 0; }
+GpuPinnedGemms::GpuPinnedGemms() = default;
+GpuPinnedGemms::~GpuPinnedGemms() = default;
 
 }  // namespace h3
 
