@@ -3,7 +3,7 @@
 # $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
-# Steps: build tests fp8attn verify parity bench480 bench768 benchall decode probe
+# Steps: probe build smi tests fp8attn gemm verify parity parity-quick bench480 bench768 benchall decode vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
 mkdir -p "$out"
@@ -27,7 +27,15 @@ for s in "$@"; do
     probe)
       step probe 60 bash -c 'nvidia-smi; ls /usr/include | grep -E "spdlog|fmt|nlohmann|CLI|gtest" ; nproc' ;;
     build)
-      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check" scripts/device/build.sh build-gpu ;;
+      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check gemm_check" \
+        scripts/device/build.sh build-gpu ;;
+    smi)  # clocks, power and throttle reasons every 250 ms while the later steps run
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv -lms 250 > "$out/smi.csv" 2>&1 &
+      echo "== smi sampling in the background" ;;
+    gemm)
+      TAIL=12 step gemm 180 build-gpu/bin/gemm_check --reps 5
+      TAIL=6 step gemm-no-fast-accum 120 env H3_FP8_FAST_ACCUM=0 build-gpu/bin/gemm_check --reps 5 --rows 14908 ;;
     tests)
       TAIL=25 step tests 240 build-gpu/bin/h3_tests --gtest_filter='Cuda*:VideoVaeGolden*:AudioVae*' ;;
     fp8attn)
@@ -38,6 +46,16 @@ for s in "$@"; do
           TAIL=4 step "verify-$f-$p" 120 "$h3" --device cuda verify "$g/$f.safetensors" --precision "$p"
         done
       done ;;
+    parity-quick)
+      for a in "ulysses bf16 2" "ulysses bf16 3" "ulysses-ag bf16 2" "ulysses fp8 2" "ulysses-ag fp8 3"; do
+        set -- $a
+        TAIL=3 step "parity-$1-$2-n$3" 120 "$h3" --device cuda --deterministic parity "$g/dit-fullwidth-1block.safetensors" \
+          --mode "$1" --ranks "$3" --precision "$2"
+      done ;;
+    vae)
+      TAIL=12 step vae-tests 240 build-gpu/bin/h3_tests --gtest_filter='CudaVae*'
+      for p in f32 bf16; do TAIL=8 step "vae-verify-$p" 120 "$h3" --device cuda verify "$g/video-vae-mini.safetensors" --precision "$p"; done
+      TAIL=4 step vae-parity-bf16-n3 120 "$h3" --device cuda vae-parity "$g/video-vae-mini.safetensors" --precision bf16 --ranks 3 ;;
     parity)
       for p in bf16 fp8; do
         for m in ulysses ulysses-ag; do
