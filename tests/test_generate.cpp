@@ -142,7 +142,10 @@ TEST(GenerateRequest, JsonRoundTripAndUnknownFieldsRefused) {
 
 TEST(ProceduralModels, BuiltInTokenizerIsByteLevel) {
   const h3::Tokenizer t = h3::Tokenizer::from_json_text(h3::builtin_tokenizer_json(), "built-in");
-  EXPECT_EQ(t.vocab_size(), 256u);
+  EXPECT_EQ(t.vocab_size(), 260u);  // the bytes and Qwen's four vision tokens
+  EXPECT_EQ(t.token_to_id("<|vision_start|>"), 256);
+  EXPECT_EQ(t.token_to_id("<|video_pad|>"), 259);
+  EXPECT_EQ(t.encode("a<|image_pad|>"), (std::vector<int32_t>{'a', 258}));
   const std::string s = "Hi \xc3\xa9!";  // "Hi é!"
   const std::vector<int32_t> ids = t.encode(s);
   ASSERT_EQ(ids.size(), s.size());

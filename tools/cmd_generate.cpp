@@ -238,9 +238,9 @@ Runner add_generate(CLI::App& app) {
       total += t.seconds;
     }
     std::printf(" total %.2f s\n", total);
-    std::printf("prompt tokens %" PRId64 ", latents: video %s hash %016" PRIx64
-                ", audio rows %s hash %016" PRIx64 "\n",
-                res.prompt_tokens, shape_str(res.video_latents.shape()).c_str(),
+    std::printf("prompt tokens %" PRId64 " (vision rows %" PRId64 " in %" PRId64
+                " blocks), latents: video %s hash %016" PRIx64 ", audio rows %s hash %016" PRIx64 "\n",
+                res.prompt_tokens, res.vision_rows, res.vision_blocks, shape_str(res.video_latents.shape()).c_str(),
                 tensor_hash(res.video_latents), shape_str(res.audio_latent_rows.shape()).c_str(),
                 tensor_hash(res.audio_latent_rows));
     if (res.wrote_mp4) {

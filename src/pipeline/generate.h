@@ -162,6 +162,7 @@ struct GenerateResult {
   Tensor pixels01;           // [3, frames, H, W] when options.keep_media
   Tensor waveform;           // [2, 1, samples] when options.keep_media
   int64_t prompt_tokens = 0;
+  int64_t vision_rows = 0, vision_blocks = 0;  // rows fed by the Qwen3-VL vision tower, and its blocks
   std::vector<PhaseTiming>
       timings;             // load (first run only), encode, denoise, decode_video, decode_audio, write
   std::vector<std::string> warnings;  // e.g. vision rows absent from the prompt (pipeline/conditions.h)
