@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "dist/control.h"
 #include "io/checkpoint.h"
+#include "io/lora.h"
 #include "io/procedural.h"
 #include "model/audio_vae.h"
 #include "model/qwen3_text.h"
@@ -214,6 +215,11 @@ struct Generator::Impl {
   std::unique_ptr<DitCheckpoint> ckpt;
   DistPlan plan;
   std::unique_ptr<DitModel> dit;
+  // The LoRAs merged into `dit` (its checkpoint). A request with another set re-opens the checkpoint (the
+  // pristine, memory-mapped weights) and re-merges, so deltas never accumulate. `dit` is null after a failed
+  // switch, which forces the next request to rebuild.
+  std::vector<GenerateRequest::LoraRef> loras_merged;
+  uint64_t lora_digest = 0;
   std::shared_ptr<SafeTensors> vvae_file, avae_file;
   std::shared_ptr<QwenTextWeights> text_weights;
   std::unique_ptr<VideoVae> vvae;
@@ -250,6 +256,21 @@ struct Generator::Impl {
              text_path, vc.out_hidden, text_cfg.hidden);
     const QwenVisionModel vision(*text_weights, vc, vae_precision());
     return h3::prepare_prompt(r, *tokenizer, &vision);
+  }
+
+  // Collective over the denoise ranks (DitModel checks that every rank merged the same LoRAs).
+  void merge_loras(const std::vector<GenerateRequest::LoraRef>& want, int world_rank) {
+    dit.reset();  // free the old weights before the new ones are built
+    loras_merged.clear();
+    lora_digest = 0;
+    auto ck = std::make_unique<DitCheckpoint>(DitCheckpoint::open(dit_path));
+    std::vector<std::string> specs;
+    for (const auto& l : want) specs.push_back(fmt::format("{}:{}", l.path, l.strength));
+    add_loras(*ck, specs, world_rank);
+    dit = std::make_unique<DitModel>(*ck, opt.precision, plan);
+    ckpt = std::move(ck);
+    loras_merged = want;
+    lora_digest = want.empty() ? 0 : ckpt->lora_digest();
   }
 
   // Collective over `tp` (null: this rank alone).
@@ -483,6 +504,16 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   auto phase_done = [&](const char* name, clock_type::time_point t0) {
     res.timings.push_back({name, seconds_since(t0)});
   };
+
+  // 0. LoRAs: the denoise ranks re-merge from the pristine weights when the set changes (every rank sees the
+  // same request, so all decide alike; the DitModel's digest agreement names a rank that merged otherwise).
+  if (m.denoiser && (!m.dit || req.loras != m.loras_merged)) {
+    const auto t_lora = clock_type::now();
+    m.merge_loras(req.loras, comm.world_rank(comm.rank()));
+    res.lora_remerged = true;
+    res.timings.push_back({"lora_merge", seconds_since(t_lora)});
+  }
+  res.lora_digest = m.lora_digest;
 
   // 1. Prompt embeddings.
   check_cancel("before encoding");
