@@ -1,6 +1,6 @@
-// Keyframes and references in the prompt (pipeline/conditions.h prepare_prompt / encode_prompt): labels, vision
-// blocks with the processor's token counts, mRoPE positions, the tower's rows, DeepStack, and the packed layout's
-// tags, on the procedural mini text encoder + vision tower and files the tests write.
+// Keyframes and references in the prompt (pipeline/conditions.h prepare_prompt / encode_prompt): labels,
+// vision blocks with the processor's token counts, mRoPE positions, the tower's rows, DeepStack, and the
+// packed layout's tags, on the procedural mini text encoder + vision tower and files the tests write.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,10 +32,10 @@ Tensor picture(int64_t frames, int64_t h, int64_t w, float shift) {
     for (int64_t f = 0; f < frames; ++f)
       for (int64_t y = 0; y < h; ++y)
         for (int64_t x = 0; x < w; ++x)
-          p[((c * frames + f) * h + y) * w + x] = static_cast<float>(
-              c == 0 ? static_cast<double>(x) / static_cast<double>(w - 1)
-              : c == 1 ? static_cast<double>(y) / static_cast<double>(h - 1)
-                       : 0.5 + 0.4 * std::sin(0.3 * static_cast<double>(f) + shift));
+          p[((c * frames + f) * h + y) * w + x] =
+              static_cast<float>(c == 0   ? static_cast<double>(x) / static_cast<double>(w - 1)
+                                 : c == 1 ? static_cast<double>(y) / static_cast<double>(h - 1)
+                                          : 0.5 + 0.4 * std::sin(0.3 * static_cast<double>(f) + shift));
   return t;
 }
 
@@ -94,7 +94,8 @@ TEST(ConditionPrompt, KeyframesBecomeLabelledVisionBlocksWithTheirRowsAndPositio
   MiniConditioner& m = mini();
   const h3::PromptInputs in = h3::prepare_prompt(r, m.tok, &m.vision);
 
-  // Text: labels, one block per keyframe (first, then last) with the processor's token counts, then the prompt.
+  // Text: labels, one block per keyframe (first, then last) with the processor's token counts, then the
+  // prompt.
   const int64_t n1 = tokens_of(image_grid(64, 128)), n2 = tokens_of(image_grid(80, 80));
   EXPECT_EQ(n1, 6 * 12);  // 64x128 -> smart_resize 192x384 (min 65,536 pixels) -> 12x24 patches / 4
   const auto block = [](int64_t n) {
@@ -122,10 +123,10 @@ TEST(ConditionPrompt, KeyframesBecomeLabelledVisionBlocksWithTheirRowsAndPositio
   ASSERT_EQ(static_cast<int64_t>(in.positions.size()), 3 * N);
   const int64_t p0 = label + 1;
   EXPECT_EQ(in.positions[p0], p0);
-  EXPECT_EQ(in.positions[static_cast<size_t>(p0 + 13)], p0);          // t fixed inside the block
-  EXPECT_EQ(in.positions[static_cast<size_t>(N + p0 + 13)], p0 + 1);  // row 1
+  EXPECT_EQ(in.positions[static_cast<size_t>(p0 + 13)], p0);              // t fixed inside the block
+  EXPECT_EQ(in.positions[static_cast<size_t>(N + p0 + 13)], p0 + 1);      // row 1
   EXPECT_EQ(in.positions[static_cast<size_t>(2 * N + p0 + 13)], p0 + 1);  // column 1
-  const int64_t end0 = label + n1 + 1;  // the block's <|vision_end|>
+  const int64_t end0 = label + n1 + 1;                                    // the block's <|vision_end|>
   EXPECT_EQ(in.positions[static_cast<size_t>(end0)], p0 + 12);
 
   // The packed layout tags every block row 0 and the rest of the text 1.
@@ -149,7 +150,8 @@ TEST(ConditionPrompt, KeyframesBecomeLabelledVisionBlocksWithTheirRowsAndPositio
   const float* pa = a.embeds.data<float>();
   const float* pb = b.embeds.data<float>();
   EXPECT_TRUE(std::equal(pa, pa + (label + n1 + 2) * 64, pb)) << "rows before the changed block are causal";
-  EXPECT_FALSE(std::equal(pa + (N - 1) * 64, pa + N * 64, pb + (N - 1) * 64)) << "the last row sees the picture";
+  EXPECT_FALSE(std::equal(pa + (N - 1) * 64, pa + N * 64, pb + (N - 1) * 64))
+      << "the last row sees the picture";
 }
 
 TEST(ConditionPrompt, ReferencesKeepTheirOrderAndVideosGetTimestampsAt2Fps) {
@@ -165,16 +167,16 @@ TEST(ConditionPrompt, ReferencesKeepTheirOrderAndVideosGetTimestampsAt2Fps) {
   ASSERT_EQ(r.media[0].frames, 39);  // 48 frames snapped down to 17n+5
   MiniConditioner& m = mini();
   const h3::PromptInputs in = h3::prepare_prompt(r, m.tok, &m.vision);
-  // 39 frames at 2 fps: 0, 12, 24, 36 -> two temporal patches at (0 + 0.5) / 2 and (1 + 1.5) / 2 seconds; each
-  // 64x64 frame (video minimum 4,096 pixels) is 4x4 patches = 4 merged tokens.
+  // 39 frames at 2 fps: 0, 12, 24, 36 -> two temporal patches at (0 + 0.5) / 2 and (1 + 1.5) / 2 seconds;
+  // each 64x64 frame (video minimum 4,096 pixels) is 4x4 patches = 4 merged tokens.
   std::string vblock = "<|vision_start|>";
   for (int i = 0; i < 4; ++i) vblock += "<|video_pad|>";
   vblock += "<|vision_end|>";
   std::string iblock = "<|vision_start|>";
   for (int64_t i = 0; i < tokens_of(image_grid(48, 64)); ++i) iblock += "<|image_pad|>";
   iblock += "<|vision_end|>";
-  EXPECT_EQ(in.text, "<Audio 1>: <Video 1>: <0.2 seconds>" + vblock + "<1.2 seconds>" + vblock + "<Picture 1>: " +
-                         iblock + "<Audio 2>: p");
+  EXPECT_EQ(in.text, "<Audio 1>: <Video 1>: <0.2 seconds>" + vblock + "<1.2 seconds>" + vblock +
+                         "<Picture 1>: " + iblock + "<Audio 2>: p");
   EXPECT_EQ(in.vision_ranges.size(), 3u) << "one block per temporal patch, one per picture";
   EXPECT_EQ(static_cast<int64_t>(in.extras.rows.size()), 8 + tokens_of(image_grid(48, 64)));
   // Each video frame block restarts (t, row, col) from the next free index with t = 0 offset only.

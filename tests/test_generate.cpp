@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -151,15 +151,17 @@ TEST(GenerateRequest, LorasAreCheckedAndCarried) {
   const std::string not_lora = (dir.path() / "w.safetensors").string();
   h3::write_safetensors(not_lora, {{"blocks.0.mlp.fc2.weight", h3::Tensor(h3::DType::f32, {96, 160})}});
   GenerateRequest q = GenerateRequest::from_json(
-      json{{"prompt", "x"}, {"loras", json::array({json{{"path", lora}, {"strength", 0.25}}, json{{"path", lora}}})}});
+      json{{"prompt", "x"},
+           {"loras", json::array({json{{"path", lora}, {"strength", 0.25}}, json{{"path", lora}}})}});
   ASSERT_EQ(q.loras.size(), 2u);
   EXPECT_EQ(q.loras[0].strength, 0.25);
   EXPECT_EQ(q.loras[1].strength, 1.0);
   EXPECT_EQ(GenerateRequest::from_json(q.to_json()).loras, q.loras);
   const h3::ResolvedRequest r = h3::resolve(q);
   EXPECT_EQ(h3::ResolvedRequest::from_json(r.to_json()).loras, q.loras);
-  EXPECT_NE(error_of([&] { GenerateRequest::from_json(json{{"prompt", "x"}, {"loras", json{{"path", lora}}}}); })
-                .find("must be a list"),
+  EXPECT_NE(error_of([&] {
+              GenerateRequest::from_json(json{{"prompt", "x"}, {"loras", json{{"path", lora}}}});
+            }).find("must be a list"),
             std::string::npos);
   auto refused = [&](const std::string& path, double strength) {
     GenerateRequest b;

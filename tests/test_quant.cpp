@@ -117,8 +117,8 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
   for (auto [q, layout] :
        {Case{QuantFormat::fp8, ExportLayout::comfy}, Case{QuantFormat::scaled_fp8, ExportLayout::diffusers},
         Case{QuantFormat::int8, ExportLayout::official}, Case{QuantFormat::int8, ExportLayout::comfy},
-        Case{QuantFormat::int8_convrot, ExportLayout::official}, Case{QuantFormat::nvfp4, ExportLayout::official},
-        Case{QuantFormat::nvfp4, ExportLayout::comfy}}) {
+        Case{QuantFormat::int8_convrot, ExportLayout::official},
+        Case{QuantFormat::nvfp4, ExportLayout::official}, Case{QuantFormat::nvfp4, ExportLayout::comfy}}) {
     SCOPED_TRACE(std::string(quant_format_name(q)) + " " + std::to_string(static_cast<int>(layout)));
     const std::string p = write_quant(ref, q, layout, dir / "q.safetensors");
     DitCheckpoint ck = DitCheckpoint::open(p);
@@ -150,11 +150,13 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t b = 0; b < cols / 16; ++b) {
             double bmax = 0;
-            for (int64_t j = 16 * b; j < 16 * b + 16; ++j) bmax = std::max(bmax, std::fabs(want.get(i * cols + j)));
+            for (int64_t j = 16 * b; j < 16 * b + 16; ++j)
+              bmax = std::max(bmax, std::fabs(want.get(i * cols + j)));
             const double t = bmax / 6 * 1.0625 + s2 * std::ldexp(1.0, -10);
             for (int64_t j = 16 * b; j < 16 * b + 16; ++j) {
               const double v = want.get(i * cols + j);
-              ASSERT_LE(std::fabs(got.get(i * cols + j) - v), std::max(std::fabs(v), t) / 4 * (1 + 1e-5) + 1e-9)
+              ASSERT_LE(std::fabs(got.get(i * cols + j) - v),
+                        std::max(std::fabs(v), t) / 4 * (1 + 1e-5) + 1e-9)
                   << key << " row " << i << " column " << j;
             }
           }
@@ -245,7 +247,8 @@ TEST(Quant, Nvfp4HandMadeTensorDecodesExactly) {
   EXPECT_EQ(nvfp4_scale_index(1, 1, 5), 17);
   EXPECT_EQ(nvfp4_scale_index(33, 2, 5), 16 + 4 + 2);
   EXPECT_EQ(nvfp4_scale_index(0, 4, 5), 512) << "the next atom along the blocks comes next (row-major atoms)";
-  // Row 129, block 4 (columns 64..79): scale 2.0 (e4m3 0x40); byte 32 = columns 64, 65 = codes 7 (6.0), 0xA (-1).
+  // Row 129, block 4 (columns 64..79): scale 2.0 (e4m3 0x40); byte 32 = columns 64, 65 = codes 7 (6.0), 0xA
+  // (-1).
   sc[3 * 512 + 16] = 0x40;
   q[129 * 40 + 32] = 0x7A;
   // Row 1, block 1 (columns 16..31): scale 1.0 (0x38); columns 16, 17 = codes 2 (1.0), 1 (0.5).
@@ -260,7 +263,8 @@ TEST(Quant, Nvfp4HandMadeTensorDecodesExactly) {
                                    {1 * C + 17, 0.25f},  {33 * C + 32, -12.0f}, {33 * C + 33, 3.0f}};
   for (int64_t i = 0; i < w.numel(); ++i) {
     const auto it = want.find(i);
-    ASSERT_EQ(w.data<float>()[i], it == want.end() ? 0.0f : it->second) << "row " << i / C << " column " << i % C;
+    ASSERT_EQ(w.data<float>()[i], it == want.end() ? 0.0f : it->second)
+        << "row " << i / C << " column " << i % C;
   }
   // Wrong scale sizes are refused with the expected tiling named.
   try {

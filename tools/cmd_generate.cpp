@@ -13,10 +13,10 @@
 #include <sstream>
 
 #include "commands.h"
-#include "io/lora.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
+#include "io/lora.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
 #include "pipeline/generate.h"
@@ -248,9 +248,9 @@ Runner add_generate(CLI::App& app) {
     std::printf(" total %.2f s\n", total);
     std::printf("prompt tokens %" PRId64 " (vision rows %" PRId64 " in %" PRId64
                 " blocks), latents: video %s hash %016" PRIx64 ", audio rows %s hash %016" PRIx64 "\n",
-                res.prompt_tokens, res.vision_rows, res.vision_blocks, shape_str(res.video_latents.shape()).c_str(),
-                tensor_hash(res.video_latents), shape_str(res.audio_latent_rows.shape()).c_str(),
-                tensor_hash(res.audio_latent_rows));
+                res.prompt_tokens, res.vision_rows, res.vision_blocks,
+                shape_str(res.video_latents.shape()).c_str(), tensor_hash(res.video_latents),
+                shape_str(res.audio_latent_rows.shape()).c_str(), tensor_hash(res.audio_latent_rows));
     if (res.wrote_mp4) {
       std::printf("wrote %s (%" PRId64 "x%" PRId64 ", %" PRId64 " frames at 24 fps, stereo %d Hz)\n",
                   res.out_path.c_str(), res.request.width, res.request.height, res.request.frames,
@@ -260,7 +260,8 @@ Runner add_generate(CLI::App& app) {
     }
     if (gen.procedural())
       std::printf("reminder: procedural models -> meaningless pictures; pass --model DIR for real output\n");
-    if (!res.request.loras.empty()) std::printf("LoRA digest %016" PRIx64 " (every denoise rank agreed)\n", res.lora_digest);
+    if (!res.request.loras.empty())
+      std::printf("LoRA digest %016" PRIx64 " (every denoise rank agreed)\n", res.lora_digest);
     for (const auto& warning : res.warnings) std::printf("warning: %s\n", warning.c_str());
     std::printf("OK\n");
     return 0;

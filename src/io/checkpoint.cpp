@@ -116,9 +116,10 @@ std::map<std::string, QuantSpec> collect_quant(const SafeTensors& st) {
         q.scale2_key = layer + ".weight_scale_2";
         need(q.scale2_key, k);
       } else {
-        fail("{}: '{}' has format '{}', which this engine cannot dequantize (supported: float8_e4m3fn, "
-             "int8_tensorwise with or without convrot, nvfp4); convert the checkpoint to bf16",
-             st.path(), k, format);
+        fail(
+            "{}: '{}' has format '{}', which this engine cannot dequantize (supported: float8_e4m3fn, "
+            "int8_tensorwise with or without convrot, nvfp4); convert the checkpoint to bf16",
+            st.path(), k, format);
       }
       q.scale_key = layer + ".weight_scale";
     } else if (k.ends_with(".scale_weight")) {  // legacy scaled_fp8
@@ -466,7 +467,8 @@ Tensor DitCheckpoint::get_base(const std::string& key) const {
   if (src.quant.kind == QuantSpec::nvfp4) {
     const Tensor s2 = files_[src.file]->get(src.quant.scale2_key);
     if (s2.numel() != 1)
-      fail("{}: '{}' is {}, expected one f32 value", files_[src.file]->path(), src.quant.scale2_key, s2.describe());
+      fail("{}: '{}' is {}, expected one f32 value", files_[src.file]->path(), src.quant.scale2_key,
+           s2.describe());
     t = dequantize_nvfp4(t, files_[src.file]->get(src.quant.scale_key), static_cast<float>(s2.get(0)),
                          files_[src.file]->path() + ": '" + src.key + "'");
   } else if (src.quant.kind != QuantSpec::none)

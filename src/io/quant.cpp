@@ -107,18 +107,22 @@ Shape quant_logical_shape(const QuantSpec& spec, const Shape& stored) {
   return stored;
 }
 
-Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2, const std::string& where) {
+Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2,
+                        const std::string& where) {
   if (packed.ndim() != 2 || packed.dtype() != DType::u8)
-    fail("{}: nvfp4 weight is {}, expected U8 [rows, cols / 2] (two e2m1 codes per byte)", where, packed.describe());
+    fail("{}: nvfp4 weight is {}, expected U8 [rows, cols / 2] (two e2m1 codes per byte)", where,
+         packed.describe());
   const int64_t R = packed.dim(0), C = packed.dim(1) * 2;
   if (C % kNvfp4Block != 0)
     fail("{}: nvfp4 weight has {} columns, not a multiple of the 16-column block", where, C);
   const int64_t B = C / kNvfp4Block;
   const int64_t want = round_up(R, 128) * round_up(B, 4);
   if (block_scales.dtype() != DType::fp8_e4m3 || block_scales.numel() != want)
-    fail("{}: nvfp4 block scales are {}, expected F8_E4M3 with {} = roundup({}, 128) x roundup({}, 4) elements "
-         "(cuBLAS 128x4 tiling)",
-         where, block_scales.describe(), want, R, B);
+    fail(
+        "{}: nvfp4 block scales are {}, expected F8_E4M3 with {} = roundup({}, 128) x roundup({}, 4) "
+        "elements "
+        "(cuBLAS 128x4 tiling)",
+        where, block_scales.describe(), want, R, B);
   if (!std::isfinite(scale_2))
     fail("{}: nvfp4 per-tensor scale (weight_scale_2) is {}, not finite", where, scale_2);
   const auto* q = packed.data<uint8_t>();
@@ -244,13 +248,14 @@ void quantize_into(const std::string& name, const Tensor& w, QuantFormat q,
   }
   if (q == QuantFormat::nvfp4) {
     H3_CHECK(rows % 16 == 0 && cols % kNvfp4Block == 0,
-             "nvfp4: {} is {}x{}; rows and columns must be multiples of 16 (this writer does not pad)", name, rows,
-             cols);
+             "nvfp4: {} is {}x{}; rows and columns must be multiples of 16 (this writer does not pad)", name,
+             rows, cols);
     float amax = 0;
     for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(p[i]));
     const float s2 = amax / (448.0f * 6.0f);
     const int64_t B = cols / kNvfp4Block;
-    Tensor packed(DType::u8, {rows, cols / 2}), scales(DType::fp8_e4m3, {round_up(rows, 128), round_up(B, 4)});
+    Tensor packed(DType::u8, {rows, cols / 2}),
+        scales(DType::fp8_e4m3, {round_up(rows, 128), round_up(B, 4)});
     std::memset(scales.raw(), 0, scales.nbytes());
     auto* d = packed.data<uint8_t>();
     auto* sc = static_cast<uint8_t*>(scales.raw());

@@ -103,9 +103,14 @@ std::string QwenVisionConfig::summary() const {
 
 namespace {
 
-// The config text a source carries: a safetensors file's "config" metadata, a text-encoder source's config.json.
-std::string config_text_of(const SafeTensors& f) { return f.meta("config"); }
-std::string config_text_of(const QwenTextWeights& w) { return w.config_json(); }
+// The config text a source carries: a safetensors file's "config" metadata, a text-encoder source's
+// config.json.
+std::string config_text_of(const SafeTensors& f) {
+  return f.meta("config");
+}
+std::string config_text_of(const QwenTextWeights& w) {
+  return w.config_json();
+}
 
 template <class Src>
 std::string vision_prefix_of(const Src& f) {
@@ -126,7 +131,8 @@ template <class Src>
 QwenVisionConfig detect_vision_config_of(const Src& f) {
   const std::string p = vision_prefix_of(f);
   const std::string cfg_text = config_text_of(f);
-  QwenVisionConfig c = cfg_text.empty() ? QwenVisionConfig{} : QwenVisionConfig::from_json_text(cfg_text, f.path());
+  QwenVisionConfig c =
+      cfg_text.empty() ? QwenVisionConfig{} : QwenVisionConfig::from_json_text(cfg_text, f.path());
   const Shape& pw = f.info(p + "patch_embed.proj.weight").shape;
   if (pw.size() != 5 || pw[3] != pw[4])
     fail("{}: {}patch_embed.proj.weight is {}, expected [hidden, C, tp, p, p]", f.path(), p, shape_str(pw));
@@ -161,12 +167,24 @@ QwenVisionConfig detect_vision_config_of(const Src& f) {
 
 }  // namespace
 
-std::string qwen_vision_prefix(const SafeTensors& f) { return vision_prefix_of(f); }
-std::string qwen_vision_prefix(const QwenTextWeights& w) { return vision_prefix_of(w); }
-bool has_qwen_vision(const SafeTensors& f) { return has_vision_of(f); }
-bool has_qwen_vision(const QwenTextWeights& w) { return has_vision_of(w); }
-QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f) { return detect_vision_config_of(f); }
-QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w) { return detect_vision_config_of(w); }
+std::string qwen_vision_prefix(const SafeTensors& f) {
+  return vision_prefix_of(f);
+}
+std::string qwen_vision_prefix(const QwenTextWeights& w) {
+  return vision_prefix_of(w);
+}
+bool has_qwen_vision(const SafeTensors& f) {
+  return has_vision_of(f);
+}
+bool has_qwen_vision(const QwenTextWeights& w) {
+  return has_vision_of(w);
+}
+QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f) {
+  return detect_vision_config_of(f);
+}
+QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w) {
+  return detect_vision_config_of(w);
+}
 
 QwenVisionModel::QwenVisionModel(const SafeTensors& f, const QwenVisionConfig& cfg, Precision precision)
     : cfg_(cfg) {

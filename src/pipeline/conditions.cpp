@@ -319,7 +319,8 @@ Tensor concat_any_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
-constexpr const char* kVisionTokens[] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"};
+constexpr const char* kVisionTokens[] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                                         "<|video_pad|>"};
 
 }  // namespace
 
@@ -394,10 +395,11 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
     if (m.role == "video") {
       const std::vector<int64_t> idx = sample_frame_indices(m.frames, static_cast<double>(kFps), 2.0);
       H3_CHECK(!idx.empty(), "{}: no frames to sample at 2 fps", m.path);
-      const Tensor all = read_video_frames(m.path, static_cast<int>(kFps), idx.back() + 1, info.width,
-                                           info.height);
-      H3_CHECK(all.dim(1) > idx.back(), "{}: read {} frames at 24 fps, the 2 fps sampling needs {}; did the file change?",
-               m.path, all.dim(1), idx.back() + 1);
+      const Tensor all =
+          read_video_frames(m.path, static_cast<int>(kFps), idx.back() + 1, info.width, info.height);
+      H3_CHECK(all.dim(1) > idx.back(),
+               "{}: read {} frames at 24 fps, the 2 fps sampling needs {}; did the file change?", m.path,
+               all.dim(1), idx.back() + 1);
       std::vector<Tensor> frames;
       for (int64_t i : idx) frames.push_back(to_u8_hwc(all, i));
       VlPixels px = preprocess_frames(frames, video_cfg);
@@ -439,10 +441,11 @@ PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, 
   H3_CHECK(!in.ids.empty(), "the prompt gives no tokens");
   const bool vision = !in.extras.rows.empty();
   if (vision)
-    H3_CHECK(in.extras.embeds.defined() && in.extras.embeds.dim(1) == text.config().hidden,
-             "the vision tower's rows are {} wide but the text encoder's hidden size is {}: the tower and the "
-             "LM come from different models",
-             in.extras.embeds.defined() ? in.extras.embeds.dim(1) : 0, text.config().hidden);
+    H3_CHECK(
+        in.extras.embeds.defined() && in.extras.embeds.dim(1) == text.config().hidden,
+        "the vision tower's rows are {} wide but the text encoder's hidden size is {}: the tower and the "
+        "LM come from different models",
+        in.extras.embeds.defined() ? in.extras.embeds.dim(1) : 0, text.config().hidden);
   out.embeds = text.forward(in.ids, {layer}, false, in.positions.empty() ? nullptr : &in.positions,
                             vision ? &in.extras : nullptr)
                    .hidden_states.at(layer)

@@ -78,9 +78,9 @@ ConditionRows encode_conditions(const ResolvedRequest& r, const VideoVae& vvae, 
 // DeepStack features are added after LM layers 0..K-1 at those rows and the LM runs on Qwen3-VL's mRoPE
 // positions (model/qwen3_vl.h).
 //
-// What the processor is given (inferred; the public pipelines hand the user's files to Qwen's processor): each
-// picture at the file's own size, each reference video's frames at its own size, at 24 fps, the ones the VAE
-// reads (at most the target's frame count), sampled at 2 fps (every 12th frame; odd counts padded by
+// What the processor is given (inferred; the public pipelines hand the user's files to Qwen's processor):
+// each picture at the file's own size, each reference video's frames at its own size, at 24 fps, the ones the
+// VAE reads (at most the target's frame count), sampled at 2 fps (every 12th frame; odd counts padded by
 // repeating the last); smart_resize then fixes the grid (min 65,536 / max 16,777,216 pixels for pictures,
 // 4,096 / 25,165,824 per frame for videos). The VAE condition rows use the canvas-fitted pixels as before.
 //
@@ -110,7 +110,8 @@ struct PromptEncoding {
   int64_t vision_rows = 0;                                 // pad rows fed by the vision tower
   std::vector<std::string> warnings;
 };
-// The text the tokenizer sees when no vision rows are needed (t2va, audio-only references; exposed for tests).
+// The text the tokenizer sees when no vision rows are needed (t2va, audio-only references; exposed for
+// tests).
 std::string prompt_text_without_vision(const ResolvedRequest& r);
 // hidden_states[layer] of the prompt (collective over the text model's tensor-parallel group).
 PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, int64_t layer);

@@ -73,9 +73,8 @@ std::string fmt_seconds(int64_t frames) {
 GenerateRequest GenerateRequest::from_json(const json& j) {
   if (!j.is_object()) fail("a generate request must be a JSON object, got {}", json_kind(j));
   static const std::set<std::string> known = {
-      "prompt", "width",       "height",      "aspect",    "frames",    "seconds",
-      "steps",  "seed",        "shift",       "audio_shift", "first_image", "last_image",
-      "references", "loras"};
+      "prompt", "width", "height",      "aspect",      "frames",     "seconds",    "steps",
+      "seed",   "shift", "audio_shift", "first_image", "last_image", "references", "loras"};
   GenerateRequest r;
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) {
@@ -127,11 +126,14 @@ GenerateRequest GenerateRequest::from_json(const json& j) {
         r.references.push_back({get_string(e["kind"], "references[].kind"), get_string(e["path"], "references[].path")});
       }
     } else if (k == "loras") {
-      H3_CHECK(v.is_array(), "request field \"loras\" must be a list of {{\"path\", \"strength\"}} objects, got {}",
+      H3_CHECK(v.is_array(),
+               "request field \"loras\" must be a list of {{\"path\", \"strength\"}} objects, got {}",
                json_kind(v));
       for (const json& e : v) {
-        H3_CHECK(e.is_object() && e.contains("path") && (e.size() == 1 || (e.size() == 2 && e.contains("strength"))),
-                 "each entry of \"loras\" must be {{\"path\": FILE, \"strength\": NUMBER}} (strength optional, 1), "
+        H3_CHECK(e.is_object() && e.contains("path") &&
+                     (e.size() == 1 || (e.size() == 2 && e.contains("strength"))),
+                 "each entry of \"loras\" must be {{\"path\": FILE, \"strength\": NUMBER}} (strength "
+                 "optional, 1), "
                  "got {}",
                  e.dump());
         LoraRef l;
@@ -356,8 +358,8 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
     const auto& l = req.loras[i];
     H3_CHECK(std::isfinite(l.strength) && std::fabs(l.strength) <= 100,
              "LoRA {} ({}): strength {} is not a number in -100 .. 100", i + 1, l.path, l.strength);
-    H3_CHECK(std::filesystem::is_regular_file(l.path), "LoRA {}: {} does not exist (give a .safetensors LoRA file)",
-             i + 1, l.path);
+    H3_CHECK(std::filesystem::is_regular_file(l.path),
+             "LoRA {}: {} does not exist (give a .safetensors LoRA file)", i + 1, l.path);
     try {
       H3_CHECK(looks_like_lora(l.path), "holds no lora_A/lora_B or lora_down/lora_up keys");
     } catch (const Error& e) {

@@ -25,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "io/lora.h"
 #include "io/procedural.h"
+#include "media/mp4_writer.h"
 #include "model/audio_vae.h"
 #include "model/qwen3_text.h"
 #include "model/qwen3_vision.h"
@@ -35,7 +36,6 @@
 #include "pipeline/procedural_models.h"
 #include "pipeline/synthetic.h"
 #include "pipeline/t2va.h"
-#include "media/mp4_writer.h"
 
 namespace h3 {
 
@@ -245,15 +245,17 @@ struct Generator::Impl {
     bool visual = false;
     for (const ConditionMedia& c : r.media) visual |= c.visual();
     if (!visual) return h3::prepare_prompt(r, *tokenizer, nullptr);
-    H3_CHECK(has_qwen_vision(*text_weights),
-             "{} with pictures or videos needs Qwen3-VL's vision tower, but the text encoder {} holds none (no "
-             "'*patch_embed.proj.weight'; e.g. a text-only truncated encoder): pass the full Qwen3-VL "
-             "text_encoder folder with --text-encoder",
-             r.mode, text_path);
+    H3_CHECK(
+        has_qwen_vision(*text_weights),
+        "{} with pictures or videos needs Qwen3-VL's vision tower, but the text encoder {} holds none (no "
+        "'*patch_embed.proj.weight'; e.g. a text-only truncated encoder): pass the full Qwen3-VL "
+        "text_encoder folder with --text-encoder",
+        r.mode, text_path);
     const QwenVisionConfig vc = detect_qwen_vision_config(*text_weights);
-    H3_CHECK(vc.out_hidden == text_cfg.hidden,
-             "the vision tower in {} gives {}-wide rows but its text decoder is {} wide: the file mixes models",
-             text_path, vc.out_hidden, text_cfg.hidden);
+    H3_CHECK(
+        vc.out_hidden == text_cfg.hidden,
+        "the vision tower in {} gives {}-wide rows but its text decoder is {} wide: the file mixes models",
+        text_path, vc.out_hidden, text_cfg.hidden);
     const QwenVisionModel vision(*text_weights, vc, vae_precision());
     return h3::prepare_prompt(r, *tokenizer, &vision);
   }
@@ -529,9 +531,9 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   // Every encoder rank runs the (tensor-parallel) tower; with K = 0 that is every rank, and all end with the
   // embeddings.
   const bool everyone_encodes = !from_pre && m.opt.encoder_ranks == 0;
-  // Rank 0 (which holds the keyframe / reference files) builds the prompt: tokens, and for pictures and videos
-  // the vision tower's rows and the mRoPE positions; the encoder ranks get it by broadcast. An error there
-  // (bad file, missing tower) travels too, so every rank fails the request with rank 0's message.
+  // Rank 0 (which holds the keyframe / reference files) builds the prompt: tokens, and for pictures and
+  // videos the vision tower's rows and the mRoPE positions; the encoder ranks get it by broadcast. An error
+  // there (bad file, missing tower) travels too, so every rank fails the request with rank 0's message.
   PromptInputs prompt;
   if (!from_pre) {
     std::string failure;
@@ -557,7 +559,11 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
       std::unique_ptr<QwenTextModel> tower = m.text ? nullptr : m.load_text(comm.size() > 1 ? &comm : nullptr);
       PromptEncoding pe = encode_prompt(prompt, m.text ? *m.text : *tower, kConditioningLayer);
       embeds = pe.embeds;
-      prompt_extra = json{{"vision_ranges", pe.vision_ranges}, {"vision_rows", pe.vision_rows}, {"warnings", pe.warnings}}.dump();
+      prompt_extra = json{
+          {"vision_ranges", pe.vision_ranges},
+          {"vision_rows", pe.vision_rows},
+          {"warnings",
+           pe.warnings}}.dump();
     }  // the per-request tower is freed here, before denoising
     H3_CHECK(embeds.ndim() == 2 && embeds.dim(1) == m.dit_config.text_dim,
              "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()),

@@ -62,7 +62,8 @@ QwenTextConfig procedural_qwen_text_config() {
 QwenVisionConfig procedural_qwen_vision_config() {
   QwenVisionConfig c;
   // The released patch sizes (16 x 16 x 2, merge 2: the processor's grids are the released ones) with tiny
-  // widths; three blocks, each feeding one DeepStack merger, so the injection into LM layers 0-2 is exercised.
+  // widths; three blocks, each feeding one DeepStack merger, so the injection into LM layers 0-2 is
+  // exercised.
   c.depth = 3;
   c.hidden = 32;
   c.intermediate = 64;

@@ -1,11 +1,11 @@
 // Procedural stand-ins for every component of the t2va pipeline, so `h3 generate` runs with no download: the
-// mini DiT (procedural:mini), a video VAE and an audio VAE (encoders and decoders) at the released strides (16x
-// spatial, 4x temporal, 800 samples per audio latent at 32 kHz) but tiny widths, a 50-layer Qwen3 text tower
-// of width 64 (the mini DiT's text_dim) with a 3-block Qwen3-VL vision tower beside it (width 32, the released
-// patch/merge sizes, DeepStack into LM layers 0-2), and a byte-level tokenizer (256 ids, one per byte, no merges,
-// plus Qwen's four vision tokens at 256..259).
-// Weights follow the procedural formula of shared/golden/README.md (io/procedural.h). The pictures and sound
-// are meaningless: only the released weights make sense of a prompt.
+// mini DiT (procedural:mini), a video VAE and an audio VAE (encoders and decoders) at the released strides
+// (16x spatial, 4x temporal, 800 samples per audio latent at 32 kHz) but tiny widths, a 50-layer Qwen3 text
+// tower of width 64 (the mini DiT's text_dim) with a 3-block Qwen3-VL vision tower beside it (width 32, the
+// released patch/merge sizes, DeepStack into LM layers 0-2), and a byte-level tokenizer (256 ids, one per
+// byte, no merges, plus Qwen's four vision tokens at 256..259). Weights follow the procedural formula of
+// shared/golden/README.md (io/procedural.h). The pictures and sound are meaningless: only the released
+// weights make sense of a prompt.
 //
 // The components load through the same classes as real checkpoints: their tensors are written once to a
 // temporary safetensors file that is memory-mapped and unlinked at once (nothing is left on disk).

@@ -30,8 +30,8 @@ std::pair<int64_t, int64_t> parse_size(const std::string& s) {
   return {std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1))};
 }
 
-// "loras": [{"name": FILE, "strength": S}] -> the engine's [{"path": lora_dir/FILE, "strength": S}]. Names are plain
-// file names inside the server's --lora-dir: no client path is ever opened.
+// "loras": [{"name": FILE, "strength": S}] -> the engine's [{"path": lora_dir/FILE, "strength": S}]. Names
+// are plain file names inside the server's --lora-dir: no client path is ever opened.
 nlohmann::json resolve_loras(const nlohmann::json& v, const std::string& lora_dir) {
   namespace fs = std::filesystem;
   if (!v.is_array()) throw bad("'loras' must be a list of {\"name\": FILE, \"strength\": NUMBER} objects");
@@ -41,13 +41,16 @@ nlohmann::json resolve_loras(const nlohmann::json& v, const std::string& lora_di
   nlohmann::json out = nlohmann::json::array();
   for (const auto& e : v) {
     if (e.is_object() && e.contains("path"))
-      throw bad("'loras' entries name a file of the server's --lora-dir ('name'); the server never opens files "
-                "named by the client");
+      throw bad(
+          "'loras' entries name a file of the server's --lora-dir ('name'); the server never opens files "
+          "named by the client");
     if (!e.is_object() || !e.contains("name"))
-      throw bad("each entry of 'loras' must be {\"name\": FILE, \"strength\": NUMBER} (strength optional, 1)");
+      throw bad(
+          "each entry of 'loras' must be {\"name\": FILE, \"strength\": NUMBER} (strength optional, 1)");
     for (auto it = e.begin(); it != e.end(); ++it)
       if (it.key() != "name" && it.key() != "strength")
-        throw bad(fmt::format("unknown field '{}' in a 'loras' entry (name, strength)", it.key().substr(0, 100)));
+        throw bad(
+            fmt::format("unknown field '{}' in a 'loras' entry (name, strength)", it.key().substr(0, 100)));
     if (!e["name"].is_string()) throw bad("'loras[].name' must be a string");
     const std::string name = e["name"].get<std::string>();
     if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos ||
@@ -280,7 +283,8 @@ nlohmann::json Supervisor::models() {
     std::error_code ec;
     std::vector<std::string> names;
     for (const auto& e : std::filesystem::directory_iterator(o_.lora_dir, ec))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") names.push_back(e.path().filename().string());
+      if (e.is_regular_file() && e.path().extension() == ".safetensors")
+        names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     for (const auto& n : names) loras.push_back(n);
   }
