@@ -375,8 +375,11 @@ void expect_same_latents_on_1_2_3_ranks(const fs::path& dir, const std::string& 
       "--latents " +
       media_args;
   std::string first;
-  // The last run keeps the text tower (and the vision rows it receives from rank 0) on a dedicated encoder rank.
-  for (const auto& [ranks, extra] : {std::pair{"--ranks 1", ""}, {"--ranks 2", ""}, {"--ranks 3", ""},
+  // The last run keeps the text tower (and the vision rows it receives from rank 0) on a dedicated encoder
+  // rank.
+  for (const auto& [ranks, extra] : {std::pair{"--ranks 1", ""},
+                                     {"--ranks 2", ""},
+                                     {"--ranks 3", ""},
                                      {"--ranks 3", " --encoder-ranks 1"}}) {
     SCOPED_TRACE(std::string(ranks) + extra);
     const fs::path out = dir / "clip.mp4";
