@@ -99,6 +99,7 @@ TEST(CudaQuantLora, LoraAndEveryQuantFormatMatchTheCpuForward) {
        {Case{"lora", QuantFormat::none, true}, Case{"fp8", QuantFormat::fp8, false},
         Case{"scaled_fp8", QuantFormat::scaled_fp8, false}, Case{"int8", QuantFormat::int8, false},
         Case{"int8-convrot", QuantFormat::int8_convrot, false}, Case{"nvfp4", QuantFormat::nvfp4, false},
+                        Case{"mxfp8", QuantFormat::mxfp8, false},
         Case{"nvfp4+lora", QuantFormat::nvfp4, true}}) {
     SCOPED_TRACE(c.name);
     DitCheckpoint ck = c.q == QuantFormat::none

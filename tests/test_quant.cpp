@@ -118,7 +118,8 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
        {Case{QuantFormat::fp8, ExportLayout::comfy}, Case{QuantFormat::scaled_fp8, ExportLayout::diffusers},
         Case{QuantFormat::int8, ExportLayout::official}, Case{QuantFormat::int8, ExportLayout::comfy},
         Case{QuantFormat::int8_convrot, ExportLayout::official},
-        Case{QuantFormat::nvfp4, ExportLayout::official}, Case{QuantFormat::nvfp4, ExportLayout::comfy}}) {
+        Case{QuantFormat::nvfp4, ExportLayout::official}, Case{QuantFormat::nvfp4, ExportLayout::comfy},
+        Case{QuantFormat::mxfp8, ExportLayout::official}}) {
     SCOPED_TRACE(std::string(quant_format_name(q)) + " " + std::to_string(static_cast<int>(layout)));
     const std::string p = write_quant(ref, q, layout, dir / "q.safetensors");
     DitCheckpoint ck = DitCheckpoint::open(p);
@@ -139,6 +140,22 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
           ASSERT_LE(std::fabs(got.get(i) - want.get(i)),
                     std::max(std::fabs(want.get(i)) * 0.0625, amax / 448 * std::ldexp(1.0, -10)) * (1 + 1e-5))
               << key << " element " << i;
+        continue;
+      }
+      if (q == QuantFormat::mxfp8) {
+        // Per 32-column block with scale 2^e in [amax_blk / 448, 2 amax_blk / 448): e4m3 keeps 3 mantissa bits,
+        // |err| <= |v| 2^-4 above the subnormal range and <= scale 2^-10 below it.
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t b = 0; b < cols / 32; ++b) {
+            double bmax = 0;
+            for (int64_t j = 32 * b; j < 32 * b + 32; ++j) bmax = std::max(bmax, std::fabs(want.get(i * cols + j)));
+            for (int64_t j = 32 * b; j < 32 * b + 32; ++j) {
+              const double v = want.get(i * cols + j);
+              ASSERT_LE(std::fabs(got.get(i * cols + j) - v),
+                        std::max(std::fabs(v) * 0.0625, 2 * bmax / 448 * std::ldexp(1.0, -10)) * (1 + 1e-5) + 1e-12)
+                  << key << " row " << i << " column " << j;
+            }
+          }
         continue;
       }
       if (q == QuantFormat::nvfp4) {
@@ -194,7 +211,8 @@ TEST(Quant, ForwardWithinToleranceOfF32) {
                                              {QuantFormat::scaled_fp8, 5e-2},
                                              {QuantFormat::int8, 1e-2},
                                              {QuantFormat::int8_convrot, 1e-2},
-                                             {QuantFormat::nvfp4, 1e-1}};
+                                             {QuantFormat::nvfp4, 1e-1},
+                                             {QuantFormat::mxfp8, 5e-2}};
   for (auto [q, t] : tol) {
     const std::string p = write_quant(
         ref, q, q == QuantFormat::int8 ? ExportLayout::comfy : ExportLayout::official, dir / "f.safetensors");
@@ -216,20 +234,20 @@ TEST(Quant, UnsupportedFormatsAreNamed) {
   export_dit(ref, DType::f32, ExportLayout::comfy, QuantFormat::fp8, tensors, meta);
   for (auto& [k, t] : tensors)
     if (k == "model.diffusion_model.blocks.1.mlp.fc2.comfy_quant") {
-      const std::string j = R"({"format": "mxfp8"})";
+      const std::string j = R"({"format": "convrot_w4a4"})";
       t = Tensor(DType::u8, {static_cast<int64_t>(j.size())});
       std::memcpy(t.raw(), j.data(), j.size());
     }
-  const std::string p = dir / "mxfp8.safetensors";
+  const std::string p = dir / "w4a4.safetensors";
   write_safetensors(p, tensors, meta);
   try {
     DitCheckpoint::open(p);
-    ADD_FAILURE() << "mxfp8 accepted";
+    ADD_FAILURE() << "convrot_w4a4 accepted";
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find(p), std::string::npos) << m;
     EXPECT_NE(m.find("blocks.1.mlp.fc2.comfy_quant"), std::string::npos) << m;
-    EXPECT_NE(m.find("mxfp8"), std::string::npos) << m;
+    EXPECT_NE(m.find("convrot_w4a4"), std::string::npos) << m;
   }
 }
 
@@ -272,5 +290,32 @@ TEST(Quant, Nvfp4HandMadeTensorDecodesExactly) {
     ADD_FAILURE() << "an unswizzled [rows, blocks] scale tensor was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("128x4"), std::string::npos) << e.what();
+  }
+}
+
+// MXFP8 by hand: exponent bytes in known swizzled slots (2 x 2 atoms: 130 rows, 5 blocks of 32 columns), known fp8
+// values, decoded exactly; value = fp8 * 2^(e - 127).
+TEST(Quant, Mxfp8HandMadeTensorDecodesExactly) {
+  const int64_t R = 130, C = 160;
+  Tensor q(DType::fp8_e4m3, {R, C}), e(DType::u8, {256, 8});
+  std::memset(q.raw(), 0, q.nbytes());
+  std::memset(e.raw(), 0, e.nbytes());
+  auto* d = static_cast<uint8_t*>(q.raw());
+  auto* x = e.data<uint8_t>();
+  x[nvfp4_scale_index(129, 4, 5)] = 128;  // 2^1
+  d[129 * C + 128] = 0x38;                // 1.0 -> 2.0
+  x[nvfp4_scale_index(1, 1, 5)] = 125;    // 2^-2
+  d[1 * C + 33] = 0xC0;                   // -2.0 -> -0.5
+  const Tensor w = dequantize_mxfp8(q, e, "hand-made");
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const float want = i == 129 * C + 128 ? 2.0f : i == 1 * C + 33 ? -0.5f : 0.0f;
+    ASSERT_EQ(w.data<float>()[i], want) << "row " << i / C << " column " << i % C;
+  }
+  x[0] = 255;
+  try {
+    dequantize_mxfp8(q, e, "hand-made");
+    ADD_FAILURE() << "the e8m0 NaN was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("NaN"), std::string::npos) << err.what();
   }
 }

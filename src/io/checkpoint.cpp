@@ -111,6 +111,8 @@ std::map<std::string, QuantSpec> collect_quant(const SafeTensors& st) {
       } else if (format == "int8_tensorwise") {
         q.kind = QuantSpec::int8;
         if (j.value("convrot", false)) q.convrot_group = j.value("convrot_groupsize", 256);
+      } else if (format == "mxfp8") {
+        q.kind = QuantSpec::mxfp8;
       } else if (format == "nvfp4") {
         q.kind = QuantSpec::nvfp4;
         q.scale2_key = layer + ".weight_scale_2";
@@ -118,7 +120,7 @@ std::map<std::string, QuantSpec> collect_quant(const SafeTensors& st) {
       } else {
         fail(
             "{}: '{}' has format '{}', which this engine cannot dequantize (supported: float8_e4m3fn, "
-            "int8_tensorwise with or without convrot, nvfp4); convert the checkpoint to bf16",
+            "int8_tensorwise with or without convrot, nvfp4, mxfp8); convert the checkpoint to bf16",
             st.path(), k, format);
       }
       q.scale_key = layer + ".weight_scale";
@@ -530,6 +532,9 @@ std::map<std::string, int64_t> DitCheckpoint::quant_counts() const {
         break;
       case QuantSpec::nvfp4:
         counts["nvfp4"] += 1;
+        break;
+      case QuantSpec::mxfp8:
+        counts["mxfp8"] += 1;
         break;
     }
   }

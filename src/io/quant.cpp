@@ -17,7 +17,8 @@ QuantFormat quant_format_from_name(const std::string& s) {
   if (s == "int8") return QuantFormat::int8;
   if (s == "int8-convrot") return QuantFormat::int8_convrot;
   if (s == "nvfp4") return QuantFormat::nvfp4;
-  fail("unknown quantization '{}' (allowed: fp8, scaled_fp8, int8, int8-convrot, nvfp4)", s);
+  if (s == "mxfp8") return QuantFormat::mxfp8;
+  fail("unknown quantization '{}' (allowed: fp8, scaled_fp8, int8, int8-convrot, nvfp4, mxfp8)", s);
 }
 
 std::string_view quant_format_name(QuantFormat f) {
@@ -34,6 +35,8 @@ std::string_view quant_format_name(QuantFormat f) {
       return "int8-convrot";
     case QuantFormat::nvfp4:
       return "nvfp4";
+    case QuantFormat::mxfp8:
+      return "mxfp8";
   }
   return "?";
 }
@@ -77,6 +80,7 @@ void hadamard_columns_(Tensor& t, int g) {
 namespace {
 
 constexpr int64_t kNvfp4Block = 16;
+constexpr int64_t kMxfp8Block = 32;
 constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
@@ -141,8 +145,33 @@ Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float 
   return w;
 }
 
+Tensor dequantize_mxfp8(const Tensor& q, const Tensor& exponents, const std::string& where) {
+  if (q.ndim() != 2 || q.dtype() != DType::fp8_e4m3)
+    fail("{}: mxfp8 weight is {}, expected F8_E4M3 [rows, cols]", where, q.describe());
+  const int64_t R = q.dim(0), C = q.dim(1);
+  if (C % kMxfp8Block != 0) fail("{}: mxfp8 weight has {} columns, not a multiple of the 32-column block", where, C);
+  const int64_t B = C / kMxfp8Block, want = round_up(R, 128) * round_up(B, 4);
+  if (dtype_size(exponents.dtype()) != 1 || exponents.numel() != want)
+    fail("{}: mxfp8 block scales are {}, expected F8_E8M0 bytes with {} = roundup({}, 128) x roundup({}, 4) "
+         "elements (cuBLAS 128x4 tiling)",
+         where, exponents.describe(), want, R, B);
+  const auto* d = static_cast<const uint8_t*>(q.raw());
+  const auto* e = static_cast<const uint8_t*>(exponents.raw());
+  Tensor w(DType::f32, {R, C});
+  float* o = w.data<float>();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t b = 0; b < B; ++b) {
+      const uint8_t x = e[nvfp4_scale_index(r, b, B)];
+      if (x == 255) fail("{}: mxfp8 block scale of row {}, block {} is the e8m0 NaN (255)", where, r, b);
+      const float s = std::ldexp(1.0f, static_cast<int>(x) - 127);
+      for (int64_t k = b * kMxfp8Block; k < (b + 1) * kMxfp8Block; ++k) o[r * C + k] = fp8e4m3_to_f32(d[r * C + k]) * s;
+    }
+  return w;
+}
+
 Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& spec,
                          const std::string& where) {
+  if (spec.kind == QuantSpec::mxfp8) return dequantize_mxfp8(q, scale, where);
   if (q.ndim() != 2) fail("{}: quantized weight {} must be 2-D", where, q.describe());
   const int64_t rows = q.dim(0), cols = q.dim(1);
   Tensor w = q.to(DType::f32);
@@ -244,6 +273,31 @@ void quantize_into(const std::string& name, const Tensor& w, QuantFormat q,
     } else {
       out.emplace_back(layer + ".scale_weight", scalar_f32(s));
     }
+    return;
+  }
+  if (q == QuantFormat::mxfp8) {
+    H3_CHECK(cols % kMxfp8Block == 0, "mxfp8: {} has {} columns; they must be a multiple of 32 (this writer does not pad)",
+             name, cols);
+    const int64_t B = cols / kMxfp8Block;
+    Tensor t(DType::fp8_e4m3, w.shape()), scales(DType::u8, {round_up(rows, 128), round_up(B, 4)});
+    std::memset(scales.raw(), 0, scales.nbytes());
+    auto* d = static_cast<uint8_t*>(t.raw());
+    auto* sc = scales.data<uint8_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < B; ++b) {
+        const float* x = p + r * cols + b * kMxfp8Block;
+        float bmax = 0;
+        for (int64_t k = 0; k < kMxfp8Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
+        const double need = std::max(static_cast<double>(bmax) / 448.0, std::ldexp(1.0, -127));
+        const int e = bmax == 0 ? 0 : std::clamp(static_cast<int>(std::ceil(std::log2(need))) + 127, 0, 254);
+        sc[nvfp4_scale_index(r, b, B)] = static_cast<uint8_t>(e);
+        const float s = std::ldexp(1.0f, e - 127);
+        for (int64_t k = 0; k < kMxfp8Block; ++k)
+          d[r * cols + b * kMxfp8Block + k] = bmax == 0 ? uint8_t{0} : f32_to_fp8e4m3(x[k] / s);
+      }
+    out.emplace_back(name, t);
+    out.emplace_back(layer + ".weight_scale", scales);
+    out.emplace_back(layer + ".comfy_quant", json_bytes(R"({"format": "mxfp8"})"));
     return;
   }
   if (q == QuantFormat::nvfp4) {

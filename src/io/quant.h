@@ -42,6 +42,12 @@
 //                multiples of 16 (every H3 GEMM is; kitchen pads otherwise and this engine refuses such files
 //                by shape). Hopper has no FP4 tensor cores: the weights are dequantized on load like the
 //                other formats.
+//   mxfp8        comfy_quant {"format": "mxfp8"} (kitchen TensorCoreMXFP8Layout): <layer>.weight F8_E4M3 [rows, cols],
+//                <layer>.weight_scale F8_E8M0 (read as its bytes): one exponent e per 32 consecutive columns of a row,
+//                in the same swizzled 128x4 tiling (index(r, b) above with blocks = cols / 32), value 2^(e - 127).
+//                W = fp8 * 2^(e - 127); quantization as kitchen: e = clamp(ceil(log2(max(amax_block / 448,
+//                2^-127))) + 127, 0, 254), 0 for an all-zero block. This writer stores the exponents as U8 (the
+//                same bytes; readers that insist on the F8_E8M0 name would need a re-tag).
 // Row-indexed scales belong to the rows as stored: a per-head interleaved qkv_proj is dequantized in stored
 // row order with its scale rows, then de-interleaved, so its scales move with their rows.
 #pragma once
@@ -56,13 +62,13 @@ namespace h3 {
 
 class DitCheckpoint;
 
-enum class QuantFormat { none, fp8, scaled_fp8, int8, int8_convrot, nvfp4 };
+enum class QuantFormat { none, fp8, scaled_fp8, int8, int8_convrot, nvfp4, mxfp8 };
 QuantFormat quant_format_from_name(const std::string& s);
 std::string_view quant_format_name(QuantFormat f);
 
 // How one stored weight is dequantized.
 struct QuantSpec {
-  enum Kind { none, fp8, int8, nvfp4 } kind = none;
+  enum Kind { none, fp8, int8, nvfp4, mxfp8 } kind = none;
   std::string scale_key;   // key in the same file holding the scale (nvfp4: the block scales)
   std::string scale2_key;  // nvfp4: the per-tensor second-level scale
   int convrot_group = 0;  // 0: no rotation
@@ -74,6 +80,8 @@ Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& 
 // NVFP4 (layout above): packed U8 [R, C/2], block scales F8_E4M3 (R x C/16 swizzled), scale_2 -> f32 [R, C].
 Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2,
                         const std::string& where);
+// MXFP8 (layout above): F8_E4M3 [R, C], exponent bytes (R x C/32 swizzled) -> f32 [R, C].
+Tensor dequantize_mxfp8(const Tensor& q, const Tensor& exponents, const std::string& where);
 // The swizzled position of row r, block b's scale in a scale matrix of `blocks` blocks per row (layout
 // above).
 int64_t nvfp4_scale_index(int64_t r, int64_t b, int64_t blocks);
