@@ -375,10 +375,15 @@ void expect_same_latents_on_1_2_3_ranks(const fs::path& dir, const std::string& 
       "--latents " +
       media_args;
   std::string first;
-  for (const char* ranks : {"--ranks 1", "--ranks 2", "--ranks 3"}) {
-    SCOPED_TRACE(ranks);
+  // The last run keeps the text tower (and the vision rows it receives from rank 0) on a dedicated encoder
+  // rank.
+  for (const auto& [ranks, extra] : {std::pair{"--ranks 1", ""},
+                                     {"--ranks 2", ""},
+                                     {"--ranks 3", ""},
+                                     {"--ranks 3", " --encoder-ranks 1"}}) {
+    SCOPED_TRACE(std::string(ranks) + extra);
     const fs::path out = dir / "clip.mp4";
-    const CliResult r = run_h3(std::string(ranks) + " " + common + " -o " + out.string());
+    const CliResult r = run_h3(std::string(ranks) + " " + common + extra + " -o " + out.string());
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find(expect_in_request), std::string::npos) << r.out;
     const std::string mp4 = slurp(out);
@@ -400,7 +405,7 @@ TEST(ConditionCli, Fl2vaOneTwoAndThreeRanksWriteTheSameLatents) {
   const std::string first = write_png(dir.path(), "first", 64, 128);
   const std::string last = write_png(dir.path(), "last", 80, 80, 2.f);
   expect_same_latents_on_1_2_3_ranks(dir.path(), "--first " + first + " --last " + last,
-                                     "\"mode\": \"fl2va\"");
+                                     "(vision rows 136 in 2 blocks)");
   // The condition rows matter: another last keyframe changes the result.
   const std::string other = write_png(dir.path(), "other", 80, 80, 0.f);
   const auto a = run_h3(
@@ -414,7 +419,10 @@ TEST(ConditionCli, Fl2vaOneTwoAndThreeRanksWriteTheSameLatents) {
   ASSERT_EQ(a.status, 0) << a.out;
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_NE(slurp(dir / "a.latents.safetensors"), slurp(dir / "b.latents.safetensors"));
-  EXPECT_NE(a.out.find("vision tower is not wired in"), std::string::npos) << a.out;
+  // The keyframes are in the prompt: 64x128 -> 72 and 80x80 -> 64 vision rows (smart_resize to at least
+  // 65,536 pixels, 32-pixel merged tokens), and nothing warns about missing vision rows.
+  EXPECT_NE(a.out.find("(vision rows 136 in 2 blocks)"), std::string::npos) << a.out;
+  EXPECT_EQ(a.out.find("warning:"), std::string::npos) << a.out;
 }
 
 TEST(ConditionCli, Ref2vaOneTwoAndThreeRanksWriteTheSameLatents) {
@@ -427,7 +435,7 @@ TEST(ConditionCli, Ref2vaOneTwoAndThreeRanksWriteTheSameLatents) {
   expect_same_latents_on_1_2_3_ranks(
       dir.path(),
       "--ref-video " + vid + " --ref-image " + img + " --ref-audio " + wav + " --ref-image " + img,
-      "\"role\": \"video\"");
+      "(vision rows 144 in 3 blocks)");
   const CliResult r = run_h3(
       "--log-level warn generate --prompt x --width 128 --height 64 --steps 2 --seed 1 "
       "--ref-audio " +

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -140,9 +141,45 @@ TEST(GenerateRequest, JsonRoundTripAndUnknownFieldsRefused) {
   EXPECT_EQ(h3::ResolvedRequest::from_json(res.to_json()).to_json(), res.to_json());
 }
 
+// LoRAs in a request: JSON form, carried through resolve and the resolved JSON (the server's record), refused
+// when the file is missing, is not a LoRA, or the strength is not a finite number.
+TEST(GenerateRequest, LorasAreCheckedAndCarried) {
+  h3::test::ScratchDir dir;
+  const std::string lora = (dir.path() / "l.safetensors").string();
+  h3::write_safetensors(lora, {{"blocks.0.mlp.fc2.lora_A.weight", h3::Tensor(h3::DType::f32, {2, 160})},
+                               {"blocks.0.mlp.fc2.lora_B.weight", h3::Tensor(h3::DType::f32, {96, 2})}});
+  const std::string not_lora = (dir.path() / "w.safetensors").string();
+  h3::write_safetensors(not_lora, {{"blocks.0.mlp.fc2.weight", h3::Tensor(h3::DType::f32, {96, 160})}});
+  GenerateRequest q = GenerateRequest::from_json(
+      json{{"prompt", "x"},
+           {"loras", json::array({json{{"path", lora}, {"strength", 0.25}}, json{{"path", lora}}})}});
+  ASSERT_EQ(q.loras.size(), 2u);
+  EXPECT_EQ(q.loras[0].strength, 0.25);
+  EXPECT_EQ(q.loras[1].strength, 1.0);
+  EXPECT_EQ(GenerateRequest::from_json(q.to_json()).loras, q.loras);
+  const h3::ResolvedRequest r = h3::resolve(q);
+  EXPECT_EQ(h3::ResolvedRequest::from_json(r.to_json()).loras, q.loras);
+  EXPECT_NE(error_of([&] {
+              GenerateRequest::from_json(json{{"prompt", "x"}, {"loras", json{{"path", lora}}}});
+            }).find("must be a list"),
+            std::string::npos);
+  auto refused = [&](const std::string& path, double strength) {
+    GenerateRequest b;
+    b.prompt = "x";
+    b.loras = {{path, strength}};
+    return error_of([&] { h3::resolve(b); });
+  };
+  EXPECT_NE(refused((dir.path() / "none.safetensors").string(), 1).find("does not exist"), std::string::npos);
+  EXPECT_NE(refused(not_lora, 1).find("is not a LoRA"), std::string::npos);
+  EXPECT_NE(refused(lora, std::nan("")).find("strength"), std::string::npos);
+}
+
 TEST(ProceduralModels, BuiltInTokenizerIsByteLevel) {
   const h3::Tokenizer t = h3::Tokenizer::from_json_text(h3::builtin_tokenizer_json(), "built-in");
-  EXPECT_EQ(t.vocab_size(), 256u);
+  EXPECT_EQ(t.vocab_size(), 260u);  // the bytes and Qwen's four vision tokens
+  EXPECT_EQ(t.token_to_id("<|vision_start|>"), 256);
+  EXPECT_EQ(t.token_to_id("<|video_pad|>"), 259);
+  EXPECT_EQ(t.encode("a<|image_pad|>"), (std::vector<int32_t>{'a', 258}));
   const std::string s = "Hi \xc3\xa9!";  // "Hi é!"
   const std::vector<int32_t> ids = t.encode(s);
   ASSERT_EQ(ids.size(), s.size());

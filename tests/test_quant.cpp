@@ -117,7 +117,9 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
   for (auto [q, layout] :
        {Case{QuantFormat::fp8, ExportLayout::comfy}, Case{QuantFormat::scaled_fp8, ExportLayout::diffusers},
         Case{QuantFormat::int8, ExportLayout::official}, Case{QuantFormat::int8, ExportLayout::comfy},
-        Case{QuantFormat::int8_convrot, ExportLayout::official}}) {
+        Case{QuantFormat::int8_convrot, ExportLayout::official},
+        Case{QuantFormat::nvfp4, ExportLayout::official}, Case{QuantFormat::nvfp4, ExportLayout::comfy},
+        Case{QuantFormat::mxfp8, ExportLayout::official}}) {
     SCOPED_TRACE(std::string(quant_format_name(q)) + " " + std::to_string(static_cast<int>(layout)));
     const std::string p = write_quant(ref, q, layout, dir / "q.safetensors");
     DitCheckpoint ck = DitCheckpoint::open(p);
@@ -138,6 +140,43 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
           ASSERT_LE(std::fabs(got.get(i) - want.get(i)),
                     std::max(std::fabs(want.get(i)) * 0.0625, amax / 448 * std::ldexp(1.0, -10)) * (1 + 1e-5))
               << key << " element " << i;
+        continue;
+      }
+      if (q == QuantFormat::mxfp8) {
+        // Per 32-column block with scale 2^e in [amax_blk / 448, 2 amax_blk / 448): e4m3 keeps 3 mantissa bits,
+        // |err| <= |v| 2^-4 above the subnormal range and <= scale 2^-10 below it.
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t b = 0; b < cols / 32; ++b) {
+            double bmax = 0;
+            for (int64_t j = 32 * b; j < 32 * b + 32; ++j) bmax = std::max(bmax, std::fabs(want.get(i * cols + j)));
+            for (int64_t j = 32 * b; j < 32 * b + 32; ++j) {
+              const double v = want.get(i * cols + j);
+              ASSERT_LE(std::fabs(got.get(i * cols + j) - v),
+                        std::max(std::fabs(v) * 0.0625, 2 * bmax / 448 * std::ldexp(1.0, -10)) * (1 + 1e-5) + 1e-12)
+                  << key << " row " << i << " column " << j;
+            }
+          }
+        continue;
+      }
+      if (q == QuantFormat::nvfp4) {
+        // Per 16-column block with total scale t = scale_2 * e4m3(amax_blk / 6 / scale_2) (<= amax_blk / 6 *
+        // (1 + 2^-4) + scale_2 * 2^-10, the e4m3 rounding): the e2m1 grid gives |err| <= max(|v|, t) / 4.
+        double amax = 0;
+        for (int64_t i = 0; i < want.numel(); ++i) amax = std::max(amax, std::fabs(want.get(i)));
+        const double s2 = amax / 2688;
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t b = 0; b < cols / 16; ++b) {
+            double bmax = 0;
+            for (int64_t j = 16 * b; j < 16 * b + 16; ++j)
+              bmax = std::max(bmax, std::fabs(want.get(i * cols + j)));
+            const double t = bmax / 6 * 1.0625 + s2 * std::ldexp(1.0, -10);
+            for (int64_t j = 16 * b; j < 16 * b + 16; ++j) {
+              const double v = want.get(i * cols + j);
+              ASSERT_LE(std::fabs(got.get(i * cols + j) - v),
+                        std::max(std::fabs(v), t) / 4 * (1 + 1e-5) + 1e-9)
+                  << key << " row " << i << " column " << j;
+            }
+          }
         continue;
       }
       for (int64_t i = 0; i < rows; ++i) {
@@ -171,7 +210,9 @@ TEST(Quant, ForwardWithinToleranceOfF32) {
   const std::map<QuantFormat, double> tol = {{QuantFormat::fp8, 5e-2},
                                              {QuantFormat::scaled_fp8, 5e-2},
                                              {QuantFormat::int8, 1e-2},
-                                             {QuantFormat::int8_convrot, 1e-2}};
+                                             {QuantFormat::int8_convrot, 1e-2},
+                                             {QuantFormat::nvfp4, 1e-1},
+                                             {QuantFormat::mxfp8, 5e-2}};
   for (auto [q, t] : tol) {
     const std::string p = write_quant(
         ref, q, q == QuantFormat::int8 ? ExportLayout::comfy : ExportLayout::official, dir / "f.safetensors");
@@ -193,19 +234,88 @@ TEST(Quant, UnsupportedFormatsAreNamed) {
   export_dit(ref, DType::f32, ExportLayout::comfy, QuantFormat::fp8, tensors, meta);
   for (auto& [k, t] : tensors)
     if (k == "model.diffusion_model.blocks.1.mlp.fc2.comfy_quant") {
-      const std::string j = R"({"format": "nvfp4"})";
+      const std::string j = R"({"format": "convrot_w4a4"})";
       t = Tensor(DType::u8, {static_cast<int64_t>(j.size())});
       std::memcpy(t.raw(), j.data(), j.size());
     }
-  const std::string p = dir / "nvfp4.safetensors";
+  const std::string p = dir / "w4a4.safetensors";
   write_safetensors(p, tensors, meta);
   try {
     DitCheckpoint::open(p);
-    ADD_FAILURE() << "nvfp4 accepted";
+    ADD_FAILURE() << "convrot_w4a4 accepted";
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find(p), std::string::npos) << m;
     EXPECT_NE(m.find("blocks.1.mlp.fc2.comfy_quant"), std::string::npos) << m;
-    EXPECT_NE(m.find("nvfp4"), std::string::npos) << m;
+    EXPECT_NE(m.find("convrot_w4a4"), std::string::npos) << m;
+  }
+}
+
+// A hand-made NVFP4 tensor with known nibbles and block scales in known swizzled slots (2 x 2 atoms of the
+// 128x4 tiling: 130 rows, 5 blocks), decoded exactly: the even column is the high nibble, and
+// index(r, b) = ((r / 128) * 2 + b / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + b % 4.
+TEST(Quant, Nvfp4HandMadeTensorDecodesExactly) {
+  const int64_t R = 130, C = 80;
+  Tensor packed(DType::u8, {R, C / 2}), scales(DType::fp8_e4m3, {256, 8});
+  std::memset(packed.raw(), 0, packed.nbytes());
+  std::memset(scales.raw(), 0, scales.nbytes());
+  auto* q = packed.data<uint8_t>();
+  auto* sc = static_cast<uint8_t*>(scales.raw());
+  EXPECT_EQ(nvfp4_scale_index(129, 4, 5), 3 * 512 + 16);
+  EXPECT_EQ(nvfp4_scale_index(1, 1, 5), 17);
+  EXPECT_EQ(nvfp4_scale_index(33, 2, 5), 16 + 4 + 2);
+  EXPECT_EQ(nvfp4_scale_index(0, 4, 5), 512) << "the next atom along the blocks comes next (row-major atoms)";
+  // Row 129, block 4 (columns 64..79): scale 2.0 (e4m3 0x40); byte 32 = columns 64, 65 = codes 7 (6.0), 0xA
+  // (-1).
+  sc[3 * 512 + 16] = 0x40;
+  q[129 * 40 + 32] = 0x7A;
+  // Row 1, block 1 (columns 16..31): scale 1.0 (0x38); columns 16, 17 = codes 2 (1.0), 1 (0.5).
+  sc[17] = 0x38;
+  q[1 * 40 + 8] = 0x21;
+  // Row 33, block 2 (columns 32..47): scale 4.0 (0x48); columns 32, 33 = codes 0xF (-6), 3 (1.5).
+  sc[22] = 0x48;
+  q[33 * 40 + 16] = 0xF3;
+  const Tensor w = dequantize_nvfp4(packed, scales, 0.5f, "hand-made");
+  ASSERT_EQ(w.shape(), (Shape{R, C}));
+  std::map<int64_t, float> want = {{129 * C + 64, 6.0f}, {129 * C + 65, -1.0f}, {1 * C + 16, 0.5f},
+                                   {1 * C + 17, 0.25f},  {33 * C + 32, -12.0f}, {33 * C + 33, 3.0f}};
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const auto it = want.find(i);
+    ASSERT_EQ(w.data<float>()[i], it == want.end() ? 0.0f : it->second)
+        << "row " << i / C << " column " << i % C;
+  }
+  // Wrong scale sizes are refused with the expected tiling named.
+  try {
+    dequantize_nvfp4(packed, Tensor(DType::fp8_e4m3, {130, 5}), 0.5f, "f.safetensors: 'w'");
+    ADD_FAILURE() << "an unswizzled [rows, blocks] scale tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("128x4"), std::string::npos) << e.what();
+  }
+}
+
+// MXFP8 by hand: exponent bytes in known swizzled slots (2 x 2 atoms: 130 rows, 5 blocks of 32 columns), known fp8
+// values, decoded exactly; value = fp8 * 2^(e - 127).
+TEST(Quant, Mxfp8HandMadeTensorDecodesExactly) {
+  const int64_t R = 130, C = 160;
+  Tensor q(DType::fp8_e4m3, {R, C}), e(DType::u8, {256, 8});
+  std::memset(q.raw(), 0, q.nbytes());
+  std::memset(e.raw(), 0, e.nbytes());
+  auto* d = static_cast<uint8_t*>(q.raw());
+  auto* x = e.data<uint8_t>();
+  x[nvfp4_scale_index(129, 4, 5)] = 128;  // 2^1
+  d[129 * C + 128] = 0x38;                // 1.0 -> 2.0
+  x[nvfp4_scale_index(1, 1, 5)] = 125;    // 2^-2
+  d[1 * C + 33] = 0xC0;                   // -2.0 -> -0.5
+  const Tensor w = dequantize_mxfp8(q, e, "hand-made");
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const float want = i == 129 * C + 128 ? 2.0f : i == 1 * C + 33 ? -0.5f : 0.0f;
+    ASSERT_EQ(w.data<float>()[i], want) << "row " << i / C << " column " << i % C;
+  }
+  x[0] = 255;
+  try {
+    dequantize_mxfp8(q, e, "hand-made");
+    ADD_FAILURE() << "the e8m0 NaN was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("NaN"), std::string::npos) << err.what();
   }
 }

@@ -24,8 +24,9 @@ Runner add_convert(CLI::App& app) {
   cmd->add_option("-o,--output", o->out, "output .safetensors path")->required();
   cmd->add_option("--dtype", o->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
   cmd->add_option("--lora", o->loras, "bake this LoRA in, FILE[:STRENGTH] (repeatable)");
-  cmd->add_option("--quant", o->quant, "quantize the blocks' GEMM weights: fp8, scaled_fp8, int8 or int8-convrot")
-      ->check(CLI::IsMember({"fp8", "scaled_fp8", "int8", "int8-convrot"}));
+  cmd->add_option("--quant", o->quant,
+                  "quantize the blocks' GEMM weights: fp8, scaled_fp8, int8, int8-convrot, nvfp4 or mxfp8")
+      ->check(CLI::IsMember({"fp8", "scaled_fp8", "int8", "int8-convrot", "nvfp4", "mxfp8"}));
   cmd->add_option("--layout", o->layout, "diffusers, official (released names, interleaved qkv) or comfy")
       ->check(CLI::IsMember({"diffusers", "official", "comfy"}))->capture_default_str();
   return [o]() -> int {

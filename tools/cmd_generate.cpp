@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
+#include "io/lora.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
 #include "pipeline/generate.h"
@@ -72,6 +73,7 @@ Runner add_generate(CLI::App& app) {
     bool latents = false;
     // fl2va keyframes and ref2va references (kept in command-line order through the parse order).
     std::string first, last;
+    std::vector<std::string> loras;
     std::vector<std::string> ref_image, ref_video, ref_audio;
     CLI::Option *ref_image_opt = nullptr, *ref_video_opt = nullptr, *ref_audio_opt = nullptr;
   };
@@ -118,6 +120,8 @@ Runner add_generate(CLI::App& app) {
                   "precomputed prompt embeddings (safetensors: prompt_embeds)");
   cmd->add_option("--noise", o->noise, "precomputed noise (safetensors: video_noise, audio_noise_rows)");
   cmd->add_flag("--latents", o->latents, "also write OUT.latents.safetensors (final latents)");
+  cmd->add_option("--lora", o->loras, "LoRA merged into the DiT, FILE[:STRENGTH] (repeatable, in order)")
+      ->envname("H3_LORA");
   cmd->add_option("--first", o->first, "fl2va: first keyframe image (PNG/JPEG/WebP); sets the aspect");
   cmd->add_option("--last", o->last, "fl2va: last keyframe image (cover-scaled and centre-cropped)");
   o->ref_image_opt = cmd->add_option("--ref-image", o->ref_image, "ref2va: reference image (repeatable)")
@@ -149,6 +153,10 @@ Runner add_generate(CLI::App& app) {
     if (o->seconds != 0) req.seconds = o->seconds;
     if (o->seed >= 0) req.seed = static_cast<uint64_t>(o->seed);
     H3_CHECK(!(o->width < 0 || o->height < 0 || o->frames < 0), "sizes and frames must be positive");
+    for (const auto& spec : o->loras) {
+      const auto [file, strength] = parse_lora_spec(spec);
+      req.loras.push_back({file, strength});
+    }
     req.first_image = o->first;
     req.last_image = o->last;
     {  // references in the order given: the i-th occurrence of an option is its i-th value
@@ -238,11 +246,11 @@ Runner add_generate(CLI::App& app) {
       total += t.seconds;
     }
     std::printf(" total %.2f s\n", total);
-    std::printf("prompt tokens %" PRId64 ", latents: video %s hash %016" PRIx64
-                ", audio rows %s hash %016" PRIx64 "\n",
-                res.prompt_tokens, shape_str(res.video_latents.shape()).c_str(),
-                tensor_hash(res.video_latents), shape_str(res.audio_latent_rows.shape()).c_str(),
-                tensor_hash(res.audio_latent_rows));
+    std::printf("prompt tokens %" PRId64 " (vision rows %" PRId64 " in %" PRId64
+                " blocks), latents: video %s hash %016" PRIx64 ", audio rows %s hash %016" PRIx64 "\n",
+                res.prompt_tokens, res.vision_rows, res.vision_blocks,
+                shape_str(res.video_latents.shape()).c_str(), tensor_hash(res.video_latents),
+                shape_str(res.audio_latent_rows.shape()).c_str(), tensor_hash(res.audio_latent_rows));
     if (res.wrote_mp4) {
       std::printf("wrote %s (%" PRId64 "x%" PRId64 ", %" PRId64 " frames at 24 fps, stereo %d Hz)\n",
                   res.out_path.c_str(), res.request.width, res.request.height, res.request.frames,
@@ -252,6 +260,8 @@ Runner add_generate(CLI::App& app) {
     }
     if (gen.procedural())
       std::printf("reminder: procedural models -> meaningless pictures; pass --model DIR for real output\n");
+    if (!res.request.loras.empty())
+      std::printf("LoRA digest %016" PRIx64 " (every denoise rank agreed)\n", res.lora_digest);
     for (const auto& warning : res.warnings) std::printf("warning: %s\n", warning.c_str());
     std::printf("OK\n");
     return 0;

@@ -52,6 +52,9 @@ Runner add_info(CLI::App& app) {
     std::string dts;
     for (const auto& [dt, n] : ck.dtype_counts()) dts += fmt::format("{}{} x{}", dts.empty() ? "" : ", ", dtype_name(dt), n);
     std::printf("dtypes       %s\n", dts.c_str());
+    std::string qs;
+    for (const auto& [f, n] : ck.quant_counts()) qs += fmt::format("{}{} x{}", qs.empty() ? "" : ", ", f, n);
+    std::printf("quantized    %s\n", qs.empty() ? "none" : (qs + " (dequantized to f32 on load)").c_str());
     std::printf("parameters   %lld (%.3f B)\n", static_cast<long long>(c.parameter_count()), c.parameter_count() / 1e9);
     std::printf("bytes        %zu (%.2f GB as stored)\n", ck.stored_bytes(), ck.stored_bytes() / 1e9);
     const int n = g_ranks;

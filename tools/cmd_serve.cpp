@@ -111,6 +111,12 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--model-id", o->model_id, "the model name the API reports and accepts")
       ->envname("H3_MODEL_ID")
       ->capture_default_str();
+  cmd->add_option(
+         "--lora-dir", o->lora_dir,
+         "folder of LoRA .safetensors files jobs may name in \"loras\" (switched per job, re-merged from the "
+         "pristine weights; no client paths)")
+      ->envname("H3_LORA_DIR")
+      ->check(CLI::ExistingDirectory);
   cmd->add_flag("--debug-faults", o->debug_faults, "accept the x_debug_fault request field (tests only)")
       ->envname("H3_DEBUG_FAULTS");
   add_runner_options(cmd, o->runner);

@@ -111,10 +111,17 @@ std::map<std::string, QuantSpec> collect_quant(const SafeTensors& st) {
       } else if (format == "int8_tensorwise") {
         q.kind = QuantSpec::int8;
         if (j.value("convrot", false)) q.convrot_group = j.value("convrot_groupsize", 256);
+      } else if (format == "mxfp8") {
+        q.kind = QuantSpec::mxfp8;
+      } else if (format == "nvfp4") {
+        q.kind = QuantSpec::nvfp4;
+        q.scale2_key = layer + ".weight_scale_2";
+        need(q.scale2_key, k);
       } else {
-        fail("{}: '{}' has format '{}', which this engine cannot dequantize (supported: float8_e4m3fn, "
-             "int8_tensorwise with or without convrot); convert the checkpoint to bf16",
-             st.path(), k, format);
+        fail(
+            "{}: '{}' has format '{}', which this engine cannot dequantize (supported: float8_e4m3fn, "
+            "int8_tensorwise with or without convrot, nvfp4, mxfp8); convert the checkpoint to bf16",
+            st.path(), k, format);
       }
       q.scale_key = layer + ".weight_scale";
     } else if (k.ends_with(".scale_weight")) {  // legacy scaled_fp8
@@ -350,7 +357,7 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
           const std::string prefix = d.substr(0, d.size() - std::strlen("qkv_proj.weight"));
           if (qkv_fused.count(prefix)) fail("{}: parameter '{}' appears twice", path, k);
           qkv_fused[prefix] = src;
-          shapes[d] = st.info(k).shape;
+          shapes[d] = quant_logical_shape(src.quant, st.info(k).shape);
           continue;
         }
         if (d.ends_with("ff.net.0.proj.weight")) src.kind = Source::swap_halves;
@@ -358,7 +365,7 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
       }
       if (ck.sources_.count(name)) fail("{}: parameter '{}' appears twice", path, name);
       ck.sources_[name] = src;
-      shapes[name] = st.info(k).shape;
+      shapes[name] = quant_logical_shape(src.quant, st.info(k).shape);
     }
   }
   for (const auto& [prefix, src] : qkv_fused) {
@@ -459,7 +466,14 @@ Tensor DitCheckpoint::get_base(const std::string& key) const {
       if (k == key) return procedural_tensor(k, s, seed_);
   }
   Tensor t = files_[src.file]->get(src.key);
-  if (src.quant.kind != QuantSpec::none)
+  if (src.quant.kind == QuantSpec::nvfp4) {
+    const Tensor s2 = files_[src.file]->get(src.quant.scale2_key);
+    if (s2.numel() != 1)
+      fail("{}: '{}' is {}, expected one f32 value", files_[src.file]->path(), src.quant.scale2_key,
+           s2.describe());
+    t = dequantize_nvfp4(t, files_[src.file]->get(src.quant.scale_key), static_cast<float>(s2.get(0)),
+                         files_[src.file]->path() + ": '" + src.key + "'");
+  } else if (src.quant.kind != QuantSpec::none)
     t = dequantize_weight(t, files_[src.file]->get(src.quant.scale_key), src.quant, files_[src.file]->path() + ": '" +
                           src.key + "'");
   if (src.kind == Source::plain) return t;
@@ -502,6 +516,29 @@ size_t DitCheckpoint::stored_bytes() const {
     total += ti.end - ti.begin;
   }
   return total;
+}
+
+std::map<std::string, int64_t> DitCheckpoint::quant_counts() const {
+  std::map<std::string, int64_t> counts;
+  for (const auto& [k, src] : sources_) {
+    switch (src.quant.kind) {
+      case QuantSpec::none:
+        break;
+      case QuantSpec::fp8:
+        counts["fp8"] += 1;
+        break;
+      case QuantSpec::int8:
+        counts[src.quant.convrot_group > 0 ? "int8-convrot" : "int8"] += 1;
+        break;
+      case QuantSpec::nvfp4:
+        counts["nvfp4"] += 1;
+        break;
+      case QuantSpec::mxfp8:
+        counts["mxfp8"] += 1;
+        break;
+    }
+  }
+  return counts;
 }
 
 std::map<DType, int64_t> DitCheckpoint::dtype_counts() const {

@@ -63,6 +63,8 @@ class DitCheckpoint {
   // Bytes of parameter data as stored, and the count per stored dtype.
   size_t stored_bytes() const;
   std::map<DType, int64_t> dtype_counts() const;
+  // Quantized parameters by format ("fp8", "int8", "int8-convrot", "nvfp4"; a fused qkv counts three times).
+  std::map<std::string, int64_t> quant_counts() const;
   uint64_t seed() const { return seed_; }
 
  private:

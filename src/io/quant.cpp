@@ -16,7 +16,9 @@ QuantFormat quant_format_from_name(const std::string& s) {
   if (s == "scaled_fp8") return QuantFormat::scaled_fp8;
   if (s == "int8") return QuantFormat::int8;
   if (s == "int8-convrot") return QuantFormat::int8_convrot;
-  fail("unknown quantization '{}' (allowed: fp8, scaled_fp8, int8, int8-convrot)", s);
+  if (s == "nvfp4") return QuantFormat::nvfp4;
+  if (s == "mxfp8") return QuantFormat::mxfp8;
+  fail("unknown quantization '{}' (allowed: fp8, scaled_fp8, int8, int8-convrot, nvfp4, mxfp8)", s);
 }
 
 std::string_view quant_format_name(QuantFormat f) {
@@ -31,6 +33,10 @@ std::string_view quant_format_name(QuantFormat f) {
       return "int8";
     case QuantFormat::int8_convrot:
       return "int8-convrot";
+    case QuantFormat::nvfp4:
+      return "nvfp4";
+    case QuantFormat::mxfp8:
+      return "mxfp8";
   }
   return "?";
 }
@@ -71,8 +77,101 @@ void hadamard_columns_(Tensor& t, int g) {
     }
 }
 
+namespace {
+
+constexpr int64_t kNvfp4Block = 16;
+constexpr int64_t kMxfp8Block = 32;
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
+
+// Nearest e2m1 code of v (already divided by its scale), ties to the even code, clamped to +-6.
+uint8_t e2m1_code(float v) {
+  const float a = std::min(std::fabs(v), 6.0f);
+  uint8_t best = 0;
+  for (uint8_t c = 1; c < 8; ++c) {
+    const float d = std::fabs(a - kE2M1[c]), db = std::fabs(a - kE2M1[best]);
+    if (d < db || (d == db && (c % 2) == 0)) best = c;
+  }
+  return static_cast<uint8_t>(best | (std::signbit(v) && best != 0 ? 8 : 0));
+}
+
+}  // namespace
+
+int64_t nvfp4_scale_index(int64_t r, int64_t b, int64_t blocks) {
+  const int64_t col_atoms = round_up(blocks, 4) / 4, mr = r % 128;
+  return ((r / 128) * col_atoms + b / 4) * 512 + (mr % 32) * 16 + (mr / 32) * 4 + b % 4;
+}
+
+Shape quant_logical_shape(const QuantSpec& spec, const Shape& stored) {
+  if (spec.kind == QuantSpec::nvfp4 && stored.size() == 2) return {stored[0], stored[1] * 2};
+  return stored;
+}
+
+Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2,
+                        const std::string& where) {
+  if (packed.ndim() != 2 || packed.dtype() != DType::u8)
+    fail("{}: nvfp4 weight is {}, expected U8 [rows, cols / 2] (two e2m1 codes per byte)", where,
+         packed.describe());
+  const int64_t R = packed.dim(0), C = packed.dim(1) * 2;
+  if (C % kNvfp4Block != 0)
+    fail("{}: nvfp4 weight has {} columns, not a multiple of the 16-column block", where, C);
+  const int64_t B = C / kNvfp4Block;
+  const int64_t want = round_up(R, 128) * round_up(B, 4);
+  if (block_scales.dtype() != DType::fp8_e4m3 || block_scales.numel() != want)
+    fail(
+        "{}: nvfp4 block scales are {}, expected F8_E4M3 with {} = roundup({}, 128) x roundup({}, 4) "
+        "elements "
+        "(cuBLAS 128x4 tiling)",
+        where, block_scales.describe(), want, R, B);
+  if (!std::isfinite(scale_2))
+    fail("{}: nvfp4 per-tensor scale (weight_scale_2) is {}, not finite", where, scale_2);
+  const auto* q = packed.data<uint8_t>();
+  const auto* bs = static_cast<const uint8_t*>(block_scales.raw());
+  Tensor w(DType::f32, {R, C});
+  float* o = w.data<float>();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t b = 0; b < B; ++b) {
+      const float s = scale_2 * fp8e4m3_to_f32(bs[nvfp4_scale_index(r, b, B)]);
+      for (int64_t k = 0; k < kNvfp4Block / 2; ++k) {
+        const uint8_t byte = q[r * (C / 2) + b * (kNvfp4Block / 2) + k];
+        o[r * C + b * kNvfp4Block + 2 * k] = kE2M1[byte >> 4] * s;
+        o[r * C + b * kNvfp4Block + 2 * k + 1] = kE2M1[byte & 0x0F] * s;
+      }
+    }
+  return w;
+}
+
+Tensor dequantize_mxfp8(const Tensor& q, const Tensor& exponents, const std::string& where) {
+  if (q.ndim() != 2 || q.dtype() != DType::fp8_e4m3)
+    fail("{}: mxfp8 weight is {}, expected F8_E4M3 [rows, cols]", where, q.describe());
+  const int64_t R = q.dim(0), C = q.dim(1);
+  if (C % kMxfp8Block != 0) fail("{}: mxfp8 weight has {} columns, not a multiple of the 32-column block", where, C);
+  const int64_t B = C / kMxfp8Block, want = round_up(R, 128) * round_up(B, 4);
+  if (dtype_size(exponents.dtype()) != 1 || exponents.numel() != want)
+    fail("{}: mxfp8 block scales are {}, expected F8_E8M0 bytes with {} = roundup({}, 128) x roundup({}, 4) "
+         "elements (cuBLAS 128x4 tiling)",
+         where, exponents.describe(), want, R, B);
+  const auto* d = static_cast<const uint8_t*>(q.raw());
+  const auto* e = static_cast<const uint8_t*>(exponents.raw());
+  Tensor w(DType::f32, {R, C});
+  float* o = w.data<float>();
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t b = 0; b < B; ++b) {
+      const uint8_t x = e[nvfp4_scale_index(r, b, B)];
+      if (x == 255) fail("{}: mxfp8 block scale of row {}, block {} is the e8m0 NaN (255)", where, r, b);
+      const float s = std::ldexp(1.0f, static_cast<int>(x) - 127);
+      for (int64_t k = b * kMxfp8Block; k < (b + 1) * kMxfp8Block; ++k) o[r * C + k] = fp8e4m3_to_f32(d[r * C + k]) * s;
+    }
+  return w;
+}
+
 Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& spec,
                          const std::string& where) {
+  if (spec.kind == QuantSpec::mxfp8) return dequantize_mxfp8(q, scale, where);
   if (q.ndim() != 2) fail("{}: quantized weight {} must be 2-D", where, q.describe());
   const int64_t rows = q.dim(0), cols = q.dim(1);
   Tensor w = q.to(DType::f32);
@@ -174,6 +273,66 @@ void quantize_into(const std::string& name, const Tensor& w, QuantFormat q,
     } else {
       out.emplace_back(layer + ".scale_weight", scalar_f32(s));
     }
+    return;
+  }
+  if (q == QuantFormat::mxfp8) {
+    H3_CHECK(cols % kMxfp8Block == 0, "mxfp8: {} has {} columns; they must be a multiple of 32 (this writer does not pad)",
+             name, cols);
+    const int64_t B = cols / kMxfp8Block;
+    Tensor t(DType::fp8_e4m3, w.shape()), scales(DType::u8, {round_up(rows, 128), round_up(B, 4)});
+    std::memset(scales.raw(), 0, scales.nbytes());
+    auto* d = static_cast<uint8_t*>(t.raw());
+    auto* sc = scales.data<uint8_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < B; ++b) {
+        const float* x = p + r * cols + b * kMxfp8Block;
+        float bmax = 0;
+        for (int64_t k = 0; k < kMxfp8Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
+        const double need = std::max(static_cast<double>(bmax) / 448.0, std::ldexp(1.0, -127));
+        const int e = bmax == 0 ? 0 : std::clamp(static_cast<int>(std::ceil(std::log2(need))) + 127, 0, 254);
+        sc[nvfp4_scale_index(r, b, B)] = static_cast<uint8_t>(e);
+        const float s = std::ldexp(1.0f, e - 127);
+        for (int64_t k = 0; k < kMxfp8Block; ++k)
+          d[r * cols + b * kMxfp8Block + k] = bmax == 0 ? uint8_t{0} : f32_to_fp8e4m3(x[k] / s);
+      }
+    out.emplace_back(name, t);
+    out.emplace_back(layer + ".weight_scale", scales);
+    out.emplace_back(layer + ".comfy_quant", json_bytes(R"({"format": "mxfp8"})"));
+    return;
+  }
+  if (q == QuantFormat::nvfp4) {
+    H3_CHECK(rows % 16 == 0 && cols % kNvfp4Block == 0,
+             "nvfp4: {} is {}x{}; rows and columns must be multiples of 16 (this writer does not pad)", name,
+             rows, cols);
+    float amax = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(p[i]));
+    const float s2 = amax / (448.0f * 6.0f);
+    const int64_t B = cols / kNvfp4Block;
+    Tensor packed(DType::u8, {rows, cols / 2}),
+        scales(DType::fp8_e4m3, {round_up(rows, 128), round_up(B, 4)});
+    std::memset(scales.raw(), 0, scales.nbytes());
+    auto* d = packed.data<uint8_t>();
+    auto* sc = static_cast<uint8_t*>(scales.raw());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < B; ++b) {
+        const float* x = p + r * cols + b * kNvfp4Block;
+        float bmax = 0;
+        for (int64_t k = 0; k < kNvfp4Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
+        const uint8_t code = s2 > 0 ? f32_to_fp8e4m3(std::min(bmax / 6.0f / s2, 448.0f)) : uint8_t{0};
+        sc[nvfp4_scale_index(r, b, B)] = code;
+        const float total = s2 * fp8e4m3_to_f32(code);
+        for (int64_t k = 0; k < kNvfp4Block; k += 2) {
+          const uint8_t hi = total > 0 ? e2m1_code(x[k] / total) : uint8_t{0};
+          const uint8_t lo = total > 0 ? e2m1_code(x[k + 1] / total) : uint8_t{0};
+          d[r * (cols / 2) + (b * kNvfp4Block + k) / 2] = static_cast<uint8_t>(hi << 4 | lo);
+        }
+      }
+    out.emplace_back(name, packed);
+    out.emplace_back(layer + ".weight_scale", scales);
+    out.emplace_back(layer + ".weight_scale_2", scalar_f32(s2 > 0 ? s2 : 1.0f));
+    if (name.find("fc2") == std::string::npos && name.find("ff.net.2") == std::string::npos)
+      out.emplace_back(layer + ".input_scale", scalar_f32(1.0f));
+    out.emplace_back(layer + ".comfy_quant", json_bytes(R"({"format": "nvfp4"})"));
     return;
   }
   Tensor src = w.clone();

@@ -24,6 +24,30 @@
 //                256 does not. The spec names only "a Hadamard convrot input rotation (group 256)"; the
 //                orientation and the normalisation above are ours (inferred), and dequantization is exact for
 //                any orthonormal H.
+//   nvfp4        comfy_quant {"format": "nvfp4"} (ComfyUI / comfy-kitchen TensorCoreNVFP4Layout):
+//   <layer>.weight U8
+//                [rows, cols / 2], two e2m1 codes per byte, the EVEN column in the HIGH nibble (kitchen's
+//                hi_first packing: byte = code[2k] << 4 | code[2k+1]); code bits s e e m, values
+//                0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives. <layer>.weight_scale F8_E4M3: one block
+//                scale per 16 consecutive columns of a row, stored in cuBLAS's swizzled 128x4 tiling
+//                (kitchen's to_blocked): for row r and block b of a [R, B] scale matrix padded to Rp =
+//                roundup(R, 128), Bp = roundup(B, 4),
+//                  index(r, b) = ((r / 128) * (Bp / 4) + b / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4
+//                  + b % 4
+//                (row-major over 128x4 atoms; any shape whose element count is Rp * Bp is accepted).
+//                <layer>.weight_scale_2 f32 scalar (per tensor), <layer>.input_scale f32 (activations, unused
+//                on load). W[r][c] = e2m1(code) * (weight_scale_2 * e4m3(block scale)). Quantization as
+//                kitchen: scale_2 = amax / (448 * 6); block scale = e4m3(min(amax_block / 6 / scale_2, 448));
+//                codes round to nearest, ties to the even code, clamped to +-6. Rows and columns must be
+//                multiples of 16 (every H3 GEMM is; kitchen pads otherwise and this engine refuses such files
+//                by shape). Hopper has no FP4 tensor cores: the weights are dequantized on load like the
+//                other formats.
+//   mxfp8        comfy_quant {"format": "mxfp8"} (kitchen TensorCoreMXFP8Layout): <layer>.weight F8_E4M3 [rows, cols],
+//                <layer>.weight_scale F8_E8M0 (read as its bytes): one exponent e per 32 consecutive columns of a row,
+//                in the same swizzled 128x4 tiling (index(r, b) above with blocks = cols / 32), value 2^(e - 127).
+//                W = fp8 * 2^(e - 127); quantization as kitchen: e = clamp(ceil(log2(max(amax_block / 448,
+//                2^-127))) + 127, 0, 254), 0 for an all-zero block. This writer stores the exponents as U8 (the
+//                same bytes; readers that insist on the F8_E8M0 name would need a re-tag).
 // Row-indexed scales belong to the rows as stored: a per-head interleaved qkv_proj is dequantized in stored
 // row order with its scale rows, then de-interleaved, so its scales move with their rows.
 #pragma once
@@ -38,20 +62,31 @@ namespace h3 {
 
 class DitCheckpoint;
 
-enum class QuantFormat { none, fp8, scaled_fp8, int8, int8_convrot };
+enum class QuantFormat { none, fp8, scaled_fp8, int8, int8_convrot, nvfp4, mxfp8 };
 QuantFormat quant_format_from_name(const std::string& s);
 std::string_view quant_format_name(QuantFormat f);
 
 // How one stored weight is dequantized.
 struct QuantSpec {
-  enum Kind { none, fp8, int8 } kind = none;
-  std::string scale_key;  // key in the same file holding the scale
+  enum Kind { none, fp8, int8, nvfp4, mxfp8 } kind = none;
+  std::string scale_key;   // key in the same file holding the scale (nvfp4: the block scales)
+  std::string scale2_key;  // nvfp4: the per-tensor second-level scale
   int convrot_group = 0;  // 0: no rotation
 };
 
 // Dequantizes `q` (F8_E4M3 or I8, 2-D) with `scale` to f32. `where` names the file and key in errors.
 Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& spec,
                          const std::string& where);
+// NVFP4 (layout above): packed U8 [R, C/2], block scales F8_E4M3 (R x C/16 swizzled), scale_2 -> f32 [R, C].
+Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2,
+                        const std::string& where);
+// MXFP8 (layout above): F8_E4M3 [R, C], exponent bytes (R x C/32 swizzled) -> f32 [R, C].
+Tensor dequantize_mxfp8(const Tensor& q, const Tensor& exponents, const std::string& where);
+// The swizzled position of row r, block b's scale in a scale matrix of `blocks` blocks per row (layout
+// above).
+int64_t nvfp4_scale_index(int64_t r, int64_t b, int64_t blocks);
+// The logical [out, in] shape of a stored quantized weight (nvfp4 packs two columns per byte).
+Shape quant_logical_shape(const QuantSpec& spec, const Shape& stored);
 // Applies the orthonormal Hadamard H_g to every group of g consecutive columns of a 2-D f32 tensor, in place.
 void hadamard_columns_(Tensor& t, int g);
 // The convrot group for an input width: 256, or the largest power of two dividing `in`.

@@ -57,10 +57,14 @@ void safetensors_parse(const std::string& path, const std::byte* bytes, size_t s
         fail("{}: tensor '{}': unexpected field '{}'", path, key, f.key());
     if (!v.contains("dtype") || !v["dtype"].is_string())
       fail("{}: tensor '{}': missing or non-string 'dtype'", path, key);
-    auto dt = dtype_from_safetensors(v["dtype"].get<std::string>());
+    // F8_E8M0 (MXFP8 block scales: one biased power-of-two exponent per byte) has no arithmetic of its own here:
+    // it is read as its raw bytes (U8) and interpreted by io/quant.h.
+    const std::string dt_name = v["dtype"].get<std::string>();
+    auto dt = dt_name == "F8_E8M0" ? std::optional<DType>(DType::u8) : dtype_from_safetensors(dt_name);
     if (!dt)
-      fail("{}: tensor '{}': unsupported dtype '{}' (supported: F64 F32 BF16 F16 F8_E4M3 I64 I32 I8 U8)", path, key,
-           v["dtype"].get<std::string>());
+      fail("{}: tensor '{}': unsupported dtype '{}' (supported: F64 F32 BF16 F16 F8_E4M3 I64 I32 I8 U8, F8_E8M0 as "
+           "bytes)",
+           path, key, dt_name);
     if (!v.contains("shape") || !v["shape"].is_array())
       fail("{}: tensor '{}': missing or non-array 'shape'", path, key);
     TensorInfo ti;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "model/qwen3_text_weights.h"
 #include "ops/ops.h"
 #include "ops/ops_act.h"
 #include "ops/ops_conv.h"
@@ -100,17 +101,38 @@ std::string QwenVisionConfig::summary() const {
       out_hidden, n_pos, ds);
 }
 
-std::string qwen_vision_prefix(const SafeTensors& f) {
+namespace {
+
+// The config text a source carries: a safetensors file's "config" metadata, a text-encoder source's
+// config.json.
+std::string config_text_of(const SafeTensors& f) {
+  return f.meta("config");
+}
+std::string config_text_of(const QwenTextWeights& w) {
+  return w.config_json();
+}
+
+template <class Src>
+std::string vision_prefix_of(const Src& f) {
   const std::string tail = "patch_embed.proj.weight";
   for (const auto& k : f.keys())
     if (k.ends_with(tail)) return k.substr(0, k.size() - tail.size());
   fail("{}: no Qwen3-VL vision tower found (no '*patch_embed.proj.weight')", f.path());
 }
 
-QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f) {
-  const std::string p = qwen_vision_prefix(f);
-  QwenVisionConfig c = f.meta("config").empty() ? QwenVisionConfig{}
-                                                : QwenVisionConfig::from_json_text(f.meta("config"), f.path());
+template <class Src>
+bool has_vision_of(const Src& f) {
+  for (const auto& k : f.keys())
+    if (k.ends_with("patch_embed.proj.weight")) return true;
+  return false;
+}
+
+template <class Src>
+QwenVisionConfig detect_vision_config_of(const Src& f) {
+  const std::string p = vision_prefix_of(f);
+  const std::string cfg_text = config_text_of(f);
+  QwenVisionConfig c =
+      cfg_text.empty() ? QwenVisionConfig{} : QwenVisionConfig::from_json_text(cfg_text, f.path());
   const Shape& pw = f.info(p + "patch_embed.proj.weight").shape;
   if (pw.size() != 5 || pw[3] != pw[4])
     fail("{}: {}patch_embed.proj.weight is {}, expected [hidden, C, tp, p, p]", f.path(), p, shape_str(pw));
@@ -143,12 +165,44 @@ QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f) {
   return c;
 }
 
+}  // namespace
+
+std::string qwen_vision_prefix(const SafeTensors& f) {
+  return vision_prefix_of(f);
+}
+std::string qwen_vision_prefix(const QwenTextWeights& w) {
+  return vision_prefix_of(w);
+}
+bool has_qwen_vision(const SafeTensors& f) {
+  return has_vision_of(f);
+}
+bool has_qwen_vision(const QwenTextWeights& w) {
+  return has_vision_of(w);
+}
+QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f) {
+  return detect_vision_config_of(f);
+}
+QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w) {
+  return detect_vision_config_of(w);
+}
+
 QwenVisionModel::QwenVisionModel(const SafeTensors& f, const QwenVisionConfig& cfg, Precision precision)
     : cfg_(cfg) {
+  load(f, precision);
+}
+
+QwenVisionModel::QwenVisionModel(const QwenTextWeights& w, const QwenVisionConfig& cfg, Precision precision)
+    : cfg_(cfg) {
+  load(w, precision);
+}
+
+template <class Src>
+void QwenVisionModel::load(const Src& f, Precision precision) {
+  const QwenVisionConfig& cfg = cfg_;
   if (precision == Precision::bf16 || precision == Precision::fp8)
     fail("Qwen3-VL vision tower: {} compute is not implemented; use f32 or f64", precision_name(precision));
   dtype_ = precision == Precision::f64 ? DType::f64 : DType::f32;
-  const std::string p = qwen_vision_prefix(f);
+  const std::string p = vision_prefix_of(f);
   std::vector<std::string> problems;
   auto load = [&](const std::string& key, const Shape& shape) -> Tensor {
     const std::string full = p + key;

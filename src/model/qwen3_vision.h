@@ -28,6 +28,7 @@
 
 #include "io/safetensors.h"
 #include "model/dit.h"
+#include "model/qwen3_text_weights.h"
 
 namespace h3 {
 
@@ -52,9 +53,14 @@ using GridThw = std::array<int64_t, 3>;
 // Where the vision tower's tensors live in `f` (the prefix before "patch_embed.proj.weight"): "weight.visual." in
 // golden files, "model.visual." or "visual." in checkpoints. Throws when there is none.
 std::string qwen_vision_prefix(const SafeTensors& f);
+std::string qwen_vision_prefix(const QwenTextWeights& w);
+// Whether `f` (`w`: a text-encoder source, file or transformers folder) holds a vision tower at all.
+bool has_qwen_vision(const SafeTensors& f);
+bool has_qwen_vision(const QwenTextWeights& w);
 // Sizes from the tensor shapes, the head count and DeepStack layers from the file's "config" metadata when
 // present (else the defaults). Throws on inconsistent shapes.
 QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f);
+QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w);  // config from its config.json
 
 struct QwenVisionOutputs {
   Tensor embeds;                    // [N/m^2, out_hidden], the merger's output
@@ -67,6 +73,9 @@ class QwenVisionModel {
   // Loads every tensor of the tower under qwen_vision_prefix(f), converted to the compute dtype. Throws listing
   // every missing or mis-shaped key. bf16 is refused.
   QwenVisionModel(const SafeTensors& f, const QwenVisionConfig& cfg, Precision precision);
+  // The same from a text-encoder source (one file or a sharded transformers folder: only the shards holding
+  // the tower are mapped).
+  QwenVisionModel(const QwenTextWeights& w, const QwenVisionConfig& cfg, Precision precision);
 
   const QwenVisionConfig& config() const { return cfg_; }
   DType dtype() const { return dtype_; }
@@ -88,6 +97,8 @@ class QwenVisionModel {
     bool post_shuffle_norm = false;
   };
   Tensor merge(const Merger& m, const Tensor& x) const;
+  template <class Src>
+  void load(const Src& f, Precision precision);  // the constructors' body (qwen3_vision.cpp)
 
   QwenVisionConfig cfg_;
   DType dtype_;

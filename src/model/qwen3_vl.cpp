@@ -38,8 +38,9 @@ Qwen3VlPrepared prepare_qwen3vl(const QwenVisionModel& vision, const Qwen3VlInpu
       out.extras.rows.push_back(static_cast<int64_t>(i));
     }
   }
-  const int64_t n_image = out.image.embeds.numel() ? out.image.embeds.dim(0) : 0;
-  const int64_t n_video = out.video.embeds.numel() ? out.video.embeds.dim(0) : 0;
+  // An absent modality's outputs are undefined tensors (numel() of a 0-d shape is 1, so test defined()).
+  const int64_t n_image = out.image.embeds.defined() ? out.image.embeds.dim(0) : 0;
+  const int64_t n_video = out.video.embeds.defined() ? out.video.embeds.dim(0) : 0;
   if (static_cast<int64_t>(image_slot.size()) != n_image || static_cast<int64_t>(video_slot.size()) != n_video)
     fail("Qwen3-VL: the prompt has {} image and {} video placeholder tokens, the vision tower gave {} and {}",
          image_slot.size(), video_slot.size(), n_image, n_video);

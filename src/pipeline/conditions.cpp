@@ -1,12 +1,14 @@
 // Keyframes and references (pipeline/conditions.h).
 #include "pipeline/conditions.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/log.h"
 #include "media/media_read.h"
 #include "model/qwen3_text.h"
+#include "model/qwen3_vl.h"
 #include "model/tokenizer.h"
 #include "pipeline/generate.h"
 #include "pipeline/geometry.h"
@@ -286,27 +288,170 @@ std::string prompt_text_without_vision(const ResolvedRequest& r) {
   return text + r.prompt;
 }
 
-PromptEncoding encode_prompt_with_media(const ResolvedRequest& r, const Tokenizer& tok,
-                                        const QwenTextModel& text, int64_t layer) {
-  PromptEncoding out;
-  int pictures = 0, videos = 0;
+namespace {
+
+// [3, H, W] or frame f of [3, F, H, W], f32 in [0, 1] from the reader (values u8 / 255) -> u8 [H, W, 3].
+Tensor to_u8_hwc(const Tensor& planes, int64_t f) {
+  const bool video = planes.ndim() == 4;
+  const int64_t F = video ? planes.dim(1) : 1, H = planes.dim(video ? 2 : 1), W = planes.dim(video ? 3 : 2);
+  Tensor out(DType::u8, {H, W, 3});
+  const float* src = planes.data<float>();
+  uint8_t* o = out.data<uint8_t>();
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t i = 0; i < H * W; ++i) {
+      const float v = src[(c * F + f) * H * W + i];
+      o[i * 3 + c] = static_cast<uint8_t>(std::lround(std::clamp(v, 0.0f, 1.0f) * 255.0f));
+    }
+  return out;
+}
+
+Tensor concat_any_rows(const std::vector<Tensor>& parts) {
+  if (parts.empty()) return {};
+  const int64_t width = parts[0].dim(1);
+  int64_t n = 0;
+  for (const Tensor& t : parts) n += t.dim(0);
+  Tensor out(parts[0].dtype(), {n, width});
+  auto* o = static_cast<std::byte*>(out.raw());
+  for (const Tensor& t : parts) {
+    std::memcpy(o, t.raw(), t.nbytes());
+    o += t.nbytes();
+  }
+  return out;
+}
+
+constexpr const char* kVisionTokens[] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                                         "<|video_pad|>"};
+
+}  // namespace
+
+VisionTokenIds vision_token_ids(const Tokenizer& tok) {
+  VisionTokenIds ids;
+  int32_t* slot[] = {&ids.vision_start, &ids.vision_end, &ids.image, &ids.video};
+  for (size_t i = 0; i < 4; ++i) {
+    *slot[i] = tok.token_to_id(kVisionTokens[i]);
+    H3_CHECK(*slot[i] >= 0,
+             "the tokenizer {} has no {} token, which keyframes and references need (Qwen3-VL's vision "
+             "tokens): pass the released Qwen3-VL tokenizer",
+             tok.source(), kVisionTokens[i]);
+  }
+  return ids;
+}
+
+std::vector<PromptMedia> prompt_media(const ResolvedRequest& r, const std::vector<GridThw>& grids,
+                                      const std::vector<std::vector<double>>& timestamps) {
+  std::vector<PromptMedia> out;
+  size_t v = 0;
   for (const ConditionMedia& m : r.media) {
-    pictures += m.role == "first" || m.role == "last" || m.role == "image";
-    videos += m.role == "video";
+    PromptMedia pm;
+    if (m.role == "audio") {
+      pm.kind = PromptMedia::Kind::audio;
+      out.push_back(pm);
+      continue;
+    }
+    H3_CHECK(v < grids.size(), "prompt: visual condition {} ({}) has no vision grid", v + 1, m.path);
+    pm.grid = grids[v];
+    if (m.role == "video") {
+      pm.kind = PromptMedia::Kind::video;
+      pm.video_has_audio = m.audio_samples > 0;
+      pm.timestamps = timestamps.at(v);
+    }
+    ++v;
+    out.push_back(std::move(pm));
   }
-  if (pictures + videos > 0) {
-    out.warnings.push_back(
-        fmt::format("{}: the Qwen3-VL vision tower is not wired in yet (pipeline/conditions.cpp "
-                    "encode_prompt_with_media), so "
-                    "the {} picture(s) and {} video(s) are absent from the prompt: no <Picture i>/<Video k> "
-                    "labels and no "
-                    "vision rows; the prompt text is encoded alone (the VAE condition rows are still used)",
-                    r.mode, pictures, videos));
-    spdlog::warn("{}", out.warnings.back());
+  return out;
+}
+
+PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const QwenVisionModel* vision) {
+  PromptInputs in;
+  bool visual = false;
+  for (const ConditionMedia& m : r.media) visual |= m.visual();
+  if (!visual) {
+    in.text = prompt_text_without_vision(r);
+    in.ids = tok.encode(in.text);
+    H3_CHECK(!in.ids.empty(), "the prompt gives no tokens");
+    return in;
   }
-  const std::vector<int32_t> ids = tok.encode(prompt_text_without_vision(r));
-  H3_CHECK(!ids.empty(), "the prompt gives no tokens");
-  out.embeds = text.hidden_state(ids, layer).to(DType::f32);
+  H3_CHECK(vision, "{} request with pictures/videos but no Qwen3-VL vision tower loaded", r.mode);
+  for (const char* t : kVisionTokens)
+    H3_CHECK(r.prompt.find(t) == std::string::npos,
+             "the prompt contains the special token {}; with keyframes or references the engine places the "
+             "vision tokens itself: remove it from the prompt",
+             t);
+  const VisionTokenIds tok_ids = vision_token_ids(tok);
+  const QwenVisionConfig& vc = vision->config();
+  VlPreprocessConfig image_cfg, video_cfg = VlPreprocessConfig::video_defaults();
+  for (VlPreprocessConfig* c : {&image_cfg, &video_cfg}) {
+    c->patch = vc.patch;
+    c->temporal_patch = vc.temporal_patch;
+    c->merge = vc.merge;
+  }
+  Qwen3VlInputs q;
+  std::vector<Tensor> image_rows, video_rows;
+  std::vector<GridThw> grids;  // per visual media, in r.media order
+  std::vector<std::vector<double>> stamps;
+  for (const ConditionMedia& m : r.media) {
+    if (!m.visual()) continue;
+    const MediaInfo info = scan_media(m.path);
+    if (m.role == "video") {
+      const std::vector<int64_t> idx = sample_frame_indices(m.frames, static_cast<double>(kFps), 2.0);
+      H3_CHECK(!idx.empty(), "{}: no frames to sample at 2 fps", m.path);
+      const Tensor all =
+          read_video_frames(m.path, static_cast<int>(kFps), idx.back() + 1, info.width, info.height);
+      H3_CHECK(all.dim(1) > idx.back(),
+               "{}: read {} frames at 24 fps, the 2 fps sampling needs {}; did the file change?", m.path,
+               all.dim(1), idx.back() + 1);
+      std::vector<Tensor> frames;
+      for (int64_t i : idx) frames.push_back(to_u8_hwc(all, i));
+      VlPixels px = preprocess_frames(frames, video_cfg);
+      video_rows.push_back(px.pixels);
+      q.video_grids.push_back(px.grid);
+      grids.push_back(px.grid);
+      stamps.push_back(temporal_patch_timestamps(idx, static_cast<double>(kFps), vc.temporal_patch));
+    } else {
+      const Tensor pic = read_picture(m.path, info.width, info.height, FitMode::stretch);
+      VlPixels px = preprocess_frames({to_u8_hwc(pic, 0)}, image_cfg);
+      image_rows.push_back(px.pixels);
+      q.image_grids.push_back(px.grid);
+      grids.push_back(px.grid);
+      stamps.emplace_back();
+    }
+  }
+  q.image_pixels = concat_any_rows(image_rows);
+  q.video_pixels = concat_any_rows(video_rows);
+  in.text = h3_prompt_text(prompt_media(r, grids, stamps), r.prompt, vc.merge);
+  q.ids = tok.encode(in.text);
+  Qwen3VlPrepared prep = prepare_qwen3vl(*vision, q, tok_ids);
+  in.ids = std::move(q.ids);
+  in.positions = std::move(prep.positions);
+  in.extras = std::move(prep.extras);
+  const auto n = static_cast<int64_t>(in.ids.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (in.ids[i] != tok_ids.vision_start) continue;
+    int64_t e = i + 1;
+    while (e < n && in.ids[e] != tok_ids.vision_end) ++e;
+    H3_CHECK(e < n, "prompt: the vision block at token {} has no <|vision_end|>", i);
+    in.vision_ranges.emplace_back(i, e + 1);
+    i = e;
+  }
+  return in;
+}
+
+PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, int64_t layer) {
+  PromptEncoding out;
+  H3_CHECK(!in.ids.empty(), "the prompt gives no tokens");
+  const bool vision = !in.extras.rows.empty();
+  if (vision)
+    H3_CHECK(
+        in.extras.embeds.defined() && in.extras.embeds.dim(1) == text.config().hidden,
+        "the vision tower's rows are {} wide but the text encoder's hidden size is {}: the tower and the "
+        "LM come from different models",
+        in.extras.embeds.defined() ? in.extras.embeds.dim(1) : 0, text.config().hidden);
+  out.embeds = text.forward(in.ids, {layer}, false, in.positions.empty() ? nullptr : &in.positions,
+                            vision ? &in.extras : nullptr)
+                   .hidden_states.at(layer)
+                   .to(DType::f32);
+  out.vision_ranges = in.vision_ranges;
+  out.vision_rows = static_cast<int64_t>(in.extras.rows.size());
   return out;
 }
 

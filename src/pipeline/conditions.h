@@ -28,6 +28,9 @@
 #include "core/tensor.h"
 #include "model/audio_vae.h"
 #include "model/layout.h"
+#include "model/qwen3_text.h"
+#include "model/qwen3_vision.h"
+#include "model/qwen_vl_preprocess.h"
 #include "model/video_vae.h"
 
 namespace h3 {
@@ -36,7 +39,6 @@ struct GenerateRequest;
 struct ResolvedRequest;
 struct ModelLimits;
 class Tokenizer;
-class QwenTextModel;
 
 // One keyframe or reference after resolution. `role`: "first", "last" (fl2va) or "image", "audio", "video"
 // (ref2va).
@@ -71,18 +73,47 @@ struct ConditionRows {
 ConditionRows encode_conditions(const ResolvedRequest& r, const VideoVae& vvae, const AudioVae& avae);
 
 // The text side of a request with media (spec §5): the prompt with `<Picture i>: `, `<Audio j>: `,
-// `<Video k>: ` labels and the vision rows of each picture / video inside the text. THE SEAM for the
-// Qwen3-VL vision tower (model/qwen3_vl.h): until it is wired in here, a request with pictures or videos is
-// encoded from the prompt text alone and a warning says the vision rows are absent; audio-only references
-// get their text labels.
+// `<Video k>: ` labels and, inside it, one vision block per picture and per video frame pair
+// (<|vision_start|> + pads + <|vision_end|>), whose pad rows take the Qwen3-VL vision tower's outputs;
+// DeepStack features are added after LM layers 0..K-1 at those rows and the LM runs on Qwen3-VL's mRoPE
+// positions (model/qwen3_vl.h).
+//
+// What the processor is given (inferred; the public pipelines hand the user's files to Qwen's processor):
+// each picture at the file's own size, each reference video's frames at its own size, at 24 fps, the ones the
+// VAE reads (at most the target's frame count), sampled at 2 fps (every 12th frame; odd counts padded by
+// repeating the last); smart_resize then fixes the grid (min 65,536 / max 16,777,216 pixels for pictures,
+// 4,096 / 25,165,824 per frame for videos). The VAE condition rows use the canvas-fitted pixels as before.
+//
+// Rank 0 prepares (it holds the files): prepare_prompt() reads, preprocesses and runs the tower; the result
+// travels to the encoder ranks (prompt_inputs_to_json / _tensors), which run the LM with encode_prompt().
+struct PromptInputs {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> positions;  // [3 * N] mRoPE positions; empty = text positions (no vision blocks)
+  TextExtras extras;               // the pad rows, the tower's embeddings and DeepStack features
+  std::vector<std::pair<int64_t, int64_t>> vision_ranges;  // [begin, end) of each vision block (its start
+                                                           // and end tokens included): tag 0 in the layout
+  std::string text;                                        // what was tokenised (log / tests)
+};
+// The labels and vision blocks of `r` in presentation order, from the grids of its pictures/videos
+// (exposed for tests). `grids[i]` and `timestamps[i]` belong to visual media i (in r.media order).
+std::vector<PromptMedia> prompt_media(const ResolvedRequest& r, const std::vector<GridThw>& grids,
+                                      const std::vector<std::vector<double>>& timestamps);
+// The tokenizer's ids of Qwen's vision tokens; throws naming the tokenizer when one is missing.
+VisionTokenIds vision_token_ids(const Tokenizer& tok);
+// `vision` may be null only when r has no pictures or videos. Throws (what, which file, what to do) on
+// unreadable media, a prompt that itself holds vision tokens, or a tower that does not fit the LM.
+PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const QwenVisionModel* vision);
+
 struct PromptEncoding {
   Tensor embeds;                                           // [L, text_dim] f32
-  std::vector<std::pair<int64_t, int64_t>> vision_ranges;  // [begin, end) rows of vision blocks in the text
+  std::vector<std::pair<int64_t, int64_t>> vision_ranges;  // as in PromptInputs
+  int64_t vision_rows = 0;                                 // pad rows fed by the vision tower
   std::vector<std::string> warnings;
 };
-// The text the tokenizer sees when no vision rows are available (exposed for tests).
+// The text the tokenizer sees when no vision rows are needed (t2va, audio-only references; exposed for
+// tests).
 std::string prompt_text_without_vision(const ResolvedRequest& r);
-PromptEncoding encode_prompt_with_media(const ResolvedRequest& r, const Tokenizer& tok,
-                                        const QwenTextModel& text, int64_t layer);
+// hidden_states[layer] of the prompt (collective over the text model's tensor-parallel group).
+PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, int64_t layer);
 
 }  // namespace h3

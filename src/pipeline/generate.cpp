@@ -1,10 +1,12 @@
 // Request parsing and resolution (the cheap part of pipeline/generate.h). The Generator itself lives in
 // generator.cpp.
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
+#include "io/lora.h"
 #include "model/tokenizer.h"
 #include "pipeline/generate.h"
 #include "pipeline/geometry.h"
@@ -71,9 +73,8 @@ std::string fmt_seconds(int64_t frames) {
 GenerateRequest GenerateRequest::from_json(const json& j) {
   if (!j.is_object()) fail("a generate request must be a JSON object, got {}", json_kind(j));
   static const std::set<std::string> known = {
-      "prompt", "width",       "height",      "aspect",    "frames",    "seconds",
-      "steps",  "seed",        "shift",       "audio_shift", "first_image", "last_image",
-      "references"};
+      "prompt", "width", "height",      "aspect",      "frames",     "seconds",    "steps",
+      "seed",   "shift", "audio_shift", "first_image", "last_image", "references", "loras"};
   GenerateRequest r;
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) {
@@ -124,6 +125,22 @@ GenerateRequest GenerateRequest::from_json(const json& j) {
                  e.dump());
         r.references.push_back({get_string(e["kind"], "references[].kind"), get_string(e["path"], "references[].path")});
       }
+    } else if (k == "loras") {
+      H3_CHECK(v.is_array(),
+               "request field \"loras\" must be a list of {{\"path\", \"strength\"}} objects, got {}",
+               json_kind(v));
+      for (const json& e : v) {
+        H3_CHECK(e.is_object() && e.contains("path") &&
+                     (e.size() == 1 || (e.size() == 2 && e.contains("strength"))),
+                 "each entry of \"loras\" must be {{\"path\": FILE, \"strength\": NUMBER}} (strength "
+                 "optional, 1), "
+                 "got {}",
+                 e.dump());
+        LoraRef l;
+        l.path = get_string(e["path"], "loras[].path");
+        if (e.contains("strength")) l.strength = get_number(e["strength"], "loras[].strength");
+        r.loras.push_back(std::move(l));
+      }
     }
   }
   return r;
@@ -146,6 +163,10 @@ json GenerateRequest::to_json() const {
     j["references"] = json::array();
     for (const auto& m : references) j["references"].push_back({{"kind", m.kind}, {"path", m.path}});
   }
+  if (!loras.empty()) {
+    j["loras"] = json::array();
+    for (const auto& l : loras) j["loras"].push_back({{"path", l.path}, {"strength", l.strength}});
+  }
   return j;
 }
 
@@ -162,9 +183,12 @@ json ResolvedRequest::to_json() const {
                   {"latent_w", m.latent_w},
                   {"audio_samples", m.audio_samples},
                   {"audio_latents", m.audio_latents}});
+  json jl = json::array();
+  for (const auto& l : loras) jl.push_back({{"path", l.path}, {"strength", l.strength}});
   return {{"prompt", prompt},
           {"mode", mode},
           {"media", jm},
+          {"loras", jl},
           {"width", width},
           {"height", height},
           {"frames", frames},
@@ -201,6 +225,9 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
     r.audio_shift = j.at("audio_shift").get<double>();
     if (j.contains("notes")) r.notes = j["notes"].get<std::vector<std::string>>();
     if (j.contains("mode")) r.mode = j["mode"].get<std::string>();
+    if (j.contains("loras"))
+      for (const json& e : j["loras"])
+        r.loras.push_back({e.at("path").get<std::string>(), e.at("strength").get<double>()});
     if (j.contains("media"))
       for (const json& e : j["media"]) {
         ConditionMedia m;
@@ -322,6 +349,23 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
     std::random_device rd;
     r.seed = (static_cast<uint64_t>(rd()) << 32 | rd()) & ((1ull << 53) - 1);  // exact in JSON doubles too
     r.notes.push_back(fmt::format("random seed {}", r.seed));
+  }
+
+  // LoRAs: files that exist and hold LoRA keys, finite strengths (their keys are checked against the DiT
+  // when the generator merges them).
+  H3_CHECK(req.loras.size() <= 16, "{} LoRAs given; at most 16 are allowed", req.loras.size());
+  for (size_t i = 0; i < req.loras.size(); ++i) {
+    const auto& l = req.loras[i];
+    H3_CHECK(std::isfinite(l.strength) && std::fabs(l.strength) <= 100,
+             "LoRA {} ({}): strength {} is not a number in -100 .. 100", i + 1, l.path, l.strength);
+    H3_CHECK(std::filesystem::is_regular_file(l.path),
+             "LoRA {}: {} does not exist (give a .safetensors LoRA file)", i + 1, l.path);
+    try {
+      H3_CHECK(looks_like_lora(l.path), "holds no lora_A/lora_B or lora_down/lora_up keys");
+    } catch (const Error& e) {
+      fail("LoRA {}: {} is not a LoRA: {}", i + 1, l.path, e.what());
+    }
+    r.loras.push_back(l);
   }
 
   // Keyframes / references: every file scanned and checked, their geometry fixed.

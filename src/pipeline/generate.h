@@ -61,6 +61,16 @@ struct GenerateRequest {
   };
   std::vector<MediaRef> references;
 
+  // LoRAs merged into the DiT for this request, in order (strength s: W + s * B A). Paths are read by the
+  // engine: the server fills them from its --lora-dir only. A Generator re-merges from the pristine weights
+  // whenever the set differs from the previous request's (never accumulating deltas).
+  struct LoraRef {
+    std::string path;
+    double strength = 1.0;
+    bool operator==(const LoraRef&) const = default;
+  };
+  std::vector<LoraRef> loras;
+
   // Unknown fields, wrong types, negative seeds and sizes are refused with an h3::Error naming the field.
   static GenerateRequest from_json(const nlohmann::json& j);
   nlohmann::json to_json() const;
@@ -97,6 +107,7 @@ struct ResolvedRequest {
   double shift = 12.0, audio_shift = 3.0;
   std::string mode = "t2va";          // "t2va", "fl2va" (keyframes) or "ref2va" (references)
   std::vector<ConditionMedia> media;  // keyframes (first, then last) or references in request order
+  std::vector<GenerateRequest::LoraRef> loras;  // checked: existing LoRA files, finite strengths
   std::vector<std::string> notes;  // what was derived or snapped ("frames 130 snapped up to 141", ...)
 
   nlohmann::json to_json() const;
@@ -162,6 +173,9 @@ struct GenerateResult {
   Tensor pixels01;           // [3, frames, H, W] when options.keep_media
   Tensor waveform;           // [2, 1, samples] when options.keep_media
   int64_t prompt_tokens = 0;
+  int64_t vision_rows = 0, vision_blocks = 0;  // rows fed by the Qwen3-VL vision tower, and its blocks
+  uint64_t lora_digest = 0;  // of the LoRAs merged for this request (0 = none; agreed by every denoise rank)
+  bool lora_remerged = false;  // the DiT was re-merged from the pristine weights for this request
   std::vector<PhaseTiming>
       timings;             // load (first run only), encode, denoise, decode_video, decode_audio, write
   std::vector<std::string> warnings;  // e.g. vision rows absent from the prompt (pipeline/conditions.h)

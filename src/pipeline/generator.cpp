@@ -23,9 +23,12 @@
 #include "core/log.h"
 #include "dist/control.h"
 #include "io/checkpoint.h"
+#include "io/lora.h"
 #include "io/procedural.h"
+#include "media/mp4_writer.h"
 #include "model/audio_vae.h"
 #include "model/qwen3_text.h"
+#include "model/qwen3_vision.h"
 #include "model/tokenizer.h"
 #include "model/video_vae.h"
 #include "pipeline/conditions.h"
@@ -33,7 +36,6 @@
 #include "pipeline/procedural_models.h"
 #include "pipeline/synthetic.h"
 #include "pipeline/t2va.h"
-#include "media/mp4_writer.h"
 
 namespace h3 {
 
@@ -153,6 +155,52 @@ std::string bcast_string(Comm& comm, const std::string& s, int root, const std::
   return out;
 }
 
+// A tensor with its dtype kept (bcast_tensor above sends f32): the vision rows of an f64 run stay f64.
+void bcast_tensor_as_is(Comm& comm, Tensor& t, int root, const std::string& what) {
+  int64_t hdr[10] = {0};
+  if (comm.rank() == root) {
+    H3_CHECK(t.ndim() <= 8, "{}: too many dimensions", what);
+    hdr[0] = t.defined() ? static_cast<int64_t>(t.dtype()) : -1;
+    hdr[1] = t.defined() ? t.ndim() : 0;
+    for (int i = 0; t.defined() && i < t.ndim(); ++i) hdr[2 + i] = t.dim(i);
+  }
+  comm.broadcast(hdr, sizeof(hdr), root, what + " (shape)");
+  if (hdr[0] < 0) {
+    t = Tensor();
+    return;
+  }
+  if (comm.rank() != root) t = Tensor(static_cast<DType>(hdr[0]), Shape(hdr + 2, hdr + 2 + hdr[1]));
+  if (t.nbytes() > 0) comm.broadcast(t.raw(), static_cast<int64_t>(t.nbytes()), root, what);
+}
+
+// The prepared prompt (PromptInputs) from `root` to every rank of `comm`.
+void bcast_prompt(Comm& comm, PromptInputs& p, int root) {
+  const bool me = comm.rank() == root;
+  std::string head;
+  if (me)
+    head = json{{"ids", p.ids},
+                {"positions", p.positions},
+                {"rows", p.extras.rows},
+                {"deepstack", p.extras.deepstack.size()},
+                {"vision_ranges", p.vision_ranges},
+                {"text", p.text}}
+               .dump(-1, ' ', false, json::error_handler_t::replace);
+  head = bcast_string(comm, head, root, "prompt tokens");
+  if (!me) {
+    const json j = json::parse(head);
+    p.ids = j.at("ids").get<std::vector<int32_t>>();
+    p.positions = j.at("positions").get<std::vector<int64_t>>();
+    p.extras.rows = j.at("rows").get<std::vector<int64_t>>();
+    p.extras.deepstack.assign(j.at("deepstack").get<size_t>(), Tensor());
+    p.vision_ranges = j.at("vision_ranges").get<std::vector<std::pair<int64_t, int64_t>>>();
+    p.text = j.at("text").get<std::string>();
+  }
+  if (p.extras.rows.empty()) return;
+  bcast_tensor_as_is(comm, p.extras.embeds, root, "vision rows");
+  for (size_t k = 0; k < p.extras.deepstack.size(); ++k)
+    bcast_tensor_as_is(comm, p.extras.deepstack[k], root, fmt::format("DeepStack features {}", k));
+}
+
 }  // namespace
 
 struct Generator::Impl {
@@ -167,6 +215,11 @@ struct Generator::Impl {
   std::unique_ptr<DitCheckpoint> ckpt;
   DistPlan plan;
   std::unique_ptr<DitModel> dit;
+  // The LoRAs merged into `dit` (its checkpoint). A request with another set re-opens the checkpoint (the
+  // pristine, memory-mapped weights) and re-merges, so deltas never accumulate. `dit` is null after a failed
+  // switch, which forces the next request to rebuild.
+  std::vector<GenerateRequest::LoraRef> loras_merged;
+  uint64_t lora_digest = 0;
   std::shared_ptr<SafeTensors> vvae_file, avae_file;
   std::shared_ptr<QwenTextWeights> text_weights;
   std::unique_ptr<VideoVae> vvae;
@@ -185,6 +238,42 @@ struct Generator::Impl {
     return opt.precision == Precision::f64 ? Precision::f64 : Precision::f32;
   }
   Device vae_device() const { return vae_precision() == Precision::f64 ? Device::cpu : opt.vae_device; }
+
+  // The prompt of `r` (rank 0): the vision tower is loaded for requests with pictures or videos and freed
+  // when the prompt is built (it is small next to the LM; its rows are all the LM needs).
+  PromptInputs prepare_prompt(const ResolvedRequest& r) const {
+    bool visual = false;
+    for (const ConditionMedia& c : r.media) visual |= c.visual();
+    if (!visual) return h3::prepare_prompt(r, *tokenizer, nullptr);
+    H3_CHECK(
+        has_qwen_vision(*text_weights),
+        "{} with pictures or videos needs Qwen3-VL's vision tower, but the text encoder {} holds none (no "
+        "'*patch_embed.proj.weight'; e.g. a text-only truncated encoder): pass the full Qwen3-VL "
+        "text_encoder folder with --text-encoder",
+        r.mode, text_path);
+    const QwenVisionConfig vc = detect_qwen_vision_config(*text_weights);
+    H3_CHECK(
+        vc.out_hidden == text_cfg.hidden,
+        "the vision tower in {} gives {}-wide rows but its text decoder is {} wide: the file mixes models",
+        text_path, vc.out_hidden, text_cfg.hidden);
+    const QwenVisionModel vision(*text_weights, vc, vae_precision());
+    return h3::prepare_prompt(r, *tokenizer, &vision);
+  }
+
+  // Collective over the denoise ranks (DitModel checks that every rank merged the same LoRAs).
+  void merge_loras(const std::vector<GenerateRequest::LoraRef>& want, int world_rank) {
+    dit.reset();  // free the old weights before the new ones are built
+    loras_merged.clear();
+    lora_digest = 0;
+    auto ck = std::make_unique<DitCheckpoint>(DitCheckpoint::open(dit_path));
+    std::vector<std::string> specs;
+    for (const auto& l : want) specs.push_back(fmt::format("{}:{}", l.path, l.strength));
+    add_loras(*ck, specs, world_rank);
+    dit = std::make_unique<DitModel>(*ck, opt.precision, plan);
+    ckpt = std::move(ck);
+    loras_merged = want;
+    lora_digest = want.empty() ? 0 : ckpt->lora_digest();
+  }
 
   // Collective over `tp` (null: this rank alone).
   std::unique_ptr<QwenTextModel> load_text(Comm* tp) const {
@@ -418,6 +507,16 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
     res.timings.push_back({name, seconds_since(t0)});
   };
 
+  // 0. LoRAs: the denoise ranks re-merge from the pristine weights when the set changes (every rank sees the
+  // same request, so all decide alike; the DitModel's digest agreement names a rank that merged otherwise).
+  if (m.denoiser && (!m.dit || req.loras != m.loras_merged)) {
+    const auto t_lora = clock_type::now();
+    m.merge_loras(req.loras, comm.world_rank(comm.rank()));
+    res.lora_remerged = true;
+    res.timings.push_back({"lora_merge", seconds_since(t_lora)});
+  }
+  res.lora_digest = m.lora_digest;
+
   // 1. Prompt embeddings.
   check_cancel("before encoding");
   report("encode", 0, 1, 0, w_encode);
@@ -432,17 +531,39 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   // Every encoder rank runs the (tensor-parallel) tower; with K = 0 that is every rank, and all end with the
   // embeddings.
   const bool everyone_encodes = !from_pre && m.opt.encoder_ranks == 0;
+  // Rank 0 (which holds the keyframe / reference files) builds the prompt: tokens, and for pictures and
+  // videos the vision tower's rows and the mRoPE positions; the encoder ranks get it by broadcast. An error
+  // there (bad file, missing tower) travels too, so every rank fails the request with rank 0's message.
+  PromptInputs prompt;
+  if (!from_pre) {
+    std::string failure;
+    if (root) {
+      try {
+        prompt = m.prepare_prompt(req);
+      } catch (const Error& e) {
+        failure = e.what();
+      }
+    }
+    if (comm.size() > 1) failure = bcast_string(comm, failure, 0, "prompt preparation status");
+    if (!failure.empty()) {
+      if (root) fail("{}", failure);
+      fail("rank 0 could not prepare the prompt: {}", failure);
+    }
+    if (comm.size() > 1) bcast_prompt(comm, prompt, 0);
+  }
   if (comm.rank() == src || (!from_pre && m.encoder)) {
     if (from_pre) {
       H3_CHECK(have_pre_embeds, "rank 0 passed precomputed embeddings but this rank did not");
       embeds = pre->prompt_embeds.to(DType::f32);
     } else {
-      // The prompt with its keyframes / references (the vision-tower seam is in pipeline/conditions.h).
       std::unique_ptr<QwenTextModel> tower = m.text ? nullptr : m.load_text(comm.size() > 1 ? &comm : nullptr);
-      PromptEncoding pe = encode_prompt_with_media(req, *m.tokenizer, m.text ? *m.text : *tower,
-                                                   kConditioningLayer);
+      PromptEncoding pe = encode_prompt(prompt, m.text ? *m.text : *tower, kConditioningLayer);
       embeds = pe.embeds;
-      prompt_extra = json{{"vision_ranges", pe.vision_ranges}, {"warnings", pe.warnings}}.dump();
+      prompt_extra = json{
+          {"vision_ranges", pe.vision_ranges},
+          {"vision_rows", pe.vision_rows},
+          {"warnings",
+           pe.warnings}}.dump();
     }  // the per-request tower is freed here, before denoising
     H3_CHECK(embeds.ndim() == 2 && embeds.dim(1) == m.dit_config.text_dim,
              "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()),
@@ -456,6 +577,8 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   if (!prompt_extra.empty()) {
     const json pj = json::parse(prompt_extra);
     vision_ranges = pj.at("vision_ranges").get<std::vector<std::pair<int64_t, int64_t>>>();
+    res.vision_rows = pj.at("vision_rows").get<int64_t>();
+    res.vision_blocks = static_cast<int64_t>(vision_ranges.size());
     res.warnings = pj.at("warnings").get<std::vector<std::string>>();
   } else if (!req.media.empty()) {
     res.warnings.push_back("precomputed prompt embeddings: no vision rows for the keyframes / references");

@@ -21,7 +21,12 @@ class GeneratorRunner : public JobRunner {
     GenerateResult r = gen_.run(req, out_path, progress, cancel);
     nlohmann::json timings = nlohmann::json::object();
     for (const auto& t : r.timings) timings[t.phase] = t.seconds;
-    nlohmann::json j = {{"prompt_tokens", r.prompt_tokens}, {"timings", timings}, {"wrote_mp4", r.wrote_mp4}};
+    nlohmann::json j = {{"prompt_tokens", r.prompt_tokens},
+                        {"vision_rows", r.vision_rows},
+                        {"timings", timings},
+                        {"wrote_mp4", r.wrote_mp4}};
+    if (!r.request.loras.empty()) j["lora_digest"] = fmt::format("{:016x}", r.lora_digest);
+    j["lora_remerged"] = r.lora_remerged;
     if (latents_ && !out_path.empty())
       j["latents_file"] =
           std::filesystem::path(out_path).replace_extension(".latents.safetensors").filename().string();

@@ -39,6 +39,7 @@ struct ServeOptions {
   int http_threads = 512;           // concurrent connections served (SSE streams hold one each)
   int max_attempts = 2;             // a job interrupted by server restarts runs at most this often
   bool debug_faults = false;        // accept the "x_debug_fault" request field (tests only)
+  std::string lora_dir;             // LoRA files a job may name ("loras": [{"name", "strength"}]); "" = none
   std::string model_id = "minimax-h3";
   std::string log_level = "info";
   std::string self_exe;  // this binary (for the worker command)

@@ -1,5 +1,6 @@
 // The supervisor's API operations: request validation and resolution, job objects, cancel/delete, health,
 // models and the Prometheus metrics text. Everything here runs on HTTP threads.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -27,6 +28,46 @@ std::pair<int64_t, int64_t> parse_size(const std::string& s) {
   if (x == std::string::npos || !digits(s.substr(0, x)) || !digits(s.substr(x + 1)))
     throw bad("'size' must look like \"1344x768\" (WIDTHxHEIGHT in pixels)");
   return {std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1))};
+}
+
+// "loras": [{"name": FILE, "strength": S}] -> the engine's [{"path": lora_dir/FILE, "strength": S}]. Names
+// are plain file names inside the server's --lora-dir: no client path is ever opened.
+nlohmann::json resolve_loras(const nlohmann::json& v, const std::string& lora_dir) {
+  namespace fs = std::filesystem;
+  if (!v.is_array()) throw bad("'loras' must be a list of {\"name\": FILE, \"strength\": NUMBER} objects");
+  if (lora_dir.empty())
+    throw bad("this server takes no LoRAs (start it with --lora-dir DIR to let jobs name the files in DIR)");
+  if (v.size() > 16) throw bad("at most 16 LoRAs per job");
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& e : v) {
+    if (e.is_object() && e.contains("path"))
+      throw bad(
+          "'loras' entries name a file of the server's --lora-dir ('name'); the server never opens files "
+          "named by the client");
+    if (!e.is_object() || !e.contains("name"))
+      throw bad(
+          "each entry of 'loras' must be {\"name\": FILE, \"strength\": NUMBER} (strength optional, 1)");
+    for (auto it = e.begin(); it != e.end(); ++it)
+      if (it.key() != "name" && it.key() != "strength")
+        throw bad(
+            fmt::format("unknown field '{}' in a 'loras' entry (name, strength)", it.key().substr(0, 100)));
+    if (!e["name"].is_string()) throw bad("'loras[].name' must be a string");
+    const std::string name = e["name"].get<std::string>();
+    if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos ||
+        name.find('\\') != std::string::npos || name.front() == '.' || !name.ends_with(".safetensors"))
+      throw bad(fmt::format("LoRA name '{}' must be a plain file name ending in .safetensors (no folders)",
+                            name.substr(0, 100)));
+    const fs::path path = fs::path(lora_dir) / name;
+    if (!fs::is_regular_file(path))
+      throw bad(fmt::format("no LoRA '{}' in the server's LoRA folder (GET /v1/models lists them)", name));
+    nlohmann::json l = {{"path", path.string()}, {"strength", 1.0}};
+    if (e.contains("strength")) {
+      if (!e["strength"].is_number()) throw bad("'loras[].strength' must be a number");
+      l["strength"] = e["strength"];
+    }
+    out.push_back(l);
+  }
+  return out;
 }
 
 }  // namespace
@@ -82,6 +123,8 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
       } catch (const std::exception& e) {
         throw bad(e.what());
       }
+    } else if (k == "loras") {
+      gen["loras"] = resolve_loras(v, o_.lora_dir);
     } else if (is_media_field(k)) {
       continue;  // stored below (serve/uploads.h); the record keeps a summary, not the data
     } else if (std::find(passthrough.begin(), passthrough.end(), k) != passthrough.end()) {
@@ -234,6 +277,17 @@ nlohmann::json Supervisor::health() {
 }
 
 nlohmann::json Supervisor::models() {
+  // The LoRA files jobs may name (the folder is read each time: files may be added while the server runs).
+  nlohmann::json loras = nlohmann::json::array();
+  if (!o_.lora_dir.empty()) {
+    std::error_code ec;
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(o_.lora_dir, ec))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors")
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) loras.push_back(n);
+  }
   std::lock_guard lock(mu_);
   return {{"object", "list"},
           {"data",
@@ -243,6 +297,7 @@ nlohmann::json Supervisor::models() {
              {"runner", o_.runner.kind},
              {"ranks", o_.ranks},
              {"components", models_},
+             {"loras", loras},
              {"limits", limits_}}}}};
 }
 
