@@ -101,23 +101,35 @@ TEST(CudaOps, FusedRowKernels) {
     const DType bf = DType::bf16;
     Tensor gx = gpu(x, bf), gy = gpu(y, bf), gg = gpu(g, bf), gsh = gpu(sh, bf), gsc = gpu(sc, bf), gw = gpu(w, bf);
     for (bool steps : {true, false}) {
-      ops::ResidualNorm fused = ops::residual_norm_modulate(gx, gg, idx, gy, gw, 1e-6, gsh, gsc, steps, false);
+      ops::ResidualNorm fused = ops::residual_norm_modulate(gx, gg, idx, gy, gw, 1e-6, gsh, gsc, steps);
       Tensor sep_x = ops::gate_residual(gx, gg, idx, gy, steps);
       Tensor sep_h = ops::norm_modulate(sep_x, gw, 1e-6, gsh, gsc, idx, steps);
       EXPECT_TRUE(compare(host_f32(fused.x), host_f32(sep_x)).bitwise) << "residual " << n << "x" << c;
       EXPECT_TRUE(compare(host_f32(fused.h), host_f32(sep_h)).bitwise) << "norm_modulate " << n << "x" << c;
       if (steps) {
-        ops::ResidualNorm cpu = ops::residual_norm_modulate(x, g, idx, y, w, 1e-6, sh, sc, true, false);
+        ops::ResidualNorm cpu = ops::residual_norm_modulate(x, g, idx, y, w, 1e-6, sh, sc, true);
         expect_close(fused.x, cpu.x, 4e-3, "residual vs CPU");
         expect_close(fused.h, cpu.h, 4e-3, "norm_modulate vs CPU");
       }
       // Per-row FP8: the fused output is the per-row quantization of the bf16 h, bit for bit.
-      ops::ResidualNorm q = ops::residual_norm_modulate(gx, Tensor(), idx, Tensor(), gw, 1e-6, gsh, gsc, steps, true);
+      ops::ResidualNorm q =
+          ops::residual_norm_modulate(gx, Tensor(), idx, Tensor(), gw, 1e-6, gsh, gsc, steps, ops::Fp8Out::rows);
       Tensor h_only = ops::norm_modulate(gx, gw, 1e-6, gsh, gsc, idx, steps);
       Tensor q_sep = ops::quantize_fp8_rows(h_only);
       ASSERT_TRUE(q.h.dtype() == DType::fp8_e4m3 && q.h.scale() && q.h.scale()->numel() == n);
       EXPECT_TRUE(compare(q.h.cpu().to(DType::f32), q_sep.cpu().to(DType::f32)).bitwise) << "fp8 rows " << c;
       EXPECT_TRUE(compare(q.h.scale()->cpu(), q_sep.scale()->cpu()).bitwise) << "fp8 row scales " << c;
+      // The bounded per-tensor scale: the CPU's bits (the same f32 formula), every |h| within it.
+      ops::ResidualNorm b =
+          ops::residual_norm_modulate(gx, gg, idx, gy, gw, 1e-6, gsh, gsc, steps, ops::Fp8Out::bound);
+      ops::ResidualNorm bc = ops::residual_norm_modulate(rounded(x), g, idx, y, w, 1e-6, sh, sc, steps,
+                                                         ops::Fp8Out::bound);
+      ASSERT_TRUE(b.h.dtype() == DType::fp8_e4m3 && b.h.scale() && b.h.scale()->numel() == 1);
+      EXPECT_TRUE(compare(b.h.scale()->cpu(), *bc.h.scale()).bitwise) << "bound scale " << c;
+      Tensor hb = host_f32(sep_h);
+      const float bs = bc.h.scale()->data<float>()[0];
+      for (int64_t e = 0; e < hb.numel(); ++e) ASSERT_LE(std::fabs(hb.data<float>()[e]), 448.0f * bs) << e;
+      expect_close(b.h.cpu().to(DType::f32), bc.h.to(DType::f32), 2e-2, "bounded fp8 h vs CPU");
     }
     // quantize_fp8_rows on the GPU is the CPU's, bit for bit (same division, round-to-nearest-even).
     Tensor xr = rounded(rnd({n, c}, 57, 3.0));

@@ -80,7 +80,7 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
   nlohmann::json r;
   auto gemm = [&](const char* name, const Tensor& in_bf16, const Tensor& w, int count) {
     // FP8: the activations quantized per row beforehand, as the forward's fused producers hand them over.
-    const Tensor in = p == Precision::fp8 ? ops::quantize_fp8_rows(in_bf16) : in_bf16;
+    const Tensor in = p == Precision::fp8 ? ops::quantize_fp8(in_bf16) : in_bf16;
     const double s = count * time_median(reps, [&] { ops::linear(in, w); });
     r[name] = {{"seconds", s}, {"tflops", count * 2.0 * S * w.dim(0) * w.dim(1) / s / 1e12}};
   };
@@ -113,13 +113,13 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
     };
     const bool f8 = p == Precision::fp8;
     const double xb = static_cast<double>(x.nbytes()), qb = static_cast<double>(q.nbytes());
-    double s = 2 * bytes_rate("residual_norm_modulate", (f8 ? 3.5 : 4.0) * xb, [&] {
-      ops::residual_norm_modulate(x, table, idx, x, nw, 1e-6, table, table, true, f8);
+    double s = 2 * bytes_rate("residual_norm_modulate", (f8 ? 3.5 : 4.0) * xb, [&] {  // FP8: the bounded scale
+      ops::residual_norm_modulate(x, table, idx, x, nw, 1e-6, table, table, true,
+                                  f8 ? ops::Fp8Out::bound : ops::Fp8Out::none);
     });
     s += 2 * bytes_rate("qk_norm_rope", 2 * qb, [&] { ops::qk_norm_rope(q, qn, D, 1e-6, cs, sn, true); });
-    s += bytes_rate("swiglu", (f8 ? 1.25 : 1.5) * static_cast<double>(u.nbytes()), [&] {
-      if (f8) ops::swiglu_fp8_rows(u, true);
-      else ops::swiglu(u, true);
+    s += bytes_rate("swiglu", 1.5 * static_cast<double>(u.nbytes()), [&] {
+      ops::swiglu(u, true);
     });
     bytes_rate("norm_modulate", 2 * xb, [&] { ops::norm_modulate(x, nw, 1e-6, table, table, idx, true); });
     bytes_rate("gate_residual", 3 * xb, [&] { ops::gate_residual(x, table, idx, x, true); });
@@ -150,7 +150,7 @@ double ulysses_rank_block(const DitConfig& c, int64_t S, int N, Precision p, int
   for (int64_t i = 0; i < rows; ++i) idx_host[i] = static_cast<int32_t>(i % 3);
   Tensor idx = Tensor::from(idx_host, {rows}).to_device(Device::cuda);
   return time_median(reps, [&] {
-    Tensor xq = p == Precision::fp8 ? ops::quantize_fp8_rows(x) : x;
+    Tensor xq = p == Precision::fp8 ? ops::quantize_fp8(x) : x;
     for (int n = 0; n < 3; ++n) ops::qk_norm_rope(ops::linear(xq, wq), qn, D, 1e-6, cs, sn, true);
     ops::attention(q, k, v, D);
     ops::gate_residual(x, table, idx, ops::linear(qr, wo), true);

@@ -80,4 +80,10 @@ for s in "$@"; do
     *) echo "unknown step $s" ;;
   esac
 done
+# The device tool brings back at most 8 files: the logs travel as one (each under its step's header).
+for f in "$out"/*.log; do
+  [ -e "$f" ] || continue
+  { echo "######## $(basename "$f" .log)"; cat "$f"; } >> "$out/all-logs.txt"
+  rm -f "$f"
+done
 cat "$out/summary.txt"

@@ -109,10 +109,12 @@ Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
     u = round_if_bf16(ops::linear(h, b.ff_in));
   }
   {
-    // An FP8 second projection takes its input quantized per row, straight from the SwiGLU pass.
+    // An FP8 second projection in deterministic mode takes its input quantized per row, straight from the SwiGLU
+    // pass (else the GEMM quantizes it per tensor: faster GEMMs).
     profile::Region r("mlp swiglu");
-    g = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device() ? ops::swiglu_fp8_rows(u, bf16_steps())
-                                                              : ops::swiglu(u, bf16_steps());
+    g = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device() && gpu_deterministic()
+            ? ops::swiglu_fp8_rows(u, bf16_steps())
+            : ops::swiglu(u, bf16_steps());
   }
   profile::Region r("mlp fc2");
   return round_if_bf16(ops::linear(g, b.ff_out));
@@ -129,7 +131,7 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
                   : gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden (tensor)");
   // FP8: q, k and v project the same rows, so quantize them once.
   if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3)
-    hin = ops::quantize_fp8_rows(hin);
+    hin = gpu_deterministic() ? ops::quantize_fp8_rows(hin) : ops::quantize_fp8(hin);
   // FP8 attention (cuDNN's FP8 graph), unless H3_ATTENTION_FP8=off: q and k quantized with the block's fixed
   // scales (fused into the norm+RoPE pass when attention runs on this rank's projections), v per tensor. Not in
   // deterministic mode: v's per-tensor scale depends on the rows or heads a rank holds, so attention stays bf16
@@ -349,11 +351,15 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   }
   st.ada_idx = back_to(index_i32(ada_idx), dev_);
 
-  // FP8 on the GPU: the norms hand their output to the projections already quantized per row when the
-  // projections take this rank's rows as they are (no gather before them).
+  // FP8 on the GPU: the norms hand their output to the projections already quantized when the projections take
+  // this rank's rows as they are (no gather before them) — with one scale bounded from the norm weight and the
+  // modulation tables (fast per-tensor GEMMs, no pass over the data), or per row in deterministic mode (cuBLASLt's
+  // per-row-scaled GEMMs are slower). Both are independent of how the rows are split over ranks.
   const bool fp8 = precision_ == Precision::fp8 && dev_ != Device::cpu;
-  const bool fp8_attn_in = fp8 && plan_.mode != DistMode::ulysses_ag && plan_.K == 1;
-  const bool fp8_mlp_in = fp8 && plan_.K == 1;
+  const ops::Fp8Out fp8_norm = gpu_deterministic() ? ops::Fp8Out::rows : ops::Fp8Out::bound;
+  const ops::Fp8Out fp8_attn_in =
+      fp8 && plan_.mode != DistMode::ulysses_ag && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
+  const ops::Fp8Out fp8_mlp_in = fp8 && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
   Tensor pending_gate, pending_y;  // the MLP residual not yet added to x
   const FaultInjection fault = FaultInjection::from_env();
   for (size_t n = 0; n < blocks_.size(); ++n) {

@@ -30,7 +30,7 @@ struct DeviceOps {
   Tensor (*quantize_fp8_rows)(const Tensor& x) = nullptr;
   ResidualNorm (*residual_norm_modulate)(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                          const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
-                                         bool bf16, bool fp8_rows) = nullptr;
+                                         bool bf16, Fp8Out fp8) = nullptr;
   Tensor (*swiglu_fp8_rows)(const Tensor& u, bool bf16) = nullptr;
   Tensor (*qk_norm_rope_fp8)(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
                              const Tensor& sin, bool bf16, const Tensor& scale) = nullptr;

@@ -45,16 +45,24 @@ Tensor quantize_fp8(const Tensor& w);
 // with its [N] f32 scales (Tensor::scale()). Each row's bits depend on that row alone.
 Tensor quantize_fp8_rows(const Tensor& x);
 
+// How a fused producer hands its output to an FP8 GEMM: not quantized, per row (quantize_fp8_rows), or per tensor
+// with a scale bounded from the op's own parameters (no pass over the data; see residual_norm_modulate).
+enum class Fp8Out : uint8_t { none, rows, bound };
+
 // Fused gated residual, norm and modulation, one pass on the GPU:
 //   x' = gate_residual(x, gate, idx, y, bf16_steps)   (x' = x when `gate` is undefined: Tensor())
-//   h  = norm_modulate(x', w, eps, shift, scale, idx, bf16_steps), quantize_fp8_rows(h) when fp8_rows.
+//   h  = norm_modulate(x', w, eps, shift, scale, idx, bf16_steps), then for FP8 (of h's bf16 values):
+//        rows:  quantize_fp8_rows(h)
+//        bound: q = fp8(h / s) with one s = max((sqrt(C) * max|w| * max|1 + scale| + max|shift|) * 1.02 / 448,
+//               1e-12) over every entry of w and the tables (|h| <= that bound for RMS-normed rows), in f32 in
+//               that order: the same on any rows, any rank, CPU or GPU.
 // Bitwise the same as the separate ops.
 struct ResidualNorm {
   Tensor x, h;
 };
 ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                     const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
-                                    bool bf16_steps, bool fp8_rows);
+                                    bool bf16_steps, Fp8Out fp8 = Fp8Out::none);
 // qk_norm_rope, its (bf16-rounded) output quantized to fp8 e4m3 with a fixed per-tensor scale: q = fp8(v / s),
 // s = scale[0] (a [1] f32 tensor), saturating beyond 448 s; the result carries s. One pass on the GPU.
 Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,

@@ -384,15 +384,30 @@ Tensor quantize_fp8_rows(const Tensor& x) {
 
 ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                     const Tensor& w, double eps, const Tensor& shift, const Tensor& scale, bool bf16,
-                                    bool fp8_rows) {
-  H3_DEVICE_DISPATCH(x, residual_norm_modulate, x, gate, idx, y, w, eps, shift, scale, bf16, fp8_rows);
+                                    Fp8Out fp8) {
+  H3_DEVICE_DISPATCH(x, residual_norm_modulate, x, gate, idx, y, w, eps, shift, scale, bf16, fp8);
   ResidualNorm out;
   out.x = gate.defined() ? gate_residual(x, gate, idx, y, bf16) : x;
   out.h = norm_modulate(out.x, w, eps, shift, scale, idx, bf16);
-  if (fp8_rows) {
-    if (!bf16) round_bf16_(out.h);  // the GPU quantizes the stored bf16 values
+  if (fp8 == Fp8Out::none) return out;
+  if (!bf16) round_bf16_(out.h);  // the GPU quantizes the stored bf16 values
+  if (fp8 == Fp8Out::rows) {
     out.h = quantize_fp8_rows(out.h);
+    return out;
   }
+  auto max_abs = [](const Tensor& t, float add) {
+    const Tensor f = t.to(DType::f32);
+    float m = 0;
+    for (int64_t i = 0; i < f.numel(); ++i) m = std::max(m, std::abs(f.data<float>()[i] + add));
+    return m;
+  };
+  const float c = static_cast<float>(x.dim(1));
+  const float s =
+      std::max((std::sqrt(c) * max_abs(w, 0.0f) * max_abs(scale, 1.0f) + max_abs(shift, 0.0f)) * 1.02f / 448.0f,
+               1e-12f);
+  Tensor f = out.h.to(DType::f32);
+  for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] /= s;
+  out.h = f.to(DType::fp8_e4m3).with_scale(Tensor::from(std::vector<float>{s}, {1}));
   return out;
 }
 

@@ -38,11 +38,16 @@ cudaError_t quantize_fp8_fixed(const void* x, ElemType t, int64_t n, const float
 // one thread block in an order fixed by the row width alone.
 // Fused gated residual + norm + modulation: when gate is given, x' = bf16 ? rb(x + rb(gate[idx] * y)) : x + ...,
 // stored to x_out (else x' = x); then h = norm_modulate(x') into h (bf16) and/or h_fp8 with per-row scales
-// h_scale[r] = max(max|h[r]| / 448, 1e-12) (h_fp8[r] = fp8(h[r] / h_scale[r]) of the bf16 h).
+// h_scale[r] = max(max|h[r]| / 448, 1e-12) (h_fp8[r] = fp8(h[r] / h_scale[r]) of the bf16 h), or with the one
+// given per-tensor scale *h_fixed_scale (device).
 cudaError_t residual_norm_modulate(const void* x, const void* gate, const void* y, const int32_t* idx, void* x_out,
                                    const void* w, const void* shift, const void* scale, void* h, void* h_fp8,
-                                   float* h_scale, int64_t rows, int64_t cols, float eps, bool bf16_steps,
-                                   cudaStream_t s);
+                                   float* h_scale, const float* h_fixed_scale, int64_t rows, int64_t cols, float eps,
+                                   bool bf16_steps, cudaStream_t s);
+// *out = max((sqrt(cols) * max|w| * max|1 + scale| + max|shift|) * 1.02 / 448, 1e-12) over w[cols] and the
+// bf16 tables of table_elems values (residual_norm_modulate's FP8 bound, ops.h).
+cudaError_t norm_fp8_bound(const void* w, int64_t cols, const void* shift, const void* scale, int64_t table_elems,
+                           float* out, cudaStream_t s);
 // Per-row FP8 e4m3 quantization of bf16 rows: q[r] = fp8(x[r] / scales[r]), scales[r] as above.
 cudaError_t quantize_rows_fp8(const void* x, void* q, float* scales, int64_t rows, int64_t cols, cudaStream_t s);
 // SwiGLU of bf16 u[rows, 2f] = [value | gate] into bf16 `out` and/or per-row FP8 `q` + `scales` (then one block

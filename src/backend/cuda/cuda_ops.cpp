@@ -3,6 +3,9 @@
 // are copied over.
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <string>
 
 #include "backend/cuda/cuda_attention.h"
@@ -66,32 +69,45 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
   GemmArgs g;
   g.n = n, g.m = m, g.k = k;
   g.in = DType::fp8_e4m3, g.out = DType::bf16;
-  // Asked once, at the first FP8 GEMM's shape.
-  static const bool row_ok = [&] {
+  g.bias = bias ? bias->raw() : nullptr;  // the probe below needs only whether there is one
+  // Whether cuBLASLt scales rows for this weight shape (asked once per shape).
+  auto rows_supported = [&] {
+    static std::mutex mu;
+    static std::map<std::tuple<int64_t, int64_t, bool>, bool> known;
+    std::lock_guard lock(mu);
+    const auto key = std::tuple{m, k, bias != nullptr};
+    auto it = known.find(key);
+    if (it != known.end()) return it->second;
     GemmArgs probe = g;
     probe.n = 16384;
     probe.row_scales = true;
     const bool ok = gemm_supported(probe);
     if (!ok)
-      spdlog::warn("cuBLASLt has no per-row-scaled FP8 GEMM here: FP8 activations are quantized per tensor instead");
-    return ok;
-  }();
-  // Activations: quantized here (per row where cuBLASLt can scale rows), unless the caller already did.
+      spdlog::warn("cuBLASLt has no per-row-scaled FP8 GEMM for {}x{} weights: per-tensor activation scales there",
+                   m, k);
+    return known.emplace(key, ok).first->second;
+  };
+  // Activations: quantized here unless the caller already did — per tensor (cuBLASLt's per-row-scaled FP8 GEMMs
+  // run at about 60 % of the per-tensor rate on the H200), per row in deterministic mode (a per-tensor scale
+  // depends on which rows a rank holds).
   Tensor xq = x;
+  const bool want_rows = x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1)
+                                                       : deterministic();
+  const bool row_ok = want_rows && rows_supported();
   if (x.dtype() != DType::fp8_e4m3)
     xq = row_ok ? quantize_fp8_rows(as(x, DType::bf16)) : quantize_fp8(as(x, DType::bf16));
   H3_ASSERT(xq.scale() && xq.scale()->on_device() && (xq.scale()->numel() == 1 || xq.scale()->numel() == n),
             "linear: fp8 activations {} carry no per-tensor or per-row scale", x.describe());
   if (!row_ok && xq.scale()->numel() != 1) xq = quantize_fp8(dequantize_rows(xq));
-  H3_ASSERT(row_ok || w.scale()->numel() == 1,
-            "linear: per-row FP8 weight scales need cuBLASLt's outer-vector scaling, which this cuBLASLt lacks; use "
-            "a checkpoint with per-tensor scales");
+  H3_ASSERT(w.scale()->numel() == 1 || rows_supported(),
+            "linear: per-row FP8 weight scales need cuBLASLt's outer-vector scaling, which this cuBLASLt lacks for "
+            "{}x{}; use a checkpoint with per-tensor scales", m, k);
   Tensor y = Tensor::empty(DType::bf16, {n, m}, Device::cuda);
   Tensor b = bias ? as(*bias, DType::bf16) : Tensor();
   g.w = w.raw();
   g.y = y.raw();
   g.bias = bias ? b.raw() : nullptr;
-  g.row_scales = row_ok && (xq.scale()->numel() != 1 || w.scale()->numel() != 1);
+  g.row_scales = xq.scale()->numel() != 1 || w.scale()->numel() != 1;
   Tensor xs = *xq.scale(), ws = *w.scale();
   if (g.row_scales) {
     auto widen = [](const Tensor& s, int64_t count) {
@@ -328,8 +344,8 @@ Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor&
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   if (x.dtype() == DType::bf16) {
     const cudaError_t e = residual_norm_modulate(x.raw(), nullptr, nullptr, i.data<int32_t>(), nullptr, w.raw(),
-                                                 shift.raw(), scale.raw(), out.raw(), nullptr, nullptr, x.dim(0),
-                                                 x.dim(1), static_cast<float>(eps), bf, stream());
+                                                 shift.raw(), scale.raw(), out.raw(), nullptr, nullptr, nullptr,
+                                                 x.dim(0), x.dim(1), static_cast<float>(eps), bf, stream());
     if (e == cudaSuccess) return out;
     H3_ASSERT(e == cudaErrorNotSupported, "norm_modulate: {}", cudaGetErrorString(e));
   }
@@ -384,7 +400,7 @@ Tensor quantize_fp8_rows(const Tensor& x) {
 
 ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                          const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
-                                         bool bf, bool fp8_rows) {
+                                         bool bf, ops::Fp8Out fp8) {
   need_act(x, "residual_norm_modulate", "x");
   const bool gated = gate.defined();
   const int64_t n = x.dim(0), c = x.ndim() == 2 ? x.dim(1) : 0;
@@ -394,6 +410,7 @@ ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, co
   if (gated)
     H3_ASSERT(y.shape() == x.shape() && gate.ndim() == 2 && gate.dim(1) == c && gate.dim(0) == shift.dim(0),
               "residual_norm_modulate: x {} y {} gate {}", x.describe(), y.describe(), gate.describe());
+  const bool q8 = fp8 != ops::Fp8Out::none, rows = fp8 == ops::Fp8Out::rows;
   ops::ResidualNorm out;
   if (x.dtype() == DType::bf16) {
     for (const Tensor* t : {&w, &shift, &scale}) same(x, *t, "residual_norm_modulate");
@@ -403,23 +420,28 @@ ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, co
     }
     Tensor i = index_on_gpu(idx, n, shift.dim(0), "residual_norm_modulate");
     out.x = gated ? Tensor::empty(DType::bf16, x.shape(), Device::cuda) : x;
-    Tensor h = fp8_rows ? Tensor() : Tensor::empty(DType::bf16, x.shape(), Device::cuda);
-    Tensor q = fp8_rows ? Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda) : Tensor();
-    Tensor qs = fp8_rows ? Tensor::empty(DType::f32, {n}, Device::cuda) : Tensor();
+    Tensor h = q8 ? Tensor() : Tensor::empty(DType::bf16, x.shape(), Device::cuda);
+    Tensor q = q8 ? Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda) : Tensor();
+    Tensor qs = q8 ? Tensor::empty(DType::f32, {rows ? n : 1}, Device::cuda) : Tensor();
+    if (q8 && !rows)
+      H3_CUDA(norm_fp8_bound(w.raw(), c, shift.raw(), scale.raw(), shift.numel(), static_cast<float*>(qs.raw()),
+                             stream()));
     const cudaError_t e = cuda::residual_norm_modulate(
         x.raw(), gated ? gate.raw() : nullptr, gated ? y.raw() : nullptr, i.data<int32_t>(),
-        gated ? out.x.raw() : nullptr, w.raw(), shift.raw(), scale.raw(), fp8_rows ? nullptr : h.raw(),
-        fp8_rows ? q.raw() : nullptr, fp8_rows ? static_cast<float*>(qs.raw()) : nullptr, n, c,
-        static_cast<float>(eps), bf, stream());
+        gated ? out.x.raw() : nullptr, w.raw(), shift.raw(), scale.raw(), q8 ? nullptr : h.raw(),
+        q8 ? q.raw() : nullptr, rows ? static_cast<float*>(qs.raw()) : nullptr,
+        q8 && !rows ? static_cast<const float*>(qs.raw()) : nullptr, n, c, static_cast<float>(eps), bf, stream());
     if (e == cudaSuccess) {
-      out.h = fp8_rows ? q.with_scale(qs) : h;
+      out.h = q8 ? q.with_scale(qs) : h;
       return out;
     }
     H3_ASSERT(e == cudaErrorNotSupported, "residual_norm_modulate: {}", cudaGetErrorString(e));
   }
   out.x = gated ? gate_residual(x, gate, idx, y, bf) : x;
   out.h = norm_modulate(out.x, w, eps, shift, scale, idx, bf);
-  if (fp8_rows) out.h = quantize_fp8_rows(out.h);
+  H3_ASSERT(fp8 != ops::Fp8Out::bound, "residual_norm_modulate: the bounded FP8 output needs bf16 rows of a multiple "
+                                       "of 8 values (got {})", x.describe());
+  if (rows) out.h = quantize_fp8_rows(out.h);
   return out;
 }
 

@@ -70,11 +70,13 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 }
 
 // Where a row kernel writes its result: bf16 rows (`bf`), or fp8 rows with one dequantization scale per row
-// (value = q * scale[r], scale[r] = max(amax_r / 448, 1e-12)), or both.
+// (value = q * scale[r], scale[r] = max(amax_r / 448, 1e-12)) or, when `fixed` is given, with the one per-tensor
+// scale *fixed (then `scale` is not written); or both.
 struct RowOut {
   __nv_bfloat16* bf = nullptr;
   __nv_fp8_e4m3* q = nullptr;
   float* scale = nullptr;
+  const float* fixed = nullptr;
 };
 
 // Writes the VPT chunks of row `r` held by this thread (chunk k at column (threadIdx.x + k * blockDim.x) * 8).
@@ -88,14 +90,19 @@ __device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t co
       if (live[k]) *reinterpret_cast<uint4*>(o.bf + base + (threadIdx.x + k * blockDim.x) * 8) = pack(v[k]);
   }
   if (o.q) {
-    float m = 0.f;
+    float scale;
+    if (o.fixed) {
+      scale = *o.fixed;
+    } else {
+      float m = 0.f;
 #pragma unroll
-    for (int k = 0; k < VPT; ++k)
-      if (live[k])
+      for (int k = 0; k < VPT; ++k)
+        if (live[k])
 #pragma unroll
-        for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[k][j]));
-    const float scale = fmaxf(block_max(m, scratch) / kFp8Max, kTinyScale);
-    if (threadIdx.x == 0) o.scale[r] = scale;
+          for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[k][j]));
+      scale = fmaxf(block_max(m, scratch) / kFp8Max, kTinyScale);
+      if (threadIdx.x == 0) o.scale[r] = scale;
+    }
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
       if (live[k]) store_fp8x8(o.q + base + (threadIdx.x + k * blockDim.x) * 8, v[k], scale);
@@ -322,6 +329,23 @@ __global__ void __launch_bounds__(256) qk_norm_rope_d128_kernel(
   }
 }
 
+// The per-tensor FP8 scale bound of residual_norm_modulate (ops.h): one block.
+__global__ void norm_fp8_bound_kernel(const __nv_bfloat16* w, int64_t cols, const __nv_bfloat16* shift,
+                                      const __nv_bfloat16* scale, int64_t table, float* out) {
+  __shared__ float scratch[32];
+  float mw = 0.f, m1 = 0.f, ms = 0.f;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) mw = fmaxf(mw, fabsf(__bfloat162float(w[i])));
+  for (int64_t i = threadIdx.x; i < table; i += blockDim.x) {
+    m1 = fmaxf(m1, fabsf(__bfloat162float(scale[i]) + 1.0f));
+    ms = fmaxf(ms, fabsf(__bfloat162float(shift[i])));
+  }
+  mw = block_max(mw, scratch);
+  m1 = block_max(m1, scratch);
+  ms = block_max(ms, scratch);
+  if (threadIdx.x == 0)
+    *out = fmaxf((sqrtf(static_cast<float>(cols)) * mw * m1 + ms) * 1.02f / kFp8Max, kTinyScale);
+}
+
 __global__ void broadcast_scale_kernel(const float* scale, float* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = *scale;
@@ -366,8 +390,8 @@ cudaError_t by_vpt(int vpt, Launch launch) {
   return cudaGetLastError();
 }
 
-RowOut row_out(void* bf, void* q, float* scale) {
-  return RowOut{static_cast<__nv_bfloat16*>(bf), static_cast<__nv_fp8_e4m3*>(q), scale};
+RowOut row_out(void* bf, void* q, float* scale, const float* fixed = nullptr) {
+  return RowOut{static_cast<__nv_bfloat16*>(bf), static_cast<__nv_fp8_e4m3*>(q), scale, fixed};
 }
 
 }  // namespace
@@ -388,17 +412,26 @@ cudaError_t dequantize_rows_fp8(const void* q, const float* scales, bool per_ten
   return cudaGetLastError();
 }
 
+cudaError_t norm_fp8_bound(const void* w, int64_t cols, const void* shift, const void* scale, int64_t table_elems,
+                           float* out, cudaStream_t s) {
+  using B = __nv_bfloat16;
+  norm_fp8_bound_kernel<<<1, 1024, 0, s>>>(static_cast<const B*>(w), cols, static_cast<const B*>(shift),
+                                           static_cast<const B*>(scale), table_elems, out);
+  return cudaGetLastError();
+}
+
 cudaError_t residual_norm_modulate(const void* x, const void* gate, const void* y, const int32_t* idx, void* x_out,
                                    const void* w, const void* shift, const void* scale, void* h, void* h_fp8,
-                                   float* h_scale, int64_t rows, int64_t cols, float eps, bool bf16_steps,
-                                   cudaStream_t s) {
+                                   float* h_scale, const float* h_fixed_scale, int64_t rows, int64_t cols, float eps,
+                                   bool bf16_steps, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   const RowShape rs = row_shape(cols / 8);
-  if (cols % 8 || !rs.vpt || !(h || h_fp8) || (gate && !(y && x_out)) || (h_fp8 && !h_scale)) return cudaErrorNotSupported;
+  if (cols % 8 || !rs.vpt || !(h || h_fp8) || (gate && !(y && x_out)) || (h_fp8 && !h_scale && !h_fixed_scale))
+    return cudaErrorNotSupported;
   for (const void* p : std::initializer_list<const void*>{x, gate, y, x_out, w, shift, scale, h, h_fp8})
     if (!aligned16(p)) return cudaErrorNotSupported;
   using B = __nv_bfloat16;
-  const RowOut o = row_out(h, h_fp8, h_scale);
+  const RowOut o = row_out(h, h_fp8, h_scale, h_fixed_scale);
   return by_vpt(rs.vpt, [&]<int V>() {
     residual_norm_modulate_kernel<V><<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(
         static_cast<const B*>(x), static_cast<const B*>(gate), static_cast<const B*>(y), idx, static_cast<B*>(x_out),
