@@ -46,6 +46,9 @@ for s in "$@"; do
           TAIL=4 step "verify-$f-$p" 120 "$h3" --device cuda verify "$g/$f.safetensors" --precision "$p"
         done
       done ;;
+    quantlora)
+      TAIL=12 step quantlora-ctest 300 ctest --test-dir build-gpu -L gpu \
+        -R 'dit-mini\.(fp8|scaled_fp8|int8|int8-convrot|nvfp4|mxfp8)\.bf16|dit-mini\.lora' --output-on-failure ;;
     parity-quick)
       for a in "ulysses bf16 2" "ulysses bf16 3" "ulysses-ag bf16 2" "ulysses fp8 2" "ulysses-ag fp8 3"; do
         set -- $a
