@@ -353,7 +353,9 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
 // CPU: rounds the values through bf16 (the emulated recipe). GPU: bf16 layers hold bf16 tensors, so this converts
 // an f32 result (an f32 layer's output entering a bf16 layer) to bf16.
 Tensor DitModel::round_if_bf16(Tensor t) const {
-  if (t.on_device()) return t.dtype() == DType::bf16 || precision_ == Precision::f32 ? t : t.to(DType::bf16);
+  if (t.on_device())  // fp8 tensors carry their scale and stay as they are
+    return t.dtype() == DType::bf16 || t.dtype() == DType::fp8_e4m3 || precision_ == Precision::f32 ? t
+                                                                                                   : t.to(DType::bf16);
   if (precision_ == Precision::bf16) ops::round_bf16_(t);
   return t;
 }

@@ -160,6 +160,8 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
         v8 = ops::quantize_fp8(v);
       }
       profile::Region r("attention");
+      // O stays in fp8 for an FP8 output projection on this rank's rows (no exchange after attention).
+      if (plan_.U == 1 && !ag && b.to_out.dtype() == DType::fp8_e4m3) return ops::attention_fp8_out(q8, k8, v8, D);
       return ops::attention(q8, k8, v8, D);
     }
     profile::Region r("attention");

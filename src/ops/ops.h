@@ -39,6 +39,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx);
 // out[i] = x[idx[i]].
 Tensor gather_rows(const Tensor& x, const Tensor& idx);
+// attention() on fp8 q/k/v (GPU), the result left in fp8 e4m3 with a per-tensor scale when the backend's FP8 graph
+// produces it that way (then it feeds an FP8 GEMM as it is), else bf16.
+Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
 // Per-tensor FP8 e4m3 quantization: q = fp8(w / s), s = max|w| / 448, returned with its scale (Tensor::scale()).
 Tensor quantize_fp8(const Tensor& w);
 // Per-row FP8 e4m3 quantization of x[N, C]: q[r] = fp8(x[r] / s[r]), s[r] = max(max|x[r]| / 448, 1e-12), returned

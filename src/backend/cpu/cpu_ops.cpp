@@ -424,6 +424,11 @@ Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, doub
   return v.to(DType::fp8_e4m3).with_scale(scale.cpu());
 }
 
+Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) {
+  H3_DEVICE_DISPATCH(q, attention_fp8_out, q, k, v, head_dim);
+  fail("attention_fp8_out: FP8 attention runs on the GPU only (got {})", q.describe());
+}
+
 Tensor swiglu_fp8_rows(const Tensor& u, bool bf16) {
   H3_DEVICE_DISPATCH(u, swiglu_fp8_rows, u, bf16);
   Tensor g = swiglu(u, bf16);

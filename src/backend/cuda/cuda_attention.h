@@ -25,6 +25,12 @@ enum class Fp8AttentionOut { any, bf16, fp8 };
 bool attention_fp8(const void* q, const void* k, const void* v, const float* descale_q, const float* descale_k,
                    const float* descale_v, void* o, int64_t nq, int64_t nk, int64_t heads, int64_t d,
                    Fp8AttentionOut out = Fp8AttentionOut::any);
+// The same into fp8 e4m3 o8 [nq, heads*d] with its per-tensor descale written to *o8_descale (device), when cuDNN
+// runs the fp8-O graph here; false otherwise (then the caller runs attention_fp8 into bf16). Saves the dequantize
+// and the next FP8 GEMM's quantization of O.
+bool attention_fp8_o8(const void* q, const void* k, const void* v, const float* descale_q, const float* descale_k,
+                      const float* descale_v, void* o8, float* o8_descale, int64_t nq, int64_t nk, int64_t heads,
+                      int64_t d);
 // Builds every variant's operation graph for this shape without a GPU (no handle, no plan): "" when cuDNN finalizes
 // all of them, else cuDNN's reasons. Catches wrong dims, strides, types or connections before a GPU run.
 std::string attention_fp8_graph_check(int64_t nq, int64_t nk, int64_t heads, int64_t d);

@@ -442,6 +442,28 @@ std::string attention_fp8_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d,
 #endif
 }
 
+bool attention_fp8_o8(const void* q, const void* k, const void* v, const float* descale_q, const float* descale_k,
+                      const float* descale_v, void* o8, float* o8_descale, int64_t nq, int64_t nk, int64_t heads,
+                      int64_t d) {
+  if (nq == 0 || heads == 0) return false;
+#if H3_HAVE_CUDNN
+  const Fp8AttentionOut want = wanted(Fp8AttentionOut::any);
+  if (want == Fp8AttentionOut::bf16) return false;
+  const int var = variant_for(nq, nk, heads, d, want);
+  if (var < 0 || kVariants[var].o_bf16) return false;
+  float* sc = scalars();
+  H3_CUDA(attention_fp8_scales(descale_v, p_scale(), sc + kScaleSSlot, sc + kDescaleSSlot, sc + kScaleOSlot,
+                               sc + kDescaleOSlot, stream()));
+  const int64_t g = group_for(q, k, v, descale_q, descale_k, descale_v, o8, nq, nk, heads, d, var);
+  if (!run_groups(q, k, v, descale_q, descale_k, descale_v, o8, nq, nk, heads, d, g, var)) return false;
+  // The shared scalar slot is rewritten by the next call: the output keeps its own copy (stream-ordered).
+  H3_CUDA(cudaMemcpyAsync(o8_descale, sc + kDescaleOSlot, sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool attention_fp8(const void* q, const void* k, const void* v, const float* descale_q, const float* descale_k,
                    const float* descale_v, void* o, int64_t nq, int64_t nk, int64_t heads, int64_t d,
                    Fp8AttentionOut out) {

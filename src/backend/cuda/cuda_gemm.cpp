@@ -140,6 +140,7 @@ bool tuning() {
 
 bool gemm_supported(const GemmArgs& g) {
   Problem p(g, g.n > 0 ? g.n : kReferenceRows);
+  p.set_pointers(g);
   return !candidates_for(p).empty();
 }
 

@@ -81,6 +81,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
     GemmArgs probe = g;
     probe.n = 16384;
     probe.row_scales = true;
+    // cuBLASLt may refuse outer-vector scaling without scale vectors: any device floats will do for the question.
+    probe.x_scale = probe.w_scale = static_cast<const float*>(w.scale()->raw());
     const bool ok = gemm_supported(probe);
     if (!ok)
       spdlog::warn("cuBLASLt has no per-row-scaled FP8 GEMM for {}x{} weights: per-tensor activation scales there",
@@ -242,7 +244,7 @@ const float* fp8_scale(const Tensor& t, const char* what) {
 // q, k, v fp8 e4m3 with per-tensor scales -> bf16: cuDNN's FP8 attention graph, or the bf16 attention of the
 // dequantized values when cuDNN refuses it. H3_ATTENTION_FP8=off always takes the bf16 route; =require makes a
 // refusal an error (tests, benchmarks: a silent fallback would hide it).
-Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
+Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, bool fp8_out) {
   const float *sq = fp8_scale(q, "q"), *sk = fp8_scale(k, "k"), *sv = fp8_scale(v, "v");
   const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1);
   H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols && v.shape() == k.shape(),
@@ -254,6 +256,13 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
     fail("H3_ATTENTION_FP8={}: expected off (bf16 attention of the dequantized values), require (fail when cuDNN "
          "refuses the FP8 graph) or unset",
          mode);
+  if (mode != "off" && fp8_out) {
+    Tensor o8 = Tensor::empty(DType::fp8_e4m3, q.shape(), Device::cuda);
+    Tensor ds = Tensor::empty(DType::f32, {1}, Device::cuda);
+    if (cuda::attention_fp8_o8(q.raw(), k.raw(), v.raw(), sq, sk, sv, o8.raw(), static_cast<float*>(ds.raw()), nq, nk,
+                               cols / d, d))
+      return o8.with_scale(ds);
+  }
   Tensor out = Tensor::empty(DType::bf16, q.shape(), Device::cuda);
   if (mode != "off" && cuda::attention_fp8(q.raw(), k.raw(), v.raw(), sq, sk, sv, out.raw(), nq, nk, cols / d, d))
     return out;
@@ -272,7 +281,7 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
-  if (q.dtype() == DType::fp8_e4m3) return attention_fp8_op(q, k, v, d);
+  if (q.dtype() == DType::fp8_e4m3) return attention_fp8_op(q, k, v, d, false);
   need_act(q, "attention", "q");
   same(q, k, "attention");
   same(q, v, "attention");
@@ -377,6 +386,13 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, con
 }
 
 // An fp8 tensor with per-row scales [n] (or a per-tensor scale [1]) as bf16 values q * scale.
+// ops::attention_fp8_out: as attention on fp8 q/k/v, its result left in fp8 (per-tensor scale) when cuDNN's graph
+// gives an fp8 O, else bf16.
+Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
+  H3_ASSERT(q.dtype() == DType::fp8_e4m3, "attention_fp8_out: fp8 q/k/v needed, got {}", q.describe());
+  return attention_fp8_op(q, k, v, d, true);
+}
+
 Tensor dequantize_rows(const Tensor& q) {
   H3_ASSERT(q.on_device() && q.dtype() == DType::fp8_e4m3 && q.ndim() == 2 && q.scale(),
             "dequantize_rows: an fp8 [N, C] GPU tensor with scales needed, got {}", q.describe());
@@ -522,6 +538,7 @@ void register_ops() {
   t.residual_norm_modulate = residual_norm_modulate;
   t.swiglu_fp8_rows = swiglu_fp8_rows;
   t.qk_norm_rope_fp8 = qk_norm_rope_fp8;
+  t.attention_fp8_out = attention_fp8_out;
   t.procedural = procedural;
   t.norm_modulate = norm_modulate;
   t.qk_norm_rope = qk_norm_rope;
