@@ -382,6 +382,51 @@ __global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv
   }
 }
 
+
+// add_scaled_kernel's sum and rms_norm_f32_to_bf16_kernel's norm of it in one pass: the same expressions, the same
+// per-thread column order and the same reduction, the sum kept in registers (kResidualNormMaxPer values a thread)
+// instead of re-read, so both outputs are bitwise those of the two kernels.
+template <typename TY>
+__global__ void add_scaled_rms_norm_kernel(const float* x, const TY* y, const float* scale, float* sum,
+                                           const float* w, __nv_bfloat16* out, int64_t cols, int64_t group,
+                                           float eps) {
+  const int64_t groups = cols / group;
+  const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
+  const int64_t base = row * cols + g * group;
+  float v[kResidualNormMaxPer];
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kResidualNormMaxPer; ++i) {
+    const int64_t c = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (c < group) {
+      const int64_t idx = base + c;
+      const float a = ld(x, idx) + ld(y, idx) * ld(scale, g * group + c);  // = scale[idx % cols]
+      st(sum, idx, a);
+      v[i] = a;
+      ss += a * a;
+    }
+  }
+  __shared__ float partial[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.f;
+    t = warp_sum(t);
+    if (threadIdx.x == 0) partial[0] = t;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(group) + eps);
+#pragma unroll
+  for (int i = 0; i < kResidualNormMaxPer; ++i) {
+    const int64_t c = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (c < group) {
+      const float t = v[i] * inv;
+      out[base + c] = __float2bfloat16_rn(w ? t * w[c] : t);
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_t rows, int64_t cols, int64_t group,
@@ -391,6 +436,26 @@ cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_
   const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
   rms_norm_f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(
       x, w, static_cast<__nv_bfloat16*>(y), cols, group, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t add_scaled_rms_norm_to_bf16(const float* x, const void* y, ElemType ty, const float* scale, float* sum,
+                                       const float* w, void* out, int64_t rows, int64_t cols, int64_t group, float eps,
+                                       cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
+  if (group <= 0 || cols % group != 0 || group > static_cast<int64_t>(threads) * kResidualNormMaxPer)
+    return cudaErrorInvalidValue;
+  const unsigned blocks = static_cast<unsigned>(rows * (cols / group));
+  auto* o = static_cast<__nv_bfloat16*>(out);
+  if (ty == ElemType::f32)
+    add_scaled_rms_norm_kernel<float><<<blocks, threads, 0, s>>>(x, static_cast<const float*>(y), scale, sum, w, o,
+                                                                  cols, group, eps);
+  else if (ty == ElemType::bf16)
+    add_scaled_rms_norm_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(
+        x, static_cast<const __nv_bfloat16*>(y), scale, sum, w, o, cols, group, eps);
+  else
+    return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
