@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "core/device.h"
+#include "core/profile.h"
 #include "model/vae_tiling.h"
 #include "model/video_vae.h"
 
@@ -79,7 +80,12 @@ void emit_chunk_frames(const std::vector<ops::StitchFrame>& frames, const std::v
   for (size_t k0 = 0; k0 < frames.size(); k0 += kFramesPerCall) {
     const std::vector<ops::StitchFrame> part(frames.begin() + k0,
                                              frames.begin() + std::min(frames.size(), k0 + kFramesPerCall));
-    sink(next_frame, ops::stitch_frames(cur, prev, grid, part));
+    Tensor f;
+    {
+      profile::Region r("vae.stitch");
+      f = ops::stitch_frames(cur, prev, grid, part);
+    }
+    sink(next_frame, f);
     next_frame += static_cast<int64_t>(part.size());
   }
 }
@@ -97,6 +103,7 @@ void place_frames(Tensor& video, int64_t first, const Tensor& frames) {
                 frames.dim(3) == W && first >= 0 && first + n <= F,
             "video VAE decode: frames {} at {} for a clip {}", frames.describe(), first, video.describe());
   const size_t plane = static_cast<size_t>(H * W) * dtype_size(video.dtype());
+  profile::Region r("vae.download");
   for (int64_t c = 0; c < C; ++c) {
     void* dst = static_cast<std::byte*>(video.raw()) + (c * F + first) * plane;
     const void* src = static_cast<const std::byte*>(frames.raw()) + c * n * plane;
