@@ -4,7 +4,7 @@
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
 # Steps: probe build smi tests fp8attn gemm verify parity parity-quick bench480 bench768 benchall decode
-#        decode-profile vae
+#        decode-profile decode-attn-ab vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
 mkdir -p "$out"
@@ -78,11 +78,12 @@ for s in "$@"; do
     decode)
       TAIL=20 step decode 300 "$h3" --device cuda bench-decode --res 768p 480p --precision bf16 --split 2 4 8 \
         --json "$out/decode.json" ;;
-    decode-profile)  # 768p bf16 with the decoder's profile regions; then attention back to one cuDNN call per unit
+    decode-profile)  # 768p bf16, one more whole decode with the decoder's profile regions
       TAIL=24 step decode-profile 200 "$h3" --device cuda bench-decode --res 768p --precision bf16 --split 1 \
-        --no-audio --profile --json "$out/decode-profile.json"
-      TAIL=24 step decode-profile-per-block-attn 200 env H3_VAE_ATTENTION_PER_BLOCK=1 "$h3" --device cuda bench-decode \
-        --res 768p --precision bf16 --split 1 --no-audio --profile --json "$out/decode-profile-per-block-attn.json" ;;
+        --no-audio --profile --json "$out/decode-profile.json" ;;
+    decode-attn-ab)  # the same with attention back to one cuDNN call per unit (the batched call's gain)
+      TAIL=24 step decode-attn-ab 200 env H3_VAE_ATTENTION_PER_BLOCK=1 "$h3" --device cuda bench-decode --res 768p \
+        --precision bf16 --split 1 --no-audio --profile --json "$out/decode-attn-ab.json" ;;
     *) echo "unknown step $s" ;;
   esac
 done
