@@ -87,6 +87,16 @@ TEST(CudaOps, ElementwiseMatchCpu) {
     Tensor c128 = rnd({xv.dim(0), 128}, 71), s128 = rnd({xv.dim(0), 128}, 72);
     expect_close(ops::qk_norm_rope(gpu(xv, dt), g128, 128, 1e-6, gpu(c128, dt), gpu(s128, dt), bf),
                  ops::qk_norm_rope(xv, w128, 128, 1e-6, c128, s128, bf), tol, "qk_norm_rope (d 128, rot 128)");
+    // 64-channel heads (the video VAE decoder's, 16-byte path in bf16): partial RoPE over 48 channels, then all 64;
+    // the decoder runs bf16 tensors with f32 steps (bf = false), so both step modes.
+    Tensor w64 = rnd({64}, 73), c48 = rnd({9, 48}, 74), s48 = rnd({9, 48}, 75), g64 = gpu(w64, dt);
+    Tensor c64 = rnd({9, 64}, 76), s64 = rnd({9, 64}, 77);
+    for (bool steps : {bf, false}) {
+      expect_close(ops::qk_norm_rope(gpu(xv, dt), g64, 64, 1e-6, gpu(c48, dt), gpu(s48, dt), steps),
+                   ops::qk_norm_rope(xv, w64, 64, 1e-6, c48, s48, steps), tol, "qk_norm_rope (d 64, rot 48)");
+      expect_close(ops::qk_norm_rope(gpu(xv, dt), g64, 64, 1e-6, gpu(c64, dt), gpu(s64, dt), steps),
+                   ops::qk_norm_rope(xv, w64, 64, 1e-6, c64, s64, steps), tol, "qk_norm_rope (d 64, rot 64)");
+    }
   }
 }
 

@@ -189,18 +189,58 @@ TEST(CudaVaeOps, RmsNormToBf16EqualsNormThenRound) {
                  "rms_norm_to f32");
 }
 
+// The fused residual update + norm against add_scaled then rms_norm_to, both outputs bitwise: the decoder's width
+// (2048, 2 values a thread), an odd width, per-head groups, no weight, an f32 branch, 5 values a thread, and the
+// f32-out fallback.
+TEST(CudaVaeOps, AddScaledNormToEqualsTheTwoOps) {
+  H3_REQUIRE_GPU();
+  struct Case {
+    int64_t rows, cols, group;
+    bool weight;
+    DType branch, out;
+  };
+  const Case cases[] = {{53, 2048, 2048, true, DType::bf16, DType::bf16},
+                        {37, 203, 203, true, DType::bf16, DType::bf16},
+                        {29, 192, 64, true, DType::f32, DType::bf16},
+                        {31, 2048, 2048, false, DType::bf16, DType::bf16},
+                        {17, 4100, 4100, true, DType::bf16, DType::bf16},
+                        {23, 203, 203, true, DType::bf16, DType::f32}};
+  uint64_t seed = 700;
+  for (const Case& c : cases) {
+    const std::string what = std::to_string(c.rows) + "x" + std::to_string(c.cols) + "/" + std::to_string(c.group) +
+                             (c.weight ? "" : " no weight") + " branch " + std::string(dtype_name(c.branch)) +
+                             " out " + std::string(dtype_name(c.out));
+    const Tensor x = gpu(rnd({c.rows, c.cols}, seed++, 3.0)), y = gpu(rnd({c.rows, c.cols}, seed++), c.branch);
+    const Tensor sc = gpu(rnd({c.cols}, seed++, 0.2)), w = gpu(rnd({c.group}, seed++));
+    const Tensor* wp = c.weight ? &w : nullptr;
+    const auto [sum, normed] = ops::add_scaled_norm_to(x, y, sc, wp, c.group, 1e-5, c.out);
+    ASSERT_EQ(normed.dtype(), c.out) << what;
+    const Tensor want_sum = ops::add_scaled(x, y, sc);
+    expect_bitwise(sum, want_sum.cpu(), "add_scaled_norm_to sum " + what);
+    expect_bitwise(normed, ops::rms_norm_to(want_sum, wp, c.group, 1e-5, c.out).cpu().to(DType::f32),
+                   "add_scaled_norm_to norm " + what);
+  }
+}
+
+// bf16 runs the blocks as the batch of one cuDNN call; each block must still be bitwise attention() on its rows
+// (what stacking and the sharded decode rely on), at a small shape and at the decoder's (1797 rows, 32 heads x 64).
 TEST(CudaVaeOps, AttentionBlocksEqualPerBlockAttention) {
   H3_REQUIRE_GPU();
-  const int64_t n = 37, d = 64, heads = 3, blocks = 3;
-  for (DType dt : {DType::bf16, DType::f32}) {
-    const Tensor q = gpu(rnd({blocks * n, heads * d}, 500), dt), k = gpu(rnd({blocks * n, heads * d}, 501), dt),
-                 v = gpu(rnd({blocks * n, heads * d}, 502), dt);
+  struct Case {
+    int64_t n, heads, blocks;
+    DType dt;
+  };
+  for (const Case& c : {Case{37, 3, 3, DType::bf16}, Case{37, 3, 3, DType::f32}, Case{1797, 32, 5, DType::bf16}}) {
+    const int64_t n = c.n, d = 64, heads = c.heads, blocks = c.blocks;
+    const Tensor q = gpu(rnd({blocks * n, heads * d}, 500), c.dt), k = gpu(rnd({blocks * n, heads * d}, 501), c.dt),
+                 v = gpu(rnd({blocks * n, heads * d}, 502), c.dt);
     const Tensor all = ops::attention_blocks(q, k, v, d, blocks);
     for (int64_t b = 0; b < blocks; ++b) {
       const Tensor one = ops::attention(q.rows(b * n, (b + 1) * n).clone(), k.rows(b * n, (b + 1) * n).clone(),
                                         v.rows(b * n, (b + 1) * n).clone(), d);
       expect_bitwise(all.rows(b * n, (b + 1) * n).clone(), one.cpu().to(DType::f32),
-                     std::string("attention_blocks block ") + std::to_string(b) + " " + std::string(dtype_name(dt)));
+                     "attention_blocks n " + std::to_string(n) + " block " + std::to_string(b) + " " +
+                         std::string(dtype_name(c.dt)));
     }
   }
 }

@@ -5,6 +5,7 @@
 // the N-way split of the sharded decode (model/vae_shard.h's assignment) the busiest rank's units decoded stacked on
 // this one GPU. Then the full-size audio decode. Prints a table and writes JSON with --json.
 //
+// --profile: one more whole decode per resolution with the decoder's profile regions on (per-region device seconds).
 // Timing a subset: --max-units K decodes only the first K units and scales their time by cost to the whole plan;
 // such rows say "extrapolated from K of M units" and the whole-decode, stitch and split columns stay empty.
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/profile.h"
 #include "io/procedural.h"
 #include "model/audio_vae.h"
 #include "model/vae_shard.h"
@@ -71,18 +73,27 @@ double time_units(const VideoVae& vae, const VideoDecodePlan& plan, const Tensor
   return s;
 }
 
-// One untimed stacked call per distinct unit shape at the batch size used (cuDNN plans and GEMM algorithms are
-// picked on first use).
-void warm_up(const VideoVae& vae, const VideoDecodePlan& plan, const Tensor& zp, int64_t batch) {
-  auto shape_of = [](const VideoDecodeUnit& u) { return std::tuple{u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0}; };
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<int64_t>> by_shape;
-  for (const auto& u : plan.units) by_shape[shape_of(u)].push_back(u.index);
-  for (auto& [shape, ids] : by_shape) {
-    const auto [t, h, w] = shape;
-    const int64_t k = batch > 0 ? batch : vae.batch_size(t, h, w);
-    ids.resize(std::min<size_t>(ids.size(), static_cast<size_t>(k)));
-    (void)time_units(vae, plan, zp, ids, batch);
-  }
+// One untimed stacked call per distinct (unit shape, units per call) that the timed runs will make: the plan's
+// units stacked `batch` per call, each chunk row's (decode(): one row at a time), and each split rank's. cuDNN plans
+// (the stacked attention's batch is part of its shape), GEMM algorithms and RoPE tables are made on first use.
+void warm_up(const VideoVae& vae, const VideoDecodePlan& plan, const Tensor& zp, int64_t batch,
+             const std::vector<std::vector<int64_t>>& runs) {
+  auto shape_of = [&](int64_t u) {
+    const VideoDecodeUnit& x = plan.units[u];
+    return std::tuple{x.t1 - x.t0, x.y1 - x.y0, x.x1 - x.x0};
+  };
+  // decode_units_on_device's grouping: consecutive units of one shape, at most k per call.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::vector<int64_t>> calls;
+  for (const auto& ids : runs)
+    for (size_t i = 0; i < ids.size();) {
+      const auto [t, h, w] = shape_of(ids[i]);
+      const int64_t k = batch > 0 ? batch : vae.batch_size(t, h, w);
+      std::vector<int64_t> group;
+      for (; i < ids.size() && static_cast<int64_t>(group.size()) < k && shape_of(ids[i]) == std::tuple{t, h, w}; ++i)
+        group.push_back(ids[i]);
+      calls.emplace(std::tuple{t, h, w, static_cast<int64_t>(group.size())}, group);
+    }
+  for (const auto& [key, ids] : calls) (void)time_units(vae, plan, zp, ids, batch);
 }
 
 }  // namespace
@@ -97,7 +108,7 @@ Runner add_bench_decode(CLI::App& app) {
     std::vector<int> splits{2, 4, 8};
     int64_t frames = 124, max_units = 0, max_units_f32 = 16, layers = 0, batch = 0;
     uint64_t seed = kDefaultProceduralSeed;
-    bool no_audio = false;
+    bool no_audio = false, profile = false;
     std::string json;
   };
   auto o = std::make_shared<Opts>();
@@ -117,6 +128,9 @@ Runner add_bench_decode(CLI::App& app) {
   cmd->add_option("--layers", o->layers, "use only the first N decoder layers (quick checks; 0 = all 36)");
   cmd->add_option("--seed", o->seed, "procedural weight seed")->capture_default_str();
   cmd->add_flag("--no-audio", o->no_audio, "skip the audio decode");
+  cmd->add_flag("--profile", o->profile,
+                "also time one more whole decode per resolution with the decoder's regions (device events) and print "
+                "the seconds per region");
   cmd->add_option("--json", o->json, "also write the results here");
   return [o]() -> int {
     H3_CHECK(gpu_backend_started(), "bench-decode runs on the GPU: pass --device cuda");
@@ -179,17 +193,29 @@ Runner add_bench_decode(CLI::App& app) {
         const int64_t batch = o->batch > 0 ? o->batch : vae->batch_size(u0.t1 - u0.t0, u0.y1 - u0.y0, u0.x1 - u0.x0);
         double flops = 0;
         for (const auto& u : plan.units) flops += unit_flops(cfg, u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0);
-        gpu_reset_peak();
-        warm_up(*vae, plan, zp, batch);
+        const std::vector<int64_t> costs = video_unit_costs(plan);
         // All units (or the first max_units, their time scaled by cost) stacked `batch` per call, in plan order
         // (the 1-rank decode's order: a chunk row's tiles are consecutive).
         const int64_t timed = max_units > 0 ? std::min(max_units, m) : m;
         const bool extrapolated = timed < m;
+        gpu_reset_peak();
+        {
+          std::vector<std::vector<int64_t>> runs(1);
+          for (int64_t i = 0; i < timed; ++i) runs[0].push_back(i);
+          const int64_t per_chunk = static_cast<int64_t>(plan.rows.starts.size() * plan.cols.starts.size());
+          for (int64_t c0 = 0; !extrapolated && c0 < m; c0 += per_chunk) {
+            runs.emplace_back();
+            for (int64_t i = c0; i < std::min(m, c0 + per_chunk); ++i) runs.back().push_back(i);
+          }
+          for (int N : o->splits)
+            if (N > 1 && !extrapolated)
+              for (const auto& ids : assign_balanced(costs, N).units) runs.push_back(ids);
+          warm_up(*vae, plan, zp, batch, runs);
+        }
         std::vector<int64_t> ids(static_cast<size_t>(timed));
         for (int64_t i = 0; i < timed; ++i) ids[i] = i;
         std::vector<Tensor> outputs;
         const double timed_s = time_units(*vae, plan, zp, ids, batch, extrapolated ? nullptr : &outputs);
-        const std::vector<int64_t> costs = video_unit_costs(plan);
         double timed_cost = 0, all_cost = 0;
         for (int64_t u = 0; u < m; ++u) (u < timed ? timed_cost : all_cost) += static_cast<double>(costs[u]);
         all_cost += timed_cost;
@@ -211,6 +237,25 @@ Runner add_bench_decode(CLI::App& app) {
           H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode: decoded {} frames, expected {}",
                    video.dim(1), plan.time.out_frames);
         }
+        // One more whole decode with the regions on (profile.h): where its time goes.
+        nlohmann::json prof = nlohmann::json::object();
+        double prof_whole_s = -1;
+        std::vector<profile::Total> totals;
+        if (o->profile && !extrapolated) {
+          profile::set_enabled(true);
+          (void)profile::take();
+          gpu_synchronize();
+          const auto t2 = clock_type::now();
+          const Tensor video = vae->decode(z);
+          gpu_synchronize();
+          prof_whole_s = seconds_since(t2);
+          totals = profile::take();
+          profile::set_enabled(false);
+          H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode --profile: decoded {} frames, expected {}",
+                   video.dim(1), plan.time.out_frames);
+          for (const auto& tt : totals) prof[tt.name] = {{"seconds", tt.seconds}, {"spans", tt.spans}};
+          prof["whole_decode_s"] = prof_whole_s;
+        }
         const double peak = gpu_peak_bytes() / 1073741824.0;
         const std::string note = extrapolated ? fmt::format("units extrapolated from {} of {} timed", timed, m)
                                               : "all units timed";
@@ -219,6 +264,18 @@ Runner add_bench_decode(CLI::App& app) {
                     static_cast<long long>(m), static_cast<long long>(batch), opt(whole_s).c_str(), units_s,
                     units_s / static_cast<double>(m), flops / units_s / 1e12, opt(stitch_s).c_str(), peak,
                     note.c_str());
+        if (!totals.empty()) {
+          std::printf("      whole decode, profiled (%.3f s; regions are device-event spans, per unit = / %lld):\n",
+                      prof_whole_s, static_cast<long long>(m));
+          double sum = 0;
+          for (const auto& tt : totals) {
+            sum += tt.seconds;
+            std::printf("        %-20s %8.3f s %6.1f%% %8.3f ms/unit %7d spans\n", tt.name.c_str(), tt.seconds,
+                        100 * tt.seconds / prof_whole_s, 1e3 * tt.seconds / static_cast<double>(m), tt.spans);
+          }
+          std::printf("        %-20s %8.3f s %6.1f%%  (host work and gaps between regions)\n", "other",
+                      prof_whole_s - sum, 100 * (prof_whole_s - sum) / prof_whole_s);
+        }
         std::fflush(stdout);
         auto opt_json = [](double v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); };
         nlohmann::json rec = {{"res", res.name},
@@ -237,7 +294,8 @@ Runner add_bench_decode(CLI::App& app) {
                               {"units_gpu_s", units_s},
                               {"unit_s_mean", units_s / static_cast<double>(m)},
                               {"tflops_units", flops / units_s / 1e12},
-                              {"peak_gib", peak}};
+                              {"peak_gib", peak},
+                              {"profile", prof}};
         // The N-way split: the busiest rank of the sharded decode's rule (largest load, then most units) decodes
         // its units stacked as that rank would, timed on this GPU.
         nlohmann::json splits = nlohmann::json::array();

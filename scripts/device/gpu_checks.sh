@@ -3,7 +3,8 @@
 # $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
-# Steps: probe build smi tests fp8attn gemm verify parity parity-quick bench480 bench768 benchall decode vae
+# Steps: probe build smi tests fp8attn gemm verify parity parity-quick bench480 bench768 benchall decode
+#        decode-profile decode-attn-ab vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
 mkdir -p "$out"
@@ -56,7 +57,7 @@ for s in "$@"; do
           --mode "$1" --ranks "$3" --precision "$2"
       done ;;
     vae)
-      TAIL=12 step vae-tests 240 build-gpu/bin/h3_tests --gtest_filter='CudaVae*'
+      TAIL=12 step vae-tests 240 build-gpu/bin/h3_tests --gtest_filter='CudaVae*:CudaOps.ElementwiseMatchCpu'
       for p in f32 bf16; do TAIL=8 step "vae-verify-$p" 120 "$h3" --device cuda verify "$g/video-vae-mini.safetensors" --precision "$p"; done
       TAIL=4 step vae-parity-bf16-n3 120 "$h3" --device cuda vae-parity "$g/video-vae-mini.safetensors" --precision bf16 --ranks 3 ;;
     parity)
@@ -80,6 +81,12 @@ for s in "$@"; do
     decode)
       TAIL=20 step decode 300 "$h3" --device cuda bench-decode --res 768p 480p --precision bf16 --split 2 4 8 \
         --json "$out/decode.json" ;;
+    decode-profile)  # 768p bf16, one more whole decode with the decoder's profile regions
+      TAIL=24 step decode-profile 200 "$h3" --device cuda bench-decode --res 768p --precision bf16 --split 1 \
+        --no-audio --profile --json "$out/decode-profile.json" ;;
+    decode-attn-ab)  # the same with attention back to one cuDNN call per unit (the batched call's gain)
+      TAIL=24 step decode-attn-ab 200 env H3_VAE_ATTENTION_PER_BLOCK=1 "$h3" --device cuda bench-decode --res 768p \
+        --precision bf16 --split 1 --no-audio --profile --json "$out/decode-attn-ab.json" ;;
     *) echo "unknown step $s" ;;
   esac
 done

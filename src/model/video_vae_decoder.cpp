@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "backend/backend.h"
+#include "core/profile.h"
 #include "model/video_vae.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
@@ -161,15 +163,18 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
       return 0;
     });
   }
-  if (gpu) tok = tok.to_device(dev_);
-  tok = ops::linear(tok, pq_w_, &pq_b_);                   // post_quant_conv (1x1x1)
-  Tensor emb = ops::linear(tok, proj_in_w_, &proj_in_b_);  // [K * V, D]
-  // x [K * N, D], block i at rows [i * N, (i + 1) * N) = [emb_i (V rows); registers; one zero row] (the residual
-  // stream, f32 on the GPU in both precisions).
   Tensor x(ct_, {K * N, D}, dev_);
-  for (int64_t i = 0; i < K; ++i) {
-    copy_rows_into(x, i * N, emb.rows(i * V, (i + 1) * V));
-    copy_rows_into(x, i * N + V, registers_);
+  {
+    profile::Region r("vae.patch_embed");
+    if (gpu) tok = tok.to_device(dev_);
+    tok = ops::linear(tok, pq_w_, &pq_b_);                   // post_quant_conv (1x1x1)
+    Tensor emb = ops::linear(tok, proj_in_w_, &proj_in_b_);  // [K * V, D]
+    // x [K * N, D], block i at rows [i * N, (i + 1) * N) = [emb_i (V rows); registers; one zero row] (the residual
+    // stream, f32 on the GPU in both precisions).
+    for (int64_t i = 0; i < K; ++i) {
+      copy_rows_into(x, i * N, emb.rows(i * V, (i + 1) * V));
+      copy_rows_into(x, i * N + V, registers_);
+    }
   }
   // The blocks' GEMM inputs in the weights' dtype (bf16 in the bf16 recipe): the norms round their output to it in
   // the same pass (bitwise the norm then the conversion).
@@ -189,19 +194,78 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
     return ops::rope(norm(a, nullptr, hd), cos, sin, hd, false);
   };
 
-  for (const Block& b : blocks_) {
-    Tensor n1 = norms_via_f32 ? norm(x, &b.norm1, D) : ops::rms_norm_to(x, &b.norm1, D, eps, gemm_dt);
-    Tensor q = norm_rope(ops::linear(n1, b.to_q, &b.q_b));
-    Tensor k = norm_rope(ops::linear(n1, b.to_k, &b.k_b));
-    Tensor v = ops::linear(n1, b.to_v, &b.v_b);
-    Tensor a = ops::linear(ops::attention_blocks(q, k, v, hd, K), b.to_out, &b.out_b);
-    x = ops::add_scaled(x, a, b.scale1);
-    Tensor n2 = norms_via_f32 ? norm(x, &b.norm2, D) : ops::rms_norm_to(x, &b.norm2, D, eps, gemm_dt);
-    Tensor f = ops::linear(ops::swiglu(ops::linear(n2, b.ff_in, &b.ff_in_b), false), b.ff_out, &b.ff_out_b);
-    x = ops::add_scaled(x, f, b.scale2);
+  // Each residual update runs with the norm that follows it (ops::add_scaled_norm_to: one pass on the GPU, bitwise
+  // the two ops): scale1's with norm2, scale2's with the next block's norm1. The regions name the parts for
+  // `bench-decode --profile` (profile.h; a disabled region costs a branch).
+  auto gemm = [&](const char* name, const Tensor& a, const Tensor& weight, const Tensor& bias) {
+    profile::Region r(name);
+    return ops::linear(a, weight, &bias);
+  };
+  Tensor n1;
+  if (!blocks_.empty()) {
+    profile::Region r("vae.norm");
+    const Tensor* w1 = &blocks_.front().norm1;
+    n1 = norms_via_f32 ? norm(x, w1, D) : ops::rms_norm_to(x, w1, D, eps, gemm_dt);
+  }
+  for (size_t li = 0; li < blocks_.size(); ++li) {
+    const Block& b = blocks_[li];
+    const Block* next = li + 1 < blocks_.size() ? &blocks_[li + 1] : nullptr;
+    Tensor q = gemm("vae.q_gemm", n1, b.to_q, b.q_b);
+    Tensor k = gemm("vae.k_gemm", n1, b.to_k, b.k_b);
+    Tensor v = gemm("vae.v_gemm", n1, b.to_v, b.v_b);
+    n1 = Tensor();
+    {
+      profile::Region r("vae.qk_norm_rope");
+      q = norm_rope(q);
+      k = norm_rope(k);
+    }
+    Tensor o;
+    {
+      profile::Region r("vae.attention");
+      o = ops::attention_blocks(q, k, v, hd, K);
+    }
+    q = k = v = Tensor();
+    Tensor a = gemm("vae.out_gemm", o, b.to_out, b.out_b);
+    o = Tensor();
+    Tensor n2;
+    {
+      profile::Region r("vae.residual_norm");
+      if (norms_via_f32) {
+        x = ops::add_scaled(x, a, b.scale1);
+        n2 = norm(x, &b.norm2, D);
+      } else {
+        std::tie(x, n2) = ops::add_scaled_norm_to(x, a, b.scale1, &b.norm2, D, eps, gemm_dt);
+      }
+    }
+    a = Tensor();
+    Tensor hid = gemm("vae.ffn_in_gemm", n2, b.ff_in, b.ff_in_b);
+    n2 = Tensor();
+    {
+      profile::Region r("vae.swiglu");
+      hid = ops::swiglu(hid, false);
+    }
+    Tensor f = gemm("vae.ffn_out_gemm", hid, b.ff_out, b.ff_out_b);
+    hid = Tensor();
+    {
+      profile::Region r(next ? "vae.residual_norm" : "vae.residual");
+      if (!next) {
+        x = ops::add_scaled(x, f, b.scale2);
+      } else if (norms_via_f32) {
+        x = ops::add_scaled(x, f, b.scale2);
+        n1 = norm(x, &next->norm1, D);
+      } else {
+        std::tie(x, n1) = ops::add_scaled_norm_to(x, f, b.scale2, &next->norm1, D, eps, gemm_dt);
+      }
+    }
   }
   // norm_out and proj_out are row-wise: run on all K * N rows, then each block keeps its V voxel rows.
-  Tensor y = ops::linear(ops::layer_norm(x, &norm_out_w_, &norm_out_b_, eps), proj_out_w_, &proj_out_b_);
+  Tensor y;
+  {
+    profile::Region r("vae.head");
+    y = ops::linear(ops::layer_norm(x, &norm_out_w_, &norm_out_b_, eps), proj_out_w_, &proj_out_b_);
+  }
+  x = Tensor();
+  profile::Region r("vae.unpatchify");
   std::vector<Tensor> out;
   out.reserve(blocks.size());
   for (int64_t i = 0; i < K; ++i)

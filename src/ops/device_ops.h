@@ -2,6 +2,7 @@
 // first tensor's device and forward here; a GPU backend fills the table when it starts (backend/cuda/cuda_ops.cpp).
 // Each entry has the meaning documented in ops.h; device entries also accept i32 index tensors in host memory.
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -55,6 +56,8 @@ struct DeviceOps {
   Tensor (*slice_last)(const Tensor& x, int64_t begin, int64_t end) = nullptr;
   Tensor (*divide_clamp)(const Tensor& x, double divisor, double lo, double hi) = nullptr;
   Tensor (*rms_norm_to)(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) = nullptr;
+  std::pair<Tensor, Tensor> (*add_scaled_norm_to)(const Tensor& x, const Tensor& y, const Tensor& scale,
+                                                  const Tensor* w, int64_t group, double eps, DType out) = nullptr;
   Tensor (*attention_blocks)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim,
                              int64_t blocks) = nullptr;
   Tensor (*stitch_frames)(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const StitchGrid& g,

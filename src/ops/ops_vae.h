@@ -2,6 +2,7 @@
 // f64 host tensors on the CPU backend (the reference), f32 or bf16 tensors on a GPU. Every output element is
 // computed by one thread from its inputs alone, so results never depend on the thread count.
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -52,6 +53,12 @@ inline constexpr int kReferenceSumLanes = 8;
 // rms_norm(x, w, group, eps) (ops.h) with the result rounded to `out` (x's dtype or bf16) in the same pass: bitwise
 // rms_norm(...).to(out). The ViT decoder's norms read the f32 residual stream and feed bf16 GEMMs.
 Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out);
+
+// The ViT block's residual update and the next norm: sum = add_scaled(x, y, scale), normed = rms_norm_to(sum, w,
+// group, eps, out), returned as {sum, normed} and bitwise those two ops (one pass over the rows on the GPU for an f32
+// x and a bf16 out; the two ops elsewhere).
+std::pair<Tensor, Tensor> add_scaled_norm_to(const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor* w,
+                                             int64_t group, double eps, DType out);
 
 // Block-diagonal attention: q/k/v [blocks * n, H*D] hold `blocks` independent sequences of n rows each; block i's
 // queries attend to block i's keys only. Each block is the same computation as attention() on its rows alone

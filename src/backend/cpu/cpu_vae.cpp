@@ -259,6 +259,14 @@ Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, 
   return y.dtype() == out ? y : y.to(out);
 }
 
+std::pair<Tensor, Tensor> add_scaled_norm_to(const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor* w,
+                                             int64_t group, double eps, DType out) {
+  H3_DEVICE_DISPATCH(x, add_scaled_norm_to, x, y, scale, w, group, eps, out);
+  Tensor sum = add_scaled(x, y, scale);
+  Tensor normed = rms_norm_to(sum, w, group, eps, out);
+  return {std::move(sum), std::move(normed)};
+}
+
 Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, int64_t blocks) {
   H3_DEVICE_DISPATCH(q, attention_blocks, q, k, v, head_dim, blocks);
   need_float(q, "attention_blocks", "q");

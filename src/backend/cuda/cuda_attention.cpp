@@ -29,10 +29,10 @@ using dnn::set;
 
 enum Uid : int64_t { kQ = 1, kK = 2, kV = 3, kO = 4, kScale = 5 };
 
-std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
+std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld, int64_t batch) {
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16;
-  auto q = dnn::head_tensor(kQ, heads, nq, d, ld, bf), k = dnn::head_tensor(kK, heads, nk, d, ld, bf),
-       v = dnn::head_tensor(kV, heads, nk, d, ld, bf), o = dnn::head_tensor(kO, heads, nq, d, ld, bf);
+  auto q = dnn::head_tensor(kQ, heads, nq, d, ld, bf, batch), k = dnn::head_tensor(kK, heads, nk, d, ld, bf, batch),
+       v = dnn::head_tensor(kV, heads, nk, d, ld, bf, batch), o = dnn::head_tensor(kO, heads, nq, d, ld, bf, batch);
   auto scale = dnn::scalar(kScale, true);
   auto op = dnn::make(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, "finalize sdpa op", [&](Desc& x) {
     set(x, CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &q->d, "sdpa q");
@@ -48,22 +48,27 @@ std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t heads, int64_t d, in
 }
 
 std::mutex g_mu;
-std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> g_plans;  // null: refused
+// Keyed by (nq, nk, heads, d, ld, batch); null: cuDNN refused the shape.
+std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> g_plans;
 // Heads per cuDNN call, chosen per shape by timing (every head is computed alone, so the grouping never changes a
 // value: at long sequences, groups of a few heads run faster than all heads in one call).
 std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> g_group;
 
-Plan* plan_for(int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
+Plan* plan_for(int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld, int64_t batch = 1) {
   std::lock_guard lock(g_mu);
-  auto key = std::tuple{nq, nk, heads, d, ld};
+  auto key = std::tuple{nq, nk, heads, d, ld, batch};
   auto it = g_plans.find(key);
   if (it != g_plans.end()) return it->second.get();
   std::unique_ptr<Plan> p;
   try {
-    p = build(nq, nk, heads, d, ld);
+    p = build(nq, nk, heads, d, ld, batch);
   } catch (const Failed& f) {
-    spdlog::warn("cuDNN SDPA unavailable for {} heads x {} x {} (d {}): {}; using the plain attention kernel (slow)",
-                 heads, nq, nk, d, f.what);
+    if (batch == 1)
+      spdlog::warn("cuDNN SDPA unavailable for {} heads x {} x {} (d {}): {}; using the plain attention kernel (slow)",
+                   heads, nq, nk, d, f.what);
+    else
+      spdlog::warn("cuDNN SDPA refuses a batch of {} ({} heads x {} x {}, d {}): {}; one call per block instead",
+                   batch, heads, nq, nk, d, f.what);
   }
   return g_plans.emplace(key, std::move(p)).first->second.get();
 }
@@ -119,6 +124,27 @@ std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d) {
   if (plan_for(nq, nk, heads, d, heads * d)) return "cudnn-sdpa";
 #endif
   return "simple";
+}
+
+bool attention_batched(const void* q, const void* k, const void* v, void* o, DType t, int64_t batch, int64_t n,
+                       int64_t heads, int64_t d) {
+  if (batch <= 0 || n == 0 || heads == 0) return true;
+#if H3_HAVE_CUDNN
+  if (t != DType::bf16 || std::getenv("H3_ATTENTION_SIMPLE")) return false;
+  Plan* p = plan_for(n, n, heads, d, heads * d, batch);
+  if (!p) return false;
+  float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  try {
+    dnn::execute(*p, {kQ, kK, kV, kO, kScale}, {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o,
+                                               &scale});
+  } catch (const Failed& f) {
+    fail("cuDNN SDPA (batch {} x {} heads x {} x {}): {}", batch, heads, n, n, f.what);
+  }
+  return true;
+#else
+  (void)q, (void)k, (void)v, (void)o, (void)t, (void)d;
+  return false;
+#endif
 }
 
 void attention(const void* q, const void* k, const void* v, void* o, DType t, int64_t nq, int64_t nk, int64_t heads,

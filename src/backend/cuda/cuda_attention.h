@@ -10,6 +10,12 @@ namespace h3::cuda {
 
 void attention(const void* q, const void* k, const void* v, void* o, DType t, int64_t nq, int64_t nk, int64_t heads,
                int64_t d);
+// `batch` independent attentions in one cuDNN SDPA call (its batch dimension): block b is rows [b * n, (b + 1) * n)
+// of q, k, v and o, each [batch * n, heads * d] bf16; every (block, head) is computed alone, as attention() on the
+// block's rows would. False (nothing written) when that is not available: not bf16, no cuDNN, H3_ATTENTION_SIMPLE,
+// or cuDNN refuses the shape; the caller then runs attention() per block.
+bool attention_batched(const void* q, const void* k, const void* v, void* o, DType t, int64_t batch, int64_t n,
+                       int64_t heads, int64_t d);
 // Which implementation attention() uses for bf16 at this shape ("cudnn-sdpa" or "simple"), building the plan if
 // needed.
 std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);

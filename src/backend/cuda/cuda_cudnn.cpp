@@ -55,8 +55,9 @@ DescPtr tensor(const TensorSpec& s) {
   });
 }
 
-DescPtr head_tensor(int64_t uid, int64_t heads, int64_t rows, int64_t d, int64_t ld, cudnnDataType_t type) {
-  return tensor({uid, type, {1, heads, rows, d}, {rows * ld, d, ld, 1}});
+DescPtr head_tensor(int64_t uid, int64_t heads, int64_t rows, int64_t d, int64_t ld, cudnnDataType_t type,
+                    int64_t batch) {
+  return tensor({uid, type, {batch, heads, rows, d}, {rows * ld, d, ld, 1}});
 }
 
 DescPtr scalar(int64_t uid, bool by_value) {

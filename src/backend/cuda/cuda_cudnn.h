@@ -51,8 +51,10 @@ struct TensorSpec {
   bool by_value = false;    // a host scalar passed in the variant pack
 };
 DescPtr tensor(const TensorSpec& s);
-// [1, heads, rows, d] over a row-major buffer of `ld` values per row (a group of heads of a wider buffer).
-DescPtr head_tensor(int64_t uid, int64_t heads, int64_t rows, int64_t d, int64_t ld, cudnnDataType_t type);
+// [batch, heads, rows, d] over a row-major buffer of `ld` values per row (a group of heads of a wider buffer);
+// batch b starts `rows` rows after batch b - 1 (blocks of rows stacked one after another).
+DescPtr head_tensor(int64_t uid, int64_t heads, int64_t rows, int64_t d, int64_t ld, cudnnDataType_t type,
+                    int64_t batch = 1);
 // A [1, 1, 1, 1] f32 scalar: on the device, or by value.
 DescPtr scalar(int64_t uid, bool by_value);
 

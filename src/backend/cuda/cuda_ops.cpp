@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_vae_kernels.h"
 #include "core/log.h"
 #include "ops/device_ops.h"
 
@@ -379,6 +380,12 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, con
                                             cols / d, r, static_cast<float>(eps), bf, stream());
     if (e == cudaSuccess) return out;
     H3_ASSERT(e == cudaErrorNotSupported, "qk_norm_rope: {}", cudaGetErrorString(e));
+  }
+  if (x.dtype() == DType::bf16 && d == 64) {  // the video VAE decoder's heads
+    const cudaError_t e = qk_norm_rope_d64(x.raw(), w.raw(), cos.raw(), sin.raw(), out.raw(), n, cols / d, r,
+                                           static_cast<float>(eps), bf, stream());
+    if (e == cudaSuccess) return out;
+    H3_ASSERT(e == cudaErrorNotSupported, "qk_norm_rope (d 64): {}", cudaGetErrorString(e));
   }
   H3_CUDA(cuda::qk_norm_rope(x.raw(), w.raw(), cos.raw(), sin.raw(), out.raw(), elem_type(x.dtype()), n, cols, d, r,
                              static_cast<float>(eps), bf, stream()));

@@ -4,6 +4,8 @@
 // when they are not, which the models avoid by uploading them once in the right dtype).
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_common.h"
@@ -186,7 +188,33 @@ Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, 
   return y;
 }
 
-// Each block through the same attention call as attention() on its rows alone, written into one output.
+// One pass for the decoder's case (f32 x, f32 or bf16 y, f32 scale and weight, bf16 out); the two ops otherwise.
+std::pair<Tensor, Tensor> add_scaled_norm_to(const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor* w,
+                                             int64_t group, double eps, DType out) {
+  need_act(x, "add_scaled_norm_to", "x");
+  need_act(y, "add_scaled_norm_to", "y");
+  const int64_t cols = x.ndim() == 2 ? x.dim(1) : 0;
+  const bool fused = x.dtype() == DType::f32 && out == DType::bf16 && x.ndim() == 2 && y.shape() == x.shape() &&
+                     (y.dtype() == DType::f32 || y.dtype() == DType::bf16) && scale.numel() == cols && group > 0 &&
+                     cols % group == 0 && group <= 1024 * kResidualNormMaxPer &&
+                     (!w || (w->on_device() && w->dtype() == DType::f32 && w->numel() == group));
+  if (!fused) {
+    Tensor sum = add_scaled(x, y, scale);
+    Tensor normed = rms_norm_to(sum, w, group, eps, out);
+    return {std::move(sum), std::move(normed)};
+  }
+  const Tensor sd = as(scale, DType::f32);
+  Tensor sum = Tensor::empty(DType::f32, x.shape(), Device::cuda);
+  Tensor normed = Tensor::empty(DType::bf16, x.shape(), Device::cuda);
+  H3_CUDA(add_scaled_rms_norm_to_bf16(static_cast<const float*>(x.raw()), y.raw(), elem_type(y.dtype()),
+                                      static_cast<const float*>(sd.raw()), static_cast<float*>(sum.raw()),
+                                      w ? static_cast<const float*>(w->raw()) : nullptr, normed.raw(), x.dim(0), cols,
+                                      group, static_cast<float>(eps), stream()));
+  return {std::move(sum), std::move(normed)};
+}
+
+// The blocks as the batch of one cuDNN SDPA call (each (block, head) computed alone, as attention() on the block's
+// rows); one attention() call per block where that is not available (f32, no cuDNN) or H3_VAE_ATTENTION_PER_BLOCK=1.
 Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, int64_t blocks) {
   need_act(q, "attention_blocks", "q");
   H3_ASSERT(blocks > 0 && d > 0 && q.ndim() == 2 && k.shape() == q.shape() && v.shape() == q.shape() &&
@@ -197,6 +225,13 @@ Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64
   const int64_t n = q.dim(0) / blocks, cols = q.dim(1);
   const size_t block_bytes = static_cast<size_t>(n * cols) * dtype_size(q.dtype());
   Tensor out = Tensor::empty(q.dtype(), q.shape(), Device::cuda);
+  static const bool per_block = [] {
+    const char* e = std::getenv("H3_VAE_ATTENTION_PER_BLOCK");
+    return e && std::string(e) == "1";
+  }();
+  if (!per_block && blocks > 1 &&
+      cuda::attention_batched(q.raw(), k.raw(), v.raw(), out.raw(), q.dtype(), blocks, n, cols / d, d))
+    return out;
   for (int64_t b = 0; b < blocks; ++b) {
     auto at = [&](const Tensor& t) { return static_cast<std::byte*>(t.raw()) + b * block_bytes; };
     cuda::attention(at(q), at(k), at(v), at(out), q.dtype(), n, n, cols / d, d);
@@ -289,6 +324,7 @@ void register_vae_ops(ops::DeviceOps& t) {
   t.slice_last = slice_last;
   t.divide_clamp = divide_clamp;
   t.rms_norm_to = rms_norm_to;
+  t.add_scaled_norm_to = add_scaled_norm_to;
   t.attention_blocks = attention_blocks;
   t.stitch_frames = stitch_frames;
 }
