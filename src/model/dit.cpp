@@ -1,9 +1,11 @@
 #include "model/dit.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/log.h"
 #include "core/ref_math.h"
 #include "io/lora.h"
@@ -261,7 +263,10 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     (sharded ? shard_params : rep_params) += t.numel();
     if (gpu) {
       t = t.to_device(dev_);
-      if (kind == gemm_weight && precision_ == Precision::fp8) t = ops::quantize_fp8(t);
+      // FP8 weight scales per tensor (fast GEMMs), or per output row in deterministic mode: a rank holding a row
+      // slice (ulysses-ag, tensor) then gets the same scales, hence the same bits, as the whole weight.
+      if (kind == gemm_weight && precision_ == Precision::fp8)
+        t = gpu_deterministic() ? ops::quantize_fp8_rows(t) : ops::quantize_fp8(t);
       else if (kind != f32_layer) t = t.to(DType::bf16);
     }
     (sharded ? sharded_bytes_ : replicated_bytes_) += t.nbytes();
