@@ -152,21 +152,24 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
   // Tokens [K * V, lc]: block i's voxels in (t, h, w) order at rows [i * V, (i + 1) * V) (a transpose of each
   // channel-first block, on the host; they are small).
   Tensor tok(ct_, {K * V, lc});
-  for (int64_t i = 0; i < K; ++i) {
-    const Tensor& z = blocks[i];
-    Tensor zc = z.on_device() ? z.cpu().to(ct_) : z.to(ct_);
-    dispatch(tok, [&]<typename T>(T) {
-      const T* zp = zc.data<T>();
-      T* tp = tok.data<T>() + i * V * lc;
-      for (int64_t c = 0; c < lc; ++c)
-        for (int64_t v = 0; v < V; ++v) tp[v * lc + c] = zp[c * V + v];
-      return 0;
-    });
+  {
+    profile::Region r("vae.host_tokens");
+    for (int64_t i = 0; i < K; ++i) {
+      const Tensor& z = blocks[i];
+      Tensor zc = z.on_device() ? z.cpu().to(ct_) : z.to(ct_);
+      dispatch(tok, [&]<typename T>(T) {
+        const T* zp = zc.data<T>();
+        T* tp = tok.data<T>() + i * V * lc;
+        for (int64_t c = 0; c < lc; ++c)
+          for (int64_t v = 0; v < V; ++v) tp[v * lc + c] = zp[c * V + v];
+        return 0;
+      });
+    }
+    if (gpu) tok = tok.to_device(dev_);
   }
   Tensor x(ct_, {K * N, D}, dev_);
   {
     profile::Region r("vae.patch_embed");
-    if (gpu) tok = tok.to_device(dev_);
     tok = ops::linear(tok, pq_w_, &pq_b_);                   // post_quant_conv (1x1x1)
     Tensor emb = ops::linear(tok, proj_in_w_, &proj_in_b_);  // [K * V, D]
     // x [K * N, D], block i at rows [i * N, (i + 1) * N) = [emb_i (V rows); registers; one zero row] (the residual

@@ -165,6 +165,8 @@ std::vector<Tensor> VideoVae::decode_units_on_device(const Tensor& zp, const std
                                                      int64_t max_batch) const {
   std::vector<Tensor> out;
   out.reserve(units.size());
+  // The blocks' tokens are transposed on the host (decode_blocks): one download of the latents, not one per block.
+  const Tensor zh = zp.on_device() ? zp.cpu() : zp;
   auto shape_of = [](const VideoDecodeUnit& u) { return std::tuple{u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0}; };
   for (size_t i = 0; i < units.size();) {
     const auto [t, h, w] = shape_of(units[i]);
@@ -174,7 +176,7 @@ std::vector<Tensor> VideoVae::decode_units_on_device(const Tensor& zp, const std
          ++i) {
       const VideoDecodeUnit& u = units[i];
       blocks.push_back(
-          vae::slice_dim(vae::slice_dim(vae::slice_dim(zp, 1, u.t0, u.t1), 2, u.y0, u.y1), 3, u.x0, u.x1));
+          vae::slice_dim(vae::slice_dim(vae::slice_dim(zh, 1, u.t0, u.t1), 2, u.y0, u.y1), 3, u.x0, u.x1));
     }
     for (Tensor& d : decode_blocks(blocks)) out.push_back(std::move(d));
   }
@@ -197,7 +199,11 @@ void VideoVae::decode_streaming_on_device(const Tensor& z, const FrameSink& sink
   for (size_t i = 0; i < sched.size(); ++i) {
     const std::vector<VideoDecodeUnit> units(plan.units.begin() + i * per_chunk,
                                              plan.units.begin() + (i + 1) * per_chunk);
-    cur = decode_units_on_device(zp, units, max_batch);
+    {
+      profile::Region r("vae.chunk_row_units");  // spans the regions of decode_blocks (not summed with them)
+      cur = decode_units_on_device(zp, units, max_batch);
+    }
+    profile::Region r("vae.chunk_row_frames");  // spans vae.stitch and vae.download
     emit_chunk_frames(sched[i], cur, prev, grid, next, sink);
     prev = std::move(cur);
     cur.clear();
@@ -208,7 +214,11 @@ void VideoVae::decode_streaming_on_device(const Tensor& z, const FrameSink& sink
 
 Tensor VideoVae::decode_into_clip(const Tensor& z) const {
   // Finished frames downloaded into their place in the one host clip.
-  Tensor video = empty_clip(plan_decode(z.shape()), cfg_, ct_);
+  Tensor video;
+  {
+    profile::Region r("vae.clip_alloc");
+    video = empty_clip(plan_decode(z.shape()), cfg_, ct_);
+  }
   decode_streaming_on_device(z, [&](int64_t first, const Tensor& f) { place_frames(video, first, f); });
   return video;
 }
