@@ -73,16 +73,7 @@ __global__ void rms_norm_kernel(const T* x, const T* w, T* y, int64_t cols, int6
     ss += v * v;
   }
   __shared__ float partial[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) partial[0] = v;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(group) + eps);
+  const float inv = 1.0f / sqrtf(block_sum(ss, partial) / static_cast<float>(group) + eps);
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
     const float v = ld(x, base + c) * inv;
     st(y, base + c, w ? v * ld(w, c) : v);

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_vae_kernels.h"
 
 namespace h3::cuda {
 
@@ -22,24 +23,6 @@ namespace {
 constexpr float kFp8Max = 448.0f;
 constexpr float kTinyScale = 1e-12f;
 
-// Eight bf16 values as raw bits (one 16-byte access) and as floats.
-__device__ __forceinline__ uint4 load_raw(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ void unpack(const uint4& raw, float (&v)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-__device__ __forceinline__ uint4 pack(const float (&v)[8]) {
-  uint4 raw;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-  return raw;
-}
 // Eight fp8 e4m3 values (round to nearest even, saturating: |v| <= 448 by construction) as one 8-byte store.
 __device__ __forceinline__ void store_fp8x8(__nv_fp8_e4m3* p, const float (&v)[8], float scale) {
   uint2 raw;
@@ -48,25 +31,6 @@ __device__ __forceinline__ void store_fp8x8(__nv_fp8_e4m3* p, const float (&v)[8
   for (int i = 0; i < 4; ++i)
     q[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] / scale, v[2 * i + 1] / scale), __NV_SATFINITE, __NV_E4M3);
   *reinterpret_cast<uint2*>(p) = raw;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-// Max of v over the block, every thread gets it; `scratch` holds 32 floats. Safe to call repeatedly.
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float w = threadIdx.x < (blockDim.x + 31) / 32 ? scratch[threadIdx.x] : 0.f;
-    w = warp_max(w);
-    if (threadIdx.x == 0) scratch[0] = w;
-  }
-  __syncthreads();
-  return scratch[0];
 }
 
 // Where a row kernel writes its result: bf16 rows (`bf`), or fp8 rows with one dequantization scale per row
@@ -269,23 +233,26 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
   }
 }
 
-// q/k norm + RoPE for 128-channel bf16 heads: 16 lanes per (row, head) item, 8 channels per lane, ITEMS items per
-// half warp with all their loads issued first. The rotate-half partner of channel c (c < rot) is c +- rot/2, i.e.
-// lane +- rot/16 of the same half warp: exchanged by shuffles (rot % 16 == 0).
+// q/k norm + RoPE for bf16 heads of kD = 64 or 128 channels: kD/8 lanes per (row, head) item, 8 channels per lane,
+// kQkItems items per lane group with all their loads issued first; the sum of squares per lane, then across the
+// group's lanes (butterfly). The rotate-half partner of channel c (c < rot) is c +- rot/2, i.e. lane +- rot/16 of
+// the same group: exchanged by shuffles (rot % 16 == 0). The DiT's heads are 128 wide, the video VAE decoder's 64.
 constexpr int kQkItems = 4;
-__global__ void __launch_bounds__(256) qk_norm_rope_d128_kernel(
+template <int kD>
+__global__ void __launch_bounds__(256) qk_norm_rope_vec_kernel(
     const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ cs,
     const __nv_bfloat16* __restrict__ sn, __nv_bfloat16* __restrict__ out, __nv_fp8_e4m3* __restrict__ out8,
     const float* __restrict__ scale8, int64_t items, int heads, int rot, float eps, bool bf) {
-  const int lane16 = threadIdx.x & 15, c0 = lane16 * 8, half = rot / 2, shift_lanes = half / 8;
-  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 4;  // half-warp number
+  constexpr int kLanes = kD / 8;
+  const int lane = threadIdx.x & (kLanes - 1), c0 = lane * 8, half = rot / 2, shift_lanes = half / 8;
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kLanes;
   const int64_t first = group * kQkItems;
   float wv[8];
   unpack(load_raw(w + c0), wv);
   uint4 raw[kQkItems];
 #pragma unroll
   for (int k = 0; k < kQkItems; ++k)
-    if (first + k < items) raw[k] = load_raw(x + (first + k) * 128 + c0);
+    if (first + k < items) raw[k] = load_raw(x + (first + k) * kD + c0);
   const bool rotates = c0 < rot;
   const int partner = (threadIdx.x & 31) + (c0 < half ? shift_lanes : -shift_lanes);
 #pragma unroll
@@ -300,8 +267,8 @@ __global__ void __launch_bounds__(256) qk_norm_rope_d128_kernel(
     float ss = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
-    for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the half warp
-    const float inv = 1.0f / sqrtf(ss / 128.0f + eps);
+    for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the group
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(kD) + eps);
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = rb((v[j] * inv) * wv[j]);
     float other[8];
@@ -322,9 +289,9 @@ __global__ void __launch_bounds__(256) qk_norm_rope_d128_kernel(
     if (out8) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] = rb(v[j]);  // the bf16 value the unquantized path would store
-      store_fp8x8(out8 + item * 128 + c0, v, *scale8);
+      store_fp8x8(out8 + item * kD + c0, v, *scale8);
     } else {
-      *reinterpret_cast<uint4*>(out + item * 128 + c0) = pack(v);
+      *reinterpret_cast<uint4*>(out + item * kD + c0) = pack(v);
     }
   }
 }
@@ -478,24 +445,37 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
   return cudaGetLastError();
 }
 
-cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, void* out_fp8,
-                              const float* fp8_scale, int64_t rows, int64_t heads, int64_t rot, float eps,
-                              bool bf16_steps, cudaStream_t s) {
+namespace {
+template <int kD>
+cudaError_t qk_norm_rope_vec(const void* x, const void* w, const void* cs, const void* sn, void* out, void* out_fp8,
+                             const float* fp8_scale, int64_t rows, int64_t heads, int64_t rot, float eps,
+                             bool bf16_steps, cudaStream_t s) {
   if (rows * heads == 0) return cudaSuccess;
-  if (rot % 16 || rot > 128 || rot <= 0 || (out_fp8 && !fp8_scale) || (!out && !out_fp8)) return cudaErrorNotSupported;
+  if (rot % 16 || rot > kD || rot <= 0 || (out_fp8 && !fp8_scale) || (!out && !out_fp8)) return cudaErrorNotSupported;
   for (const void* p : std::initializer_list<const void*>{x, w, cs, sn, out, out_fp8})
     if (!aligned16(p)) return cudaErrorNotSupported;
   const int64_t items = rows * heads;
   constexpr int threads = 256;
-  const int64_t groups = (items + kQkItems - 1) / kQkItems;  // one half warp each
-  const unsigned blocks = static_cast<unsigned>((groups * 16 + threads - 1) / threads);
+  const int64_t groups = (items + kQkItems - 1) / kQkItems;  // kD / 8 lanes each
+  const unsigned blocks = static_cast<unsigned>((groups * (kD / 8) + threads - 1) / threads);
   using B = __nv_bfloat16;
-  qk_norm_rope_d128_kernel<<<blocks, threads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(w),
-                                                      static_cast<const B*>(cs), static_cast<const B*>(sn),
-                                                      static_cast<B*>(out), static_cast<__nv_fp8_e4m3*>(out_fp8),
-                                                      fp8_scale, items, static_cast<int>(heads),
-                                                      static_cast<int>(rot), eps, bf16_steps);
+  qk_norm_rope_vec_kernel<kD><<<blocks, threads, 0, s>>>(
+      static_cast<const B*>(x), static_cast<const B*>(w), static_cast<const B*>(cs), static_cast<const B*>(sn),
+      static_cast<B*>(out), static_cast<__nv_fp8_e4m3*>(out_fp8), fp8_scale, items, static_cast<int>(heads),
+      static_cast<int>(rot), eps, bf16_steps);
   return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, void* out_fp8,
+                              const float* fp8_scale, int64_t rows, int64_t heads, int64_t rot, float eps,
+                              bool bf16_steps, cudaStream_t s) {
+  return qk_norm_rope_vec<128>(x, w, cs, sn, out, out_fp8, fp8_scale, rows, heads, rot, eps, bf16_steps, s);
+}
+
+cudaError_t qk_norm_rope_d64(const void* x, const void* w, const void* cs, const void* sn, void* out, int64_t rows,
+                             int64_t heads, int64_t rot, float eps, bool bf16_steps, cudaStream_t s) {
+  return qk_norm_rope_vec<64>(x, w, cs, sn, out, nullptr, nullptr, rows, heads, rot, eps, bf16_steps, s);
 }
 
 }  // namespace h3::cuda

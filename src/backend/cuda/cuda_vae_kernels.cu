@@ -164,85 +164,6 @@ __global__ void divide_clamp_kernel(const T* x, T* y, float d, float lo, float h
 }
 
 
-// q/k norm + RoPE for 64-channel bf16 heads (the video VAE decoder's): 8 lanes per (row, head) item, 8 consecutive
-// channels per lane (16-byte loads and stores), kQk64Items items per 8-lane group with all their loads issued first.
-// The arithmetic is qk_norm_rope_kernel's (norm rounded to bf16, then the rotation in f32 or bf16 steps) with the
-// sum of squares added per lane then across the 8 lanes. The rotate-half partner of channel c < rot is c +- rot/2,
-// lane +- rot/16 of the same group, exchanged by shuffles (rot % 16 == 0).
-constexpr int kQk64Items = 4;
-// Eight bf16 values as one 16-byte access, as floats (the same helpers as cuda_row_kernels.cu's load_raw / unpack /
-// pack; kept here so that this file builds alone).
-__device__ __forceinline__ uint4 load_raw(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ void unpack(const uint4& raw, float (&v)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-__device__ __forceinline__ uint4 pack(const float (&v)[8]) {
-  uint4 raw;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-  return raw;
-}
-__global__ void __launch_bounds__(256) qk_norm_rope_d64_kernel(const __nv_bfloat16* __restrict__ x,
-                                                               const __nv_bfloat16* __restrict__ w,
-                                                               const __nv_bfloat16* __restrict__ cs,
-                                                               const __nv_bfloat16* __restrict__ sn,
-                                                               __nv_bfloat16* __restrict__ out, int64_t items,
-                                                               int heads, int rot, float eps, bool bf) {
-  const int lane8 = threadIdx.x & 7, c0 = lane8 * 8, half = rot / 2, shift_lanes = half / 8;
-  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 3;
-  const int64_t first = group * kQk64Items;
-  float wv[8];
-  unpack(load_raw(w + c0), wv);
-  uint4 raw[kQk64Items];
-#pragma unroll
-  for (int k = 0; k < kQk64Items; ++k)
-    if (first + k < items) raw[k] = load_raw(x + (first + k) * 64 + c0);
-  const bool rotates = c0 < rot;
-  const int partner = (threadIdx.x & 31) + (c0 < half ? shift_lanes : -shift_lanes);
-#pragma unroll
-  for (int k = 0; k < kQk64Items; ++k) {
-    const int64_t item = first + k;
-    const bool active = item < items;  // uniform over the 8-lane group; the shuffles below stay converged
-    float v[8];
-    if (active) {
-      unpack(raw[k], v);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = 0.f;
-    }
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
-    for (int o = 4; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the 8 lanes
-    const float inv = 1.0f / sqrtf(ss / 64.0f + eps);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = rb((v[j] * inv) * wv[j]);
-    float other[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) other[j] = __shfl_sync(0xffffffffu, v[j], rotates ? partner : (threadIdx.x & 31));
-    if (!active) continue;
-    if (rotates) {
-      const int64_t row = item / heads;
-      float cv[8], sv[8];
-      unpack(load_raw(cs + row * rot + c0), cv);
-      unpack(load_raw(sn + row * rot + c0), sv);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float o = c0 < half ? -other[j] : other[j];
-        v[j] = bf ? rb(rb(v[j] * cv[j]) + rb(o * sv[j])) : v[j] * cv[j] + o * sv[j];
-      }
-    }
-    *reinterpret_cast<uint4*>(out + item * 64 + c0) = pack(v);
-  }
-}
-
 }  // namespace
 
 cudaError_t layer_norm(const void* x, const void* w, const void* b, void* y, ElemType t, int64_t rows, int64_t cols,
@@ -447,16 +368,7 @@ __global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv
     ss += v * v;
   }
   __shared__ float partial[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) partial[0] = v;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(group) + eps);
+  const float inv = 1.0f / sqrtf(block_sum(ss, partial) / static_cast<float>(group) + eps);
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
     const float v = x[base + c] * inv;
     y[base + c] = __float2bfloat16_rn(w ? v * w[c] : v);
@@ -488,16 +400,7 @@ __global__ void add_scaled_rms_norm_kernel(const float* x, const TY* y, const fl
     }
   }
   __shared__ float partial[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.f;
-    t = warp_sum(t);
-    if (threadIdx.x == 0) partial[0] = t;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(group) + eps);
+  const float inv = 1.0f / sqrtf(block_sum(ss, partial) / static_cast<float>(group) + eps);
 #pragma unroll
   for (int i = 0; i < kResidualNormMaxPer; ++i) {
     const int64_t c = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
@@ -641,24 +544,6 @@ cudaError_t add_scaled_rms_norm_to_bf16(const float* x, const void* y, ElemType 
         x, static_cast<const __nv_bfloat16*>(y), scale, sum, w, o, cols, group, eps);
   else
     return cudaErrorInvalidValue;
-  return cudaGetLastError();
-}
-
-cudaError_t qk_norm_rope_d64(const void* x, const void* w, const void* cs, const void* sn, void* out, int64_t rows,
-                             int64_t heads, int64_t rot, float eps, bool bf16_steps, cudaStream_t s) {
-  if (rows * heads == 0) return cudaSuccess;
-  if (rot % 16 || rot > 64 || rot <= 0) return cudaErrorNotSupported;
-  for (const void* p : {x, w, cs, sn, static_cast<const void*>(out)})
-    if (reinterpret_cast<uintptr_t>(p) % 16) return cudaErrorNotSupported;
-  const int64_t items = rows * heads;
-  constexpr int threads = 256;
-  const int64_t groups = (items + kQk64Items - 1) / kQk64Items;  // 8 lanes each
-  const unsigned blocks = static_cast<unsigned>((groups * 8 + threads - 1) / threads);
-  using B = __nv_bfloat16;
-  qk_norm_rope_d64_kernel<<<blocks, threads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(w),
-                                                     static_cast<const B*>(cs), static_cast<const B*>(sn),
-                                                     static_cast<B*>(out), items, static_cast<int>(heads),
-                                                     static_cast<int>(rot), eps, bf16_steps);
   return cudaGetLastError();
 }
 
