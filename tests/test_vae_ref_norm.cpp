@@ -144,3 +144,45 @@ TEST(VaeRefNorm, RmsNormViaF32RoundsWhereTheReferenceDoes) {
   EXPECT_LT(max_rel_to_f64, 1e-6);
   EXPECT_THROW(ops::rms_norm_via_f32(x.to(DType::f32), &w, group, eps), Error);
 }
+
+TEST(VaeRefNorm, RmsNormViaF32TransformersWeightStaysF64) {
+  // transformers' Qwen3 RMSNorm in an f64 run (the text tower's f64 path): the f32 x * rsqrt is cast to f64
+  // and then multiplied by the f64 weight, with no rounding back to f32. Groups of 8 (the q/k norms of the
+  // mini text tower) and 32 (its hidden norms); the sum order itself is checked by the tests above.
+  for (const int64_t group : {int64_t{8}, int64_t{32}}) {
+    const int64_t rows = 40, cols = 2 * group;
+    std::mt19937_64 rng(11 + group);
+    std::normal_distribution<double> nd(0.0, 2.0);
+    std::vector<double> xv(rows * cols), wv(group);
+    for (auto& v : xv) v = nd(rng);  // not f32 values: the input rounding is part of the flow
+    for (auto& v : wv) v = 1.0 + 0.1 * nd(rng);
+    const Tensor x = Tensor::from(xv, {rows, cols}), w = Tensor::from(wv, {group});
+    const double eps = 1e-6;
+    const Tensor got = ops::rms_norm_via_f32(x, &w, group, eps, ops::RefNormWeight::kF64ThenWeight);
+    const Tensor vae = ops::rms_norm_via_f32(x, &w, group, eps);  // kWeightThenF32
+    ASSERT_EQ(got.dtype(), DType::f64);
+    int64_t differs_from_vae = 0, not_f32 = 0;
+    std::vector<float> xf(static_cast<size_t>(group)), sq(static_cast<size_t>(group));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < cols; g += group) {
+        for (int64_t c = 0; c < group; ++c) {
+          xf[c] = static_cast<float>(xv[r * cols + g + c]);
+          sq[c] = xf[c] * xf[c];
+        }
+        const float mean =
+            ops::torch_cpu_sum_f32(sq.data(), group, ops::kReferenceSumLanes) / static_cast<float>(group);
+        const float inv = 1.0f / std::sqrt(mean + static_cast<float>(eps));
+        for (int64_t c = 0; c < group; ++c) {
+          const int64_t i = r * cols + g + c;
+          const double want = wv[c] * static_cast<double>(xf[c] * inv);
+          EXPECT_EQ(got.data<double>()[i], want) << "group " << group << " element " << i;
+          if (got.data<double>()[i] != vae.data<double>()[i]) ++differs_from_vae;
+          if (static_cast<double>(static_cast<float>(got.data<double>()[i])) != got.data<double>()[i])
+            ++not_f32;
+        }
+      }
+    // The two cast points must give different bits (else this test could not tell them apart).
+    EXPECT_GT(differs_from_vae, rows) << "group " << group;
+    EXPECT_GT(not_f32, rows) << "group " << group;
+  }
+}

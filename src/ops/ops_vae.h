@@ -30,13 +30,18 @@ Tensor slice_last(const Tensor& x, int64_t begin, int64_t end);
 Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi);
 
 // The reference's float32 RMSNorm inside its float64 run, on an f64 host tensor (CPU only; returns f64
-// holding f32 values). diffusers' ViT decoder calls `norm(x.float())` for the block norms and the q/k norms
-// whatever the model dtype; ATen's rms_norm then works in the input's f32 (a weight of another dtype forces its
-// composite path, which casts the weighted result back to the input's dtype). So per group of `group` channels:
-// x rounded to f32; the mean of x*x in f32, summed in ATen's CPU order (torch_cpu_sum_f32 with
-// kReferenceSumLanes); + f32(eps); rsqrt as 1 / sqrt in f32; x * rsqrt in f32; with a weight (f64, the module's
-// dtype) that product times the weight in f64, cast back to f32.
-Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double eps);
+// holding f32 values, except with kF64ThenWeight below). diffusers' ViT decoder calls `norm(x.float())` for
+// the block norms and the q/k norms whatever the model dtype; ATen's rms_norm then works in the input's f32
+// (a weight of another dtype forces its composite path, which casts the weighted result back to the input's
+// dtype). So per group of `group` channels: x rounded to f32; the mean of x*x in f32, summed in ATen's CPU
+// order (torch_cpu_sum_f32 with kReferenceSumLanes); + f32(eps); rsqrt as 1 / sqrt in f32; x * rsqrt in f32;
+// with a weight (f64, the module's dtype) that product times the weight in f64, cast back to f32. `weight`
+// picks where the weight comes in: kWeightThenF32 is the ATen composite above (the ViT decoder);
+// kF64ThenWeight is transformers' Qwen3 RMSNorm (`weight * hidden_states.to(input_dtype)`): the f32 x * rsqrt
+// cast to f64 first, then times the f64 weight in f64, the result left in f64.
+enum class RefNormWeight { kWeightThenF32, kF64ThenWeight };
+Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double eps,
+                        RefNormWeight weight = RefNormWeight::kWeightThenF32);
 
 // The sum of n contiguous floats as ATen's CPU sum kernel forms it (SumKernel.cpp, cascade_sum, contiguous
 // inner reduction) with `lanes`-wide float vectors (8 in ATen's AVX2 and default builds, 16 with AVX-512):

@@ -209,7 +209,7 @@ float torch_cpu_sum_f32(const float* x, int64_t n, int lanes) {
   return total;
 }
 
-Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double eps) {
+Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double eps, RefNormWeight weight) {
   H3_ASSERT(x.device() == Device::cpu && x.dtype() == DType::f64,
             "rms_norm_via_f32: x must be an f64 host tensor, got {}", x.describe());
   const int64_t cols = x.ndim() ? x.dim(-1) : 1, rows = cols ? x.numel() / cols : 0;
@@ -222,6 +222,7 @@ Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double 
   const double* wp = w ? w->data<double>() : nullptr;
   double* yp = y.data<double>();
   const float eps32 = static_cast<float>(eps), n32 = static_cast<float>(group);
+  const bool back_to_f32 = weight == RefNormWeight::kWeightThenF32;
   parallel_for(
       rows,
       [&](int64_t rb, int64_t re) {
@@ -238,10 +239,14 @@ Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double 
             const float inv = 1.0f / std::sqrt(mean + eps32);
             for (int64_t c = 0; c < group; ++c) {
               const float v = xf[c] * inv;
-              // With a weight: the f32 product times the f64 weight in f64, cast back to f32 (the input's
-              // dtype).
-              out[c] = wp ? static_cast<double>(static_cast<float>(static_cast<double>(v) * wp[c]))
-                          : static_cast<double>(v);
+              // With a weight: the f32 product times the f64 weight in f64, then (ATen's composite) cast back
+              // to f32, the input's dtype, or (transformers' Qwen3 norm) kept in f64.
+              if (!wp)
+                out[c] = static_cast<double>(v);
+              else if (back_to_f32)
+                out[c] = static_cast<double>(static_cast<float>(static_cast<double>(v) * wp[c]));
+              else
+                out[c] = wp[c] * static_cast<double>(v);
             }
           }
       },
