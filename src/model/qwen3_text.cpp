@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "core/parallel.h"
+#include "core/ref_math.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
 
@@ -50,12 +51,31 @@ std::pair<Tensor, Tensor> mrope_tables(const QwenTextConfig& c, int64_t n, const
       axis[j] = j < c.mrope_section[0] ? 0 : j < c.mrope_section[0] + c.mrope_section[1] ? 1 : 2;
     }
   }
-  // inv_freq and the positions are rounded to f32 as in the reference; the products and cos/sin are taken in
-  // the run's dtype.
+  // inv_freq and the positions are rounded to f32 as in the reference, and so are the products and cos/sin
+  // (the f64 run's tables hold those f32 values; the f32 run keeps its own std::cos/std::sin).
   std::vector<float> inv_freq(half);
   for (int64_t j = 0; j < half; ++j)
     inv_freq[j] =
         1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * j) / static_cast<float>(d));
+  if (dt == DType::f64) {
+    // The f64 run: transformers' rotary takes `inv_freq.float() @ positions.float()` and cos/sin in f32
+    // (autocast off, "Force float32"), then casts the tables to the run's dtype. ATen's f32 cos/sin are
+    // ref_math's (VML when present).
+    std::vector<float> angle(static_cast<size_t>(n * d)), cs(angle.size()), sn(angle.size());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < half; ++j) {
+        const float p = static_cast<float>(pos ? (*pos)[axis[j] * n + i] : i);
+        angle[i * d + j] = angle[i * d + j + half] = inv_freq[j] * p;
+      }
+    ref_math::cos_f32(angle.data(), cs.data(), n * d);
+    ref_math::sin_f32(angle.data(), sn.data(), n * d);
+    Tensor cos_t(DType::f64, {n, d}), sin_t(DType::f64, {n, d});
+    for (int64_t k = 0; k < n * d; ++k) {
+      cos_t.data<double>()[k] = cs[k];
+      sin_t.data<double>()[k] = sn[k];
+    }
+    return {cos_t, sin_t};
+  }
   Tensor cos_t(dt, {n, d}), sin_t(dt, {n, d});
   auto fill = [&]<typename T>(T) {
     T* cp = cos_t.data<T>();
@@ -366,16 +386,15 @@ QwenTextOutputs QwenTextModel::compute(const std::vector<int32_t>& ids, const st
   }
   auto [cos_h, sin_h] = mrope_tables(cfg_, n, mrope_positions, dtype_);
   const Tensor cos = on_dev(cos_h), sin = on_dev(sin_h);
-  const double eps = cfg_.rms_eps;
   for (int64_t li = 0; li < last; ++li) {
     const Layer& L = layers_[static_cast<size_t>(li)];
     const std::string name = "layer " + std::to_string(li);
     std::vector<Tensor> parts;
-    Tensor h = ops::rms_norm(x, &L.in_norm, cfg_.hidden, eps);
+    Tensor h = norm(x, L.in_norm, cfg_.hidden);
     for (const Unit& u : L.units) parts.push_back(attention_partial(u, h, L, cos, sin));
     x = ops::add(x, fold_units(parts, name + " attention"));
     parts.clear();
-    h = ops::rms_norm(x, &L.post_norm, cfg_.hidden, eps);
+    h = norm(x, L.post_norm, cfg_.hidden);
     for (const Unit& u : L.units) parts.push_back(mlp_partial(u, h));
     x = ops::add(x, fold_units(parts, name + " MLP"));
     if (kept(li + 1)) out.hidden_states[li + 1] = x;
@@ -386,7 +405,7 @@ QwenTextOutputs QwenTextModel::compute(const std::vector<int32_t>& ids, const st
       ops::scatter_rows(x, added, rows_idx);
     }
   }
-  if (want_normed) out.last_normed = ops::rms_norm(x, &final_norm_, cfg_.hidden, eps);
+  if (want_normed) out.last_normed = norm(x, final_norm_, cfg_.hidden);
   return out;
 }
 

@@ -128,6 +128,10 @@ class QwenTextModel {
     Tensor in_norm, q_norm, k_norm, post_norm;  // replicated
     std::vector<Unit> units;                    // this rank's units g0..g1-1
   };
+  // The model's RMSNorm over groups of `group` channels. f64 (CPU only) follows the reference's flow, which
+  // normalizes in f32 even in its f64 run (ops_vae.h rms_norm_via_f32, RefNormWeight::kF64ThenWeight); f32
+  // and the GPU use ops::rms_norm.
+  Tensor norm(const Tensor& x, const Tensor& w, int64_t group) const;
   Tensor attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
                            const Tensor& sin) const;
   Tensor mlp_partial(const Unit& u, const Tensor& h) const;

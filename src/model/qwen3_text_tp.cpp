@@ -19,15 +19,21 @@
 #include "model/qwen3_text.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
+#include "ops/ops_vae.h"
 
 namespace h3 {
+
+Tensor QwenTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) const {
+  if (dtype_ == DType::f64)
+    return ops::rms_norm_via_f32(x, &w, group, cfg_.rms_eps, ops::RefNormWeight::kF64ThenWeight);
+  return ops::rms_norm(x, &w, group, cfg_.rms_eps);
+}
 
 Tensor QwenTextModel::attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
                                         const Tensor& sin) const {
   const int64_t D = cfg_.head_dim;
-  const double eps = cfg_.rms_eps;
-  const Tensor q = ops::rope(ops::rms_norm(ops::linear(h, u.q), &L.q_norm, D, eps), cos, sin, D, false);
-  const Tensor k = ops::rope(ops::rms_norm(ops::linear(h, u.k), &L.k_norm, D, eps), cos, sin, D, false);
+  const Tensor q = ops::rope(norm(ops::linear(h, u.q), L.q_norm, D), cos, sin, D, false);
+  const Tensor k = ops::rope(norm(ops::linear(h, u.k), L.k_norm, D), cos, sin, D, false);
   const Tensor v = ops::linear(h, u.v);
   return ops::linear(ops::attention_causal(q, k, v, D), u.o);
 }
