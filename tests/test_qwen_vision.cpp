@@ -117,6 +117,31 @@ TEST(QwenVisionGolden, MatchesTransformersF32AndF64) {
   }
 }
 
+// The text tower alone, fed the reference's vision rows (the file's weights are f32-exact, so no weight
+// floor): in f64 the embedding state is the reference's bit for bit, and after layer 0 the state shows
+// transformers' f32 norms and f32 rotary tables. Measured (docs/notes.md, text64): all-f64 norms and
+// rotary 7.4e-8, f32 norms only 5.3e-8, both 4.3e-8 (the rest is the reference's eager f32 softmax); 5e-8
+// tells them apart.
+TEST(QwenVisionGolden, F64TextTowerFollowsTheReferenceF32NormsAndRotary) {
+  const std::string path = golden_vision_path();
+  if (!std::filesystem::exists(path))
+    GTEST_SKIP() << "SKIPPED LOUDLY: " << kGoldenName << " not found in .gpu/golden/ or " << test::golden("")
+                 << " (make it on the device: python3 scripts/device/make_qwen3vl_vision_golden.py OUT)";
+  const VerifyReport rep = verify_qwen3vl_vision_file(SafeTensors::open(path), Precision::f64);
+  auto line = [&](const std::string& what) -> const VerifyLine* {
+    for (const auto& l : rep.lines)
+      if (l.what == what) return &l;
+    return nullptr;
+  };
+  const auto* s0 = line("vl text hidden_states.0 (reference vision rows)");
+  const auto* s1 = line("vl text hidden_states.1 (reference vision rows)");
+  ASSERT_NE(s0, nullptr);
+  ASSERT_NE(s1, nullptr);
+  EXPECT_EQ(s0->rel_l2, 0.0);
+  EXPECT_LE(s1->rel_l2, 5e-8);
+  EXPECT_GT(s1->rel_l2, 0.0);
+}
+
 TEST(QwenVision, ConfigShapesAndF32MatchesF64) {
   test::ScratchDir dir;
   const std::string path = (dir / "tower.safetensors").string();

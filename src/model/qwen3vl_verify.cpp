@@ -142,6 +142,44 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     add("vl text hidden_states." + std::to_string(k), hs.hidden_states.at(k),
         f.get(out + "hidden_states." + std::to_string(k)), tol);
 
+  // The text tower alone: the same prompt with the reference's own vision rows in place of ours, so that the
+  // vision tower's error does not reach the text states (in f64, hidden_states.0 is then the reference's bit
+  // for bit).
+  // The file's weights are f32-exact, so these lines show the text tower's own flow (docs/notes.md, text64).
+  if (!prep.extras.rows.empty()) {
+    auto reference_rows = [&](const std::string& image, const std::string& video) {
+      const Tensor im = f.has(out + image) ? f.get(out + image).to(text.dtype()) : Tensor();
+      const Tensor vi = f.has(out + video) ? f.get(out + video).to(text.dtype()) : Tensor();
+      const int64_t width = prep.extras.embeds.dim(1);
+      const int64_t es = static_cast<int64_t>(dtype_size(text.dtype()));
+      Tensor t(text.dtype(), {static_cast<int64_t>(prep.extras.rows.size()), width});
+      int64_t next_image = 0, next_video = 0;
+      for (size_t r = 0; r < prep.extras.rows.size(); ++r) {
+        const bool is_image = in.ids[static_cast<size_t>(prep.extras.rows[r])] == tok.image;
+        const Tensor& src = is_image ? im : vi;
+        const int64_t row = is_image ? next_image++ : next_video++;
+        if (!src.defined() || src.ndim() != 2 || src.dim(1) != width || row >= src.dim(0))
+          fail(
+              "{}: {} has no row {} of width {} for prompt position {}; regenerate the file with "
+              "scripts/device/make_qwen3vl_vision_golden.py",
+              f.path(), out + (is_image ? image : video), row, width, prep.extras.rows[r]);
+        std::memcpy(static_cast<std::byte*>(t.raw()) + static_cast<int64_t>(r) * width * es,
+                    static_cast<const std::byte*>(src.raw()) + row * width * es,
+                    static_cast<size_t>(width) * es);
+      }
+      return t;
+    };
+    TextExtras ref_rows = prep.extras;
+    ref_rows.embeds = reference_rows("image_embeds", "video_embeds");
+    for (size_t k = 0; k < ref_rows.deepstack.size(); ++k)
+      ref_rows.deepstack[k] =
+          reference_rows("image_deepstack." + std::to_string(k), "video_deepstack." + std::to_string(k));
+    const QwenTextOutputs hr = text.forward(in.ids, keep, false, &prep.positions, &ref_rows);
+    for (int64_t k : keep)
+      add("vl text hidden_states." + std::to_string(k) + " (reference vision rows)", hr.hidden_states.at(k),
+          f.get(out + "hidden_states." + std::to_string(k)), tol);
+  }
+
   // The processor case: a resized image through our preprocessing against transformers' image processor.
   if (f.has("preproc.output.pixel_values")) {
     const VlPixels px = preprocess_frames(frames_of(f.get("preproc.input.image")), pre);

@@ -1,6 +1,8 @@
-// `h3 verify` for the Qwen3-VL vision golden set (scripts/device/make_qwen3vl_vision_golden.py): preprocessing,
-// mRoPE positions, the vision tower's embeddings and DeepStack features, and the text decoder's hidden states with
-// the vision rows and DeepStack injected.
+// `h3 verify` for the Qwen3-VL vision golden set (scripts/device/make_qwen3vl_vision_golden.py):
+// preprocessing, mRoPE positions, the vision tower's embeddings and DeepStack features, and the text
+// decoder's hidden states with the vision rows and DeepStack injected: once with ours, once with the
+// reference's own rows (lines marked
+// "(reference vision rows)", the text tower alone).
 #pragma once
 #include "io/safetensors.h"
 #include "model/dit_verify.h"
