@@ -59,9 +59,9 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
 cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, void* out_fp8,
                               const float* fp8_scale, int64_t rows, int64_t heads, int64_t rot, float eps,
                               bool bf16_steps, cudaStream_t s);
-// bf16 out[r][c] = q[r][c] * scales[per_tensor ? 0 : r] for fp8 e4m3 rows q.
-cudaError_t dequantize_rows_fp8(const void* q, const float* scales, bool per_tensor, void* out, int64_t rows,
-                                int64_t cols, cudaStream_t s);
+// bf16 out[r][c] = q[r][c] * scales[r] for fp8 e4m3 rows q (per-tensor scales: dequantize_fp8).
+cudaError_t dequantize_rows_fp8(const void* q, const float* scales, void* out, int64_t rows, int64_t cols,
+                                cudaStream_t s);
 // out[i] = scale[0] for i < n (a per-tensor FP8 scale widened to a per-row vector).
 cudaError_t broadcast_scale(const float* scale, float* out, int64_t n, cudaStream_t s);
 // out[i] = x[idx[i]] (gather) or out[idx[i]] = x[i] (scatter), rows of row_bytes (a multiple of 2).

@@ -271,12 +271,7 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
     fail("attention: cuDNN refused the FP8 attention graph for {} heads x {} x {} (d {}) and H3_ATTENTION_FP8=require; "
          "the warning above gives cuDNN's reasons (unset H3_ATTENTION_FP8 to fall back to bf16)",
          cols / d, nq, nk, d);
-  auto dequant = [&](const Tensor& x, const float* scale) {
-    Tensor y = Tensor::empty(DType::bf16, x.shape(), Device::cuda);
-    H3_CUDA(dequantize_fp8(x.raw(), x.numel(), scale, y.raw(), stream()));
-    return y;
-  };
-  Tensor qb = dequant(q, sq), kb = dequant(k, sk), vb = dequant(v, sv);
+  Tensor qb = dequantize_rows(q), kb = dequantize_rows(k), vb = dequantize_rows(v);
   cuda::attention(qb.raw(), kb.raw(), vb.raw(), out.raw(), DType::bf16, nq, nk, cols / d, d);
   return out;
 }
@@ -406,7 +401,11 @@ Tensor dequantize_rows(const Tensor& q) {
   const Tensor& sc = *q.scale();
   H3_ASSERT(sc.numel() == q.dim(0) || sc.numel() == 1, "dequantize_rows: {} scales for {}", sc.numel(), q.describe());
   Tensor out = Tensor::empty(DType::bf16, q.shape(), Device::cuda);
-  H3_CUDA(dequantize_rows_fp8(q.raw(), static_cast<const float*>(sc.raw()), sc.numel() == 1, out.raw(), q.dim(0),
+  if (sc.numel() == 1) {
+    H3_CUDA(dequantize_fp8(q.raw(), q.numel(), static_cast<const float*>(sc.raw()), out.raw(), stream()));
+    return out;
+  }
+  H3_CUDA(dequantize_rows_fp8(q.raw(), static_cast<const float*>(sc.raw()), out.raw(), q.dim(0),
                               q.dim(1), stream()));
   return out;
 }

@@ -318,11 +318,11 @@ __global__ void broadcast_scale_kernel(const float* scale, float* out, int64_t n
     out[i] = *scale;
 }
 
-__global__ void dequantize_rows_kernel(const __nv_fp8_e4m3* q, const float* scales, bool per_tensor,
-                                       __nv_bfloat16* out, int64_t rows, int64_t cols) {
+__global__ void dequantize_rows_kernel(const __nv_fp8_e4m3* q, const float* scales, __nv_bfloat16* out,
+                                       int64_t rows, int64_t cols) {
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = __float2bfloat16_rn(static_cast<float>(q[i]) * scales[per_tensor ? 0 : i / cols]);
+    out[i] = __float2bfloat16_rn(static_cast<float>(q[i]) * scales[i / cols]);
 }
 
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -370,12 +370,12 @@ cudaError_t broadcast_scale(const float* scale, float* out, int64_t n, cudaStrea
   return cudaGetLastError();
 }
 
-cudaError_t dequantize_rows_fp8(const void* q, const float* scales, bool per_tensor, void* out, int64_t rows,
-                                int64_t cols, cudaStream_t s) {
+cudaError_t dequantize_rows_fp8(const void* q, const float* scales, void* out, int64_t rows, int64_t cols,
+                                cudaStream_t s) {
   if (rows * cols == 0) return cudaSuccess;
   const int64_t blocks = (rows * cols + 255) / 256;
   dequantize_rows_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(
-      static_cast<const __nv_fp8_e4m3*>(q), scales, per_tensor, static_cast<__nv_bfloat16*>(out), rows, cols);
+      static_cast<const __nv_fp8_e4m3*>(q), scales, static_cast<__nv_bfloat16*>(out), rows, cols);
   return cudaGetLastError();
 }
 
