@@ -238,7 +238,12 @@ Runner add_bench(CLI::App& app) {
           gpu_synchronize();
           const std::vector<profile::Total> totals = profile::take();
           profile::set_enabled(false);
-          for (const auto& t : totals) prof[t.name] = {{"seconds", t.seconds}, {"spans", t.spans}};
+          for (const auto& t : totals)
+            prof[t.name] = {{"seconds", t.seconds},
+                            {"spans", t.spans},
+                            {"host_seconds", t.host_seconds},
+                            {"idle_before_seconds", t.idle_before},
+                            {"host_only", t.host_only}};
         }
         nlohmann::json reg = o->no_isolated ? nlohmann::json::object() : regions(c, S, p, o->reps);
         double gemm_s = 0, attn_s = 0;
@@ -251,13 +256,18 @@ Runner add_bench(CLI::App& app) {
                     gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0, attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0, peak);
         if (o->profile) {
           std::printf("      real forward (one, profiled):");
-          double sum = 0;
+          double sum = 0, idle = 0;
           for (auto& [name, v] : prof.items()) {
             const double t = v["seconds"].get<double>();
+            idle += v["idle_before_seconds"].get<double>();
+            if (v["host_only"].get<bool>()) {
+              std::printf(" %s %.3f s host", name.c_str(), t);
+              continue;
+            }
             sum += t;
             std::printf(" %s %.3f s (%.0f%%)", name.c_str(), t, 100 * t / s);
           }
-          std::printf(" | other %.3f s\n", s - sum);
+          std::printf(" | other %.3f s (device idle before regions %.3f s)\n", s - sum, idle);
         }
         if (!o->no_isolated) {
           std::printf("      regions (isolated, x%d blocks):", c.num_layers);

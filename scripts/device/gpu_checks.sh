@@ -82,7 +82,7 @@ for s in "$@"; do
       TAIL=20 step decode 300 "$h3" --device cuda bench-decode --res 768p 480p --precision bf16 --split 2 4 8 \
         --json "$out/decode.json" ;;
     decode-profile)  # 768p bf16, one more whole decode with the decoder's profile regions
-      TAIL=24 step decode-profile 200 "$h3" --device cuda bench-decode --res 768p --precision bf16 --split 1 \
+      TAIL=40 step decode-profile 200 "$h3" --device cuda bench-decode --res 768p --precision bf16 --split 1 \
         --no-audio --profile --json "$out/decode-profile.json" ;;
     decode-attn-ab)  # the same with attention back to one cuDNN call per unit (the batched call's gain)
       TAIL=24 step decode-attn-ab 200 env H3_VAE_ATTENTION_PER_BLOCK=1 "$h3" --device cuda bench-decode --res 768p \

@@ -4,6 +4,11 @@
 //
 //   { profile::Region r("attention"); ... }      // nested regions each count their own span
 //   for (auto& [name, s] : profile::take()) ...  // seconds per name since the last take(), in first-seen order
+//
+// Besides its device time a region reports its host time (how long the host spent between its start and end:
+// near the device time when the host waits inside it) and the device's idle time just before it began (from the
+// end of the latest region that had closed by then to its start: the device ran out of queued work because the
+// host had not yet issued this region). HostRegion counts host time only (allocations, synchronizations).
 #pragma once
 #include <string>
 #include <utility>
@@ -23,13 +28,31 @@ class Region {
 
  private:
   int slot_ = -1;
+  unsigned gen_ = 0;
+};
+
+// A span timed on the host clock only, also with a device backend (it records no event, so it is safe where the
+// device must not be touched, e.g. inside the allocator).
+class HostRegion {
+ public:
+  explicit HostRegion(const char* name);
+  ~HostRegion();
+  HostRegion(const HostRegion&) = delete;
+  HostRegion& operator=(const HostRegion&) = delete;
+
+ private:
+  int slot_ = -1;
+  unsigned gen_ = 0;
 };
 
 // Seconds per region name accumulated since the last call, and the count of spans; resets.
 struct Total {
   std::string name;
-  double seconds = 0;
+  double seconds = 0;       // device time (host time for host-only regions)
   int spans = 0;
+  double host_seconds = 0;  // host clock between the region's start and end
+  double idle_before = 0;   // device idle before the region's start (device regions that follow a closed one)
+  bool host_only = false;
 };
 std::vector<Total> take();
 

@@ -44,7 +44,11 @@ std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t heads, int64_t d, in
   const std::vector<cudnnBackendDescriptor_t> ops{op->d};
   std::vector<dnn::DescPtr> keep;
   for (auto* x : {&q, &k, &v, &o, &scale, &op}) keep.push_back(std::move(*x));
-  return dnn::make_plan(std::move(keep), ops);
+  // Engine configurations are timed for the long single-batch sequences of the DiT (not in deterministic mode,
+  // where every rank and run must take the same engine, and not for the VAE's stacked units, whose bits must not
+  // depend on the stack).
+  const bool candidates = !deterministic() && batch == 1 && nq * nk >= (int64_t(1) << 26);
+  return dnn::make_plan(std::move(keep), ops, candidates);
 }
 
 std::mutex g_mu;
@@ -86,7 +90,11 @@ bool run_groups(const void* q, const void* k, const void* v, void* o, int64_t nq
     };
     float scale = 1.0f / std::sqrt(static_cast<float>(d));
     try {
-      dnn::execute(*p, {kQ, kK, kV, kO, kScale}, {at(q), at(k), at(v), at(o), &scale});
+      const std::vector<int64_t> uids{kQ, kK, kV, kO, kScale};
+      const std::vector<void*> ptrs{at(q), at(k), at(v), at(o), &scale};
+      if (!p->candidates.empty())
+        dnn::tune(*p, uids, ptrs, fmt::format("bf16 attention, {} heads x {} x {}", n, nq, nk).c_str());
+      dnn::execute(*p, uids, ptrs);
     } catch (const Failed& f) {
       fail("cuDNN SDPA ({} heads x {} x {}): {}", n, nq, nk, f.what);
     }

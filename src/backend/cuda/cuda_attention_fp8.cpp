@@ -202,7 +202,8 @@ std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t n, int64_t d, int64_
   g.pointwise(CUDNN_POINTWISE_MUL, o1, dv, o2);
   g.pointwise(CUDNN_POINTWISE_MUL, o2, so, o);
   g.reduction(CUDNN_REDUCE_TENSOR_AMAX, o2, amax_o);
-  if (plan) return dnn::make_plan(std::move(g.keep), g.ops);
+  // Engine configurations timed on first use for long sequences (FP8 attention never runs in deterministic mode).
+  if (plan) return dnn::make_plan(std::move(g.keep), g.ops, !deterministic() && nq * nk >= (int64_t(1) << 26));
   auto p = std::make_unique<Plan>();
   p->keep = std::move(g.keep);
   p->keep.push_back(dnn::make_graph(g.ops));
@@ -370,6 +371,8 @@ bool run_groups(const void* q, const void* k, const void* v, const float* dq, co
       ptrs.push_back(stats);
     }
     try {
+      if (!p->candidates.empty())
+        dnn::tune(*p, uids, ptrs, fmt::format("FP8 attention, {} heads x {} x {}", n, nq, nk).c_str());
       dnn::execute(*p, uids, ptrs);
     } catch (const Failed& f) {
       if (stats) device_free(stats, stats_bytes);

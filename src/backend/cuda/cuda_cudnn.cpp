@@ -2,6 +2,7 @@
 
 #if H3_HAVE_CUDNN
 #include <algorithm>
+#include <mutex>
 
 #include "backend/cuda/cuda_common.h"
 #include "core/log.h"
@@ -99,11 +100,13 @@ DescPtr make_graph(const std::vector<cudnnBackendDescriptor_t>& ops, cudnnHandle
   });
 }
 
-std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cudnnBackendDescriptor_t>& ops) {
+std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cudnnBackendDescriptor_t>& ops,
+                                bool candidates) {
   cudnnHandle_t h = handle();
   if (!h) throw Failed{"cudnnCreate failed (is libcudnn.so.9 on the library path?)"};
   auto graph = make_graph(ops, h);
   std::string last = "no engine configuration";
+  auto p = std::make_unique<Plan>();
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     std::vector<DescPtr> cfgs;
     try {
@@ -114,7 +117,7 @@ std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cud
     }
     for (size_t i = 0; i < cfgs.size(); ++i) {
       auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      auto p = std::make_unique<Plan>();
+      int64_t ws = 0;
       try {
         set(*plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "plan handle");
         set(*plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]->d,
@@ -122,22 +125,69 @@ std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cud
         ok(cudnnBackendFinalize(plan->d), "finalize plan");
         int64_t got = 0;
         ok(cudnnBackendGetAttribute(plan->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
-                                    &p->workspace),
+                                    &ws),
            "plan workspace");
       } catch (const Failed& f) {
         last = f.what;
         continue;
       }
-      p->plan = plan->d;
-      p->engine = fmt::format("heuristics {} #{}", mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", i);
-      p->keep = std::move(keep);
-      p->keep.push_back(std::move(graph));
+      const std::string name = fmt::format("heuristics {} #{}", mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", i);
+      if (!p->plan) {
+        p->plan = plan->d;
+        p->workspace = ws;
+        p->engine = name;
+      } else if (ws <= kMaxCandidateWorkspace) {
+        p->candidates.push_back({plan->d, ws, name});
+      }
       p->keep.push_back(std::move(plan));
-      for (auto& c : cfgs) p->keep.push_back(std::move(c));
-      return p;
+      if (!candidates) break;
     }
+    for (auto& c : cfgs) p->keep.push_back(std::move(c));
+    if (p->plan) break;  // the fallback list only when mode A gave nothing that finalizes
   }
-  throw Failed{last};
+  if (!p->plan) throw Failed{last};
+  if (!p->candidates.empty()) p->candidates.insert(p->candidates.begin(), {p->plan, p->workspace, p->engine});
+  for (auto& k : keep) p->keep.push_back(std::move(k));
+  p->keep.push_back(std::move(graph));
+  return p;
+}
+
+void tune(Plan& p, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs, const char* what) {
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  if (p.candidates.size() < 2) return;
+  cudaEvent_t a, b;
+  H3_CUDA(cudaEventCreate(&a));
+  H3_CUDA(cudaEventCreate(&b));
+  size_t best = 0;
+  float best_ms = -1;
+  std::string line;
+  for (size_t i = 0; i < p.candidates.size(); ++i) {
+    const Plan::Candidate& c = p.candidates[i];
+    p.plan = c.plan;
+    p.workspace = c.workspace;
+    float ms = -1;
+    try {
+      execute(p, uids, ptrs);  // warm-up, and does it run at all
+      H3_CUDA(cudaEventRecord(a, stream()));
+      execute(p, uids, ptrs);
+      H3_CUDA(cudaEventRecord(b, stream()));
+      H3_CUDA(cudaEventSynchronize(b));
+      H3_CUDA(cudaEventElapsedTime(&ms, a, b));
+    } catch (const Failed& f) {
+      spdlog::debug("{}: {} does not run: {}", what, c.engine, f.what);
+    }
+    line += fmt::format("{}{} {}", i ? ", " : "", c.engine, ms < 0 ? std::string("fails") : fmt::format("{:.3f} ms", ms));
+    if (ms >= 0 && (best_ms < 0 || ms < best_ms)) best = i, best_ms = ms;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  const Plan::Candidate& c = p.candidates[best];
+  p.plan = c.plan;
+  p.workspace = c.workspace;
+  p.engine = c.engine;
+  spdlog::info("{}: {} engine configurations timed ({}); keeping {}", what, p.candidates.size(), line, c.engine);
+  p.candidates.clear();
 }
 
 void execute(const Plan& p, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs) {

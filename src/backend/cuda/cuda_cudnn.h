@@ -64,11 +64,28 @@ struct Plan {
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace = 0;
   std::string engine;  // which heuristic result was taken, for the logs
+  // Other finalized configurations of the same graph, to be timed by tune() (the first is `plan` itself); empty
+  // when there is nothing to choose or the choice was made.
+  struct Candidate {
+    cudnnBackendDescriptor_t plan;
+    int64_t workspace;
+    std::string engine;
+  };
+  std::vector<Candidate> candidates;
 };
+// Candidates whose workspace is larger than this are not kept (an unfused engine's S x S scores).
+constexpr int64_t kMaxCandidateWorkspace = int64_t{1} << 30;
 // Finalizes the operation graph of `ops` (in data-flow order), asks the heuristics (mode A, then the fallback list)
-// and returns the first engine configuration that finalizes; throws Failed with cuDNN's reason otherwise. `keep`
-// (tensors and operations) moves into the plan.
-std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cudnnBackendDescriptor_t>& ops);
+// and returns the first engine configuration that finalizes; throws Failed with cuDNN's reason otherwise. With
+// `candidates`, every other configuration of the same list that finalizes is kept for tune(). `keep` (tensors and
+// operations) moves into the plan.
+std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cudnnBackendDescriptor_t>& ops,
+                                bool candidates = false);
+// Times each of the plan's candidates once (after a warm-up run) on these pointers and keeps the fastest; the
+// outputs are left as the last candidate computed them, so the caller runs the plan once more. Different engines
+// may round differently: only where bits across runs and ranks need not match (never in deterministic mode).
+// Logs the timings at info level once per plan.
+void tune(Plan& p, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs, const char* what);
 // Only the finalized operation graph of `ops` (no handle, heuristics or plan): cuDNN checks every operation's dims,
 // strides and types and the graph's connections, which needs no GPU. Throws Failed with cuDNN's reason.
 DescPtr make_graph(const std::vector<cudnnBackendDescriptor_t>& ops, cudnnHandle_t h = nullptr);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -101,6 +102,18 @@ thread_local int t_pinned = 0;  // GpuPinnedGemms alive on this thread
 using Key = std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool, bool>;
 std::mutex g_mu;
 std::map<Key, cublasLtMatmulAlgo_t> g_algos;  // the algorithm that ran for this shape
+
+// (shape, rows) pairs whose pinned algorithm cublasLtMatmulAlgoCheck accepted: the check is not repeated for
+// every call of a layer that runs many times with one row count.
+std::set<std::pair<Key, int64_t>> g_checked;
+bool checked_before(const Key& key, int64_t n) {
+  std::lock_guard lock(g_mu);
+  return g_checked.count({key, n}) > 0;
+}
+void remember_checked(const Key& key, int64_t n) {
+  std::lock_guard lock(g_mu);
+  g_checked.insert({key, n});
+}
 
 // cuBLASLt's candidates for the problem; empty when it has none.
 std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p) {
@@ -221,9 +234,10 @@ void gemm(const GemmArgs& g) {
     }
     algo = it->second;
   }
-  if (det) {
+  if (det && !checked_before(key, g.n)) {
     cublasLtMatmulHeuristicResult_t r{};
     const cublasStatus_t st = cublasLtMatmulAlgoCheck(handle(), p.op, p.a, p.b, p.c, p.c, &algo, &r);
+    if (st == CUBLAS_STATUS_SUCCESS) remember_checked(key, g.n);
     if (st != CUBLAS_STATUS_SUCCESS) {
       if (deterministic())
         fail("deterministic mode: the pinned cuBLASLt algorithm for a {}x{} {} GEMM does not run with {} rows ({}); "

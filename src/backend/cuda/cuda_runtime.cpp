@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "core/device.h"
 #include "core/log.h"
+#include "core/profile.h"
 #include "core/tensor.h"
 
 namespace h3 {
@@ -50,6 +51,7 @@ size_t rounded(size_t bytes) {
 }
 
 void* raw_alloc(size_t bytes) {
+  profile::HostRegion region("cuda.malloc");  // a cache miss: cudaMalloc (and cudaFree of the cache when full)
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
@@ -78,8 +80,13 @@ void hook_release(void* p, size_t bytes) { device_free(p, bytes); }
 void hook_copy(void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
   const cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
                                       : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  if (dst_dev && src_dev) {
+    H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
+    return;
+  }
+  profile::HostRegion region("cuda.host_copy");  // waits for the stream: the copy and all work queued before it
   H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
-  if (!dst_dev || !src_dev) H3_CUDA(cudaStreamSynchronize(stream()));
+  H3_CUDA(cudaStreamSynchronize(stream()));
 }
 
 void* hook_event_record() {
