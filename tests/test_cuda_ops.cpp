@@ -161,6 +161,28 @@ TEST(CudaOps, FusedRowKernels) {
   }
 }
 
+// Per-tensor FP8 quantization on the GPU (the 8-wide bf16 kernels when the size is a multiple of 8 and the buffers
+// are aligned, the scalar ones otherwise) is the CPU's, bit for bit; the SwiGLU with its amax fused in gives exactly
+// quantize_fp8(swiglu(u)) on the same device.
+TEST(CudaOps, PerTensorFp8QuantizationIsExact) {
+  H3_REQUIRE_GPU();
+  for (auto [n, c] : {std::pair<int64_t, int64_t>{37, 272}, {29, 45}, {1, 8}, {300, 1432}}) {
+    SCOPED_TRACE(testing::Message() << n << " x " << c);
+    Tensor x = rounded(rnd({n, c}, 71, 2.5));
+    x.data<float>()[(n * c) / 2] = -37.5f;  // the amax somewhere in the middle, negative
+    Tensor qg = ops::quantize_fp8(gpu(x, DType::bf16)), qc = ops::quantize_fp8(x);
+    ASSERT_TRUE(qg.scale() && qc.scale());
+    EXPECT_TRUE(compare(qg.scale()->cpu(), *qc.scale()).bitwise) << "scale";
+    EXPECT_TRUE(compare(qg.cpu().to(DType::f32), qc.to(DType::f32)).bitwise) << "values";
+    for (bool bf : {true, false}) {
+      Tensor u = gpu(rnd({n, 2 * c}, 72, 1.5), DType::bf16);
+      Tensor fused = ops::swiglu_fp8(u, bf), sep = ops::quantize_fp8(ops::swiglu(u, bf));
+      EXPECT_TRUE(compare(fused.scale()->cpu(), sep.scale()->cpu()).bitwise) << "swiglu_fp8 scale, bf " << bf;
+      EXPECT_TRUE(compare(fused.cpu().to(DType::f32), sep.cpu().to(DType::f32)).bitwise) << "swiglu_fp8, bf " << bf;
+    }
+  }
+}
+
 TEST(CudaOps, Fp8LinearWithRowScales) {
   H3_REQUIRE_GPU();
   const int64_t n = 61, m = 96, k = 272;

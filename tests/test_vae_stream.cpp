@@ -4,10 +4,12 @@
 // and decode_streaming against decode. Everything is compared bitwise: the GPU path relies on these equalities.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "core/compare.h"
 #include "io/procedural.h"
+#include "model/vae_tiling.h"
 #include "model/video_vae.h"
 #include "ops/ops.h"
 #include "ops/ops_vae.h"
@@ -176,6 +178,29 @@ TEST(VaeStream, StreamingDecodeEqualsDecode) {
         collect(vae, plan, [&](const VideoVae::FrameSink& sink) { vae.decode_streaming(z, sink, batch); });
     const Diff d = compare(got, want);
     EXPECT_TRUE(d.shape_ok && d.bitwise) << "batch " << batch << ": rel_l2 " << d.rel_l2;
+  }
+}
+
+// vae::crop (one serial pass, used for every decode unit's latents) equals the three slice_dim calls it replaced,
+// on odd sizes, at the edges and for an empty range; a range outside the tensor is refused.
+TEST(VaeStream, CropEqualsThreeSlices) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor z(dt, {5, 9, 7, 11});
+    for (int64_t i = 0; i < z.numel(); ++i) {
+      const double v = std::sin(0.37 * static_cast<double>(i)) * 3.0 + 0.001 * static_cast<double>(i % 13);
+      if (dt == DType::f32) z.data<float>()[i] = static_cast<float>(v);
+      else z.data<double>()[i] = v;
+    }
+    const int64_t cases[][6] = {{0, 9, 0, 7, 0, 11}, {2, 5, 1, 6, 3, 10}, {8, 9, 6, 7, 10, 11}, {0, 1, 0, 7, 4, 5},
+                                {3, 3, 0, 7, 0, 11}};
+    for (const auto& c : cases) {
+      const Tensor a = vae::crop(z, c[0], c[1], c[2], c[3], c[4], c[5]);
+      const Tensor b = vae::slice_dim(vae::slice_dim(vae::slice_dim(z, 1, c[0], c[1]), 2, c[2], c[3]), 3, c[4], c[5]);
+      ASSERT_EQ(a.shape(), b.shape());
+      EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << c[0] << " " << c[1] << " " << c[2] << " " << c[4];
+    }
+    EXPECT_ANY_THROW(vae::crop(z, 0, 10, 0, 7, 0, 11));
+    EXPECT_ANY_THROW(vae::crop(z, 0, 9, 5, 4, 0, 11));
   }
 }
 

@@ -109,12 +109,13 @@ Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
     u = round_if_bf16(ops::linear(h, b.ff_in));
   }
   {
-    // An FP8 second projection in deterministic mode takes its input quantized per row, straight from the SwiGLU
-    // pass (else the GEMM quantizes it per tensor: faster GEMMs).
+    // An FP8 second projection takes its input quantized by the SwiGLU op: per row in deterministic mode (straight
+    // from the SwiGLU pass), else per tensor (faster GEMMs; the amax comes out of the SwiGLU pass).
     profile::Region r("mlp swiglu");
-    g = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device() && gpu_deterministic()
-            ? ops::swiglu_fp8_rows(u, bf16_steps())
-            : ops::swiglu(u, bf16_steps());
+    const bool fp8 = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device();
+    g = !fp8                 ? ops::swiglu(u, bf16_steps())
+        : gpu_deterministic() ? ops::swiglu_fp8_rows(u, bf16_steps())
+                              : ops::swiglu_fp8(u, bf16_steps());
   }
   profile::Region r("mlp fc2");
   return round_if_bf16(ops::linear(g, b.ff_out));

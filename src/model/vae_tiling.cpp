@@ -32,10 +32,31 @@ Tensor slice_dim(const Tensor& t, int dim, int64_t begin, int64_t end) {
   auto* dst = static_cast<std::byte*>(out.raw());
   const size_t chunk = static_cast<size_t>((end - begin) * inner) * es;
   // Pure copies, so splitting the outer index over threads cannot change a value (full-size stitches move GBs).
-  parallel_for(outer, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o)
-      std::memcpy(dst + o * chunk, src + (static_cast<size_t>((o * n + begin) * inner)) * es, chunk);
-  });
+  // parallel_for starts its threads per call: only worth it for a few MB a thread.
+  const int64_t min_chunk = std::max<int64_t>(1, static_cast<int64_t>((size_t{4} << 20) / std::max<size_t>(chunk, 1)));
+  parallel_for(
+      outer,
+      [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o)
+          std::memcpy(dst + o * chunk, src + (static_cast<size_t>((o * n + begin) * inner)) * es, chunk);
+      },
+      min_chunk);
+  return out;
+}
+
+Tensor crop(const Tensor& t, int64_t t0, int64_t t1, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+  H3_ASSERT(t.ndim() == 4 && !t.on_device(), "vae crop: {} (a host [C, T, H, W] tensor)", t.describe());
+  const int64_t C = t.dim(0), T = t.dim(1), H = t.dim(2), W = t.dim(3);
+  H3_ASSERT(0 <= t0 && t0 <= t1 && t1 <= T && 0 <= y0 && y0 <= y1 && y1 <= H && 0 <= x0 && x0 <= x1 && x1 <= W,
+            "vae crop: [{}, {}) x [{}, {}) x [{}, {}) of {}", t0, t1, y0, y1, x0, x1, t.describe());
+  Tensor out(t.dtype(), {C, t1 - t0, y1 - y0, x1 - x0});
+  const size_t es = dtype_size(t.dtype()), row = static_cast<size_t>(x1 - x0) * es;
+  const auto* src = static_cast<const std::byte*>(t.raw());
+  auto* dst = static_cast<std::byte*>(out.raw());
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t f = t0; f < t1; ++f)
+      for (int64_t y = y0; y < y1; ++y, dst += row)
+        std::memcpy(dst, src + static_cast<size_t>(((c * T + f) * H + y) * W + x0) * es, row);
   return out;
 }
 

@@ -10,6 +10,9 @@ namespace h3::vae {
 
 // t[..., begin:end, ...] along `dim` (1..3) of a 4-D tensor, as a new tensor.
 Tensor slice_dim(const Tensor& t, int dim, int64_t begin, int64_t end);
+// t[:, t0:t1, y0:y1, x0:x1] of a 4-D host tensor, as a new tensor: one serial pass (a decode unit's latents are
+// small; the three slice_dim calls it replaces each started threads).
+Tensor crop(const Tensor& t, int64_t t0, int64_t t1, int64_t y0, int64_t y1, int64_t x0, int64_t x1);
 // Concatenation along `dim` (other dims must agree).
 Tensor concat_dim(const std::vector<Tensor>& parts, int dim);
 // The reference's _blend(a, b, extent, dim): e = min(|a|, |b|, extent) along dim; the first e entries of b become

@@ -447,7 +447,7 @@ Tensor VideoVae::pad_latents(const Tensor& z, const VideoDecodePlan& plan) const
 }
 
 Tensor VideoVae::decode_unit_on_device(const Tensor& zp, const VideoDecodeUnit& u) const {
-  Tensor block = vae::slice_dim(vae::slice_dim(vae::slice_dim(zp, 1, u.t0, u.t1), 2, u.y0, u.y1), 3, u.x0, u.x1);
+  Tensor block = vae::crop(zp.on_device() ? zp.cpu() : zp, u.t0, u.t1, u.y0, u.y1, u.x0, u.x1);
   return decode_block(block);
 }
 

@@ -175,8 +175,7 @@ std::vector<Tensor> VideoVae::decode_units_on_device(const Tensor& zp, const std
     for (; i < units.size() && static_cast<int64_t>(blocks.size()) < k && shape_of(units[i]) == std::tuple{t, h, w};
          ++i) {
       const VideoDecodeUnit& u = units[i];
-      blocks.push_back(
-          vae::slice_dim(vae::slice_dim(vae::slice_dim(zh, 1, u.t0, u.t1), 2, u.y0, u.y1), 3, u.x0, u.x1));
+      blocks.push_back(vae::crop(zh, u.t0, u.t1, u.y0, u.y1, u.x0, u.x1));
     }
     for (Tensor& d : decode_blocks(blocks)) out.push_back(std::move(d));
   }

@@ -33,6 +33,7 @@ struct DeviceOps {
                                          const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
                                          bool bf16, Fp8Out fp8) = nullptr;
   Tensor (*swiglu_fp8_rows)(const Tensor& u, bool bf16) = nullptr;
+  Tensor (*swiglu_fp8)(const Tensor& u, bool bf16) = nullptr;
   Tensor (*attention_fp8_out)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) = nullptr;
   Tensor (*qk_norm_rope_fp8)(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
                              const Tensor& sin, bool bf16, const Tensor& scale) = nullptr;

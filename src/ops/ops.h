@@ -72,6 +72,9 @@ Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, doub
                         const Tensor& sin, bool bf16_steps, const Tensor& scale);
 // quantize_fp8_rows(swiglu(u, bf16_steps)), one pass on the GPU.
 Tensor swiglu_fp8_rows(const Tensor& u, bool bf16_steps);
+// quantize_fp8(swiglu(u, bf16_steps)) (per tensor), bitwise; on the GPU the amax comes out of the SwiGLU pass, so
+// only the quantization reads the bf16 result again.
+Tensor swiglu_fp8(const Tensor& u, bool bf16_steps);
 // Rounds every element through bf16 in place (emulates the released bf16 recipe on the CPU).
 void round_bf16_(Tensor& x);
 

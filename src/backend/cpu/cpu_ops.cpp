@@ -436,6 +436,13 @@ Tensor swiglu_fp8_rows(const Tensor& u, bool bf16) {
   return quantize_fp8_rows(g);
 }
 
+Tensor swiglu_fp8(const Tensor& u, bool bf16) {
+  H3_DEVICE_DISPATCH(u, swiglu_fp8, u, bf16);
+  Tensor g = swiglu(u, bf16);
+  if (!bf16) round_bf16_(g);
+  return quantize_fp8(g);
+}
+
 void round_bf16_(Tensor& x) {
   H3_ASSERT(!x.on_device(), "round_bf16_ emulates bf16 on the CPU; device tensors hold bf16 values already");
   if (x.dtype() != DType::f32) return;

@@ -186,7 +186,9 @@ void tune(Plan& p, const std::vector<int64_t>& uids, const std::vector<void*>& p
   p.plan = c.plan;
   p.workspace = c.workspace;
   p.engine = c.engine;
-  spdlog::info("{}: {} engine configurations timed ({}); keeping {}", what, p.candidates.size(), line, c.engine);
+  // Said at info level only when the timing overrules the heuristics' first choice.
+  spdlog::log(best == 0 ? spdlog::level::debug : spdlog::level::info,
+              "{}: {} engine configurations timed ({}); keeping {}", what, p.candidates.size(), line, p.engine);
   p.candidates.clear();
 }
 
@@ -225,7 +227,7 @@ int64_t fastest_group(int64_t heads, const std::function<bool(int64_t)>& run, co
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  spdlog::debug("{} over {} heads: {} heads per cuDNN call ({:.2f} ms)", what, heads, best, best_ms);
+  spdlog::info("{} over {} heads: {} heads per cuDNN call ({:.2f} ms)", what, heads, best, best_ms);
   return best;
 }
 

@@ -438,6 +438,44 @@ __global__ void quantize_fp8_kernel(const T* x, int64_t n, const float* amax, __
     y[i] = __nv_fp8_e4m3(ld(x, i) / scale);
 }
 
+// The same two kernels for bf16, 8 values a thread (one 16-byte load; an 8-byte store of fp8): bitwise the scalar
+// ones (the same division and conversion), at several times their bandwidth on the DiT's [S, 14336] activations.
+__global__ void absmax_bf16x8_kernel(const uint4* x, int64_t n8, float* amax) {
+  __shared__ float partial[32];
+  float m = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 raw = x[i];
+    const auto* b = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(__bfloat162float(b[j])));
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < blockDim.x / 32; ++w) m = fmaxf(m, partial[w]);
+    atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(m));
+  }
+}
+
+__global__ void quantize_fp8_bf16x8_kernel(const uint4* x, int64_t n8, const float* amax, uint2* y,
+                                           float* scale_out) {
+  const float scale = fmaxf(*amax / 448.0f, 1e-12f);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && scale_out) *scale_out = scale;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 raw = x[i];
+    const auto* b = reinterpret_cast<const __nv_bfloat16*>(&raw);
+    uint2 out;
+    auto* q = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      q[j] = __nv_cvt_float2_to_fp8x2(
+          make_float2(__bfloat162float(b[2 * j]) / scale, __bfloat162float(b[2 * j + 1]) / scale), __NV_SATFINITE,
+          __NV_E4M3);
+    y[i] = out;
+  }
+}
+
 __global__ void dequantize_fp8_kernel(const __nv_fp8_e4m3* x, int64_t n, const float* scale, __nv_bfloat16* y) {
   const float sc = *scale;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -677,6 +715,11 @@ cudaError_t quantize_fp8_fixed(const void* x, ElemType t, int64_t n, const float
 cudaError_t absmax(const void* x, ElemType t, int64_t n, float* amax, cudaStream_t s) {
   cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s);
   if (e != cudaSuccess || n == 0) return e;
+  if (t == ElemType::bf16 && n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    const int grid = std::min(blocks_for(n / 8, 4 * kThreads), 132 * 16);
+    absmax_bf16x8_kernel<<<grid, kThreads, 0, s>>>(static_cast<const uint4*>(x), n / 8, amax);
+    return cudaGetLastError();
+  }
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
     const int grid = std::min(blocks_for(n, 8 * kThreads), 2048);
@@ -687,6 +730,13 @@ cudaError_t absmax(const void* x, ElemType t, int64_t n, float* amax, cudaStream
 cudaError_t quantize_fp8(const void* x, ElemType t, int64_t n, const float* amax, void* y, float* scale_out,
                          cudaStream_t s) {
   if (n == 0) return cudaSuccess;
+  if (t == ElemType::bf16 && n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(y) % 8 == 0) {
+    const int grid = std::min(blocks_for(n / 8, 2 * kThreads), 132 * 16);
+    quantize_fp8_bf16x8_kernel<<<grid, kThreads, 0, s>>>(static_cast<const uint4*>(x), n / 8, amax,
+                                                         static_cast<uint2*>(y), scale_out);
+    return cudaGetLastError();
+  }
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
     quantize_fp8_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), n, amax,

@@ -51,9 +51,10 @@ cudaError_t norm_fp8_bound(const void* w, int64_t cols, const void* shift, const
 // Per-row FP8 e4m3 quantization of bf16 rows: q[r] = fp8(x[r] / scales[r]), scales[r] as above.
 cudaError_t quantize_rows_fp8(const void* x, void* q, float* scales, int64_t rows, int64_t cols, cudaStream_t s);
 // SwiGLU of bf16 u[rows, 2f] = [value | gate] into bf16 `out` and/or per-row FP8 `q` + `scales` (then one block
-// per row). Fast exp and division (within 2 ulp of f32 before the bf16 rounding).
+// per row). Fast exp and division (within 2 ulp of f32 before the bf16 rounding). With `amax` (bf16 `out` only,
+// no `q`): *amax = max |out| over the whole output, as absmax would compute it, in the same pass.
 cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_t rows, int64_t f, bool bf16_steps,
-                        cudaStream_t s);
+                        cudaStream_t s, float* amax = nullptr);
 // qk_norm_rope for bf16 heads of 128 channels with rot % 16 == 0 (the rotate-half partners by warp shuffles), into
 // bf16 `out`, or into fp8 e4m3 `out_fp8` = fp8(v / *fp8_scale) of the bf16 result v (a fixed per-tensor scale).
 cudaError_t qk_norm_rope_d128(const void* x, const void* w, const void* cs, const void* sn, void* out, void* out_fp8,

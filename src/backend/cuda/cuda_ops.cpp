@@ -481,6 +481,27 @@ Tensor swiglu_fp8_rows(const Tensor& u, bool bf) {
   return quantize_fp8_rows(swiglu(u, bf));
 }
 
+Tensor swiglu_fp8(const Tensor& u, bool bf) {
+  need_act(u, "swiglu_fp8", "u");
+  H3_ASSERT(u.ndim() == 2 && u.dim(1) % 2 == 0, "swiglu_fp8: [N, 2F] input needed, got {}", u.describe());
+  const int64_t n = u.dim(0), f = u.dim(1) / 2;
+  if (u.dtype() == DType::bf16) {
+    Tensor out = Tensor::empty(DType::bf16, {n, f}, Device::cuda);
+    Tensor amax = Tensor::empty(DType::f32, {1}, Device::cuda);
+    const cudaError_t e =
+        swiglu_bf16(u.raw(), out.raw(), nullptr, nullptr, n, f, bf, stream(), static_cast<float*>(amax.raw()));
+    if (e == cudaSuccess) {
+      Tensor q = Tensor::empty(DType::fp8_e4m3, {n, f}, Device::cuda);
+      Tensor scale = Tensor::empty(DType::f32, {1}, Device::cuda);
+      H3_CUDA(cuda::quantize_fp8(out.raw(), ElemType::bf16, out.numel(), static_cast<const float*>(amax.raw()),
+                                 q.raw(), static_cast<float*>(scale.raw()), stream()));
+      return q.with_scale(scale);
+    }
+    H3_ASSERT(e == cudaErrorNotSupported, "swiglu_fp8: {}", cudaGetErrorString(e));
+  }
+  return quantize_fp8(as(swiglu(u, bf), DType::bf16));
+}
+
 Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t d, double eps, const Tensor& cos, const Tensor& sin,
                         bool bf, const Tensor& scale) {
   need_act(x, "qk_norm_rope_fp8", "x");
@@ -543,6 +564,7 @@ void register_ops() {
   t.quantize_fp8_rows = quantize_fp8_rows;
   t.residual_norm_modulate = residual_norm_modulate;
   t.swiglu_fp8_rows = swiglu_fp8_rows;
+  t.swiglu_fp8 = swiglu_fp8;
   t.qk_norm_rope_fp8 = qk_norm_rope_fp8;
   t.attention_fp8_out = attention_fp8_out;
   t.procedural = procedural;

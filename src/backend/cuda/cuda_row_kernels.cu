@@ -199,10 +199,14 @@ __global__ void __launch_bounds__(256) swiglu_rows_kernel(const __nv_bfloat16* _
 }
 
 // SwiGLU into bf16, element-wise over 16-byte chunks; two chunks per thread in flight. Fast exp and division:
-// within 2 ulp of f32 before the bf16 rounding, the same on every rank.
+// within 2 ulp of f32 before the bf16 rounding, the same on every rank. With `amax` (zeroed by the caller) the
+// largest |value| written (after the bf16 rounding: what absmax over `out` would give) is folded into *amax, one
+// atomic per block.
 template <typename I>
 __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_bfloat16* __restrict__ out,
-                                     int64_t rows, int64_t f, bool bf) {
+                                     int64_t rows, int64_t f, bool bf, unsigned* amax) {
+  __shared__ float scratch[32];
+  float m = 0.f;
   const I per_row = static_cast<I>(f / 8), n8 = static_cast<I>(rows) * per_row;
   const I stride = I(gridDim.x) * blockDim.x;
   for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += 2 * stride) {
@@ -225,11 +229,17 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
       for (int j = 0; j < 8; ++j) {
         const float sg = __fdividef(g[j], 1.0f + __expf(-g[j]));
         v[j] = bf ? rb(v[j] * rb(sg)) : v[j] * sg;
+        if (amax) m = fmaxf(m, fabsf(rb(v[j])));
       }
       *reinterpret_cast<uint4*>(out + int64_t(e) * 8) = pack(v);
     };
     one(v1, g1, i);
     if (two) one(v2, g2, i2);
+  }
+  if (amax) {
+    m = block_max(m, scratch);
+    // Non-negative floats order like their bit patterns.
+    if (threadIdx.x == 0) atomicMax(amax, __float_as_uint(m));
   }
 }
 
@@ -419,8 +429,13 @@ cudaError_t quantize_rows_fp8(const void* x, void* q, float* scales, int64_t row
 }
 
 cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_t rows, int64_t f, bool bf16_steps,
-                        cudaStream_t s) {
+                        cudaStream_t s, float* amax) {
+  if (amax) {
+    const cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s);
+    if (e != cudaSuccess) return e;
+  }
   if (rows * f == 0) return cudaSuccess;
+  if (amax && (q || !out)) return cudaErrorNotSupported;
   if (f % 8 || !aligned16(u) || !aligned16(out) || !aligned16(q) || !(out || q)) return cudaErrorNotSupported;
   using B = __nv_bfloat16;
   if (q) {
@@ -438,10 +453,10 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
   const unsigned blocks = static_cast<unsigned>(want < (int64_t(1) << 30) ? want : (int64_t(1) << 30));
   if (n8 < (int64_t(1) << 30))
     swiglu_chunks_kernel<uint32_t><<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
-                                                             bf16_steps);
+                                                             bf16_steps, reinterpret_cast<unsigned*>(amax));
   else
     swiglu_chunks_kernel<int64_t><<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
-                                                            bf16_steps);
+                                                            bf16_steps, reinterpret_cast<unsigned*>(amax));
   return cudaGetLastError();
 }
 
