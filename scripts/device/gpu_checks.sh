@@ -3,7 +3,7 @@
 # $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
-# Steps: probe build smi tests fp8attn gemm verify parity parity-quick bench480 bench768 benchall decode
+# Steps: probe build smi tests fp8attn gemm verify parity parity-quick bench480 bench768 benchall anchor decode
 #        decode-profile decode-attn-ab vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
@@ -78,6 +78,9 @@ for s in "$@"; do
     benchall)
       TAIL=20 step benchall 560 "$h3" --device cuda bench --res 480p 768p --precision bf16 fp8 --reps 3 --profile \
         --json "$out/bench.json" ;;
+    anchor)  # the diffusers-style PyTorch forward (scripts/device/torch_anchor.py), for same-run ratios
+      TAIL=8 step anchor 300 python3 scripts/device/torch_anchor.py --res 480p 768p --backend default cudnn \
+        --json "$out/anchor.json" ;;
     decode)
       TAIL=20 step decode 300 "$h3" --device cuda bench-decode --res 768p 480p --precision bf16 --split 2 4 8 \
         --json "$out/decode.json" ;;
