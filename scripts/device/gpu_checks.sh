@@ -3,7 +3,7 @@
 # $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
-# Steps: probe build smi tests fp8attn gemm verify parity parity-quick bench480 bench768 benchall anchor decode
+# Steps: probe build smi tests gpu-ctest fp8attn gemm verify parity parity-quick bench480 bench768 benchall anchor decode
 #        decode-profile decode-attn-ab vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
@@ -50,6 +50,9 @@ for s in "$@"; do
     quantlora)
       TAIL=12 step quantlora-ctest 300 ctest --test-dir build-gpu -L gpu \
         -R 'dit-mini\.(fp8|scaled_fp8|int8|int8-convrot|nvfp4|mxfp8)\.bf16|dit-mini\.lora' --output-on-failure ;;
+    gpu-ctest)  # every ctest entry labelled gpu (verify, deterministic parity bf16/fp8 on 2..4 ranks, quant, LoRA,
+                # NCCL, text tower, VAE), three at a time
+      TAIL=40 step gpu-ctest 480 ctest --test-dir build-gpu -L gpu -j 3 --output-on-failure ;;
     parity-quick)
       for a in "ulysses bf16 2" "ulysses bf16 3" "ulysses-ag bf16 2" "ulysses fp8 2" "ulysses-ag fp8 3"; do
         set -- $a
