@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -122,9 +123,16 @@ std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p) {
   const size_t ws = kWorkspace;
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
         "workspace preference");
-  cublasLtMatmulHeuristicResult_t res[8];
+  // How many of the heuristic's results to consider (and time, for large GEMMs): H3_GEMM_CANDIDATES, default 8.
+  static const int wanted = [] {
+    const char* e = std::getenv("H3_GEMM_CANDIDATES");
+    const int v = e ? std::atoi(e) : 8;
+    return std::clamp(v, 1, 64);
+  }();
+  std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(wanted));
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle(), p.op, p.a, p.b, p.c, p.c, pref, 8, res, &found);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle(), p.op, p.a, p.b, p.c, p.c, pref, wanted, res.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   std::vector<cublasLtMatmulAlgo_t> out;
   if (st != CUBLAS_STATUS_SUCCESS) return out;
