@@ -117,18 +117,20 @@ void remember_checked(const Key& key, int64_t n) {
 }
 
 // cuBLASLt's candidates for the problem; empty when it has none.
-std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p) {
+std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p, bool row_scales) {
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "preference");
   const size_t ws = kWorkspace;
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
         "workspace preference");
-  // How many of the heuristic's results to consider (and time, for large GEMMs): H3_GEMM_CANDIDATES, default 8.
-  static const int wanted = [] {
+  // How many of the heuristic's results to consider (and time, for large GEMMs): H3_GEMM_CANDIDATES, default 8, or
+  // 32 for per-row-scaled FP8 (the H200, 2026-12-01: with 32 the timing finds outer-vector kernels at 1,345-1,470
+  // TFLOPS, about the per-tensor rate; the first 8 held only 643-1,057. bf16 and per-tensor FP8: no change).
+  static const int forced = [] {
     const char* e = std::getenv("H3_GEMM_CANDIDATES");
-    const int v = e ? std::atoi(e) : 8;
-    return std::clamp(v, 1, 64);
+    return e ? std::clamp(std::atoi(e), 1, 64) : 0;
   }();
+  const int wanted = forced > 0 ? forced : (row_scales ? 32 : 8);
   std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(wanted));
   int found = 0;
   const cublasStatus_t st =
@@ -142,7 +144,7 @@ std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p) {
 }
 
 std::vector<cublasLtMatmulAlgo_t> heuristic(const GemmArgs& g, Problem& p) {
-  std::vector<cublasLtMatmulAlgo_t> out = candidates_for(p);
+  std::vector<cublasLtMatmulAlgo_t> out = candidates_for(p, g.row_scales);
   if (out.empty())
     fail("cuBLASLt has no algorithm for {} GEMM {}x{}x{} (rows x outputs x inputs{})", dtype_name(g.in), g.n, g.m,
          g.k, g.row_scales ? ", per-row FP8 scales" : "");
@@ -162,7 +164,7 @@ bool tuning() {
 bool gemm_supported(const GemmArgs& g) {
   Problem p(g, g.n > 0 ? g.n : kReferenceRows);
   p.set_pointers(g);
-  return !candidates_for(p).empty();
+  return !candidates_for(p, g.row_scales).empty();
 }
 
 void gemm(const GemmArgs& g) {
