@@ -91,9 +91,9 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
     return known.emplace(key, ok).first->second;
   };
   // Activations: quantized here unless the caller already did — per tensor, or per row in deterministic mode (a
-  // per-tensor scale depends on which rows a rank holds). Per tensor was chosen when cuBLASLt's per-row-scaled
-  // kernels measured 50-80 % of the per-tensor rate; with candidate timing they now reach 96-105 % of it on the
-  // H200 (docs/notes.md, 2026-12-01 session 5), so per-row everywhere is a candidate for a later change.
+  // per-tensor scale depends on which rows a rank holds). Per tensor was chosen when per-row-scaled GEMMs measured
+  // 50-80 % of the per-tensor rate; they now measure within 5 % of it on the H200 (docs/notes.md, 2026-12-01
+  // session 5), so per-row everywhere is a candidate for a later change.
   Tensor xq = x;
   const bool want_rows = x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1)
                                                        : deterministic();
