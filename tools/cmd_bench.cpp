@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "commands.h"
+#include "profile_json.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profile.h"
@@ -238,12 +239,7 @@ Runner add_bench(CLI::App& app) {
           gpu_synchronize();
           const std::vector<profile::Total> totals = profile::take();
           profile::set_enabled(false);
-          for (const auto& t : totals)
-            prof[t.name] = {{"seconds", t.seconds},
-                            {"spans", t.spans},
-                            {"host_seconds", t.host_seconds},
-                            {"idle_before_seconds", t.idle_before},
-                            {"host_only", t.host_only}};
+          for (const auto& t : totals) prof[t.name] = profile_json(t);
         }
         nlohmann::json reg = o->no_isolated ? nlohmann::json::object() : regions(c, S, p, o->reps);
         double gemm_s = 0, attn_s = 0;

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "commands.h"
+#include "profile_json.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profile.h"
@@ -253,12 +254,7 @@ Runner add_bench_decode(CLI::App& app) {
           profile::set_enabled(false);
           H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode --profile: decoded {} frames, expected {}",
                    video.dim(1), plan.time.out_frames);
-          for (const auto& tt : totals)
-            prof[tt.name] = {{"seconds", tt.seconds},
-                             {"spans", tt.spans},
-                             {"host_seconds", tt.host_seconds},
-                             {"idle_before_seconds", tt.idle_before},
-                             {"host_only", tt.host_only}};
+          for (const auto& tt : totals) prof[tt.name] = profile_json(tt);
           prof["whole_decode_s"] = prof_whole_s;
         }
         const double peak = gpu_peak_bytes() / 1073741824.0;

@@ -67,6 +67,14 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return scratch[0];
 }
 
+// Folds the block's largest non-negative value into *amax (zeroed before the launch): one atomic per block.
+// Non-negative floats order like their bit patterns, so an integer atomicMax on the bits is a float max. Every
+// thread of the block must call it.
+__device__ __forceinline__ void block_max_into(float v, float* amax, float* scratch) {
+  v = block_max(v, scratch);
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(v));
+}
+
 // Eight bf16 values as raw bits (one 16-byte access), as floats, and back (round to nearest even).
 __device__ __forceinline__ uint4 load_raw(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ void unpack(const uint4& raw, float (&v)[8]) {

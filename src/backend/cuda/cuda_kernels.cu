@@ -416,18 +416,11 @@ __global__ void attention_simple_kernel(const T* q, const T* k, const T* v, T* o
 // ---- FP8 scaling ----
 template <typename T>
 __global__ void absmax_kernel(const T* x, int64_t n, float* amax) {
-  __shared__ float partial[32];
+  __shared__ float scratch[32];
   float m = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     m = fmaxf(m, fabsf(ld(x, i)));
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < blockDim.x / 32; ++w) m = fmaxf(m, partial[w]);
-    // One atomic per block; non-negative floats order like their bit patterns.
-    atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(m));
-  }
+  block_max_into(m, amax, scratch);
 }
 
 template <typename T>
@@ -441,21 +434,15 @@ __global__ void quantize_fp8_kernel(const T* x, int64_t n, const float* amax, __
 // The same two kernels for bf16, 8 values a thread (one 16-byte load; an 8-byte store of fp8): bitwise the scalar
 // ones (the same division and conversion), at several times their bandwidth on the DiT's [S, 14336] activations.
 __global__ void absmax_bf16x8_kernel(const uint4* x, int64_t n8, float* amax) {
-  __shared__ float partial[32];
+  __shared__ float scratch[32];
   float m = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint4 raw = x[i];
-    const auto* b = reinterpret_cast<const __nv_bfloat16*>(&raw);
+    float v[8];
+    unpack(x[i], v);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(__bfloat162float(b[j])));
+    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[j]));
   }
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < blockDim.x / 32; ++w) m = fmaxf(m, partial[w]);
-    atomicMax(reinterpret_cast<unsigned int*>(amax), __float_as_uint(m));
-  }
+  block_max_into(m, amax, scratch);
 }
 
 __global__ void quantize_fp8_bf16x8_kernel(const uint4* x, int64_t n8, const float* amax, uint2* y,

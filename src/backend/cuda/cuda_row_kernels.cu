@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(256) swiglu_rows_kernel(const __nv_bfloat16* _
 // atomic per block.
 template <typename I>
 __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_bfloat16* __restrict__ out,
-                                     int64_t rows, int64_t f, bool bf, unsigned* amax) {
+                                     int64_t rows, int64_t f, bool bf, float* amax) {
   __shared__ float scratch[32];
   float m = 0.f;
   const I per_row = static_cast<I>(f / 8), n8 = static_cast<I>(rows) * per_row;
@@ -236,11 +236,7 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
     one(v1, g1, i);
     if (two) one(v2, g2, i2);
   }
-  if (amax) {
-    m = block_max(m, scratch);
-    // Non-negative floats order like their bit patterns.
-    if (threadIdx.x == 0) atomicMax(amax, __float_as_uint(m));
-  }
+  if (amax) block_max_into(m, amax, scratch);
 }
 
 // q/k norm + RoPE for bf16 heads of kD = 64 or 128 channels: kD/8 lanes per (row, head) item, 8 channels per lane,
@@ -453,10 +449,10 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
   const unsigned blocks = static_cast<unsigned>(want < (int64_t(1) << 30) ? want : (int64_t(1) << 30));
   if (n8 < (int64_t(1) << 30))
     swiglu_chunks_kernel<uint32_t><<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
-                                                             bf16_steps, reinterpret_cast<unsigned*>(amax));
+                                                             bf16_steps, amax);
   else
     swiglu_chunks_kernel<int64_t><<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
-                                                            bf16_steps, reinterpret_cast<unsigned*>(amax));
+                                                            bf16_steps, amax);
   return cudaGetLastError();
 }
 
