@@ -15,6 +15,9 @@ void start_gpu_backend(const GpuOptions& options);
 bool gpu_backend_started();
 // Whether the started GPU backend runs in deterministic mode (false without one).
 bool gpu_deterministic();
+// Whether FP8 activations are quantized per row: in deterministic mode, or with H3_FP8_ACTIVATIONS=rows (an
+// experiment: per-row scales, the same GEMMs; per tensor otherwise).
+bool gpu_fp8_row_activations();
 // "NVIDIA H200, 139.8 GiB, sm_90" or why there is no GPU.
 std::string gpu_description();
 // PCI bus id of this process's GPU ("0000:19:00.0"), empty when the backend is not started.

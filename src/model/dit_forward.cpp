@@ -114,7 +114,7 @@ Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
     profile::Region r("mlp swiglu");
     const bool fp8 = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device();
     g = !fp8                 ? ops::swiglu(u, bf16_steps())
-        : gpu_deterministic() ? ops::swiglu_fp8_rows(u, bf16_steps())
+        : gpu_fp8_row_activations() ? ops::swiglu_fp8_rows(u, bf16_steps())
                               : ops::swiglu_fp8(u, bf16_steps());
   }
   profile::Region r("mlp fc2");
@@ -132,7 +132,7 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
                   : gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden (tensor)");
   // FP8: q, k and v project the same rows, so quantize them once.
   if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3)
-    hin = gpu_deterministic() ? ops::quantize_fp8_rows(hin) : ops::quantize_fp8(hin);
+    hin = gpu_fp8_row_activations() ? ops::quantize_fp8_rows(hin) : ops::quantize_fp8(hin);
   // FP8 attention (cuDNN's FP8 graph), unless H3_ATTENTION_FP8=off: q and k quantized with the block's fixed
   // scales (fused into the norm+RoPE pass when attention runs on this rank's projections), v per tensor. Not in
   // deterministic mode: v's per-tensor scale depends on the rows or heads a rank holds, so attention stays bf16
@@ -359,7 +359,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   // modulation tables (fast per-tensor GEMMs, no pass over the data), or per row in deterministic mode (cuBLASLt's
   // per-row-scaled GEMMs are slower). Both are independent of how the rows are split over ranks.
   const bool fp8 = precision_ == Precision::fp8 && dev_ != Device::cpu;
-  const ops::Fp8Out fp8_norm = gpu_deterministic() ? ops::Fp8Out::rows : ops::Fp8Out::bound;
+  const ops::Fp8Out fp8_norm = gpu_fp8_row_activations() ? ops::Fp8Out::rows : ops::Fp8Out::bound;
   const ops::Fp8Out fp8_attn_in =
       fp8 && plan_.mode != DistMode::ulysses_ag && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
   const ops::Fp8Out fp8_mlp_in = fp8 && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_attention.h"
+#include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -96,7 +97,7 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
   // session 5), so per-row everywhere is a candidate for a later change.
   Tensor xq = x;
   const bool want_rows = x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1)
-                                                       : deterministic();
+                                                       : h3::gpu_fp8_row_activations();
   const bool row_ok = want_rows && rows_supported();
   if (x.dtype() != DType::fp8_e4m3)
     xq = row_ok ? quantize_fp8_rows(as(x, DType::bf16)) : quantize_fp8(as(x, DType::bf16));

@@ -211,6 +211,13 @@ void start_gpu_backend(const GpuOptions& o) {
 
 bool gpu_backend_started() { return cuda::state().started; }
 bool gpu_deterministic() { return cuda::state().started && cuda::state().deterministic; }
+bool gpu_fp8_row_activations() {
+  static const bool rows = [] {
+    const char* e = std::getenv("H3_FP8_ACTIVATIONS");
+    return e && std::string(e) == "rows";
+  }();
+  return gpu_deterministic() || rows;
+}
 
 std::string gpu_description() {
   const cuda::State& s = cuda::state();

@@ -10,6 +10,7 @@ void start_gpu_backend(const GpuOptions&) {
 }
 bool gpu_backend_started() { return false; }
 bool gpu_deterministic() { return false; }
+bool gpu_fp8_row_activations() { return false; }
 std::string gpu_description() { return "no GPU backend in this build"; }
 std::string gpu_bus_id() { return ""; }
 void gpu_synchronize() {}
