@@ -47,7 +47,7 @@ std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t heads, int64_t d, in
   // Engine configurations are timed for the long single-batch sequences of the DiT (not in deterministic mode,
   // where every rank and run must take the same engine, and not for the VAE's stacked units, whose bits must not
   // depend on the stack).
-  const bool candidates = !deterministic() && batch == 1 && nq * nk >= (int64_t(1) << 26);
+  const bool candidates = !deterministic() && batch == 1 && dnn::long_attention(nq, nk);
   return dnn::make_plan(std::move(keep), ops, candidates);
 }
 
@@ -105,20 +105,14 @@ bool run_groups(const void* q, const void* k, const void* v, void* o, int64_t nq
 // The group size for this shape: the fastest of a few candidates, timed once on the real buffers.
 int64_t group_for(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk, int64_t heads,
                   int64_t d) {
-  if (const char* e = std::getenv("H3_ATTENTION_GROUP")) {  // tests: force a grouping
-    const int64_t g = std::atoll(e);
-    if (g > 0) return std::min(g, heads);
-  }
   const auto key = std::tuple{nq, nk, heads, d};
   {
     std::lock_guard lock(g_mu);
     auto it = g_group.find(key);
     if (it != g_group.end()) return it->second;
   }
-  int64_t best = heads;
-  if (nq * nk >= (int64_t(1) << 26))  // short sequences: one call, not worth timing
-    best = dnn::fastest_group(
-        heads, [&](int64_t g) { return run_groups(q, k, v, o, nq, nk, heads, d, g); }, "bf16 attention");
+  const int64_t best = dnn::choose_group(
+      heads, nq, nk, [&](int64_t g) { return run_groups(q, k, v, o, nq, nk, heads, d, g); }, "bf16 attention");
   std::lock_guard lock(g_mu);
   g_group[key] = best;
   return best;

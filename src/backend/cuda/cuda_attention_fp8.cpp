@@ -203,7 +203,7 @@ std::unique_ptr<Plan> build(int64_t nq, int64_t nk, int64_t n, int64_t d, int64_
   g.pointwise(CUDNN_POINTWISE_MUL, o2, so, o);
   g.reduction(CUDNN_REDUCE_TENSOR_AMAX, o2, amax_o);
   // Engine configurations timed on first use for long sequences (FP8 attention never runs in deterministic mode).
-  if (plan) return dnn::make_plan(std::move(g.keep), g.ops, !deterministic() && nq * nk >= (int64_t(1) << 26));
+  if (plan) return dnn::make_plan(std::move(g.keep), g.ops, !deterministic() && dnn::long_attention(nq, nk));
   auto p = std::make_unique<Plan>();
   p->keep = std::move(g.keep);
   p->keep.push_back(dnn::make_graph(g.ops));
@@ -385,21 +385,15 @@ bool run_groups(const void* q, const void* k, const void* v, const float* dq, co
 
 int64_t group_for(const void* q, const void* k, const void* v, const float* dq, const float* dk, const float* dv,
                   void* o, int64_t nq, int64_t nk, int64_t heads, int64_t d, int var) {
-  if (const char* e = std::getenv("H3_ATTENTION_GROUP")) {  // tests: force a grouping
-    const int64_t g = std::atoll(e);
-    if (g > 0) return std::min(g, heads);
-  }
   const auto key = std::tuple{nq, nk, heads, d, var};
   {
     std::lock_guard lock(g_mu);
     auto it = g_group.find(key);
     if (it != g_group.end()) return it->second;
   }
-  int64_t best = heads;
-  if (nq * nk >= (int64_t(1) << 26))  // short sequences: one call, not worth timing
-    best = dnn::fastest_group(
-        heads, [&](int64_t g) { return run_groups(q, k, v, dq, dk, dv, o, nq, nk, heads, d, g, var); },
-        "fp8 attention");
+  const int64_t best = dnn::choose_group(
+      heads, nq, nk, [&](int64_t g) { return run_groups(q, k, v, dq, dk, dv, o, nq, nk, heads, d, g, var); },
+      "fp8 attention");
   std::lock_guard lock(g_mu);
   g_group[key] = best;
   return best;

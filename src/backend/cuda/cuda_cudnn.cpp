@@ -2,6 +2,7 @@
 
 #if H3_HAVE_CUDNN
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include "backend/cuda/cuda_common.h"
@@ -201,6 +202,15 @@ void execute(const Plan& p, const std::vector<int64_t>& uids, const std::vector<
   set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "pack workspace");
   ok(cudnnBackendFinalize(pack.d), "finalize pack");
   ok(cudnnBackendExecute(handle(), p.plan, pack.d), "execute");
+}
+
+int64_t choose_group(int64_t heads, int64_t nq, int64_t nk, const std::function<bool(int64_t)>& run,
+                     const char* what) {
+  if (const char* e = std::getenv("H3_ATTENTION_GROUP")) {
+    const int64_t g = std::atoll(e);
+    if (g > 0) return std::min(g, heads);
+  }
+  return long_attention(nq, nk) ? fastest_group(heads, run, what) : heads;
 }
 
 int64_t fastest_group(int64_t heads, const std::function<bool(int64_t)>& run, const char* what) {
