@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/compare.h"
@@ -17,6 +18,10 @@
 #include "pipeline/synthetic.h"
 
 #include "gpu_test.h"
+
+#if H3_HAVE_CUDA
+#include "backend/cuda/cuda_attention.h"
+#endif
 
 namespace h3 {
 namespace {
@@ -265,6 +270,50 @@ TEST(CudaOps, AttentionMatchesCpu) {
     expect_close(ops::attention(gpu(q, DType::f32), gpu(k, DType::f32), gpu(v, DType::f32), d), want, 1e-6,
                  "f32 attention (plain kernel)");
   }
+}
+
+// Our wgmma attention kernel (cuda_attention_wgmma.cu; H3_ATTENTION_BF16=wgmma makes it the only choice) against
+// the CPU on odd shapes: lengths not multiples of its 128-row tiles, one row, more keys than queries and fewer; a
+// head computed alone is the same bits as that head inside a call of several (deterministic mode and ulysses ranks
+// with other head counts rely on it); and against cuDNN on the same bf16 inputs. Skipped, loudly, where the kernel
+// does not run (a GPU other than sm_90, a build without sm_90a code).
+TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
+  H3_REQUIRE_GPU();
+#if H3_HAVE_CUDA
+  if (cuda::attention_impl(128, 128, 1, 128) != "h3-wgmma")
+    GTEST_SKIP() << "SKIPPED LOUDLY: our wgmma attention kernel does not run on this GPU or build";
+#endif
+  const int64_t d = 128;
+  for (auto [nq, nk, heads] : {std::tuple{77, 131, 3}, std::tuple{1, 1, 1}, std::tuple{130, 130, 2},
+                               std::tuple{300, 777, 2}, std::tuple{4100, 129, 1}, std::tuple{257, 257, 6}}) {
+    SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads");
+    Tensor q = rnd({nq, heads * d}, 61, 1.5), k = rnd({nk, heads * d}, 62, 1.5), v = rnd({nk, heads * d}, 63);
+    Tensor want = ops::attention(q, k, v, d);
+    Tensor gq = gpu(q, DType::bf16), gk = gpu(k, DType::bf16), gv = gpu(v, DType::bf16);
+    setenv("H3_ATTENTION_BF16", "wgmma", 1);
+    Tensor ours = host_f32(ops::attention(gq, gk, gv, d));
+    setenv("H3_ATTENTION_BF16", "cudnn", 1);
+    Tensor theirs = host_f32(ops::attention(gq, gk, gv, d));
+    setenv("H3_ATTENTION_BF16", "wgmma", 1);
+    Diff vs_cpu = compare(ours, want), vs_cudnn = compare(ours, theirs);
+    std::printf("wgmma attention %d x %d, %d heads: rel-L2 %.3g vs CPU, %.3g vs cuDNN\n", nq, nk, heads,
+                vs_cpu.rel_l2, vs_cudnn.rel_l2);
+    EXPECT_LE(vs_cpu.rel_l2, 8e-3) << "max abs " << vs_cpu.max_abs;
+    EXPECT_LE(vs_cudnn.rel_l2, 8e-3) << "max abs " << vs_cudnn.max_abs;
+    if (heads > 1) {
+      auto last_head = [&](const Tensor& t) {  // columns [(heads - 1) d, heads d) of a host f32 [n, heads d]
+        const int64_t n = t.dim(0);
+        std::vector<float> col(static_cast<size_t>(n * d));
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < d; ++c) col[r * d + c] = t.data<float>()[r * heads * d + (heads - 1) * d + c];
+        return Tensor::from(col, {n, d});
+      };
+      Tensor alone = host_f32(ops::attention(gpu(last_head(q), DType::bf16), gpu(last_head(k), DType::bf16),
+                                             gpu(last_head(v), DType::bf16), d));
+      EXPECT_TRUE(compare(alone, last_head(ours)).bitwise) << "the last head alone differs from it among " << heads;
+    }
+  }
+  unsetenv("H3_ATTENTION_BF16");
 }
 
 // FP8 attention against the CPU on the same dequantized values. cuDNN's FP8 graph stores the softmax weights P

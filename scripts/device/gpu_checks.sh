@@ -3,8 +3,8 @@
 # $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
-# Steps: probe build smi tests gpu-ctest fp8attn gemm verify parity parity-quick bench480 bench768 benchall anchor decode
-#        decode-profile decode-attn-ab vae
+# Steps: probe build smi tests gpu-ctest fp8attn wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
+#        bench-bf16 anchor decode decode-profile decode-attn-ab vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
 mkdir -p "$out"
@@ -28,7 +28,7 @@ for s in "$@"; do
     probe)
       step probe 60 bash -c 'nvidia-smi; ls /usr/include | grep -E "spdlog|fmt|nlohmann|CLI|gtest" ; nproc' ;;
     build)
-      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check gemm_check" \
+      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check attention_wgmma_check gemm_check" \
         scripts/device/build.sh build-gpu ;;
     smi)  # clocks, power and throttle reasons every 250 ms while the later steps run
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -39,6 +39,10 @@ for s in "$@"; do
       TAIL=6 step gemm-no-fast-accum 120 env H3_FP8_FAST_ACCUM=0 build-gpu/bin/gemm_check --reps 5 --rows 14908 ;;
     tests)
       TAIL=25 step tests 240 build-gpu/bin/h3_tests --gtest_filter='Cuda*:VideoVaeGolden*:AudioVae*' ;;
+    wgmma-attn)  # our bf16 attention kernel: checks and TFLOPS, without and with the warpgroup pingpong
+      for pp in 0 1; do
+        TAIL=14 step "wgmma-attn-pingpong$pp" 150 env H3_WGMMA_PINGPONG=$pp build-gpu/bin/attention_wgmma_check --reps 5
+      done ;;
     fp8attn)
       TAIL=20 step fp8attn 180 env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr build-gpu/bin/attention_fp8_check --reps 5 ;;
     verify)
@@ -78,6 +82,9 @@ for s in "$@"; do
     bench768)
       TAIL=12 step bench768 400 "$h3" --device cuda bench --res 768p --precision bf16 fp8 --reps 3 --profile \
         --no-isolated --json "$out/bench768.json" ;;
+    bench-bf16)
+      TAIL=20 step bench-bf16 400 "$h3" --device cuda bench --res 480p 768p --precision bf16 --reps 3 --profile \
+        --json "$out/bench-bf16.json" ;;
     benchall)
       TAIL=20 step benchall 560 "$h3" --device cuda bench --res 480p 768p --precision bf16 fp8 --reps 3 --profile \
         --json "$out/bench.json" ;;

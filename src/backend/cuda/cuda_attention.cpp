@@ -7,9 +7,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/cuda_attention_wgmma.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_cudnn.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -18,6 +21,29 @@
 namespace h3::cuda {
 
 ElemType elem_type(DType t);  // cuda_runtime.cpp
+
+namespace {
+
+// H3_ATTENTION_BF16: auto (default: our wgmma kernel where it runs, else cuDNN), wgmma (ours or an error), cudnn.
+// Both are deterministic and compute every head alone; ours is 10-20 % faster at the DiT's lengths (docs/notes.md).
+bool use_wgmma(const void* q, const void* k, const void* v, const void* o, int64_t nq, int64_t nk, int64_t heads,
+               int64_t d) {
+  const char* e = std::getenv("H3_ATTENTION_BF16");
+  const std::string mode = e && *e ? e : "auto";
+  if (mode == "cudnn") return false;
+  if (mode != "auto" && mode != "wgmma")
+    fail("H3_ATTENTION_BF16={}: expected auto (our kernel where it runs, else cuDNN), wgmma or cudnn", mode);
+  const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, heads * d);
+  if (why.empty()) return true;
+  if (mode == "wgmma")
+    fail("H3_ATTENTION_BF16=wgmma, but our attention kernel cannot run {} heads x {} x {} (head_dim {}): {}", heads,
+         nq, nk, d, why);
+  static std::once_flag once;
+  std::call_once(once, [&] { spdlog::debug("bf16 attention: our wgmma kernel does not run here ({}): cuDNN", why); });
+  return false;
+}
+
+}  // namespace
 
 #if H3_HAVE_CUDNN
 namespace {
@@ -122,6 +148,10 @@ int64_t group_for(const void* q, const void* k, const void* v, void* o, int64_t 
 #endif
 
 std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d) {
+  // The kernel's pointer checks pass for any 16-byte aligned buffer: probe with an aligned stand-in.
+  const void* aligned = reinterpret_cast<const void*>(uintptr_t{256});
+  if (!std::getenv("H3_ATTENTION_SIMPLE") && use_wgmma(aligned, aligned, aligned, aligned, nq, nk, heads, d))
+    return "h3-wgmma";
 #if H3_HAVE_CUDNN
   if (plan_for(nq, nk, heads, d, heads * d)) return "cudnn-sdpa";
 #endif
@@ -152,6 +182,14 @@ bool attention_batched(const void* q, const void* k, const void* v, void* o, DTy
 void attention(const void* q, const void* k, const void* v, void* o, DType t, int64_t nq, int64_t nk, int64_t heads,
                int64_t d) {
   if (nq == 0 || heads == 0) return;
+  if (t == DType::bf16 && !std::getenv("H3_ATTENTION_SIMPLE") && use_wgmma(q, k, v, o, nq, nk, heads, d)) {
+    try {
+      attention_wgmma(q, k, v, o, nq, nk, heads, d, heads * d, stream());
+    } catch (const std::runtime_error& e) {
+      fail("bf16 attention ({} heads x {} x {}): {}", heads, nq, nk, e.what());
+    }
+    return;
+  }
 #if H3_HAVE_CUDNN
   if (t == DType::bf16 && !std::getenv("H3_ATTENTION_SIMPLE") && plan_for(nq, nk, heads, d, heads * d)) {
     const int64_t g = group_for(q, k, v, o, nq, nk, heads, d);

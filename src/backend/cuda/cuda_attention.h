@@ -1,5 +1,6 @@
 // Non-causal multi-head attention on the GPU for q [nq, heads*d], k/v [nk, heads*d] (bf16), softmax scale
-// 1/sqrt(d): cuDNN's fused SDPA when the build has cuDNN and it accepts the shape, else a plain kernel.
+// 1/sqrt(d): our wgmma kernel (cuda_attention_wgmma.h: head_dim 128 on sm_90a; H3_ATTENTION_BF16=auto|wgmma|cudnn),
+// else cuDNN's fused SDPA when the build has cuDNN and it accepts the shape, else a plain kernel.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,8 +17,8 @@ void attention(const void* q, const void* k, const void* v, void* o, DType t, in
 // or cuDNN refuses the shape; the caller then runs attention() per block.
 bool attention_batched(const void* q, const void* k, const void* v, void* o, DType t, int64_t batch, int64_t n,
                        int64_t heads, int64_t d);
-// Which implementation attention() uses for bf16 at this shape ("cudnn-sdpa" or "simple"), building the plan if
-// needed.
+// Which implementation attention() uses for bf16 at this shape ("h3-wgmma", "cudnn-sdpa" or "simple"), building
+// the plan if needed.
 std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 
 // The output type the FP8 attention graph is built with: the first that cuDNN accepts (bf16, else fp8 + a dequantize),

@@ -1,0 +1,521 @@
+#include "backend/cuda/cuda_attention_wgmma.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+
+// The kernel's plan (one CTA = one 128-row query tile of one head; 288 threads):
+//   warps 8-11     producer: one lane issues the TMA loads, Q once, then K_j and V_j into stage j % 2, each
+//   after the
+//                  consumers have released that stage (mbarriers full/empty per stage, K and V apart, so that
+//                  K_j can arrive before V_{j-1} is used);
+//   warps 0-3, 4-7 two consumer warpgroups, query rows [0, 64) and [64, 128) of the tile. Per key tile j:
+//                  issue S_j = Q K_j^T (8 wgmma k-steps from shared memory), issue O += P_{j-1} V_{j-1} (P in
+//                  registers, V read transposed), wait for S_j, run the online softmax on it while the P V
+//                  MMAs run, wait for them, rescale O and turn S_j into P_j (bf16).
+// Shared tiles use the 128-byte swizzle that both TMA and wgmma understand: a [rows x 128] bf16 tile is two
+// [rows x 64] halves (head dims 0-63, 64-127), each row 128 bytes with its 16-byte chunks XOR-ed by row % 8.
+// Rows past nq / nk arrive as zeros (TMA fills out-of-bounds boxes); keys past nk are masked to -inf.
+
+namespace h3::cuda {
+namespace {
+
+constexpr int kD = 128;          // head dim
+constexpr int kBM = 128;         // query rows per CTA (two consumer warpgroups of 64)
+constexpr int kBN = 128;         // keys per tile
+constexpr int kStages = 2;       // K / V ring depth
+constexpr int kConsumers = 256;  // threads of the two consumer warpgroups
+constexpr int kThreads =
+    kConsumers + 128;                // and the producer warpgroup (registers are handed out per warpgroup)
+constexpr int kHalf = 128 * 64 * 2;  // bytes of one [128 x 64] swizzled half tile
+constexpr int kTile = 2 * kHalf;     // bytes of a [128 x 128] tile
+constexpr bool kPingpongDefault = false;
+
+struct alignas(1024) Smem {
+  uint8_t q[kTile];
+  uint8_t k[kStages][kTile];
+  uint8_t v[kStages][kTile];
+  uint64_t q_full;
+  uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+};
+
+#if !defined(__CUDA_ARCH__) || (__CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL))
+#define H3_WGMMA_BODY 1
+#endif
+
+#ifdef H3_WGMMA_BODY
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* b, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+// Returns once the phase of parity `parity` has completed (a fresh barrier counts its phase "1" as
+// completed).
+__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
+  const uint32_t addr = smem_u32(b);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// A wgmma shared-memory matrix descriptor with the 128-byte swizzle; offsets in bytes.
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lead >> 4) << 16) |
+         (static_cast<uint64_t>(stride >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads or writes of these registers across an MMA issue or wait.
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// d[64] (+)= A[64 x 16] B[16 x 128]: A and B from shared memory, both K-major (row = m or n, 16 values of k).
+__device__ __forceinline__ void mma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d[64] += A[64 x 16] B[16 x 128]: A from registers (four bf16 pairs a thread), B from shared memory N-major.
+__device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
+}
+
+#endif  // H3_WGMMA_BODY
+
+template <bool kPingpong>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                     const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ o, int nq, int nk,
+                     int ld, float scale_log2) {
+#ifndef H3_WGMMA_BODY
+  __trap();  // built for another architecture too (PTX for compute_80): this kernel exists only as sm_90a
+#else
+  extern __shared__ uint8_t raw[];
+  Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  const int q0 = blockIdx.x * kBM;
+  const int col0 = blockIdx.y * kD;
+  const int tiles = (nk + kBN - 1) / kBN;
+
+  if (threadIdx.x == 0) {
+    mbar_init(&sm.q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&sm.k_full[s], 1);
+      mbar_init(&sm.v_full[s], 1);
+      mbar_init(&sm.k_empty[s], kConsumers / 32);  // one arrival per consumer warp
+      mbar_init(&sm.v_empty[s], kConsumers / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x >=
+      kConsumers) {  // the producer warpgroup: one thread works, the rest give their registers up
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x == kConsumers) {
+      mbar_expect_tx(&sm.q_full, kTile);
+      tma_load(sm.q, &tq, &sm.q_full, col0, q0);
+      tma_load(sm.q + kHalf, &tq, &sm.q_full, col0 + 64, q0);
+      for (int j = 0; j < tiles; ++j) {
+        const int s = j % kStages;
+        const uint32_t phase = (j / kStages) & 1;
+        mbar_wait(&sm.k_empty[s], phase ^ 1);
+        mbar_expect_tx(&sm.k_full[s], kTile);
+        tma_load(sm.k[s], &tk, &sm.k_full[s], col0, j * kBN);
+        tma_load(sm.k[s] + kHalf, &tk, &sm.k_full[s], col0 + 64, j * kBN);
+        mbar_wait(&sm.v_empty[s], phase ^ 1);
+        mbar_expect_tx(&sm.v_full[s], kTile);
+        tma_load(sm.v[s], &tv, &sm.v_full[s], col0, j * kBN);
+        tma_load(sm.v[s] + kHalf, &tv, &sm.v_full[s], col0 + 64, j * kBN);
+      }
+    }
+    return;
+  }
+
+  // A consumer warpgroup: rows [64 g, 64 g + 64) of the tile; this thread holds rows r and r + 8 of its
+  // warp's 16 and, of every 8 columns of S or O, columns 2 c and 2 c + 1.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  const int g = threadIdx.x / 128;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const int c = lane % 4;
+  const bool signal = lane == 0;
+  const uint32_t q_addr = smem_u32(sm.q) + g * 64 * 128;
+
+  float s_acc[64];
+  float o_acc[64];
+  uint32_t p[32];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY;  // running row maxima, in log2 units of the scaled scores
+  float l0 = 0.f, l1 = 0.f;              // this thread's share of the running row sums
+
+  auto issue_qk = [&](int s) {
+    const uint32_t k_addr = smem_u32(sm.k[s]);
+    fence_regs(s_acc);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t off = (kk / 4) * kHalf + (kk % 4) * 32;
+      mma_ss(s_acc, desc(q_addr + off, 16, 1024), desc(k_addr + off, 16, 1024), kk > 0);
+    }
+    wg_commit();
+  };
+  auto issue_pv = [&](int s) {
+    const uint32_t v_addr = smem_u32(sm.v[s]);
+    fence_regs(p);
+    fence_regs(o_acc);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+      mma_rs(o_acc, a, desc(v_addr + kk * 16 * 128, kHalf, 1024));
+    }
+    wg_commit();
+  };
+  // Online softmax of tile j in s_acc (scores -> unnormalized weights); returns the factors for O's rows.
+  auto softmax = [&](int j, float& corr0, float& corr1) {
+    if ((j + 1) * kBN > nk) {
+      const int valid = nk - j * kBN;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int col = (i / 4) * 8 + 2 * c + (i % 2);
+        if (col >= valid) s_acc[i] = -INFINITY;
+      }
+    }
+    float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 64; i += 4) {
+      x0 = fmaxf(x0, fmaxf(s_acc[i], s_acc[i + 1]));
+      x1 = fmaxf(x1, fmaxf(s_acc[i + 2], s_acc[i + 3]));
+    }
+    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+    const float n0 = fmaxf(m0, x0 * scale_log2), n1 = fmaxf(m1, x1 * scale_log2);
+    corr0 = ex2(m0 - n0);
+    corr1 = ex2(m1 - n1);
+    m0 = n0;
+    m1 = n1;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 64; i += 4) {
+      s_acc[i] = ex2(fmaf(s_acc[i], scale_log2, -n0));
+      s_acc[i + 1] = ex2(fmaf(s_acc[i + 1], scale_log2, -n0));
+      s_acc[i + 2] = ex2(fmaf(s_acc[i + 2], scale_log2, -n1));
+      s_acc[i + 3] = ex2(fmaf(s_acc[i + 3], scale_log2, -n1));
+      sum0 += s_acc[i] + s_acc[i + 1];
+      sum1 += s_acc[i + 2] + s_acc[i + 3];
+    }
+    l0 = fmaf(l0, corr0, sum0);
+    l1 = fmaf(l1, corr1, sum1);
+  };
+  // S's accumulator layout is the A-operand layout of the P V MMA: k-step t takes S columns [16 t, 16 t +
+  // 16).
+  auto to_p = [&]() {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) p[i] = pack_bf16(s_acc[2 * i], s_acc[2 * i + 1]);
+  };
+
+  // Pingpong: the two warpgroups take turns issuing their MMAs (named barriers 1 and 2), so that one's
+  // softmax runs while the other's MMAs keep the tensor cores busy. Each has tiles + 1 turns; warpgroup 0
+  // starts without waiting and warpgroup 1 does not signal after its last turn, so every arrival is waited
+  // for.
+  int turn = 0;
+  auto turn_begin = [&] {
+    if (kPingpong && !(g == 0 && turn == 0)) named_sync(1 + g);
+  };
+  auto turn_end = [&] {
+    if (kPingpong && !(g == 1 && turn == tiles)) named_arrive(2 - g);
+    ++turn;
+  };
+
+  mbar_wait(&sm.q_full, 0);
+  mbar_wait(&sm.k_full[0], 0);
+  turn_begin();
+  issue_qk(0);
+  turn_end();
+  wg_wait<0>();
+  fence_regs(s_acc);
+  if (signal) mbar_arrive(&sm.k_empty[0]);
+  {
+    float c0, c1;
+    softmax(0, c0, c1);
+  }
+  to_p();
+  for (int j = 1; j < tiles; ++j) {
+    const int s = j % kStages, sp = (j - 1) % kStages;
+    mbar_wait(&sm.k_full[s], (j / kStages) & 1);
+    turn_begin();
+    issue_qk(s);
+    mbar_wait(&sm.v_full[sp], ((j - 1) / kStages) & 1);
+    issue_pv(sp);
+    turn_end();
+    wg_wait<1>();
+    fence_regs(s_acc);
+    if (signal) mbar_arrive(&sm.k_empty[s]);
+    float c0, c1;
+    softmax(j, c0, c1);
+    wg_wait<0>();
+    fence_regs(o_acc);
+    fence_regs(p);
+    if (signal) mbar_arrive(&sm.v_empty[sp]);
+#pragma unroll
+    for (int i = 0; i < 64; i += 4) {
+      o_acc[i] *= c0;
+      o_acc[i + 1] *= c0;
+      o_acc[i + 2] *= c1;
+      o_acc[i + 3] *= c1;
+    }
+    to_p();
+  }
+  {
+    const int sp = (tiles - 1) % kStages;
+    mbar_wait(&sm.v_full[sp], ((tiles - 1) / kStages) & 1);
+    turn_begin();
+    issue_pv(sp);
+    turn_end();
+    wg_wait<0>();
+    fence_regs(o_acc);
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+  const int r0 = q0 + g * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
+#pragma unroll
+  for (int i = 0; i < 64; i += 4) {
+    const int col = col0 + (i / 4) * 8 + 2 * c;
+    if (r0 < nq)
+      *reinterpret_cast<__nv_bfloat162*>(o + static_cast<int64_t>(r0) * ld + col) =
+          __floats2bfloat162_rn(o_acc[i] * inv0, o_acc[i + 1] * inv0);
+    if (r1 < nq)
+      *reinterpret_cast<__nv_bfloat162*>(o + static_cast<int64_t>(r1) * ld + col) =
+          __floats2bfloat162_rn(o_acc[i + 2] * inv1, o_acc[i + 3] * inv1);
+  }
+#endif
+}
+
+// Writes 1 where this build holds the kernel's sm_90a code (0 from the compute_80 PTX that other GPUs JIT).
+__global__ void arch_probe(int* out) {
+#ifndef H3_WGMMA_BODY
+  *out = 0;
+#else
+  *out = 1;
+#endif
+}
+
+// "" when the current device runs the kernel's sm_90a code; checked once per process.
+const std::string& device_unsupported() {
+  static std::string why;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+      why = "no current CUDA device";
+      return;
+    }
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major != 9 || minor != 0) {
+      why = "compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+            " (the kernel is sm_90a)";
+      return;
+    }
+    int* flag = nullptr;
+    int host = 0;
+    if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) {
+      why = "cudaMalloc failed while probing the build's architectures";
+      return;
+    }
+    arch_probe<<<1, 1>>>(flag);
+    const bool ran = cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(flag);
+    if (!ran || host != 1)
+      why = "this build has no sm_90a code for it (configure with CMAKE_CUDA_ARCHITECTURES including 90a)";
+  });
+  return why;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  return fn;
+}
+
+// A [rows, ld] bf16 matrix read in [128 rows x 64 columns] boxes with the 128-byte swizzle.
+CUtensorMap tensor_map(const void* base, int64_t rows, int64_t ld) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(ld), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {64, 128};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r =
+      encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("wgmma attention: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
+                             ") for a [" + std::to_string(rows) + ", " + std::to_string(ld) +
+                             "] bf16 matrix");
+  return map;
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+}  // namespace
+
+std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o,
+                                        int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
+  if (d != kD) return "head_dim " + std::to_string(d) + " (the kernel is built for 128)";
+  if (nq <= 0 || nk <= 0 || heads <= 0) return "an empty shape";
+  if (ld < heads * d || ld % 8 != 0)
+    return "row stride " + std::to_string(ld) + " (needs >= heads * 128, a multiple of 8)";
+  if (nq > (int64_t{1} << 31) - kBM || nk > (int64_t{1} << 31) - kBN || heads > 65535)
+    return "a shape past the grid's range";
+  if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
+    return "a pointer not 16-byte aligned";
+  if (!device_unsupported().empty()) return device_unsupported();
+  if (!encoder()) return "the driver has no cuTensorMapEncodeTiled";
+  return "";
+}
+
+void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk,
+                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+  const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, ld);
+  if (!why.empty()) throw std::runtime_error("wgmma attention cannot run this call: " + why);
+  const CUtensorMap tq = tensor_map(q, nq, ld), tk = tensor_map(k, nk, ld), tv = tensor_map(v, nk, ld);
+  const int smem = static_cast<int>(sizeof(Smem)) + 1024;
+  // H3_WGMMA_PINGPONG=1|0 (an experiment's switch; see docs/notes.md for which is the default and why).
+  const char* pp = std::getenv("H3_WGMMA_PINGPONG");
+  const bool pingpong = pp && *pp ? std::strcmp(pp, "0") != 0 : kPingpongDefault;
+  auto kernel = pingpong ? attention_kernel<true> : attention_kernel<false>;
+  static std::once_flag once;
+  static cudaError_t attr = cudaSuccess;
+  std::call_once(once, [&] {
+    attr = cudaFuncSetAttribute(attention_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr == cudaSuccess)
+      attr = cudaFuncSetAttribute(attention_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  });
+  if (attr != cudaSuccess)
+    throw std::runtime_error(std::string("wgmma attention: cudaFuncSetAttribute: ") +
+                             cudaGetErrorString(attr));
+  const dim3 grid(static_cast<unsigned>((nq + kBM - 1) / kBM), static_cast<unsigned>(heads));
+  const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
+  kernel<<<grid, kThreads, smem, stream>>>(tq, tk, tv, static_cast<__nv_bfloat16*>(o), static_cast<int>(nq),
+                                           static_cast<int>(nk), static_cast<int>(ld), scale_log2);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("wgmma attention launch: ") + cudaGetErrorString(e));
+}
+
+}  // namespace h3::cuda

@@ -1,0 +1,27 @@
+// Our own Hopper attention kernel (cuda_attention_wgmma.cu): non-causal softmax(q k^T / sqrt(d)) v for bf16
+// q [nq, ld], k/v [nk, ld], o [nq, ld] with head h in columns [h * 128, (h + 1) * 128), head_dim 128, f32
+// accumulation. Tensor-memory-accelerator loads of 128-key tiles into a two-stage ring (one producer warp),
+// two consumer warpgroups of 64 query rows each running warpgroup MMAs (S = Q K^T from shared memory, O += P
+// V with P in registers), the next tile's S issued before the current tile's softmax. Every (128-row query
+// tile, head) is one CTA with a fixed key order, so a head's output does not depend on how many heads a call
+// holds, on nq or on anything but its own q rows and k/v: deterministic. sm_90 only.
+//
+// No h3 headers here, so that the kernel and bench/attention_wgmma_check.cu build alone with nvcc.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace h3::cuda {
+
+// "" when attention_wgmma can run this call on the current device, else why not (for a log line and a
+// fallback).
+std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o,
+                                        int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld);
+// Enqueues the attention on `stream`; throws std::runtime_error when attention_wgmma_unsupported says no or a
+// CUDA call fails.
+void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk,
+                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);
+
+}  // namespace h3::cuda
