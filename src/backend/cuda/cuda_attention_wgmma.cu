@@ -1,7 +1,5 @@
 #include "backend/cuda/cuda_attention_wgmma.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -10,11 +8,12 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "backend/cuda/cuda_wgmma.cuh"
+
 // The kernel's plan (one CTA = one 128-row query tile of one head; 288 threads):
 //   warps 8-11     producer: one lane issues the TMA loads, Q once, then K_j and V_j into stage j % 2, each
-//   after the
-//                  consumers have released that stage (mbarriers full/empty per stage, K and V apart, so that
-//                  K_j can arrive before V_{j-1} is used);
+//                  after the consumers have released that stage (mbarriers full/empty per stage, K and V apart,
+//                  so that K_j can arrive before V_{j-1} is used);
 //   warps 0-3, 4-7 two consumer warpgroups, query rows [0, 64) and [64, 128) of the tile. Per key tile j:
 //                  issue S_j = Q K_j^T (8 wgmma k-steps from shared memory), issue O += P_{j-1} V_{j-1} (P in
 //                  registers, V read transposed), wait for S_j, run the online softmax on it while the P V
@@ -26,13 +25,15 @@
 namespace h3::cuda {
 namespace {
 
+using namespace wgmma;
+
 constexpr int kD = 128;          // head dim
 constexpr int kBM = 128;         // query rows per CTA (two consumer warpgroups of 64)
 constexpr int kBN = 128;         // keys per tile
 constexpr int kStages = 2;       // K / V ring depth
 constexpr int kConsumers = 256;  // threads of the two consumer warpgroups
-constexpr int kThreads =
-    kConsumers + 128;                // and the producer warpgroup (registers are handed out per warpgroup)
+// and the producer warpgroup (registers are handed out per warpgroup)
+constexpr int kThreads = kConsumers + 128;
 constexpr int kHalf = 128 * 64 * 2;  // bytes of one [128 x 64] swizzled half tile
 constexpr int kTile = 2 * kHalf;     // bytes of a [128 x 128] tile
 constexpr bool kPingpongDefault = false;
@@ -41,85 +42,12 @@ struct alignas(1024) Smem {
   uint8_t q[kTile];
   uint8_t k[kStages][kTile];
   uint8_t v[kStages][kTile];
+  uint8_t out[kBM * kD * 2];  // the output tile on its way to global memory
   uint64_t q_full;
   uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
 };
 
-#if !defined(__CUDA_ARCH__) || (__CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL))
-#define H3_WGMMA_BODY 1
-#endif
-
 #ifdef H3_WGMMA_BODY
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* b, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-// Returns once the phase of parity `parity` has completed (a fresh barrier counts its phase "1" as
-// completed).
-__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
-  const uint32_t addr = smem_u32(b);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int col, int row) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-      "%3}], [%4];" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(smem_u32(bar))
-      : "memory");
-}
-
-// A wgmma shared-memory matrix descriptor with the 128-byte swizzle; offsets in bytes.
-__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lead >> 4) << 16) |
-         (static_cast<uint64_t>(stride >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wg_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving reads or writes of these registers across an MMA issue or wait.
-__device__ __forceinline__ void named_sync(int id) {
-  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id) {
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
 
 // d[64] (+)= A[64 x 16] B[16 x 128]: A and B from shared memory, both K-major (row = m or n, 16 values of k).
 __device__ __forceinline__ void mma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
@@ -164,19 +92,12 @@ __device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   uint32_t u;
   memcpy(&u, &v, 4);
   return u;
 }
-
 #endif  // H3_WGMMA_BODY
 
 template <bool kPingpong>
@@ -205,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  if (threadIdx.x >=
-      kConsumers) {  // the producer warpgroup: one thread works, the rest give their registers up
+  // The producer warpgroup: one thread works, the rest give their registers up.
+  if (threadIdx.x >= kConsumers) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     if (threadIdx.x == kConsumers) {
       mbar_expect_tx(&sm.q_full, kTile);
@@ -357,12 +278,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(o_acc);
     fence_regs(p);
     if (signal) mbar_arrive(&sm.v_empty[sp]);
+    // Skipped while no row maximum of the warp moved (the factors are exactly 1 then): the same bits, fewer
+    // instructions once the maxima settle.
+    if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < 64; i += 4) {
-      o_acc[i] *= c0;
-      o_acc[i + 1] *= c0;
-      o_acc[i + 2] *= c1;
-      o_acc[i + 3] *= c1;
+      for (int i = 0; i < 64; i += 4) {
+        o_acc[i] *= c0;
+        o_acc[i + 1] *= c0;
+        o_acc[i + 2] *= c1;
+        o_acc[i + 3] *= c1;
+      }
     }
     to_p();
   }
@@ -381,19 +306,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-  const int r0 = q0 + g * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
+  // Staged through shared memory and written in 16-byte pieces (4-byte stores straight to global cost ~5 %).
+  uint8_t* stage = sm.out + g * 64 * kD * 2;
+  const int sr0 = warp * 16 + lane / 4, sr1 = sr0 + 8;
 #pragma unroll
   for (int i = 0; i < 64; i += 4) {
-    const int col = col0 + (i / 4) * 8 + 2 * c;
-    if (r0 < nq)
-      *reinterpret_cast<__nv_bfloat162*>(o + static_cast<int64_t>(r0) * ld + col) =
-          __floats2bfloat162_rn(o_acc[i] * inv0, o_acc[i + 1] * inv0);
-    if (r1 < nq)
-      *reinterpret_cast<__nv_bfloat162*>(o + static_cast<int64_t>(r1) * ld + col) =
-          __floats2bfloat162_rn(o_acc[i + 2] * inv1, o_acc[i + 3] * inv1);
+    const int col = (i / 4) * 8 + 2 * c;
+    *reinterpret_cast<__nv_bfloat162*>(stage + (sr0 * kD + col) * 2) =
+        __floats2bfloat162_rn(o_acc[i] * inv0, o_acc[i + 1] * inv0);
+    *reinterpret_cast<__nv_bfloat162*>(stage + (sr1 * kD + col) * 2) =
+        __floats2bfloat162_rn(o_acc[i + 2] * inv1, o_acc[i + 3] * inv1);
+  }
+  named_sync_wg(3 + g);
+  for (int piece = threadIdx.x % 128; piece < 64 * 16; piece += 128) {
+    const int row = piece / 16, chunk = piece % 16, grow = q0 + g * 64 + row;
+    if (grow < nq)
+      *reinterpret_cast<uint4*>(o + static_cast<int64_t>(grow) * ld + col0 + chunk * 8) =
+          *reinterpret_cast<const uint4*>(stage + row * kD * 2 + chunk * 16);
   }
 #endif
 }
+
+}  // namespace
+
+namespace wgmma {
 
 // Writes 1 where this build holds the kernel's sm_90a code (0 from the compute_80 PTX that other GPUs JIT).
 __global__ void arch_probe(int* out) {
@@ -404,7 +340,8 @@ __global__ void arch_probe(int* out) {
 #endif
 }
 
-// "" when the current device runs the kernel's sm_90a code; checked once per process.
+PFN_cuTensorMapEncodeTiled_v12000 encoder();
+
 const std::string& device_unsupported() {
   static std::string why;
   static std::once_flag once;
@@ -432,6 +369,8 @@ const std::string& device_unsupported() {
     cudaFree(flag);
     if (!ran || host != 1)
       why = "this build has no sm_90a code for it (configure with CMAKE_CUDA_ARCHITECTURES including 90a)";
+    else if (!encoder())
+      why = "the driver has no cuTensorMapEncodeTiled";
   });
   return why;
 }
@@ -450,29 +389,24 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
-// A [rows, ld] bf16 matrix read in [128 rows x 64 columns] boxes with the 128-byte swizzle.
-CUtensorMap tensor_map(const void* base, int64_t rows, int64_t ld) {
+CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int64_t rows, int64_t cols, int64_t row_bytes,
+                       uint32_t box_cols, uint32_t box_rows) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(ld), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
-  const cuuint32_t box[2] = {64, 128};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
+  const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r =
-      encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("wgmma attention: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
-                             ") for a [" + std::to_string(rows) + ", " + std::to_string(ld) +
-                             "] bf16 matrix");
+                             ") for a [" + std::to_string(rows) + ", " + std::to_string(cols) + "] matrix, " +
+                             std::to_string(row_bytes) + " bytes a row");
   return map;
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
-
-}  // namespace
+}  // namespace wgmma
 
 std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o,
                                         int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
@@ -484,16 +418,18 @@ std::string attention_wgmma_unsupported(const void* q, const void* k, const void
     return "a shape past the grid's range";
   if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
     return "a pointer not 16-byte aligned";
-  if (!device_unsupported().empty()) return device_unsupported();
-  if (!encoder()) return "the driver has no cuTensorMapEncodeTiled";
-  return "";
+  return device_unsupported();
 }
 
 void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk,
                      int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
   const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma attention cannot run this call: " + why);
-  const CUtensorMap tq = tensor_map(q, nq, ld), tk = tensor_map(k, nk, ld), tv = tensor_map(v, nk, ld);
+  // [128 rows x 64 columns] boxes: a 128-byte swizzled half of a [128 x 128] bf16 tile.
+  auto map = [&](const void* p, int64_t rows) {
+    return tensor_map(p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, ld, ld * 2, 64, 128);
+  };
+  const CUtensorMap tq = map(q, nq), tk = map(k, nk), tv = map(v, nk);
   const int smem = static_cast<int>(sizeof(Smem)) + 1024;
   // H3_WGMMA_PINGPONG=1|0 (an experiment's switch; see docs/notes.md for which is the default and why).
   const char* pp = std::getenv("H3_WGMMA_PINGPONG");
