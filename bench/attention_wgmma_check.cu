@@ -1,26 +1,26 @@
-// Our Hopper attention kernel (src/backend/cuda/cuda_attention_wgmma.cu) on one GPU: correctness against an
-// f32 reference of the same bf16 inputs, determinism, independence from the head grouping, and TFLOPS. Builds
-// alone with nvcc (no h3 library), so a kernel change can be tried in one short device call:
+// Our Hopper attention kernels (src/backend/cuda/cuda_attention_wgmma*.cu) on one GPU: correctness against an f32
+// reference, determinism, independence from the head grouping, and TFLOPS. Builds alone with nvcc (no h3
+// library), so a kernel change can be tried in one short device call:
 //
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -Isrc bench/attention_wgmma_check.cu \
-//        src/backend/cuda/cuda_attention_wgmma.cu -o attention_wgmma_check
-//   attention_wgmma_check [--reps N] [--shapes NQ:NK:HEADS,...]
+//        src/backend/cuda/cuda_attention_wgmma.cu src/backend/cuda/cuda_attention_wgmma_fp8.cu -o attention_wgmma_check
+//   attention_wgmma_check [--reps N] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]
 //
-// For each shape: q, k uniform in [-2.5, 2.5] and v in [-1, 1] (scores of std ~2 after the 1/sqrt(128) scale,
-// a softmax neither flat nor one-hot), hashed on the device; the output first poisoned with NaN bytes.
-// Checked:
-//   - rel-L2 and max |error| against the f32 reference (exact exp, f32 accumulation, merged in f32) on every
-//   row of
-//     small shapes and on 97 rows spread over long ones (the first and last included), all heads; bf16 P and
-//     a bf16 output give ~3e-3; fails above 1e-2;
+// Kinds: bf16 (bf16 q, k, v, o); fp8 (e4m3 q, k, v with per-tensor descales, bf16 o); fp8-O8 (the same with an e4m3
+// o and its descale). For each shape: q, k uniform in [-2.5, 2.5] and v in [-1, 1] (scores of std ~2 after the
+// 1/sqrt(128) scale: a softmax neither flat nor one-hot), hashed on the device; for FP8 the e4m3 values and power-of-
+// two descales, the reference reading their exact bf16 values. The output is first poisoned with NaN bytes. Checked:
+//   - rel-L2 and max |error| against the f32 reference (exact exp, f32 accumulation) on every row of small shapes
+//     and on 97 rows spread over long ones (first and last included), all heads: bf16 gives ~2e-3 (fails above
+//     1e-2), FP8 ~2-3e-2 from the softmax weights in e4m3 (fails above 5e-2, 6e-2 with an e4m3 o);
 //   - no NaN anywhere in the output (every element written);
 //   - a second run bitwise equal to the first;
-//   - the heads computed in groups (calls of 1 and of 7 heads on offset pointers, same row stride) bitwise
-//   equal to
-//     all heads in one call (what deterministic mode and ulysses ranks with different head counts rely on).
+//   - bf16: the heads computed in groups (calls of 1 and of 7 heads on offset pointers, same row stride) bitwise
+//     equal to all heads in one call (what deterministic mode and ulysses ranks with other head counts rely on).
 // Then the median time of --reps runs and TFLOPS = 4 nq nk heads 128 / t. Prints a table, then JSON rows.
 // Exits 1 when a check fails, 2 on a usage error.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,6 +66,17 @@ __global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed, float a
         static_cast<double>(mix(seed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull)) >> 11) /
         9007199254740992.0;  // [0, 1)
     x[i] = __float2bfloat16_rn(static_cast<float>((2 * u - 1) * amp));
+  }
+}
+
+// e4m3 values of (2 u - 1) amp / descale and their exact bf16 values (descale a power of two).
+__global__ void fill_fp8(uint8_t* x8, __nv_bfloat16* xb, int64_t n, uint64_t seed, float amp, float descale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const double u = static_cast<double>(mix(seed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull)) >> 11) /
+                     9007199254740992.0;
+    const __nv_fp8_e4m3 q(static_cast<float>((2 * u - 1) * amp) / descale);
+    x8[i] = q.__x;
+    xb[i] = __float2bfloat16_rn(static_cast<float>(q) * descale);
   }
 }
 
@@ -115,50 +126,84 @@ __global__ void reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const 
   }
 }
 
-__global__ void count_nan(const __nv_bfloat16* x, int64_t n, unsigned long long* count) {
-  unsigned long long c = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    c += isnan(__bfloat162float(x[i])) ? 1 : 0;
-  if (c) atomicAdd(count, c);
-}
+enum class Kind { bf16, fp8, fp8_out };
+const char* kind_name(Kind k) { return k == Kind::bf16 ? "bf16" : k == Kind::fp8 ? "fp8" : "fp8-O8"; }
 
 struct Row {
   Shape sh;
+  Kind kind = Kind::bf16;
   int64_t checked_rows = 0;
   double rel_l2 = -1, max_abs = -1, ms = 0, tflops = 0;
   unsigned long long nan = 0;
   bool repeat_equal = false, groups_equal = false;
   std::string error;
+  // bf16: ~2e-3 (bf16 P and output); FP8: the softmax weights in e4m3 (3 mantissa bits), and O too for fp8-O8.
+  double tolerance() const { return kind == Kind::bf16 ? 1e-2 : kind == Kind::fp8 ? 5e-2 : 6e-2; }
   bool ok() const {
-    return error.empty() && rel_l2 >= 0 && rel_l2 <= 1e-2 && nan == 0 && repeat_equal && groups_equal;
+    return error.empty() && rel_l2 >= 0 && rel_l2 <= tolerance() && nan == 0 && repeat_equal && groups_equal;
   }
 };
 
-Row run(const Shape& sh, int reps) {
+float host_value(const std::vector<uint8_t>& bytes, int64_t i, Kind kind, float descale) {
+  if (kind == Kind::fp8_out) {
+    __nv_fp8_e4m3 q;
+    q.__x = bytes[i];
+    return static_cast<float>(q) * descale;
+  }
+  __nv_bfloat16 b;
+  std::memcpy(&b, &bytes[2 * i], 2);
+  return __bfloat162float(b);
+}
+
+Row run(const Shape& sh, int reps, Kind kind) {
   Row r;
   r.sh = sh;
+  r.kind = kind;
+  const bool fp8 = kind != Kind::bf16;
   const int64_t ld = sh.heads * 128, nqe = sh.nq * ld, nke = sh.nk * ld;
-  __nv_bfloat16 *q, *k, *v, *o, *o2;
+  const size_t out_bytes = static_cast<size_t>(nqe) * (kind == Kind::fp8_out ? 1 : 2);
+  __nv_bfloat16 *q, *k, *v;
+  uint8_t *q8 = nullptr, *k8 = nullptr, *v8 = nullptr, *vt = nullptr, *o, *o2;
+  float* scales;  // dq, dk, dv, o descale
   CHECK(cudaMalloc(&q, nqe * 2));
   CHECK(cudaMalloc(&k, nke * 2));
   CHECK(cudaMalloc(&v, nke * 2));
-  CHECK(cudaMalloc(&o, nqe * 2));
-  CHECK(cudaMalloc(&o2, nqe * 2));
-  fill_uniform<<<1024, 256>>>(q, nqe, 0x51, 2.5f);
-  fill_uniform<<<1024, 256>>>(k, nke, 0x52, 2.5f);
-  fill_uniform<<<1024, 256>>>(v, nke, 0x53, 1.0f);
-  CHECK(cudaMemset(o, 0xff, nqe * 2));
-  CHECK(cudaMemset(o2, 0xff, nqe * 2));
+  CHECK(cudaMalloc(&o, out_bytes));
+  CHECK(cudaMalloc(&o2, out_bytes));
+  CHECK(cudaMalloc(&scales, 16 * 4));
+  // Power-of-two descales keep the e4m3 values exact in bf16: q, k within [-2.5, 2.5] (|q8| <= 320), v [-1, 1].
+  const float desc_host[4] = {1.f / 128, 1.f / 128, 1.f / 256, 0.f};
+  CHECK(cudaMemcpy(scales, desc_host, sizeof(desc_host), cudaMemcpyHostToDevice));
+  if (fp8) {
+    CHECK(cudaMalloc(&q8, nqe));
+    CHECK(cudaMalloc(&k8, nke));
+    CHECK(cudaMalloc(&v8, nke));
+    CHECK(cudaMalloc(&vt, ld * h3::cuda::attention_wgmma_fp8_vt_cols(sh.nk)));
+    fill_fp8<<<1024, 256>>>(q8, q, nqe, 0x51, 2.5f, desc_host[0]);
+    fill_fp8<<<1024, 256>>>(k8, k, nke, 0x52, 2.5f, desc_host[1]);
+    fill_fp8<<<1024, 256>>>(v8, v, nke, 0x53, 1.0f, desc_host[2]);
+  } else {
+    fill_uniform<<<1024, 256>>>(q, nqe, 0x51, 2.5f);
+    fill_uniform<<<1024, 256>>>(k, nke, 0x52, 2.5f);
+    fill_uniform<<<1024, 256>>>(v, nke, 0x53, 1.0f);
+  }
+  auto call = [&](void* out) {
+    if (fp8)
+      h3::cuda::attention_wgmma_fp8(q8, k8, v8, scales, scales + 1, scales + 2, vt, out, kind == Kind::fp8_out,
+                                    scales + 3, sh.nq, sh.nk, sh.heads, 128, ld, nullptr);
+    else
+      h3::cuda::attention_wgmma(q, k, v, out, sh.nq, sh.nk, sh.heads, 128, ld, nullptr);
+  };
+  CHECK(cudaMemset(o, 0xff, out_bytes));  // NaN in bf16 and in e4m3
+  CHECK(cudaMemset(o2, 0xff, out_bytes));
   try {
-    h3::cuda::attention_wgmma(q, k, v, o, sh.nq, sh.nk, sh.heads, 128, ld, nullptr);
+    call(o);
     CHECK(cudaDeviceSynchronize());
-    unsigned long long* cnt;
-    CHECK(cudaMalloc(&cnt, 8));
-    CHECK(cudaMemset(cnt, 0, 8));
-    count_nan<<<1024, 256>>>(o, nqe, cnt);
-    CHECK(cudaMemcpy(&r.nan, cnt, 8, cudaMemcpyDeviceToHost));
-    CHECK(cudaFree(cnt));
+    std::vector<uint8_t> got(out_bytes);
+    CHECK(cudaMemcpy(got.data(), o, out_bytes, cudaMemcpyDeviceToHost));
+    float o_descale = 1.f;
+    if (kind == Kind::fp8_out) CHECK(cudaMemcpy(&o_descale, scales + 3, 4, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < nqe; ++i) r.nan += std::isnan(host_value(got, i, kind, o_descale)) ? 1 : 0;
 
     // Reference rows: all of a small shape, else 97 spread over [0, nq) with both ends.
     std::vector<int> rows;
@@ -178,12 +223,10 @@ Row run(const Shape& sh, int reps) {
     CHECK(cudaGetLastError());
     std::vector<float> ref(rows.size() * ld);
     CHECK(cudaMemcpy(ref.data(), ref_d, ref.size() * 4, cudaMemcpyDeviceToHost));
-    std::vector<__nv_bfloat16> got(nqe);
-    CHECK(cudaMemcpy(got.data(), o, nqe * 2, cudaMemcpyDeviceToHost));
     double num = 0, den = 0, mx = 0;
     for (size_t i = 0; i < rows.size(); ++i)
       for (int64_t c = 0; c < ld; ++c) {
-        const double want = ref[i * ld + c], have = __bfloat162float(got[rows[i] * ld + c]);
+        const double want = ref[i * ld + c], have = host_value(got, rows[i] * ld + c, kind, o_descale);
         num += (have - want) * (have - want);
         den += want * want;
         mx = std::max(mx, std::fabs(have - want));
@@ -193,24 +236,26 @@ Row run(const Shape& sh, int reps) {
     CHECK(cudaFree(rows_d));
     CHECK(cudaFree(ref_d));
 
-    h3::cuda::attention_wgmma(q, k, v, o2, sh.nq, sh.nk, sh.heads, 128, ld, nullptr);
+    call(o2);
     CHECK(cudaDeviceSynchronize());
-    std::vector<__nv_bfloat16> again(nqe);
-    CHECK(cudaMemcpy(again.data(), o2, nqe * 2, cudaMemcpyDeviceToHost));
-    r.repeat_equal = std::memcmp(got.data(), again.data(), nqe * 2) == 0;
+    std::vector<uint8_t> again(out_bytes);
+    CHECK(cudaMemcpy(again.data(), o2, out_bytes, cudaMemcpyDeviceToHost));
+    r.repeat_equal = std::memcmp(got.data(), again.data(), out_bytes) == 0;
 
+    // Head groups on offset pointers (bf16 only: the FP8 entry wants ld = heads * 128).
     r.groups_equal = true;
     for (int64_t g : {int64_t{1}, int64_t{7}}) {
-      if (g >= sh.heads) continue;
-      CHECK(cudaMemset(o2, 0xff, nqe * 2));
+      if (fp8 || g >= sh.heads) continue;
+      CHECK(cudaMemset(o2, 0xff, out_bytes));
+      __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(o2);
       for (int64_t h0 = 0; h0 < sh.heads; h0 += g) {
         const int64_t n = std::min(g, sh.heads - h0);
-        h3::cuda::attention_wgmma(q + h0 * 128, k + h0 * 128, v + h0 * 128, o2 + h0 * 128, sh.nq, sh.nk, n,
-                                  128, ld, nullptr);
+        h3::cuda::attention_wgmma(q + h0 * 128, k + h0 * 128, v + h0 * 128, ob + h0 * 128, sh.nq, sh.nk, n, 128,
+                                  ld, nullptr);
       }
       CHECK(cudaDeviceSynchronize());
-      CHECK(cudaMemcpy(again.data(), o2, nqe * 2, cudaMemcpyDeviceToHost));
-      r.groups_equal = r.groups_equal && std::memcmp(got.data(), again.data(), nqe * 2) == 0;
+      CHECK(cudaMemcpy(again.data(), o2, out_bytes, cudaMemcpyDeviceToHost));
+      r.groups_equal = r.groups_equal && std::memcmp(got.data(), again.data(), out_bytes) == 0;
     }
 
     cudaEvent_t a, b;
@@ -219,7 +264,7 @@ Row run(const Shape& sh, int reps) {
     std::vector<float> ms;
     for (int i = 0; i < reps; ++i) {
       CHECK(cudaEventRecord(a));
-      h3::cuda::attention_wgmma(q, k, v, o2, sh.nq, sh.nk, sh.heads, 128, ld, nullptr);
+      call(o2);
       CHECK(cudaEventRecord(b));
       CHECK(cudaEventSynchronize(b));
       float t = 0;
@@ -232,11 +277,10 @@ Row run(const Shape& sh, int reps) {
   } catch (const std::exception& e) {
     r.error = e.what();
   }
-  CHECK(cudaFree(q));
-  CHECK(cudaFree(k));
-  CHECK(cudaFree(v));
-  CHECK(cudaFree(o));
-  CHECK(cudaFree(o2));
+  for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(o),
+                  static_cast<void*>(o2), static_cast<void*>(scales), static_cast<void*>(q8),
+                  static_cast<void*>(k8), static_cast<void*>(v8), static_cast<void*>(vt)})
+    if (p) CHECK(cudaFree(p));
   return r;
 }
 
@@ -244,6 +288,7 @@ Row run(const Shape& sh, int reps) {
 
 int main(int argc, char** argv) {
   int reps = 5;
+  std::vector<Kind> kinds{Kind::bf16, Kind::fp8, Kind::fp8_out};
   std::vector<Shape> shapes{{1, 1, 1},          {77, 77, 2},      {1000, 1000, 3}, {300, 777, 2},
                             {129, 4100, 1},     {4100, 129, 2},   {2048, 2048, 4}, {14908, 14908, 56},
                             {37830, 37830, 56}, {37830, 37830, 7}};
@@ -251,6 +296,15 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--kinds" && i + 1 < argc) {
+      kinds.clear();
+      const std::string list = argv[++i];
+      for (Kind k : {Kind::bf16, Kind::fp8, Kind::fp8_out})
+        if (("," + list + ",").find("," + std::string(kind_name(k)) + ",") != std::string::npos) kinds.push_back(k);
+      if (kinds.empty()) {
+        std::fprintf(stderr, "attention_wgmma_check: --kinds takes a list of bf16, fp8, fp8-O8\n");
+        return 2;
+      }
     } else if (a == "--shapes" && i + 1 < argc) {
       shapes.clear();
       std::string list = argv[++i];
@@ -268,33 +322,36 @@ int main(int argc, char** argv) {
         p = e + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: attention_wgmma_check [--reps N] [--shapes NQ:NK:HEADS,...]\n");
+      std::fprintf(stderr,
+                   "usage: attention_wgmma_check [--reps N] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]\n");
       return 2;
     }
   }
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("GPU: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  std::printf("%7s %7s %5s | %6s %9s %9s %4s %6s %6s | %9s %8s | %s\n", "nq", "nk", "heads", "rows", "rel-L2",
-              "max|err|", "NaN", "repeat", "groups", "ms", "TFLOPS", "result");
+  std::printf("%-6s %7s %7s %5s | %6s %9s %9s %4s %6s %6s | %9s %8s | %s\n", "kind", "nq", "nk", "heads", "rows",
+              "rel-L2", "max|err|", "NaN", "repeat", "groups", "ms", "TFLOPS", "result");
   std::vector<Row> rows;
   bool all = true;
-  for (const Shape& s : shapes) {
-    Row r = run(s, reps);
-    all = all && r.ok();
-    std::printf("%7ld %7ld %5ld | %6ld %9.2e %9.2e %4llu %6s %6s | %9.3f %8.1f | %s%s\n", s.nq, s.nk, s.heads,
-                r.checked_rows, r.rel_l2, r.max_abs, r.nan, r.repeat_equal ? "equal" : "DIFF",
-                r.groups_equal ? "equal" : "DIFF", r.ms, r.tflops, r.ok() ? "ok" : "FAIL ", r.error.c_str());
-    std::fflush(stdout);
-    rows.push_back(r);
-  }
+  for (Kind kind : kinds)
+    for (const Shape& s : shapes) {
+      Row r = run(s, reps, kind);
+      all = all && r.ok();
+      std::printf("%-6s %7ld %7ld %5ld | %6ld %9.2e %9.2e %4llu %6s %6s | %9.3f %8.1f | %s%s\n", kind_name(kind),
+                  s.nq, s.nk, s.heads, r.checked_rows, r.rel_l2, r.max_abs, r.nan,
+                  r.repeat_equal ? "equal" : "DIFF", r.groups_equal ? "equal" : "DIFF", r.ms, r.tflops,
+                  r.ok() ? "ok" : "FAIL ", r.error.c_str());
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
   std::printf("[");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     std::printf(
-        "%s{\"nq\": %ld, \"nk\": %ld, \"heads\": %ld, \"rel_l2\": %.4e, \"max_abs\": %.4e, \"nan\": %llu, "
+        "%s{\"kind\": \"%s\", \"nq\": %ld, \"nk\": %ld, \"heads\": %ld, \"rel_l2\": %.4e, \"max_abs\": %.4e, \"nan\": %llu, "
         "\"repeat_equal\": %s, \"groups_equal\": %s, \"ms\": %.4f, \"tflops\": %.2f, \"ok\": %s}",
-        i ? ",\n " : "", r.sh.nq, r.sh.nk, r.sh.heads, r.rel_l2, r.max_abs, r.nan,
+        i ? ",\n " : "", kind_name(r.kind), r.sh.nq, r.sh.nk, r.sh.heads, r.rel_l2, r.max_abs, r.nan,
         r.repeat_equal ? "true" : "false", r.groups_equal ? "true" : "false", r.ms, r.tflops,
         r.ok() ? "true" : "false");
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -272,7 +273,7 @@ TEST(CudaOps, AttentionMatchesCpu) {
   }
 }
 
-// Our wgmma attention kernel (cuda_attention_wgmma.cu; H3_ATTENTION_BF16=wgmma makes it the only choice) against
+// Our wgmma attention kernel (cuda_attention_wgmma.cu; H3_ATTENTION_BF16_KERNEL=wgmma makes it the only choice) against
 // the CPU on odd shapes: lengths not multiples of its 128-row tiles, one row, more keys than queries and fewer; a
 // head computed alone is the same bits as that head inside a call of several (deterministic mode and ulysses ranks
 // with other head counts rely on it); and against cuDNN on the same bf16 inputs. Skipped, loudly, where the kernel
@@ -290,11 +291,11 @@ TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
     Tensor q = rnd({nq, heads * d}, 61, 1.5), k = rnd({nk, heads * d}, 62, 1.5), v = rnd({nk, heads * d}, 63);
     Tensor want = ops::attention(q, k, v, d);
     Tensor gq = gpu(q, DType::bf16), gk = gpu(k, DType::bf16), gv = gpu(v, DType::bf16);
-    setenv("H3_ATTENTION_BF16", "wgmma", 1);
+    setenv("H3_ATTENTION_BF16_KERNEL", "wgmma", 1);
     Tensor ours = host_f32(ops::attention(gq, gk, gv, d));
-    setenv("H3_ATTENTION_BF16", "cudnn", 1);
+    setenv("H3_ATTENTION_BF16_KERNEL", "cudnn", 1);
     Tensor theirs = host_f32(ops::attention(gq, gk, gv, d));
-    setenv("H3_ATTENTION_BF16", "wgmma", 1);
+    setenv("H3_ATTENTION_BF16_KERNEL", "wgmma", 1);
     Diff vs_cpu = compare(ours, want), vs_cudnn = compare(ours, theirs);
     std::printf("wgmma attention %d x %d, %d heads: rel-L2 %.3g vs CPU, %.3g vs cuDNN\n", nq, nk, heads,
                 vs_cpu.rel_l2, vs_cudnn.rel_l2);
@@ -313,7 +314,7 @@ TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
       EXPECT_TRUE(compare(alone, last_head(ours)).bitwise) << "the last head alone differs from it among " << heads;
     }
   }
-  unsetenv("H3_ATTENTION_BF16");
+  unsetenv("H3_ATTENTION_BF16_KERNEL");
 }
 
 // FP8 attention against the CPU on the same dequantized values. cuDNN's FP8 graph stores the softmax weights P
@@ -336,26 +337,47 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
     Tensor k8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 52), DType::bf16));
     Tensor v8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 53, 0.5), DType::bf16));
     Tensor want = ops::attention(dequant(q8), dequant(k8), dequant(v8), d);
-    for (auto [mode, o_type, tol] : {std::tuple{"require", "", 5e-2}, std::tuple{"require", "fp8", 5e-2},
-                                     std::tuple{"off", "", 8e-3}}) {
-      SCOPED_TRACE(testing::Message() << "H3_ATTENTION_FP8=" << mode << " H3_ATTENTION_FP8_O=" << o_type);
+    // Kernels: cuDNN's graph (its two O types), the bf16 fallback, and ours (bf16 O, and fp8 O through
+    // attention_fp8_out) where it runs.
+    for (auto [mode, o_type, kernel, fp8_out, tol] :
+         {std::tuple{"require", "", "cudnn", false, 5e-2}, std::tuple{"require", "fp8", "cudnn", false, 5e-2},
+          std::tuple{"off", "", "auto", false, 8e-3}, std::tuple{"require", "", "wgmma", false, 5e-2},
+          std::tuple{"require", "", "wgmma", true, 6e-2}, std::tuple{"require", "", "cudnn", true, 6e-2}}) {
+      SCOPED_TRACE(testing::Message() << "H3_ATTENTION_FP8=" << mode << " H3_ATTENTION_FP8_O=" << o_type
+                                      << " H3_ATTENTION_FP8_KERNEL=" << kernel << (fp8_out ? ", fp8 O" : ""));
+#if H3_HAVE_CUDA
+      if (std::string(kernel) == "wgmma" && cuda::attention_fp8_ours_impl(nq, nk, heads, d).empty()) {
+        std::printf("SKIPPED LOUDLY: our FP8 attention kernel does not run on this GPU or build\n");
+        continue;
+      }
+#endif
       setenv("H3_ATTENTION_FP8", mode, 1);
       setenv("H3_ATTENTION_FP8_O", o_type, 1);
+      setenv("H3_ATTENTION_FP8_KERNEL", kernel, 1);
       Tensor got;
       try {
-        got = ops::attention(q8, k8, v8, d);
+        got = fp8_out ? ops::attention_fp8_out(q8, k8, v8, d) : ops::attention(q8, k8, v8, d);
       } catch (const Error& e) {
         ADD_FAILURE() << e.what();
         continue;
       }
-      EXPECT_EQ(got.dtype(), DType::bf16);
-      Diff diff = compare(host_f32(got), want);
-      std::printf("fp8 attention %lld x %lld, %lld heads, FP8=%s O=%s: rel-L2 %.3g\n", static_cast<long long>(nq),
-                  static_cast<long long>(nk), static_cast<long long>(heads), mode, o_type, diff.rel_l2);
+      Tensor got_f32;
+      if (got.dtype() == DType::fp8_e4m3) {
+        ASSERT_NE(got.scale(), nullptr);
+        got_f32 = dequant(got);
+      } else {
+        EXPECT_EQ(got.dtype(), DType::bf16);
+        got_f32 = host_f32(got);
+      }
+      Diff diff = compare(got_f32, want);
+      std::printf("fp8 attention %lld x %lld, %lld heads, FP8=%s O=%s kernel=%s%s: rel-L2 %.3g\n",
+                  static_cast<long long>(nq), static_cast<long long>(nk), static_cast<long long>(heads), mode, o_type,
+                  kernel, fp8_out ? " (fp8 O)" : "", diff.rel_l2);
       EXPECT_LE(diff.rel_l2, tol) << "max abs " << diff.max_abs;
     }
     unsetenv("H3_ATTENTION_FP8");
     unsetenv("H3_ATTENTION_FP8_O");
+    unsetenv("H3_ATTENTION_FP8_KERNEL");
   }
 }
 

@@ -24,22 +24,41 @@ ElemType elem_type(DType t);  // cuda_runtime.cpp
 
 namespace {
 
-// H3_ATTENTION_BF16: auto (default: our wgmma kernel where it runs, else cuDNN), wgmma (ours or an error), cudnn.
+// H3_ATTENTION_BF16_KERNEL: auto (default: our wgmma kernel where it runs, else cuDNN), wgmma (ours or an error), cudnn.
 // Both are deterministic and compute every head alone; ours is 10-20 % faster at the DiT's lengths (docs/notes.md).
 bool use_wgmma(const void* q, const void* k, const void* v, const void* o, int64_t nq, int64_t nk, int64_t heads,
                int64_t d) {
-  const char* e = std::getenv("H3_ATTENTION_BF16");
+  const char* e = std::getenv("H3_ATTENTION_BF16_KERNEL");
   const std::string mode = e && *e ? e : "auto";
   if (mode == "cudnn") return false;
   if (mode != "auto" && mode != "wgmma")
-    fail("H3_ATTENTION_BF16={}: expected auto (our kernel where it runs, else cuDNN), wgmma or cudnn", mode);
+    fail("H3_ATTENTION_BF16_KERNEL={}: expected auto (our kernel where it runs, else cuDNN), wgmma or cudnn", mode);
   const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, heads * d);
   if (why.empty()) return true;
   if (mode == "wgmma")
-    fail("H3_ATTENTION_BF16=wgmma, but our attention kernel cannot run {} heads x {} x {} (head_dim {}): {}", heads,
+    fail("H3_ATTENTION_BF16_KERNEL=wgmma, but our attention kernel cannot run {} heads x {} x {} (head_dim {}): {}", heads,
          nq, nk, d, why);
   static std::once_flag once;
   std::call_once(once, [&] { spdlog::debug("bf16 attention: our wgmma kernel does not run here ({}): cuDNN", why); });
+  return false;
+}
+
+// H3_ATTENTION_FP8_KERNEL: auto (default: our FP8 wgmma kernel where it runs, else cuDNN's FP8 graph), wgmma (ours
+// or an error), cudnn.
+bool use_wgmma_fp8(const void* q, const void* k, const void* v, const void* o, int64_t nq, int64_t nk,
+                   int64_t heads, int64_t d) {
+  const char* e = std::getenv("H3_ATTENTION_FP8_KERNEL");
+  const std::string mode = e && *e ? e : "auto";
+  if (mode == "cudnn") return false;
+  if (mode != "auto" && mode != "wgmma")
+    fail("H3_ATTENTION_FP8_KERNEL={}: expected auto (our kernel where it runs, else cuDNN), wgmma or cudnn", mode);
+  const std::string why = attention_wgmma_fp8_unsupported(q, k, v, o, nq, nk, heads, d, heads * d);
+  if (why.empty()) return true;
+  if (mode == "wgmma")
+    fail("H3_ATTENTION_FP8_KERNEL=wgmma, but our FP8 attention kernel cannot run {} heads x {} x {} (head_dim {}): {}",
+         heads, nq, nk, d, why);
+  static std::once_flag once;
+  std::call_once(once, [&] { spdlog::debug("FP8 attention: our wgmma kernel does not run here ({}): cuDNN", why); });
   return false;
 }
 
@@ -177,6 +196,28 @@ bool attention_batched(const void* q, const void* k, const void* v, void* o, DTy
   (void)q, (void)k, (void)v, (void)o, (void)t, (void)d;
   return false;
 #endif
+}
+
+bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
+                        const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
+                        int64_t d) {
+  if (nq == 0 || heads == 0) return true;
+  if (!use_wgmma_fp8(q8, k8, v8, o, nq, nk, heads, d)) return false;
+  const size_t vt_bytes = static_cast<size_t>(heads * d * attention_wgmma_fp8_vt_cols(nk));
+  void* vt = device_alloc(vt_bytes);  // V transposed; the caching allocator keeps it for the next block
+  try {
+    attention_wgmma_fp8(q8, k8, v8, dq, dk, dv, vt, o, o_fp8, o_descale, nq, nk, heads, d, heads * d, stream());
+  } catch (const std::runtime_error& e) {
+    device_free(vt, vt_bytes);
+    fail("FP8 attention ({} heads x {} x {}): {}", heads, nq, nk, e.what());
+  }
+  device_free(vt, vt_bytes);
+  return true;
+}
+
+std::string attention_fp8_ours_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d) {
+  const void* aligned = reinterpret_cast<const void*>(uintptr_t{256});
+  return use_wgmma_fp8(aligned, aligned, aligned, aligned, nq, nk, heads, d) ? "h3-wgmma-fp8" : "";
 }
 
 void attention(const void* q, const void* k, const void* v, void* o, DType t, int64_t nq, int64_t nk, int64_t heads,

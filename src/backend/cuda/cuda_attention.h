@@ -1,5 +1,5 @@
 // Non-causal multi-head attention on the GPU for q [nq, heads*d], k/v [nk, heads*d] (bf16), softmax scale
-// 1/sqrt(d): our wgmma kernel (cuda_attention_wgmma.h: head_dim 128 on sm_90a; H3_ATTENTION_BF16=auto|wgmma|cudnn),
+// 1/sqrt(d): our wgmma kernel (cuda_attention_wgmma.h: head_dim 128 on sm_90a; H3_ATTENTION_BF16_KERNEL=auto|wgmma|cudnn),
 // else cuDNN's fused SDPA when the build has cuDNN and it accepts the shape, else a plain kernel.
 #pragma once
 #include <cstdint>
@@ -20,6 +20,15 @@ bool attention_batched(const void* q, const void* k, const void* v, void* o, DTy
 // Which implementation attention() uses for bf16 at this shape ("h3-wgmma", "cudnn-sdpa" or "simple"), building
 // the plan if needed.
 std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
+
+// FP8 attention through our wgmma kernel (cuda_attention_wgmma.h), the arguments as for attention_fp8 below: o bf16,
+// or (o_fp8) e4m3 with its descale written to *o_descale (device). False, nothing written, when it does not run here
+// or H3_ATTENTION_FP8_KERNEL=cudnn; then the caller takes cuDNN's FP8 graph.
+bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
+                        const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
+                        int64_t d);
+// "h3-wgmma-fp8" when attention_fp8_ours runs this shape, else "".
+std::string attention_fp8_ours_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 
 // The output type the FP8 attention graph is built with: the first that cuDNN accepts (bf16, else fp8 + a dequantize),
 // or only one of them. H3_ATTENTION_FP8_O=bf16|fp8 sets it for `any`.

@@ -244,9 +244,10 @@ const float* fp8_scale(const Tensor& t, const char* what) {
   return static_cast<const float*>(t.scale()->raw());
 }
 
-// q, k, v fp8 e4m3 with per-tensor scales -> bf16: cuDNN's FP8 attention graph, or the bf16 attention of the
-// dequantized values when cuDNN refuses it. H3_ATTENTION_FP8=off always takes the bf16 route; =require makes a
-// refusal an error (tests, benchmarks: a silent fallback would hide it).
+// q, k, v fp8 e4m3 with per-tensor scales -> bf16 (or fp8 O with its scale): our FP8 wgmma kernel, else cuDNN's
+// FP8 attention graph, or the bf16 attention of the dequantized values when cuDNN refuses it. H3_ATTENTION_FP8=off
+// always takes the bf16 route; =require makes a refusal an error (tests, benchmarks: a silent fallback would hide
+// it).
 Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, bool fp8_out) {
   const float *sq = fp8_scale(q, "q"), *sk = fp8_scale(k, "k"), *sv = fp8_scale(v, "v");
   const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1);
@@ -259,6 +260,13 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
     fail("H3_ATTENTION_FP8={}: expected off (bf16 attention of the dequantized values), require (fail when cuDNN "
          "refuses the FP8 graph) or unset",
          mode);
+  if (mode != "off") {  // our kernel first (H3_ATTENTION_FP8_KERNEL), then cuDNN's graph
+    Tensor o = Tensor::empty(fp8_out ? DType::fp8_e4m3 : DType::bf16, q.shape(), Device::cuda);
+    Tensor ds = Tensor::empty(DType::f32, {1}, Device::cuda);
+    if (cuda::attention_fp8_ours(q.raw(), k.raw(), v.raw(), sq, sk, sv, o.raw(), fp8_out,
+                                 static_cast<float*>(ds.raw()), nq, nk, cols / d, d))
+      return fp8_out ? o.with_scale(ds) : o;
+  }
   if (mode != "off" && fp8_out) {
     Tensor o8 = Tensor::empty(DType::fp8_e4m3, q.shape(), Device::cuda);
     Tensor ds = Tensor::empty(DType::f32, {1}, Device::cuda);
@@ -389,14 +397,14 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, con
   return out;
 }
 
-// An fp8 tensor with per-row scales [n] (or a per-tensor scale [1]) as bf16 values q * scale.
-// ops::attention_fp8_out: as attention on fp8 q/k/v, its result left in fp8 (per-tensor scale) when cuDNN's graph
-// gives an fp8 O, else bf16.
+// ops::attention_fp8_out: as attention on fp8 q/k/v, its result left in fp8 (per-tensor scale) when our kernel or
+// cuDNN's graph gives an fp8 O, else bf16.
 Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
   H3_ASSERT(q.dtype() == DType::fp8_e4m3, "attention_fp8_out: fp8 q/k/v needed, got {}", q.describe());
   return attention_fp8_op(q, k, v, d, true);
 }
 
+// An fp8 tensor with per-row scales [n] (or a per-tensor scale [1]) as bf16 values q * scale.
 Tensor dequantize_rows(const Tensor& q) {
   H3_ASSERT(q.on_device() && q.dtype() == DType::fp8_e4m3 && q.ndim() == 2 && q.scale(),
             "dequantize_rows: an fp8 [N, C] GPU tensor with scales needed, got {}", q.describe());

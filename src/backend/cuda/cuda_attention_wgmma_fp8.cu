@@ -1,0 +1,418 @@
+// Our FP8 Hopper attention kernel: the bf16 kernel's plan (cuda_attention_wgmma.cu: TMA ring, two consumer
+// warpgroups, S of the next tile issued before the softmax) with e4m3 operands and f32 accumulation:
+//   S = (q8 k8^T) dq dk                 wgmma m64n128k32 e4m3, both from shared memory
+//   P8 = e4m3(exp2(S' - m + log2 448))  the softmax weights (<= 1) times 448: e4m3's range, in registers
+//   O += P8 vt8                         wgmma with P8 as the register A operand, V^T from shared memory
+//   o = O dv / l                        bf16 (l: the row sums of 448 P); or o8 = e4m3(O / l) with descale dv
+//                                       (|o| <= max|v|: no amax pass)
+// FP8 wgmma reads both shared operands K-major, so V comes transposed: vt8 [heads * 128, nkp] (row = head dim,
+// column = key, nkp = nk rounded up to 32, the pad zero), written by transpose_v from v8 [nk, ld]. The keys of every
+// 32-key group are permuted there (key_of_slot) so that the S accumulator a thread holds is, as it stands, its
+// share of the P8 operand: no shuffles between the two MMAs.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+
+#include "backend/cuda/cuda_attention_wgmma.h"
+#include "backend/cuda/cuda_wgmma.cuh"
+
+namespace h3::cuda {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kD = 128;          // head dim
+constexpr int kBM = 128;         // query rows per CTA (two consumer warpgroups of 64)
+[[maybe_unused]] constexpr int kBN = 128;  // keys per tile
+constexpr int kStages = 2;       // K / V ring depth
+constexpr int kConsumers = 256;  // threads of the two consumer warpgroups
+constexpr int kThreads = kConsumers + 128;  // and the producer warpgroup
+constexpr int kTile = 128 * 128;            // bytes of a [128 x 128] e4m3 tile: rows of one 128-byte swizzle span
+// The softmax weights (<= 1) times 448, e4m3's largest finite value, as 2^(x - m + log2 448).
+[[maybe_unused]] constexpr float kLog2ScaleP = 8.807354922057604f;
+
+
+struct alignas(1024) Smem {
+  uint8_t q[kTile];
+  uint8_t k[kStages][kTile];
+  uint8_t vt[kStages][kTile];
+  uint8_t out[kBM * kD * 2];  // the output tile on its way to global memory
+  uint64_t q_full;
+  uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+};
+
+// The key (0..31, within its group of 32) that column `slot` of the P8 operand stands for. In the m64n128 f32
+// accumulator a thread (lane % 4 = c) holds columns 8 j + 2 c + {0, 1}; in the k32 e4m3 A operand it holds columns
+// 4 c + {0..3} and 16 + 4 c + {0..3}. Reading its accumulator in order as its operand makes slot 4 c + i carry key
+// {2c, 2c+1, 8+2c, 9+2c}[i] and slot 16 + 4 c + i key 16 + the same.
+__host__ __device__ constexpr int key_of_slot(int slot) {
+  return (slot / 16) * 16 + ((slot % 4) / 2) * 8 + 2 * ((slot % 16) / 4) + (slot % 2);
+}
+
+#ifdef H3_WGMMA_BODY
+// d[64] (+)= A[64 x 32] B[32 x 128], e4m3 from shared memory, both K-major.
+__device__ __forceinline__ void mma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d[64] += A[64 x 32] B[32 x 128]: A e4m3 from registers (four groups of 4 a thread), B from shared memory.
+__device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// Four floats as e4m3 bytes, the first in the lowest byte (saturating to +-448).
+__device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\ncvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+}
+__device__ __forceinline__ uint16_t pack2_e4m3(float x0, float x1) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(r) : "f"(x0), "f"(x1));
+  return r;
+}
+#endif  // H3_WGMMA_BODY
+
+template <bool kOutFp8>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_fp8_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                         const __grid_constant__ CUtensorMap tvt, const float* __restrict__ dq,
+                         const float* __restrict__ dk, const float* __restrict__ dv, void* __restrict__ o,
+                         float* __restrict__ o_descale, int nq, int nk, int ld, float scale_log2) {
+#ifndef H3_WGMMA_BODY
+  __trap();  // built for another architecture too (PTX for compute_80): this kernel exists only as sm_90a
+#else
+  extern __shared__ uint8_t raw[];
+  Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  const int q0 = blockIdx.x * kBM;
+  const int col0 = blockIdx.y * kD;
+  const int tiles = (nk + kBN - 1) / kBN;
+
+  if (threadIdx.x == 0) {
+    mbar_init(&sm.q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&sm.k_full[s], 1);
+      mbar_init(&sm.v_full[s], 1);
+      mbar_init(&sm.k_empty[s], kConsumers / 32);  // one arrival per consumer warp
+      mbar_init(&sm.v_empty[s], kConsumers / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // The producer warpgroup: one thread works, the rest give their registers up.
+  if (threadIdx.x >= kConsumers) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x == kConsumers) {
+      mbar_expect_tx(&sm.q_full, kTile);
+      tma_load(sm.q, &tq, &sm.q_full, col0, q0);
+      for (int j = 0; j < tiles; ++j) {
+        const int s = j % kStages;
+        const uint32_t phase = (j / kStages) & 1;
+        mbar_wait(&sm.k_empty[s], phase ^ 1);
+        mbar_expect_tx(&sm.k_full[s], kTile);
+        tma_load(sm.k[s], &tk, &sm.k_full[s], col0, j * kBN);
+        mbar_wait(&sm.v_empty[s], phase ^ 1);
+        mbar_expect_tx(&sm.v_full[s], kTile);
+        tma_load(sm.vt[s], &tvt, &sm.v_full[s], j * kBN, col0);
+      }
+    }
+    return;
+  }
+
+  // A consumer warpgroup: rows [64 g, 64 g + 64) of the tile; this thread holds rows r and r + 8 of its
+  // warp's 16 and, of every 8 columns of S or O, columns 2 c and 2 c + 1.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  const int g = threadIdx.x / 128;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int lane = threadIdx.x % 32;
+  const int c = lane % 4;
+  const bool signal = lane == 0;
+  const uint32_t q_addr = smem_u32(sm.q) + g * 64 * 128;
+  const float sl2 = scale_log2 * dq[0] * dk[0];
+
+  float s_acc[64];
+  float o_acc[64];
+  uint32_t p[16];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY;  // running row maxima, in log2 units of the scaled scores
+  // This thread's share of the running row sums, in f32. (Summed by the P V MMA through rows of ones under V^T
+  // they came out several per cent low at 38k keys: FP8 MMAs accumulate with ~14 bits.)
+  float l0 = 0.f, l1 = 0.f;
+
+  auto issue_qk = [&](int s, float(&sx)[64]) {
+    const uint32_t k_addr = smem_u32(sm.k[s]);
+    fence_regs(sx);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 32; ++kk)
+      mma_ss(sx, desc(q_addr + kk * 32, 16, 1024), desc(k_addr + kk * 32, 16, 1024), kk > 0);
+    wg_commit();
+  };
+  auto issue_pv = [&](int s) {
+    const uint32_t v_addr = smem_u32(sm.vt[s]);
+    fence_regs(p);
+    fence_regs(o_acc);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 32; ++kk) {
+      const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
+      mma_rs(o_acc, a, desc(v_addr + kk * 32, 16, 1024));
+    }
+    wg_commit();
+  };
+  // Online softmax of tile j in s_acc (scores -> unnormalized weights, times 448); returns the factors for O's
+  // rows.
+  auto softmax = [&](int j, float(&s_acc)[64], float& corr0, float& corr1) {
+    if ((j + 1) * kBN > nk) {
+      const int valid = nk - j * kBN;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int col = (i / 4) * 8 + 2 * c + (i % 2);
+        if (col >= valid) s_acc[i] = -INFINITY;
+      }
+    }
+    float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 64; i += 4) {
+      x0 = fmaxf(x0, fmaxf(s_acc[i], s_acc[i + 1]));
+      x1 = fmaxf(x1, fmaxf(s_acc[i + 2], s_acc[i + 3]));
+    }
+    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+    const float n0 = fmaxf(m0, x0 * sl2), n1 = fmaxf(m1, x1 * sl2);
+    corr0 = ex2(m0 - n0);
+    corr1 = ex2(m1 - n1);
+    m0 = n0;
+    m1 = n1;
+    // The weights come out scaled by 448 (log2 448 taken off the maximum): e4m3's range, no multiply.
+    const float b0 = n0 - kLog2ScaleP, b1 = n1 - kLog2ScaleP;
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 64; i += 4) {
+      s_acc[i] = ex2(fmaf(s_acc[i], sl2, -b0));
+      s_acc[i + 1] = ex2(fmaf(s_acc[i + 1], sl2, -b0));
+      s_acc[i + 2] = ex2(fmaf(s_acc[i + 2], sl2, -b1));
+      s_acc[i + 3] = ex2(fmaf(s_acc[i + 3], sl2, -b1));
+      sum0 += s_acc[i] + s_acc[i + 1];
+      sum1 += s_acc[i + 2] + s_acc[i + 3];
+    }
+    l0 = fmaf(l0, corr0, sum0);
+    l1 = fmaf(l1, corr1, sum1);
+  };
+  // k-step t of the P V MMA takes S columns [32 t, 32 t + 32), in key_of_slot's order.
+  auto to_p = [&](const float(&s_acc)[64]) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const float* x = s_acc + 16 * t;
+      p[4 * t] = pack_e4m3(x[0], x[1], x[4], x[5]);
+      p[4 * t + 1] = pack_e4m3(x[2], x[3], x[6], x[7]);
+      p[4 * t + 2] = pack_e4m3(x[8], x[9], x[12], x[13]);
+      p[4 * t + 3] = pack_e4m3(x[10], x[11], x[14], x[15]);
+    }
+  };
+
+  auto rescale = [&](float c0, float c1) {
+    // Skipped while no row maximum of the warp moved (the factors are exactly 1 then): the same bits, fewer
+    // instructions once the maxima settle.
+    if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) {
+#pragma unroll
+      for (int i = 0; i < 64; i += 4) {
+        o_acc[i] *= c0;
+        o_acc[i + 1] *= c0;
+        o_acc[i + 2] *= c1;
+        o_acc[i + 3] *= c1;
+      }
+    }
+  };
+  auto k_ready = [&](int j) { mbar_wait(&sm.k_full[j % kStages], (j / kStages) & 1); };
+  auto v_ready = [&](int j) { mbar_wait(&sm.v_full[j % kStages], (j / kStages) & 1); };
+  auto k_done = [&](int j) {
+    if (signal) mbar_arrive(&sm.k_empty[j % kStages]);
+  };
+  auto v_done = [&](int j) {
+    if (signal) mbar_arrive(&sm.v_empty[j % kStages]);
+  };
+
+  mbar_wait(&sm.q_full, 0);
+  k_ready(0);
+  issue_qk(0, s_acc);
+  wg_wait<0>();
+  fence_regs(s_acc);
+  k_done(0);
+  {
+    float c0, c1;
+    softmax(0, s_acc, c0, c1);
+  }
+  to_p(s_acc);
+  for (int j = 1; j < tiles; ++j) {
+    k_ready(j);
+    issue_qk(j % kStages, s_acc);
+    v_ready(j - 1);
+    issue_pv((j - 1) % kStages);
+    wg_wait<1>();
+    fence_regs(s_acc);
+    k_done(j);
+    float c0, c1;
+    softmax(j, s_acc, c0, c1);
+    wg_wait<0>();
+    fence_regs(o_acc);
+    fence_regs(p);
+    v_done(j - 1);
+    rescale(c0, c1);
+    to_p(s_acc);
+  }
+  v_ready(tiles - 1);
+  issue_pv((tiles - 1) % kStages);
+  wg_wait<0>();
+  fence_regs(o_acc);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+
+  // O in v8's units (o8 with descale dv), or in values.
+  const float unit = kOutFp8 ? 1.f : dv[0];
+  const float f0 = unit / l0, f1 = unit / l1;
+  if (kOutFp8 && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *o_descale = dv[0];
+  // Staged through shared memory and written in 16-byte pieces (2- or 4-byte stores straight to global cost
+  // 5-8 % of the kernel).
+  constexpr int kEs = kOutFp8 ? 1 : 2;  // output bytes a value
+  uint8_t* stage = sm.out + g * 64 * kD * kEs;
+  const int sr0 = warp * 16 + lane / 4, sr1 = sr0 + 8;
+#pragma unroll
+  for (int i = 0; i < 64; i += 4) {
+    const int col = (i / 4) * 8 + 2 * c;
+    if constexpr (kOutFp8) {
+      *reinterpret_cast<uint16_t*>(stage + sr0 * kD + col) = pack2_e4m3(o_acc[i] * f0, o_acc[i + 1] * f0);
+      *reinterpret_cast<uint16_t*>(stage + sr1 * kD + col) = pack2_e4m3(o_acc[i + 2] * f1, o_acc[i + 3] * f1);
+    } else {
+      *reinterpret_cast<__nv_bfloat162*>(stage + (sr0 * kD + col) * 2) =
+          __floats2bfloat162_rn(o_acc[i] * f0, o_acc[i + 1] * f0);
+      *reinterpret_cast<__nv_bfloat162*>(stage + (sr1 * kD + col) * 2) =
+          __floats2bfloat162_rn(o_acc[i + 2] * f1, o_acc[i + 3] * f1);
+    }
+  }
+  named_sync_wg(3 + g);
+  uint8_t* out = static_cast<uint8_t*>(o);
+  constexpr int kPieces = kD * kEs / 16;  // 16-byte pieces a row
+  for (int piece = threadIdx.x % 128; piece < 64 * kPieces; piece += 128) {
+    const int row = piece / kPieces, chunk = piece % kPieces, grow = q0 + g * 64 + row;
+    if (grow < nq)
+      *reinterpret_cast<uint4*>(out + (static_cast<int64_t>(grow) * ld + col0) * kEs + chunk * 16) =
+          *reinterpret_cast<const uint4*>(stage + row * kD * kEs + chunk * 16);
+  }
+#endif
+}
+
+// vt[c, k0 + slot] = v[k0 + key_of_slot(slot), c] for each group of 32 keys k0, zero past nk: v8 [nk, cols] ->
+// vt8 [cols, nkp]. A block moves a [32 keys x 32 columns] tile through shared memory.
+__global__ void transpose_v_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt, int nk, int cols,
+                                   int nkp) {
+  __shared__ uint8_t tile[32][33];
+  const int k0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+  for (int y = threadIdx.y; y < 32; y += blockDim.y) {
+    const int key = k0 + y, col = c0 + threadIdx.x;
+    tile[y][threadIdx.x] = key < nk && col < cols ? v[static_cast<int64_t>(key) * cols + col] : 0;
+  }
+  __syncthreads();
+  const int key = key_of_slot(threadIdx.x);
+  for (int y = threadIdx.y; y < 32; y += blockDim.y) {
+    const int col = c0 + y;
+    if (col < cols) vt[static_cast<int64_t>(col) * nkp + k0 + threadIdx.x] = tile[key][y];
+  }
+}
+
+}  // namespace
+
+int64_t attention_wgmma_fp8_vt_cols(int64_t nk) { return (nk + 31) / 32 * 32; }
+
+std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o,
+                                            int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
+  if (d != kD) return "head_dim " + std::to_string(d) + " (the kernel is built for 128)";
+  if (nq <= 0 || nk <= 0 || heads <= 0) return "an empty shape";
+  if (ld != heads * d) return "row stride " + std::to_string(ld) + " (needs heads * 128)";
+  if (nq > (int64_t{1} << 31) - kBM || nk > (int64_t{1} << 30) || heads > 65535 || ld * nk > (int64_t{1} << 40))
+    return "a shape past the grid's range";
+  if (!aligned16(q8) || !aligned16(k8) || !aligned16(v8) || !aligned16(o)) return "a pointer not 16-byte aligned";
+  return device_unsupported();
+}
+
+void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
+                         const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
+                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+  const std::string why = attention_wgmma_fp8_unsupported(q8, k8, v8, o, nq, nk, heads, d, ld);
+  if (!why.empty()) throw std::runtime_error("wgmma FP8 attention cannot run this call: " + why);
+  if (!aligned16(vt_scratch)) throw std::runtime_error("wgmma FP8 attention: V^T scratch not 16-byte aligned");
+  if (o_fp8 && !o_descale) throw std::runtime_error("wgmma FP8 attention: fp8 output without a descale pointer");
+  const int64_t nkp = attention_wgmma_fp8_vt_cols(nk);
+  transpose_v_kernel<<<dim3(static_cast<unsigned>(nkp / 32), static_cast<unsigned>((ld + 31) / 32)), dim3(32, 8), 0,
+                       stream>>>(static_cast<const uint8_t*>(v8), static_cast<uint8_t*>(vt_scratch),
+                                 static_cast<int>(nk), static_cast<int>(ld), static_cast<int>(nkp));
+  // [128 x 128] e4m3 boxes: q8 and k8 [rows, ld]; vt8 [ld, nkp] (128 head-dim rows x 128 keys).
+  const CUtensorMap tq = tensor_map(q8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nq, ld, ld, 128, 128),
+                    tk = tensor_map(k8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nk, ld, ld, 128, 128),
+                    tvt = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 128, 128);
+  const int smem = static_cast<int>(sizeof(Smem)) + 1024;
+  static std::once_flag once;
+  static cudaError_t attr = cudaSuccess;
+  std::call_once(once, [&] {
+    attr = cudaFuncSetAttribute(attention_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr == cudaSuccess)
+      attr = cudaFuncSetAttribute(attention_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  });
+  if (attr != cudaSuccess)
+    throw std::runtime_error(std::string("wgmma FP8 attention: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
+  const dim3 grid(static_cast<unsigned>((nq + kBM - 1) / kBM), static_cast<unsigned>(heads));
+  const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
+  auto kernel = o_fp8 ? attention_fp8_kernel<true> : attention_fp8_kernel<false>;
+  kernel<<<grid, kThreads, smem, stream>>>(tq, tk, tvt, dq, dk, dv, o, o_descale, static_cast<int>(nq),
+                                           static_cast<int>(nk), static_cast<int>(ld), scale_log2);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("wgmma FP8 attention launch: ") + cudaGetErrorString(e));
+}
+
+}  // namespace h3::cuda
