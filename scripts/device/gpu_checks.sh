@@ -39,10 +39,8 @@ for s in "$@"; do
       TAIL=6 step gemm-no-fast-accum 120 env H3_FP8_FAST_ACCUM=0 build-gpu/bin/gemm_check --reps 5 --rows 14908 ;;
     tests)
       TAIL=25 step tests 240 build-gpu/bin/h3_tests --gtest_filter='Cuda*:VideoVaeGolden*:AudioVae*' ;;
-    wgmma-attn)  # our bf16 attention kernel: checks and TFLOPS, without and with the warpgroup pingpong
-      for pp in 0 1; do
-        TAIL=14 step "wgmma-attn-pingpong$pp" 150 env H3_WGMMA_PINGPONG=$pp build-gpu/bin/attention_wgmma_check --reps 5
-      done ;;
+    wgmma-attn)  # our attention kernels (bf16, FP8 with bf16 O, FP8 with e4m3 O): checks and TFLOPS
+      TAIL=34 step wgmma-attn 200 build-gpu/bin/attention_wgmma_check --reps 5 ;;
     fp8attn)
       TAIL=20 step fp8attn 180 env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr build-gpu/bin/attention_fp8_check --reps 5 ;;
     verify)
