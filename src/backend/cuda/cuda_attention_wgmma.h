@@ -1,10 +1,11 @@
-// Our own Hopper attention kernel (cuda_attention_wgmma.cu): non-causal softmax(q k^T / sqrt(d)) v for bf16
-// q [nq, ld], k/v [nk, ld], o [nq, ld] with head h in columns [h * 128, (h + 1) * 128), head_dim 128, f32
-// accumulation. Tensor-memory-accelerator loads of 128-key tiles into a two-stage ring (one producer warp),
-// two consumer warpgroups of 64 query rows each running warpgroup MMAs (S = Q K^T from shared memory, O += P
-// V with P in registers), the next tile's S issued before the current tile's softmax. Every (128-row query
-// tile, head) is one CTA with a fixed key order, so a head's output does not depend on how many heads a call
-// holds, on nq or on anything but its own q rows and k/v: deterministic. sm_90 only.
+// Our own Hopper attention kernels: non-causal softmax(q k^T / sqrt(d)) v for q [nq, ld], k/v [nk, ld],
+// o [nq, ld] with head h in columns [h * 128, (h + 1) * 128), head_dim 128, f32 accumulation; bf16
+// (cuda_attention_wgmma.cu) and e4m3 (cuda_attention_wgmma_fp8.cu). Tensor-memory-accelerator loads of 128-key
+// tiles into a two-stage ring (one producer thread), two consumer warpgroups of 64 query rows each running
+// warpgroup MMAs (S = Q K^T from shared memory, O += P V with P in registers), tile j's S issued together with
+// tile j-1's P V, which then runs during tile j's softmax. Every (128-row query tile, head) is one CTA with a fixed
+// key order, so a head's output does not depend on how many heads a call holds, on nq or on anything but its own
+// q rows and k/v: deterministic. sm_90a only.
 //
 // No h3 headers here, so that the kernel and bench/attention_wgmma_check.cu build alone with nvcc.
 #pragma once

@@ -1,5 +1,5 @@
 // Our FP8 Hopper attention kernel: the bf16 kernel's plan (cuda_attention_wgmma.cu: TMA ring, two consumer
-// warpgroups, S of the next tile issued before the softmax) with e4m3 operands and f32 accumulation:
+// warpgroups, tile j's S issued with tile j-1's P V) with e4m3 operands and f32 accumulation:
 //   S = (q8 k8^T) dq dk                 wgmma m64n128k32 e4m3, both from shared memory
 //   P8 = e4m3(exp2(S' - m + log2 448))  the softmax weights (<= 1) times 448: e4m3's range, in registers
 //   O += P8 vt8                         wgmma with P8 as the register A operand, V^T from shared memory
