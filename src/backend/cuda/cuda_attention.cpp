@@ -24,42 +24,40 @@ ElemType elem_type(DType t);  // cuda_runtime.cpp
 
 namespace {
 
-// H3_ATTENTION_BF16_KERNEL: auto (default: our wgmma kernel where it runs, else cuDNN), wgmma (ours or an error), cudnn.
-// Both are deterministic and compute every head alone; ours is 10-20 % faster at the DiT's lengths (docs/notes.md).
-bool use_wgmma(const void* q, const void* k, const void* v, const void* o, int64_t nq, int64_t nk, int64_t heads,
-               int64_t d) {
-  const char* e = std::getenv("H3_ATTENTION_BF16_KERNEL");
+// Our wgmma kernel or cuDNN for one kind of attention, chosen by its variable: auto (default: ours where it runs,
+// else cuDNN), wgmma (ours or an error), cudnn. Both are deterministic and compute every head alone; ours is 10-20 %
+// faster at the DiT's lengths (docs/notes.md).
+struct OurKernel {
+  const char* env;   // H3_ATTENTION_BF16_KERNEL, H3_ATTENTION_FP8_KERNEL
+  const char* what;  // "bf16 attention", "FP8 attention"
+  std::string (*unsupported)(const void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t,
+                             int64_t);
+  std::once_flag logged;
+};
+OurKernel g_bf16{"H3_ATTENTION_BF16_KERNEL", "bf16 attention", attention_wgmma_unsupported, {}};
+OurKernel g_fp8{"H3_ATTENTION_FP8_KERNEL", "FP8 attention", attention_wgmma_fp8_unsupported, {}};
+
+bool use_ours(OurKernel& kernel, const void* q, const void* k, const void* v, const void* o, int64_t nq, int64_t nk,
+              int64_t heads, int64_t d) {
+  const char* e = std::getenv(kernel.env);
   const std::string mode = e && *e ? e : "auto";
   if (mode == "cudnn") return false;
   if (mode != "auto" && mode != "wgmma")
-    fail("H3_ATTENTION_BF16_KERNEL={}: expected auto (our kernel where it runs, else cuDNN), wgmma or cudnn", mode);
-  const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, heads * d);
+    fail("{}={}: expected auto (our kernel where it runs, else cuDNN), wgmma or cudnn", kernel.env, mode);
+  const std::string why = kernel.unsupported(q, k, v, o, nq, nk, heads, d, heads * d);
   if (why.empty()) return true;
   if (mode == "wgmma")
-    fail("H3_ATTENTION_BF16_KERNEL=wgmma, but our attention kernel cannot run {} heads x {} x {} (head_dim {}): {}", heads,
+    fail("{}=wgmma, but our {} kernel cannot run {} heads x {} x {} (head_dim {}): {}", kernel.env, kernel.what, heads,
          nq, nk, d, why);
-  static std::once_flag once;
-  std::call_once(once, [&] { spdlog::debug("bf16 attention: our wgmma kernel does not run here ({}): cuDNN", why); });
+  std::call_once(kernel.logged,
+                 [&] { spdlog::debug("{}: our wgmma kernel does not run here ({}): cuDNN", kernel.what, why); });
   return false;
 }
 
-// H3_ATTENTION_FP8_KERNEL: auto (default: our FP8 wgmma kernel where it runs, else cuDNN's FP8 graph), wgmma (ours
-// or an error), cudnn.
-bool use_wgmma_fp8(const void* q, const void* k, const void* v, const void* o, int64_t nq, int64_t nk,
-                   int64_t heads, int64_t d) {
-  const char* e = std::getenv("H3_ATTENTION_FP8_KERNEL");
-  const std::string mode = e && *e ? e : "auto";
-  if (mode == "cudnn") return false;
-  if (mode != "auto" && mode != "wgmma")
-    fail("H3_ATTENTION_FP8_KERNEL={}: expected auto (our kernel where it runs, else cuDNN), wgmma or cudnn", mode);
-  const std::string why = attention_wgmma_fp8_unsupported(q, k, v, o, nq, nk, heads, d, heads * d);
-  if (why.empty()) return true;
-  if (mode == "wgmma")
-    fail("H3_ATTENTION_FP8_KERNEL=wgmma, but our FP8 attention kernel cannot run {} heads x {} x {} (head_dim {}): {}",
-         heads, nq, nk, d, why);
-  static std::once_flag once;
-  std::call_once(once, [&] { spdlog::debug("FP8 attention: our wgmma kernel does not run here ({}): cuDNN", why); });
-  return false;
+// Whether use_ours would take our kernel for this shape: its pointer checks pass for any 16-byte aligned buffer.
+bool ours_for_shape(OurKernel& kernel, int64_t nq, int64_t nk, int64_t heads, int64_t d) {
+  const void* aligned = reinterpret_cast<const void*>(uintptr_t{256});
+  return use_ours(kernel, aligned, aligned, aligned, aligned, nq, nk, heads, d);
 }
 
 }  // namespace
@@ -167,10 +165,7 @@ int64_t group_for(const void* q, const void* k, const void* v, void* o, int64_t 
 #endif
 
 std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d) {
-  // The kernel's pointer checks pass for any 16-byte aligned buffer: probe with an aligned stand-in.
-  const void* aligned = reinterpret_cast<const void*>(uintptr_t{256});
-  if (!std::getenv("H3_ATTENTION_SIMPLE") && use_wgmma(aligned, aligned, aligned, aligned, nq, nk, heads, d))
-    return "h3-wgmma";
+  if (!std::getenv("H3_ATTENTION_SIMPLE") && ours_for_shape(g_bf16, nq, nk, heads, d)) return "h3-wgmma";
 #if H3_HAVE_CUDNN
   if (plan_for(nq, nk, heads, d, heads * d)) return "cudnn-sdpa";
 #endif
@@ -202,7 +197,7 @@ bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const fl
                         const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
                         int64_t d) {
   if (nq == 0 || heads == 0) return true;
-  if (!use_wgmma_fp8(q8, k8, v8, o, nq, nk, heads, d)) return false;
+  if (!use_ours(g_fp8, q8, k8, v8, o, nq, nk, heads, d)) return false;
   const size_t vt_bytes = static_cast<size_t>(heads * d * attention_wgmma_fp8_vt_cols(nk));
   void* vt = device_alloc(vt_bytes);  // V transposed; the caching allocator keeps it for the next block
   try {
@@ -216,14 +211,13 @@ bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const fl
 }
 
 std::string attention_fp8_ours_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d) {
-  const void* aligned = reinterpret_cast<const void*>(uintptr_t{256});
-  return use_wgmma_fp8(aligned, aligned, aligned, aligned, nq, nk, heads, d) ? "h3-wgmma-fp8" : "";
+  return ours_for_shape(g_fp8, nq, nk, heads, d) ? "h3-wgmma-fp8" : "";
 }
 
 void attention(const void* q, const void* k, const void* v, void* o, DType t, int64_t nq, int64_t nk, int64_t heads,
                int64_t d) {
   if (nq == 0 || heads == 0) return;
-  if (t == DType::bf16 && !std::getenv("H3_ATTENTION_SIMPLE") && use_wgmma(q, k, v, o, nq, nk, heads, d)) {
+  if (t == DType::bf16 && !std::getenv("H3_ATTENTION_SIMPLE") && use_ours(g_bf16, q, k, v, o, nq, nk, heads, d)) {
     try {
       attention_wgmma(q, k, v, o, nq, nk, heads, d, heads * d, stream());
     } catch (const std::runtime_error& e) {

@@ -262,7 +262,7 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
          mode);
   if (mode != "off") {  // our kernel first (H3_ATTENTION_FP8_KERNEL), then cuDNN's graph
     Tensor o = Tensor::empty(fp8_out ? DType::fp8_e4m3 : DType::bf16, q.shape(), Device::cuda);
-    Tensor ds = Tensor::empty(DType::f32, {1}, Device::cuda);
+    Tensor ds = fp8_out ? Tensor::empty(DType::f32, {1}, Device::cuda) : Tensor();
     if (cuda::attention_fp8_ours(q.raw(), k.raw(), v.raw(), sq, sk, sv, o.raw(), fp8_out,
                                  static_cast<float*>(ds.raw()), nq, nk, cols / d, d))
       return fp8_out ? o.with_scale(ds) : o;
