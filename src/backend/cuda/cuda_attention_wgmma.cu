@@ -114,16 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int col0 = blockIdx.y * kD;
   const int tiles = (nk + kBN - 1) / kBN;
 
-  if (threadIdx.x == 0) {
-    mbar_init(&sm.q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&sm.k_full[s], 1);
-      mbar_init(&sm.v_full[s], 1);
-      mbar_init(&sm.k_empty[s], kConsumers / 32);  // one arrival per consumer warp
-      mbar_init(&sm.v_empty[s], kConsumers / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (threadIdx.x == 0) init_ring(sm, kStages, kConsumers / 32);
   __syncthreads();
 
   // The producer warpgroup: one thread works, the rest give their registers up.
@@ -192,41 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // Online softmax of tile j in s_acc (scores -> unnormalized weights); returns the factors for O's rows.
   auto softmax = [&](int j, float& corr0, float& corr1) {
-    if ((j + 1) * kBN > nk) {
-      const int valid = nk - j * kBN;
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        const int col = (i / 4) * 8 + 2 * c + (i % 2);
-        if (col >= valid) s_acc[i] = -INFINITY;
-      }
-    }
-    float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 64; i += 4) {
-      x0 = fmaxf(x0, fmaxf(s_acc[i], s_acc[i + 1]));
-      x1 = fmaxf(x1, fmaxf(s_acc[i + 2], s_acc[i + 3]));
-    }
-    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
-    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
-    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
-    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
-    const float n0 = fmaxf(m0, x0 * scale_log2), n1 = fmaxf(m1, x1 * scale_log2);
-    corr0 = ex2(m0 - n0);
-    corr1 = ex2(m1 - n1);
-    m0 = n0;
-    m1 = n1;
-    float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-    for (int i = 0; i < 64; i += 4) {
-      s_acc[i] = ex2(fmaf(s_acc[i], scale_log2, -n0));
-      s_acc[i + 1] = ex2(fmaf(s_acc[i + 1], scale_log2, -n0));
-      s_acc[i + 2] = ex2(fmaf(s_acc[i + 2], scale_log2, -n1));
-      s_acc[i + 3] = ex2(fmaf(s_acc[i + 3], scale_log2, -n1));
-      sum0 += s_acc[i] + s_acc[i + 1];
-      sum1 += s_acc[i + 2] + s_acc[i + 3];
-    }
-    l0 = fmaf(l0, corr0, sum0);
-    l1 = fmaf(l1, corr1, sum1);
+    tile_max(s_acc, c, nk - j * kBN, scale_log2, m0, m1, corr0, corr1);
+    tile_exp(s_acc, scale_log2, m0, m1, corr0, corr1, l0, l1);
   };
   // S's accumulator layout is the A-operand layout of the P V MMA: k-step t takes S columns [16 t, 16 t +
   // 16).
@@ -278,17 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(o_acc);
     fence_regs(p);
     if (signal) mbar_arrive(&sm.v_empty[sp]);
-    // Skipped while no row maximum of the warp moved (the factors are exactly 1 then): the same bits, fewer
-    // instructions once the maxima settle.
-    if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) {
-#pragma unroll
-      for (int i = 0; i < 64; i += 4) {
-        o_acc[i] *= c0;
-        o_acc[i + 1] *= c0;
-        o_acc[i + 2] *= c1;
-        o_acc[i + 3] *= c1;
-      }
-    }
+    rescale_rows(o_acc, c0, c1);
     to_p();
   }
   {

@@ -128,16 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int col0 = blockIdx.y * kD;
   const int tiles = (nk + kBN - 1) / kBN;
 
-  if (threadIdx.x == 0) {
-    mbar_init(&sm.q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&sm.k_full[s], 1);
-      mbar_init(&sm.v_full[s], 1);
-      mbar_init(&sm.k_empty[s], kConsumers / 32);  // one arrival per consumer warp
-      mbar_init(&sm.v_empty[s], kConsumers / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (threadIdx.x == 0) init_ring(sm, kStages, kConsumers / 32);
   __syncthreads();
 
   // The producer warpgroup: one thread works, the rest give their registers up.
@@ -205,43 +196,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Online softmax of tile j in s_acc (scores -> unnormalized weights, times 448); returns the factors for O's
   // rows.
   auto softmax = [&](int j, float(&s_acc)[64], float& corr0, float& corr1) {
-    if ((j + 1) * kBN > nk) {
-      const int valid = nk - j * kBN;
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        const int col = (i / 4) * 8 + 2 * c + (i % 2);
-        if (col >= valid) s_acc[i] = -INFINITY;
-      }
-    }
-    float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 64; i += 4) {
-      x0 = fmaxf(x0, fmaxf(s_acc[i], s_acc[i + 1]));
-      x1 = fmaxf(x1, fmaxf(s_acc[i + 2], s_acc[i + 3]));
-    }
-    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
-    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
-    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
-    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
-    const float n0 = fmaxf(m0, x0 * sl2), n1 = fmaxf(m1, x1 * sl2);
-    corr0 = ex2(m0 - n0);
-    corr1 = ex2(m1 - n1);
-    m0 = n0;
-    m1 = n1;
+    tile_max(s_acc, c, nk - j * kBN, sl2, m0, m1, corr0, corr1);
     // The weights come out scaled by 448 (log2 448 taken off the maximum): e4m3's range, no multiply.
-    const float b0 = n0 - kLog2ScaleP, b1 = n1 - kLog2ScaleP;
-    float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-    for (int i = 0; i < 64; i += 4) {
-      s_acc[i] = ex2(fmaf(s_acc[i], sl2, -b0));
-      s_acc[i + 1] = ex2(fmaf(s_acc[i + 1], sl2, -b0));
-      s_acc[i + 2] = ex2(fmaf(s_acc[i + 2], sl2, -b1));
-      s_acc[i + 3] = ex2(fmaf(s_acc[i + 3], sl2, -b1));
-      sum0 += s_acc[i] + s_acc[i + 1];
-      sum1 += s_acc[i + 2] + s_acc[i + 3];
-    }
-    l0 = fmaf(l0, corr0, sum0);
-    l1 = fmaf(l1, corr1, sum1);
+    tile_exp(s_acc, sl2, m0 - kLog2ScaleP, m1 - kLog2ScaleP, corr0, corr1, l0, l1);
   };
   // k-step t of the P V MMA takes S columns [32 t, 32 t + 32), in key_of_slot's order.
   auto to_p = [&](const float(&s_acc)[64]) {
@@ -255,19 +212,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
 
-  auto rescale = [&](float c0, float c1) {
-    // Skipped while no row maximum of the warp moved (the factors are exactly 1 then): the same bits, fewer
-    // instructions once the maxima settle.
-    if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) {
-#pragma unroll
-      for (int i = 0; i < 64; i += 4) {
-        o_acc[i] *= c0;
-        o_acc[i + 1] *= c0;
-        o_acc[i + 2] *= c1;
-        o_acc[i + 3] *= c1;
-      }
-    }
-  };
   auto k_ready = [&](int j) { mbar_wait(&sm.k_full[j % kStages], (j / kStages) & 1); };
   auto v_ready = [&](int j) { mbar_wait(&sm.v_full[j % kStages], (j / kStages) & 1); };
   auto k_done = [&](int j) {
@@ -302,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(o_acc);
     fence_regs(p);
     v_done(j - 1);
-    rescale(c0, c1);
+    rescale_rows(o_acc, c0, c1);
     to_p(s_acc);
   }
   v_ready(tiles - 1);

@@ -106,6 +106,82 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+// Shared by both kernels' consumer warpgroups, on an m64n128 f32 accumulator of which this thread holds rows r and
+// r + 8 (indices 4 i + {0, 1} and 4 i + {2, 3}), columns 8 i + 2 c + {0, 1}.
+
+// The ring's barriers: Q's, and full / empty for K and V per stage (empty: one arrival per consumer warp).
+template <class Smem>
+__device__ __forceinline__ void init_ring(Smem& sm, int stages, int consumer_warps) {
+  mbar_init(&sm.q_full, 1);
+  for (int s = 0; s < stages; ++s) {
+    mbar_init(&sm.k_full[s], 1);
+    mbar_init(&sm.v_full[s], 1);
+    mbar_init(&sm.k_empty[s], consumer_warps);
+    mbar_init(&sm.v_empty[s], consumer_warps);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// The online softmax's first half for a 128-key tile with `valid` keys: the rest set to -inf, the rows' maxima
+// m0, m1 (log2 units of the scores times scale_log2) moved on, and the factors for what was summed under the old ones.
+__device__ __forceinline__ void tile_max(float (&s)[64], int c, int valid, float scale_log2, float& m0, float& m1,
+                                         float& corr0, float& corr1) {
+  if (valid < 128) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int col = (i / 4) * 8 + 2 * c + (i % 2);
+      if (col >= valid) s[i] = -INFINITY;
+    }
+  }
+  float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 64; i += 4) {
+    x0 = fmaxf(x0, fmaxf(s[i], s[i + 1]));
+    x1 = fmaxf(x1, fmaxf(s[i + 2], s[i + 3]));
+  }
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+  const float n0 = fmaxf(m0, x0 * scale_log2), n1 = fmaxf(m1, x1 * scale_log2);
+  corr0 = ex2(m0 - n0);
+  corr1 = ex2(m1 - n1);
+  m0 = n0;
+  m1 = n1;
+}
+
+// The second half: scores -> 2^(s scale_log2 - b) in place, and the rows' running sums l0, l1 (this thread's share)
+// carried over with the factors.
+__device__ __forceinline__ void tile_exp(float (&s)[64], float scale_log2, float b0, float b1, float corr0,
+                                         float corr1, float& l0, float& l1) {
+  float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 64; i += 4) {
+    s[i] = ex2(fmaf(s[i], scale_log2, -b0));
+    s[i + 1] = ex2(fmaf(s[i + 1], scale_log2, -b0));
+    s[i + 2] = ex2(fmaf(s[i + 2], scale_log2, -b1));
+    s[i + 3] = ex2(fmaf(s[i + 3], scale_log2, -b1));
+    sum0 += s[i] + s[i + 1];
+    sum1 += s[i + 2] + s[i + 3];
+  }
+  l0 = fmaf(l0, corr0, sum0);
+  l1 = fmaf(l1, corr1, sum1);
+}
+
+// O's rows times the factors, skipped while no row maximum of the warp moved (the factors are exactly 1 then): the
+// same bits, fewer instructions once the maxima settle.
+__device__ __forceinline__ void rescale_rows(float (&o)[64], float c0, float c1) {
+  if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) {
+#pragma unroll
+    for (int i = 0; i < 64; i += 4) {
+      o[i] *= c0;
+      o[i + 1] *= c0;
+      o[i + 2] *= c1;
+      o[i + 3] *= c1;
+    }
+  }
+}
 #endif  // H3_WGMMA_BODY
 
 }  // namespace h3::cuda::wgmma
