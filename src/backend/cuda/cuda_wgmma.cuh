@@ -20,9 +20,10 @@ namespace h3::cuda::wgmma {
 // else why not; checked once per process.
 const std::string& device_unsupported();
 // A row-major [rows, cols] matrix of `type` with `row_bytes` between rows, read in [box_rows x box_cols] boxes
-// with the 128-byte swizzle (box_cols * element size must be 128 bytes or less); throws std::runtime_error.
+// with `swizzle` (box_cols * element size must be the swizzle's span or less); throws std::runtime_error.
 CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int64_t rows, int64_t cols, int64_t row_bytes,
-                       uint32_t box_cols, uint32_t box_rows);
+                       uint32_t box_cols, uint32_t box_rows,
+                       CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 #ifdef H3_WGMMA_BODY
@@ -62,10 +63,11 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       : "memory");
 }
 
-// A wgmma shared-memory matrix descriptor with the 128-byte swizzle; offsets in bytes.
-__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride) {
+// A wgmma shared-memory matrix descriptor, offsets in bytes; swizzle: 1 the 128-byte one (8 rows of 128 bytes a
+// repeat: stride 1024 between 8-row groups), 2 the 64-byte one (stride 512).
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride, uint64_t swizzle = 1) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lead >> 4) << 16) |
-         (static_cast<uint64_t>(stride >> 4) << 32) | (1ull << 62);
+         (static_cast<uint64_t>(stride >> 4) << 32) | (swizzle << 62);
 }
 
 __device__ __forceinline__ void wg_fence() {
@@ -123,20 +125,22 @@ __device__ __forceinline__ void init_ring(Smem& sm, int stages, int consumer_war
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-// The online softmax's first half for a 128-key tile with `valid` keys: the rest set to -inf, the rows' maxima
-// m0, m1 (log2 units of the scores times scale_log2) moved on, and the factors for what was summed under the old ones.
-__device__ __forceinline__ void tile_max(float (&s)[64], int c, int valid, float scale_log2, float& m0, float& m1,
+// The online softmax's first half for a tile of 2 N keys (an m64n(2N) f32 accumulator, or several m64n128 ones side
+// by side: the same column order) with `valid` keys: the rest set to -inf, the rows' maxima m0, m1 (log2 units of
+// the scores times scale_log2) moved on, and the factors for what was summed under the old ones.
+template <int N>
+__device__ __forceinline__ void tile_max(float (&s)[N], int c, int valid, float scale_log2, float& m0, float& m1,
                                          float& corr0, float& corr1) {
-  if (valid < 128) {
+  if (valid < 2 * N) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < N; ++i) {
       const int col = (i / 4) * 8 + 2 * c + (i % 2);
       if (col >= valid) s[i] = -INFINITY;
     }
   }
   float x0 = -INFINITY, x1 = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < 64; i += 4) {
+  for (int i = 0; i < N; i += 4) {
     x0 = fmaxf(x0, fmaxf(s[i], s[i + 1]));
     x1 = fmaxf(x1, fmaxf(s[i + 2], s[i + 3]));
   }
@@ -153,11 +157,12 @@ __device__ __forceinline__ void tile_max(float (&s)[64], int c, int valid, float
 
 // The second half: scores -> 2^(s scale_log2 - b) in place, and the rows' running sums l0, l1 (this thread's share)
 // carried over with the factors.
-__device__ __forceinline__ void tile_exp(float (&s)[64], float scale_log2, float b0, float b1, float corr0,
+template <int N>
+__device__ __forceinline__ void tile_exp(float (&s)[N], float scale_log2, float b0, float b1, float corr0,
                                          float corr1, float& l0, float& l1) {
   float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-  for (int i = 0; i < 64; i += 4) {
+  for (int i = 0; i < N; i += 4) {
     s[i] = ex2(fmaf(s[i], scale_log2, -b0));
     s[i + 1] = ex2(fmaf(s[i + 1], scale_log2, -b0));
     s[i + 2] = ex2(fmaf(s[i + 2], scale_log2, -b1));
