@@ -6,6 +6,8 @@
 //        src/backend/cuda/cuda_attention_wgmma.cu src/backend/cuda/cuda_attention_wgmma_fp8.cu -o attention_wgmma_check
 //   attention_wgmma_check [--reps N] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]
 //
+// The kernels' key tiles come from H3_ATTENTION_BF16_TILE (192 or 128) and H3_ATTENTION_FP8_TILE (224 or 128), as
+// in h3.
 // Kinds: bf16 (bf16 q, k, v, o); fp8 (e4m3 q, k, v with per-tensor descales, bf16 o); fp8-O8 (the same with an e4m3
 // o and its descale). For each shape: q, k uniform in [-2.5, 2.5] and v in [-1, 1] (scores of std ~2 after the
 // 1/sqrt(128) scale: a softmax neither flat nor one-hot), hashed on the device; for FP8 the e4m3 values and power-of-

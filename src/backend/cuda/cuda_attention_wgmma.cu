@@ -10,7 +10,7 @@
 
 #include "backend/cuda/cuda_wgmma.cuh"
 
-// The kernel's plan (one CTA = one 128-row query tile of one head; 288 threads):
+// The kernel's plan (one CTA = one 128-row query tile of one head; 384 threads):
 //   warps 8-11     producer: one lane issues the TMA loads, Q once, then K_j and V_j into stage j % 2, each
 //                  after the consumers have released that stage (mbarriers full/empty per stage, K and V apart,
 //                  so that K_j can arrive before V_{j-1} is used);
@@ -29,20 +29,21 @@ using namespace wgmma;
 
 constexpr int kD = 128;          // head dim
 constexpr int kBM = 128;         // query rows per CTA (two consumer warpgroups of 64)
-constexpr int kBN = 128;         // keys per tile
+// Keys per tile (kBN): a template parameter, 192 (the default: ~2 % faster than 128 on an H200; 208 of the 240
+// registers for S, O and P) or 128. K and V stages are [kBN x 128], two [kBN x 64] halves.
 constexpr int kStages = 2;       // K / V ring depth
 constexpr int kConsumers = 256;  // threads of the two consumer warpgroups
 // and the producer warpgroup (registers are handed out per warpgroup)
 constexpr int kThreads = kConsumers + 128;
-constexpr int kHalf = 128 * 64 * 2;  // bytes of one [128 x 64] swizzled half tile
-constexpr int kTile = 2 * kHalf;     // bytes of a [128 x 128] tile
+constexpr int kHalf = 128 * 64 * 2;  // bytes of one [128 x 64] swizzled half of Q's tile
+constexpr int kTile = 2 * kHalf;     // bytes of Q's [128 x 128] tile
 constexpr bool kPingpongDefault = false;
 
+template <int kBN>
 struct alignas(1024) Smem {
   uint8_t q[kTile];
-  uint8_t k[kStages][kTile];
-  uint8_t v[kStages][kTile];
-  uint8_t out[kBM * kD * 2];  // the output tile on its way to global memory
+  uint8_t k[kStages][kBN * 256];
+  uint8_t v[kStages][kBN * 256];  // (K's stage 0 holds the output tile on its way to global memory at the end)
   uint64_t q_full;
   uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
 };
@@ -69,6 +70,40 @@ __device__ __forceinline__ void mma_ss(float (&d)[64], uint64_t a, uint64_t b, i
         "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
         "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// The same for 192 columns (a 192-key tile's S; operand list written by scripts/wgmma_operands.py).
+__device__ __forceinline__ void mma_ss192(float (&d)[96], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+      "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+template <int N>
+__device__ __forceinline__ void mma_ss_n(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
+  if constexpr (N == 128) mma_ss(d, a, b, accumulate);
+  else mma_ss192(d, a, b, accumulate);
 }
 
 // d[64] += A[64 x 16] B[16 x 128]: A from registers (four bf16 pairs a thread), B from shared memory N-major.
@@ -100,7 +135,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 #endif  // H3_WGMMA_BODY
 
-template <bool kPingpong>
+template <int kBN, bool kPingpong>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ o, int nq, int nk,
@@ -109,7 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   __trap();  // built for another architecture too (PTX for compute_80): this kernel exists only as sm_90a
 #else
   extern __shared__ uint8_t raw[];
-  Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  static_assert(kBN == 128 || kBN == 192, "tiles of 128 or 192 keys");
+  constexpr int kKvHalf = kBN * 128;  // bytes of a [kBN x 64] half of a K or V stage
+  Smem<kBN>& sm = *reinterpret_cast<Smem<kBN>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   const int q0 = blockIdx.x * kBM;
   const int col0 = blockIdx.y * kD;
   const int tiles = (nk + kBN - 1) / kBN;
@@ -128,13 +165,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = j % kStages;
         const uint32_t phase = (j / kStages) & 1;
         mbar_wait(&sm.k_empty[s], phase ^ 1);
-        mbar_expect_tx(&sm.k_full[s], kTile);
+        mbar_expect_tx(&sm.k_full[s], 2 * kKvHalf);
         tma_load(sm.k[s], &tk, &sm.k_full[s], col0, j * kBN);
-        tma_load(sm.k[s] + kHalf, &tk, &sm.k_full[s], col0 + 64, j * kBN);
+        tma_load(sm.k[s] + kKvHalf, &tk, &sm.k_full[s], col0 + 64, j * kBN);
         mbar_wait(&sm.v_empty[s], phase ^ 1);
-        mbar_expect_tx(&sm.v_full[s], kTile);
+        mbar_expect_tx(&sm.v_full[s], 2 * kKvHalf);
         tma_load(sm.v[s], &tv, &sm.v_full[s], col0, j * kBN);
-        tma_load(sm.v[s] + kHalf, &tv, &sm.v_full[s], col0 + 64, j * kBN);
+        tma_load(sm.v[s] + kKvHalf, &tv, &sm.v_full[s], col0 + 64, j * kBN);
       }
     }
     return;
@@ -150,9 +187,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool signal = lane == 0;
   const uint32_t q_addr = smem_u32(sm.q) + g * 64 * 128;
 
-  float s_acc[64];
+  float s_acc[kBN / 2];
   float o_acc[64];
-  uint32_t p[32];
+  uint32_t p[kBN / 4];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY;  // running row maxima, in log2 units of the scaled scores
@@ -164,8 +201,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t off = (kk / 4) * kHalf + (kk % 4) * 32;
-      mma_ss(s_acc, desc(q_addr + off, 16, 1024), desc(k_addr + off, 16, 1024), kk > 0);
+      const uint32_t off = (kk % 4) * 32;
+      mma_ss_n<kBN>(s_acc, desc(q_addr + (kk / 4) * kHalf + off, 16, 1024),
+                    desc(k_addr + (kk / 4) * kKvHalf + off, 16, 1024), kk > 0);
     }
     wg_commit();
   };
@@ -177,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-      mma_rs(o_acc, a, desc(v_addr + kk * 16 * 128, kHalf, 1024));
+      mma_rs(o_acc, a, desc(v_addr + kk * 16 * 128, kKvHalf, 1024));
     }
     wg_commit();
   };
@@ -190,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 16).
   auto to_p = [&]() {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) p[i] = pack_bf16(s_acc[2 * i], s_acc[2 * i + 1]);
+    for (int i = 0; i < kBN / 4; ++i) p[i] = pack_bf16(s_acc[2 * i], s_acc[2 * i + 1]);
   };
 
   // Pingpong: the two warpgroups take turns issuing their MMAs (named barriers 1 and 2), so that one's
@@ -254,8 +292,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-  // Staged through shared memory and written in 16-byte pieces (4-byte stores straight to global cost ~5 %).
-  uint8_t* stage = sm.out + g * 64 * kD * 2;
+  // Staged through shared memory and written in 16-byte pieces (4-byte stores straight to global cost ~5 %), in
+  // K's stage 0 once both warpgroups' MMAs are done with it (every K tile has been loaded and read by then).
+  static_assert(sizeof(sm.k[0]) >= kBM * kD * 2, "K's stage holds the output tile");
+  named_sync(5);
+  uint8_t* stage = sm.k[0] + g * 64 * kD * 2;
   const int sr0 = warp * 16 + lane / 4, sr1 = sr0 + 8;
 #pragma unroll
   for (int i = 0; i < 64; i += 4) {
@@ -273,6 +314,21 @@ __global__ void __launch_bounds__(kThreads, 1)
           *reinterpret_cast<const uint4*>(stage + row * kD * 2 + chunk * 16);
   }
 #endif
+}
+
+// Keys per tile: `requested` (128 or 192), or for 0 H3_ATTENTION_BF16_TILE=128|192, default 192.
+int tile_keys(int requested) {
+  if (requested == 0) {  // read every call (cheap next to an attention), so that tests can switch it
+    const char* v = std::getenv("H3_ATTENTION_BF16_TILE");
+    if (!v || !*v) return 192;
+    if (std::strcmp(v, "128") == 0) return 128;
+    if (std::strcmp(v, "192") == 0) return 192;
+    throw std::runtime_error(std::string("H3_ATTENTION_BF16_TILE=") + v + ": expected 128 or 192");
+  }
+  if (requested != 128 && requested != 192)
+    throw std::runtime_error("wgmma attention: tiles of " + std::to_string(requested) +
+                             " keys requested (the kernel has 128 and 192)");
+  return requested;
 }
 
 }  // namespace
@@ -338,14 +394,14 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 }
 
 CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int64_t rows, int64_t cols, int64_t row_bytes,
-                       uint32_t box_cols, uint32_t box_rows) {
+                       uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
   const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("wgmma attention: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
@@ -362,7 +418,7 @@ std::string attention_wgmma_unsupported(const void* q, const void* k, const void
   if (nq <= 0 || nk <= 0 || heads <= 0) return "an empty shape";
   if (ld < heads * d || ld % 8 != 0)
     return "row stride " + std::to_string(ld) + " (needs >= heads * 128, a multiple of 8)";
-  if (nq > (int64_t{1} << 31) - kBM || nk > (int64_t{1} << 31) - kBN || heads > 65535)
+  if (nq > (int64_t{1} << 31) - kBM || nk > (int64_t{1} << 31) - 192 || heads > 65535)
     return "a shape past the grid's range";
   if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
     return "a pointer not 16-byte aligned";
@@ -370,26 +426,46 @@ std::string attention_wgmma_unsupported(const void* q, const void* k, const void
 }
 
 void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk,
-                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream, int tile) {
   const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma attention cannot run this call: " + why);
-  // [128 rows x 64 columns] boxes: a 128-byte swizzled half of a [128 x 128] bf16 tile.
-  auto map = [&](const void* p, int64_t rows) {
-    return tensor_map(p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, ld, ld * 2, 64, 128);
+  // [rows x 64 columns] boxes: 128-byte swizzled halves of Q's [128 x 128] tile and of K's and V's [bn x 128].
+  const int bn = tile_keys(tile);
+  auto map = [&](const void* p, int64_t rows, int box_rows) {
+    return tensor_map(p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, ld, ld * 2, 64, static_cast<uint32_t>(box_rows));
   };
-  const CUtensorMap tq = map(q, nq), tk = map(k, nk), tv = map(v, nk);
-  const int smem = static_cast<int>(sizeof(Smem)) + 1024;
-  // H3_WGMMA_PINGPONG=1|0 (an experiment's switch; see docs/notes.md for which is the default and why).
+  const CUtensorMap tq = map(q, nq, 128), tk = map(k, nk, bn), tv = map(v, nk, bn);
+  // H3_WGMMA_PINGPONG=1|0 (an experiment's switch, 128-key tiles only; see docs/notes.md for which is the default
+  // and why).
   const char* pp = std::getenv("H3_WGMMA_PINGPONG");
   const bool pingpong = pp && *pp ? std::strcmp(pp, "0") != 0 : kPingpongDefault;
-  auto kernel = pingpong ? attention_kernel<true> : attention_kernel<false>;
+  if (pingpong && bn != 128)
+    throw std::runtime_error("H3_WGMMA_PINGPONG=1 needs tiles of 128 keys (H3_ATTENTION_BF16_TILE=128)");
+  using Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, __nv_bfloat16*, int, int, int, float);
+  struct Variant {
+    int bn;
+    bool pingpong;
+    Kernel kernel;
+    int smem;
+  };
+  static_assert(sizeof(Smem<192>) + 1024 <= 227 * 1024, "the largest tile's shared memory fits an H100 / H200 SM");
+  static const Variant variants[] = {
+      {128, false, attention_kernel<128, false>, sizeof(Smem<128>) + 1024},
+      {128, true, attention_kernel<128, true>, sizeof(Smem<128>) + 1024},
+      {192, false, attention_kernel<192, false>, sizeof(Smem<192>) + 1024},
+  };
   static std::once_flag once;
   static cudaError_t attr = cudaSuccess;
   std::call_once(once, [&] {
-    attr = cudaFuncSetAttribute(attention_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (attr == cudaSuccess)
-      attr = cudaFuncSetAttribute(attention_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    for (const Variant& v : variants)
+      if (attr == cudaSuccess)
+        attr = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem);
   });
+  const Variant* chosen = nullptr;
+  for (const Variant& v : variants)
+    if (v.bn == bn && v.pingpong == pingpong) chosen = &v;
+  Kernel kernel = chosen->kernel;
+  const int smem = chosen->smem;
   if (attr != cudaSuccess)
     throw std::runtime_error(std::string("wgmma attention: cudaFuncSetAttribute: ") +
                              cudaGetErrorString(attr));

@@ -13,6 +13,7 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -27,8 +28,12 @@ using namespace wgmma;
 
 constexpr int kD = 128;          // head dim
 constexpr int kBM = 128;         // query rows per CTA (two consumer warpgroups of 64)
-[[maybe_unused]] constexpr int kBN = 128;  // keys per tile
-constexpr int kStages = 2;       // K / V ring depth
+// Keys per tile (kBN): a template parameter, 224 (the default: 4-6 % faster than 128 on an H200, fewer per-tile
+// steps for the same MMAs; 256 does not fit the registers) or 128. K's stage is [kBN keys x 128] with the 128-byte
+// swizzle. V^T's is a [128 x 128 keys] block with the 128-byte swizzle, then for 224 a [128 x 64 keys] block with
+// the 64-byte one and a [128 x 32 keys] block with the 32-byte one: wgmma reads a K-major operand in rows of its
+// swizzle's span.
+constexpr int kStages = 2;       // K / V ring depth (3 measured no faster with 224-key tiles)
 constexpr int kConsumers = 256;  // threads of the two consumer warpgroups
 constexpr int kThreads = kConsumers + 128;  // and the producer warpgroup
 constexpr int kTile = 128 * 128;            // bytes of a [128 x 128] e4m3 tile: rows of one 128-byte swizzle span
@@ -36,10 +41,11 @@ constexpr int kTile = 128 * 128;            // bytes of a [128 x 128] e4m3 tile:
 [[maybe_unused]] constexpr float kLog2ScaleP = 8.807354922057604f;
 
 
+template <int kBN>
 struct alignas(1024) Smem {
   uint8_t q[kTile];
-  uint8_t k[kStages][kTile];
-  uint8_t vt[kStages][kTile];
+  uint8_t k[kStages][kBN * 128];   // [kBN keys x 128]
+  uint8_t vt[kStages][kBN * 128];  // [128 x 128 keys], [128 x 64 keys], [128 x 32 keys] (see above)
   uint8_t out[kBM * kD * 2];  // the output tile on its way to global memory
   uint64_t q_full;
   uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
@@ -54,8 +60,11 @@ __host__ __device__ constexpr int key_of_slot(int slot) {
 }
 
 #ifdef H3_WGMMA_BODY
-// d[64] (+)= A[64 x 32] B[32 x 128], e4m3 from shared memory, both K-major.
-__device__ __forceinline__ void mma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+// d[kOff, kOff + 64) (+)= A[64 x 32] B[32 x 128], e4m3 from shared memory, both K-major: one m64n128 accumulator
+// of several held side by side in d.
+template <int kOff, int N>
+__device__ __forceinline__ void mma_ss(float (&d)[N], uint64_t a, uint64_t b, int accumulate) {
+  static_assert(kOff % 64 == 0 && kOff + 64 <= N, "an m64n128 accumulator inside d");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
@@ -65,15 +74,57 @@ __device__ __forceinline__ void mma_ss(float (&d)[64], uint64_t a, uint64_t b, i
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
       "}, %64, %65, p, 1, 1;\n}\n"
       :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        "+f"(d[kOff + 0]), "+f"(d[kOff + 1]), "+f"(d[kOff + 2]), "+f"(d[kOff + 3]), "+f"(d[kOff + 4]),
+        "+f"(d[kOff + 5]), "+f"(d[kOff + 6]), "+f"(d[kOff + 7]), "+f"(d[kOff + 8]), "+f"(d[kOff + 9]),
+        "+f"(d[kOff + 10]), "+f"(d[kOff + 11]), "+f"(d[kOff + 12]), "+f"(d[kOff + 13]), "+f"(d[kOff + 14]),
+        "+f"(d[kOff + 15]), "+f"(d[kOff + 16]), "+f"(d[kOff + 17]), "+f"(d[kOff + 18]), "+f"(d[kOff + 19]),
+        "+f"(d[kOff + 20]), "+f"(d[kOff + 21]), "+f"(d[kOff + 22]), "+f"(d[kOff + 23]), "+f"(d[kOff + 24]),
+        "+f"(d[kOff + 25]), "+f"(d[kOff + 26]), "+f"(d[kOff + 27]), "+f"(d[kOff + 28]), "+f"(d[kOff + 29]),
+        "+f"(d[kOff + 30]), "+f"(d[kOff + 31]), "+f"(d[kOff + 32]), "+f"(d[kOff + 33]), "+f"(d[kOff + 34]),
+        "+f"(d[kOff + 35]), "+f"(d[kOff + 36]), "+f"(d[kOff + 37]), "+f"(d[kOff + 38]), "+f"(d[kOff + 39]),
+        "+f"(d[kOff + 40]), "+f"(d[kOff + 41]), "+f"(d[kOff + 42]), "+f"(d[kOff + 43]), "+f"(d[kOff + 44]),
+        "+f"(d[kOff + 45]), "+f"(d[kOff + 46]), "+f"(d[kOff + 47]), "+f"(d[kOff + 48]), "+f"(d[kOff + 49]),
+        "+f"(d[kOff + 50]), "+f"(d[kOff + 51]), "+f"(d[kOff + 52]), "+f"(d[kOff + 53]), "+f"(d[kOff + 54]),
+        "+f"(d[kOff + 55]), "+f"(d[kOff + 56]), "+f"(d[kOff + 57]), "+f"(d[kOff + 58]), "+f"(d[kOff + 59]),
+        "+f"(d[kOff + 60]), "+f"(d[kOff + 61]), "+f"(d[kOff + 62]), "+f"(d[kOff + 63])
       : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d[112] (+)= A[64 x 32] B[32 x 224]: a 224-key tile's S (operand list written by scripts/wgmma_operands.py).
+__device__ __forceinline__ void mma_ss224(float (&d)[112], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n224k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+      "}, %112, %113, p, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+template <int N>
+__device__ __forceinline__ void mma_ss_n(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
+  if constexpr (N == 128) mma_ss<0>(d, a, b, accumulate);
+  else mma_ss224(d, a, b, accumulate);
 }
 
 // d[64] += A[64 x 32] B[32 x 128]: A e4m3 from registers (four groups of 4 a thread), B from shared memory.
@@ -113,17 +164,23 @@ __device__ __forceinline__ uint16_t pack2_e4m3(float x0, float x1) {
 }
 #endif  // H3_WGMMA_BODY
 
-template <bool kOutFp8>
+template <int kBN, bool kOutFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_fp8_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                         const __grid_constant__ CUtensorMap tvt, const float* __restrict__ dq,
+                         const __grid_constant__ CUtensorMap tvt, const __grid_constant__ CUtensorMap tvt64,
+                         const __grid_constant__ CUtensorMap tvt32,
+                         const float* __restrict__ dq,
                          const float* __restrict__ dk, const float* __restrict__ dv, void* __restrict__ o,
                          float* __restrict__ o_descale, int nq, int nk, int ld, float scale_log2) {
 #ifndef H3_WGMMA_BODY
   __trap();  // built for another architecture too (PTX for compute_80): this kernel exists only as sm_90a
 #else
   extern __shared__ uint8_t raw[];
-  Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  static_assert(kBN == 128 || kBN == 224, "tiles of 128 or 224 keys");
+  constexpr int kStageBytes = kBN * 128;  // of K, and of V^T
+  constexpr bool kHas64 = kBN == 224, kHas32 = kBN == 224;  // V^T's 64- and 32-key blocks
+  constexpr int kOff64 = kTile, kOff32 = kTile + (kHas64 ? 128 * 64 : 0);  // where they start in a stage
+  Smem<kBN>& sm = *reinterpret_cast<Smem<kBN>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   const int q0 = blockIdx.x * kBM;
   const int col0 = blockIdx.y * kD;
   const int tiles = (nk + kBN - 1) / kBN;
@@ -141,11 +198,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = j % kStages;
         const uint32_t phase = (j / kStages) & 1;
         mbar_wait(&sm.k_empty[s], phase ^ 1);
-        mbar_expect_tx(&sm.k_full[s], kTile);
+        mbar_expect_tx(&sm.k_full[s], kStageBytes);
         tma_load(sm.k[s], &tk, &sm.k_full[s], col0, j * kBN);
         mbar_wait(&sm.v_empty[s], phase ^ 1);
-        mbar_expect_tx(&sm.v_full[s], kTile);
+        mbar_expect_tx(&sm.v_full[s], kStageBytes);
         tma_load(sm.vt[s], &tvt, &sm.v_full[s], j * kBN, col0);
+        if constexpr (kHas64) tma_load(sm.vt[s] + kOff64, &tvt64, &sm.v_full[s], j * kBN + 128, col0);
+        if constexpr (kHas32) tma_load(sm.vt[s] + kOff32, &tvt32, &sm.v_full[s], j * kBN + kBN - 32, col0);
       }
     }
     return;
@@ -162,9 +221,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t q_addr = smem_u32(sm.q) + g * 64 * 128;
   const float sl2 = scale_log2 * dq[0] * dk[0];
 
-  float s_acc[64];
+  float s_acc[kBN / 2];
   float o_acc[64];
-  uint32_t p[16];
+  uint32_t p[kBN / 8];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY;  // running row maxima, in log2 units of the scaled scores
@@ -172,13 +231,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // they came out several per cent low at 38k keys: FP8 MMAs accumulate with ~14 bits.)
   float l0 = 0.f, l1 = 0.f;
 
-  auto issue_qk = [&](int s, float(&sx)[64]) {
-    const uint32_t k_addr = smem_u32(sm.k[s]);
+  auto issue_qk = [&](int s, float(&sx)[kBN / 2]) {
     fence_regs(sx);
     wg_fence();
+    const uint32_t k_addr = smem_u32(sm.k[s]);
 #pragma unroll
-    for (int kk = 0; kk < kD / 32; ++kk)
-      mma_ss(sx, desc(q_addr + kk * 32, 16, 1024), desc(k_addr + kk * 32, 16, 1024), kk > 0);
+    for (int kk = 0; kk < kD / 32; ++kk) {
+      mma_ss_n<kBN>(sx, desc(q_addr + kk * 32, 16, 1024), desc(k_addr + kk * 32, 16, 1024), kk > 0);
+    }
     wg_commit();
   };
   auto issue_pv = [&](int s) {
@@ -189,21 +249,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kBN / 32; ++kk) {
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-      mma_rs(o_acc, a, desc(v_addr + kk * 32, 16, 1024));
+      if (kk < 4)  // keys [0, 128): the 128-byte-swizzled block
+        mma_rs(o_acc, a, desc(v_addr + kk * 32, 16, 1024));
+      else if (kHas64 && kk < 6)  // keys [128, 192): the 64-byte-swizzled one
+        mma_rs(o_acc, a, desc(v_addr + kOff64 + (kk - 4) * 32, 16, 512, 2));
+      else  // the last 32 keys: the 32-byte-swizzled one
+        mma_rs(o_acc, a, desc(v_addr + kOff32, 16, 256, 3));
     }
     wg_commit();
   };
   // Online softmax of tile j in s_acc (scores -> unnormalized weights, times 448); returns the factors for O's
   // rows.
-  auto softmax = [&](int j, float(&s_acc)[64], float& corr0, float& corr1) {
+  auto softmax = [&](int j, float(&s_acc)[kBN / 2], float& corr0, float& corr1) {
     tile_max(s_acc, c, nk - j * kBN, sl2, m0, m1, corr0, corr1);
     // The weights come out scaled by 448 (log2 448 taken off the maximum): e4m3's range, no multiply.
     tile_exp(s_acc, sl2, m0 - kLog2ScaleP, m1 - kLog2ScaleP, corr0, corr1, l0, l1);
   };
   // k-step t of the P V MMA takes S columns [32 t, 32 t + 32), in key_of_slot's order.
-  auto to_p = [&](const float(&s_acc)[64]) {
+  auto to_p = [&](const float(&s_acc)[kBN / 2]) {
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < kBN / 32; ++t) {
       const float* x = s_acc + 16 * t;
       p[4 * t] = pack_e4m3(x[0], x[1], x[4], x[5]);
       p[4 * t + 1] = pack_e4m3(x[2], x[3], x[6], x[7]);
@@ -310,6 +375,21 @@ __global__ void transpose_v_kernel(const uint8_t* __restrict__ v, uint8_t* __res
   }
 }
 
+// Keys per tile: `requested` (128 or 224), or for 0 H3_ATTENTION_FP8_TILE=128|224, default 224.
+int tile_keys(int requested) {
+  if (requested == 0) {  // read every call (cheap next to an attention), so that tests can switch it
+    const char* v = std::getenv("H3_ATTENTION_FP8_TILE");
+    if (!v || !*v) return 224;
+    if (std::strcmp(v, "128") == 0) return 128;
+    if (std::strcmp(v, "224") == 0) return 224;
+    throw std::runtime_error(std::string("H3_ATTENTION_FP8_TILE=") + v + ": expected 128 or 224");
+  }
+  if (requested != 128 && requested != 224)
+    throw std::runtime_error("wgmma FP8 attention: tiles of " + std::to_string(requested) +
+                             " keys requested (the kernel has 128 and 224)");
+  return requested;
+}
+
 }  // namespace
 
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk) { return (nk + 31) / 32 * 32; }
@@ -327,7 +407,7 @@ std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, cons
 
 void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                          const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
-                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream, int tile) {
   const std::string why = attention_wgmma_fp8_unsupported(q8, k8, v8, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma FP8 attention cannot run this call: " + why);
   if (!aligned16(vt_scratch)) throw std::runtime_error("wgmma FP8 attention: V^T scratch not 16-byte aligned");
@@ -336,24 +416,47 @@ void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const f
   transpose_v_kernel<<<dim3(static_cast<unsigned>(nkp / 32), static_cast<unsigned>((ld + 31) / 32)), dim3(32, 8), 0,
                        stream>>>(static_cast<const uint8_t*>(v8), static_cast<uint8_t*>(vt_scratch),
                                  static_cast<int>(nk), static_cast<int>(ld), static_cast<int>(nkp));
-  // [128 x 128] e4m3 boxes: q8 and k8 [rows, ld]; vt8 [ld, nkp] (128 head-dim rows x 128 keys).
+  // e4m3 boxes of q8 [nq, ld] (128 rows x 128), k8 [nk, ld] (bn keys x 128), vt8 [ld, nkp] (128 head-dim rows x 128
+  // keys; x 64 keys with the 64-byte swizzle and x 32 with the 32-byte one for the wider tiles' last keys).
+  const int bn = tile_keys(tile);
   const CUtensorMap tq = tensor_map(q8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nq, ld, ld, 128, 128),
-                    tk = tensor_map(k8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nk, ld, ld, 128, 128),
-                    tvt = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 128, 128);
-  const int smem = static_cast<int>(sizeof(Smem)) + 1024;
+                    tk = tensor_map(k8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nk, ld, ld, 128, static_cast<uint32_t>(bn)),
+                    tvt = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 128, 128),
+                    tvt64 = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 64, 128,
+                                       CU_TENSOR_MAP_SWIZZLE_64B),
+                    tvt32 = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 32, 128,
+                                       CU_TENSOR_MAP_SWIZZLE_32B);
+  using Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, const float*,
+                          const float*, const float*, void*, float*, int, int, int, float);
+  struct Variant {
+    int bn;
+    bool o_fp8;
+    Kernel kernel;
+    int smem;
+  };
+  static const Variant variants[] = {
+      {128, false, attention_fp8_kernel<128, false>, sizeof(Smem<128>) + 1024},
+      {128, true, attention_fp8_kernel<128, true>, sizeof(Smem<128>) + 1024},
+      {224, false, attention_fp8_kernel<224, false>, sizeof(Smem<224>) + 1024},
+      {224, true, attention_fp8_kernel<224, true>, sizeof(Smem<224>) + 1024},
+  };
   static std::once_flag once;
   static cudaError_t attr = cudaSuccess;
   std::call_once(once, [&] {
-    attr = cudaFuncSetAttribute(attention_fp8_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (attr == cudaSuccess)
-      attr = cudaFuncSetAttribute(attention_fp8_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    for (const Variant& v : variants)
+      if (attr == cudaSuccess)
+        attr = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem);
   });
   if (attr != cudaSuccess)
     throw std::runtime_error(std::string("wgmma FP8 attention: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
+  const Variant* chosen = nullptr;
+  for (const Variant& v : variants)
+    if (v.bn == bn && v.o_fp8 == o_fp8) chosen = &v;
+  const Kernel kernel = chosen->kernel;
+  const int smem = chosen->smem;
   const dim3 grid(static_cast<unsigned>((nq + kBM - 1) / kBM), static_cast<unsigned>(heads));
   const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
-  auto kernel = o_fp8 ? attention_fp8_kernel<true> : attention_fp8_kernel<false>;
-  kernel<<<grid, kThreads, smem, stream>>>(tq, tk, tvt, dq, dk, dv, o, o_descale, static_cast<int>(nq),
+  kernel<<<grid, kThreads, smem, stream>>>(tq, tk, tvt, tvt64, tvt32, dq, dk, dv, o, o_descale, static_cast<int>(nq),
                                            static_cast<int>(nk), static_cast<int>(ld), scale_log2);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("wgmma FP8 attention launch: ") + cudaGetErrorString(e));
