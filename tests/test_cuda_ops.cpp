@@ -274,10 +274,11 @@ TEST(CudaOps, AttentionMatchesCpu) {
 }
 
 // Our wgmma attention kernel (cuda_attention_wgmma.cu; H3_ATTENTION_BF16_KERNEL=wgmma makes it the only choice) against
-// the CPU on odd shapes: lengths not multiples of its 128-row tiles, one row, more keys than queries and fewer; a
-// head computed alone is the same bits as that head inside a call of several (deterministic mode and ulysses ranks
-// with other head counts rely on it); and against cuDNN on the same bf16 inputs. Skipped, loudly, where the kernel
-// does not run (a GPU other than sm_90, a build without sm_90a code).
+// the CPU on odd shapes: lengths not multiples of its 128-row query tiles or of its key tiles (both sizes, 192 and
+// 128: H3_ATTENTION_BF16_TILE), one row, more keys than queries and fewer; a head computed alone is the same bits as
+// that head inside a call of several (deterministic mode and ulysses ranks with other head counts rely on it); and
+// against cuDNN on the same bf16 inputs. Skipped, loudly, where the kernel does not run (a GPU other than sm_90, a
+// build without sm_90a code).
 TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
   H3_REQUIRE_GPU();
 #if H3_HAVE_CUDA
@@ -285,36 +286,41 @@ TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
     GTEST_SKIP() << "SKIPPED LOUDLY: our wgmma attention kernel does not run on this GPU or build";
 #endif
   const int64_t d = 128;
-  for (auto [nq, nk, heads] : {std::tuple{77, 131, 3}, std::tuple{1, 1, 1}, std::tuple{130, 130, 2},
-                               std::tuple{300, 777, 2}, std::tuple{4100, 129, 1}, std::tuple{257, 257, 6}}) {
-    SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads");
-    Tensor q = rnd({nq, heads * d}, 61, 1.5), k = rnd({nk, heads * d}, 62, 1.5), v = rnd({nk, heads * d}, 63);
-    Tensor want = ops::attention(q, k, v, d);
-    Tensor gq = gpu(q, DType::bf16), gk = gpu(k, DType::bf16), gv = gpu(v, DType::bf16);
-    setenv("H3_ATTENTION_BF16_KERNEL", "wgmma", 1);
-    Tensor ours = host_f32(ops::attention(gq, gk, gv, d));
-    setenv("H3_ATTENTION_BF16_KERNEL", "cudnn", 1);
-    Tensor theirs = host_f32(ops::attention(gq, gk, gv, d));
-    setenv("H3_ATTENTION_BF16_KERNEL", "wgmma", 1);
-    Diff vs_cpu = compare(ours, want), vs_cudnn = compare(ours, theirs);
-    std::printf("wgmma attention %d x %d, %d heads: rel-L2 %.3g vs CPU, %.3g vs cuDNN\n", nq, nk, heads,
-                vs_cpu.rel_l2, vs_cudnn.rel_l2);
-    EXPECT_LE(vs_cpu.rel_l2, 8e-3) << "max abs " << vs_cpu.max_abs;
-    EXPECT_LE(vs_cudnn.rel_l2, 8e-3) << "max abs " << vs_cudnn.max_abs;
-    if (heads > 1) {
-      auto last_head = [&](const Tensor& t) {  // columns [(heads - 1) d, heads d) of a host f32 [n, heads d]
-        const int64_t n = t.dim(0);
-        std::vector<float> col(static_cast<size_t>(n * d));
-        for (int64_t r = 0; r < n; ++r)
-          for (int64_t c = 0; c < d; ++c) col[r * d + c] = t.data<float>()[r * heads * d + (heads - 1) * d + c];
-        return Tensor::from(col, {n, d});
-      };
-      Tensor alone = host_f32(ops::attention(gpu(last_head(q), DType::bf16), gpu(last_head(k), DType::bf16),
-                                             gpu(last_head(v), DType::bf16), d));
-      EXPECT_TRUE(compare(alone, last_head(ours)).bitwise) << "the last head alone differs from it among " << heads;
+  const std::tuple<int, int, int> shapes[] = {{77, 131, 3},   {1, 1, 1},     {130, 130, 2}, {300, 777, 2},
+                                               {4100, 129, 1}, {257, 257, 6}, {200, 193, 2}, {129, 385, 1}};
+  for (const char* tile : {"192", "128"}) {
+    for (auto [nq, nk, heads] : shapes) {
+      SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads, tiles of " << tile << " keys");
+      setenv("H3_ATTENTION_BF16_TILE", tile, 1);
+      Tensor q = rnd({nq, heads * d}, 61, 1.5), k = rnd({nk, heads * d}, 62, 1.5), v = rnd({nk, heads * d}, 63);
+      Tensor want = ops::attention(q, k, v, d);
+      Tensor gq = gpu(q, DType::bf16), gk = gpu(k, DType::bf16), gv = gpu(v, DType::bf16);
+      setenv("H3_ATTENTION_BF16_KERNEL", "wgmma", 1);
+      Tensor ours = host_f32(ops::attention(gq, gk, gv, d));
+      setenv("H3_ATTENTION_BF16_KERNEL", "cudnn", 1);
+      Tensor theirs = host_f32(ops::attention(gq, gk, gv, d));
+      setenv("H3_ATTENTION_BF16_KERNEL", "wgmma", 1);
+      Diff vs_cpu = compare(ours, want), vs_cudnn = compare(ours, theirs);
+      std::printf("wgmma attention %d x %d, %d heads, %s-key tiles: rel-L2 %.3g vs CPU, %.3g vs cuDNN\n", nq, nk,
+                  heads, tile, vs_cpu.rel_l2, vs_cudnn.rel_l2);
+      EXPECT_LE(vs_cpu.rel_l2, 8e-3) << "max abs " << vs_cpu.max_abs;
+      EXPECT_LE(vs_cudnn.rel_l2, 8e-3) << "max abs " << vs_cudnn.max_abs;
+      if (heads > 1) {
+        auto last_head = [&](const Tensor& t) {  // columns [(heads - 1) d, heads d) of a host f32 [n, heads d]
+          const int64_t n = t.dim(0);
+          std::vector<float> col(static_cast<size_t>(n * d));
+          for (int64_t r = 0; r < n; ++r)
+            for (int64_t c = 0; c < d; ++c) col[r * d + c] = t.data<float>()[r * heads * d + (heads - 1) * d + c];
+          return Tensor::from(col, {n, d});
+        };
+        Tensor alone = host_f32(ops::attention(gpu(last_head(q), DType::bf16), gpu(last_head(k), DType::bf16),
+                                               gpu(last_head(v), DType::bf16), d));
+        EXPECT_TRUE(compare(alone, last_head(ours)).bitwise) << "the last head alone differs from it among " << heads;
+      }
     }
   }
   unsetenv("H3_ATTENTION_BF16_KERNEL");
+  unsetenv("H3_ATTENTION_BF16_TILE");
 }
 
 // FP8 attention against the CPU on the same dequantized values. cuDNN's FP8 graph stores the softmax weights P
@@ -331,7 +337,8 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
     return f;
   };
   const int64_t d = 128;
-  for (auto [nq, nk, heads] : {std::tuple{77, 131, 3}, std::tuple{300, 300, 2}, std::tuple{1000, 1000, 4}}) {
+  for (auto [nq, nk, heads] : {std::tuple{77, 131, 3}, std::tuple{300, 300, 2}, std::tuple{1000, 1000, 4},
+                               std::tuple{150, 225, 2}}) {
     SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads");
     Tensor q8 = ops::quantize_fp8(gpu(rnd({nq, heads * d}, 51), DType::bf16));
     Tensor k8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 52), DType::bf16));
@@ -339,12 +346,15 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
     Tensor want = ops::attention(dequant(q8), dequant(k8), dequant(v8), d);
     // Kernels: cuDNN's graph (its two O types), the bf16 fallback, and ours (bf16 O, and fp8 O through
     // attention_fp8_out) where it runs.
-    for (auto [mode, o_type, kernel, fp8_out, tol] :
-         {std::tuple{"require", "", "cudnn", false, 5e-2}, std::tuple{"require", "fp8", "cudnn", false, 5e-2},
-          std::tuple{"off", "", "auto", false, 8e-3}, std::tuple{"require", "", "wgmma", false, 5e-2},
-          std::tuple{"require", "", "wgmma", true, 6e-2}, std::tuple{"require", "", "cudnn", true, 6e-2}}) {
+    // Ours with both key tiles (224, 128: H3_ATTENTION_FP8_TILE).
+    for (auto [mode, o_type, kernel, fp8_out, tol, tile] :
+         {std::tuple{"require", "", "cudnn", false, 5e-2, ""}, std::tuple{"require", "fp8", "cudnn", false, 5e-2, ""},
+          std::tuple{"off", "", "auto", false, 8e-3, ""}, std::tuple{"require", "", "wgmma", false, 5e-2, "224"},
+          std::tuple{"require", "", "wgmma", true, 6e-2, "224"}, std::tuple{"require", "", "wgmma", false, 5e-2, "128"},
+          std::tuple{"require", "", "wgmma", true, 6e-2, "128"}, std::tuple{"require", "", "cudnn", true, 6e-2, ""}}) {
       SCOPED_TRACE(testing::Message() << "H3_ATTENTION_FP8=" << mode << " H3_ATTENTION_FP8_O=" << o_type
-                                      << " H3_ATTENTION_FP8_KERNEL=" << kernel << (fp8_out ? ", fp8 O" : ""));
+                                      << " H3_ATTENTION_FP8_KERNEL=" << kernel << " H3_ATTENTION_FP8_TILE=" << tile
+                                      << (fp8_out ? ", fp8 O" : ""));
 #if H3_HAVE_CUDA
       if (std::string(kernel) == "wgmma" && cuda::attention_fp8_ours_impl(nq, nk, heads, d).empty()) {
         std::printf("SKIPPED LOUDLY: our FP8 attention kernel does not run on this GPU or build\n");
@@ -354,6 +364,7 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
       setenv("H3_ATTENTION_FP8", mode, 1);
       setenv("H3_ATTENTION_FP8_O", o_type, 1);
       setenv("H3_ATTENTION_FP8_KERNEL", kernel, 1);
+      setenv("H3_ATTENTION_FP8_TILE", tile, 1);
       Tensor got;
       try {
         got = fp8_out ? ops::attention_fp8_out(q8, k8, v8, d) : ops::attention(q8, k8, v8, d);
@@ -370,14 +381,15 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
         got_f32 = host_f32(got);
       }
       Diff diff = compare(got_f32, want);
-      std::printf("fp8 attention %lld x %lld, %lld heads, FP8=%s O=%s kernel=%s%s: rel-L2 %.3g\n",
+      std::printf("fp8 attention %lld x %lld, %lld heads, FP8=%s O=%s kernel=%s tile=%s%s: rel-L2 %.3g\n",
                   static_cast<long long>(nq), static_cast<long long>(nk), static_cast<long long>(heads), mode, o_type,
-                  kernel, fp8_out ? " (fp8 O)" : "", diff.rel_l2);
+                  kernel, tile, fp8_out ? " (fp8 O)" : "", diff.rel_l2);
       EXPECT_LE(diff.rel_l2, tol) << "max abs " << diff.max_abs;
     }
     unsetenv("H3_ATTENTION_FP8");
     unsetenv("H3_ATTENTION_FP8_O");
     unsetenv("H3_ATTENTION_FP8_KERNEL");
+    unsetenv("H3_ATTENTION_FP8_TILE");
   }
 }
 
