@@ -1,14 +1,25 @@
 #!/usr/bin/env python3
-"""Prints an inline-PTX wrapper for one wgmma with a long accumulator list (those in
-src/backend/cuda/cuda_attention_wgmma*.cu were written by it):
+"""Writes src/backend/cuda/cuda_wgmma_mma.cuh: the inline-PTX wrappers of the wgmma MMAs our attention kernels issue
+(their accumulator operand lists run to 112 registers, so they are generated, not typed):
 
-    scripts/wgmma_operands.py NAME N KIND     # KIND: e4m3 (m64nNk32, both operands from shared memory) or bf16
-                                              # (m64nNk16, the same, no transposes)
+    scripts/wgmma_operands.py > src/backend/cuda/cuda_wgmma_mma.cuh
 
-e.g. `scripts/wgmma_operands.py mma_ss224 224 e4m3`. The function takes float (&d)[N / 2], two shared-memory
-descriptors and an accumulate flag (0: d = A B, else d += A B).
+Each m64nN wrapper takes float (&d)[N / 2] (the f32 accumulators a thread holds) and a shared-memory descriptor for
+B. The _ss ones take A by descriptor too and an accumulate flag (0: d = A B, else d += A B); the _rs ones take A from
+four registers and always accumulate.
 """
 import sys
+
+# (name, N, kind, A from registers). kind e4m3: k32, both operands K-major; bf16: k16, B read N-major (transposed)
+# when A comes from registers (V in P V), K-major otherwise.
+WRAPPERS = [
+    ('mma_bf16_ss_n128', 128, 'bf16', False),
+    ('mma_bf16_ss_n192', 192, 'bf16', False),
+    ('mma_bf16_rs_n128', 128, 'bf16', True),
+    ('mma_e4m3_ss_n128', 128, 'e4m3', False),
+    ('mma_e4m3_ss_n224', 224, 'e4m3', False),
+    ('mma_e4m3_rs_n128', 128, 'e4m3', True),
+]
 
 
 def operand_lines(n, template, indent=8, width=118):
@@ -34,10 +45,24 @@ def placeholders(n):
     return '\n'.join(rows)
 
 
-def wrapper(name, n, kind):
+def wrapper(name, n, kind, a_in_registers):
     regs = n // 2  # f32 accumulators a thread holds of an m64nN tile
     shape = f'm64n{n}k32.f32.e4m3.e4m3' if kind == 'e4m3' else f'm64n{n}k16.f32.bf16.bf16'
-    tail = 'p, 1, 1' if kind == 'e4m3' else 'p, 1, 1, 0, 0'  # scale-d predicate, scales (bf16: no transposes)
+    outputs = operand_lines(regs, '"+f"(d[%d])')
+    if a_in_registers:
+        # scale-d 1 (accumulate), A and B unscaled; bf16: B transposed.
+        tail = '1, 1, 1' if kind == 'e4m3' else '1, 1, 1, 1'
+        return f'''__device__ __forceinline__ void {name}(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t b) {{
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.{shape} {{"
+{placeholders(regs)}
+      "}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, {tail};\\n"
+      :
+{outputs}
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}}
+'''
+    tail = 'p, 1, 1' if kind == 'e4m3' else 'p, 1, 1, 0, 0'  # scale-d predicate, A and B unscaled (bf16: K-major)
     return f'''__device__ __forceinline__ void {name}(float (&d)[{regs}], uint64_t a, uint64_t b, int accumulate) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
@@ -45,16 +70,27 @@ def wrapper(name, n, kind):
 {placeholders(regs)}
       "}}, %{regs}, %{regs + 1}, {tail};\\n}}\\n"
       :
-{operand_lines(regs, '"+f"(d[%d])')}
+{outputs}
       : "l"(a), "l"(b), "r"(accumulate));
 }}
 '''
 
 
+def header():
+    parts = [
+        '// Written by scripts/wgmma_operands.py (edit that, then run it: scripts/wgmma_operands.py > this file).\n'
+        '// The wgmma MMAs of our attention kernels as inline PTX: m64nN f32 accumulators a thread holds in d, A and B\n'
+        '// by shared-memory descriptor (_ss, with an accumulate flag) or A from registers (_rs). CUDA sources only,\n'
+        '// after cuda_wgmma.cuh.\n'
+        '#pragma once\n#include <cstdint>\n\n#include "backend/cuda/cuda_wgmma.cuh"\n\n'
+        'namespace h3::cuda::wgmma {\n\n#ifdef H3_WGMMA_BODY\n'
+    ]
+    parts += [wrapper(*w) + '\n' for w in WRAPPERS]
+    parts.append('#endif  // H3_WGMMA_BODY\n\n}  // namespace h3::cuda::wgmma\n')
+    return ''.join(parts)
+
+
 if __name__ == '__main__':
-    if len(sys.argv) != 4 or sys.argv[3] not in ('e4m3', 'bf16') or not sys.argv[2].isdigit():
+    if len(sys.argv) != 1:
         sys.exit(__doc__)
-    n = int(sys.argv[2])
-    if n % 8 or not 8 <= n <= 256:
-        sys.exit(f'N = {n}: wgmma takes N a multiple of 8 from 8 to 256')
-    print(wrapper(sys.argv[1], n, sys.argv[3]), end='')
+    sys.stdout.write(header())

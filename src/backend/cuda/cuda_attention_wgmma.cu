@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "backend/cuda/cuda_wgmma.cuh"
+#include "backend/cuda/cuda_wgmma_mma.cuh"
 
 // The kernel's plan (one CTA = one 128-row query tile of one head; 384 threads):
 //   warps 8-11     producer: one lane issues the TMA loads, Q once, then K_j and V_j into stage j % 2, each
@@ -50,81 +51,11 @@ struct alignas(1024) Smem {
 
 #ifdef H3_WGMMA_BODY
 
-// d[64] (+)= A[64 x 16] B[16 x 128]: A and B from shared memory, both K-major (row = m or n, 16 values of k).
-__device__ __forceinline__ void mma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// The same for 192 columns (a 192-key tile's S; operand list written by scripts/wgmma_operands.py).
-__device__ __forceinline__ void mma_ss192(float (&d)[96], uint64_t a, uint64_t b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-      "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
-        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
-        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
-        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
-        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
+// S for a tile of N keys: m64nNk16 with Q and K from shared memory, both K-major (row = m or n, 16 values of k).
 template <int N>
 __device__ __forceinline__ void mma_ss_n(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (N == 128) mma_ss(d, a, b, accumulate);
-  else mma_ss192(d, a, b, accumulate);
-}
-
-// d[64] += A[64 x 16] B[16 x 128]: A from registers (four bf16 pairs a thread), B from shared memory N-major.
-__device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+  if constexpr (N == 128) mma_bf16_ss_n128(d, a, b, accumulate);
+  else mma_bf16_ss_n192(d, a, b, accumulate);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -215,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-      mma_rs(o_acc, a, desc(v_addr + kk * 16 * 128, kKvHalf, 1024));
+      mma_bf16_rs_n128(o_acc, a, desc(v_addr + kk * 16 * 128, kKvHalf, 1024));
     }
     wg_commit();
   };
@@ -316,21 +247,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Keys per tile: `requested` (128 or 192), or for 0 H3_ATTENTION_BF16_TILE=128|192, default 192.
-int tile_keys(int requested) {
-  if (requested == 0) {  // read every call (cheap next to an attention), so that tests can switch it
-    const char* v = std::getenv("H3_ATTENTION_BF16_TILE");
-    if (!v || !*v) return 192;
-    if (std::strcmp(v, "128") == 0) return 128;
-    if (std::strcmp(v, "192") == 0) return 192;
-    throw std::runtime_error(std::string("H3_ATTENTION_BF16_TILE=") + v + ": expected 128 or 192");
-  }
-  if (requested != 128 && requested != 192)
-    throw std::runtime_error("wgmma attention: tiles of " + std::to_string(requested) +
-                             " keys requested (the kernel has 128 and 192)");
-  return requested;
-}
-
 }  // namespace
 
 namespace wgmma {
@@ -345,6 +261,14 @@ __global__ void arch_probe(int* out) {
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encoder();
+
+int tile_keys_from_env(const char* name, int wide) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return wide;
+  if (std::strcmp(v, "128") == 0) return 128;
+  if (std::strcmp(v, std::to_string(wide).c_str()) == 0) return wide;
+  throw std::runtime_error(std::string(name) + "=" + v + ": expected 128 or " + std::to_string(wide));
+}
 
 const std::string& device_unsupported() {
   static std::string why;
@@ -426,11 +350,11 @@ std::string attention_wgmma_unsupported(const void* q, const void* k, const void
 }
 
 void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk,
-                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream, int tile) {
+                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
   const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma attention cannot run this call: " + why);
   // [rows x 64 columns] boxes: 128-byte swizzled halves of Q's [128 x 128] tile and of K's and V's [bn x 128].
-  const int bn = tile_keys(tile);
+  const int bn = tile_keys_from_env("H3_ATTENTION_BF16_TILE", 192);
   auto map = [&](const void* p, int64_t rows, int box_rows) {
     return tensor_map(p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, ld, ld * 2, 64, static_cast<uint32_t>(box_rows));
   };

@@ -21,21 +21,21 @@ namespace h3::cuda {
 std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o,
                                         int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld);
 // Enqueues the attention on `stream`; throws std::runtime_error when attention_wgmma_unsupported says no or a
-// CUDA call fails. `tile`: keys per tile, 128 or 192; 0 takes H3_ATTENTION_BF16_TILE, else 192. Every tile size is
-// deterministic on its own, but the sizes differ in the last bits (the row sums' order).
+// CUDA call fails. Keys per tile: H3_ATTENTION_BF16_TILE=128|192, default 192. Every tile size is deterministic on
+// its own, but the sizes differ in the last bits (where P is rounded).
 void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk,
-                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream, int tile = 0);
+                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);
 
 // FP8 (cuda_attention_wgmma_fp8.cu): q8 [nq, ld], k8 / v8 [nk, ld] e4m3 with per-tensor f32 descales on the device
 // (value = stored * descale), ld = heads * 128. Writes V transposed into vt_scratch (ld x
 // attention_wgmma_fp8_vt_cols(nk) bytes, 16-byte aligned), then o: bf16 [nq, ld], or (o_fp8) e4m3 [nq, ld] with
-// its per-tensor descale (= dv) written to *o_descale. Softmax weights pass through e4m3 (scaled by 448). `tile`:
-// keys per tile, 128 or 224; 0 takes H3_ATTENTION_FP8_TILE, else 224.
+// its per-tensor descale (= dv) written to *o_descale. Softmax weights pass through e4m3 (scaled by 448). Keys per
+// tile: H3_ATTENTION_FP8_TILE=128|224, default 224.
 std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o,
                                             int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld);
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk);
 void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                          const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
-                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream, int tile = 0);
+                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);
 
 }  // namespace h3::cuda

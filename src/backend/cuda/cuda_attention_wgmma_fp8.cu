@@ -13,13 +13,12 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <stdexcept>
 
 #include "backend/cuda/cuda_attention_wgmma.h"
 #include "backend/cuda/cuda_wgmma.cuh"
+#include "backend/cuda/cuda_wgmma_mma.cuh"
 
 namespace h3::cuda {
 namespace {
@@ -60,92 +59,11 @@ __host__ __device__ constexpr int key_of_slot(int slot) {
 }
 
 #ifdef H3_WGMMA_BODY
-// d[kOff, kOff + 64) (+)= A[64 x 32] B[32 x 128], e4m3 from shared memory, both K-major: one m64n128 accumulator
-// of several held side by side in d.
-template <int kOff, int N>
-__device__ __forceinline__ void mma_ss(float (&d)[N], uint64_t a, uint64_t b, int accumulate) {
-  static_assert(kOff % 64 == 0 && kOff + 64 <= N, "an m64n128 accumulator inside d");
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1;\n}\n"
-      :
-        "+f"(d[kOff + 0]), "+f"(d[kOff + 1]), "+f"(d[kOff + 2]), "+f"(d[kOff + 3]), "+f"(d[kOff + 4]),
-        "+f"(d[kOff + 5]), "+f"(d[kOff + 6]), "+f"(d[kOff + 7]), "+f"(d[kOff + 8]), "+f"(d[kOff + 9]),
-        "+f"(d[kOff + 10]), "+f"(d[kOff + 11]), "+f"(d[kOff + 12]), "+f"(d[kOff + 13]), "+f"(d[kOff + 14]),
-        "+f"(d[kOff + 15]), "+f"(d[kOff + 16]), "+f"(d[kOff + 17]), "+f"(d[kOff + 18]), "+f"(d[kOff + 19]),
-        "+f"(d[kOff + 20]), "+f"(d[kOff + 21]), "+f"(d[kOff + 22]), "+f"(d[kOff + 23]), "+f"(d[kOff + 24]),
-        "+f"(d[kOff + 25]), "+f"(d[kOff + 26]), "+f"(d[kOff + 27]), "+f"(d[kOff + 28]), "+f"(d[kOff + 29]),
-        "+f"(d[kOff + 30]), "+f"(d[kOff + 31]), "+f"(d[kOff + 32]), "+f"(d[kOff + 33]), "+f"(d[kOff + 34]),
-        "+f"(d[kOff + 35]), "+f"(d[kOff + 36]), "+f"(d[kOff + 37]), "+f"(d[kOff + 38]), "+f"(d[kOff + 39]),
-        "+f"(d[kOff + 40]), "+f"(d[kOff + 41]), "+f"(d[kOff + 42]), "+f"(d[kOff + 43]), "+f"(d[kOff + 44]),
-        "+f"(d[kOff + 45]), "+f"(d[kOff + 46]), "+f"(d[kOff + 47]), "+f"(d[kOff + 48]), "+f"(d[kOff + 49]),
-        "+f"(d[kOff + 50]), "+f"(d[kOff + 51]), "+f"(d[kOff + 52]), "+f"(d[kOff + 53]), "+f"(d[kOff + 54]),
-        "+f"(d[kOff + 55]), "+f"(d[kOff + 56]), "+f"(d[kOff + 57]), "+f"(d[kOff + 58]), "+f"(d[kOff + 59]),
-        "+f"(d[kOff + 60]), "+f"(d[kOff + 61]), "+f"(d[kOff + 62]), "+f"(d[kOff + 63])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// d[112] (+)= A[64 x 32] B[32 x 224]: a 224-key tile's S (operand list written by scripts/wgmma_operands.py).
-__device__ __forceinline__ void mma_ss224(float (&d)[112], uint64_t a, uint64_t b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n224k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
-      "}, %112, %113, p, 1, 1;\n}\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
-        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
-        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
-        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
-        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
-        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
-        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
+// S for a tile of N keys: m64nNk32 with q8 and k8 from shared memory, both K-major.
 template <int N>
 __device__ __forceinline__ void mma_ss_n(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (N == 128) mma_ss<0>(d, a, b, accumulate);
-  else mma_ss224(d, a, b, accumulate);
-}
-
-// d[64] += A[64 x 32] B[32 x 128]: A e4m3 from registers (four groups of 4 a thread), B from shared memory.
-__device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+  if constexpr (N == 128) mma_e4m3_ss_n128(d, a, b, accumulate);
+  else mma_e4m3_ss_n224(d, a, b, accumulate);
 }
 
 // Four floats as e4m3 bytes, the first in the lowest byte (saturating to +-448).
@@ -250,11 +168,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kBN / 32; ++kk) {
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       if (kk < 4)  // keys [0, 128): the 128-byte-swizzled block
-        mma_rs(o_acc, a, desc(v_addr + kk * 32, 16, 1024));
+        mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kk * 32, 16, 1024));
       else if (kHas64 && kk < 6)  // keys [128, 192): the 64-byte-swizzled one
-        mma_rs(o_acc, a, desc(v_addr + kOff64 + (kk - 4) * 32, 16, 512, 2));
+        mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kOff64 + (kk - 4) * 32, 16, 512, 2));
       else  // the last 32 keys: the 32-byte-swizzled one
-        mma_rs(o_acc, a, desc(v_addr + kOff32, 16, 256, 3));
+        mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kOff32, 16, 256, 3));
     }
     wg_commit();
   };
@@ -375,21 +293,6 @@ __global__ void transpose_v_kernel(const uint8_t* __restrict__ v, uint8_t* __res
   }
 }
 
-// Keys per tile: `requested` (128 or 224), or for 0 H3_ATTENTION_FP8_TILE=128|224, default 224.
-int tile_keys(int requested) {
-  if (requested == 0) {  // read every call (cheap next to an attention), so that tests can switch it
-    const char* v = std::getenv("H3_ATTENTION_FP8_TILE");
-    if (!v || !*v) return 224;
-    if (std::strcmp(v, "128") == 0) return 128;
-    if (std::strcmp(v, "224") == 0) return 224;
-    throw std::runtime_error(std::string("H3_ATTENTION_FP8_TILE=") + v + ": expected 128 or 224");
-  }
-  if (requested != 128 && requested != 224)
-    throw std::runtime_error("wgmma FP8 attention: tiles of " + std::to_string(requested) +
-                             " keys requested (the kernel has 128 and 224)");
-  return requested;
-}
-
 }  // namespace
 
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk) { return (nk + 31) / 32 * 32; }
@@ -407,7 +310,7 @@ std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, cons
 
 void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                          const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
-                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream, int tile) {
+                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
   const std::string why = attention_wgmma_fp8_unsupported(q8, k8, v8, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma FP8 attention cannot run this call: " + why);
   if (!aligned16(vt_scratch)) throw std::runtime_error("wgmma FP8 attention: V^T scratch not 16-byte aligned");
@@ -418,7 +321,7 @@ void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const f
                                  static_cast<int>(nk), static_cast<int>(ld), static_cast<int>(nkp));
   // e4m3 boxes of q8 [nq, ld] (128 rows x 128), k8 [nk, ld] (bn keys x 128), vt8 [ld, nkp] (128 head-dim rows x 128
   // keys; x 64 keys with the 64-byte swizzle and x 32 with the 32-byte one for the wider tiles' last keys).
-  const int bn = tile_keys(tile);
+  const int bn = tile_keys_from_env("H3_ATTENTION_FP8_TILE", 224);
   const CUtensorMap tq = tensor_map(q8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nq, ld, ld, 128, 128),
                     tk = tensor_map(k8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nk, ld, ld, 128, static_cast<uint32_t>(bn)),
                     tvt = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 128, 128),
