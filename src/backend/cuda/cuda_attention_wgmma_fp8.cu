@@ -96,8 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t raw[];
   static_assert(kBN == 128 || kBN == 224, "tiles of 128 or 224 keys");
   constexpr int kStageBytes = kBN * 128;  // of K, and of V^T
-  constexpr bool kHas64 = kBN == 224, kHas32 = kBN == 224;  // V^T's 64- and 32-key blocks
-  constexpr int kOff64 = kTile, kOff32 = kTile + (kHas64 ? 128 * 64 : 0);  // where they start in a stage
+  constexpr bool kWide = kBN == 224;  // V^T has its 64- and 32-key blocks
+  constexpr int kOff64 = kTile, kOff32 = kTile + 128 * 64;  // where they start in a stage (kWide)
   Smem<kBN>& sm = *reinterpret_cast<Smem<kBN>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   const int q0 = blockIdx.x * kBM;
   const int col0 = blockIdx.y * kD;
@@ -121,8 +121,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(&sm.v_empty[s], phase ^ 1);
         mbar_expect_tx(&sm.v_full[s], kStageBytes);
         tma_load(sm.vt[s], &tvt, &sm.v_full[s], j * kBN, col0);
-        if constexpr (kHas64) tma_load(sm.vt[s] + kOff64, &tvt64, &sm.v_full[s], j * kBN + 128, col0);
-        if constexpr (kHas32) tma_load(sm.vt[s] + kOff32, &tvt32, &sm.v_full[s], j * kBN + kBN - 32, col0);
+        if constexpr (kWide) {
+          tma_load(sm.vt[s] + kOff64, &tvt64, &sm.v_full[s], j * kBN + 128, col0);
+          tma_load(sm.vt[s] + kOff32, &tvt32, &sm.v_full[s], j * kBN + 192, col0);
+        }
       }
     }
     return;
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       if (kk < 4)  // keys [0, 128): the 128-byte-swizzled block
         mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kk * 32, 16, 1024));
-      else if (kHas64 && kk < 6)  // keys [128, 192): the 64-byte-swizzled one
+      else if (kk < 6)  // keys [128, 192): the 64-byte-swizzled one
         mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kOff64 + (kk - 4) * 32, 16, 512, 2));
       else  // the last 32 keys: the 32-byte-swizzled one
         mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kOff32, 16, 256, 3));
