@@ -4,6 +4,7 @@
 // reports itself SKIPPED, loudly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -164,6 +165,39 @@ TEST(CudaOps, FusedRowKernels) {
       }
     }
     expect_close(deq_g, deq_c, 4e-2, "swiglu_fp8_rows vs CPU");
+  }
+}
+
+// q/k norm + RoPE into fp8 with a fixed scale (the FP8 attention's q and k): bitwise the GPU's bf16 result divided
+// by the scale and rounded to e4m3, with a power-of-two scale (the model's bounds: a multiply by the inverse) and
+// with any other (a division), with bf16 and f32 steps, for a row's heads in whole groups of the kernel's four (56:
+// cos / sin loaded once a group) and not (3); and close to the CPU backend's.
+TEST(CudaOps, QkNormRopeFp8) {
+  H3_REQUIRE_GPU();
+  const DType bf = DType::bf16;
+  for (int64_t heads : {56, 3}) {
+    const int64_t n = 37, d = 128;
+    Tensor x = rnd({n, heads * d}, 81), w = rnd({d}, 82), cs = rnd({n, d}, 83), sn = rnd({n, d}, 84);
+    // |v| <= |n| (|cos| + |sin|) <= sqrt(128) max|w| * 2 * max(|cos|, |sin|): a scale that keeps v / s within 448.
+    float mw = 0, mt = 0;
+    for (int64_t i = 0; i < d; ++i) mw = std::max(mw, std::fabs(w.data<float>()[i]));
+    for (const Tensor* t : {&cs, &sn})
+      for (int64_t i = 0; i < t->numel(); ++i) mt = std::max(mt, std::fabs(t->data<float>()[i]));
+    const float bound = std::sqrt(128.0f) * mw * 2 * mt * 1.05f / 448.0f;
+    for (float s : {std::exp2(std::ceil(std::log2(bound))), bound * 1.37f}) {
+      for (bool steps : {true, false}) {
+        SCOPED_TRACE(testing::Message() << heads << " heads, scale " << s << ", bf16 steps " << steps);
+        Tensor scale = Tensor::from(std::vector<float>{s}, {1});
+        Tensor gx = gpu(x, bf), gw = gpu(w, bf), gc = gpu(cs, bf), gs = gpu(sn, bf);
+        Tensor fused = ops::qk_norm_rope_fp8(gx, gw, d, 1e-6, gc, gs, steps, scale);
+        ASSERT_EQ(fused.dtype(), DType::fp8_e4m3);
+        Tensor want = host_f32(ops::qk_norm_rope(gx, gw, d, 1e-6, gc, gs, steps));
+        for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] /= s;
+        EXPECT_TRUE(compare(fused.cpu().to(DType::f32), want.to(DType::fp8_e4m3).to(DType::f32)).bitwise);
+        Tensor cpu = ops::qk_norm_rope_fp8(x, w, d, 1e-6, cs, sn, steps, scale);
+        expect_close(fused.cpu().to(DType::f32), cpu.to(DType::f32), 3e-2, "qk_norm_rope_fp8 vs CPU");
+      }
+    }
   }
 }
 

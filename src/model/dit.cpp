@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/ref_math.h"
 #include "io/lora.h"
+#include "ops/fp8_bound.h"
 #include "ops/ops.h"
 
 namespace h3 {
@@ -297,7 +298,7 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
         float m = 0;
         for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::fabs(h.data<float>()[i]));
         const float s = std::sqrt(static_cast<float>(config_.attention_head_dim)) * m * 1.02f / 448.0f;
-        return Tensor::from(std::vector<float>{std::max(s, 1e-12f)}, {1}).to_device(dev_);
+        return Tensor::from(std::vector<float>{ops::round_up_pow2(std::max(s, 1e-12f))}, {1}).to_device(dev_);
       };
       b.q8_scale = bound(b.norm_q);
       b.k8_scale = bound(b.norm_k);

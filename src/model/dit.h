@@ -78,7 +78,8 @@ class DitModel {
     Tensor adaln_w, adaln_b;  // undefined for refiner blocks
     // FP8 attention: fixed per-tensor scales of the normed, rotated q and k, from the norm weights alone:
     // |q_c| <= sqrt(head_dim) * max|norm_q| (RMS-normed rows, rotations keep pair norms), +2 % for bf16 roundings,
-    // mapped onto e4m3's 448. The same on every rank, so the quantization does not depend on the partition.
+    // mapped onto e4m3's 448 and rounded up to a power of two (ops/fp8_bound.h: exact to divide by). The same on
+    // every rank, so the quantization does not depend on the partition.
     Tensor q8_scale, k8_scale;
   };
 

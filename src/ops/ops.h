@@ -58,7 +58,8 @@ enum class Fp8Out : uint8_t { none, rows, bound };
 //        rows:  quantize_fp8_rows(h)
 //        bound: q = fp8(h / s) with one s = max((sqrt(C) * max|w| * max|1 + scale| + max|shift|) * 1.02 / 448,
 //               1e-12) over every entry of w and the tables (|h| <= that bound for RMS-normed rows), in f32 in
-//               that order: the same on any rows, any rank, CPU or GPU.
+//               that order, then rounded up to a power of two (fp8_bound.h): the same on any rows, any rank,
+//               CPU or GPU.
 // Bitwise the same as the separate ops.
 struct ResidualNorm {
   Tensor x, h;

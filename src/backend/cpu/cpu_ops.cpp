@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_checks.h"
 #include "core/parallel.h"
+#include "ops/fp8_bound.h"
 #include "ops/ops.h"
 
 namespace h3::cpu {
@@ -402,9 +403,8 @@ ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const T
     return m;
   };
   const float c = static_cast<float>(x.dim(1));
-  const float s =
-      std::max((std::sqrt(c) * max_abs(w, 0.0f) * max_abs(scale, 1.0f) + max_abs(shift, 0.0f)) * 1.02f / 448.0f,
-               1e-12f);
+  const float s = round_up_pow2(std::max(
+      (std::sqrt(c) * max_abs(w, 0.0f) * max_abs(scale, 1.0f) + max_abs(shift, 0.0f)) * 1.02f / 448.0f, 1e-12f));
   Tensor f = out.h.to(DType::f32);
   for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] /= s;
   out.h = f.to(DType::fp8_e4m3).with_scale(Tensor::from(std::vector<float>{s}, {1}));

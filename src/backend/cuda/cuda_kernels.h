@@ -45,7 +45,7 @@ cudaError_t residual_norm_modulate(const void* x, const void* gate, const void* 
                                    float* h_scale, const float* h_fixed_scale, int64_t rows, int64_t cols, float eps,
                                    bool bf16_steps, cudaStream_t s);
 // *out = max((sqrt(cols) * max|w| * max|1 + scale| + max|shift|) * 1.02 / 448, 1e-12) over w[cols] and the
-// bf16 tables of table_elems values (residual_norm_modulate's FP8 bound, ops.h).
+// bf16 tables of table_elems values, rounded up to a power of two (residual_norm_modulate's FP8 bound, ops.h).
 cudaError_t norm_fp8_bound(const void* w, int64_t cols, const void* shift, const void* scale, int64_t table_elems,
                            float* out, cudaStream_t s);
 // Per-row FP8 e4m3 quantization of bf16 rows: q[r] = fp8(x[r] / scales[r]), scales[r] as above.

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_vae_kernels.h"
+#include "ops/fp8_bound.h"
 
 namespace h3::cuda {
 
@@ -23,15 +24,54 @@ namespace {
 constexpr float kFp8Max = 448.0f;
 constexpr float kTinyScale = 1e-12f;
 
-// Eight fp8 e4m3 values (round to nearest even, saturating: |v| <= 448 by construction) as one 8-byte store.
+// Eight fp8 e4m3 values v / scale (round to nearest even, saturating: |v| <= 448 scale by construction) as one
+// 8-byte store. A power-of-two scale (the fixed bounds are rounded up to one: ops::round_up_pow2) divides exactly
+// as a product with its exact inverse, one multiply instead of a division's dozen instructions; any other scale (the
+// per-row ones) takes the division. Both give the CPU backend's bits.
 __device__ __forceinline__ void store_fp8x8(__nv_fp8_e4m3* p, const float (&v)[8], float scale) {
+  float x[8];
+  if ((__float_as_uint(scale) & 0x7fffffu) == 0) {
+    const float inv = 1.0f / scale;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = v[i] * inv;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = v[i] / scale;
+  }
   uint2 raw;
   __nv_fp8x2_storage_t* q = reinterpret_cast<__nv_fp8x2_storage_t*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
-    q[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] / scale, v[2 * i + 1] / scale), __NV_SATFINITE, __NV_E4M3);
+    q[i] = __nv_cvt_float2_to_fp8x2(make_float2(x[2 * i], x[2 * i + 1]), __NV_SATFINITE, __NV_E4M3);
   *reinterpret_cast<uint2*>(p) = raw;
 }
+
+// Eight bf16 values a chunk (four pairs), combined pair by pair in bf16 arithmetic (one instruction a pair). For
+// bf16 operands each result is the bf16 rounding of the exact result, and so is rb() of the f32 operation: a
+// product of two bf16 values is exact in f32, and so is a sum unless the exponents lie more than 15 apart, where
+// the smaller term is too small to move the bf16 result. These are the kernels' f32-then-round steps, bit for bit.
+__device__ __forceinline__ uint4 bf16x8_mul(const uint4& a, const uint4& b) {
+  uint4 r;
+  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&b);
+  __nv_bfloat162* z = reinterpret_cast<__nv_bfloat162*>(&r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) z[i] = __hmul2_rn(x[i], y[i]);
+  return r;
+}
+__device__ __forceinline__ uint4 bf16x8_add(const uint4& a, const uint4& b) {
+  uint4 r;
+  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&b);
+  __nv_bfloat162* z = reinterpret_cast<__nv_bfloat162*>(&r);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) z[i] = __hadd2_rn(x[i], y[i]);
+  return r;
+}
+__device__ __forceinline__ uint4 bf16x8_neg(const uint4& a) {
+  return make_uint4(a.x ^ 0x80008000u, a.y ^ 0x80008000u, a.z ^ 0x80008000u, a.w ^ 0x80008000u);
+}
+constexpr uint32_t kBf16One2 = 0x3f803f80u;  // (1, 1) as bf16
 
 // Where a row kernel writes its result: bf16 rows (`bf`), or fp8 rows with one dequantization scale per row
 // (value = q * scale[r], scale[r] = max(amax_r / 448, 1e-12)) or, when `fixed` is given, with the one per-tensor
@@ -43,15 +83,16 @@ struct RowOut {
   const float* fixed = nullptr;
 };
 
-// Writes the VPT chunks of row `r` held by this thread (chunk k at column (threadIdx.x + k * blockDim.x) * 8).
+// Writes the VPT chunks of row `r` held by this thread (chunk k at column (threadIdx.x + k * blockDim.x) * 8), given
+// as bf16 bits: stored as they are, and/or quantized from their values.
 template <int VPT>
-__device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t cols, const float (&v)[VPT][8],
+__device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t cols, const uint4 (&h)[VPT],
                                           const bool (&live)[VPT], float* scratch) {
   const int64_t base = r * cols;
   if (o.bf) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
-      if (live[k]) *reinterpret_cast<uint4*>(o.bf + base + (threadIdx.x + k * blockDim.x) * 8) = pack(v[k]);
+      if (live[k]) *reinterpret_cast<uint4*>(o.bf + base + (threadIdx.x + k * blockDim.x) * 8) = h[k];
   }
   if (o.q) {
     float scale;
@@ -61,15 +102,22 @@ __device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t co
       float m = 0.f;
 #pragma unroll
       for (int k = 0; k < VPT; ++k)
-        if (live[k])
+        if (live[k]) {
+          float v[8];
+          unpack(h[k], v);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[k][j]));
+          for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[j]));
+        }
       scale = fmaxf(block_max(m, scratch) / kFp8Max, kTinyScale);
       if (threadIdx.x == 0) o.scale[r] = scale;
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
-      if (live[k]) store_fp8x8(o.q + base + (threadIdx.x + k * blockDim.x) * 8, v[k], scale);
+      if (live[k]) {
+        float v[8];
+        unpack(h[k], v);
+        store_fp8x8(o.q + base + (threadIdx.x + k * blockDim.x) * 8, v, scale);
+      }
   }
 }
 
@@ -78,7 +126,8 @@ __device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t co
 //   x' = bf ? rb(x + rb(g[idx] * y)) : x + g[idx] * y, stored to x_out   (the gated residual)
 //   n  = rb((x' * inv_rms(x')) * w)
 //   h  = bf ? rb(rb(n * rb(1 + scale[idx])) + shift[idx]) : n * (1 + scale[idx]) + shift[idx]
-// with every value rounded to bf16 where it is stored. Rows of cols values, cols % 8 == 0.
+// with every value rounded to bf16 where it is stored. Rows of cols values, cols % 8 == 0. The bf16 steps run as
+// bf16 pair arithmetic (bf16x8_*: the same bits).
 template <int VPT>
 __global__ void __launch_bounds__(256) residual_norm_modulate_kernel(
     const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ y,
@@ -96,7 +145,6 @@ __global__ void __launch_bounds__(256) residual_norm_modulate_kernel(
     live[k] = c < chunks;
     if (live[k]) raw[k] = load_raw(x + base + c * 8);
   }
-  float v[VPT][8];
   if (gate) {
     uint4 graw[VPT], yraw[VPT];
 #pragma unroll
@@ -110,41 +158,57 @@ __global__ void __launch_bounds__(256) residual_norm_modulate_kernel(
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (!live[k]) continue;
-      float g[8], yv[8];
-      unpack(raw[k], v[k]);
-      unpack(graw[k], g);
-      unpack(yraw[k], yv);
+      if (bf) {
+        raw[k] = bf16x8_add(raw[k], bf16x8_mul(graw[k], yraw[k]));
+      } else {
+        float v[8], g[8], yv[8];
+        unpack(raw[k], v);
+        unpack(graw[k], g);
+        unpack(yraw[k], yv);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[k][j] = bf ? rb(v[k][j] + rb(g[j] * yv[j])) : v[k][j] + g[j] * yv[j];
-      raw[k] = pack(v[k]);
+        for (int j = 0; j < 8; ++j) v[j] = v[j] + g[j] * yv[j];
+        raw[k] = pack(v);
+      }
       *reinterpret_cast<uint4*>(x_out + base + (threadIdx.x + int64_t(k) * blockDim.x) * 8) = raw[k];
     }
   }
+  // The stored (bf16) values of x': what the separate norm would read back.
   float ss = 0.f;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     if (!live[k]) continue;
-    unpack(raw[k], v[k]);  // the stored (bf16) values: what the separate norm would read back
+    float v[8];
+    unpack(raw[k], v);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) ss += v[k][j] * v[k][j];
+    for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
   }
   const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / static_cast<float>(cols) + eps);
+  uint4 h[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     if (!live[k]) continue;
     const int64_t c = (threadIdx.x + int64_t(k) * blockDim.x) * 8;
-    float wv[8], sc[8], sh[8];
+    float v[8], wv[8];
+    unpack(raw[k], v);
     unpack(load_raw(w + c), wv);
-    unpack(load_raw(scale + t + c), sc);
-    unpack(load_raw(shift + t + c), sh);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float n = rb((v[k][j] * inv) * wv[j]);
-      const float h = bf ? rb(rb(n * rb(1.0f + sc[j])) + sh[j]) : n * (1.0f + sc[j]) + sh[j];
-      v[k][j] = rb(h);  // stored as bf16; the fp8 quantization starts from that value
+    for (int j = 0; j < 8; ++j) v[j] = (v[j] * inv) * wv[j];
+    const uint4 n = pack(v);  // rb(n)
+    const uint4 sc = load_raw(scale + t + c), sh = load_raw(shift + t + c);
+    if (bf) {
+      const uint4 one = make_uint4(kBf16One2, kBf16One2, kBf16One2, kBf16One2);
+      h[k] = bf16x8_add(bf16x8_mul(n, bf16x8_add(one, sc)), sh);
+    } else {
+      float nv[8], scv[8], shv[8];
+      unpack(n, nv);
+      unpack(sc, scv);
+      unpack(sh, shv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) nv[j] = nv[j] * (1.0f + scv[j]) + shv[j];
+      h[k] = pack(nv);  // stored as bf16; the fp8 quantization starts from that value
     }
   }
-  write_row<VPT>(out, r, cols, v, live, scratch);
+  write_row<VPT>(out, r, cols, h, live, scratch);
 }
 
 // Per-row FP8 quantization of bf16 rows (one block per row).
@@ -154,14 +218,14 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(const __nv_bfloat16*
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x, base = r * cols, chunks = cols / 8;
   bool live[VPT];
-  float v[VPT][8];
+  uint4 h[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
     live[k] = c < chunks;
-    if (live[k]) unpack(load_raw(x + base + c * 8), v[k]);
+    if (live[k]) h[k] = load_raw(x + base + c * 8);
   }
-  write_row<VPT>(out, r, cols, v, live, scratch);
+  write_row<VPT>(out, r, cols, h, live, scratch);
 }
 
 // SwiGLU of one row (u = [value | gate], f values each) into per-row FP8 (one block per row).
@@ -182,20 +246,21 @@ __global__ void __launch_bounds__(256) swiglu_rows_kernel(const __nv_bfloat16* _
       graw[k] = load_raw(row + f + c * 8);
     }
   }
-  float v[VPT][8];
+  uint4 h[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     if (!live[k]) continue;
-    float g[8];
-    unpack(vraw[k], v[k]);
+    float v[8], g[8];
+    unpack(vraw[k], v);
     unpack(graw[k], g);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float sg = __fdividef(g[j], 1.0f + __expf(-g[j]));
-      v[k][j] = rb(bf ? rb(v[k][j] * rb(sg)) : v[k][j] * sg);
+      v[j] = bf ? rb(v[j] * rb(sg)) : v[j] * sg;
     }
+    h[k] = pack(v);
   }
-  write_row<VPT>(out, r, f, v, live, scratch);
+  write_row<VPT>(out, r, f, h, live, scratch);
 }
 
 // SwiGLU into bf16, element-wise over 16-byte chunks; two chunks per thread in flight. Fast exp and division:
@@ -243,6 +308,9 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
 // kQkItems items per lane group with all their loads issued first; the sum of squares per lane, then across the
 // group's lanes (butterfly). The rotate-half partner of channel c (c < rot) is c +- rot/2, i.e. lane +- rot/16 of
 // the same group: exchanged by shuffles (rot % 16 == 0). The DiT's heads are 128 wide, the video VAE decoder's 64.
+// With bf16 steps the normalized values travel and rotate as bf16 pairs (bf16x8_*: the f32-then-round bits in a
+// quarter of the instructions); when the heads of a row come in whole groups (heads % kQkItems == 0, the DiT's 56),
+// a group loads its row's cos / sin once, before its items.
 constexpr int kQkItems = 4;
 template <int kD>
 __global__ void __launch_bounds__(256) qk_norm_rope_vec_kernel(
@@ -260,11 +328,27 @@ __global__ void __launch_bounds__(256) qk_norm_rope_vec_kernel(
   for (int k = 0; k < kQkItems; ++k)
     if (first + k < items) raw[k] = load_raw(x + (first + k) * kD + c0);
   const bool rotates = c0 < rot;
-  const int partner = (threadIdx.x & 31) + (c0 < half ? shift_lanes : -shift_lanes);
+  const bool lower = c0 < half;  // takes -partner * sin
+  const int partner = (threadIdx.x & 31) + (lower ? shift_lanes : -shift_lanes);
+  const bool row_per_group = heads % kQkItems == 0;
+  // The row of each item, by one division a thread (32-bit where the items allow: a 64-bit one is a long
+  // subroutine), then counted on.
+  int64_t row = items <= 0xffffffffll ? int64_t(uint32_t(first) / uint32_t(heads)) : first / heads;
+  int rem = static_cast<int>(first - row * heads);
+  uint4 cs_raw{}, sn_raw{};
+  if (row_per_group && rotates && first < items) {
+    cs_raw = load_raw(cs + row * rot + c0);
+    sn_raw = load_raw(sn + row * rot + c0);
+  }
+  const float scale = out8 ? *scale8 : 1.f;
 #pragma unroll
   for (int k = 0; k < kQkItems; ++k) {
     const int64_t item = first + k;
     const bool active = item < items;  // uniform over the half warp; shuffles below stay converged per warp
+    if (k > 0 && ++rem == heads) {
+      rem = 0;
+      ++row;
+    }
     float v[8];
     if (active) unpack(raw[k], v);
     else
@@ -272,30 +356,55 @@ __global__ void __launch_bounds__(256) qk_norm_rope_vec_kernel(
       for (int j = 0; j < 8; ++j) v[j] = 0.f;
     float ss = 0.f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+    for (int j = 0; j < 8; ++j) ss = fmaf(v[j], v[j], ss);
     for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the group
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(kD) + eps);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = rb((v[j] * inv) * wv[j]);
+    for (int j = 0; j < 8; ++j) v[j] = (v[j] * inv) * wv[j];
+    const uint4 n = pack(v);  // rb(n)
+    if (bf) {
+      uint4 other;
+      other.x = __shfl_sync(0xffffffffu, n.x, rotates ? partner : (threadIdx.x & 31));
+      other.y = __shfl_sync(0xffffffffu, n.y, rotates ? partner : (threadIdx.x & 31));
+      other.z = __shfl_sync(0xffffffffu, n.z, rotates ? partner : (threadIdx.x & 31));
+      other.w = __shfl_sync(0xffffffffu, n.w, rotates ? partner : (threadIdx.x & 31));
+      if (!active) continue;
+      uint4 o = n;
+      if (rotates) {
+        if (!row_per_group) {
+          cs_raw = load_raw(cs + row * rot + c0);
+          sn_raw = load_raw(sn + row * rot + c0);
+        }
+        // rb(rb(n cos) + rb(+-partner sin))
+        o = bf16x8_add(bf16x8_mul(n, cs_raw), bf16x8_mul(lower ? bf16x8_neg(other) : other, sn_raw));
+      }
+      if (out8) {
+        unpack(o, v);  // the bf16 value the unquantized path would store
+        store_fp8x8(out8 + item * kD + c0, v, scale);
+      } else {
+        *reinterpret_cast<uint4*>(out + item * kD + c0) = o;
+      }
+      continue;
+    }
+    unpack(n, v);
     float other[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) other[j] = __shfl_sync(0xffffffffu, v[j], rotates ? partner : (threadIdx.x & 31));
     if (!active) continue;
-    const int64_t row = item / heads;
     if (rotates) {
       float cv[8], sv[8];
-      unpack(load_raw(cs + row * rot + c0), cv);
-      unpack(load_raw(sn + row * rot + c0), sv);
+      unpack(row_per_group ? cs_raw : load_raw(cs + row * rot + c0), cv);
+      unpack(row_per_group ? sn_raw : load_raw(sn + row * rot + c0), sv);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float o = c0 < half ? -other[j] : other[j];
-        v[j] = bf ? rb(rb(v[j] * cv[j]) + rb(o * sv[j])) : v[j] * cv[j] + o * sv[j];
+        const float o = lower ? -other[j] : other[j];
+        v[j] = v[j] * cv[j] + o * sv[j];
       }
     }
     if (out8) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] = rb(v[j]);  // the bf16 value the unquantized path would store
-      store_fp8x8(out8 + item * kD + c0, v, *scale8);
+      store_fp8x8(out8 + item * kD + c0, v, scale);
     } else {
       *reinterpret_cast<uint4*>(out + item * kD + c0) = pack(v);
     }
@@ -316,7 +425,7 @@ __global__ void norm_fp8_bound_kernel(const __nv_bfloat16* w, int64_t cols, cons
   m1 = block_max(m1, scratch);
   ms = block_max(ms, scratch);
   if (threadIdx.x == 0)
-    *out = fmaxf((sqrtf(static_cast<float>(cols)) * mw * m1 + ms) * 1.02f / kFp8Max, kTinyScale);
+    *out = ops::round_up_pow2(fmaxf((sqrtf(static_cast<float>(cols)) * mw * m1 + ms) * 1.02f / kFp8Max, kTinyScale));
 }
 
 __global__ void broadcast_scale_kernel(const float* scale, float* out, int64_t n) {
