@@ -4,10 +4,10 @@
 //
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -Isrc bench/attention_wgmma_check.cu \
 //        src/backend/cuda/cuda_attention_wgmma.cu src/backend/cuda/cuda_attention_wgmma_fp8.cu -o attention_wgmma_check
-//   attention_wgmma_check [--reps N] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]
+//   attention_wgmma_check [--reps N] [--data uniform|rising] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]
 //
 // The kernels' key tiles come from H3_ATTENTION_BF16_TILE (192 or 128) and H3_ATTENTION_FP8_TILE (224 or 128), as
-// in h3.
+// in h3, and their softmax slack (log2 units; 0 unless set) from H3_ATTENTION_BF16_SLACK and H3_ATTENTION_FP8_SLACK.
 // Kinds: bf16 (bf16 q, k, v, o); fp8 (e4m3 q, k, v with per-tensor descales, bf16 o); fp8-O8 (the same with an e4m3
 // o and its descale). For each shape: q, k uniform in [-2.5, 2.5] and v in [-1, 1] (scores of std ~2 after the
 // 1/sqrt(128) scale: a softmax neither flat nor one-hot), hashed on the device; for FP8 the e4m3 values and power-of-
@@ -61,22 +61,30 @@ __device__ uint64_t mix(uint64_t x) {
   return x;
 }
 
-__global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed, float amp) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const double u =
-        static_cast<double>(mix(seed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull)) >> 11) /
-        9007199254740992.0;  // [0, 1)
-    x[i] = __float2bfloat16_rn(static_cast<float>((2 * u - 1) * amp));
+// --data rising: the first 8 channels of every head hold amp in q (ramp 1) and a ramp from -amp to amp over the
+// rows of k (ramp 2), so that every row's scores grow along the keys and its running maximum moves on nearly every
+// tile (the softmax's rescale path, and its slack, at work). ramp 0: uniform values only.
+__device__ double value_at(uint64_t seed, int64_t i, float amp, int ramp, int64_t ld, int64_t rows) {
+  const double u = static_cast<double>(mix(seed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull)) >> 11) /
+                   9007199254740992.0;  // [0, 1)
+  if (ramp && (i % ld) % 128 < 8) {
+    if (ramp == 1) return amp;
+    return -amp + 2.0 * amp * static_cast<double>(i / ld) / static_cast<double>(rows > 1 ? rows - 1 : 1);
   }
+  return (2 * u - 1) * amp;
+}
+
+__global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed, float amp, int ramp, int64_t ld) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = __float2bfloat16_rn(static_cast<float>(value_at(seed, i, amp, ramp, ld, n / ld)));
 }
 
 // e4m3 values of (2 u - 1) amp / descale and their exact bf16 values (descale a power of two).
-__global__ void fill_fp8(uint8_t* x8, __nv_bfloat16* xb, int64_t n, uint64_t seed, float amp, float descale) {
+__global__ void fill_fp8(uint8_t* x8, __nv_bfloat16* xb, int64_t n, uint64_t seed, float amp, float descale,
+                         int ramp, int64_t ld) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const double u = static_cast<double>(mix(seed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull)) >> 11) /
-                     9007199254740992.0;
-    const __nv_fp8_e4m3 q(static_cast<float>((2 * u - 1) * amp) / descale);
+    const __nv_fp8_e4m3 q(static_cast<float>(value_at(seed, i, amp, ramp, ld, n / ld)) / descale);
     x8[i] = q.__x;
     xb[i] = __float2bfloat16_rn(static_cast<float>(q) * descale);
   }
@@ -157,7 +165,7 @@ float host_value(const std::vector<uint8_t>& bytes, int64_t i, Kind kind, float 
   return __bfloat162float(b);
 }
 
-Row run(const Shape& sh, int reps, Kind kind) {
+Row run(const Shape& sh, int reps, Kind kind, bool rising) {
   Row r;
   r.sh = sh;
   r.kind = kind;
@@ -181,13 +189,13 @@ Row run(const Shape& sh, int reps, Kind kind) {
     CHECK(cudaMalloc(&k8, nke));
     CHECK(cudaMalloc(&v8, nke));
     CHECK(cudaMalloc(&vt, ld * h3::cuda::attention_wgmma_fp8_vt_cols(sh.nk)));
-    fill_fp8<<<1024, 256>>>(q8, q, nqe, 0x51, 2.5f, desc_host[0]);
-    fill_fp8<<<1024, 256>>>(k8, k, nke, 0x52, 2.5f, desc_host[1]);
-    fill_fp8<<<1024, 256>>>(v8, v, nke, 0x53, 1.0f, desc_host[2]);
+    fill_fp8<<<1024, 256>>>(q8, q, nqe, 0x51, 2.5f, desc_host[0], rising ? 1 : 0, ld);
+    fill_fp8<<<1024, 256>>>(k8, k, nke, 0x52, 2.5f, desc_host[1], rising ? 2 : 0, ld);
+    fill_fp8<<<1024, 256>>>(v8, v, nke, 0x53, 1.0f, desc_host[2], 0, ld);
   } else {
-    fill_uniform<<<1024, 256>>>(q, nqe, 0x51, 2.5f);
-    fill_uniform<<<1024, 256>>>(k, nke, 0x52, 2.5f);
-    fill_uniform<<<1024, 256>>>(v, nke, 0x53, 1.0f);
+    fill_uniform<<<1024, 256>>>(q, nqe, 0x51, 2.5f, rising ? 1 : 0, ld);
+    fill_uniform<<<1024, 256>>>(k, nke, 0x52, 2.5f, rising ? 2 : 0, ld);
+    fill_uniform<<<1024, 256>>>(v, nke, 0x53, 1.0f, 0, ld);
   }
   auto call = [&](void* out) {
     if (fp8)
@@ -290,6 +298,7 @@ Row run(const Shape& sh, int reps, Kind kind) {
 
 int main(int argc, char** argv) {
   int reps = 5;
+  bool rising = false;
   std::vector<Kind> kinds{Kind::bf16, Kind::fp8, Kind::fp8_out};
   std::vector<Shape> shapes{{1, 1, 1},          {77, 77, 2},      {1000, 1000, 3}, {300, 777, 2},
                             {129, 4100, 1},     {4100, 129, 2},   {2048, 2048, 4}, {14908, 14908, 56},
@@ -298,6 +307,13 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--data" && i + 1 < argc) {
+      const std::string d = argv[++i];
+      if (d != "uniform" && d != "rising") {
+        std::fprintf(stderr, "attention_wgmma_check: --data takes uniform or rising\n");
+        return 2;
+      }
+      rising = d == "rising";
     } else if (a == "--kinds" && i + 1 < argc) {
       kinds.clear();
       const std::string list = argv[++i];
@@ -325,7 +341,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: attention_wgmma_check [--reps N] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]\n");
+                   "usage: attention_wgmma_check [--reps N] [--data uniform|rising] [--kinds bf16,fp8,fp8-O8] "
+                   "[--shapes NQ:NK:HEADS,...]\n");
       return 2;
     }
   }
@@ -338,7 +355,7 @@ int main(int argc, char** argv) {
   bool all = true;
   for (Kind kind : kinds)
     for (const Shape& s : shapes) {
-      Row r = run(s, reps, kind);
+      Row r = run(s, reps, kind, rising);
       all = all && r.ok();
       std::printf("%-6s %7ld %7ld %5ld | %6ld %9.2e %9.2e %4llu %6s %6s | %9.3f %8.1f | %s%s\n", kind_name(kind),
                   s.nq, s.nk, s.heads, r.checked_rows, r.rel_l2, r.max_abs, r.nan,
