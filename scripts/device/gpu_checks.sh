@@ -4,7 +4,7 @@
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
 # Steps: probe build smi tests gpu-ctest fp8attn wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
-#        bench-bf16 anchor decode decode-profile decode-attn-ab vae
+#        bench-bf16 bench-fp8 anchor decode decode-profile decode-attn-ab vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
 mkdir -p "$out"
@@ -83,6 +83,9 @@ for s in "$@"; do
     bench-bf16)
       TAIL=20 step bench-bf16 400 "$h3" --device cuda bench --res 480p 768p --precision bf16 --reps 3 --profile \
         --json "$out/bench-bf16.json" ;;
+    bench-fp8)  # FP8 only, both resolutions; TAG names the JSON (for A/B runs under different variables)
+      TAIL=12 step "bench-fp8${TAG:-}" 300 "$h3" --device cuda bench --res 480p 768p --precision fp8 --reps 3 --profile \
+        --json "$out/bench-fp8${TAG:-}.json" ;;
     benchall)
       TAIL=20 step benchall 560 "$h3" --device cuda bench --res 480p 768p --precision bf16 fp8 --reps 3 --profile \
         --json "$out/bench.json" ;;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -255,6 +256,7 @@ std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
 }
 
 DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
+  std::optional<profile::Region> setup(std::in_place, "setup (inputs, rope)");
   in.validate(config_);
   const bool bf = bf16_steps();
   const int64_t H = config_.hidden_size;
@@ -299,6 +301,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   }
   st.cos = rope_cos_;
   st.sin = rope_sin_;
+  setup.reset();
   DitOutputs out;
   const auto in_own = [&](int64_t row) { return row >= st.own.begin && row < st.own.end; };
 
@@ -331,28 +334,34 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
       ops::scatter_rows(x, ops::gather_rows(text, index_i32(src)), index_i32(dst));
     }
   }
-  for (auto [rows, idx, w, b] : {std::tuple{&in.video, &in.video_indices, &proj_in_w, &proj_in_b},
-                                  std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
-    auto [src, dst] = scatter_own(*rows, *idx);
-    Tensor mine = upload(ops::gather_rows(*rows, index_i32(src)));
-    ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), index_i32(dst));
+  Tensor ada_in;
+  {
+    profile::Region r("embed video, audio, time");
+    for (auto [rows, idx, w, b] : {std::tuple{&in.video, &in.video_indices, &proj_in_w, &proj_in_b},
+                                    std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
+      auto [src, dst] = scatter_own(*rows, *idx);
+      Tensor mine = upload(ops::gather_rows(*rows, index_i32(src)));
+      ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), index_i32(dst));
+    }
+    // Timestep embedding (f32 always), the f32 time MLP, the shared AdaLN input, every block's tables.
+    Tensor temb = upload(timestep_embedding(in.timestep, config_.freq_dim));
+    temb = ops::linear(ops::silu(ops::linear(temb, t1_w, &t1_b)), t2_w, &t2_b);
+    ada_in = round_if_bf16(ops::silu(temb));
   }
-
-  // Timestep embedding (f32 always), the f32 time MLP, the shared AdaLN input, every block's tables.
-  Tensor temb = upload(timestep_embedding(in.timestep, config_.freq_dim));
-  temb = ops::linear(ops::silu(ops::linear(temb, t1_w, &t1_b)), t2_w, &t2_b);
-  Tensor ada_in = round_if_bf16(ops::silu(temb));
   std::vector<Tensor> tables;
   {
     profile::Region r("adaln tables");
     tables = adaln_tables(ada_in);
   }
   std::vector<int32_t> ada_idx, ti_idx;
-  for (int64_t r = st.own.begin; r < st.own.end; ++r) {
-    ti_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r)));
-    ada_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r) * 3 + in.token_tags.get(r)));
+  {
+    profile::Region pr("modulation index");
+    for (int64_t r = st.own.begin; r < st.own.end; ++r) {
+      ti_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r)));
+      ada_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r) * 3 + in.token_tags.get(r)));
+    }
+    st.ada_idx = back_to(index_i32(ada_idx), dev_);
   }
-  st.ada_idx = back_to(index_i32(ada_idx), dev_);
 
   // FP8 on the GPU: the norms hand their output to the projections already quantized when the projections take
   // this rank's rows as they are (no gather before them) — with one scale bounded from the norm weight and the
