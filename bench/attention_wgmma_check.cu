@@ -17,6 +17,7 @@
 //     1e-2), FP8 ~2-3e-2 from the softmax weights in e4m3 (fails above 5e-2, 6e-2 with an e4m3 o);
 //   - no NaN anywhere in the output (every element written);
 //   - a second run bitwise equal to the first;
+//   - FP8: the V^T transpose alone against the host's, byte for byte (every column, or every 61st on long shapes);
 //   - bf16: the heads computed in groups (calls of 1 and of 7 heads on offset pointers, same row stride) bitwise
 //     equal to all heads in one call (what deterministic mode and ulysses ranks with other head counts rely on).
 // Then the median time of --reps runs and TFLOPS = 4 nq nk heads 128 / t. Prints a table, then JSON rows.
@@ -143,14 +144,15 @@ struct Row {
   Shape sh;
   Kind kind = Kind::bf16;
   int64_t checked_rows = 0;
-  double rel_l2 = -1, max_abs = -1, ms = 0, tflops = 0;
+  double rel_l2 = -1, max_abs = -1, ms = 0, tflops = 0, transpose_ms = 0;
   unsigned long long nan = 0;
-  bool repeat_equal = false, groups_equal = false;
+  bool repeat_equal = false, groups_equal = false, transpose_ok = true;  // transpose: FP8's V^T, byte for byte
   std::string error;
   // bf16: ~2e-3 (bf16 P and output); FP8: the softmax weights in e4m3 (3 mantissa bits), and O too for fp8-O8.
   double tolerance() const { return kind == Kind::bf16 ? 1e-2 : kind == Kind::fp8 ? 5e-2 : 6e-2; }
   bool ok() const {
-    return error.empty() && rel_l2 >= 0 && rel_l2 <= tolerance() && nan == 0 && repeat_equal && groups_equal;
+    return error.empty() && rel_l2 >= 0 && rel_l2 <= tolerance() && nan == 0 && repeat_equal && groups_equal &&
+           transpose_ok;
   }
 };
 
@@ -196,6 +198,29 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
     fill_uniform<<<1024, 256>>>(q, nqe, 0x51, 2.5f, rising ? 1 : 0, ld);
     fill_uniform<<<1024, 256>>>(k, nke, 0x52, 2.5f, rising ? 2 : 0, ld);
     fill_uniform<<<1024, 256>>>(v, nke, 0x53, 1.0f, 0, ld);
+  }
+  // FP8: the V^T transpose alone, every byte against the host's (key_of_slot's order, zero past nk).
+  if (fp8) {
+    const int64_t nkp = h3::cuda::attention_wgmma_fp8_vt_cols(sh.nk);
+    CHECK(cudaMemset(vt, 0xff, ld * nkp));
+    h3::cuda::attention_wgmma_fp8_transpose_v(v8, vt, sh.nk, ld, nullptr);
+    CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> hv(nke), hvt(ld * nkp);
+    CHECK(cudaMemcpy(hv.data(), v8, nke, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(hvt.data(), vt, ld * nkp, cudaMemcpyDeviceToHost));
+    auto key_of_slot = [](int64_t s) { return (s / 16) * 16 + ((s % 4) / 2) * 8 + 2 * ((s % 16) / 4) + (s % 2); };
+    // Every column of small shapes; of long ones every 61st and the last (the host loop is the slow part).
+    const int64_t step = ld * nkp > (int64_t{1} << 26) ? 61 : 1;
+    auto next = [&](int64_t c) { return c == ld - 1 ? ld : std::min(c + step, ld - 1); };
+    for (int64_t c = 0; c < ld && r.transpose_ok; c = next(c))
+      for (int64_t k = 0; k < nkp; ++k) {
+        const int64_t key = (k / 32) * 32 + key_of_slot(k % 32);
+        const uint8_t want = key < sh.nk ? hv[key * ld + c] : 0;
+        if (hvt[c * nkp + k] != want) {
+          r.transpose_ok = false;
+          break;
+        }
+      }
   }
   auto call = [&](void* out) {
     if (fp8)
@@ -283,6 +308,20 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
     }
     std::sort(ms.begin(), ms.end());
     r.ms = ms[ms.size() / 2];
+    if (fp8) {  // the V^T transpose alone (part of every FP8 call above)
+      std::vector<float> tms;
+      for (int i = 0; i < reps; ++i) {
+        CHECK(cudaEventRecord(a));
+        h3::cuda::attention_wgmma_fp8_transpose_v(v8, vt, sh.nk, ld, nullptr);
+        CHECK(cudaEventRecord(b));
+        CHECK(cudaEventSynchronize(b));
+        float t = 0;
+        CHECK(cudaEventElapsedTime(&t, a, b));
+        tms.push_back(t);
+      }
+      std::sort(tms.begin(), tms.end());
+      r.transpose_ms = tms[tms.size() / 2];
+    }
     r.tflops = 4.0 * sh.nq * sh.nk * sh.heads * 128 / (r.ms * 1e-3) / 1e12;
   } catch (const std::exception& e) {
     r.error = e.what();
@@ -360,7 +399,10 @@ int main(int argc, char** argv) {
       std::printf("%-6s %7ld %7ld %5ld | %6ld %9.2e %9.2e %4llu %6s %6s | %9.3f %8.1f | %s%s\n", kind_name(kind),
                   s.nq, s.nk, s.heads, r.checked_rows, r.rel_l2, r.max_abs, r.nan,
                   r.repeat_equal ? "equal" : "DIFF", r.groups_equal ? "equal" : "DIFF", r.ms, r.tflops,
-                  r.ok() ? "ok" : "FAIL ", r.error.c_str());
+                  r.ok() ? "ok" : "FAIL ", r.transpose_ok ? r.error.c_str() : "V^T transpose wrong");
+      if (r.transpose_ms > 0)
+        std::printf("       V^T transpose alone: %.3f ms, %.0f GB/s read + written\n", r.transpose_ms,
+                    2.0 * s.nk * s.heads * 128 / (r.transpose_ms * 1e-3) / 1e9);
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -369,10 +411,11 @@ int main(int argc, char** argv) {
     const Row& r = rows[i];
     std::printf(
         "%s{\"kind\": \"%s\", \"nq\": %ld, \"nk\": %ld, \"heads\": %ld, \"rel_l2\": %.4e, \"max_abs\": %.4e, \"nan\": %llu, "
-        "\"repeat_equal\": %s, \"groups_equal\": %s, \"ms\": %.4f, \"tflops\": %.2f, \"ok\": %s}",
+        "\"repeat_equal\": %s, \"groups_equal\": %s, \"transpose_ok\": %s, \"transpose_ms\": %.4f, \"ms\": %.4f, "
+        "\"tflops\": %.2f, \"ok\": %s}",
         i ? ",\n " : "", kind_name(r.kind), r.sh.nq, r.sh.nk, r.sh.heads, r.rel_l2, r.max_abs, r.nan,
-        r.repeat_equal ? "true" : "false", r.groups_equal ? "true" : "false", r.ms, r.tflops,
-        r.ok() ? "true" : "false");
+        r.repeat_equal ? "true" : "false", r.groups_equal ? "true" : "false", r.transpose_ok ? "true" : "false",
+        r.transpose_ms, r.ms, r.tflops, r.ok() ? "true" : "false");
   }
   std::printf("]\n");
   return all ? 0 : 1;

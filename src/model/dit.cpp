@@ -44,15 +44,26 @@ void check_input(const Tensor& t, const char* name, std::initializer_list<DType>
          dtype_name(*dtypes.begin()));
 }
 
-void check_index(const Tensor& t, const char* name, int64_t limit) {
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    double v = t.get(i);
-    if (v < 0 || v >= static_cast<double>(limit))
-      fail("DiT input '{}': entry {} is {}, outside [0, {})", name, i, v, limit);
-  }
+void check_index(const std::vector<int64_t>& v, const char* name, int64_t limit) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] < 0 || v[i] >= limit) fail("DiT input '{}': entry {} is {}, outside [0, {})", name, i, v[i], limit);
 }
 
 }  // namespace
+
+std::vector<int64_t> index_values(const Tensor& t) {
+  const Tensor h = t.on_device() ? t.cpu() : t;
+  std::vector<int64_t> v(static_cast<size_t>(h.numel()));
+  if (h.dtype() == DType::i64) {
+    std::memcpy(v.data(), h.raw(), v.size() * sizeof(int64_t));
+  } else if (h.dtype() == DType::i32) {
+    const int32_t* p = h.data<int32_t>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = p[i];
+  } else {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(h.get(static_cast<int64_t>(i)));
+  }
+  return v;
+}
 
 void DitInputs::validate(const DitConfig& c) const {
   check_input(video, "video (hidden_states)", {DType::f32, DType::f64}, 2);
@@ -80,17 +91,16 @@ void DitInputs::validate(const DitConfig& c) const {
     fail("DiT inputs: index counts (video {}, audio {}, text {}) differ from the row counts ({}, {}, {})",
          video_indices.numel(), audio_indices.numel(), text_indices.numel(), video.dim(0), audio.dim(0), text.dim(0));
   if (timestep.numel() == 0) fail("DiT input 'timestep' is empty");
-  check_index(timestep_indices, "timestep_indices", timestep.numel());
-  check_index(token_tags, "token_tags", 3);
-  check_index(video_indices, "video_indices", S);
-  check_index(audio_indices, "audio_indices", S);
-  check_index(text_indices, "text_indices", S);
+  check_index(index_values(timestep_indices), "timestep_indices", timestep.numel());
+  check_index(index_values(token_tags), "token_tags", 3);
   std::vector<uint8_t> used(static_cast<size_t>(S), 0);
-  for (const Tensor* t : {&video_indices, &audio_indices, &text_indices})
-    for (int64_t i = 0; i < t->numel(); ++i) {
-      auto r = static_cast<size_t>(t->get(i));
-      if (used[r]++) fail("DiT inputs: packed row {} is addressed twice by the index tensors", r);
-    }
+  for (auto [t, name] : {std::pair{&video_indices, "video_indices"}, {&audio_indices, "audio_indices"},
+                         {&text_indices, "text_indices"}}) {
+    const std::vector<int64_t> v = index_values(*t);
+    check_index(v, name, S);
+    for (int64_t r : v)
+      if (used[static_cast<size_t>(r)]++) fail("DiT inputs: packed row {} is addressed twice by the index tensors", r);
+  }
 }
 
 Tensor timestep_embedding(const Tensor& timestep, int freq_dim) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "dist/plan.h"
@@ -96,6 +97,9 @@ class DitModel {
   Tensor refiner_attention(const Block& b, const Tensor& h) const;
   Tensor refiner_mlp(const Block& b, const Tensor& h) const;
   std::vector<Tensor> adaln_tables(const Tensor& ada_in) const;
+  // `v` as an i32 index tensor where the model's ops run: on the GPU uploaded once per distinct content and kept
+  // (every step of a request has the same layout, and each host-to-device copy waits for the queued work).
+  Tensor device_index(const std::vector<int32_t>& v) const;
 
   DitConfig config_;
   Precision precision_;
@@ -107,6 +111,11 @@ class DitModel {
   mutable uint64_t op_id_ = 0;  // forwards run so far; agreed between ranks
   mutable uint64_t rope_key_ = 0;  // hash of the positions the cached RoPE tables belong to
   mutable Tensor rope_cos_, rope_sin_;
+  struct CachedIndex {
+    std::vector<int32_t> host;
+    Tensor dev;
+  };
+  mutable std::unordered_map<uint64_t, CachedIndex> index_cache_;  // device_index's uploads, by content hash
   Tensor proj_in_w, proj_in_b, audio_in_w, audio_in_b, ctx_w, ctx_b;
   Tensor t1_w, t1_b, t2_w, t2_b;
   std::vector<Block> refiner_, blocks_;
@@ -120,6 +129,8 @@ void check_lora_agreement(const DitCheckpoint& ck, const DistPlan& plan);
 // The sinusoidal timestep embedding [M, freq_dim] = [cos(t f_k) | sin(t f_k)], f_k = exp(-ln(1e4) k / half),
 // always computed in f32 as the reference does.
 Tensor timestep_embedding(const Tensor& timestep, int freq_dim);
+// The entries of an integer index tensor (i32 or i64, any device), read in one typed pass.
+std::vector<int64_t> index_values(const Tensor& t);
 // RoPE tables [S, 6*rope_freq_dim] in dtype `dt` (positions and inverse frequencies rounded to f32 first).
 void rope_tables(const Tensor& position_ids, const DitConfig& c, DType dt, Tensor& cos, Tensor& sin);
 

@@ -58,6 +58,20 @@ struct FaultInjection {
 
 Tensor index_i32(const std::vector<int32_t>& v) { return Tensor::from(v, {static_cast<int64_t>(v.size())}); }
 
+// FNV-1a over 8-byte words (the tail bytewise): keys for the caches of per-layout tables.
+uint64_t content_hash(const void* p, size_t bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* b = static_cast<const uint8_t*>(p);
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, b + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  for (; i < bytes; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
 // The MPI communicator moves host memory: device tensors travel through a host copy and come back to the device
 // they started on. A device communicator (NCCL) takes them where they are.
 Tensor host_side(const Tensor& t) { return t.on_device() ? t.cpu() : t; }
@@ -255,6 +269,17 @@ std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
   return full;
 }
 
+Tensor DitModel::device_index(const std::vector<int32_t>& v) const {
+  if (dev_ == Device::cpu) return index_i32(v);
+  const uint64_t key = content_hash(v.data(), v.size() * sizeof(int32_t)) ^ static_cast<uint64_t>(v.size());
+  auto it = index_cache_.find(key);
+  if (it != index_cache_.end() && it->second.host == v) return it->second.dev;
+  if (index_cache_.size() >= 64) index_cache_.clear();  // a new request's layout: the old entries go
+  Tensor dev = index_i32(v).to_device(dev_);
+  index_cache_[key] = CachedIndex{v, dev};
+  return dev;
+}
+
 DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   std::optional<profile::Region> setup(std::in_place, "setup (inputs, rope)");
   in.validate(config_);
@@ -283,9 +308,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   const Range att_rows = plan_.mode == DistMode::ulysses_ag ? Range{0, st.S} : st.group_rows[plan_.u];
   // Every step of a request has the same positions: the tables are built once and kept while they match.
   const Tensor pos = in.position_ids.rows(att_rows.begin, att_rows.end);
-  uint64_t rope_key = 0xcbf29ce484222325ull ^ static_cast<uint64_t>(pos.numel());
-  for (size_t i = 0; i < pos.nbytes(); ++i)
-    rope_key = (rope_key ^ static_cast<const uint8_t*>(pos.raw())[i]) * 0x100000001b3ull;
+  const uint64_t rope_key = content_hash(pos.raw(), pos.nbytes()) ^ static_cast<uint64_t>(pos.numel());
   if (rope_key != rope_key_ || !rope_cos_.defined() || rope_cos_.dim(0) != pos.dim(0)) {
     rope_tables(pos, config_, ct_, st.cos, st.sin);
     if (dev_ != Device::cpu) {
@@ -308,19 +331,26 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   // Prologue: only the rows this rank owns (the refiner needs every text row, so text owners run it whole).
   const DType act = dev_ == Device::cpu ? ct_ : DType::bf16;  // the residual stream's dtype
   Tensor x(act, {st.own.size(), H}, dev_);
-  auto scatter_own = [&](const Tensor& rows_all, const Tensor& packed_idx) {
+  auto scatter_own = [&](const Tensor& packed_idx) {
     std::vector<int32_t> src, dst;
-    for (int64_t i = 0; i < packed_idx.numel(); ++i) {
-      const int64_t row = static_cast<int64_t>(packed_idx.get(i));
-      if (in_own(row)) {
+    const std::vector<int64_t> rows = index_values(packed_idx);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (in_own(rows[i])) {
         src.push_back(static_cast<int32_t>(i));
-        dst.push_back(static_cast<int32_t>(row - st.own.begin));
+        dst.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
       }
     }
     return std::pair{src, dst};
   };
+  // Whether src takes every row of a tensor of n rows in order (one rank: no gather needed).
+  auto all_rows = [](const std::vector<int32_t>& src, int64_t n) {
+    if (static_cast<int64_t>(src.size()) != n) return false;
+    for (size_t i = 0; i < src.size(); ++i)
+      if (src[i] != static_cast<int32_t>(i)) return false;
+    return true;
+  };
   {
-    auto [src, dst] = scatter_own(in.text, in.text_indices);
+    auto [src, dst] = scatter_own(in.text_indices);
     if (!src.empty() || (keep && plan_.rank == 0)) {
       Tensor text = round_if_bf16(ops::linear(round_if_bf16(upload(in.text)), ctx_w, &ctx_b));
       for (const auto& blk : refiner_) {
@@ -331,7 +361,8 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
       }
       text = round_if_bf16(ops::rms_norm(text, &refiner_norm_, H, config_.final_norm_eps));
       if (keep) out.activations["token_refiner"] = to_host(text);
-      ops::scatter_rows(x, ops::gather_rows(text, index_i32(src)), index_i32(dst));
+      ops::scatter_rows(x, all_rows(src, text.dim(0)) ? text : ops::gather_rows(text, device_index(src)),
+                        device_index(dst));
     }
   }
   Tensor ada_in;
@@ -339,9 +370,9 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     profile::Region r("embed video, audio, time");
     for (auto [rows, idx, w, b] : {std::tuple{&in.video, &in.video_indices, &proj_in_w, &proj_in_b},
                                     std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
-      auto [src, dst] = scatter_own(*rows, *idx);
-      Tensor mine = upload(ops::gather_rows(*rows, index_i32(src)));
-      ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), index_i32(dst));
+      auto [src, dst] = scatter_own(*idx);
+      Tensor mine = upload(all_rows(src, rows->dim(0)) ? *rows : ops::gather_rows(*rows, index_i32(src)));
+      ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), device_index(dst));
     }
     // Timestep embedding (f32 always), the f32 time MLP, the shared AdaLN input, every block's tables.
     Tensor temb = upload(timestep_embedding(in.timestep, config_.freq_dim));
@@ -356,11 +387,12 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   std::vector<int32_t> ada_idx, ti_idx;
   {
     profile::Region pr("modulation index");
+    const std::vector<int64_t> ts = index_values(in.timestep_indices), tags = index_values(in.token_tags);
     for (int64_t r = st.own.begin; r < st.own.end; ++r) {
-      ti_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r)));
-      ada_idx.push_back(static_cast<int32_t>(in.timestep_indices.get(r) * 3 + in.token_tags.get(r)));
+      ti_idx.push_back(static_cast<int32_t>(ts[r]));
+      ada_idx.push_back(static_cast<int32_t>(ts[r] * 3 + tags[r]));
     }
-    st.ada_idx = back_to(index_i32(ada_idx), dev_);
+    st.ada_idx = device_index(ada_idx);
   }
 
   // FP8 on the GPU: the norms hand their output to the projections already quantized when the projections take
@@ -412,21 +444,22 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   Tensor fin = round_if_bf16(ops::linear(ada_in, out_ada_w_, &out_ada_b_));
   Tensor shift = ops::columns(fin, 0, H), scale = ops::columns(fin, H, 2 * H);
   Tensor h = round_if_bf16(ops::rms_norm(x, &out_norm_, H, config_.final_norm_eps));
-  h = ops::modulate(h, shift, scale, index_i32(ti_idx), bf);
+  h = ops::modulate(h, shift, scale, device_index(ti_idx), bf);
   if (keep) out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
   auto head = [&](const Tensor& idx, const Tensor& w, const Tensor& bias) {
     // Output rows in index order; rank j computes those whose packed row it owns.
     std::vector<std::vector<int32_t>> per_rank(plan_.world);
+    const std::vector<int64_t> rows = index_values(idx);
     for (int64_t i = 0; i < idx.numel(); ++i) {
-      const int64_t row = static_cast<int64_t>(idx.get(i));
+      const int64_t row = rows[i];
       const int owner = static_cast<int>(std::upper_bound(st.rows.begin(), st.rows.end(), row,
                                                           [](int64_t v, const Range& r) { return v < r.end; }) -
                                          st.rows.begin());
       per_rank[owner].push_back(static_cast<int32_t>(i));
     }
     std::vector<int32_t> local;
-    for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(idx.get(i) - st.own.begin));
-    Tensor mine = to_host(ops::linear(ops::gather_rows(h, index_i32(local)), w, &bias));
+    for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
+    Tensor mine = to_host(ops::linear(ops::gather_rows(h, device_index(local)), w, &bias));
     const int64_t width = w.dim(0);
     Tensor all(ct_, {idx.numel(), width});
     std::vector<int64_t> counts;

@@ -34,6 +34,10 @@ void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64
 std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o,
                                             int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld);
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk);
+// The V^T that attention_wgmma_fp8 writes first: vt[c, k0 + slot] = v8[k0 + key(slot), c] for each group of 32
+// keys k0 (the keys of a group permuted so that S's accumulator is the P operand as it stands), zero past nk;
+// cols % 64 == 0. Exposed for bench/attention_wgmma_check.
+void attention_wgmma_fp8_transpose_v(const void* v8, void* vt, int64_t nk, int64_t cols, cudaStream_t stream);
 void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                          const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
                          int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);

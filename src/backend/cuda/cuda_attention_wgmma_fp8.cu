@@ -278,26 +278,73 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // vt[c, k0 + slot] = v[k0 + key_of_slot(slot), c] for each group of 32 keys k0, zero past nk: v8 [nk, cols] ->
-// vt8 [cols, nkp]. A block moves a [32 keys x 32 columns] tile through shared memory.
-__global__ void transpose_v_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt, int nk, int cols,
-                                   int nkp) {
-  __shared__ uint8_t tile[32][33];
-  const int k0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
-  for (int y = threadIdx.y; y < 32; y += blockDim.y) {
-    const int key = k0 + y, col = c0 + threadIdx.x;
-    tile[y][threadIdx.x] = key < nk && col < cols ? v[static_cast<int64_t>(key) * cols + col] : 0;
-  }
-  __syncthreads();
-  const int key = key_of_slot(threadIdx.x);
-  for (int y = threadIdx.y; y < 32; y += blockDim.y) {
-    const int col = c0 + y;
-    if (col < cols) vt[static_cast<int64_t>(col) * nkp + k0 + threadIdx.x] = tile[key][y];
+// vt8 [cols, nkp] (cols % 64 == 0). A warp takes one group of 32 keys and 64 columns; lane (c, h, chunk) = lane % 4,
+// lane / 4 % 2, lane / 8 loads 16 columns of the four keys that fill slots 16 h + 4 c .. + 3 (key_of_slot: 16 h +
+// {2c, 2c + 1, 8 + 2c, 9 + 2c}), transposes the 4 x 16 bytes in registers (byte permutes) and stores one 4-byte word
+// for each of its 16 columns; the 8 lanes of a chunk fill a whole 32-byte sector of a vt row. 16-byte loads, no
+// shared memory, every byte moved once.
+__device__ __forceinline__ void transpose4x4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t (&o)[4]) {
+  const uint32_t t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);  // interleave rows 0, 1
+  const uint32_t t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);  // and rows 2, 3
+  o[0] = __byte_perm(t0, t2, 0x5410);  // byte 0 of each row
+  o[1] = __byte_perm(t0, t2, 0x7632);
+  o[2] = __byte_perm(t1, t3, 0x5410);
+  o[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// The transpose's lane plan is key_of_slot: slot 16 h + 4 c + i holds key 16 h + {2c, 2c + 1, 8 + 2c, 9 + 2c}[i].
+constexpr bool lane_plan_is_key_of_slot() {
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < 4; ++c)
+      for (int i = 0; i < 4; ++i)
+        if (key_of_slot(16 * h + 4 * c + i) != 16 * h + 2 * c + (i / 2) * 8 + i % 2) return false;
+  return true;
+}
+static_assert(lane_plan_is_key_of_slot());
+
+constexpr int kTransposeWarps = 8;  // key groups a block
+__global__ void __launch_bounds__(kTransposeWarps * 32) transpose_v_kernel(const uint8_t* __restrict__ v,
+                                                                           uint8_t* __restrict__ vt, int nk,
+                                                                           int cols, int nkp) {
+  const int lane = threadIdx.x % 32, c = lane % 4, h = (lane / 4) % 2, chunk = lane / 8;
+  const int group = blockIdx.y * kTransposeWarps + threadIdx.x / 32;
+  if (group * 32 >= nkp) return;
+  const int col0 = blockIdx.x * 64 + chunk * 16;
+  const int base = group * 32 + 16 * h + 2 * c;
+  const int keys[4] = {base, base + 1, base + 8, base + 9};
+  uint4 row[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    row[i] = keys[i] < nk ? *reinterpret_cast<const uint4*>(v + static_cast<int64_t>(keys[i]) * cols + col0)
+                          : make_uint4(0, 0, 0, 0);
+  const int64_t out0 = static_cast<int64_t>(col0) * nkp + group * 32 + 16 * h + 4 * c;
+  auto word = [](const uint4& u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; };
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {  // columns col0 + 4 w .. + 3
+    uint32_t o[4];
+    transpose4x4(word(row[0], w), word(row[1], w), word(row[2], w), word(row[3], w), o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      *reinterpret_cast<uint32_t*>(vt + out0 + static_cast<int64_t>(4 * w + j) * nkp) = o[j];
   }
 }
 
 }  // namespace
 
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk) { return (nk + 31) / 32 * 32; }
+
+void attention_wgmma_fp8_transpose_v(const void* v8, void* vt, int64_t nk, int64_t cols, cudaStream_t stream) {
+  if (cols % 64 || nk <= 0 || nk > (int64_t{1} << 30) || cols > (int64_t{1} << 30) || !aligned16(v8) ||
+      !aligned16(vt))
+    throw std::runtime_error("wgmma FP8 attention: V^T transpose needs columns in whole 64s, 16-byte alignment "
+                             "and fewer than 2^30 keys and columns");
+  const int64_t nkp = attention_wgmma_fp8_vt_cols(nk), groups = nkp / 32;
+  const dim3 grid(static_cast<unsigned>(cols / 64),
+                  static_cast<unsigned>((groups + kTransposeWarps - 1) / kTransposeWarps));
+  transpose_v_kernel<<<grid, kTransposeWarps * 32, 0, stream>>>(static_cast<const uint8_t*>(v8),
+                                                                 static_cast<uint8_t*>(vt), static_cast<int>(nk),
+                                                                 static_cast<int>(cols), static_cast<int>(nkp));
+}
 
 std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o,
                                             int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
@@ -318,9 +365,7 @@ void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const f
   if (!aligned16(vt_scratch)) throw std::runtime_error("wgmma FP8 attention: V^T scratch not 16-byte aligned");
   if (o_fp8 && !o_descale) throw std::runtime_error("wgmma FP8 attention: fp8 output without a descale pointer");
   const int64_t nkp = attention_wgmma_fp8_vt_cols(nk);
-  transpose_v_kernel<<<dim3(static_cast<unsigned>(nkp / 32), static_cast<unsigned>((ld + 31) / 32)), dim3(32, 8), 0,
-                       stream>>>(static_cast<const uint8_t*>(v8), static_cast<uint8_t*>(vt_scratch),
-                                 static_cast<int>(nk), static_cast<int>(ld), static_cast<int>(nkp));
+  attention_wgmma_fp8_transpose_v(v8, vt_scratch, nk, ld, stream);
   // e4m3 boxes of q8 [nq, ld] (128 rows x 128), k8 [nk, ld] (bn keys x 128), vt8 [ld, nkp] (128 head-dim rows x 128
   // keys; x 64 keys with the 64-byte swizzle and x 32 with the 32-byte one for the wider tiles' last keys).
   const int bn = tile_keys_from_env("H3_ATTENTION_FP8_TILE", 224);
