@@ -19,7 +19,9 @@
 //   - a second run bitwise equal to the first;
 //   - FP8: the V^T transpose alone against the host's, byte for byte (every column, or every 61st on long shapes);
 //   - bf16: the heads computed in groups (calls of 1 and of 7 heads on offset pointers, same row stride) bitwise
-//     equal to all heads in one call (what deterministic mode and ulysses ranks with other head counts rely on).
+//     equal to all heads in one call (what deterministic mode and ulysses ranks with other head counts rely on);
+//     FP8 ("groups" column): the persistent grid (H3_ATTENTION_FP8_PERSISTENT, default 1) bitwise equal to one CTA
+//     per work item;
 // Then the median time of --reps runs and TFLOPS = 4 nq nk heads 128 / t. Prints a table, then JSON rows.
 // Exits 1 when a check fails, 2 on a usage error.
 #include <cuda_bf16.h>
@@ -276,9 +278,22 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
     std::vector<uint8_t> again(out_bytes);
     CHECK(cudaMemcpy(again.data(), o2, out_bytes, cudaMemcpyDeviceToHost));
     r.repeat_equal = std::memcmp(got.data(), again.data(), out_bytes) == 0;
+    if (fp8) {  // one CTA per work item instead of the persistent grid: the same bits
+      const char* had = std::getenv("H3_ATTENTION_FP8_PERSISTENT");
+      const std::string before = had ? had : "";
+      setenv("H3_ATTENTION_FP8_PERSISTENT", before == "0" ? "1" : "0", 1);
+      CHECK(cudaMemset(o2, 0xff, out_bytes));
+      call(o2);
+      CHECK(cudaDeviceSynchronize());
+      if (had) setenv("H3_ATTENTION_FP8_PERSISTENT", before.c_str(), 1);
+      else unsetenv("H3_ATTENTION_FP8_PERSISTENT");
+      CHECK(cudaMemcpy(again.data(), o2, out_bytes, cudaMemcpyDeviceToHost));
+      r.groups_equal = std::memcmp(got.data(), again.data(), out_bytes) == 0;
+    }
 
-    // Head groups on offset pointers (bf16 only: the FP8 entry wants ld = heads * 128).
-    r.groups_equal = true;
+    // Head groups on offset pointers (bf16 only: the FP8 entry wants ld = heads * 128; its "groups" column is the
+    // persistent grid against one CTA per work item, above).
+    if (!fp8) r.groups_equal = true;
     for (int64_t g : {int64_t{1}, int64_t{7}}) {
       if (fp8 || g >= sh.heads) continue;
       CHECK(cudaMemset(o2, 0xff, out_bytes));

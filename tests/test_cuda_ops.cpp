@@ -376,7 +376,7 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
     SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads");
     Tensor q8 = ops::quantize_fp8(gpu(rnd({nq, heads * d}, 51), DType::bf16));
     Tensor k8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 52), DType::bf16));
-    Tensor v8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 53, 0.5), DType::bf16));
+    Tensor vb = gpu(rnd({nk, heads * d}, 53, 0.5), DType::bf16), v8 = ops::quantize_fp8(vb);
     Tensor want = ops::attention(dequant(q8), dequant(k8), dequant(v8), d);
     // Kernels: cuDNN's graph (its two O types), the bf16 fallback, and ours (bf16 O, and fp8 O through
     // attention_fp8_out) where it runs.
@@ -419,6 +419,14 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
                   static_cast<long long>(nq), static_cast<long long>(nk), static_cast<long long>(heads), mode, o_type,
                   kernel, tile, fp8_out ? " (fp8 O)" : "", diff.rel_l2);
       EXPECT_LE(diff.rel_l2, tol) << "max abs " << diff.max_abs;
+      if (fp8_out) {  // v handed over in bf16 (quantized inside: fused into V's transpose for ours): the same bits
+        Tensor from_bf16 = ops::attention_fp8_out(q8, k8, vb, d);
+        ASSERT_EQ(from_bf16.dtype(), got.dtype());
+        EXPECT_TRUE(compare(from_bf16.cpu().to(DType::f32), got.cpu().to(DType::f32)).bitwise) << "bf16 v";
+        if (got.scale()) {
+          EXPECT_TRUE(compare(from_bf16.scale()->cpu(), got.scale()->cpu()).bitwise) << "bf16 v scale";
+        }
+      }
     }
     unsetenv("H3_ATTENTION_FP8");
     unsetenv("H3_ATTENTION_FP8_O");

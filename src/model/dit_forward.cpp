@@ -169,15 +169,17 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   };
   auto attend = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
     if (fp8_attention) {
-      Tensor q8 = q, k8 = k, v8;
+      // O stays in fp8 for an FP8 output projection on this rank's rows (no exchange after attention); v then goes
+      // in as bf16 and is quantized inside (fused into V's transpose where our kernel runs: the same bits).
+      const bool o8 = plan_.U == 1 && !ag && b.to_out.dtype() == DType::fp8_e4m3;
+      Tensor q8 = q, k8 = k, v8 = v;
       {
         profile::Region r("quantize q/k/v");
         if (q.dtype() != DType::fp8_e4m3) q8 = ops::quantize_fp8(q), k8 = ops::quantize_fp8(k);
-        v8 = ops::quantize_fp8(v);
+        if (!o8) v8 = ops::quantize_fp8(v);
       }
       profile::Region r("attention");
-      // O stays in fp8 for an FP8 output projection on this rank's rows (no exchange after attention).
-      if (plan_.U == 1 && !ag && b.to_out.dtype() == DType::fp8_e4m3) return ops::attention_fp8_out(q8, k8, v8, D);
+      if (o8) return ops::attention_fp8_out(q8, k8, v, D);
       return ops::attention(q8, k8, v8, D);
     }
     profile::Region r("attention");

@@ -40,7 +40,8 @@ void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx);
 // out[i] = x[idx[i]].
 Tensor gather_rows(const Tensor& x, const Tensor& idx);
 // attention() on fp8 q/k/v (GPU), the result left in fp8 e4m3 with a per-tensor scale when the backend's FP8 graph
-// produces it that way (then it feeds an FP8 GEMM as it is), else bf16.
+// produces it that way (then it feeds an FP8 GEMM as it is), else bf16. v may also come in bf16: it is then
+// quantized per tensor as quantize_fp8(v) would (the same bits), inside V's transpose where our kernel runs.
 Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
 // Per-tensor FP8 e4m3 quantization: q = fp8(w / s), s = max|w| / 448, returned with its scale (Tensor::scale()).
 Tensor quantize_fp8(const Tensor& w);

@@ -210,6 +210,30 @@ bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const fl
   return true;
 }
 
+bool attention_fp8_ours_bf16_v(const void* q8, const void* k8, const void* v, const float* dq, const float* dk,
+                               float* v_scale, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk,
+                               int64_t heads, int64_t d) {
+  if (nq == 0 || heads == 0) return true;
+  if (!use_ours(g_fp8, q8, k8, v, o, nq, nk, heads, d)) return false;
+  const int64_t ld = heads * d;
+  const size_t vt_bytes = static_cast<size_t>(ld * attention_wgmma_fp8_vt_cols(nk));
+  void* vt = device_alloc(vt_bytes);  // V quantized and transposed; kept by the caching allocator
+  float* amax = static_cast<float*>(device_alloc(sizeof(float)));
+  try {
+    const cudaError_t e = absmax(v, ElemType::bf16, nk * ld, amax, stream());
+    if (e != cudaSuccess) throw std::runtime_error(std::string("max |v|: ") + cudaGetErrorString(e));
+    attention_wgmma_fp8_transpose_quantize_v(v, amax, v_scale, vt, nk, ld, stream());
+    attention_wgmma_fp8_on_vt(q8, k8, vt, dq, dk, v_scale, o, o_fp8, o_descale, nq, nk, heads, d, ld, stream());
+  } catch (const std::runtime_error& e) {
+    device_free(amax, sizeof(float));
+    device_free(vt, vt_bytes);
+    fail("FP8 attention ({} heads x {} x {}, v quantized inside): {}", heads, nq, nk, e.what());
+  }
+  device_free(amax, sizeof(float));
+  device_free(vt, vt_bytes);
+  return true;
+}
+
 std::string attention_fp8_ours_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d) {
   return ours_for_shape(g_fp8, nq, nk, heads, d) ? "h3-wgmma-fp8" : "";
 }

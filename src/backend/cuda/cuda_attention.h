@@ -27,6 +27,11 @@ std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                         const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
                         int64_t d);
+// The same with v bf16 [nk, heads * d], quantized per tensor on the way (its max |v| pass, then e4m3 inside V's
+// transpose: the bits of quantize_fp8 without its e4m3 copy of v); v's scale is written to *v_scale (device).
+bool attention_fp8_ours_bf16_v(const void* q8, const void* k8, const void* v, const float* dq, const float* dk,
+                               float* v_scale, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk,
+                               int64_t heads, int64_t d);
 // "h3-wgmma-fp8" when attention_fp8_ours runs this shape, else "".
 std::string attention_fp8_ours_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 

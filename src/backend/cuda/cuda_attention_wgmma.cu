@@ -82,7 +82,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int col0 = blockIdx.y * kD;
   const int tiles = (nk + kBN - 1) / kBN;
 
-  if (threadIdx.x == 0) init_ring(sm, kStages, kConsumers / 32);
+  if (threadIdx.x == 0) {
+    mbar_init(&sm.q_full, 1);
+    init_ring(sm, kStages, kConsumers / 32);
+  }
   __syncthreads();
 
   // The producer warpgroup: one thread works, the rest give their registers up.

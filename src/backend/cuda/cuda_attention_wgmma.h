@@ -38,6 +38,14 @@ int64_t attention_wgmma_fp8_vt_cols(int64_t nk);
 // keys k0 (the keys of a group permuted so that S's accumulator is the P operand as it stands), zero past nk;
 // cols % 64 == 0. Exposed for bench/attention_wgmma_check.
 void attention_wgmma_fp8_transpose_v(const void* v8, void* vt, int64_t nk, int64_t cols, cudaStream_t stream);
+// The same from bf16 v, quantized on the way: e4m3(v / s), s = max(*amax / 448, 1e-12) with amax = max|v| on the
+// device (quantize_fp8's bits), s written to *scale_out (the attention's dv).
+void attention_wgmma_fp8_transpose_quantize_v(const void* v, const float* amax, float* scale_out, void* vt,
+                                              int64_t nk, int64_t cols, cudaStream_t stream);
+// attention_wgmma_fp8's attention on a V^T already written by one of the two above.
+void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_scratch, const float* dq,
+                               const float* dk, const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq,
+                               int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);
 void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                          const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
                          int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);

@@ -12,7 +12,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 
@@ -42,11 +45,11 @@ constexpr int kTile = 128 * 128;            // bytes of a [128 x 128] e4m3 tile:
 
 template <int kBN>
 struct alignas(1024) Smem {
-  uint8_t q[kTile];
+  uint8_t q[2][kTile];             // this work item's Q tile and the next one's
   uint8_t k[kStages][kBN * 128];   // [kBN keys x 128]
   uint8_t vt[kStages][kBN * 128];  // [128 x 128 keys], [128 x 64 keys], [128 x 32 keys] (see above)
   uint8_t out[kBM * kD * 2];  // the output tile on its way to global memory
-  uint64_t q_full;
+  uint64_t q_full[2], q_empty[2];
   uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
 };
 
@@ -89,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const __grid_constant__ CUtensorMap tvt32,
                          const float* __restrict__ dq,
                          const float* __restrict__ dk, const float* __restrict__ dv, void* __restrict__ o,
-                         float* __restrict__ o_descale, int nq, int nk, int ld, float scale_log2) {
+                         float* __restrict__ o_descale, int nq, int nk, int heads, int ld, float scale_log2) {
 #ifndef H3_WGMMA_BODY
   __trap();  // built for another architecture too (PTX for compute_80): this kernel exists only as sm_90a
 #else
@@ -99,31 +102,46 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kWide = kBN == 224;  // V^T has its 64- and 32-key blocks
   constexpr int kOff64 = kTile, kOff32 = kTile + 128 * 64;  // where they start in a stage (kWide)
   Smem<kBN>& sm = *reinterpret_cast<Smem<kBN>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-  const int q0 = blockIdx.x * kBM;
-  const int col0 = blockIdx.y * kD;
+  // Work items (128 query rows, head), query tiles fastest, taken every gridDim.x from blockIdx.x: one per CTA
+  // when the grid has one CTA per item, or several in turn (a persistent grid of one CTA per SM, where the next
+  // item's Q and first K / V tiles load while this one finishes). The K / V ring runs on across items: tile t of
+  // the CTA (counted over all its items) uses stage t % kStages with parity (t / kStages) & 1; Q alternates
+  // between two buffers.
+  const int qtiles = (nq + kBM - 1) / kBM, items = qtiles * heads;
   const int tiles = (nk + kBN - 1) / kBN;
 
-  if (threadIdx.x == 0) init_ring(sm, kStages, kConsumers / 32);
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(&sm.q_full[b], 1);
+      mbar_init(&sm.q_empty[b], kConsumers / 32);
+    }
+    init_ring(sm, kStages, kConsumers / 32);
+  }
   __syncthreads();
 
   // The producer warpgroup: one thread works, the rest give their registers up.
   if (threadIdx.x >= kConsumers) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     if (threadIdx.x == kConsumers) {
-      mbar_expect_tx(&sm.q_full, kTile);
-      tma_load(sm.q, &tq, &sm.q_full, col0, q0);
-      for (int j = 0; j < tiles; ++j) {
-        const int s = j % kStages;
-        const uint32_t phase = (j / kStages) & 1;
-        mbar_wait(&sm.k_empty[s], phase ^ 1);
-        mbar_expect_tx(&sm.k_full[s], kStageBytes);
-        tma_load(sm.k[s], &tk, &sm.k_full[s], col0, j * kBN);
-        mbar_wait(&sm.v_empty[s], phase ^ 1);
-        mbar_expect_tx(&sm.v_full[s], kStageBytes);
-        tma_load(sm.vt[s], &tvt, &sm.v_full[s], j * kBN, col0);
-        if constexpr (kWide) {
-          tma_load(sm.vt[s] + kOff64, &tvt64, &sm.v_full[s], j * kBN + 128, col0);
-          tma_load(sm.vt[s] + kOff32, &tvt32, &sm.v_full[s], j * kBN + 192, col0);
+      int t = 0;  // K / V tiles loaded, over all items
+      for (int w = blockIdx.x, i = 0; w < items; w += gridDim.x, ++i) {
+        const int q0 = (w % qtiles) * kBM, col0 = (w / qtiles) * kD, b = i % 2;
+        mbar_wait(&sm.q_empty[b], ((i / 2) & 1) ^ 1);
+        mbar_expect_tx(&sm.q_full[b], kTile);
+        tma_load(sm.q[b], &tq, &sm.q_full[b], col0, q0);
+        for (int j = 0; j < tiles; ++j, ++t) {
+          const int s = t % kStages;
+          const uint32_t phase = (t / kStages) & 1;
+          mbar_wait(&sm.k_empty[s], phase ^ 1);
+          mbar_expect_tx(&sm.k_full[s], kStageBytes);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], col0, j * kBN);
+          mbar_wait(&sm.v_empty[s], phase ^ 1);
+          mbar_expect_tx(&sm.v_full[s], kStageBytes);
+          tma_load(sm.vt[s], &tvt, &sm.v_full[s], j * kBN, col0);
+          if constexpr (kWide) {
+            tma_load(sm.vt[s] + kOff64, &tvt64, &sm.v_full[s], j * kBN + 128, col0);
+            tma_load(sm.vt[s] + kOff32, &tvt32, &sm.v_full[s], j * kBN + 192, col0);
+          }
         }
       }
     }
@@ -138,18 +156,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x % 32;
   const int c = lane % 4;
   const bool signal = lane == 0;
-  const uint32_t q_addr = smem_u32(sm.q) + g * 64 * 128;
+  uint32_t q_addr = 0;  // this warpgroup's 64 rows of the current item's Q
   const float sl2 = scale_log2 * dq[0] * dk[0];
 
   float s_acc[kBN / 2];
   float o_acc[64];
   uint32_t p[kBN / 8];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o_acc[i] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY;  // running row maxima, in log2 units of the scaled scores
+  float m0, m1;  // running row maxima, in log2 units of the scaled scores
   // This thread's share of the running row sums, in f32. (Summed by the P V MMA through rows of ones under V^T
   // they came out several per cent low at 38k keys: FP8 MMAs accumulate with ~14 bits.)
-  float l0 = 0.f, l1 = 0.f;
+  float l0, l1;
 
   auto issue_qk = [&](int s, float(&sx)[kBN / 2]) {
     fence_regs(sx);
@@ -206,73 +222,85 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (signal) mbar_arrive(&sm.v_empty[j % kStages]);
   };
 
-  mbar_wait(&sm.q_full, 0);
-  k_ready(0);
-  issue_qk(0, s_acc);
-  wg_wait<0>();
-  fence_regs(s_acc);
-  k_done(0);
-  {
-    float c0, c1;
-    softmax(0, s_acc, c0, c1);
-  }
-  to_p(s_acc);
-  for (int j = 1; j < tiles; ++j) {
-    k_ready(j);
-    issue_qk(j % kStages, s_acc);
-    v_ready(j - 1);
-    issue_pv((j - 1) % kStages);
-    wg_wait<1>();
+  int t = 0;  // K / V tiles consumed, over all items (the producer's count)
+  for (int w = blockIdx.x, i = 0; w < items; w += gridDim.x, ++i, t += tiles) {
+    const int q0 = (w % qtiles) * kBM, col0 = (w / qtiles) * kD, b = i % 2;
+    q_addr = smem_u32(sm.q[b]) + g * 64 * 128;
+#pragma unroll
+    for (int e = 0; e < 64; ++e) o_acc[e] = 0.f;
+    m0 = m1 = -INFINITY;
+    l0 = l1 = 0.f;
+    mbar_wait(&sm.q_full[b], (i / 2) & 1);
+    k_ready(t);
+    issue_qk(t % kStages, s_acc);
+    wg_wait<0>();
     fence_regs(s_acc);
-    k_done(j);
-    float c0, c1;
-    softmax(j, s_acc, c0, c1);
+    k_done(t);
+    {
+      float c0, c1;
+      softmax(0, s_acc, c0, c1);
+    }
+    to_p(s_acc);
+    for (int j = 1; j < tiles; ++j) {
+      k_ready(t + j);
+      issue_qk((t + j) % kStages, s_acc);
+      v_ready(t + j - 1);
+      issue_pv((t + j - 1) % kStages);
+      wg_wait<1>();
+      fence_regs(s_acc);
+      k_done(t + j);
+      float c0, c1;
+      softmax(j, s_acc, c0, c1);
+      wg_wait<0>();
+      fence_regs(o_acc);
+      fence_regs(p);
+      v_done(t + j - 1);
+      rescale_rows(o_acc, c0, c1);
+      to_p(s_acc);
+    }
+    if (signal) mbar_arrive(&sm.q_empty[b]);  // every S of this item is done: the producer may load Q anew
+    v_ready(t + tiles - 1);
+    issue_pv((t + tiles - 1) % kStages);
     wg_wait<0>();
     fence_regs(o_acc);
-    fence_regs(p);
-    v_done(j - 1);
-    rescale_rows(o_acc, c0, c1);
-    to_p(s_acc);
-  }
-  v_ready(tiles - 1);
-  issue_pv((tiles - 1) % kStages);
-  wg_wait<0>();
-  fence_regs(o_acc);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    v_done(t + tiles - 1);  // the ring runs on into the next item
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
 
-  // O in v8's units (o8 with descale dv), or in values.
-  const float unit = kOutFp8 ? 1.f : dv[0];
-  const float f0 = unit / l0, f1 = unit / l1;
-  if (kOutFp8 && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *o_descale = dv[0];
-  // Staged through shared memory and written in 16-byte pieces (2- or 4-byte stores straight to global cost
-  // 5-8 % of the kernel).
-  constexpr int kEs = kOutFp8 ? 1 : 2;  // output bytes a value
-  uint8_t* stage = sm.out + g * 64 * kD * kEs;
-  const int sr0 = warp * 16 + lane / 4, sr1 = sr0 + 8;
+    // O in v8's units (o8 with descale dv), or in values.
+    const float unit = kOutFp8 ? 1.f : dv[0];
+    const float f0 = unit / l0, f1 = unit / l1;
+    if (kOutFp8 && w == 0 && threadIdx.x == 0) *o_descale = dv[0];
+    // Staged through shared memory and written in 16-byte pieces (2- or 4-byte stores straight to global cost
+    // 5-8 % of the kernel); the barrier first lets the warpgroup's stores of the previous item finish reading.
+    constexpr int kEs = kOutFp8 ? 1 : 2;  // output bytes a value
+    uint8_t* stage = sm.out + g * 64 * kD * kEs;
+    const int sr0 = warp * 16 + lane / 4, sr1 = sr0 + 8;
+    named_sync_wg(3 + g);
 #pragma unroll
-  for (int i = 0; i < 64; i += 4) {
-    const int col = (i / 4) * 8 + 2 * c;
-    if constexpr (kOutFp8) {
-      *reinterpret_cast<uint16_t*>(stage + sr0 * kD + col) = pack2_e4m3(o_acc[i] * f0, o_acc[i + 1] * f0);
-      *reinterpret_cast<uint16_t*>(stage + sr1 * kD + col) = pack2_e4m3(o_acc[i + 2] * f1, o_acc[i + 3] * f1);
-    } else {
-      *reinterpret_cast<__nv_bfloat162*>(stage + (sr0 * kD + col) * 2) =
-          __floats2bfloat162_rn(o_acc[i] * f0, o_acc[i + 1] * f0);
-      *reinterpret_cast<__nv_bfloat162*>(stage + (sr1 * kD + col) * 2) =
-          __floats2bfloat162_rn(o_acc[i + 2] * f1, o_acc[i + 3] * f1);
+    for (int e = 0; e < 64; e += 4) {
+      const int col = (e / 4) * 8 + 2 * c;
+      if constexpr (kOutFp8) {
+        *reinterpret_cast<uint16_t*>(stage + sr0 * kD + col) = pack2_e4m3(o_acc[e] * f0, o_acc[e + 1] * f0);
+        *reinterpret_cast<uint16_t*>(stage + sr1 * kD + col) = pack2_e4m3(o_acc[e + 2] * f1, o_acc[e + 3] * f1);
+      } else {
+        *reinterpret_cast<__nv_bfloat162*>(stage + (sr0 * kD + col) * 2) =
+            __floats2bfloat162_rn(o_acc[e] * f0, o_acc[e + 1] * f0);
+        *reinterpret_cast<__nv_bfloat162*>(stage + (sr1 * kD + col) * 2) =
+            __floats2bfloat162_rn(o_acc[e + 2] * f1, o_acc[e + 3] * f1);
+      }
     }
-  }
-  named_sync_wg(3 + g);
-  uint8_t* out = static_cast<uint8_t*>(o);
-  constexpr int kPieces = kD * kEs / 16;  // 16-byte pieces a row
-  for (int piece = threadIdx.x % 128; piece < 64 * kPieces; piece += 128) {
-    const int row = piece / kPieces, chunk = piece % kPieces, grow = q0 + g * 64 + row;
-    if (grow < nq)
-      *reinterpret_cast<uint4*>(out + (static_cast<int64_t>(grow) * ld + col0) * kEs + chunk * 16) =
-          *reinterpret_cast<const uint4*>(stage + row * kD * kEs + chunk * 16);
+    named_sync_wg(3 + g);
+    uint8_t* out = static_cast<uint8_t*>(o);
+    constexpr int kPieces = kD * kEs / 16;  // 16-byte pieces a row
+    for (int piece = threadIdx.x % 128; piece < 64 * kPieces; piece += 128) {
+      const int row = piece / kPieces, chunk = piece % kPieces, grow = q0 + g * 64 + row;
+      if (grow < nq)
+        *reinterpret_cast<uint4*>(out + (static_cast<int64_t>(grow) * ld + col0) * kEs + chunk * 16) =
+            *reinterpret_cast<const uint4*>(stage + row * kD * kEs + chunk * 16);
+    }
   }
 #endif
 }
@@ -303,20 +331,51 @@ constexpr bool lane_plan_is_key_of_slot() {
 static_assert(lane_plan_is_key_of_slot());
 
 constexpr int kTransposeWarps = 8;  // key groups a block
-__global__ void __launch_bounds__(kTransposeWarps * 32) transpose_v_kernel(const uint8_t* __restrict__ v,
+// kFromBf16: v is bf16 and quantized on the way, q = e4m3(v / scale) with scale = max(*amax / 448, 1e-12) (the
+// bits of quantize_fp8's kernels; the first thread writes scale to *scale_out). Else v is already e4m3.
+template <bool kFromBf16>
+__global__ void __launch_bounds__(kTransposeWarps * 32) transpose_v_kernel(const void* __restrict__ v_raw,
+                                                                           const float* __restrict__ amax,
+                                                                           float* __restrict__ scale_out,
                                                                            uint8_t* __restrict__ vt, int nk,
                                                                            int cols, int nkp) {
   const int lane = threadIdx.x % 32, c = lane % 4, h = (lane / 4) % 2, chunk = lane / 8;
   const int group = blockIdx.y * kTransposeWarps + threadIdx.x / 32;
+  float scale = 1.f;
+  if constexpr (kFromBf16) {
+    scale = fmaxf(*amax / 448.0f, 1e-12f);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_out = scale;
+  }
   if (group * 32 >= nkp) return;
   const int col0 = blockIdx.x * 64 + chunk * 16;
   const int base = group * 32 + 16 * h + 2 * c;
   const int keys[4] = {base, base + 1, base + 8, base + 9};
   uint4 row[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    row[i] = keys[i] < nk ? *reinterpret_cast<const uint4*>(v + static_cast<int64_t>(keys[i]) * cols + col0)
-                          : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < 4; ++i) {
+    row[i] = make_uint4(0, 0, 0, 0);
+    if (keys[i] >= nk) continue;
+    const int64_t at = static_cast<int64_t>(keys[i]) * cols + col0;
+    if constexpr (kFromBf16) {  // 16 bf16 values (two 16-byte loads) -> 16 e4m3 bytes, column order kept
+      const uint4* src = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(v_raw) + at);
+      uint32_t q[4];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint4 raw = src[half];
+        const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&raw);
+        auto pair = [&](int j) {  // columns j, j + 1 of these 8, the first in the low byte
+          return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(
+              make_float2(__bfloat162float(b[j]) / scale, __bfloat162float(b[j + 1]) / scale), __NV_SATFINITE,
+              __NV_E4M3));
+        };
+        q[2 * half] = pair(0) | pair(2) << 16;
+        q[2 * half + 1] = pair(4) | pair(6) << 16;
+      }
+      row[i] = make_uint4(q[0], q[1], q[2], q[3]);
+    } else {
+      row[i] = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(v_raw) + at);
+    }
+  }
   const int64_t out0 = static_cast<int64_t>(col0) * nkp + group * 32 + 16 * h + 4 * c;
   auto word = [](const uint4& u, int w) { return w == 0 ? u.x : w == 1 ? u.y : w == 2 ? u.z : u.w; };
 #pragma unroll
@@ -329,21 +388,43 @@ __global__ void __launch_bounds__(kTransposeWarps * 32) transpose_v_kernel(const
   }
 }
 
+// H3_ATTENTION_FP8_PERSISTENT=0: one CTA per work item instead of one per SM (read on every call).
+bool persistent_from_env() {
+  const char* v = std::getenv("H3_ATTENTION_FP8_PERSISTENT");
+  if (!v || !*v || std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "0") == 0) return false;
+  throw std::runtime_error(std::string("H3_ATTENTION_FP8_PERSISTENT=") + v + ": expected 0 or 1");
+}
+
 }  // namespace
 
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk) { return (nk + 31) / 32 * 32; }
 
-void attention_wgmma_fp8_transpose_v(const void* v8, void* vt, int64_t nk, int64_t cols, cudaStream_t stream) {
-  if (cols % 64 || nk <= 0 || nk > (int64_t{1} << 30) || cols > (int64_t{1} << 30) || !aligned16(v8) ||
+namespace {
+void transpose_v(const void* v, const float* amax, float* scale_out, void* vt, int64_t nk, int64_t cols,
+                 cudaStream_t stream) {
+  if (cols % 64 || nk <= 0 || nk > (int64_t{1} << 30) || cols > (int64_t{1} << 30) || !aligned16(v) ||
       !aligned16(vt))
     throw std::runtime_error("wgmma FP8 attention: V^T transpose needs columns in whole 64s, 16-byte alignment "
                              "and fewer than 2^30 keys and columns");
   const int64_t nkp = attention_wgmma_fp8_vt_cols(nk), groups = nkp / 32;
   const dim3 grid(static_cast<unsigned>(cols / 64),
                   static_cast<unsigned>((groups + kTransposeWarps - 1) / kTransposeWarps));
-  transpose_v_kernel<<<grid, kTransposeWarps * 32, 0, stream>>>(static_cast<const uint8_t*>(v8),
-                                                                 static_cast<uint8_t*>(vt), static_cast<int>(nk),
-                                                                 static_cast<int>(cols), static_cast<int>(nkp));
+  auto kernel = amax ? transpose_v_kernel<true> : transpose_v_kernel<false>;
+  kernel<<<grid, kTransposeWarps * 32, 0, stream>>>(v, amax, scale_out, static_cast<uint8_t*>(vt),
+                                                     static_cast<int>(nk), static_cast<int>(cols),
+                                                     static_cast<int>(nkp));
+}
+}  // namespace
+
+void attention_wgmma_fp8_transpose_v(const void* v8, void* vt, int64_t nk, int64_t cols, cudaStream_t stream) {
+  transpose_v(v8, nullptr, nullptr, vt, nk, cols, stream);
+}
+
+void attention_wgmma_fp8_transpose_quantize_v(const void* v, const float* amax, float* scale_out, void* vt,
+                                              int64_t nk, int64_t cols, cudaStream_t stream) {
+  if (!amax || !scale_out) throw std::runtime_error("wgmma FP8 attention: V quantization without amax / scale");
+  transpose_v(v, amax, scale_out, vt, nk, cols, stream);
 }
 
 std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o,
@@ -351,7 +432,8 @@ std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, cons
   if (d != kD) return "head_dim " + std::to_string(d) + " (the kernel is built for 128)";
   if (nq <= 0 || nk <= 0 || heads <= 0) return "an empty shape";
   if (ld != heads * d) return "row stride " + std::to_string(ld) + " (needs heads * 128)";
-  if (nq > (int64_t{1} << 31) - kBM || nk > (int64_t{1} << 30) || heads > 65535 || ld * nk > (int64_t{1} << 40))
+  if (nq > (int64_t{1} << 31) - kBM || nk > (int64_t{1} << 30) || heads > 65535 || ld * nk > (int64_t{1} << 40) ||
+      (nq + kBM - 1) / kBM * heads >= (int64_t{1} << 31))
     return "a shape past the grid's range";
   if (!aligned16(q8) || !aligned16(k8) || !aligned16(v8) || !aligned16(o)) return "a pointer not 16-byte aligned";
   return device_unsupported();
@@ -362,10 +444,17 @@ void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const f
                          int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
   const std::string why = attention_wgmma_fp8_unsupported(q8, k8, v8, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma FP8 attention cannot run this call: " + why);
-  if (!aligned16(vt_scratch)) throw std::runtime_error("wgmma FP8 attention: V^T scratch not 16-byte aligned");
+  attention_wgmma_fp8_transpose_v(v8, vt_scratch, nk, ld, stream);
+  attention_wgmma_fp8_on_vt(q8, k8, vt_scratch, dq, dk, dv, o, o_fp8, o_descale, nq, nk, heads, d, ld, stream);
+}
+
+void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_scratch, const float* dq,
+                               const float* dk, const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq,
+                               int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+  const std::string why = attention_wgmma_fp8_unsupported(q8, k8, vt_scratch, o, nq, nk, heads, d, ld);
+  if (!why.empty()) throw std::runtime_error("wgmma FP8 attention cannot run this call: " + why);
   if (o_fp8 && !o_descale) throw std::runtime_error("wgmma FP8 attention: fp8 output without a descale pointer");
   const int64_t nkp = attention_wgmma_fp8_vt_cols(nk);
-  attention_wgmma_fp8_transpose_v(v8, vt_scratch, nk, ld, stream);
   // e4m3 boxes of q8 [nq, ld] (128 rows x 128), k8 [nk, ld] (bn keys x 128), vt8 [ld, nkp] (128 head-dim rows x 128
   // keys; x 64 keys with the 64-byte swizzle and x 32 with the 32-byte one for the wider tiles' last keys).
   const int bn = tile_keys_from_env("H3_ATTENTION_FP8_TILE", 224);
@@ -377,7 +466,7 @@ void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const f
                     tvt32 = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 32, 128,
                                        CU_TENSOR_MAP_SWIZZLE_32B);
   using Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, const float*,
-                          const float*, const float*, void*, float*, int, int, int, float);
+                          const float*, const float*, void*, float*, int, int, int, int, float);
   struct Variant {
     int bn;
     bool o_fp8;
@@ -404,10 +493,20 @@ void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const f
     if (v.bn == bn && v.o_fp8 == o_fp8) chosen = &v;
   const Kernel kernel = chosen->kernel;
   const int smem = chosen->smem;
-  const dim3 grid(static_cast<unsigned>((nq + kBM - 1) / kBM), static_cast<unsigned>(heads));
+  // One CTA per work item, or (persistent, the default) one per SM taking the items in turn.
+  const int64_t items = (nq + kBM - 1) / kBM * heads;
+  int64_t ctas = items;
+  if (persistent_from_env()) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) ==
+                                                   cudaSuccess && sms > 0)
+      ctas = std::min<int64_t>(items, sms);
+  }
   const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
-  kernel<<<grid, kThreads, smem, stream>>>(tq, tk, tvt, tvt64, tvt32, dq, dk, dv, o, o_descale, static_cast<int>(nq),
-                                           static_cast<int>(nk), static_cast<int>(ld), scale_log2);
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(tq, tk, tvt, tvt64, tvt32, dq, dk, dv, o,
+                                                                  o_descale, static_cast<int>(nq),
+                                                                  static_cast<int>(nk), static_cast<int>(heads),
+                                                                  static_cast<int>(ld), scale_log2);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("wgmma FP8 attention launch: ") + cudaGetErrorString(e));
 }

@@ -249,6 +249,24 @@ const float* fp8_scale(const Tensor& t, const char* what) {
 // always takes the bf16 route; =require makes a refusal an error (tests, benchmarks: a silent fallback would hide
 // it).
 Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, bool fp8_out) {
+  if (v.dtype() == DType::bf16) {
+    // bf16 v with fp8 q and k: quantized per tensor inside our kernel's V transpose, else here for the others.
+    H3_ASSERT(v.on_device() && v.shape() == k.shape(), "attention: bf16 v {} for k {}", v.describe(), k.describe());
+    const char* e = std::getenv("H3_ATTENTION_FP8");
+    if (!(e && std::string(e) == "off")) {
+      const float *sq = fp8_scale(q, "q"), *sk = fp8_scale(k, "k");
+      const int64_t cols = q.dim(1);
+      H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols, "attention: q {} k {} head_dim {}",
+                q.describe(), k.describe(), d);
+      Tensor o = Tensor::empty(fp8_out ? DType::fp8_e4m3 : DType::bf16, q.shape(), Device::cuda);
+      Tensor ds = fp8_out ? Tensor::empty(DType::f32, {1}, Device::cuda) : Tensor();
+      Tensor vs = Tensor::empty(DType::f32, {1}, Device::cuda);
+      if (cuda::attention_fp8_ours_bf16_v(q.raw(), k.raw(), v.raw(), sq, sk, static_cast<float*>(vs.raw()), o.raw(),
+                                          fp8_out, static_cast<float*>(ds.raw()), q.dim(0), k.dim(0), cols / d, d))
+        return fp8_out ? o.with_scale(ds) : o;
+    }
+    return attention_fp8_op(q, k, quantize_fp8(v), d, fp8_out);
+  }
   const float *sq = fp8_scale(q, "q"), *sk = fp8_scale(k, "k"), *sv = fp8_scale(v, "v");
   const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1);
   H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols && v.shape() == k.shape(),
@@ -397,8 +415,8 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, con
   return out;
 }
 
-// ops::attention_fp8_out: as attention on fp8 q/k/v, its result left in fp8 (per-tensor scale) when our kernel or
-// cuDNN's graph gives an fp8 O, else bf16.
+// ops::attention_fp8_out: as attention on fp8 q/k (v fp8 or bf16), its result left in fp8 (per-tensor scale) when
+// our kernel or cuDNN's graph gives an fp8 O, else bf16.
 Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
   H3_ASSERT(q.dtype() == DType::fp8_e4m3, "attention_fp8_out: fp8 q/k/v needed, got {}", q.describe());
   return attention_fp8_op(q, k, v, d, true);

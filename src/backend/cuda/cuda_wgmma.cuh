@@ -115,10 +115,10 @@ __device__ __forceinline__ float ex2(float x) {
 // Shared by both kernels' consumer warpgroups, on an m64n128 f32 accumulator of which this thread holds rows r and
 // r + 8 (indices 4 i + {0, 1} and 4 i + {2, 3}), columns 8 i + 2 c + {0, 1}.
 
-// The ring's barriers: Q's, and full / empty for K and V per stage (empty: one arrival per consumer warp).
+// The ring's barriers: full / empty for K and V per stage (empty: one arrival per consumer warp), then the fence
+// that publishes them and any barrier the kernel initialized before (its Q's).
 template <class Smem>
 __device__ __forceinline__ void init_ring(Smem& sm, int stages, int consumer_warps) {
-  mbar_init(&sm.q_full, 1);
   for (int s = 0; s < stages; ++s) {
     mbar_init(&sm.k_full[s], 1);
     mbar_init(&sm.v_full[s], 1);
