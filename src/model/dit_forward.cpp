@@ -107,6 +107,21 @@ Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range
   return back_to(out, partial.device());
 }
 
+// The SwiGLU's FP8 output per row (one pass over u, the second projection's GEMM with cuBLASLt's per-row scales)
+// unless H3_FP8_SWIGLU=tensor (a per-tensor scale: the amax out of the SwiGLU pass, then a second pass to quantize
+// the bf16 result; its GEMM 1-3 % faster, the two passes slower). On the H200 (docs/notes.md, session 8) rows
+// saved 3.1 ms at 480p and 4.9 ms at 768p per forward.
+bool fp8_swiglu_rows() {
+  static const bool rows = [] {
+    const char* e = std::getenv("H3_FP8_SWIGLU");
+    const std::string v = e ? e : "";
+    if (!v.empty() && v != "rows" && v != "tensor")
+      fail("H3_FP8_SWIGLU={}: expected rows (the default) or tensor", v);
+    return v != "tensor";
+  }();
+  return rows;
+}
+
 }  // namespace
 
 Tensor DitModel::refiner_attention(const Block& b, const Tensor& h) const {
@@ -124,13 +139,13 @@ Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
     u = round_if_bf16(ops::linear(h, b.ff_in));
   }
   {
-    // An FP8 second projection takes its input quantized by the SwiGLU op: per row in deterministic mode (straight
-    // from the SwiGLU pass), else per tensor (faster GEMMs; the amax comes out of the SwiGLU pass).
+    // An FP8 second projection takes its input quantized by the SwiGLU op: per row (straight from the SwiGLU pass;
+    // always in deterministic mode), or per tensor with H3_FP8_SWIGLU=tensor (the amax out of the SwiGLU pass).
     profile::Region r("mlp swiglu");
     const bool fp8 = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device();
-    g = !fp8                 ? ops::swiglu(u, bf16_steps())
-        : gpu_fp8_row_activations() ? ops::swiglu_fp8_rows(u, bf16_steps())
-                              : ops::swiglu_fp8(u, bf16_steps());
+    g = !fp8                                       ? ops::swiglu(u, bf16_steps())
+        : gpu_fp8_row_activations() || fp8_swiglu_rows() ? ops::swiglu_fp8_rows(u, bf16_steps())
+                                                         : ops::swiglu_fp8(u, bf16_steps());
   }
   profile::Region r("mlp fc2");
   return round_if_bf16(ops::linear(g, b.ff_out));
