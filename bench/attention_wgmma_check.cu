@@ -311,33 +311,26 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
     cudaEvent_t a, b;
     CHECK(cudaEventCreate(&a));
     CHECK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-      CHECK(cudaEventRecord(a));
-      call(o2);
-      CHECK(cudaEventRecord(b));
-      CHECK(cudaEventSynchronize(b));
-      float t = 0;
-      CHECK(cudaEventElapsedTime(&t, a, b));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    r.ms = ms[ms.size() / 2];
-    if (fp8) {  // the V^T transpose alone (part of every FP8 call above)
-      std::vector<float> tms;
+    auto median_ms = [&](auto f) {  // of `reps` runs of f, each between two events
+      std::vector<float> ms;
       for (int i = 0; i < reps; ++i) {
         CHECK(cudaEventRecord(a));
-        h3::cuda::attention_wgmma_fp8_transpose_v(v8, vt, sh.nk, ld, nullptr);
+        f();
         CHECK(cudaEventRecord(b));
         CHECK(cudaEventSynchronize(b));
         float t = 0;
         CHECK(cudaEventElapsedTime(&t, a, b));
-        tms.push_back(t);
+        ms.push_back(t);
       }
-      std::sort(tms.begin(), tms.end());
-      r.transpose_ms = tms[tms.size() / 2];
-    }
+      std::sort(ms.begin(), ms.end());
+      return static_cast<double>(ms[ms.size() / 2]);
+    };
+    r.ms = median_ms([&] { call(o2); });
+    if (fp8)  // the V^T transpose alone (part of every FP8 call above)
+      r.transpose_ms = median_ms([&] { h3::cuda::attention_wgmma_fp8_transpose_v(v8, vt, sh.nk, ld, nullptr); });
     r.tflops = 4.0 * sh.nq * sh.nk * sh.heads * 128 / (r.ms * 1e-3) / 1e12;
+    CHECK(cudaEventDestroy(a));
+    CHECK(cudaEventDestroy(b));
   } catch (const std::exception& e) {
     r.error = e.what();
   }

@@ -50,23 +50,21 @@ __device__ __forceinline__ void store_fp8x8(__nv_fp8_e4m3* p, const float (&v)[8
 // bf16 operands each result is the bf16 rounding of the exact result, and so is rb() of the f32 operation: a
 // product of two bf16 values is exact in f32, and so is a sum unless the exponents lie more than 15 apart, where
 // the smaller term is too small to move the bf16 result. These are the kernels' f32-then-round steps, bit for bit.
-__device__ __forceinline__ uint4 bf16x8_mul(const uint4& a, const uint4& b) {
+template <typename Op>
+__device__ __forceinline__ uint4 bf16x8_pairs(const uint4& a, const uint4& b, Op op) {
   uint4 r;
   const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&a);
   const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&b);
   __nv_bfloat162* z = reinterpret_cast<__nv_bfloat162*>(&r);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) z[i] = __hmul2_rn(x[i], y[i]);
+  for (int i = 0; i < 4; ++i) z[i] = op(x[i], y[i]);
   return r;
 }
+__device__ __forceinline__ uint4 bf16x8_mul(const uint4& a, const uint4& b) {
+  return bf16x8_pairs(a, b, [](__nv_bfloat162 x, __nv_bfloat162 y) { return __hmul2_rn(x, y); });
+}
 __device__ __forceinline__ uint4 bf16x8_add(const uint4& a, const uint4& b) {
-  uint4 r;
-  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&b);
-  __nv_bfloat162* z = reinterpret_cast<__nv_bfloat162*>(&r);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) z[i] = __hadd2_rn(x[i], y[i]);
-  return r;
+  return bf16x8_pairs(a, b, [](__nv_bfloat162 x, __nv_bfloat162 y) { return __hadd2_rn(x, y); });
 }
 __device__ __forceinline__ uint4 bf16x8_neg(const uint4& a) {
   return make_uint4(a.x ^ 0x80008000u, a.y ^ 0x80008000u, a.z ^ 0x80008000u, a.w ^ 0x80008000u);
