@@ -193,20 +193,29 @@ bool attention_batched(const void* q, const void* k, const void* v, void* o, DTy
 #endif
 }
 
+namespace {
+// Device scratch for one call, back to the caching allocator (which keeps it for the next block) on every path out.
+struct Scratch {
+  explicit Scratch(size_t n) : bytes(n), p(device_alloc(n)) {}
+  ~Scratch() { device_free(p, bytes); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  size_t bytes;
+  void* p;
+};
+}  // namespace
+
 bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                         const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
                         int64_t d) {
   if (nq == 0 || heads == 0) return true;
   if (!use_ours(g_fp8, q8, k8, v8, o, nq, nk, heads, d)) return false;
-  const size_t vt_bytes = static_cast<size_t>(heads * d * attention_wgmma_fp8_vt_cols(nk));
-  void* vt = device_alloc(vt_bytes);  // V transposed; the caching allocator keeps it for the next block
+  Scratch vt(static_cast<size_t>(heads * d * attention_wgmma_fp8_vt_cols(nk)));  // V transposed
   try {
-    attention_wgmma_fp8(q8, k8, v8, dq, dk, dv, vt, o, o_fp8, o_descale, nq, nk, heads, d, heads * d, stream());
+    attention_wgmma_fp8(q8, k8, v8, dq, dk, dv, vt.p, o, o_fp8, o_descale, nq, nk, heads, d, heads * d, stream());
   } catch (const std::runtime_error& e) {
-    device_free(vt, vt_bytes);
     fail("FP8 attention ({} heads x {} x {}): {}", heads, nq, nk, e.what());
   }
-  device_free(vt, vt_bytes);
   return true;
 }
 
@@ -216,21 +225,17 @@ bool attention_fp8_ours_bf16_v(const void* q8, const void* k8, const void* v, co
   if (nq == 0 || heads == 0) return true;
   if (!use_ours(g_fp8, q8, k8, v, o, nq, nk, heads, d)) return false;
   const int64_t ld = heads * d;
-  const size_t vt_bytes = static_cast<size_t>(ld * attention_wgmma_fp8_vt_cols(nk));
-  void* vt = device_alloc(vt_bytes);  // V quantized and transposed; kept by the caching allocator
-  float* amax = static_cast<float*>(device_alloc(sizeof(float)));
+  Scratch vt(static_cast<size_t>(ld * attention_wgmma_fp8_vt_cols(nk)));  // V quantized and transposed
+  Scratch amax(sizeof(float));
+  float* vmax = static_cast<float*>(amax.p);
   try {
-    const cudaError_t e = absmax(v, ElemType::bf16, nk * ld, amax, stream());
+    const cudaError_t e = absmax(v, ElemType::bf16, nk * ld, vmax, stream());
     if (e != cudaSuccess) throw std::runtime_error(std::string("max |v|: ") + cudaGetErrorString(e));
-    attention_wgmma_fp8_transpose_quantize_v(v, amax, v_scale, vt, nk, ld, stream());
-    attention_wgmma_fp8_on_vt(q8, k8, vt, dq, dk, v_scale, o, o_fp8, o_descale, nq, nk, heads, d, ld, stream());
+    attention_wgmma_fp8_transpose_quantize_v(v, vmax, v_scale, vt.p, nk, ld, stream());
+    attention_wgmma_fp8_on_vt(q8, k8, vt.p, dq, dk, v_scale, o, o_fp8, o_descale, nq, nk, heads, d, ld, stream());
   } catch (const std::runtime_error& e) {
-    device_free(amax, sizeof(float));
-    device_free(vt, vt_bytes);
     fail("FP8 attention ({} heads x {} x {}, v quantized inside): {}", heads, nq, nk, e.what());
   }
-  device_free(amax, sizeof(float));
-  device_free(vt, vt_bytes);
   return true;
 }
 

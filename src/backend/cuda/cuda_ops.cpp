@@ -248,12 +248,22 @@ const float* fp8_scale(const Tensor& t, const char* what) {
 // FP8 attention graph, or the bf16 attention of the dequantized values when cuDNN refuses it. H3_ATTENTION_FP8=off
 // always takes the bf16 route; =require makes a refusal an error (tests, benchmarks: a silent fallback would hide
 // it).
+std::string fp8_attention_mode() {
+  const char* e = std::getenv("H3_ATTENTION_FP8");
+  const std::string mode = e ? e : "";
+  if (!mode.empty() && mode != "off" && mode != "require")
+    fail("H3_ATTENTION_FP8={}: expected off (bf16 attention of the dequantized values), require (fail when cuDNN "
+         "refuses the FP8 graph) or unset",
+         mode);
+  return mode;
+}
+
 Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, bool fp8_out) {
+  const std::string mode = fp8_attention_mode();
   if (v.dtype() == DType::bf16) {
     // bf16 v with fp8 q and k: quantized per tensor inside our kernel's V transpose, else here for the others.
     H3_ASSERT(v.on_device() && v.shape() == k.shape(), "attention: bf16 v {} for k {}", v.describe(), k.describe());
-    const char* e = std::getenv("H3_ATTENTION_FP8");
-    if (!(e && std::string(e) == "off")) {
+    if (mode != "off") {
       const float *sq = fp8_scale(q, "q"), *sk = fp8_scale(k, "k");
       const int64_t cols = q.dim(1);
       H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols, "attention: q {} k {} head_dim {}",
@@ -272,12 +282,6 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
   H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols && v.shape() == k.shape(),
             "attention: q {} k {} v {} head_dim {}", q.describe(), k.describe(), v.describe(), d);
   H3_ASSERT(nq == 0 || nk > 0, "attention: {} queries but no keys", nq);
-  const char* e = std::getenv("H3_ATTENTION_FP8");
-  const std::string mode = e ? e : "";
-  if (!mode.empty() && mode != "off" && mode != "require")
-    fail("H3_ATTENTION_FP8={}: expected off (bf16 attention of the dequantized values), require (fail when cuDNN "
-         "refuses the FP8 graph) or unset",
-         mode);
   if (mode != "off") {  // our kernel first (H3_ATTENTION_FP8_KERNEL), then cuDNN's graph
     Tensor o = Tensor::empty(fp8_out ? DType::fp8_e4m3 : DType::bf16, q.shape(), Device::cuda);
     Tensor ds = fp8_out ? Tensor::empty(DType::f32, {1}, Device::cuda) : Tensor();
