@@ -3,7 +3,7 @@
 # $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
-# Steps: probe build smi tests gpu-ctest fp8attn wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
+# Steps: probe build smi power tests gpu-ctest fp8attn wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
 #        bench-bf16 bench-fp8 anchor decode decode-profile decode-attn-ab vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
@@ -28,7 +28,7 @@ for s in "$@"; do
     probe)
       step probe 60 bash -c 'nvidia-smi; ls /usr/include | grep -E "spdlog|fmt|nlohmann|CLI|gtest" ; nproc' ;;
     build)
-      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check attention_wgmma_check gemm_check" \
+      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check attention_wgmma_check gemm_check power_phase" \
         scripts/device/build.sh build-gpu ;;
     smi)  # clocks, power and throttle reasons every 250 ms while the later steps run
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -37,6 +37,11 @@ for s in "$@"; do
     gemm)
       TAIL=12 step gemm 180 build-gpu/bin/gemm_check --reps 5
       TAIL=6 step gemm-no-fast-accum 120 env H3_FP8_FAST_ACCUM=0 build-gpu/bin/gemm_check --reps 5 --rows 14908 ;;
+    power)  # one block's ops alone and in the forward's order: each op's time and the SM clock around it
+      for a in "14908 fp8" "37830 fp8" "14908 bf16" "37830 bf16"; do
+        set -- $a
+        TAIL=12 step "power-$1-$2" 120 build-gpu/bin/power_phase --rows "$1" --precision "$2" --iters 30
+      done ;;
     tests)
       TAIL=25 step tests 240 build-gpu/bin/h3_tests --gtest_filter='Cuda*:VideoVaeGolden*:AudioVae*' ;;
     wgmma-attn)  # our attention kernels (bf16, FP8 with bf16 O, FP8 with e4m3 O): checks and TFLOPS
