@@ -148,7 +148,7 @@ TEST(CudaOps, FusedRowKernels) {
       for (int64_t e = 0; e < hb.numel(); ++e) ASSERT_LE(std::fabs(hb.data<float>()[e]), 448.0f * bs) << e;
       expect_close(b.h.cpu().to(DType::f32), bc.h.to(DType::f32), 2e-2, "bounded fp8 h vs CPU");
     }
-    // quantize_fp8_rows on the GPU is the CPU's, bit for bit (same division, round-to-nearest-even).
+    // quantize_fp8_rows on the GPU is the CPU's, bit for bit (the same power-of-two scales, round-to-nearest-even).
     Tensor xr = rounded(rnd({n, c}, 57, 3.0));
     Tensor qg = ops::quantize_fp8_rows(gpu(xr, bf)), qc = ops::quantize_fp8_rows(xr);
     EXPECT_TRUE(compare(qg.cpu().to(DType::f32), qc.to(DType::f32)).bitwise) << "quantize_fp8_rows " << c;

@@ -282,8 +282,8 @@ TEST(OpsGateResidual, MatchesReference) {
   }
 }
 
-// Per-row FP8: each row's scale is its own max|x| / 448, every element decodes within half an e4m3 step of x / s, a
-// row quantizes to the same bits whatever rows surround it, and a zero row stays zero.
+// Per-row FP8: each row's scale is its own max|x| / 448 rounded up to a power of two, every element decodes within
+// half an e4m3 step of x / s, a row quantizes to the same bits whatever rows surround it, and a zero row stays zero.
 TEST(OpsQuantizeFp8Rows, PerRowScalesAndRowIndependence) {
   Rng rng(107);
   const int64_t n = 9, c = 37;
@@ -295,10 +295,14 @@ TEST(OpsQuantizeFp8Rows, PerRowScalesAndRowIndependence) {
   ASSERT_EQ(q.dtype(), DType::fp8_e4m3);
   ASSERT_TRUE(q.scale() && q.scale()->numel() == n);
   const float* s = q.scale()->data<float>();
+  int e2 = 0;
   for (int64_t r = 0; r < n; ++r) {
     float amax = 0;
     for (int64_t j = 0; j < c; ++j) amax = std::max(amax, std::fabs(static_cast<float>(v[r * c + j])));
-    EXPECT_EQ(s[r], std::max(amax / 448.0f, 1e-12f)) << "row " << r;
+    const float exact = std::max(amax / 448.0f, 1e-12f);
+    EXPECT_EQ(std::frexp(s[r], &e2), 0.5f) << "row " << r << ": scale " << s[r] << " not a power of two";
+    EXPECT_GE(s[r], exact) << "row " << r;
+    EXPECT_LT(s[r], 2 * exact) << "row " << r;
     for (int64_t j = 0; j < c; ++j) {
       const double want = static_cast<float>(v[r * c + j]) / s[r], got = q.get(r * c + j);
       // e4m3: 3 mantissa bits; below 2^-6 the subnormal step is 2^-9.

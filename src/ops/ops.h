@@ -45,8 +45,10 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx);
 Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
 // Per-tensor FP8 e4m3 quantization: q = fp8(w / s), s = max|w| / 448, returned with its scale (Tensor::scale()).
 Tensor quantize_fp8(const Tensor& w);
-// Per-row FP8 e4m3 quantization of x[N, C]: q[r] = fp8(x[r] / s[r]), s[r] = max(max|x[r]| / 448, 1e-12), returned
-// with its [N] f32 scales (Tensor::scale()). Each row's bits depend on that row alone.
+// Per-row FP8 e4m3 quantization of x[N, C]: q[r] = fp8(x[r] / s[r]), s[r] = round_up_pow2(max(max|x[r]| / 448,
+// 1e-12)) (a power of two, so the GPU divides as an exact multiply; e4m3 keeps its relative precision, the row's
+// largest value lands in (224, 448]), returned with its [N] f32 scales (Tensor::scale()). Each row's bits depend on
+// that row alone.
 Tensor quantize_fp8_rows(const Tensor& x);
 
 // How a fused producer hands its output to an FP8 GEMM: not quantized, per row (quantize_fp8_rows), or per tensor

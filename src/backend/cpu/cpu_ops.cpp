@@ -376,7 +376,7 @@ Tensor quantize_fp8_rows(const Tensor& x) {
   for (int64_t r = 0; r < n; ++r) {
     float amax = 0;
     for (int64_t j = 0; j < c; ++j) amax = std::max(amax, std::abs(p[r * c + j]));
-    const float s = std::max(amax / 448.0f, 1e-12f);
+    const float s = round_up_pow2(std::max(amax / 448.0f, 1e-12f));
     scales[static_cast<size_t>(r)] = s;
     for (int64_t j = 0; j < c; ++j) p[r * c + j] /= s;
   }

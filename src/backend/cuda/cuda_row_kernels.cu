@@ -25,9 +25,9 @@ constexpr float kFp8Max = 448.0f;
 constexpr float kTinyScale = 1e-12f;
 
 // Eight fp8 e4m3 values v / scale (round to nearest even, saturating: |v| <= 448 scale by construction) as one
-// 8-byte store. A power-of-two scale (the fixed bounds are rounded up to one: ops::round_up_pow2) divides exactly
-// as a product with its exact inverse, one multiply instead of a division's dozen instructions; any other scale (the
-// per-row ones) takes the division. Both give the CPU backend's bits.
+// 8-byte store. A power-of-two scale (the fixed bounds and the per-row scales are rounded up to one:
+// ops::round_up_pow2) divides exactly as a product with its exact inverse, one multiply instead of a division's
+// dozen instructions; any other scale takes the division. Both give the CPU backend's bits.
 __device__ __forceinline__ void store_fp8x8(__nv_fp8_e4m3* p, const float (&v)[8], float scale) {
   float x[8];
   if ((__float_as_uint(scale) & 0x7fffffu) == 0) {
@@ -72,7 +72,7 @@ __device__ __forceinline__ uint4 bf16x8_neg(const uint4& a) {
 constexpr uint32_t kBf16One2 = 0x3f803f80u;  // (1, 1) as bf16
 
 // Where a row kernel writes its result: bf16 rows (`bf`), or fp8 rows with one dequantization scale per row
-// (value = q * scale[r], scale[r] = max(amax_r / 448, 1e-12)) or, when `fixed` is given, with the one per-tensor
+// (value = q * scale[r], scale[r] = round_up_pow2(max(amax_r / 448, 1e-12))) or, when `fixed` is given, with the one per-tensor
 // scale *fixed (then `scale` is not written); or both.
 struct RowOut {
   __nv_bfloat16* bf = nullptr;
@@ -106,7 +106,7 @@ __device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t co
 #pragma unroll
           for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[j]));
         }
-      scale = fmaxf(block_max(m, scratch) / kFp8Max, kTinyScale);
+      scale = ops::round_up_pow2(fmaxf(block_max(m, scratch) / kFp8Max, kTinyScale));
       if (threadIdx.x == 0) o.scale[r] = scale;
     }
 #pragma unroll
@@ -310,8 +310,10 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
 // quarter of the instructions); when the heads of a row come in whole groups (heads % kQkItems == 0, the DiT's 56),
 // a group loads its row's cos / sin once, before its items.
 constexpr int kQkItems = 4;
+// Four blocks an SM (at most 64 registers; ptxas spills a few bytes to L1): more loads in flight than the three that
+// 73 registers allow, 6-7 % faster in the forward on an H200 (docs/notes.md, session 9).
 template <int kD>
-__global__ void __launch_bounds__(256) qk_norm_rope_vec_kernel(
+__global__ void __launch_bounds__(256, 4) qk_norm_rope_vec_kernel(
     const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ cs,
     const __nv_bfloat16* __restrict__ sn, __nv_bfloat16* __restrict__ out, __nv_fp8_e4m3* __restrict__ out8,
     const float* __restrict__ scale8, int64_t items, int heads, int rot, float eps, bool bf) {
