@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "ops/ops.h"
 #include "pipeline/synthetic.h"
+#include "normal_gpu.h"
 
 namespace {
 
@@ -37,18 +38,7 @@ double median_seconds(int reps, const auto& f) {
   return t[t.size() / 2];
 }
 
-// Seeded normal values times `scale` as a bf16 GPU tensor (a 1M-value block repeated: generating billions of
-// values on the host is slow).
-Tensor normal_gpu(int64_t rows, int64_t cols, uint64_t seed, float scale) {
-  const int64_t n = rows * cols, block = std::min<int64_t>(n, 1 << 20);
-  Tensor b = seeded_normal({block}, seed, 0).to(DType::f32);
-  Tensor t(DType::f32, {rows, cols});
-  for (int64_t i = 0; i < n; i += block) {
-    const int64_t c = std::min(block, n - i);
-    for (int64_t j = 0; j < c; ++j) t.data<float>()[i + j] = b.data<float>()[j] * scale;
-  }
-  return t.to_device(Device::cuda).to(DType::bf16);
-}
+using bench::normal_gpu;
 
 }  // namespace
 

@@ -25,22 +25,14 @@
 #include "core/tensor.h"
 #include "ops/ops.h"
 #include "pipeline/synthetic.h"
+#include "normal_gpu.h"
 
 namespace {
 
 using namespace h3;
 using namespace h3::cuda;
 
-Tensor normal_gpu(int64_t rows, int64_t cols, uint64_t seed, float scale) {
-  const int64_t n = rows * cols, block = std::min<int64_t>(n, 1 << 20);
-  Tensor b = seeded_normal({block}, seed, 0).to(DType::f32);
-  Tensor t(DType::f32, {rows, cols});
-  for (int64_t i = 0; i < n; i += block) {
-    const int64_t c = std::min(block, n - i);
-    for (int64_t j = 0; j < c; ++j) t.data<float>()[i + j] = b.data<float>()[j] * scale;
-  }
-  return t.to_device(Device::cuda).to(DType::bf16);
-}
+using bench::normal_gpu;
 
 struct Op {
   std::string name;

@@ -1,0 +1,24 @@
+// Shared by the GPU benchmarks: seeded normal inputs on the GPU without generating billions of values on the host.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "pipeline/synthetic.h"
+
+namespace h3::bench {
+
+// Seeded normal values times `scale` as a bf16 GPU tensor [rows, cols] (a 1M-value block repeated; never zeros,
+// which would flatter the GEMMs).
+inline Tensor normal_gpu(int64_t rows, int64_t cols, uint64_t seed, float scale) {
+  const int64_t n = rows * cols, block = std::min<int64_t>(n, 1 << 20);
+  Tensor b = seeded_normal({block}, seed, 0).to(DType::f32);
+  Tensor t(DType::f32, {rows, cols});
+  for (int64_t i = 0; i < n; i += block) {
+    const int64_t c = std::min(block, n - i);
+    for (int64_t j = 0; j < c; ++j) t.data<float>()[i + j] = b.data<float>()[j] * scale;
+  }
+  return t.to_device(Device::cuda).to(DType::bf16);
+}
+
+}  // namespace h3::bench
