@@ -1,6 +1,7 @@
 // The FP8 scales that bound a tensor from its op's parameters (no pass over the data), and the per-row activation
-// scales, are rounded up to a power of two: dividing by one is then exact as a multiply by its inverse, which the GPU kernels use, and e4m3 keeps the
-// same relative precision at any scale (values stay within 448 of it; at most one binade of headroom goes unused).
+// scales, are rounded up to a power of two: dividing by one is then exact as a multiply by its inverse, which the GPU
+// kernels use, and e4m3 keeps the same relative precision at any scale (values stay within 448 of it; at most one
+// binade of headroom goes unused).
 // Shared by the CPU backend, the CUDA kernels and the model's q / k bounds, so all compute the same bits.
 #pragma once
 #include <cstdint>

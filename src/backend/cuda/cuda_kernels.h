@@ -38,8 +38,8 @@ cudaError_t quantize_fp8_fixed(const void* x, ElemType t, int64_t n, const float
 // one thread block in an order fixed by the row width alone.
 // Fused gated residual + norm + modulation: when gate is given, x' = bf16 ? rb(x + rb(gate[idx] * y)) : x + ...,
 // stored to x_out (else x' = x); then h = norm_modulate(x') into h (bf16) and/or h_fp8 with per-row scales
-// h_scale[r] = round_up_pow2(max(max|h[r]| / 448, 1e-12)) (h_fp8[r] = fp8(h[r] / h_scale[r]) of the bf16 h), or with the one
-// given per-tensor scale *h_fixed_scale (device).
+// h_scale[r] = round_up_pow2(max(max|h[r]| / 448, 1e-12)) (h_fp8[r] = fp8(h[r] / h_scale[r]) of the bf16 h), or
+// with the one given per-tensor scale *h_fixed_scale (device).
 cudaError_t residual_norm_modulate(const void* x, const void* gate, const void* y, const int32_t* idx, void* x_out,
                                    const void* w, const void* shift, const void* scale, void* h, void* h_fp8,
                                    float* h_scale, const float* h_fixed_scale, int64_t rows, int64_t cols, float eps,

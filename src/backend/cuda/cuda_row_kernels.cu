@@ -72,8 +72,8 @@ __device__ __forceinline__ uint4 bf16x8_neg(const uint4& a) {
 constexpr uint32_t kBf16One2 = 0x3f803f80u;  // (1, 1) as bf16
 
 // Where a row kernel writes its result: bf16 rows (`bf`), or fp8 rows with one dequantization scale per row
-// (value = q * scale[r], scale[r] = round_up_pow2(max(amax_r / 448, 1e-12))) or, when `fixed` is given, with the one per-tensor
-// scale *fixed (then `scale` is not written); or both.
+// (value = q * scale[r], scale[r] = round_up_pow2(max(amax_r / 448, 1e-12))) or, when `fixed` is given, with the one
+// per-tensor scale *fixed (then `scale` is not written); or both.
 struct RowOut {
   __nv_bfloat16* bf = nullptr;
   __nv_fp8_e4m3* q = nullptr;
