@@ -18,6 +18,7 @@
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <type_traits>
 
 #include "backend/cuda/cuda_attention_wgmma.h"
 #include "backend/cuda/cuda_wgmma.cuh"
@@ -177,13 +178,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wg_commit();
   };
-  auto issue_pv = [&](int s) {
+  // O += P V^T of one tile: the first kSteps k-steps of 32 keys (kBN / 32; 4 for a row's last tile when its keys
+  // all lie in the first 128, the weights of the others being zero).
+  auto issue_pv_steps = [&](int s, auto steps) {
+    constexpr int kSteps = decltype(steps)::value;
     const uint32_t v_addr = smem_u32(sm.vt[s]);
     fence_regs(p);
     fence_regs(o_acc);
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 32; ++kk) {
+    for (int kk = 0; kk < kSteps; ++kk) {
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       if (kk < 4)  // keys [0, 128): the 128-byte-swizzled block
         mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kk * 32, 16, 1024));
@@ -194,6 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wg_commit();
   };
+  auto issue_pv = [&](int s) { issue_pv_steps(s, std::integral_constant<int, kBN / 32>{}); };
   // Online softmax of tile j in s_acc (scores -> unnormalized weights, times 448); returns the factors for O's
   // rows.
   auto softmax = [&](int j, float(&s_acc)[kBN / 2], float& corr0, float& corr1) {
@@ -222,6 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (signal) mbar_arrive(&sm.v_empty[j % kStages]);
   };
 
+  const bool narrow_tail = kBN != 128 && nk - (tiles - 1) * kBN <= 128;  // a row's last tile has <= 128 keys
   int t = 0;  // K / V tiles consumed, over all items (the producer's count)
   for (int w = blockIdx.x, i = 0; w < items; w += gridDim.x, ++i, t += tiles) {
     const int q0 = (w % qtiles) * kBM, col0 = (w / qtiles) * kD, b = i % 2;
@@ -260,7 +266,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (signal) mbar_arrive(&sm.q_empty[b]);  // every S of this item is done: the producer may load Q anew
     v_ready(t + tiles - 1);
-    issue_pv((t + tiles - 1) % kStages);
+    if (narrow_tail)
+      issue_pv_steps((t + tiles - 1) % kStages, std::integral_constant<int, 4>{});
+    else
+      issue_pv((t + tiles - 1) % kStages);
     wg_wait<0>();
     fence_regs(o_acc);
     v_done(t + tiles - 1);  // the ring runs on into the next item
@@ -502,6 +511,9 @@ void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_sc
                                                    cudaSuccess && sms > 0)
       ctas = std::min<int64_t>(items, sms);
   }
+  if ((items + ctas - 1) / ctas * ((nk + bn - 1) / bn) >= (int64_t{1} << 31))
+    throw std::runtime_error("wgmma FP8 attention: " + std::to_string(items) + " work items of " + std::to_string(nk) +
+                             " keys on " + std::to_string(ctas) + " CTAs count 2^31 key tiles or more a CTA");
   const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(tq, tk, tvt, tvt64, tvt32, dq, dk, dv, o,
                                                                   o_descale, static_cast<int>(nq),
