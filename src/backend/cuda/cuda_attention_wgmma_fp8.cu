@@ -152,12 +152,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   // A consumer warpgroup: rows [64 g, 64 g + 64) of the tile; this thread holds rows r and r + 8 of its
   // warp's 16 and, of every 8 columns of S or O, columns 2 c and 2 c + 1.
   asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-  const int g = threadIdx.x / 128;
+  // With an e4m3 O, g is made warp-uniform as the compiler sees it (a shuffle from lane 0), so that Q's descriptors
+  // live in uniform registers: no register-to-uniform moves before each S MMA, and 8 registers free for the softmax.
+  // (With a bf16 O, whose epilogue needs more registers, ptxas would then spill 88 bytes, in the loop too: that
+  // instantiation keeps Q's descriptors in ordinary registers, and its P V wait where ptxas puts it.)
+  const int g = kOutFp8 ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0)
+                        : static_cast<int>(threadIdx.x / 128);
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const int c = lane % 4;
   const bool signal = lane == 0;
-  uint32_t q_addr = 0;  // this warpgroup's 64 rows of the current item's Q
+  // Descriptors by their low words: Q's (this warpgroup's 64 rows of the current item), and K's and V^T's for stage
+  // 0; a stage's or a k-step's are these plus its offset in 16-byte units, the high words constants. (Built whole
+  // before each MMA, they cost ~6 uniform instructions an MMA: ~65 a tile of ~680.)
+  uint32_t q_lo = 0;
+  const uint32_t k_lo0 = desc_lo(smem_u32(sm.k[0])), v_lo0 = desc_lo(smem_u32(sm.vt[0]));
+  constexpr uint32_t kHi128 = desc_hi(1024, 1), kHi64 = desc_hi(512, 2), kHi32 = desc_hi(256, 3);
   const float sl2 = scale_log2 * dq[0] * dk[0];
 
   float s_acc[kBN / 2];
@@ -171,10 +181,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto issue_qk = [&](int s, float(&sx)[kBN / 2]) {
     fence_regs(sx);
     wg_fence();
-    const uint32_t k_addr = smem_u32(sm.k[s]);
+    const uint32_t k_lo = k_lo0 + s * (kStageBytes >> 4);
 #pragma unroll
     for (int kk = 0; kk < kD / 32; ++kk) {
-      mma_ss_n<kBN>(sx, desc(q_addr + kk * 32, 16, 1024), desc(k_addr + kk * 32, 16, 1024), kk > 0);
+      mma_ss_n<kBN>(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
     }
     wg_commit();
   };
@@ -182,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // all lie in the first 128, the weights of the others being zero).
   auto issue_pv_steps = [&](int s, auto steps) {
     constexpr int kSteps = decltype(steps)::value;
-    const uint32_t v_addr = smem_u32(sm.vt[s]);
+    const uint32_t v_lo = v_lo0 + s * (kStageBytes >> 4);
     fence_regs(p);
     fence_regs(o_acc);
     wg_fence();
@@ -190,11 +200,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kSteps; ++kk) {
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
       if (kk < 4)  // keys [0, 128): the 128-byte-swizzled block
-        mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kk * 32, 16, 1024));
+        mma_e4m3_rs_n128(o_acc, a, desc_of(v_lo + kk * 2, kHi128));
       else if (kk < 6)  // keys [128, 192): the 64-byte-swizzled one
-        mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kOff64 + (kk - 4) * 32, 16, 512, 2));
+        mma_e4m3_rs_n128(o_acc, a, desc_of(v_lo + (kOff64 >> 4) + (kk - 4) * 2, kHi64));
       else  // the last 32 keys: the 32-byte-swizzled one
-        mma_e4m3_rs_n128(o_acc, a, desc(v_addr + kOff32, 16, 256, 3));
+        mma_e4m3_rs_n128(o_acc, a, desc_of(v_lo + (kOff32 >> 4), kHi32));
     }
     wg_commit();
   };
@@ -231,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int t = 0;  // K / V tiles consumed, over all items (the producer's count)
   for (int w = blockIdx.x, i = 0; w < items; w += gridDim.x, ++i, t += tiles) {
     const int q0 = (w % qtiles) * kBM, col0 = (w / qtiles) * kD, b = i % 2;
-    q_addr = smem_u32(sm.q[b]) + g * 64 * 128;
+    q_lo = desc_lo(smem_u32(sm.q[b]) + g * 64 * 128);
 #pragma unroll
     for (int e = 0; e < 64; ++e) o_acc[e] = 0.f;
     m0 = m1 = -INFINITY;
@@ -257,6 +267,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       k_done(t + j);
       float c0, c1;
       softmax(j, s_acc, c0, c1);
+      // Row 0's sums done before P V's wait (e4m3 O: the forward's single-rank path): ptxas then keeps ~5/6 of the
+      // softmax beside P V, +3.5 % at 14,908 x 56 and +2.6 % at 37,830 x 56 (with the whole of it, both sums, the
+      // kernel ran 5-7 % slower than without the boundary: measured, not understood).
+      if constexpr (kOutFp8) block_boundary_after(l0);
       wg_wait<0>();
       fence_regs(o_acc);
       fence_regs(p);
