@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       softmax(j, s_acc, c0, c1);
       // Row 0's sums done before P V's wait (e4m3 O: the forward's single-rank path): ptxas then keeps ~5/6 of the
       // softmax beside P V, +3.5 % at 14,908 x 56 and +2.6 % at 37,830 x 56 (with the whole of it, both sums, the
-      // kernel ran 5-7 % slower than without the boundary: measured, not understood).
+      // kernel ran 4-8 % slower than without the boundary: measured, not understood).
       if constexpr (kOutFp8) block_boundary_after(l0);
       wg_wait<0>();
       fence_regs(o_acc);
