@@ -66,17 +66,11 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       : "memory");
 }
 
-// A wgmma shared-memory matrix descriptor, offsets in bytes; swizzle: 1 the 128-byte one (8 rows of 128 bytes a
-// repeat: stride 1024 between 8-row groups), 2 the 64-byte one (stride 512).
-__host__ __device__ constexpr uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride, uint64_t swizzle = 1) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lead >> 4) << 16) |
-         (static_cast<uint64_t>(stride >> 4) << 32) | (swizzle << 62);
-}
-
-// The same descriptor as its two 32-bit words, for kernels that keep the low ones of a stage and add offsets: the low
-// word holds the address field and the leading offset (adding n moves the address by 16 n bytes; no carry leaves the
-// field while addresses stay below 256 KB, and shared memory is 228 KB), the high word the stride and the swizzle.
-// desc_of(desc_lo(a, l), desc_hi(s, w)) == desc(a, l, s, w).
+// A wgmma shared-memory matrix descriptor as its two 32-bit words: the low one holds the address field and the
+// leading offset (adding n moves the address by 16 n bytes; no carry leaves the field while addresses stay below
+// 256 KB, and shared memory is 228 KB), the high one the stride between 8-row groups and the swizzle (1 the 128-byte
+// one: 8 rows of 128 bytes a repeat, stride 1024; 2 the 64-byte one, stride 512; 3 the 32-byte one). Offsets in bytes.
+// Kernels that keep a stage's low words and add offsets use the words; desc() builds the whole descriptor.
 __host__ __device__ constexpr uint32_t desc_lo(uint32_t addr, uint32_t lead = 16) {
   return ((addr & 0x3FFFF) >> 4) | ((lead >> 4) << 16);
 }
@@ -86,9 +80,9 @@ __host__ __device__ constexpr uint32_t desc_hi(uint32_t stride, uint32_t swizzle
 __host__ __device__ constexpr uint64_t desc_of(uint32_t lo, uint32_t hi) {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
-static_assert(desc_of(desc_lo(0x2c040 + 64), desc_hi(1024, 1)) == desc(0x2c040 + 64, 16, 1024, 1) &&
-              desc_of(desc_lo(0x1f020), desc_hi(512, 2)) == desc(0x1f020, 16, 512, 2) &&
-              desc_of(desc_lo(0x1f020) + 6, desc_hi(256, 3)) == desc(0x1f020 + 96, 16, 256, 3));
+__host__ __device__ constexpr uint64_t desc(uint32_t addr, uint32_t lead, uint32_t stride, uint32_t swizzle = 1) {
+  return desc_of(desc_lo(addr, lead), desc_hi(stride, swizzle));
+}
 
 // ptxas schedules a wgmma wait as early as its basic block allows, above independent work written before it: the
 // SASS of both attention kernels showed the wait for tile j-1's P V right below S_j's, so the softmax of tile j ran
