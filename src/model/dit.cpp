@@ -384,7 +384,8 @@ Tensor DitModel::upload(const Tensor& t) const {
 
 Tensor DitModel::to_host(const Tensor& t) const {
   if (!t.on_device()) return t;
-  return t.cpu().to(ct_);
+  Tensor h = t.cpu();
+  return h.dtype() == ct_ ? h : h.to(ct_);  // no second host copy when the dtype already matches
 }
 
 }  // namespace h3

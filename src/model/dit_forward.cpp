@@ -401,12 +401,11 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     profile::Region r("adaln tables");
     tables = adaln_tables(ada_in);
   }
-  std::vector<int32_t> ada_idx, ti_idx;
+  std::vector<int32_t> ada_idx;
   {
     profile::Region pr("modulation index");
     const std::vector<int64_t> ts = index_values(in.timestep_indices), tags = index_values(in.token_tags);
     for (int64_t r = st.own.begin; r < st.own.end; ++r) {
-      ti_idx.push_back(static_cast<int32_t>(ts[r]));
       ada_idx.push_back(static_cast<int32_t>(ts[r] * 3 + tags[r]));
     }
     st.ada_idx = device_index(ada_idx);
@@ -455,14 +454,22 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
           to_host(gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations"));
     }
   }
-  if (pending_gate.defined()) x = ops::gate_residual(x, pending_gate, st.ada_idx, pending_y, bf);
-
-  // Final norm modulated per timestep only, then both f32 heads on the rank's rows; every rank gets all outputs.
-  Tensor fin = round_if_bf16(ops::linear(ada_in, out_ada_w_, &out_ada_b_));
-  Tensor shift = ops::columns(fin, 0, H), scale = ops::columns(fin, H, 2 * H);
-  Tensor h = round_if_bf16(ops::rms_norm(x, &out_norm_, H, config_.final_norm_eps));
-  h = ops::modulate(h, shift, scale, device_index(ti_idx), bf);
+  // Final norm modulated per timestep only (not per modality): its [M, 2H] table repeated for the three modalities
+  // of each timestep, so that the block norms' fused pass (the last MLP residual, the norm, the modulation) indexes
+  // it by the same row index. Bitwise the separate ops: gate_residual, rms_norm rounded, modulate by timestep.
+  Tensor h;
+  {
+    profile::Region pr("final norm");
+    const Tensor fin = round_if_bf16(ops::linear(ada_in, out_ada_w_, &out_ada_b_));
+    std::vector<int32_t> by_row(static_cast<size_t>(3 * st.M));
+    for (int64_t m = 0; m < 3 * st.M; ++m) by_row[static_cast<size_t>(m)] = static_cast<int32_t>(m / 3);
+    const Tensor fin3 = ops::gather_rows(fin, device_index(by_row));
+    h = ops::residual_norm_modulate(x, pending_gate, st.ada_idx, pending_y, out_norm_, config_.final_norm_eps,
+                                    ops::columns(fin3, 0, H), ops::columns(fin3, H, 2 * H), bf)
+            .h;
+  }
   if (keep) out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
+  profile::Region heads_region("output heads");
   auto head = [&](const Tensor& idx, const Tensor& w, const Tensor& bias) {
     // Output rows in index order; rank j computes those whose packed row it owns.
     std::vector<std::vector<int32_t>> per_rank(plan_.world);
@@ -476,20 +483,26 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     }
     std::vector<int32_t> local;
     for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
-    Tensor mine = to_host(ops::linear(ops::gather_rows(h, device_index(local)), w, &bias));
+    // The packed layout keeps each modality's rows together: then this rank's rows are one run of h, read in place.
+    const bool run = std::adjacent_find(local.begin(), local.end(), [](int32_t a, int32_t b) { return b != a + 1; }) ==
+                     local.end();
+    const Tensor hin = !local.empty() && run ? h.rows(local.front(), local.back() + 1)
+                                             : ops::gather_rows(h, device_index(local));
+    Tensor mine = to_host(ops::linear(hin, w, &bias));
     const int64_t width = w.dim(0);
-    Tensor all(ct_, {idx.numel(), width});
     std::vector<int64_t> counts;
     for (const auto& pr : per_rank) counts.push_back(static_cast<int64_t>(pr.size()) * width);
-    Tensor packed = all;
+    Tensor packed = mine;
     if (plan_.world > 1) {
       packed = Tensor(ct_, {idx.numel(), width});
       plan_.world_comm->allgatherv(mine.raw(), packed.raw(), counts, ct_, "gather output heads");
-    } else {
-      packed = mine;
     }
     std::vector<int32_t> order;
     for (const auto& pr : per_rank) order.insert(order.end(), pr.begin(), pr.end());
+    bool in_order = true;
+    for (size_t i = 0; i < order.size() && in_order; ++i) in_order = order[i] == static_cast<int32_t>(i);
+    if (in_order) return packed;  // every rank's rows already in index order (one rank, or rows split in order)
+    Tensor all(ct_, {idx.numel(), width});
     ops::scatter_rows(all, packed, index_i32(order));
     return all;
   };
