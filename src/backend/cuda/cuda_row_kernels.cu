@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
@@ -83,9 +84,10 @@ struct RowOut {
 
 // Writes the VPT chunks of row `r` held by this thread (chunk k at column (threadIdx.x + k * blockDim.x) * 8), given
 // as bf16 bits: stored as they are, and/or quantized from their values.
+// `max_abs`: the row's largest |value| when the caller has it already (< 0: taken here, from h).
 template <int VPT>
 __device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t cols, const uint4 (&h)[VPT],
-                                          const bool (&live)[VPT], float* scratch) {
+                                          const bool (&live)[VPT], float* scratch, float max_abs = -1.f) {
   const int64_t base = r * cols;
   if (o.bf) {
 #pragma unroll
@@ -97,15 +99,18 @@ __device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t co
     if (o.fixed) {
       scale = *o.fixed;
     } else {
-      float m = 0.f;
+      float m = max_abs;
+      if (m < 0.f) {
+        m = 0.f;
 #pragma unroll
-      for (int k = 0; k < VPT; ++k)
-        if (live[k]) {
-          float v[8];
-          unpack(h[k], v);
+        for (int k = 0; k < VPT; ++k)
+          if (live[k]) {
+            float v[8];
+            unpack(h[k], v);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[j]));
-        }
+            for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[j]));
+          }
+      }
       scale = ops::round_up_pow2(fmaxf(block_max(m, scratch) / kFp8Max, kTinyScale));
       if (threadIdx.x == 0) o.scale[r] = scale;
     }
@@ -226,10 +231,29 @@ __global__ void __launch_bounds__(256) quantize_rows_kernel(const __nv_bfloat16*
   write_row<VPT>(out, r, cols, h, live, scratch);
 }
 
-// SwiGLU of one row (u = [value | gate], f values each) into per-row FP8 (one block per row).
+// One 16-byte chunk of SwiGLU with bf16 steps, h = rb(v rb(silu(g))), as bf16 pairs: silu in f32 (fast exp and
+// division), rounded to a bf16 pair, times v's pair (a bf16 pair product is the bf16 rounding of the exact product,
+// i.e. rb() of the f32 one: the same bits); the running max |h| as a bf16 pair (exact).
+__device__ __forceinline__ void swiglu_chunk_bf16(const uint4& vr, const uint4& gr, uint4& h, __nv_bfloat162& m2) {
+  float g[8];
+  unpack(gr, g);
+  const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&vr);
+  __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&h);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float s0 = __fdividef(g[2 * i], 1.0f + __expf(-g[2 * i]));
+    const float s1 = __fdividef(g[2 * i + 1], 1.0f + __expf(-g[2 * i + 1]));
+    h2[i] = __hmul2_rn(v2[i], __floats2bfloat162_rn(s0, s1));
+    m2 = __hmax2(m2, __habs2(h2[i]));
+  }
+}
+
+// SwiGLU of one row (u = [value | gate], f values each) into per-row FP8 (one block per row). With bf16 steps (the
+// DiT's) in bf16 pairs, the row's max taken on the way: ~40 % fewer instructions than the f32-then-round steps, the
+// same bits; 0.75 -> 0.62 ms for the 768p FP8 forward's rows on an H200 (4.4 TB/s; docs/notes.md, session 13).
 template <int VPT>
-__global__ void __launch_bounds__(256) swiglu_rows_kernel(const __nv_bfloat16* __restrict__ u, RowOut out, int64_t f,
-                                                           bool bf) {
+__global__ void __launch_bounds__(256, 3) swiglu_rows_kernel(const __nv_bfloat16* __restrict__ u, RowOut out, int64_t f,
+                                                              bool bf) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x, chunks = f / 8;
   const __nv_bfloat16* row = u + r * 2 * f;
@@ -245,6 +269,14 @@ __global__ void __launch_bounds__(256) swiglu_rows_kernel(const __nv_bfloat16* _
     }
   }
   uint4 h[VPT];
+  if (bf) {
+    __nv_bfloat162 m2 = __floats2bfloat162_rn(0.f, 0.f);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (live[k]) swiglu_chunk_bf16(vraw[k], graw[k], h[k], m2);
+    write_row<VPT>(out, r, f, h, live, scratch, fmaxf(__low2float(m2), __high2float(m2)));
+    return;
+  }
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     if (!live[k]) continue;
@@ -252,10 +284,7 @@ __global__ void __launch_bounds__(256) swiglu_rows_kernel(const __nv_bfloat16* _
     unpack(vraw[k], v);
     unpack(graw[k], g);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float sg = __fdividef(g[j], 1.0f + __expf(-g[j]));
-      v[j] = bf ? rb(v[j] * rb(sg)) : v[j] * sg;
-    }
+    for (int j = 0; j < 8; ++j) v[j] = v[j] * __fdividef(g[j], 1.0f + __expf(-g[j]));
     h[k] = pack(v);
   }
   write_row<VPT>(out, r, f, h, live, scratch);
@@ -303,111 +332,136 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
 }
 
 // q/k norm + RoPE for bf16 heads of kD = 64 or 128 channels: kD/8 lanes per (row, head) item, 8 channels per lane,
-// kQkItems items per lane group with all their loads issued first; the sum of squares per lane, then across the
-// group's lanes (butterfly). The rotate-half partner of channel c (c < rot) is c +- rot/2, i.e. lane +- rot/16 of
-// the same group: exchanged by shuffles (rot % 16 == 0). The DiT's heads are 128 wide, the video VAE decoder's 64.
-// With bf16 steps the normalized values travel and rotate as bf16 pairs (bf16x8_*: the f32-then-round bits in a
-// quarter of the instructions); when the heads of a row come in whole groups (heads % kQkItems == 0, the DiT's 56),
-// a group loads its row's cos / sin once, before its items.
+// kQkItems items per lane group; the sum of squares per lane, then across the group's lanes (butterfly). The
+// rotate-half partner of channel c (c < rot) is c +- rot/2, i.e. lane +- rot/16 of the same group: exchanged by
+// shuffles (rot % 16 == 0). The DiT's heads are 128 wide, the video VAE decoder's 64. With bf16 steps the normalized
+// values travel and rotate as bf16 pairs (bf16x8_*: the f32-then-round bits in a quarter of the instructions); when
+// the heads of a row come in whole groups (heads % kQkItems == 0, the DiT's 56), a group loads its row's cos / sin
+// once, before its items.
+//
+// A persistent grid (kQkBlocksPerSm blocks an SM): each lane group takes the groups of items g, g + stride, ... and
+// loads the next one's items (and cos / sin) before it works on the current one, so that a group's loads are in
+// flight while the previous group computes. On an H200 this took the DiT's 768p FP8 call from 0.281 to 0.244 ms
+// (2.9 -> 3.4 TB/s; docs/notes.md, session 13); one-shot blocks (four an SM) left the memory idle between waves.
 constexpr int kQkItems = 4;
-// Four blocks an SM (at most 64 registers; ptxas spills a few bytes to L1): more loads in flight than the three that
-// 73 registers allow, 6-7 % faster in the forward on an H200 (docs/notes.md, session 9).
-template <int kD>
-__global__ void __launch_bounds__(256, 4) qk_norm_rope_vec_kernel(
+constexpr int kQkBlocksPerSm = 3;  // 80 registers with the prefetched group: three blocks an SM (four spilled, slower)
+// bf (bf16 steps), fp8 (e4m3 output, else bf16) and row_per_group (heads % kQkItems == 0) are template parameters:
+// each build holds one path, with fewer registers (the general one spilled, and ran slower than the old kernel).
+template <int kD, bool bf, bool fp8, bool row_per_group>
+__global__ void __launch_bounds__(256, kQkBlocksPerSm) qk_norm_rope_vec_kernel(
     const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ cs,
     const __nv_bfloat16* __restrict__ sn, __nv_bfloat16* __restrict__ out, __nv_fp8_e4m3* __restrict__ out8,
-    const float* __restrict__ scale8, int64_t items, int heads, int rot, float eps, bool bf) {
+    const float* __restrict__ scale8, int64_t items, int heads, int rot, float eps) {
   constexpr int kLanes = kD / 8;
   const int lane = threadIdx.x & (kLanes - 1), c0 = lane * 8, half = rot / 2, shift_lanes = half / 8;
-  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kLanes;
-  const int64_t first = group * kQkItems;
+  const int64_t groups = (items + kQkItems - 1) / kQkItems;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x / kLanes;  // lane groups in the grid
+  const int64_t sub = (threadIdx.x & 31) / kLanes;                  // this lane group within its warp
   float wv[8];
   unpack(load_raw(w + c0), wv);
-  uint4 raw[kQkItems];
-#pragma unroll
-  for (int k = 0; k < kQkItems; ++k)
-    if (first + k < items) raw[k] = load_raw(x + (first + k) * kD + c0);
   const bool rotates = c0 < rot;
   const bool lower = c0 < half;  // takes -partner * sin
   const int partner = (threadIdx.x & 31) + (lower ? shift_lanes : -shift_lanes);
-  const bool row_per_group = heads % kQkItems == 0;
-  // The row of each item, by one division a thread (32-bit where the items allow: a 64-bit one is a long
-  // subroutine), then counted on.
-  int64_t row = items <= 0xffffffffll ? int64_t(uint32_t(first) / uint32_t(heads)) : first / heads;
-  int rem = static_cast<int>(first - row * heads);
-  uint4 cs_raw{}, sn_raw{};
-  if (row_per_group && rotates && first < items) {
-    cs_raw = load_raw(cs + row * rot + c0);
-    sn_raw = load_raw(sn + row * rot + c0);
-  }
-  const float scale = out8 ? *scale8 : 1.f;
+  const float scale = fp8 ? *scale8 : 1.f;
+  // The row of a group's first item: one division (32-bit where the items allow: a 64-bit one is a long subroutine).
+  auto row_of = [&](int64_t first) {
+    return items <= 0xffffffffll ? int64_t(uint32_t(first) / uint32_t(heads)) : first / heads;
+  };
+  // Issues group gg's loads (nothing past the end).
+  auto load = [&](int64_t gg, uint4 (&raw)[kQkItems], uint4& c, uint4& s) {
+    const int64_t first = gg * kQkItems;
 #pragma unroll
-  for (int k = 0; k < kQkItems; ++k) {
-    const int64_t item = first + k;
-    const bool active = item < items;  // uniform over the half warp; shuffles below stay converged per warp
-    if (k > 0 && ++rem == heads) {
-      rem = 0;
-      ++row;
+    for (int k = 0; k < kQkItems; ++k)
+      if (gg < groups && first + k < items) raw[k] = load_raw(x + (first + k) * kD + c0);
+    if (row_per_group && rotates && gg < groups) {  // (row_per_group: a constant)
+      const int64_t row = row_of(first);
+      c = load_raw(cs + row * rot + c0);
+      s = load_raw(sn + row * rot + c0);
     }
-    float v[8];
-    if (active) unpack(raw[k], v);
-    else
+  };
+  int64_t g = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kLanes;
+  uint4 raw[kQkItems], cs_raw{}, sn_raw{};
+  load(g, raw, cs_raw, sn_raw);
+  // Whole warps run the loop together (the shuffles): a lane group past the end works on zeros and stores nothing.
+  for (int64_t gw = g - sub; gw < groups; gw += stride, g += stride) {
+    uint4 next[kQkItems], next_cs{}, next_sn{};
+    load(g + stride, next, next_cs, next_sn);
+    const int64_t first = g * kQkItems;
+    // The row of each item, counted on from the group's first (needed only for cos / sin loaded per item).
+    int64_t row = row_per_group ? 0 : row_of(first);
+    int rem = row_per_group ? 0 : static_cast<int>(first - row * heads);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = 0.f;
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) ss = fmaf(v[j], v[j], ss);
-    for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the group
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(kD) + eps);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = (v[j] * inv) * wv[j];
-    const uint4 n = pack(v);  // rb(n)
-    if (bf) {
-      uint4 other;
-      other.x = __shfl_sync(0xffffffffu, n.x, rotates ? partner : (threadIdx.x & 31));
-      other.y = __shfl_sync(0xffffffffu, n.y, rotates ? partner : (threadIdx.x & 31));
-      other.z = __shfl_sync(0xffffffffu, n.z, rotates ? partner : (threadIdx.x & 31));
-      other.w = __shfl_sync(0xffffffffu, n.w, rotates ? partner : (threadIdx.x & 31));
-      if (!active) continue;
-      uint4 o = n;
-      if (rotates) {
-        if (!row_per_group) {
-          cs_raw = load_raw(cs + row * rot + c0);
-          sn_raw = load_raw(sn + row * rot + c0);
-        }
-        // rb(rb(n cos) + rb(+-partner sin))
-        o = bf16x8_add(bf16x8_mul(n, cs_raw), bf16x8_mul(lower ? bf16x8_neg(other) : other, sn_raw));
+    for (int k = 0; k < kQkItems; ++k) {
+      const int64_t item = first + k;
+      const bool active = g < groups && item < items;  // uniform over the lane group
+      if (!row_per_group && k > 0 && ++rem == heads) {
+        rem = 0;
+        ++row;
       }
-      if (out8) {
-        unpack(o, v);  // the bf16 value the unquantized path would store
+      float v[8];
+      if (active) unpack(raw[k], v);
+      else
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = 0.f;
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss = fmaf(v[j], v[j], ss);
+      for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the group
+      const float inv = 1.0f / sqrtf(ss / static_cast<float>(kD) + eps);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = (v[j] * inv) * wv[j];
+      const uint4 n = pack(v);  // rb(n)
+      if constexpr (bf) {
+        uint4 other;
+        other.x = __shfl_sync(0xffffffffu, n.x, rotates ? partner : (threadIdx.x & 31));
+        other.y = __shfl_sync(0xffffffffu, n.y, rotates ? partner : (threadIdx.x & 31));
+        other.z = __shfl_sync(0xffffffffu, n.z, rotates ? partner : (threadIdx.x & 31));
+        other.w = __shfl_sync(0xffffffffu, n.w, rotates ? partner : (threadIdx.x & 31));
+        if (!active) continue;
+        uint4 o = n;
+        if (rotates) {
+          if constexpr (!row_per_group) {
+            cs_raw = load_raw(cs + row * rot + c0);
+            sn_raw = load_raw(sn + row * rot + c0);
+          }
+          // rb(rb(n cos) + rb(+-partner sin))
+          o = bf16x8_add(bf16x8_mul(n, cs_raw), bf16x8_mul(lower ? bf16x8_neg(other) : other, sn_raw));
+        }
+        if constexpr (fp8) {
+          unpack(o, v);  // the bf16 value the unquantized path would store
+          store_fp8x8(out8 + item * kD + c0, v, scale);
+        } else {
+          *reinterpret_cast<uint4*>(out + item * kD + c0) = o;
+        }
+        continue;
+      }
+      unpack(n, v);
+      float other[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) other[j] = __shfl_sync(0xffffffffu, v[j], rotates ? partner : (threadIdx.x & 31));
+      if (!active) continue;
+      if (rotates) {
+        float cv[8], sv[8];
+        unpack(row_per_group ? cs_raw : load_raw(cs + row * rot + c0), cv);
+        unpack(row_per_group ? sn_raw : load_raw(sn + row * rot + c0), sv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float o = lower ? -other[j] : other[j];
+          v[j] = v[j] * cv[j] + o * sv[j];
+        }
+      }
+      if constexpr (fp8) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = rb(v[j]);  // the bf16 value the unquantized path would store
         store_fp8x8(out8 + item * kD + c0, v, scale);
       } else {
-        *reinterpret_cast<uint4*>(out + item * kD + c0) = o;
-      }
-      continue;
-    }
-    unpack(n, v);
-    float other[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) other[j] = __shfl_sync(0xffffffffu, v[j], rotates ? partner : (threadIdx.x & 31));
-    if (!active) continue;
-    if (rotates) {
-      float cv[8], sv[8];
-      unpack(row_per_group ? cs_raw : load_raw(cs + row * rot + c0), cv);
-      unpack(row_per_group ? sn_raw : load_raw(sn + row * rot + c0), sv);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float o = lower ? -other[j] : other[j];
-        v[j] = v[j] * cv[j] + o * sv[j];
+        *reinterpret_cast<uint4*>(out + item * kD + c0) = pack(v);
       }
     }
-    if (out8) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = rb(v[j]);  // the bf16 value the unquantized path would store
-      store_fp8x8(out8 + item * kD + c0, v, scale);
-    } else {
-      *reinterpret_cast<uint4*>(out + item * kD + c0) = pack(v);
-    }
+    for (int k = 0; k < kQkItems; ++k) raw[k] = next[k];
+    cs_raw = next_cs;
+    sn_raw = next_sn;
   }
 }
 
@@ -566,6 +620,17 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
 }
 
 namespace {
+// The current device's SM count, for the persistent grids (asked on every launch: cheap, and right for any device).
+int multiprocessors() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
+                                                cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();  // not left for the launch's own check to report
+    return 132;
+  }
+  return n;
+}
+
 template <int kD>
 cudaError_t qk_norm_rope_vec(const void* x, const void* w, const void* cs, const void* sn, void* out, void* out_fp8,
                              const float* fp8_scale, int64_t rows, int64_t heads, int64_t rot, float eps,
@@ -577,12 +642,22 @@ cudaError_t qk_norm_rope_vec(const void* x, const void* w, const void* cs, const
   const int64_t items = rows * heads;
   constexpr int threads = 256;
   const int64_t groups = (items + kQkItems - 1) / kQkItems;  // kD / 8 lanes each
-  const unsigned blocks = static_cast<unsigned>((groups * (kD / 8) + threads - 1) / threads);
+  const int64_t needed = (groups * (kD / 8) + threads - 1) / threads;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(needed, int64_t(multiprocessors()) * kQkBlocksPerSm));
   using B = __nv_bfloat16;
-  qk_norm_rope_vec_kernel<kD><<<blocks, threads, 0, s>>>(
+  using Kernel = void (*)(const B*, const B*, const B*, const B*, B*, __nv_fp8_e4m3*, const float*, int64_t, int, int,
+                          float);
+  // [bf16 steps][fp8 out][whole groups of heads a row]
+  static constexpr Kernel kernels[2][2][2] = {
+      {{qk_norm_rope_vec_kernel<kD, false, false, false>, qk_norm_rope_vec_kernel<kD, false, false, true>},
+       {qk_norm_rope_vec_kernel<kD, false, true, false>, qk_norm_rope_vec_kernel<kD, false, true, true>}},
+      {{qk_norm_rope_vec_kernel<kD, true, false, false>, qk_norm_rope_vec_kernel<kD, true, false, true>},
+       {qk_norm_rope_vec_kernel<kD, true, true, false>, qk_norm_rope_vec_kernel<kD, true, true, true>}}};
+  const Kernel kernel = kernels[bf16_steps][out_fp8 != nullptr][heads % kQkItems == 0];
+  kernel<<<blocks, threads, 0, s>>>(
       static_cast<const B*>(x), static_cast<const B*>(w), static_cast<const B*>(cs), static_cast<const B*>(sn),
       static_cast<B*>(out), static_cast<__nv_fp8_e4m3*>(out_fp8), fp8_scale, items, static_cast<int>(heads),
-      static_cast<int>(rot), eps, bf16_steps);
+      static_cast<int>(rot), eps);
   return cudaGetLastError();
 }
 }  // namespace
