@@ -499,9 +499,8 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     }
     std::vector<int32_t> order;
     for (const auto& pr : per_rank) order.insert(order.end(), pr.begin(), pr.end());
-    bool in_order = true;
-    for (size_t i = 0; i < order.size() && in_order; ++i) in_order = order[i] == static_cast<int32_t>(i);
-    if (in_order) return packed;  // every rank's rows already in index order (one rank, or rows split in order)
+    // Every rank's rows already in index order (one rank, or rows split in order): nothing to scatter.
+    if (all_rows(order, idx.numel())) return packed;
     Tensor all(ct_, {idx.numel(), width});
     ops::scatter_rows(all, packed, index_i32(order));
     return all;

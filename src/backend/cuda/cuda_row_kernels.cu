@@ -620,13 +620,14 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
 }
 
 namespace {
-// The current device's SM count, for the persistent grids (asked on every launch: cheap, and right for any device).
+// The current device's SM count for the persistent grids (asked on every launch: cheap, and right for any device),
+// or 0 when the runtime cannot say (the caller then launches every block it needs: any grid gives the same result).
 int multiprocessors() {
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
-                                                cudaSuccess || n <= 0) {
+                                                cudaSuccess) {
     (void)cudaGetLastError();  // not left for the launch's own check to report
-    return 132;
+    return 0;
   }
   return n;
 }
@@ -643,7 +644,9 @@ cudaError_t qk_norm_rope_vec(const void* x, const void* w, const void* cs, const
   constexpr int threads = 256;
   const int64_t groups = (items + kQkItems - 1) / kQkItems;  // kD / 8 lanes each
   const int64_t needed = (groups * (kD / 8) + threads - 1) / threads;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(needed, int64_t(multiprocessors()) * kQkBlocksPerSm));
+  const int sms = multiprocessors();
+  const unsigned blocks =
+      static_cast<unsigned>(sms > 0 ? std::min<int64_t>(needed, int64_t(sms) * kQkBlocksPerSm) : needed);
   using B = __nv_bfloat16;
   using Kernel = void (*)(const B*, const B*, const B*, const B*, B*, __nv_fp8_e4m3*, const float*, int64_t, int, int,
                           float);
