@@ -1,4 +1,4 @@
-// FP8 attention check and benchmark on one GPU: cuDNN's FP8 SDPA graph (cuda_attention_fp8.cpp) against the bf16
+// FP8 attention check and benchmark on one GPU: cuDNN's FP8 SDPA graph (backend/cuda/attention/cudnn_fp8.cpp) against the bf16
 // fused SDPA at the DiT's packed lengths (480p S = 14,908, 768p S = 37,830) with all 56 heads and with 7 (one rank
 // of 8 under ulysses), head_dim 128.
 //
@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_attention.h"
-#include "backend/cuda/cuda_common.h"
-#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/attention/attention.h"
+#include "backend/cuda/common.h"
+#include "backend/cuda/kernels.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // library), so a kernel change can be tried in one short device call:
 //
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -Isrc bench/attention_wgmma_check.cu \
-//        src/backend/cuda/cuda_attention_wgmma.cu src/backend/cuda/cuda_attention_wgmma_fp8.cu -o attention_wgmma_check
+//        src/backend/cuda/attention/wgmma_bf16.cu src/backend/cuda/attention/wgmma_fp8.cu -o attention_wgmma_check
 //   attention_wgmma_check [--reps N] [--data uniform|rising] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]
 //
 // The kernels' key tiles come from H3_ATTENTION_BF16_TILE (192 or 128) and H3_ATTENTION_FP8_TILE (224 or 128), as
@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_attention_wgmma.h"
+#include "backend/cuda/attention/wgmma.h"
 
 namespace {
 

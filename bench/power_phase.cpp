@@ -21,7 +21,7 @@
 
 #include "backend/backend.h"
 #include "clock_probe.h"
-#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/common.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
 #include "pipeline/synthetic.h"

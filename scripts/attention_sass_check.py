@@ -3,7 +3,7 @@
 never correctness): spills, serialized wgmma pipelines, and where the wait for tile j-1's P V sits.
 
 ptxas schedules that wait (WARPGROUP.DEPBAR.LE gsb0, 0x0) as early as its basic block allows, above the softmax of
-tile j, unless a never-taken branch ends the block (cuda_wgmma.cuh: block_boundary_after). This script compiles
+tile j, unless a never-taken branch ends the block (backend/cuda/attention/wgmma.cuh: block_boundary_after). This script compiles
 the two kernel files to sm_90a cubins, reads the machine code from the ELF (no cuobjdump needed), and counts the
 exponentials (MUFU) between S_j's wait (DEPBAR ... 0x1) and P V's (... 0x0) in each kernel's loop.
 
@@ -27,13 +27,13 @@ MUFU, WARPGROUP = 0x108, 0x1C5
 # (file, kernel-name pattern, least exponentials above the P V wait). Measured with 13.0: FP8 e4m3 O 95 (224 keys) /
 # 66 (128), bf16 49 (192) / 66 (128); the FP8 kernel with a bf16 O keeps no boundary (it would spill).
 KERNELS = [
-    ("cuda_attention_wgmma_fp8.cu", "attention_fp8_kernelILi224ELb1E", 80),
-    ("cuda_attention_wgmma_fp8.cu", "attention_fp8_kernelILi128ELb1E", 50),
-    ("cuda_attention_wgmma_fp8.cu", "attention_fp8_kernelILi224ELb0E", 0),
-    ("cuda_attention_wgmma_fp8.cu", "attention_fp8_kernelILi128ELb0E", 0),
-    ("cuda_attention_wgmma.cu", "attention_kernelILi192ELb0E", 40),
-    ("cuda_attention_wgmma.cu", "attention_kernelILi128ELb1E", 50),
-    ("cuda_attention_wgmma.cu", "attention_kernelILi128ELb0E", 50),
+    ("backend/cuda/attention/wgmma_fp8.cu", "attention_fp8_kernelILi224ELb1E", 80),
+    ("backend/cuda/attention/wgmma_fp8.cu", "attention_fp8_kernelILi128ELb1E", 50),
+    ("backend/cuda/attention/wgmma_fp8.cu", "attention_fp8_kernelILi224ELb0E", 0),
+    ("backend/cuda/attention/wgmma_fp8.cu", "attention_fp8_kernelILi128ELb0E", 0),
+    ("backend/cuda/attention/wgmma_bf16.cu", "attention_kernelILi192ELb0E", 40),
+    ("backend/cuda/attention/wgmma_bf16.cu", "attention_kernelILi128ELb1E", 50),
+    ("backend/cuda/attention/wgmma_bf16.cu", "attention_kernelILi128ELb0E", 50),
 ]
 
 
@@ -95,8 +95,8 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="h3-sass-")
     failures = []
     for name in sorted({f for f, _, _ in KERNELS}):
-        source = os.path.join(args.src, "backend", "cuda", name)
-        cubin = os.path.join(work, name + ".cubin")
+        source = os.path.join(args.src, name)
+        cubin = os.path.join(work, os.path.basename(name) + ".cubin")
         cmd = [args.nvcc, "-O3", "-std=c++20", "-cubin", "-arch=sm_90a", "-I", args.src, "-Xptxas", "-v",
                source, "-o", cubin]
         run = subprocess.run(cmd, capture_output=True, text=True)
@@ -137,7 +137,7 @@ def main():
                 failures.append(f"{pattern}: no S wait (DEPBAR 0x1) followed by a P V wait (0x0) found")
             elif above < least:
                 failures.append(f"{pattern}: {above} exponentials above the P V wait, expected >= {least} (ptxas "
-                                f"hoisted the wait above the softmax again? see cuda_wgmma.cuh: block_boundary_after)")
+                                f"hoisted the wait above the softmax again? see backend/cuda/attention/wgmma.cuh: block_boundary_after)")
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes src/backend/cuda/cuda_wgmma_mma.cuh: the inline-PTX wrappers of the wgmma MMAs our attention kernels issue
+"""Writes src/backend/cuda/attention/wgmma_mma.cuh: the inline-PTX wrappers of the wgmma MMAs our attention kernels issue
 (their accumulator operand lists run to 112 registers, so they are generated, not typed):
 
-    scripts/wgmma_operands.py > src/backend/cuda/cuda_wgmma_mma.cuh
+    scripts/wgmma_operands.py > src/backend/cuda/attention/wgmma_mma.cuh
 
 Each m64nN wrapper takes float (&d)[N / 2] (the f32 accumulators a thread holds) and a shared-memory descriptor for
 B. The _ss ones take A by descriptor too and an accumulate flag (0: d = A B, else d += A B); the _rs ones take A from
@@ -81,8 +81,8 @@ def header():
         '// Written by scripts/wgmma_operands.py (edit that, then run it: scripts/wgmma_operands.py > this file).\n'
         '// The wgmma MMAs of our attention kernels as inline PTX: m64nN f32 accumulators a thread holds in d, A and B\n'
         '// by shared-memory descriptor (_ss, with an accumulate flag) or A from registers (_rs). CUDA sources only,\n'
-        '// after cuda_wgmma.cuh.\n'
-        '#pragma once\n#include <cstdint>\n\n#include "backend/cuda/cuda_wgmma.cuh"\n\n'
+        '// after backend/cuda/attention/wgmma.cuh.\n'
+        '#pragma once\n#include <cstdint>\n\n#include "backend/cuda/attention/wgmma.cuh"\n\n'
         'namespace h3::cuda::wgmma {\n\n#ifdef H3_WGMMA_BODY\n'
     ]
     parts += [wrapper(*w) + '\n' for w in WRAPPERS]

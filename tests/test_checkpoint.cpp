@@ -25,10 +25,10 @@
 
 #include "scratch_dir.h"
 #include "core/error.h"
-#include "io/checkpoint.h"
+#include "model/dit/checkpoint.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
-#include "model/dit_config.h"
+#include "model/dit/config.h"
 
 using namespace h3;
 namespace fs = std::filesystem;

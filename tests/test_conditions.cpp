@@ -17,9 +17,9 @@
 #include "io/safetensors.h"
 #include "media/media_read.h"
 #include "media/mp4_writer.h"
-#include "model/layout.h"
+#include "model/dit/layout.h"
 #include "pipeline/conditions.h"
-#include "pipeline/generate.h"
+#include "pipeline/generator.h"
 #include "scratch_dir.h"
 
 namespace {

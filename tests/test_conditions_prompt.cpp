@@ -10,14 +10,16 @@
 
 #include "io/procedural.h"
 #include "media/mp4_writer.h"
-#include "model/layout.h"
-#include "model/qwen3_text.h"
-#include "model/qwen3_text_weights.h"
-#include "model/qwen3_vision.h"
-#include "model/tokenizer.h"
+#include "model/dit/layout.h"
+#include "model/qwen3vl/text.h"
+#include "model/qwen3vl/weights.h"
+#include "model/qwen3vl/vision.h"
+#include "model/qwen3vl/tokenizer.h"
 #include "pipeline/conditions.h"
-#include "pipeline/generate.h"
-#include "pipeline/procedural_models.h"
+#include "pipeline/generator.h"
+#include "io/procedural.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/procedural.h"
 #include "scratch_dir.h"
 
 namespace {

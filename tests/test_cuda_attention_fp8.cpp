@@ -1,4 +1,4 @@
-// The FP8 attention graph (src/backend/cuda/cuda_attention_fp8.cpp) without a GPU: cuDNN finalizes every operation
+// The FP8 attention graph (src/backend/cuda/attention/cudnn_fp8.cpp) without a GPU: cuDNN finalizes every operation
 // and the operation graph of each variant on the host, checking dims, strides, types and connections, so a wrong
 // graph fails here, on the CPU CI, before it reaches the H200. Whether an engine runs it (and how fast, how close to
 // bf16) is CudaOps.Fp8AttentionMatchesCpu and bench/attention_fp8_check, on the GPU.
@@ -9,7 +9,7 @@
 #include <tuple>
 
 #if H3_HAVE_CUDA
-#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/attention/attention.h"
 #endif
 
 namespace h3 {

@@ -22,7 +22,7 @@
 #include "gpu_test.h"
 
 #if H3_HAVE_CUDA
-#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/attention/attention.h"
 #endif
 
 namespace h3 {
@@ -307,7 +307,7 @@ TEST(CudaOps, AttentionMatchesCpu) {
   }
 }
 
-// Our wgmma attention kernel (cuda_attention_wgmma.cu; H3_ATTENTION_BF16_KERNEL=wgmma makes it the only choice) against
+// Our wgmma attention kernel (backend/cuda/attention/wgmma_bf16.cu; H3_ATTENTION_BF16_KERNEL=wgmma makes it the only choice) against
 // the CPU on odd shapes: lengths not multiples of its 128-row query tiles or of its key tiles (both sizes, 192 and
 // 128: H3_ATTENTION_BF16_TILE), one row, more keys than queries and fewer; a head computed alone is the same bits as
 // that head inside a call of several (deterministic mode and ulysses ranks with other head counts rely on it); and

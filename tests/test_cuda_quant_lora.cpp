@@ -13,10 +13,11 @@
 
 #include "core/compare.h"
 #include "gpu_test.h"
-#include "io/checkpoint.h"
+#include "model/dit/checkpoint.h"
 #include "io/quant.h"
+#include "model/dit/export.h"
 #include "io/safetensors.h"
-#include "model/dit.h"
+#include "model/dit/dit.h"
 #include "pipeline/synthetic.h"
 
 namespace h3 {

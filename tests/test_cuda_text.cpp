@@ -7,7 +7,7 @@
 #include "core/compare.h"
 #include "core/dtype.h"
 #include "golden.h"
-#include "model/qwen3_text.h"
+#include "model/qwen3vl/text.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
 #include "pipeline/synthetic.h"

@@ -7,7 +7,7 @@
 #include "core/compare.h"
 #include "core/ref_math.h"
 #include "golden.h"
-#include "model/dit_verify.h"
+#include "verify/dit.h"
 
 using namespace h3;
 

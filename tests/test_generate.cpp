@@ -1,4 +1,4 @@
-// Prompt to MP4 (pipeline/generate.h, pipeline/t2va.h): request checks, the t2va chain against the
+// Prompt to MP4 (pipeline/generator.h, pipeline/sampling.h): request checks, the t2va chain against the
 // whole-chain golden set, the procedural components, cancellation, and `h3 generate` end to end on 1, 2 and 3
 // ranks.
 #include <gtest/gtest.h>
@@ -15,10 +15,12 @@
 #include "core/compare.h"
 #include "golden.h"
 #include "io/safetensors.h"
-#include "model/tokenizer.h"
-#include "pipeline/generate.h"
-#include "pipeline/pipeline_verify.h"
-#include "pipeline/procedural_models.h"
+#include "model/qwen3vl/tokenizer.h"
+#include "pipeline/generator.h"
+#include "verify/pipeline.h"
+#include "io/procedural.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/procedural.h"
 #include "scratch_dir.h"
 
 namespace {

@@ -8,9 +8,9 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "model/layout.h"
+#include "model/dit/layout.h"
 #include "pipeline/geometry.h"
-#include "pipeline/layout_verify.h"
+#include "verify/layouts.h"
 
 using namespace h3;
 

@@ -16,11 +16,12 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "io/checkpoint.h"
-#include "io/lora.h"
+#include "model/dit/checkpoint.h"
+#include "model/dit/lora.h"
 #include "io/quant.h"
+#include "model/dit/export.h"
 #include "io/safetensors.h"
-#include "model/dit.h"
+#include "model/dit/dit.h"
 #include "pipeline/synthetic.h"
 
 using namespace h3;

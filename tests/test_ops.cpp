@@ -23,8 +23,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "model/dit.h"
-#include "model/dit_config.h"
+#include "model/dit/dit.h"
+#include "model/dit/config.h"
 #include "ops/ops.h"
 
 namespace h3 {
@@ -701,7 +701,7 @@ TEST(OpsDeterminism, LinearRowsDoNotDependOnTheBatch) {
   // split; the test names every (n, k, m, rows) where it does not.
   //
   // OpenBLAS breaks this (its micro-kernel tiles change the reduction order with n and position), which is why
-  // the CPU backend uses its own fixed-order GEMM (backend/cpu/cpu_gemm.cpp) unless H3_CPU_GEMM=openblas.
+  // the CPU backend uses its own fixed-order GEMM (backend/cpu/gemm.cpp) unless H3_CPU_GEMM=openblas.
   Rng rng(117);
   struct Case {
     int64_t n, k, m;
@@ -845,7 +845,7 @@ TEST(OpsInvalid, WrongRankThrows) {
 }
 
 // DISABLED: today both calls die with SIGFPE (integer division by the head_dim of 0 before the shape
-// assertion in cpu_ops.cpp), which would take the whole test binary down. Enable once attention and rope
+// assertion in backend/cpu/ops.cpp), which would take the whole test binary down. Enable once attention and rope
 // check head_dim > 0.
 TEST(OpsInvalid, ZeroHeadDimThrows) {
   const Tensor q = make(std::vector<double>(3 * 16, 0.5), {3, 16}, DType::f32);

@@ -11,8 +11,8 @@
 
 #include "core/compare.h"
 #include "golden.h"
-#include "model/qwen3_text.h"
-#include "model/text_verify.h"
+#include "model/qwen3vl/text.h"
+#include "verify/qwen3vl_text.h"
 #include "ops/ops.h"
 #include "pipeline/synthetic.h"
 #include "scratch_dir.h"

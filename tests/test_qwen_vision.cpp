@@ -10,8 +10,8 @@
 
 #include "core/compare.h"
 #include "golden.h"
-#include "model/qwen3_vl.h"
-#include "model/qwen3vl_verify.h"
+#include "model/qwen3vl/qwen3vl.h"
+#include "verify/qwen3vl_vision.h"
 #include "ops/ops_act.h"
 #include "scratch_dir.h"
 

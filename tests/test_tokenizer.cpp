@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "golden.h"
-#include "model/text_verify.h"
-#include "model/tokenizer.h"
+#include "verify/qwen3vl_text.h"
+#include "model/qwen3vl/tokenizer.h"
 
 using namespace h3;
 

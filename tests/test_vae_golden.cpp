@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "golden.h"
-#include "model/audio_vae.h"
-#include "model/vae_verify.h"
-#include "model/video_vae.h"
+#include "model/vae/audio_vae.h"
+#include "verify/vae.h"
+#include "model/vae/video_vae.h"
 
 using namespace h3;
 

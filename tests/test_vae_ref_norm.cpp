@@ -1,6 +1,6 @@
 // The f64 video decoder's reference-flow RMSNorm (ops_vae.h: rms_norm_via_f32, torch_cpu_sum_f32). Each
 // expectation is spelled out here from ATen's sum order for one shape, written independently of the cascade
-// code in src/backend/cpu/cpu_vae.cpp, and compared bitwise. The data spans 2^-12 .. 2^12 so that a different
+// code in src/backend/cpu/vae.cpp, and compared bitwise. The data spans 2^-12 .. 2^12 so that a different
 // order of the same additions gives a different float: every case also checks that the naive left-to-right
 // sum differs.
 #include <gtest/gtest.h>

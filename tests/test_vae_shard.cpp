@@ -1,4 +1,4 @@
-// The balanced assignment of VAE decode units to ranks (model/vae_shard.h): coverage, determinism, the LPT
+// The balanced assignment of VAE decode units to ranks (model/vae/shard.h): coverage, determinism, the LPT
 // balance bound, more ranks than units, the spec's 768p x 124-frame geometry; and the sharded decode on one
 // rank.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <random>
 
 #include "golden.h"
-#include "model/vae_shard.h"
+#include "model/vae/shard.h"
 
 using namespace h3;
 

@@ -9,11 +9,13 @@
 
 #include "core/compare.h"
 #include "io/procedural.h"
-#include "model/vae_tiling.h"
-#include "model/video_vae.h"
+#include "model/vae/tiling.h"
+#include "model/vae/video_vae.h"
 #include "ops/ops.h"
 #include "ops/ops_vae.h"
-#include "pipeline/procedural_models.h"
+#include "io/procedural.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/procedural.h"
 #include "pipeline/synthetic.h"
 
 namespace h3 {

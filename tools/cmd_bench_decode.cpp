@@ -2,7 +2,7 @@
 // 480p x 124 frames. Per resolution and precision: the units decoded stacked `--batch` per ViT call (the memory rule
 // by default) with their TFLOPS; the device stitch plus the download of every finished frame from those outputs;
 // the whole decode as a consumer sees it (VideoVae::decode: units, device stitch, frames into one host clip); and for
-// the N-way split of the sharded decode (model/vae_shard.h's assignment) the busiest rank's units decoded stacked on
+// the N-way split of the sharded decode (model/vae/shard.h's assignment) the busiest rank's units decoded stacked on
 // this one GPU. Then the full-size audio decode. Prints a table and writes JSON with --json.
 //
 // --profile: one more whole decode per resolution with the decoder's profile regions on (per-region device seconds).
@@ -24,10 +24,12 @@
 #include "core/log.h"
 #include "core/profile.h"
 #include "io/procedural.h"
-#include "model/audio_vae.h"
-#include "model/vae_shard.h"
-#include "model/video_vae.h"
-#include "pipeline/procedural_models.h"
+#include "model/vae/audio_vae.h"
+#include "model/vae/shard.h"
+#include "model/vae/video_vae.h"
+#include "io/procedural.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/procedural.h"
 #include "pipeline/synthetic.h"
 
 namespace h3::cli {
@@ -172,7 +174,7 @@ Runner add_bench_decode(CLI::App& app) {
     std::fflush(stdout);
 
     auto t_load = clock_type::now();
-    auto vfile = procedural_safetensors(video_vae_decoder_parameters(cfg), {}, o->seed, "bench-video-vae");
+    auto vfile = procedural_vae_file(video_vae_decoder_parameters(cfg), o->seed, "bench-video-vae");
     spdlog::info("procedural video VAE weights generated in {:.1f} s", seconds_since(t_load));
     nlohmann::json all = nlohmann::json::array();
     std::printf("\n%-5s %-5s %6s %5s %12s %11s %10s %9s %10s %8s  %s\n", "res", "dtype", "units", "batch",
@@ -338,7 +340,7 @@ Runner add_bench_decode(CLI::App& app) {
 
     if (!o->no_audio) {
       const AudioVaeConfig ac;  // released
-      auto afile = procedural_safetensors(audio_vae_decoder_parameters(ac), {}, o->seed, "bench-audio-vae");
+      auto afile = procedural_vae_file(audio_vae_decoder_parameters(ac), o->seed, "bench-audio-vae");
       const AudioVae avae(*afile, "", ac, Precision::f32, Device::cuda);
       const int64_t A = (o->frames * 40 + 12) / 24;  // round(frames / 24 * 40)
       const Tensor za = seeded_normal({2, ac.latent_channels, A}, 8, 3);

@@ -7,9 +7,10 @@
 #include "commands.h"
 #include "core/error.h"
 #include "dist/comm.h"
-#include "io/checkpoint.h"
-#include "io/lora.h"
+#include "model/dit/checkpoint.h"
+#include "model/dit/lora.h"
 #include "io/quant.h"
+#include "model/dit/export.h"
 
 namespace h3::cli {
 

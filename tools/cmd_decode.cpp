@@ -27,11 +27,13 @@
 #include "io/procedural.h"
 #include "io/safetensors.h"
 #include "media/mp4_writer.h"
-#include "model/audio_vae.h"
-#include "model/layout.h"
-#include "model/vae_shard.h"
-#include "model/video_vae.h"
-#include "pipeline/procedural_models.h"
+#include "model/vae/audio_vae.h"
+#include "model/dit/layout.h"
+#include "model/vae/shard.h"
+#include "model/vae/video_vae.h"
+#include "io/procedural.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/procedural.h"
 
 namespace h3::cli {
 

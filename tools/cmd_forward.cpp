@@ -12,7 +12,7 @@
 #include "core/parallel.h"
 #include "dist/comm.h"
 #include "dist/plan.h"
-#include "io/lora.h"
+#include "model/dit/lora.h"
 #include "io/safetensors.h"
 #include "pipeline/synthetic.h"
 
@@ -63,7 +63,7 @@ Runner add_run(CLI::App& app) {
     DitCheckpoint ck = DitCheckpoint::open(o->model);
     Comm& w = world();
     add_loras(ck, o->loras, w.rank());
-    DistPlan plan = w.size() > 1 ? DistPlan::make(w, {dist_mode_from_name(o->mode), o->tp, o->chunks},
+    DistPlan plan = w.size() > 1 ? DistPlan::make(w, {dist_mode_from_name(o->mode), o->tp, o->chunks, g_device == "cuda" ? gpu_bus_id() : ""},
                                                   ck.config().num_attention_heads, ck.config().ffn_dim)
                                  : DistPlan::single();
     DitModel model(ck, precision_from_name(o->precision), plan, g_device == "cuda" ? Device::cuda : Device::cpu);

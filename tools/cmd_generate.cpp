@@ -1,4 +1,4 @@
-// h3 generate: prompt -> MP4 (pipeline/generate.h). With no model paths every component is procedural (mini),
+// h3 generate: prompt -> MP4 (pipeline/generator.h). With no model paths every component is procedural (mini),
 // so it runs with no download; the output then says plainly that the pictures are meaningless.
 #include <unistd.h>
 
@@ -16,10 +16,10 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
-#include "io/lora.h"
+#include "model/dit/lora.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
-#include "pipeline/generate.h"
+#include "pipeline/generator.h"
 
 namespace h3::cli {
 
@@ -196,7 +196,7 @@ Runner add_generate(CLI::App& app) {
 
     GenerateOptions go;
     go.precision = precision_from_name(o->precision);
-    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks};
+    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, ""};
     go.encoder_ranks = o->encoder_ranks;
     go.write_latents = o->latents;
     go.vae_device = g_device == "cuda" ? Device::cuda : Device::cpu;

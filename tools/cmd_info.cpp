@@ -4,9 +4,9 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "io/checkpoint.h"
-#include "io/lora.h"
-#include "model/dit.h"
+#include "model/dit/checkpoint.h"
+#include "model/dit/lora.h"
+#include "model/dit/dit.h"
 
 namespace h3::cli {
 

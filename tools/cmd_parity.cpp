@@ -4,11 +4,12 @@
 #include <memory>
 
 #include "commands.h"
+#include "backend/backend.h"
 #include "core/compare.h"
 #include "core/log.h"
 #include "dist/comm.h"
-#include "io/lora.h"
-#include "model/dit_verify.h"
+#include "model/dit/lora.h"
+#include "verify/dit.h"
 
 namespace h3::cli {
 
@@ -55,7 +56,7 @@ Runner add_parity(CLI::App& app) {
       for (const auto& c : cases) reference.push_back(single.forward(dit_golden_inputs(f, c)));
     }
     w.barrier("parity: reference done");
-    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks}, ck.config().num_attention_heads, ck.config().ffn_dim);
+    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks, dev == Device::cuda ? gpu_bus_id() : ""}, ck.config().num_attention_heads, ck.config().ffn_dim);
     DitModel dist(ck, prec, plan, dev);
     const bool exact = mode == DistMode::ulysses || mode == DistMode::ulysses_ag;
     // Tensor parallelism changes the reduction order; on the GPU the bf16 partial sums are rounded before they are

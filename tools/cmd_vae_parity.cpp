@@ -1,5 +1,5 @@
 // h3 vae-parity FILE --ranks N: every decode case of a video- or audio-VAE golden file decoded on 1 rank
-// (rank 0, first, freed after the comparison) and sharded over the world (model/vae_shard.h). Prints per case
+// (rank 0, first, freed after the comparison) and sharded over the world (model/vae/shard.h). Prints per case
 // rel-L2, max-abs and bitwise against the 1-rank output (and rel-L2 against the golden output), then every
 // rank's units and times. PASS only when every sharded output is bitwise equal to the 1-rank output.
 #include <chrono>
@@ -10,8 +10,8 @@
 #include "core/compare.h"
 #include "core/log.h"
 #include "dist/comm.h"
-#include "model/vae_shard.h"
-#include "model/vae_verify.h"
+#include "model/vae/shard.h"
+#include "verify/vae.h"
 
 namespace h3::cli {
 

@@ -3,12 +3,12 @@
 
 #include "commands.h"
 #include "dist/comm.h"
-#include "model/dit_verify.h"
-#include "model/qwen3vl_verify.h"
-#include "model/text_verify.h"
-#include "model/vae_verify.h"
-#include "pipeline/layout_verify.h"
-#include "pipeline/pipeline_verify.h"
+#include "verify/dit.h"
+#include "verify/qwen3vl_vision.h"
+#include "verify/qwen3vl_text.h"
+#include "verify/vae.h"
+#include "verify/layouts.h"
+#include "verify/pipeline.h"
 
 namespace h3::cli {
 
@@ -56,7 +56,7 @@ Runner add_verify(CLI::App& app) {
       if (o->tol > 0) po.tolerance = o->tol;
       po.dit_weights = o->weights;
       if (!o->mode.empty() || world().size() > 1)
-        po.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks};
+        po.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks, ""};
       const bool root = world().rank() == 0;
       if (root)
         std::printf("verify %s: t2va pipeline set, precision %s, %d rank(s)\n", o->file.c_str(),
@@ -74,7 +74,7 @@ Runner add_verify(CLI::App& app) {
       vo.dump_prefix = o->dump;
       vo.device = g_device == "cuda" ? Device::cuda : Device::cpu;
       if (!o->mode.empty() || world().size() > 1)
-        vo.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks};
+        vo.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks, ""};
       const bool root = world().rank() == 0;
       if (root) std::printf("verify %s: DiT golden set, precision %s on the %s\n", o->file.c_str(), o->precision.c_str(),
                               g_device == "cuda" ? "GPU" : "CPU");

@@ -25,6 +25,14 @@ uint16_t f32_to_f16(float f);
 float fp8e4m3_to_f32(uint8_t v);
 uint8_t f32_to_fp8e4m3(float f);  // saturating to +-448, round to nearest even
 
+// How a model computes. f64 / f32: every op in that precision. bf16: the released mixed recipe (the DiT's blocks,
+// context embedder and AdaLN in bf16 with f32 accumulation; patch projections, time embedder and output heads in
+// f32), emulated on the CPU by rounding each op's result to bf16. fp8 (GPU only): the bf16 recipe with the blocks'
+// projection and MLP GEMMs in FP8 e4m3 (weights scaled per tensor at load, activations per tensor on the fly).
+enum class Precision : uint8_t { f64, f32, bf16, fp8 };
+std::string_view precision_name(Precision p);
+Precision precision_from_name(const std::string& s);  // throws naming the allowed names
+
 // Rounds a value through bf16 and back (used to emulate the released bf16 recipe on the CPU).
 inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 

@@ -2,7 +2,6 @@
 
 #include <functional>
 
-#include "backend/backend.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -30,16 +29,15 @@ std::string_view transport_name(Transport t) {
 void set_device_transport(Transport t) { g_transport = t; }
 Transport device_transport() { return g_transport; }
 
-Transport pick_device_transport(Comm& host) {
+Transport pick_device_transport(Comm& host, const std::string& gpu_bus) {
   // One rank needs no transport, except when NCCL is asked for explicitly (it then checks the NCCL path itself).
   if (g_transport == Transport::mpi || (host.size() == 1 && g_transport != Transport::nccl)) return Transport::mpi;
   const bool asked = g_transport == Transport::nccl;
   std::string why;
   if (!nccl_built()) why = "this build has no NCCL";
-  else if (!gpu_backend_started()) why = "the GPU backend is not running (--device cuda)";
+  else if (gpu_bus.empty()) why = "the GPU backend is not running (--device cuda)";
   // Every rank learns whether all GPUs are distinct (NCCL refuses two ranks of one communicator on one GPU).
-  const std::string bus = gpu_bus_id();
-  const int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(host.host() + "/" + bus) & 0x7fffffffffff);
+  const int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(host.host() + "/" + gpu_bus) & 0x7fffffffffff);
   std::vector<int64_t> all(host.size());
   host.allgatherv(&mine, all.data(), std::vector<int64_t>(host.size(), 1), DType::i64, "GPU identities");
   int64_t flags = why.empty() ? 0 : 1;  // any rank unable -> everyone falls back

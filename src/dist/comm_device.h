@@ -29,7 +29,8 @@ bool nccl_built();
 // on failure.
 std::unique_ptr<Comm> make_nccl_comm(Comm& host, std::shared_ptr<Comm> keep = nullptr);
 // NCCL when the setting allows it and every rank of `host` has a distinct GPU (collective over `host`); throws
-// when --transport nccl was asked for and cannot be honoured, saying why.
-Transport pick_device_transport(Comm& host);
+// when --transport nccl was asked for and cannot be honoured, saying why. `gpu_bus`: this rank's GPU (its PCI bus
+// id), "" when it runs without one.
+Transport pick_device_transport(Comm& host, const std::string& gpu_bus);
 
 }  // namespace h3

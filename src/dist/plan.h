@@ -28,6 +28,9 @@ struct DistOptions {
   DistMode mode = DistMode::ulysses;
   int tp = 1;      // hybrid only: the tensor-parallel degree K
   int chunks = 1;  // each exchange is issued as this many asynchronous pieces (never changes a result)
+  // This rank's GPU (its PCI bus id, backend/backend.h: gpu_bus_id()) when the model's tensors live on one, ""
+  // on the CPU: ranks on distinct GPUs then exchange device tensors through NCCL (dist/comm_device.h).
+  std::string gpu_bus;
 };
 
 struct DistPlan {

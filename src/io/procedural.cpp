@@ -1,7 +1,12 @@
 #include "io/procedural.h"
 
-#include <cmath>
+#include <unistd.h>
 
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
 #include "core/parallel.h"
 #include "ops/device_ops.h"
 
@@ -56,6 +61,52 @@ Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t s
     }
   }, 1 << 16);
   return t;
+}
+
+namespace {
+std::atomic<int> g_counter{0};
+}  // namespace
+
+std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<std::string, Shape>>& params,
+                                                    const std::map<std::string, std::string>& metadata,
+                                                    uint64_t seed, const std::string& label,
+                                                    const FixedTensorFn& fixed) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  tensors.reserve(params.size());
+  for (const auto& [name, shape] : params) {
+    std::optional<Tensor> t = fixed ? fixed(name, shape) : std::nullopt;
+    tensors.push_back({name, t ? std::move(*t) : procedural_tensor(name, shape, seed)});
+  }
+  std::error_code ec;
+  fs::path dir = fs::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  const fs::path path = dir / fmt::format("h3-{}-{}-{}.safetensors", label, ::getpid(), g_counter++);
+  auto md = metadata;
+  md["weights"] = fmt::format("procedural seed {}", seed);
+  write_safetensors(path.string(), tensors, md);
+  std::shared_ptr<SafeTensors> f;
+  try {
+    f = std::make_shared<SafeTensors>(SafeTensors::open(path.string()));
+  } catch (...) {
+    fs::remove(path, ec);
+    throw;
+  }
+  // The mapping keeps the data alive; the name is not needed any more.
+  fs::remove(path, ec);
+  return f;
+}
+
+uint64_t procedural_mini_seed(const std::string& spec, const char* what) {
+  const auto k = spec.find(":seed=");
+  const std::string name = spec.substr(11, k == std::string::npos ? std::string::npos : k - 11);
+  H3_CHECK(name == "mini", "{} '{}': only procedural:mini[:seed=N] exists for this component", what, spec);
+  if (k == std::string::npos) return kDefaultProceduralSeed;
+  try {
+    return std::stoull(spec.substr(k + 6));
+  } catch (const std::exception&) {
+    fail("{}: the seed after ':seed=' is not a number", spec);
+  }
 }
 
 }  // namespace h3

@@ -5,13 +5,21 @@
 // computed in f64 and rounded to f32.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/tensor.h"
+#include "io/safetensors.h"
 
 namespace h3 {
 
 constexpr uint64_t kDefaultProceduralSeed = 20261129;
+inline constexpr const char* kProceduralMini = "procedural:mini";
 
 uint64_t fnv1a64(const std::string& s);
 uint64_t splitmix64(uint64_t z);
@@ -25,5 +33,19 @@ struct ProceduralRule {
   double scale = 0.05, offset = 0.0;
 };
 ProceduralRule procedural_rule(const std::string& name, const Shape& shape, uint64_t seed);
+
+// A tensor that is a fixed buffer of the model rather than a learned weight (a filter, say): the value to store, or
+// nullopt to generate it procedurally.
+using FixedTensorFn = std::function<std::optional<Tensor>(const std::string& name, const Shape& shape)>;
+// A memory-mapped file holding procedural tensors for `params` (name = key) and `metadata`; the file is
+// unlinked once mapped, so nothing is left on disk. `label` names it in logs.
+std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<std::string, Shape>>& params,
+                                                    const std::map<std::string, std::string>& metadata,
+                                                    uint64_t seed, const std::string& label,
+                                                    const FixedTensorFn& fixed = nullptr);
+
+// "procedural:mini[:seed=N]" for a component: checks the name (only mini exists; `what` names the flag in the
+// error) and returns the seed (the default seed when none is given).
+uint64_t procedural_mini_seed(const std::string& spec, const char* what);
 
 }  // namespace h3

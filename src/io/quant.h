@@ -1,6 +1,6 @@
-// Quantized DiT checkpoints (h3-model-spec §9): written by `h3 convert --quant`, dequantized to f32 on load
-// on the CPU (DitCheckpoint::get returns the dequantized tensor; the model then runs in its compute dtype as
-// usual).
+// Quantized weights (h3-model-spec §9): the formats `h3 convert --quant` writes (model/dit/export.h) and
+// dequantize-on-load reads back to f32 on the CPU (DitCheckpoint::get returns the dequantized tensor; the model then
+// runs in its compute dtype as usual).
 //
 // Formats, per quantized Linear "<layer>" (the blocks' qkv/out_proj/fc1/fc2; AdaLN, refiner, projections and
 // the final layer stay in float, as the third-party H3 quant presets do):
@@ -60,8 +60,6 @@
 
 namespace h3 {
 
-class DitCheckpoint;
-
 enum class QuantFormat { none, fp8, scaled_fp8, int8, int8_convrot, nvfp4, mxfp8 };
 QuantFormat quant_format_from_name(const std::string& s);
 std::string_view quant_format_name(QuantFormat f);
@@ -92,14 +90,9 @@ void hadamard_columns_(Tensor& t, int g);
 // The convrot group for an input width: 256, or the largest power of two dividing `in`.
 int convrot_group_for(int64_t in);
 
-enum class ExportLayout { diffusers, official, comfy };
-ExportLayout export_layout_from_name(const std::string& s);
-
-// The whole DiT as safetensors tensors and metadata, in `layout` (official: released names, per-head
-// interleaved qkv_proj, fc1 = [gate; value]; comfy: the same, qkv blocked, "model.diffusion_model." prefix),
-// float parameters in `dt`, the blocks' GEMM weights quantized as `quant`. LoRAs of `ck` are baked in.
-void export_dit(const DitCheckpoint& ck, DType dt, ExportLayout layout, QuantFormat quant,
-                std::vector<std::pair<std::string, Tensor>>& tensors,
-                std::map<std::string, std::string>& metadata);
+// Appends weight `name` ("<layer>.weight", f32 [out, in]) quantized as `q` to `out`, with its scale tensors and
+// comfy_quant marker as laid out above; `input_scale` adds the (unused on load) activation scale of 1.
+void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bool input_scale,
+                     std::vector<std::pair<std::string, Tensor>>& out);
 
 }  // namespace h3

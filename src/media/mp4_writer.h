@@ -1,6 +1,6 @@
 // Media output: MP4 (H.264 + AAC through libavformat/libavcodec), WAV and PNG frames.
 //
-// Layouts (the VAE decoders' outputs, see model/video_vae.h and model/audio_vae.h):
+// Layouts (the VAE decoders' outputs, see model/vae/video_vae.h and model/vae/audio_vae.h):
 //   pixels [3, T, H, W] f32 (or f64), RGB in [0, 1] (values outside are clamped): VideoVae::to_pixels01()'s
 //          output; element (c, t, y, x) at ((c * T + t) * H + y) * W + x; frames are taken in order of t.
 //   wave   [channels, N] f32 (or f64) in [-1, 1] (clamped); a mono [1, N] wave goes to every channel of the

@@ -1,5 +1,5 @@
 // The table through which the backend-neutral ops reach a device backend. The CPU implementations check their
-// first tensor's device and forward here; a GPU backend fills the table when it starts (backend/cuda/cuda_ops.cpp).
+// first tensor's device and forward here; a GPU backend fills the table when it starts (backend/cuda/ops.cpp).
 // Each entry has the meaning documented in ops.h; device entries also accept i32 index tensors in host memory.
 #pragma once
 #include <utility>
@@ -43,7 +43,7 @@ struct DeviceOps {
                           const Tensor& idx, bool bf16) = nullptr;
   Tensor (*qk_norm_rope)(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
                          const Tensor& sin, bool bf16) = nullptr;
-  // The VAE decoders' ops (ops_conv.h, ops_vae.h); backend/cuda/cuda_vae_ops.cpp fills them.
+  // The VAE decoders' ops (ops_conv.h, ops_vae.h); backend/cuda/vae_ops.cpp fills them.
   Tensor (*layer_norm)(const Tensor& x, const Tensor* w, const Tensor* b, double eps) = nullptr;
   Tensor (*conv1d)(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,
                    int64_t groups) = nullptr;
@@ -63,7 +63,7 @@ struct DeviceOps {
                              int64_t blocks) = nullptr;
   Tensor (*stitch_frames)(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const StitchGrid& g,
                           const std::vector<StitchFrame>& frames) = nullptr;
-  // The text tower's causal grouped-query attention (ops_conv.h); backend/cuda/cuda_text_ops.cpp fills it.
+  // The text tower's causal grouped-query attention (ops_conv.h); backend/cuda/text_ops.cpp fills it.
   Tensor (*attention_causal)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) = nullptr;
 };
 

@@ -73,7 +73,7 @@ Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64
 // The video decode's stitch evaluated per output pixel, for a few finished frames at a time.
 //
 // A temporal chunk's tiles form a rows x cols grid, tile (a, b) = tiles[a * cols + b] of shape [C, T, h_a, w_b]
-// (every tile of a row has height h_a, of a column width w_b). The reference (vae_tiling.h stitch_tiles) blends
+// (every tile of a row has height h_a, of a column width w_b). The reference (model/vae/tiling.h stitch_tiles) blends
 // tile (a, b) first with the RAW tile above along rows, then with the RAW tile to the left along columns, then cuts
 // its trailing overlaps and concatenates. Per pixel that is, with kept_a = h_a - ov_a (0 if negative; the last row
 // keeps h_a), row offsets off_a = sum of kept over rows before a (the same for columns):

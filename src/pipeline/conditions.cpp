@@ -7,10 +7,10 @@
 
 #include "core/log.h"
 #include "media/media_read.h"
-#include "model/qwen3_text.h"
-#include "model/qwen3_vl.h"
-#include "model/tokenizer.h"
-#include "pipeline/generate.h"
+#include "model/qwen3vl/text.h"
+#include "model/qwen3vl/qwen3vl.h"
+#include "model/qwen3vl/tokenizer.h"
+#include "pipeline/generator.h"
 #include "pipeline/geometry.h"
 #include "pipeline/synthetic.h"
 

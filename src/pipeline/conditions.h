@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/audio_vae.h"
-#include "model/layout.h"
-#include "model/qwen3_text.h"
-#include "model/qwen3_vision.h"
-#include "model/qwen_vl_preprocess.h"
-#include "model/video_vae.h"
+#include "model/vae/audio_vae.h"
+#include "model/dit/layout.h"
+#include "model/qwen3vl/text.h"
+#include "model/qwen3vl/vision.h"
+#include "model/qwen3vl/preprocess.h"
+#include "model/vae/video_vae.h"
 
 namespace h3 {
 
@@ -76,7 +76,7 @@ ConditionRows encode_conditions(const ResolvedRequest& r, const VideoVae& vvae, 
 // `<Video k>: ` labels and, inside it, one vision block per picture and per video frame pair
 // (<|vision_start|> + pads + <|vision_end|>), whose pad rows take the Qwen3-VL vision tower's outputs;
 // DeepStack features are added after LM layers 0..K-1 at those rows and the LM runs on Qwen3-VL's mRoPE
-// positions (model/qwen3_vl.h).
+// positions (model/qwen3vl/qwen3vl.h).
 //
 // What the processor is given (inferred; the public pipelines hand the user's files to Qwen's processor):
 // each picture at the file's own size, each reference video's frames at its own size, at 24 fps, the ones the

@@ -1,8 +1,8 @@
-// Generator: models loaded once, requests run many times (pipeline/generate.h).
+// Generator: models loaded once, requests run many times (pipeline/generator.h).
 //
 // Rank roles inside the group `comm` (size n, encoder ranks K):
 //   K = 0: every rank denoises; for each request every rank also loads its slice of the text tower, which runs
-//          tensor-parallel over the whole group (model/qwen3_text.h: KV-head units, ranks beyond the KV head
+//          tensor-parallel over the whole group (model/qwen3vl/text.h: KV-head units, ranks beyond the KV head
 //          count hold nothing and receive the output), and frees it before denoising. Every rank ends the
 //          encode with the embeddings, so nothing is broadcast.
 //   K > 0: ranks [0, n-K) denoise, ranks [n-K, n) keep the text tower loaded, tensor-parallel among them;
@@ -22,20 +22,22 @@
 
 #include "core/log.h"
 #include "dist/control.h"
-#include "io/checkpoint.h"
-#include "io/lora.h"
+#include "model/dit/checkpoint.h"
+#include "model/dit/lora.h"
 #include "io/procedural.h"
 #include "media/mp4_writer.h"
-#include "model/audio_vae.h"
-#include "model/qwen3_text.h"
-#include "model/qwen3_vision.h"
-#include "model/tokenizer.h"
-#include "model/video_vae.h"
+#include "model/vae/audio_vae.h"
+#include "model/qwen3vl/text.h"
+#include "model/qwen3vl/vision.h"
+#include "model/qwen3vl/tokenizer.h"
+#include "model/vae/video_vae.h"
 #include "pipeline/conditions.h"
-#include "pipeline/generate.h"
-#include "pipeline/procedural_models.h"
+#include "pipeline/generator.h"
+#include "io/procedural.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/procedural.h"
 #include "pipeline/synthetic.h"
-#include "pipeline/t2va.h"
+#include "pipeline/sampling.h"
 
 namespace h3 {
 

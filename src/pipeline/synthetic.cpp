@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "io/procedural.h"
-#include "model/layout.h"
+#include "model/dit/layout.h"
 
 namespace h3 {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "model/dit.h"
+#include "model/dit/dit.h"
 #include "pipeline/geometry.h"
 
 namespace h3 {

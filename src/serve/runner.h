@@ -1,4 +1,4 @@
-// What the rank group runs for one job, behind one small interface: the real Generator (pipeline/generate.h)
+// What the rank group runs for one job, behind one small interface: the real Generator (pipeline/generator.h)
 // or a fake runner with the same collective shape (per-step control word, cancellation, progress, a rank
 // fault hook) and no models, for the server's own tests. Also the request resolution the supervisor does
 // before queueing.
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "dist/comm.h"
-#include "pipeline/generate.h"
+#include "pipeline/generator.h"
 
 namespace h3::serve {
 

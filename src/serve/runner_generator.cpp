@@ -1,4 +1,4 @@
-// The real job runner: pipeline/generate.h's Generator, loaded once per rank group.
+// The real job runner: pipeline/generator.h's Generator, loaded once per rank group.
 #include <filesystem>
 
 #include "serve/runner.h"

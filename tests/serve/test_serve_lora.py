@@ -16,7 +16,7 @@ import tempfile
 from serve_common import Server, check, log, main_wrapper
 
 REQ = {"prompt": "a kite over the dunes", "width": 64, "height": 64, "frames": 124, "steps": 3, "seed": 91}
-HIDDEN, INNER, FFN, RANK = 96, 448, 160, 4  # the procedural mini DiT (model/dit_config.cpp "mini")
+HIDDEN, INNER, FFN, RANK = 96, 448, 160, 4  # the procedural mini DiT (model/dit/config.cpp "mini")
 
 
 def write_safetensors(path, tensors):

@@ -21,16 +21,3 @@ GpuPinnedGemms::GpuPinnedGemms() = default;
 GpuPinnedGemms::~GpuPinnedGemms() = default;
 
 }  // namespace h3
-
-// NCCL lives in the CUDA backend (backend/cuda/cuda_nccl.cpp).
-#include "dist/comm_device.h"
-
-namespace h3 {
-
-bool nccl_built() { return false; }
-std::unique_ptr<Comm> make_nccl_comm(Comm&, std::shared_ptr<Comm>) {
-  fail("--transport nccl: this h3 was built without the CUDA backend and NCCL; rebuild on a machine with the CUDA "
-       "toolkit and NCCL, or use --transport mpi");
-}
-
-}  // namespace h3

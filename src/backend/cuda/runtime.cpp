@@ -1,0 +1,245 @@
+// The CUDA backend's process state: the chosen GPU, one compute stream, a caching allocator and the hooks that
+// let core tensors live in device memory.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "backend/cuda/common.h"
+#include "backend/cuda/kernels.h"
+#include "core/device.h"
+#include "core/log.h"
+#include "core/profile.h"
+#include "core/tensor.h"
+
+namespace h3 {
+namespace cuda {
+void register_ops();  // backend/cuda/ops.cpp
+ElemType elem_type(DType t);
+
+namespace {
+
+struct State {
+  bool started = false;
+  bool deterministic = false;
+  int device = 0;
+  int sms = 0;
+  cudaStream_t stream = nullptr;
+  cudaDeviceProp prop{};
+  // Caching allocator: freed blocks wait in `cache` by rounded size; the stream orders all reuse.
+  std::mutex mu;
+  std::multimap<size_t, void*> cache;
+  size_t in_use = 0, cached = 0, peak = 0;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+};
+State& state() {
+  static State s;
+  return s;
+}
+
+size_t rounded(size_t bytes) {
+  if (bytes <= (1u << 20)) {
+    size_t r = 512;
+    while (r < bytes) r <<= 1;
+    return r;
+  }
+  const size_t step = 2u << 20;
+  return (bytes + step - 1) / step * step;
+}
+
+void* raw_alloc(size_t bytes) {
+  profile::HostRegion region("cuda.malloc");  // a cache miss: cudaMalloc (and cudaFree of the cache when full)
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    // Give the cached blocks back and try once more.
+    State& s = state();
+    for (auto& [sz, q] : s.cache) cudaFree(q);
+    s.cache.clear();
+    s.cached = 0;
+    e = cudaMalloc(&p, bytes);
+  }
+  if (e != cudaSuccess) {
+    size_t free_b = 0, total_b = 0;
+    (void)cudaGetLastError();
+    cudaMemGetInfo(&free_b, &total_b);
+    fail("GPU out of memory: asked for {:.2f} GiB with {:.2f} GiB in use by h3 and {:.2f} of {:.2f} GiB free on the "
+         "device; use a smaller size, FP8, or more ranks (--ranks N --mode tensor shards the weights)",
+         bytes / 1073741824.0, state().in_use / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+  }
+  return p;
+}
+
+void* hook_alloc(size_t bytes) { return device_alloc(bytes); }
+void hook_release(void* p, size_t bytes) { device_free(p, bytes); }
+
+void hook_copy(void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
+  const cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                      : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  if (dst_dev && src_dev) {
+    H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
+    return;
+  }
+  profile::HostRegion region("cuda.host_copy");  // waits for the stream: the copy and all work queued before it
+  H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
+  H3_CUDA(cudaStreamSynchronize(stream()));
+}
+
+void* hook_event_record() {
+  cudaEvent_t e = nullptr;
+  H3_CUDA(cudaEventCreate(&e));
+  H3_CUDA(cudaEventRecord(e, stream()));
+  return e;
+}
+double hook_event_elapsed_ms(void* from, void* to) {
+  H3_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(to)));
+  float ms = 0;
+  H3_CUDA(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
+  return ms;
+}
+void hook_event_release(void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+
+void hook_zero(void* p, size_t bytes) { H3_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
+
+void hook_copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  H3_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, stream()));
+}
+
+void hook_convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  H3_CUDA(cuda::convert(src, elem_type(st), dst, elem_type(dt), n, stream()));
+}
+
+}  // namespace
+
+void throw_cuda(cudaError_t e, const char* what, const char* file, int line) {
+  fail("CUDA error '{}' ({}) in {} at {}:{}", cudaGetErrorString(e), static_cast<int>(e), what, file, line);
+}
+
+ElemType elem_type(DType t) {
+  switch (t) {
+    case DType::f32: return ElemType::f32;
+    case DType::bf16: return ElemType::bf16;
+    case DType::f64: return ElemType::f64;
+    case DType::fp8_e4m3: return ElemType::fp8_e4m3;
+    case DType::i32: return ElemType::i32;
+    case DType::i64: return ElemType::i64;
+    default: fail("the CUDA backend has no {} tensors (f64, f32, bf16, fp8_e4m3, i32, i64 only)", dtype_name(t));
+  }
+}
+
+cudaStream_t stream() { return state().stream; }
+bool deterministic() { return state().deterministic; }
+int sm_count() { return state().sms; }
+
+void* device_alloc(size_t bytes) {
+  State& s = state();
+  const size_t r = rounded(bytes);
+  std::lock_guard lock(s.mu);
+  void* p = nullptr;
+  auto it = s.cache.find(r);
+  if (it != s.cache.end()) {
+    p = it->second;
+    s.cache.erase(it);
+    s.cached -= r;
+  } else {
+    p = raw_alloc(r);
+  }
+  s.in_use += r;
+  s.peak = std::max(s.peak, s.in_use);
+  return p;
+}
+
+void device_free(void* p, size_t bytes) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const size_t r = rounded(bytes);
+  s.in_use -= r;
+  s.cache.emplace(r, p);
+  s.cached += r;
+}
+
+void* workspace(size_t bytes) {
+  State& s = state();
+  if (bytes > s.ws_bytes) {
+    if (s.ws) device_free(s.ws, s.ws_bytes);
+    s.ws_bytes = rounded(bytes);
+    s.ws = device_alloc(s.ws_bytes);
+  }
+  return s.ws;
+}
+
+}  // namespace cuda
+
+void start_gpu_backend(const GpuOptions& o) {
+  cuda::State& s = cuda::state();
+  if (s.started) return;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    fail("--device cuda: no usable NVIDIA GPU ({}); check nvidia-smi and CUDA_VISIBLE_DEVICES, or run with "
+         "--device cpu", e == cudaSuccess ? "none visible" : cudaGetErrorString(e));
+  // Ranks of one host take the GPUs in turn (the launcher's local rank when it gives one).
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!local) local = std::getenv("SLURM_LOCALID");
+  s.device = (local ? std::atoi(local) : o.rank) % count;
+  H3_CUDA(cudaSetDevice(s.device));
+  H3_CUDA(cudaGetDeviceProperties(&s.prop, s.device));
+  s.sms = s.prop.multiProcessorCount;
+  H3_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  s.deterministic = o.deterministic;
+  DeviceHooks hooks;
+  hooks.name = "cuda";
+  hooks.alloc = cuda::hook_alloc;
+  hooks.release = cuda::hook_release;
+  hooks.copy = cuda::hook_copy;
+  hooks.zero = cuda::hook_zero;
+  hooks.copy2d = cuda::hook_copy2d;
+  hooks.convert = cuda::hook_convert;
+  hooks.event_record = cuda::hook_event_record;
+  hooks.event_elapsed_ms = cuda::hook_event_elapsed_ms;
+  hooks.event_release = cuda::hook_event_release;
+  register_device_hooks(hooks);
+  cuda::register_ops();
+  s.started = true;
+  spdlog::info("GPU {}: {}{}", s.device, gpu_description(), o.deterministic ? " (deterministic mode)" : "");
+}
+
+bool gpu_backend_started() { return cuda::state().started; }
+bool gpu_deterministic() { return cuda::state().started && cuda::state().deterministic; }
+bool gpu_fp8_row_activations() {
+  static const bool rows = [] {
+    const char* e = std::getenv("H3_FP8_ACTIVATIONS");
+    return e && std::string(e) == "rows";
+  }();
+  return gpu_deterministic() || rows;
+}
+
+std::string gpu_description() {
+  const cuda::State& s = cuda::state();
+  if (!s.started) return "GPU backend not started";
+  return fmt::format("{}, {:.1f} GiB, sm_{}{}, {} SMs", s.prop.name, s.prop.totalGlobalMem / 1073741824.0,
+                     s.prop.major, s.prop.minor, s.sms);
+}
+
+std::string gpu_bus_id() {
+  const cuda::State& s = cuda::state();
+  if (!s.started) return "";
+  char bus[64] = {0};
+  H3_CUDA(cudaDeviceGetPCIBusId(bus, sizeof(bus), s.device));
+  return bus;
+}
+
+void gpu_synchronize() {
+  if (cuda::state().started) H3_CUDA(cudaStreamSynchronize(cuda::stream()));
+}
+
+size_t gpu_peak_bytes() { return cuda::state().peak; }
+void gpu_reset_peak() { cuda::state().peak = cuda::state().in_use; }
+size_t gpu_total_bytes() { return cuda::state().started ? cuda::state().prop.totalGlobalMem : 0; }
+
+}  // namespace h3

@@ -1,0 +1,129 @@
+// The MiniMax-H3 DiT forward over one packed sequence [text | conditions | audio | video] (h3-model-spec §2.3):
+// input projections, token refiner on the text rows, scatter into the packed buffer, the AdaLN-modulated blocks with
+// 3-axis partial RoPE, the final modulated norm and the two output heads.
+#pragma once
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dist/plan.h"
+#include "model/dit/checkpoint.h"
+#include "model/dit/config.h"
+
+namespace h3 {
+
+struct DitInputs {
+  Tensor video;             // [Nv, in_channels*4] patchified rows (conditions first), f32
+  Tensor audio;             // [Na, audio_in_channels], f32
+  Tensor text;              // [L, text_dim], f32
+  Tensor timestep;          // [M] distinct timesteps in [0, 1] (1 = clean), f32
+  Tensor timestep_indices;  // [S] i64, index into timestep per packed row
+  Tensor token_tags;        // [S] i64, 0 video, 1 text, 2 audio
+  Tensor position_ids;      // [S, 3] (t, h, w), f64
+  Tensor video_indices;     // [Nv] i64 packed row of each video row
+  Tensor audio_indices;     // [Na] i64
+  Tensor text_indices;      // [L] i64
+  // Throws naming the input and what is allowed when shapes, dtypes or indices are inconsistent.
+  void validate(const DitConfig& c) const;
+  int64_t seq_len() const { return position_ids.dim(0); }
+};
+
+struct DitOutputs {
+  Tensor video;  // [Nv, in_channels*4] velocity, f32 for bf16/f32 runs, f64 for f64 runs
+  Tensor audio;  // [Na, audio_in_channels]
+  // Named intermediates when requested: "token_refiner" [L,H], "block.N" [S,H], "norm_out" [S,H].
+  std::map<std::string, Tensor> activations;
+};
+
+// What one rank of a plan holds: its head, FFN and AdaLN ranges, and the bytes of weights and of the largest
+// activations (analytic, from the config; the model checks its loaded bytes against it).
+struct DitShard {
+  Range heads_qkv, heads_out, ffn, ada_rows;
+  int64_t replicated_params = 0, sharded_params = 0;
+  int64_t largest_activation_elems = 0;  // for a packed length S
+  static DitShard of(const DitConfig& c, DistMode mode, int K, int U, int t, int u, int world, int64_t S);
+};
+
+// Weights of one rank, in the compute dtype. With a distributed plan the rank keeps only its slices:
+//   q/k/v rows of its heads (H_t in tensor/hybrid, H_u in ulysses-ag), out_proj columns of H_t, the FFN value and
+//   gate rows of its columns F_t (kept as [value_slice; gate_slice]), fc2 columns F_t, AdaLN rows A_t of the 18H
+//   outputs. Everything else (projections, refiner, norms, final layer) is replicated.
+class DitModel {
+ public:
+  // device: where the weights live and the forward runs (Device::cuda needs the GPU backend started, and
+  // precision bf16 or fp8). Inputs and outputs are host tensors either way.
+  DitModel(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan = DistPlan::single(),
+           Device device = Device::cpu);
+  // Runs one forward. Every rank calls it with the same inputs; every rank gets the full outputs (and, when asked,
+  // the full activations).
+  DitOutputs forward(const DitInputs& in, bool keep_activations = false) const;
+  const DitConfig& config() const { return config_; }
+  Precision precision() const { return precision_; }
+  Device device() const { return dev_; }
+  const DistPlan& plan() const { return plan_; }
+  // Bytes of weights this rank holds, split into replicated and sharded parts.
+  size_t replicated_bytes() const { return replicated_bytes_; }
+  size_t sharded_bytes() const { return sharded_bytes_; }
+
+  struct Block {
+    Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;
+    Tensor adaln_w, adaln_b;  // undefined for refiner blocks
+    // FP8 attention: fixed per-tensor scales of the normed, rotated q and k, from the norm weights alone:
+    // |q_c| <= sqrt(head_dim) * max|norm_q| (RMS-normed rows, rotations keep pair norms), +2 % for bf16 roundings,
+    // mapped onto e4m3's 448 and rounded up to a power of two (ops/fp8_bound.h: exact to divide by). The same on
+    // every rank, so the quantization does not depend on the partition.
+    Tensor q8_scale, k8_scale;
+  };
+
+ private:
+  struct Step;  // per-forward state (model/dit/forward.cpp)
+  Tensor round_if_bf16(Tensor t) const;
+  // Whether element-wise ops round their intermediates through bf16 (the bf16 and fp8 recipes).
+  bool bf16_steps() const { return precision_ == Precision::bf16 || precision_ == Precision::fp8; }
+  // Host tensor -> the model's device in the compute dtype (f32 / f64); and back to host f32 / f64.
+  Tensor upload(const Tensor& t) const;
+  Tensor to_host(const Tensor& t) const;
+  Tensor attention_block(const Block& b, const Tensor& h, Step& st) const;
+  Tensor mlp_block(const Block& b, const Tensor& h, Step& st) const;
+  Tensor refiner_attention(const Block& b, const Tensor& h) const;
+  Tensor refiner_mlp(const Block& b, const Tensor& h) const;
+  std::vector<Tensor> adaln_tables(const Tensor& ada_in) const;
+  // `v` as an i32 index tensor where the model's ops run: on the GPU uploaded once per distinct content and kept
+  // (every step of a request has the same layout, and each host-to-device copy waits for the queued work).
+  Tensor device_index(const std::vector<int32_t>& v) const;
+
+  DitConfig config_;
+  Precision precision_;
+  DType ct_;  // compute dtype (f64 or f32); on the GPU the bf16 layers' activations are bf16
+  Device dev_ = Device::cpu;
+  DistPlan plan_;
+  Range heads_qkv_, heads_out_, ffn_, ada_rows_;
+  size_t replicated_bytes_ = 0, sharded_bytes_ = 0;
+  mutable uint64_t op_id_ = 0;  // forwards run so far; agreed between ranks
+  mutable uint64_t rope_key_ = 0;  // hash of the positions the cached RoPE tables belong to
+  mutable Tensor rope_cos_, rope_sin_;
+  struct CachedIndex {
+    std::vector<int32_t> host;
+    Tensor dev;
+  };
+  mutable std::unordered_map<uint64_t, CachedIndex> index_cache_;  // device_index's uploads, by content hash
+  Tensor proj_in_w, proj_in_b, audio_in_w, audio_in_b, ctx_w, ctx_b;
+  Tensor t1_w, t1_b, t2_w, t2_b;
+  std::vector<Block> refiner_, blocks_;
+  Tensor refiner_norm_, out_norm_, out_ada_w_, out_ada_b_, proj_out_w_, proj_out_b_, audio_out_w_, audio_out_b_;
+};
+
+// Throws on every rank (naming the ranks that differ from rank 0) unless all ranks of the plan loaded the same
+// LoRAs; the DitModel constructor calls it.
+void check_lora_agreement(const DitCheckpoint& ck, const DistPlan& plan);
+
+// The sinusoidal timestep embedding [M, freq_dim] = [cos(t f_k) | sin(t f_k)], f_k = exp(-ln(1e4) k / half),
+// always computed in f32 as the reference does.
+Tensor timestep_embedding(const Tensor& timestep, int freq_dim);
+// The entries of an integer index tensor (i32 or i64, any device), read in one typed pass.
+std::vector<int64_t> index_values(const Tensor& t);
+// RoPE tables [S, 6*rope_freq_dim] in dtype `dt` (positions and inverse frequencies rounded to f32 first).
+void rope_tables(const Tensor& position_ids, const DitConfig& c, DType dt, Tensor& cos, Tensor& sin);
+
+}  // namespace h3

@@ -1,0 +1,513 @@
+// The DiT forward under a DistPlan (dist/plan.h describes the modes). One code path for every world size: with a
+// single rank every exchange is a no-op copy, so the 1-rank numbers are the reference the others must reproduce.
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/log.h"
+#include "dist/control.h"
+#include "core/profile.h"
+#include "model/dit/dit.h"
+#include "model/dit/exchange.h"
+#include "ops/ops.h"
+
+namespace h3 {
+
+struct DitModel::Step {
+  int64_t S = 0, M = 0;
+  std::vector<Range> rows;        // packed rows of each world rank
+  Range own;                      // this rank's rows
+  std::vector<Range> group_rows;  // rows of each sequence-parallel member's row group G_u
+  std::vector<Range> tp_rows;     // rows of each member of this rank's tensor-parallel group
+  std::vector<Range> heads_sp;    // the tensor-parallel head slice split over the sequence-parallel members
+  Tensor cos, sin;                // RoPE tables for the rows attention projects (G_u, or all rows in ulysses-ag)
+  Tensor ada_idx;                 // i32, own rows: timestep_index * 3 + tag
+  std::vector<std::array<Tensor, 6>> tables;
+};
+
+namespace {
+
+// Test hook for the failure tests: H3_DEBUG_FAULT="RANK:BLOCK:kill" (SIGKILL itself) or "RANK:BLOCK:stall" (sleep
+// forever) at the start of that block. Never set in normal runs.
+struct FaultInjection {
+  int rank = -1, block = -1;
+  bool kill = false;
+  static FaultInjection from_env() {
+    FaultInjection f;
+    if (const char* e = std::getenv("H3_DEBUG_FAULT")) {
+      char what[16] = {0};
+      if (std::sscanf(e, "%d:%d:%15s", &f.rank, &f.block, what) == 3) f.kill = std::string(what) == "kill";
+      else f.rank = -1;
+    }
+    return f;
+  }
+  void at_block(int rank_now, int block_now) const {
+    if (rank_now != rank || block_now != block) return;
+    spdlog::warn("H3_DEBUG_FAULT: rank {} {} at block {}", rank, kill ? "killing itself" : "stalling", block);
+    if (kill) std::raise(SIGKILL);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+};
+
+Tensor index_i32(const std::vector<int32_t>& v) { return Tensor::from(v, {static_cast<int64_t>(v.size())}); }
+
+// FNV-1a over 8-byte words (the tail bytewise): keys for the caches of per-layout tables.
+uint64_t content_hash(const void* p, size_t bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* b = static_cast<const uint8_t*>(p);
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, b + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  for (; i < bytes; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// The MPI communicator moves host memory: device tensors travel through a host copy and come back to the device
+// they started on. A device communicator (NCCL) takes them where they are.
+Tensor host_side(const Tensor& t) { return t.on_device() ? t.cpu() : t; }
+Tensor for_comm(const Comm& c, const Tensor& t) { return c.device_memory() ? t : host_side(t); }
+Tensor back_to(const Tensor& t, Device d) { return t.device() == d ? t : t.to_device(d); }
+
+// Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order.
+Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>& blocks, const std::string& what) {
+  const int64_t w = mine.numel() / std::max<int64_t>(mine.dim(0), 1);
+  const int64_t width = mine.ndim() == 2 ? mine.dim(1) : w;
+  if (comm.size() == 1) return mine;
+  std::vector<int64_t> counts;
+  int64_t rows = 0;
+  for (const auto& b : blocks) {
+    counts.push_back(b.size() * width);
+    rows += b.size();
+  }
+  const Tensor src = for_comm(comm, mine);
+  Tensor out(mine.dtype(), {rows, width}, src.device());
+  comm.allgatherv(src.raw(), out.raw(), counts, mine.dtype(), what);
+  return back_to(out, mine.device());
+}
+
+// Sums each member's partial [sum |blocks|, W] and returns this member's rows (sum in member order).
+Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range>& blocks, const std::string& what) {
+  if (comm.size() == 1) return partial;
+  const int64_t width = partial.dim(1);
+  std::vector<int64_t> counts;
+  for (const auto& b : blocks) counts.push_back(b.size() * width);
+  const Tensor src = for_comm(comm, partial);
+  Tensor out(partial.dtype(), {blocks[comm.rank()].size(), width}, src.device());
+  comm.reduce_scatterv(src.raw(), counts, out.raw(), partial.dtype(), what);
+  return back_to(out, partial.device());
+}
+
+// The SwiGLU's FP8 output per row (one pass over u, the second projection's GEMM with cuBLASLt's per-row scales)
+// unless H3_FP8_SWIGLU=tensor (a per-tensor scale: the amax out of the SwiGLU pass, then a second pass to quantize
+// the bf16 result; its GEMM 1-3 % faster, the two passes slower). On the H200 (docs/notes.md, session 8) rows
+// saved 3.1 ms at 480p and 4.9 ms at 768p per forward.
+bool fp8_swiglu_rows() {
+  static const bool rows = [] {
+    const char* e = std::getenv("H3_FP8_SWIGLU");
+    const std::string v = e ? e : "";
+    if (!v.empty() && v != "rows" && v != "tensor")
+      fail("H3_FP8_SWIGLU={}: expected rows (the default) or tensor", v);
+    return v != "tensor";
+  }();
+  return rows;
+}
+
+}  // namespace
+
+Tensor DitModel::refiner_attention(const Block& b, const Tensor& h) const {
+  const int64_t D = config_.attention_head_dim;
+  Tensor q = round_if_bf16(ops::rms_norm(round_if_bf16(ops::linear(h, b.to_q)), &b.norm_q, D, config_.qk_norm_eps));
+  Tensor k = round_if_bf16(ops::rms_norm(round_if_bf16(ops::linear(h, b.to_k)), &b.norm_k, D, config_.qk_norm_eps));
+  Tensor v = round_if_bf16(ops::linear(h, b.to_v));
+  return round_if_bf16(ops::linear(round_if_bf16(ops::attention(q, k, v, D)), b.to_out));
+}
+
+Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
+  Tensor u, g;
+  {
+    profile::Region r("mlp fc1");
+    u = round_if_bf16(ops::linear(h, b.ff_in));
+  }
+  {
+    // An FP8 second projection takes its input quantized by the SwiGLU op: per row (straight from the SwiGLU pass;
+    // always in deterministic mode), or per tensor with H3_FP8_SWIGLU=tensor (the amax out of the SwiGLU pass).
+    profile::Region r("mlp swiglu");
+    const bool fp8 = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device();
+    g = !fp8                                       ? ops::swiglu(u, bf16_steps())
+        : gpu_fp8_row_activations() || fp8_swiglu_rows() ? ops::swiglu_fp8_rows(u, bf16_steps())
+                                                         : ops::swiglu_fp8(u, bf16_steps());
+  }
+  profile::Region r("mlp fc2");
+  return round_if_bf16(ops::linear(g, b.ff_out));
+}
+
+// q/k/v for `rows` of the hidden state h, the rank's qkv heads: projection, per-head norm, RoPE.
+Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) const {
+  const int64_t D = config_.attention_head_dim;
+  const bool bf = bf16_steps();
+  Comm& sp = *plan_.sp_comm;
+  const bool ag = plan_.mode == DistMode::ulysses_ag;
+  // Rows the projections see: all rows (ulysses-ag), the row group G_u (tensor-parallel gather), or own rows.
+  Tensor hin = ag ? gather_rows_from(sp, h, st.rows, "all-gather hidden (ulysses-ag)")
+                  : gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden (tensor)");
+  // FP8: q, k and v project the same rows, so quantize them once.
+  if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3)
+    hin = gpu_fp8_row_activations() ? ops::quantize_fp8_rows(hin) : ops::quantize_fp8(hin);
+  // FP8 attention (cuDNN's FP8 graph), unless H3_ATTENTION_FP8=off: q and k quantized with the block's fixed
+  // scales (fused into the norm+RoPE pass when attention runs on this rank's projections), v per tensor. Not in
+  // deterministic mode: v's per-tensor scale depends on the rows or heads a rank holds, so attention stays bf16
+  // there and FP8 runs stay bitwise across world sizes (every other FP8 scale is per row or fixed).
+  const char* fp8_env = std::getenv("H3_ATTENTION_FP8");
+  const bool fp8_attention = precision_ == Precision::fp8 && hin.on_device() && !gpu_deterministic() &&
+                             b.q8_scale.defined() && !(fp8_env && std::string(fp8_env) == "off");
+  const bool fused_fp8_qk = fp8_attention && (ag || plan_.U == 1);
+  auto project = [&](const Tensor& w, const Tensor* norm, const Tensor* fp8_scale) {
+    Tensor x;
+    {
+      profile::Region r("qkv");
+      x = round_if_bf16(ops::linear(hin, w));
+    }
+    if (!norm) return x;
+    profile::Region r("qk norm+rope");
+    if (fused_fp8_qk) return ops::qk_norm_rope_fp8(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf, *fp8_scale);
+    return ops::qk_norm_rope(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf);
+  };
+  auto attend = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    if (fp8_attention) {
+      // O stays in fp8 for an FP8 output projection on this rank's rows (no exchange after attention); v then goes
+      // in as bf16 and is quantized inside (fused into V's transpose where our kernel runs: the same bits).
+      const bool o8 = plan_.U == 1 && !ag && b.to_out.dtype() == DType::fp8_e4m3;
+      Tensor q8 = q, k8 = k, v8 = v;
+      {
+        profile::Region r("quantize q/k/v");
+        if (q.dtype() != DType::fp8_e4m3) q8 = ops::quantize_fp8(q), k8 = ops::quantize_fp8(k);
+        if (!o8) v8 = ops::quantize_fp8(v);
+      }
+      profile::Region r("attention");
+      if (o8) return ops::attention_fp8_out(q8, k8, v, D);
+      return ops::attention(q8, k8, v8, D);
+    }
+    profile::Region r("attention");
+    return round_if_bf16(ops::attention(q, k, v, D));
+  };
+  Tensor o;
+  if (ag || plan_.U == 1) {
+    Tensor q = project(b.to_q, &b.norm_q, &b.q8_scale), k = project(b.to_k, &b.norm_k, &b.k8_scale),
+           v = project(b.to_v, nullptr, nullptr);
+    o = attend(q, k, v);
+  } else {
+    // Each projection travels while the next is computed.
+    const int64_t h0 = heads_qkv_.begin;
+    HeadExchange xq(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all q (seq->head)");
+    HeadExchange xk(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all k (seq->head)");
+    HeadExchange xv(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all v (seq->head)");
+    xq.start_seq_to_head(for_comm(sp, project(b.to_q, &b.norm_q, nullptr)));
+    xk.start_seq_to_head(for_comm(sp, project(b.to_k, &b.norm_k, nullptr)));
+    xv.start_seq_to_head(for_comm(sp, project(b.to_v, nullptr, nullptr)));
+    Tensor q, k, v;
+    {
+      profile::Region r("exchange");
+      q = back_to(xq.finish(), dev_), k = back_to(xk.finish(), dev_), v = back_to(xv.finish(), dev_);
+    }
+    o = attend(q, k, v);
+  }
+  if (ag || plan_.U > 1) {
+    // Back to this rank's rows (or row group) with every head of the slice.
+    const std::vector<Range>& blocks = ag ? st.rows : st.group_rows;
+    const int64_t h0 = ag ? 0 : heads_qkv_.begin;
+    HeadExchange back(sp, blocks, st.heads_sp, h0, D, plan_.chunks, "all-to-all attention out (head->seq)");
+    profile::Region r("exchange");
+    back.start_head_to_seq(for_comm(sp, o));
+    o = back_to(back.finish(), dev_);
+  }
+  Tensor partial;
+  {
+    profile::Region r("out");
+    partial = round_if_bf16(ops::linear(o, b.to_out));
+  }
+  if (ag) return partial;
+  return round_if_bf16(reduce_rows_to(*plan_.tp_comm, partial, st.tp_rows, "reduce-scatter attention out (tensor)"));
+}
+
+Tensor DitModel::mlp_block(const Block& b, const Tensor& h, Step& st) const {
+  if (plan_.K == 1) return refiner_mlp(b, h);
+  Tensor hin = gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden before MLP (tensor)");
+  Tensor partial = refiner_mlp(b, hin);
+  return round_if_bf16(reduce_rows_to(*plan_.tp_comm, partial, st.tp_rows, "reduce-scatter MLP out (tensor)"));
+}
+
+// The six modulation tables of every block for this forward: each rank projects its rows A_t of the AdaLN weights,
+// then one all-gather over the tensor-parallel group assembles all blocks at once.
+std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
+  const int64_t M = ada_in.dim(0), H = config_.hidden_size, nb = static_cast<int64_t>(blocks_.size());
+  std::vector<Tensor> full;
+  if (plan_.K == 1) {
+    for (const auto& b : blocks_) full.push_back(round_if_bf16(ops::linear(ada_in, b.adaln_w, &b.adaln_b)));
+    return full;
+  }
+  const int64_t a = ada_rows_.size();
+  const DType tt = dev_ == Device::cpu ? ct_ : DType::bf16;  // the tables' dtype
+  Tensor mine(tt, {nb, M, a});
+  for (int64_t n = 0; n < nb; ++n) {
+    Tensor s = host_side(round_if_bf16(ops::linear(ada_in, blocks_[n].adaln_w, &blocks_[n].adaln_b)));
+    std::memcpy(static_cast<std::byte*>(mine.raw()) + n * s.nbytes(), s.raw(), s.nbytes());
+  }
+  Comm& tp = *plan_.tp_comm;
+  std::vector<Range> parts;
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  for (int j = 0; j < tp.size(); ++j) {
+    parts.push_back(part_of(18 * H, plan_.K, j));
+    counts.push_back(nb * M * parts.back().size());
+    total += counts.back();
+  }
+  Tensor all(tt, {total});
+  tp.allgatherv(mine.raw(), all.raw(), counts, tt, "all-gather AdaLN tables (tensor)");
+  const size_t es = dtype_size(tt);
+  const auto* src = static_cast<const std::byte*>(all.raw());
+  for (int64_t n = 0; n < nb; ++n) full.emplace_back(tt, Shape{M, 18 * H});
+  for (int j = 0; j < tp.size(); ++j) {
+    const int64_t w = parts[j].size();
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t m = 0; m < M; ++m, src += w * es)
+        std::memcpy(static_cast<std::byte*>(full[n].raw()) + (m * 18 * H + parts[j].begin) * es, src, w * es);
+  }
+  for (auto& t : full) t = back_to(t, dev_);
+  return full;
+}
+
+Tensor DitModel::device_index(const std::vector<int32_t>& v) const {
+  if (dev_ == Device::cpu) return index_i32(v);
+  const uint64_t key = content_hash(v.data(), v.size() * sizeof(int32_t)) ^ static_cast<uint64_t>(v.size());
+  auto it = index_cache_.find(key);
+  if (it != index_cache_.end() && it->second.host == v) return it->second.dev;
+  if (index_cache_.size() >= 64) index_cache_.clear();  // a new request's layout: the old entries go
+  Tensor dev = index_i32(v).to_device(dev_);
+  index_cache_[key] = CachedIndex{v, dev};
+  return dev;
+}
+
+DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
+  std::optional<profile::Region> setup(std::in_place, "setup (inputs, rope)");
+  in.validate(config_);
+  const bool bf = bf16_steps();
+  const int64_t H = config_.hidden_size;
+  // All ranks must be running the same forward on the same shapes before any tensor moves.
+  agree(*plan_.world_comm, ++op_id_,
+        shape_hash(fmt::format("{} {} {} {} {} {}", in.video.describe(), in.audio.describe(), in.text.describe(),
+                               in.timestep.describe(), in.seq_len(), precision_name(precision_))),
+        "DiT forward");
+  Step st;
+  st.S = in.seq_len();
+  st.M = in.timestep.numel();
+  st.rows = partition(st.S, plan_.world, "packed rows");
+  st.own = st.rows[plan_.rank];
+  for (int u = 0; u < plan_.U; ++u)
+    st.group_rows.push_back({st.rows[u * plan_.K].begin, st.rows[u * plan_.K + plan_.K - 1].end});
+  for (int t = 0; t < plan_.K; ++t) st.tp_rows.push_back(st.rows[plan_.u * plan_.K + t]);
+  {
+    const Range slice = plan_.mode == DistMode::ulysses_ag ? Range{0, config_.num_attention_heads} : heads_qkv_;
+    for (int u = 0; u < plan_.U; ++u) {
+      Range p = part_of(slice.size(), plan_.U, u);
+      st.heads_sp.push_back({slice.begin + p.begin, slice.begin + p.end});
+    }
+  }
+  const Range att_rows = plan_.mode == DistMode::ulysses_ag ? Range{0, st.S} : st.group_rows[plan_.u];
+  // Every step of a request has the same positions: the tables are built once and kept while they match.
+  const Tensor pos = in.position_ids.rows(att_rows.begin, att_rows.end);
+  const uint64_t rope_key = content_hash(pos.raw(), pos.nbytes()) ^ static_cast<uint64_t>(pos.numel());
+  if (rope_key != rope_key_ || !rope_cos_.defined() || rope_cos_.dim(0) != pos.dim(0)) {
+    rope_tables(pos, config_, ct_, st.cos, st.sin);
+    if (dev_ != Device::cpu) {
+      st.cos = st.cos.to_device(dev_).to(DType::bf16);
+      st.sin = st.sin.to_device(dev_).to(DType::bf16);
+    } else if (bf) {
+      ops::round_bf16_(st.cos);
+      ops::round_bf16_(st.sin);
+    }
+    rope_key_ = rope_key;
+    rope_cos_ = st.cos;
+    rope_sin_ = st.sin;
+  }
+  st.cos = rope_cos_;
+  st.sin = rope_sin_;
+  setup.reset();
+  DitOutputs out;
+  const auto in_own = [&](int64_t row) { return row >= st.own.begin && row < st.own.end; };
+
+  // Prologue: only the rows this rank owns (the refiner needs every text row, so text owners run it whole).
+  const DType act = dev_ == Device::cpu ? ct_ : DType::bf16;  // the residual stream's dtype
+  Tensor x(act, {st.own.size(), H}, dev_);
+  auto scatter_own = [&](const Tensor& packed_idx) {
+    std::vector<int32_t> src, dst;
+    const std::vector<int64_t> rows = index_values(packed_idx);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (in_own(rows[i])) {
+        src.push_back(static_cast<int32_t>(i));
+        dst.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
+      }
+    }
+    return std::pair{src, dst};
+  };
+  // Whether src takes every row of a tensor of n rows in order (one rank: no gather needed).
+  auto all_rows = [](const std::vector<int32_t>& src, int64_t n) {
+    if (static_cast<int64_t>(src.size()) != n) return false;
+    for (size_t i = 0; i < src.size(); ++i)
+      if (src[i] != static_cast<int32_t>(i)) return false;
+    return true;
+  };
+  {
+    auto [src, dst] = scatter_own(in.text_indices);
+    if (!src.empty() || (keep && plan_.rank == 0)) {
+      Tensor text = round_if_bf16(ops::linear(round_if_bf16(upload(in.text)), ctx_w, &ctx_b));
+      for (const auto& blk : refiner_) {
+        Tensor h = round_if_bf16(ops::rms_norm(text, &blk.norm1, H, config_.norm_eps));
+        text = round_if_bf16(ops::add(text, refiner_attention(blk, h)));
+        h = round_if_bf16(ops::rms_norm(text, &blk.norm2, H, config_.norm_eps));
+        text = round_if_bf16(ops::add(text, refiner_mlp(blk, h)));
+      }
+      text = round_if_bf16(ops::rms_norm(text, &refiner_norm_, H, config_.final_norm_eps));
+      if (keep) out.activations["token_refiner"] = to_host(text);
+      ops::scatter_rows(x, all_rows(src, text.dim(0)) ? text : ops::gather_rows(text, device_index(src)),
+                        device_index(dst));
+    }
+  }
+  Tensor ada_in;
+  {
+    profile::Region r("embed video, audio, time");
+    for (auto [rows, idx, w, b] : {std::tuple{&in.video, &in.video_indices, &proj_in_w, &proj_in_b},
+                                    std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
+      auto [src, dst] = scatter_own(*idx);
+      Tensor mine = upload(all_rows(src, rows->dim(0)) ? *rows : ops::gather_rows(*rows, index_i32(src)));
+      ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), device_index(dst));
+    }
+    // Timestep embedding (f32 always), the f32 time MLP, the shared AdaLN input, every block's tables.
+    Tensor temb = upload(timestep_embedding(in.timestep, config_.freq_dim));
+    temb = ops::linear(ops::silu(ops::linear(temb, t1_w, &t1_b)), t2_w, &t2_b);
+    ada_in = round_if_bf16(ops::silu(temb));
+  }
+  std::vector<Tensor> tables;
+  {
+    profile::Region r("adaln tables");
+    tables = adaln_tables(ada_in);
+  }
+  std::vector<int32_t> ada_idx;
+  {
+    profile::Region pr("modulation index");
+    const std::vector<int64_t> ts = index_values(in.timestep_indices), tags = index_values(in.token_tags);
+    for (int64_t r = st.own.begin; r < st.own.end; ++r) {
+      ada_idx.push_back(static_cast<int32_t>(ts[r] * 3 + tags[r]));
+    }
+    st.ada_idx = device_index(ada_idx);
+  }
+
+  // FP8 on the GPU: the norms hand their output to the projections already quantized when the projections take
+  // this rank's rows as they are (no gather before them) — with one scale bounded from the norm weight and the
+  // modulation tables (fast per-tensor GEMMs, no pass over the data), or per row in deterministic mode (cuBLASLt's
+  // per-row-scaled GEMMs are slower). Both are independent of how the rows are split over ranks.
+  const bool fp8 = precision_ == Precision::fp8 && dev_ != Device::cpu;
+  const ops::Fp8Out fp8_norm = gpu_fp8_row_activations() ? ops::Fp8Out::rows : ops::Fp8Out::bound;
+  const ops::Fp8Out fp8_attn_in =
+      fp8 && plan_.mode != DistMode::ulysses_ag && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
+  const ops::Fp8Out fp8_mlp_in = fp8 && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
+  Tensor pending_gate, pending_y;  // the MLP residual not yet added to x
+  const FaultInjection fault = FaultInjection::from_env();
+  for (size_t n = 0; n < blocks_.size(); ++n) {
+    fault.at_block(plan_.rank, static_cast<int>(n));
+    const Block& b = blocks_[n];
+    // [M, 18H] viewed as [3M, 6H]: row m*3 + modality, column k*H + c for parameter k of
+    // (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp).
+    Tensor table = tables[n].reshape({3 * st.M, 6 * H});
+    Tensor p[6];
+    for (int k = 0; k < 6; ++k) p[k] = ops::columns(table, k * H, (k + 1) * H);
+    // The MLP's gated residual of block n-1 is applied in the same pass as block n's first norm (fused, bitwise
+    // the separate ops), unless every block's output is kept.
+    ops::ResidualNorm r;
+    {
+      profile::Region pr("residual+norm+modulate");
+      r = ops::residual_norm_modulate(x, pending_gate, st.ada_idx, pending_y, b.norm1, config_.norm_eps, p[0], p[1],
+                                      bf, fp8_attn_in);
+    }
+    Tensor y = attention_block(b, r.h, st);
+    {
+      profile::Region pr("residual+norm+modulate");
+      r = ops::residual_norm_modulate(r.x, p[2], st.ada_idx, y, b.norm2, config_.norm_eps, p[3], p[4], bf,
+                                      fp8_mlp_in);
+    }
+    x = r.x;
+    pending_y = mlp_block(b, r.h, st);
+    pending_gate = p[5];
+    if (keep) {
+      x = ops::gate_residual(x, pending_gate, st.ada_idx, pending_y, bf);
+      pending_gate = pending_y = Tensor();
+      out.activations["block." + std::to_string(n)] =
+          to_host(gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations"));
+    }
+  }
+  // Final norm modulated per timestep only (not per modality): its [M, 2H] table repeated for the three modalities
+  // of each timestep, so that the block norms' fused pass (the last MLP residual, the norm, the modulation) indexes
+  // it by the same row index. Bitwise the separate ops: gate_residual, rms_norm rounded, modulate by timestep.
+  Tensor h;
+  {
+    profile::Region pr("final norm");
+    const Tensor fin = round_if_bf16(ops::linear(ada_in, out_ada_w_, &out_ada_b_));
+    std::vector<int32_t> by_row(static_cast<size_t>(3 * st.M));
+    for (int64_t m = 0; m < 3 * st.M; ++m) by_row[static_cast<size_t>(m)] = static_cast<int32_t>(m / 3);
+    const Tensor fin3 = ops::gather_rows(fin, device_index(by_row));
+    h = ops::residual_norm_modulate(x, pending_gate, st.ada_idx, pending_y, out_norm_, config_.final_norm_eps,
+                                    ops::columns(fin3, 0, H), ops::columns(fin3, H, 2 * H), bf)
+            .h;
+  }
+  if (keep) out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
+  profile::Region heads_region("output heads");
+  auto head = [&](const Tensor& idx, const Tensor& w, const Tensor& bias) {
+    // Output rows in index order; rank j computes those whose packed row it owns.
+    std::vector<std::vector<int32_t>> per_rank(plan_.world);
+    const std::vector<int64_t> rows = index_values(idx);
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      const int64_t row = rows[i];
+      const int owner = static_cast<int>(std::upper_bound(st.rows.begin(), st.rows.end(), row,
+                                                          [](int64_t v, const Range& r) { return v < r.end; }) -
+                                         st.rows.begin());
+      per_rank[owner].push_back(static_cast<int32_t>(i));
+    }
+    std::vector<int32_t> local;
+    for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
+    // The packed layout keeps each modality's rows together: then this rank's rows are one run of h, read in place.
+    const bool run = std::adjacent_find(local.begin(), local.end(), [](int32_t a, int32_t b) { return b != a + 1; }) ==
+                     local.end();
+    const Tensor hin = !local.empty() && run ? h.rows(local.front(), local.back() + 1)
+                                             : ops::gather_rows(h, device_index(local));
+    Tensor mine = to_host(ops::linear(hin, w, &bias));
+    const int64_t width = w.dim(0);
+    std::vector<int64_t> counts;
+    for (const auto& pr : per_rank) counts.push_back(static_cast<int64_t>(pr.size()) * width);
+    Tensor packed = mine;
+    if (plan_.world > 1) {
+      packed = Tensor(ct_, {idx.numel(), width});
+      plan_.world_comm->allgatherv(mine.raw(), packed.raw(), counts, ct_, "gather output heads");
+    }
+    std::vector<int32_t> order;
+    for (const auto& pr : per_rank) order.insert(order.end(), pr.begin(), pr.end());
+    // Every rank's rows already in index order (one rank, or rows split in order): nothing to scatter.
+    if (all_rows(order, idx.numel())) return packed;
+    Tensor all(ct_, {idx.numel(), width});
+    ops::scatter_rows(all, packed, index_i32(order));
+    return all;
+  };
+  out.video = head(in.video_indices, proj_out_w_, proj_out_b_);
+  out.audio = head(in.audio_indices, audio_out_w_, audio_out_b_);
+  return out;
+}
+
+}  // namespace h3

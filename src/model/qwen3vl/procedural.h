@@ -1,0 +1,33 @@
+// A procedural Qwen3-VL for the mini pipeline: a 50-layer Qwen3 text tower of width 64 (the mini DiT's text_dim)
+// with a 3-block vision tower beside it (width 32, the released patch/merge sizes, DeepStack into LM layers 0-2),
+// and a byte-level tokenizer (256 ids, one per byte, no merges, plus Qwen's four vision tokens at 256..259).
+// Weights follow the procedural formula of shared/golden/README.md (io/procedural.h); they load through the same
+// classes as a real checkpoint.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/qwen3vl/text.h"
+#include "model/qwen3vl/vision.h"
+
+namespace h3 {
+
+QwenTextConfig procedural_qwen_text_config();
+QwenVisionConfig procedural_qwen_vision_config();
+
+// The text tower's keys and shapes.
+std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c);
+// The vision tower's keys under `prefix` ("visual." as in Qwen3-VL checkpoints).
+std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisionConfig& c,
+                                                                  const std::string& prefix);
+
+// Text and vision towers in one mapped file, with the config.json text in its "config" metadata.
+std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed);
+// tokenizer.json text of the built-in byte-level tokenizer (Qwen2 format, read by model/qwen3vl/tokenizer.h).
+std::string builtin_tokenizer_json();
+
+}  // namespace h3

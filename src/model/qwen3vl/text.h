@@ -1,0 +1,158 @@
+// The Qwen3-VL text decoder as H3's text conditioner, on the CPU (f32 or f64) or the GPU (f32), on one rank or
+// tensor-parallel over a communicator: token embeddings, then decoder layers of causal grouped-query attention
+// (per-head q/k RMSNorm, interleaved mRoPE) and a SwiGLU MLP, each with a pre-RMSNorm and a residual.
+// hidden_states[0] is the embedding output and hidden_states[k] the output of decoder layer k-1; H3 conditions
+// on hidden_states[50], unnormalised, so only the first 50 layers are loaded.
+//
+// Tensor parallelism (model/qwen3vl/text_tp.cpp has the index equations). The work of a layer is cut into G units,
+// G = n_kv_heads (8 at full size): unit g = KV head g with its n_heads/G query heads (q/k/v rows, o_proj
+// columns) plus FFN chunk g (part g of the intermediate columns by the partition rule: up/gate rows, down_proj
+// columns). Each unit gives a partial [N, hidden] of the attention (and of the MLP) output; the residual adds
+// ((P_0 + P_1) + P_2) + ... + P_{G-1}, folded in unit order. Ranks own contiguous ragged runs of units
+// (rank r of T: units part_of(G, T, r)), compute their partials, and the fold runs on element slices after an
+// all-to-all, then an all-gather. Every unit is computed the same way whatever T is and the fold order never
+// changes, so the hidden states are bitwise the same on 1..G ranks (CPU; on the GPU, for one GEMM
+// configuration): the embeddings, hence the latents, do not depend on the encoder rank count. More ranks than
+// KV heads: ranks >= G hold no weights, and receive the outputs by broadcast. Embeddings and norms are
+// replicated; each rank reads only its units' slices.
+//
+// Precision flow: as in the project's other golden sets, inv_freq and the positions are rounded to f32, then
+// the angles, cos/sin and everything else are computed in the run's dtype (f32 or f64). transformers itself
+// takes cos/sin and the RMSNorm statistics in f32 even in an f64 run; against qwen3vl-text-mini that choice
+// is invisible (both land at ~3e-7, a floor set by the file's f32-rounded weights and outputs), so the f64
+// path stays plain f64.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "dist/partition.h"
+#include "io/safetensors.h"
+#include "core/dtype.h"
+#include "model/qwen3vl/weights.h"
+
+namespace h3 {
+
+struct QwenTextConfig {
+  // Defaults are Qwen3-VL-32B's text model (the H3 text encoder).
+  int64_t vocab_size = 151936, hidden = 5120, intermediate = 25600, n_layers = 64;
+  int64_t n_heads = 64, n_kv_heads = 8, head_dim = 128;
+  double rms_eps = 1e-6, rope_theta = 5e6;
+  std::array<int64_t, 3> mrope_section{24, 20, 20};  // frequencies given to the t, h and w position axes
+  bool mrope_interleaved = true;                     // Qwen3-VL: t,h,w,t,h,w,... ; false: Qwen2-VL blocks
+
+  // Reads a transformers config (flat, or with a "text_config" object); absent fields keep the defaults.
+  // Accepts both "rope_parameters" and the older "rope_theta" + "rope_scaling".
+  static QwenTextConfig from_json_text(const std::string& text, const std::string& where);
+  std::string summary() const;
+};
+
+// Where the text decoder's tensors live in `f`: the prefix before "embed_tokens.weight" ("weight." in golden
+// files, "model.language_model." in transformers checkpoints). Throws when there is none.
+std::string qwen_text_prefix(const SafeTensors& f);
+std::string qwen_text_prefix(const QwenTextWeights& w);
+// The config of the decoder in `f`: sizes from the tensor shapes and layer count, the rest from the file's
+// "config" metadata when present, else the defaults above. Logs nothing; throws on inconsistent shapes.
+QwenTextConfig detect_qwen_text_config(const SafeTensors& f);
+QwenTextConfig detect_qwen_text_config(const QwenTextWeights& w);
+
+// Inputs that replace or add to the residual stream (the Qwen3-VL vision tower's hook). Every tensor is
+// [rows.size(), hidden], any float dtype, host or device; under tensor parallelism every rank passes the same.
+struct TextExtras {
+  std::vector<int64_t> rows;  // token positions, distinct, in [0, N)
+  Tensor embeds;              // [rows.size(), hidden] replace the token embeddings at those rows
+  std::vector<Tensor> deepstack;  // deepstack[k] [rows.size(), hidden] is added to the hidden state at `rows`
+                                  // after decoder layer k (k = 0..2); hidden_states[k+1] reports the layer's
+                                  // output before the addition (as transformers records it)
+};
+
+struct QwenTextOptions {
+  Precision precision = Precision::f32;  // f32 or f64 (CPU only); bf16 is refused
+  Device device = Device::cpu;           // Device::cuda: weights and activations on the GPU (f32)
+  Comm* comm = nullptr;  // tensor-parallel group (all its ranks construct and call forward together); null = 1
+};
+
+struct QwenTextOutputs {
+  std::map<int64_t, Tensor> hidden_states;  // the requested indices only, each [N, hidden]
+  Tensor last_normed;                       // final norm of the last layer's output, when requested
+};
+
+class QwenTextModel {
+ public:
+  // Loads the embeddings and decoder layers [0, n_layers) (all when n_layers < 0) from `w`, converted to the
+  // compute dtype; loads the final norm only when every layer is loaded. Under tensor parallelism each rank
+  // reads only its units' slices (collective over opt.comm). Throws listing every missing or mis-shaped key.
+  // Precision::bf16 is refused (the reference conditioner computes in f32).
+  QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg, int64_t n_layers, const QwenTextOptions& opt);
+  QwenTextModel(const SafeTensors& f, const QwenTextConfig& cfg, int64_t n_layers, Precision precision);
+  ~QwenTextModel();
+  QwenTextModel(const QwenTextModel&) = delete;
+  QwenTextModel& operator=(const QwenTextModel&) = delete;
+
+  const QwenTextConfig& config() const { return cfg_; }
+  int64_t layers_loaded() const { return static_cast<int64_t>(layers_.size()); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  // Tensor-parallel degree T (ranks holding units; 1 without a communicator) and this rank's units [g0, g1)
+  // (empty on ranks beyond T).
+  int tp_size() const { return tp_size_; }
+  Range units() const { return units_; }
+  // Bytes of weights this rank holds: replicated (embeddings, norms) and its units' slices.
+  size_t bytes_replicated() const { return bytes_replicated_; }
+  size_t bytes_sharded() const { return bytes_sharded_; }
+  std::string describe_shard() const;
+
+  // Runs the layers needed for the requested hidden states (indices 0..layers_loaded()); collective over the
+  // communicator, every rank gets every output (host tensors on the CPU, device tensors on the GPU).
+  // `mrope_positions` is [3 * N] (t row, then h, then w); null means text positions (every axis = token
+  // index). `extras` (optional) replaces embedding rows and adds DeepStack features (TextExtras).
+  QwenTextOutputs forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
+                          const std::vector<int64_t>* mrope_positions = nullptr,
+                          const TextExtras* extras = nullptr) const;
+  // hidden_states[k] (k = 50 is the H3 conditioning).
+  Tensor hidden_state(const std::vector<int32_t>& ids, int64_t k) const;
+
+ private:
+  // One tensor-parallel unit of a layer (see the top of this file): KV head g with its query heads, FFN chunk g.
+  struct Unit {
+    Tensor q, k, v;  // rows of q_proj / k_proj / v_proj: [heads_per_kv * D, hidden], [D, hidden], [D, hidden]
+    Tensor o;        // columns of o_proj for those query heads: [hidden, heads_per_kv * D]
+    Tensor up_gate;  // [up rows of the chunk; gate rows of the chunk]: [2 * F_g, hidden]
+    Tensor down;     // columns of down_proj for the chunk: [hidden, F_g]
+  };
+  struct Layer {
+    Tensor in_norm, q_norm, k_norm, post_norm;  // replicated
+    std::vector<Unit> units;                    // this rank's units g0..g1-1
+  };
+  // The model's RMSNorm over groups of `group` channels. f64 (CPU only) follows the reference's flow, which
+  // normalizes in f32 even in its f64 run (ops_vae.h rms_norm_via_f32, RefNormWeight::kF64ThenWeight); f32
+  // and the GPU use ops::rms_norm.
+  Tensor norm(const Tensor& x, const Tensor& w, int64_t group) const;
+  Tensor attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
+                           const Tensor& sin) const;
+  Tensor mlp_partial(const Unit& u, const Tensor& h) const;
+  // sum over all G units of their partials, folded in unit order (collective over the tensor-parallel group).
+  Tensor fold_units(const std::vector<Tensor>& partials, const std::string& what) const;
+  QwenTextOutputs compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
+                          int64_t last, const std::vector<int64_t>* mrope_positions,
+                          const TextExtras* extras) const;
+
+  QwenTextConfig cfg_;
+  DType dtype_;
+  Device device_ = Device::cpu;
+  Comm* comm_ = nullptr;               // everyone (null: one rank)
+  std::unique_ptr<Comm> tp_comm_;      // the ranks holding units (null when all of comm_ or one rank)
+  int tp_size_ = 1, tp_rank_ = 0;      // T and this rank's place (tp_rank_ = -1 beyond T)
+  Range units_;                        // this rank's units
+  std::vector<Range> unit_parts_;      // units of each tensor-parallel rank
+  size_t bytes_replicated_ = 0, bytes_sharded_ = 0;
+  Tensor embed_, final_norm_;
+  std::vector<Layer> layers_;
+};
+
+
+}  // namespace h3

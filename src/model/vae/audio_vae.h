@@ -1,0 +1,102 @@
+// The MiniMax-H3 audio VAE (h3-model-spec §7; diffusers AutoencoderKLMiniMaxH3Audio): a BigVGAN decoder with
+// anti-aliased SnakeBeta activations and a DAC encoder with the causal-attention projection to the latent width.
+// Mono: the two stereo channels travel as two batch items. All ops run in the requested precision (f32 or f64).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "core/dtype.h"
+
+namespace h3 {
+
+struct AudioVaeConfig {
+  int64_t encoder_dim = 64;
+  std::vector<int64_t> encoder_rates{2, 4, 4, 5, 5};
+  int64_t latent_dim = 2048;
+  int64_t latent_channels = 32;
+  int64_t num_attention_heads = 8;
+  int64_t decoder_dim = 1024;
+  std::vector<int64_t> decoder_rates{5, 5, 2, 2, 2, 2, 2};
+  std::vector<int64_t> decoder_kernel_sizes{9, 9, 4, 4, 4, 4, 4};
+  std::vector<int64_t> resblock_kernel_sizes{3, 7, 11};
+  std::vector<std::vector<int64_t>> resblock_dilation_sizes{{1, 3, 5}, {1, 3, 5}, {1, 3, 5}};
+  int64_t sampling_rate = 32000;
+  // Per-channel latent normalisation (encode (z - mean) / std, decode z * std + mean); empty = identity.
+  std::vector<double> latents_mean, latents_std;
+
+  int64_t hop() const;  // samples per latent = prod(encoder_rates) = prod(decoder_rates)
+  // Parses the diffusers config JSON (missing keys keep the released defaults); `where` names errors.
+  static AudioVaeConfig from_json_text(const std::string& text, const std::string& where);
+  std::string summary() const;
+  void validate(const std::string& where) const;
+};
+
+class AudioVae {
+ public:
+  // Loads the weights stored under `prefix` ("weight." in golden files, "" in a diffusers checkpoint) and converts
+  // them to the compute dtype; weight-normalised convolutions are folded (w = g v / ||v||) once here. Throws
+  // listing every missing or mis-shaped key. device cuda: the decoder's weights are uploaded once and decode runs
+  // on the GPU in f32 (precision f32, or bf16, which the GPU also runs in f32: the decoder is small and its convs
+  // are not GEMM-bound); decode still takes and returns host tensors, and the encoder stays on the CPU.
+  AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
+           Device device = Device::cpu);
+
+  // latents [B, latent_channels, A] (already de-normalised) -> waveform [B, 1, A * hop] clamped to [-1, 1].
+  Tensor decode(const Tensor& latents) const;
+  // waveform [B, 1, N] -> posterior mean [B, latent_channels, ceil(N / hop)] (right-padded with zeros).
+  Tensor encode_mean(const Tensor& waveform) const;
+  // z * std + mean and (z - mean) / std per channel on [B, C, A] (identity when the config has no statistics).
+  Tensor denormalize(const Tensor& z) const;
+  Tensor normalize(const Tensor& z) const;
+
+  const AudioVaeConfig& config() const { return cfg_; }
+  DType compute_dtype() const { return ct_; }
+  Device device() const { return dev_; }
+  bool has_encoder() const { return has_encoder_; }
+
+ private:
+  struct Act {  // anti-aliased SnakeBeta: upsample x2, SnakeBeta, downsample x2
+    Tensor alpha, beta, up_filter, down_filter;
+  };
+  struct AmpBlock {
+    int64_t kernel = 0;
+    std::vector<int64_t> dilations;
+    std::vector<Tensor> w1, b1, w2, b2;
+    std::vector<Act> acts;  // 2 per dilation: [act1, act2]
+  };
+  struct ResUnit {
+    int64_t dilation = 1;
+    Tensor alpha1, w1, b1, alpha2, w2, b2;
+  };
+  struct EncBlock {
+    int64_t stride = 1;
+    std::vector<ResUnit> units;
+    Tensor alpha, w, b;
+  };
+
+  Tensor activation(const Act& a, const Tensor& x) const;
+  Tensor amp_block(const AmpBlock& blk, const Tensor& x) const;
+  Tensor residual_unit(const ResUnit& u, const Tensor& x) const;
+  Tensor pre_block(const Tensor& rows) const;  // [T, latent_dim] -> [T, latent_channels]
+
+  void upload_decoder();  // moves the decoder's weights to dev_ (constructor)
+
+  AudioVaeConfig cfg_;
+  DType ct_;
+  Device dev_ = Device::cpu;
+  bool has_encoder_ = false;
+  Tensor lat_mean_, lat_std_;
+  // decoder
+  Tensor dec_in_w_, dec_in_b_, conv_pre_w_, conv_pre_b_, conv_post_w_;
+  std::vector<Tensor> ups_w_, ups_b_;
+  std::vector<AmpBlock> resblocks_;
+  Act act_post_;
+  // encoder
+  Tensor enc_in_w_, enc_in_b_, enc_alpha_, enc_out_w_, enc_out_b_;
+  std::vector<EncBlock> enc_blocks_;
+  Tensor n1_w_, n1_b_, n2_w_, n2_b_, n3_w_, n3_b_, qkv_w_, qkv_b_, attn_proj_w_, attn_proj_b_, proj_w_, proj_b_;
+  Tensor mlp_norm_w_, mlp_norm_b_, w0_w_, w0_b_, w1_w_, w1_b_, w2_w_, w2_b_, mean_w_, mean_b_;
+};
+
+}  // namespace h3

@@ -1,0 +1,142 @@
+// Prompt to MP4: the public API of one text-to-video+audio (t2va) generation, shared by `h3 generate` and the
+// server (`h3 serve`). Keep it stable: the server codes against it.
+//
+// Flow of one request (architecture.md "The flow of one request"):
+//   GenerateRequest --resolve()--> ResolvedRequest (cheap checks only; throws h3::Error saying what is
+//   allowed) Generator::run(): tokenizer -> text tower (encoder ranks) -> broadcast embeddings -> seeded CPU
+//   noise -> DiT Euler loop over the two schedules (denoise ranks; cancel checked once per step, agreed by
+//   every rank)
+//   -> unpatchify -> video + audio VAE decode (all ranks) -> MP4 on rank 0 (atomic: nothing left on failure).
+//
+// Multi-rank contract: every rank of the communicator constructs the Generator with the same paths and
+// options and calls run() together. Rank 0's ResolvedRequest is the one that runs (it is broadcast; the other
+// ranks may pass the same request or any placeholder); progress callbacks fire on rank 0 only, the cancel
+// flag is read on rank 0 only and its decision reaches every rank through the step control word, so all ranks
+// stop together (each throws Cancelled) and the group stays usable for the next request.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "dist/comm.h"
+#include "dist/plan.h"
+#include "model/dit/dit.h"
+#include "pipeline/conditions.h"
+#include "pipeline/request.h"
+
+namespace h3 {
+
+// Thrown by Generator::run on every rank when the request was cancelled (a bad request throws plain
+// h3::Error).
+class Cancelled : public Error {
+ public:
+  explicit Cancelled(const std::string& what) : Error(what) {}
+};
+
+// Where the weights are. Each component: a file or folder in any accepted layout, or "procedural:mini"
+// (generated in code, no download). `model_dir` is a released/diffusers folder whose subfolders supply any
+// component not given explicitly (transformer/, vae/ or video_vae/, audio_vae/, text_encoder/, tokenizer/).
+// Everything empty = procedural mini models for every component (pictures are meaningless noise then).
+struct ModelPaths {
+  std::string model_dir;
+  std::string dit, video_vae, audio_vae, text_encoder, tokenizer;
+  bool all_procedural() const;  // true when every component resolves to a procedural model
+};
+
+struct GenerateOptions {
+  Precision precision = Precision::f32;  // DiT precision (VAEs and text tower: f32, or f64 with f64)
+  DistOptions dist;                      // how the DiT is spread over the denoise ranks
+  // 0: the text tower runs tensor-parallel on every rank and is freed before denoising; K > 0: it stays loaded
+  // on the last K ranks (tensor-parallel among them), which only encode and broadcast the embeddings, and the
+  // other ranks denoise (needs world > K). The embeddings are bitwise the same for every placement.
+  int encoder_ranks = 0;
+  Comm* comm = nullptr;        // the group to run on; null = world()
+  bool keep_media = false;     // keep pixels and waveform in GenerateResult (tests, verify)
+  bool write_latents = false;  // also write "<out>.latents.safetensors" next to the MP4 (rank 0)
+  // Where the decode phase runs: Device::cuda puts both VAE decoders on the GPU (in f32, whatever `precision`;
+  // the GPU backend must be running). The encoders stay on the CPU.
+  Device vae_device = Device::cpu;
+};
+
+struct GenerateProgress {
+  std::string phase;   // "encode", "denoise", "decode_video", "decode_audio", "write", "done"
+  int step = 0;        // within the phase (denoise: DiT calls done)
+  int steps = 0;       // total of the phase (denoise: model_calls)
+  double percent = 0;  // of the whole request, 0..100
+  double eta_s = -1;   // seconds left for the whole request (-1 = unknown yet)
+};
+using ProgressFn = std::function<void(const GenerateProgress&)>;
+
+struct PhaseTiming {
+  std::string phase;
+  double seconds = 0;
+};
+
+// Precomputed inputs replacing the text tower and/or the noise generator (tests, golden checks). Only rank
+// 0's are used (broadcast to the others).
+struct PrecomputedInputs {
+  Tensor prompt_embeds;     // [L, text_dim] f32; undefined = run tokenizer + text tower
+  Tensor video_noise;       // [C, T, h, w] f32; undefined = seeded CPU generator
+  Tensor audio_noise_rows;  // [2A, audio_channels] f32; undefined = seeded CPU generator
+};
+
+struct GenerateResult {
+  ResolvedRequest request;
+  Tensor video_latents;      // [C, T, h, w] f32, final (bitwise equal for every rank count in ulysses modes)
+  Tensor audio_latent_rows;  // [2A, audio_channels] f32, final packed rows (row = ch * A + a)
+  Tensor pixels01;           // [3, frames, H, W] when options.keep_media
+  Tensor waveform;           // [2, 1, samples] when options.keep_media
+  int64_t prompt_tokens = 0;
+  int64_t vision_rows = 0, vision_blocks = 0;  // rows fed by the Qwen3-VL vision tower, and its blocks
+  uint64_t lora_digest = 0;  // of the LoRAs merged for this request (0 = none; agreed by every denoise rank)
+  bool lora_remerged = false;  // the DiT was re-merged from the pristine weights for this request
+  std::vector<PhaseTiming>
+      timings;             // load (first run only), encode, denoise, decode_video, decode_audio, write
+  std::vector<std::string> warnings;  // e.g. vision rows absent from the prompt (pipeline/conditions.h)
+  std::string out_path;    // what was written on rank 0 ("" elsewhere)
+  bool wrote_mp4 = false;  // false: latents only (no MP4 writer in this build)
+};
+
+class Generator {
+ public:
+  // Loads every model once (collective over options.comm). Throws h3::Error naming missing files or
+  // mismatched components (text tower width vs DiT text_dim, VAE latent channels vs DiT channels).
+  Generator(const ModelPaths& paths, const GenerateOptions& options);
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // The rules this generator's models accept; use with resolve().
+  const ModelLimits& limits() const;
+  // The same without loading anything (reads at most the video VAE's config), to refuse bad requests before
+  // the models are loaded.
+  static ModelLimits limits_for(const ModelPaths& paths);
+  // One line per component: what was loaded and from where (procedural ones say so).
+  std::vector<std::string> describe() const;
+  bool procedural() const;      // some component is procedural (the output is meaningless pictures)
+  int sample_rate() const;      // audio samples per second of the decoded waveform
+  double load_seconds() const;  // time the constructor spent loading
+
+  // Runs one request (collective). Writes `out_path` (MP4, atomically, on rank 0) unless it is empty. Throws
+  // Cancelled when *cancel becomes true (checked once per denoising step and between decode phases).
+  GenerateResult run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress = {},
+                     const std::atomic<bool>* cancel = nullptr,
+                     const PrecomputedInputs* precomputed = nullptr);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The message printed when the models are procedural: what that means and how to point at real weights.
+std::string procedural_models_notice();
+
+}  // namespace h3

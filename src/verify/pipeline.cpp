@@ -1,0 +1,157 @@
+#include "verify/pipeline.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/compare.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "model/vae/audio_vae.h"
+#include "model/vae/video_vae.h"
+#include "pipeline/sampling.h"
+
+namespace h3 {
+
+namespace {
+
+struct ChainOutputs {
+  std::vector<T2vaRows> steps;
+  Tensor video_latents, pixels01, waveform;
+};
+
+ChainOutputs run_chain(const DitModel& dit, const VideoVae& vvae, const AudioVae& avae, const T2vaSpec& spec,
+                       const SafeTensors& f, Comm& control, Comm* decode_comm) {
+  ChainOutputs out;
+  bool cancelled = false;
+  const T2vaRows last = denoise_t2va(
+      dit, spec, f.get("input.prompt_embeds"), f.get("input.video_noise"), f.get("input.audio_noise_rows"),
+      control, {}, [&](int, int, const T2vaRows& r) { out.steps.push_back(r); }, &cancelled);
+  out.video_latents = t2va_video_latents(last, spec, dit.config().in_channels);
+  out.pixels01 = decode_t2va_video(vvae, out.video_latents, decode_comm);
+  out.waveform = decode_t2va_audio(avae, t2va_audio_latents(last, spec), decode_comm);
+  return out;
+}
+
+// Visits every compared tensor of a chain run under its golden key.
+template <typename Fn>
+void for_each_output(const ChainOutputs& o, Fn&& fn) {
+  for (size_t i = 0; i < o.steps.size(); ++i) {
+    fn(fmt::format("step{}.video_rows", i), o.steps[i].video);
+    fn(fmt::format("step{}.audio_rows", i), o.steps[i].audio);
+  }
+  fn("output.video_latents", o.video_latents);
+  fn("output.pixels01", o.pixels01);
+  fn("output.waveform", o.waveform);
+}
+
+}  // namespace
+
+bool looks_like_pipeline_golden(const SafeTensors& f) {
+  return f.has("input.prompt_embeds") && f.has("input.video_noise") && f.has("input.audio_noise_rows");
+}
+
+std::string pipeline_sibling(const SafeTensors& f, const std::string& component) {
+  namespace fs = std::filesystem;
+  const fs::path p(f.path());
+  std::string stem = p.stem().string();  // pipeline-t2va-mini
+  const std::string family = "pipeline-t2va-";
+  H3_CHECK(stem.starts_with(family),
+           "{}: a pipeline set must be named {}NAME.safetensors to find its weights", f.path(), family);
+  const fs::path sib = p.parent_path() / (component + "-" + stem.substr(family.size()) + ".safetensors");
+  H3_CHECK(fs::exists(sib), "{}: its {} weights are expected in {} (next to it), which does not exist",
+           f.path(), component, sib.string());
+  return sib.string();
+}
+
+VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOptions& opt) {
+  H3_CHECK(opt.precision != Precision::bf16,
+           "{}: the pipeline set is checked in f32 or f64 (the CPU VAEs have no bf16 path)", f.path());
+  const double tol = opt.tolerance ? *opt.tolerance : (opt.precision == Precision::f64 ? 1e-6 : 1e-5);
+  nlohmann::json info;
+  try {
+    info = nlohmann::json::parse(f.meta("info"));
+  } catch (const std::exception& e) {
+    fail("{}: metadata 'info' is missing or not JSON ({})", f.path(), e.what());
+  }
+  const Tensor embeds = f.get("input.prompt_embeds");
+  const Tensor vnoise = f.get("input.video_noise");
+  T2vaSpec spec;
+  try {
+    spec.num_text = embeds.dim(0);
+    spec.latent_frames = info.at("latent_frames").get<int64_t>();
+    spec.latent_h = vnoise.dim(-2);
+    spec.latent_w = vnoise.dim(-1);
+    spec.audio_latents = info.at("audio_latents").get<int64_t>();
+    spec.steps = info.at("steps").get<int>();
+    spec.shift = info.value("shift", kVideoShift);
+    spec.audio_shift = info.value("audio_shift", kAudioShift);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: metadata 'info' lacks a field: {}", f.path(), e.what());
+  }
+
+  const std::string dit_path = opt.dit_weights.empty() ? pipeline_sibling(f, "dit") : opt.dit_weights;
+  const SafeTensors vf = SafeTensors::open(pipeline_sibling(f, "video-vae"));
+  const SafeTensors af = SafeTensors::open(pipeline_sibling(f, "audio-vae"));
+  const DitCheckpoint ck = DitCheckpoint::open(dit_path);
+  spdlog::info("{}", ck.detection_summary());
+  const VideoVaeConfig vcfg = VideoVaeConfig::from_json_text(vf.meta("config"), vf.meta("tiling"), vf.path());
+  const AudioVaeConfig acfg = af.meta("config").empty()
+                                  ? AudioVaeConfig{}
+                                  : AudioVaeConfig::from_json_text(af.meta("config"), af.path());
+  const VideoVae vvae(vf, "weight.", vcfg, opt.precision);
+  const AudioVae avae(af, "weight.", acfg, opt.precision);
+
+  Comm& w = world();
+  const bool distributed = w.size() > 1;
+  const DitConfig& c = ck.config();
+  const DistPlan plan =
+      distributed ? DistPlan::make(w, opt.dist.value_or(DistOptions{}), c.num_attention_heads, c.ffn_dim)
+                  : DistPlan::single();
+  if (distributed) spdlog::info("{}", plan.describe());
+  const DitModel dit(ck, opt.precision, plan);
+  const ChainOutputs got = run_chain(dit, vvae, avae, spec, f, w, distributed ? &w : nullptr);
+
+  VerifyReport rep;
+  for_each_output(got, [&](const std::string& key, const Tensor& t) {
+    if (!f.has(key)) {
+      rep.lines.push_back({key + " (missing in the file)", 0, 0, tol, false});
+      return;
+    }
+    const Tensor ref = f.get(key);
+    Tensor g = t;
+    std::string label = key;
+    if (ref.dtype() == DType::f32 && g.dtype() == DType::f64) {
+      g = g.to(DType::f32);
+      label += " (f32-stored ref)";
+    }
+    const Diff d = compare(g, ref);
+    const bool shape_ok = d.shape_ok && g.numel() == ref.numel();
+    rep.lines.push_back({label, d.rel_l2, d.max_abs, tol, shape_ok && d.rel_l2 <= tol});
+  });
+  // The reference's per-step rows must all have been produced (a shorter loop would skip some).
+  for (int i = static_cast<int>(got.steps.size());; ++i) {
+    const std::string k = fmt::format("step{}.video_rows", i);
+    if (!f.has(k)) break;
+    rep.lines.push_back({k + " (not produced)", 0, 0, tol, false});
+  }
+
+  if (distributed && w.rank() == 0) {
+    // The same chain on this rank alone, with no communication at all.
+    const DitModel single(ck, opt.precision, DistPlan::single());
+    std::unique_ptr<Comm> local = make_local_comm();
+    const ChainOutputs one = run_chain(single, vvae, avae, spec, f, *local, nullptr);
+    const bool exact = plan.mode == DistMode::ulysses || plan.mode == DistMode::ulysses_ag;
+    std::vector<Tensor> ref_list;
+    for_each_output(one, [&](const std::string&, const Tensor& t) { ref_list.push_back(t); });
+    size_t k = 0;
+    for_each_output(got, [&](const std::string& key, const Tensor& t) {
+      const Diff d = compare(t, ref_list.at(k++));
+      const std::string what = fmt::format("{} {} 1 rank", key, exact ? "==" : "~");
+      rep.lines.push_back({what, d.rel_l2, d.max_abs, exact ? 0.0 : tol,
+                           d.shape_ok && (exact ? d.bitwise : d.rel_l2 <= tol)});
+    });
+  }
+  return rep;
+}
+
+}  // namespace h3
