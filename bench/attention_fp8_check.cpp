@@ -1,6 +1,6 @@
-// FP8 attention check and benchmark on one GPU: cuDNN's FP8 SDPA graph (backend/cuda/attention/cudnn_fp8.cpp) against the bf16
-// fused SDPA at the DiT's packed lengths (480p S = 14,908, 768p S = 37,830) with all 56 heads and with 7 (one rank
-// of 8 under ulysses), head_dim 128.
+// FP8 attention check and benchmark on one GPU: cuDNN's FP8 SDPA graph (backend/cuda/attention/cudnn_fp8.cpp) against
+// the bf16 fused SDPA at the DiT's packed lengths (480p S = 14,908, 768p S = 37,830) with all 56 heads and with 7 (one
+// rank of 8 under ulysses), head_dim 128.
 //
 // For each shape: random q/k/v (uniform, not zeros) in bf16, quantized per tensor to fp8 e4m3 (scale = amax/448);
 // the bf16 attention of the bf16 values and the FP8 attention of the fp8 ones, into an output first poisoned with

@@ -78,14 +78,13 @@ __device__ double value_at(uint64_t seed, int64_t i, float amp, int ramp, int64_
 }
 
 __global__ void fill_uniform(__nv_bfloat16* x, int64_t n, uint64_t seed, float amp, int ramp, int64_t ld) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] = __float2bfloat16_rn(static_cast<float>(value_at(seed, i, amp, ramp, ld, n / ld)));
 }
 
 // e4m3 values of (2 u - 1) amp / descale and their exact bf16 values (descale a power of two).
-__global__ void fill_fp8(uint8_t* x8, __nv_bfloat16* xb, int64_t n, uint64_t seed, float amp, float descale,
-                         int ramp, int64_t ld) {
+__global__ void fill_fp8(uint8_t* x8, __nv_bfloat16* xb, int64_t n, uint64_t seed, float amp, float descale, int ramp,
+                         int64_t ld) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const __nv_fp8_e4m3 q(static_cast<float>(value_at(seed, i, amp, ramp, ld, n / ld)) / descale);
     x8[i] = q.__x;
@@ -96,8 +95,8 @@ __global__ void fill_fp8(uint8_t* x8, __nv_bfloat16* xb, int64_t n, uint64_t see
 // One block per (sampled row, head), 64 threads: thread t runs an online softmax over keys t, t + 64, ...
 // with its own 128-wide accumulator, then the 64 partial results are merged (each thread finishing two of the
 // 128 columns).
-__global__ void reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                          const int* rows, float* out, int nk, int ld) {
+__global__ void reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, const int* rows,
+                          float* out, int nk, int ld) {
   constexpr int kT = 64;
   __shared__ float qs[128];
   __shared__ float part_m[kT], part_l[kT];
@@ -140,7 +139,9 @@ __global__ void reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const 
 }
 
 enum class Kind { bf16, fp8, fp8_out };
-const char* kind_name(Kind k) { return k == Kind::bf16 ? "bf16" : k == Kind::fp8 ? "fp8" : "fp8-O8"; }
+const char* kind_name(Kind k) {
+  return k == Kind::bf16 ? "bf16" : k == Kind::fp8 ? "fp8" : "fp8-O8";
+}
 
 struct Row {
   Shape sh;
@@ -285,8 +286,10 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
       CHECK(cudaMemset(o2, 0xff, out_bytes));
       call(o2);
       CHECK(cudaDeviceSynchronize());
-      if (had) setenv("H3_ATTENTION_FP8_PERSISTENT", before.c_str(), 1);
-      else unsetenv("H3_ATTENTION_FP8_PERSISTENT");
+      if (had)
+        setenv("H3_ATTENTION_FP8_PERSISTENT", before.c_str(), 1);
+      else
+        unsetenv("H3_ATTENTION_FP8_PERSISTENT");
       CHECK(cudaMemcpy(again.data(), o2, out_bytes, cudaMemcpyDeviceToHost));
       r.groups_equal = std::memcmp(got.data(), again.data(), out_bytes) == 0;
     }
@@ -300,8 +303,8 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
       __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(o2);
       for (int64_t h0 = 0; h0 < sh.heads; h0 += g) {
         const int64_t n = std::min(g, sh.heads - h0);
-        h3::cuda::attention_wgmma(q + h0 * 128, k + h0 * 128, v + h0 * 128, ob + h0 * 128, sh.nq, sh.nk, n, 128,
-                                  ld, nullptr);
+        h3::cuda::attention_wgmma(q + h0 * 128, k + h0 * 128, v + h0 * 128, ob + h0 * 128, sh.nq, sh.nk, n, 128, ld,
+                                  nullptr);
       }
       CHECK(cudaDeviceSynchronize());
       CHECK(cudaMemcpy(again.data(), o2, out_bytes, cudaMemcpyDeviceToHost));
@@ -335,8 +338,8 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
     r.error = e.what();
   }
   for (void* p : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(o),
-                  static_cast<void*>(o2), static_cast<void*>(scales), static_cast<void*>(q8),
-                  static_cast<void*>(k8), static_cast<void*>(v8), static_cast<void*>(vt)})
+                  static_cast<void*>(o2), static_cast<void*>(scales), static_cast<void*>(q8), static_cast<void*>(k8),
+                  static_cast<void*>(v8), static_cast<void*>(vt)})
     if (p) CHECK(cudaFree(p));
   return r;
 }
@@ -347,9 +350,8 @@ int main(int argc, char** argv) {
   int reps = 5;
   bool rising = false;
   std::vector<Kind> kinds{Kind::bf16, Kind::fp8, Kind::fp8_out};
-  std::vector<Shape> shapes{{1, 1, 1},          {77, 77, 2},      {1000, 1000, 3}, {300, 777, 2},
-                            {129, 4100, 1},     {4100, 129, 2},   {2048, 2048, 4}, {14908, 14908, 56},
-                            {37830, 37830, 56}, {37830, 37830, 7}};
+  std::vector<Shape> shapes{{1, 1, 1},      {77, 77, 2},     {1000, 1000, 3},    {300, 777, 2},      {129, 4100, 1},
+                            {4100, 129, 2}, {2048, 2048, 4}, {14908, 14908, 56}, {37830, 37830, 56}, {37830, 37830, 7}};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -377,8 +379,8 @@ int main(int argc, char** argv) {
       while (p < list.size()) {
         const size_t e = std::min(list.find(',', p), list.size());
         Shape s{};
-        if (std::sscanf(list.substr(p, e - p).c_str(), "%ld:%ld:%ld", &s.nq, &s.nk, &s.heads) != 3 ||
-            s.nq < 1 || s.nk < 1 || s.heads < 1) {
+        if (std::sscanf(list.substr(p, e - p).c_str(), "%ld:%ld:%ld", &s.nq, &s.nk, &s.heads) != 3 || s.nq < 1 ||
+            s.nk < 1 || s.heads < 1) {
           std::fprintf(stderr, "attention_wgmma_check: bad shape '%s' (want NQ:NK:HEADS, each >= 1)\n",
                        list.substr(p, e - p).c_str());
           return 2;
@@ -404,10 +406,10 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       Row r = run(s, reps, kind, rising);
       all = all && r.ok();
-      std::printf("%-6s %7ld %7ld %5ld | %6ld %9.2e %9.2e %4llu %6s %6s | %9.3f %8.1f | %s%s\n", kind_name(kind),
-                  s.nq, s.nk, s.heads, r.checked_rows, r.rel_l2, r.max_abs, r.nan,
-                  r.repeat_equal ? "equal" : "DIFF", r.groups_equal ? "equal" : "DIFF", r.ms, r.tflops,
-                  r.ok() ? "ok" : "FAIL ", r.transpose_ok ? r.error.c_str() : "V^T transpose wrong");
+      std::printf("%-6s %7ld %7ld %5ld | %6ld %9.2e %9.2e %4llu %6s %6s | %9.3f %8.1f | %s%s\n", kind_name(kind), s.nq,
+                  s.nk, s.heads, r.checked_rows, r.rel_l2, r.max_abs, r.nan, r.repeat_equal ? "equal" : "DIFF",
+                  r.groups_equal ? "equal" : "DIFF", r.ms, r.tflops, r.ok() ? "ok" : "FAIL ",
+                  r.transpose_ok ? r.error.c_str() : "V^T transpose wrong");
       if (r.transpose_ms > 0)
         std::printf("       V^T transpose alone: %.3f ms, %.0f GB/s read + written\n", r.transpose_ms,
                     2.0 * s.nk * s.heads * 128 / (r.transpose_ms * 1e-3) / 1e9);
@@ -418,7 +420,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     std::printf(
-        "%s{\"kind\": \"%s\", \"nq\": %ld, \"nk\": %ld, \"heads\": %ld, \"rel_l2\": %.4e, \"max_abs\": %.4e, \"nan\": %llu, "
+        "%s{\"kind\": \"%s\", \"nq\": %ld, \"nk\": %ld, \"heads\": %ld, \"rel_l2\": %.4e, \"max_abs\": %.4e, \"nan\": "
+        "%llu, "
         "\"repeat_equal\": %s, \"groups_equal\": %s, \"transpose_ok\": %s, \"transpose_ms\": %.4f, \"ms\": %.4f, "
         "\"tflops\": %.2f, \"ok\": %s}",
         i ? ",\n " : "", kind_name(r.kind), r.sh.nq, r.sh.nk, r.sh.heads, r.rel_l2, r.max_abs, r.nan,

@@ -23,4 +23,6 @@ __global__ void clock_probe(float* out, int slot) {
 
 }  // namespace
 
-void launch_clock_probe(float* out, int slot, cudaStream_t s) { clock_probe<<<1, 1, 0, s>>>(out, slot); }
+void launch_clock_probe(float* out, int slot, cudaStream_t s) {
+  clock_probe<<<1, 1, 0, s>>>(out, slot);
+}

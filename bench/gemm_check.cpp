@@ -1,8 +1,8 @@
 // GEMM rates at the DiT's shapes on one GPU: bf16, FP8 with per-tensor activation scales and FP8 with per-row
 // scales (cuBLASLt outer-vector scaling), the weights per tensor, for the block projections (one of q/k/v, the three
-// as one GEMM, out, fc1, fc2) at the 480p and 768p packed lengths. Each GEMM: one warm-up (which also times cuBLASLt's candidates and
-// keeps the fastest, unless H3_GEMM_TUNE=0), then the median of --reps runs, TFLOPS = 2 n m k / t. A table, then
-// JSON. Inputs are seeded normal values (never zeros).
+// as one GEMM, out, fc1, fc2) at the 480p and 768p packed lengths. Each GEMM: one warm-up (which also times cuBLASLt's
+// candidates and keeps the fastest, unless H3_GEMM_TUNE=0), then the median of --reps runs, TFLOPS = 2 n m k / t. A
+// table, then JSON. Inputs are seeded normal values (never zeros).
 //
 //   gemm_check [--reps N] [--rows 14908,37830]
 #include <algorithm>
@@ -16,9 +16,9 @@
 
 #include "backend/backend.h"
 #include "core/tensor.h"
+#include "normal_gpu.h"
 #include "ops/ops.h"
 #include "pipeline/synthetic.h"
-#include "normal_gpu.h"
 
 namespace {
 
@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> rows{14908, 37830};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (a == "--reps" && i + 1 < argc)
+      reps = std::atoi(argv[++i]);
     else if (a == "--rows" && i + 1 < argc) {
       rows.clear();
       for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) rows.push_back(std::atoll(p));
@@ -63,8 +64,11 @@ int main(int argc, char** argv) {
       const char* name;
       int64_t m, k;
     };
-    const W ws[] = {{"qkv (one of 3)", 7168, 5376}, {"qkv (as one)", 21504, 5376},
-                      {"out", 5376, 7168}, {"fc1", 28672, 5376}, {"fc2", 5376, 14336}};
+    const W ws[] = {{"qkv (one of 3)", 7168, 5376},
+                    {"qkv (as one)", 21504, 5376},
+                    {"out", 5376, 7168},
+                    {"fc1", 28672, 5376},
+                    {"fc2", 5376, 14336}};
     std::printf("%-15s %6s %6s %6s | %9s %9s %9s  (TFLOPS)\n", "gemm", "n", "m", "k", "bf16", "fp8 tens", "fp8 rows");
     std::string json = "[";
     for (int64_t n : rows)

@@ -20,12 +20,12 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "clock_probe.h"
 #include "backend/cuda/common.h"
+#include "clock_probe.h"
 #include "core/tensor.h"
+#include "normal_gpu.h"
 #include "ops/ops.h"
 #include "pipeline/synthetic.h"
-#include "normal_gpu.h"
 
 namespace {
 
@@ -85,9 +85,12 @@ int main(int argc, char** argv) {
   std::string precision = "fp8";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--rows" && i + 1 < argc) S = std::atoll(argv[++i]);
-    else if (a == "--iters" && i + 1 < argc) iters = std::max(6, std::atoi(argv[++i]));
-    else if (a == "--precision" && i + 1 < argc) precision = argv[++i];
+    if (a == "--rows" && i + 1 < argc)
+      S = std::atoll(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc)
+      iters = std::max(6, std::atoi(argv[++i]));
+    else if (a == "--precision" && i + 1 < argc)
+      precision = argv[++i];
     else {
       std::fprintf(stderr, "usage: power_phase [--rows 14908] [--precision fp8|bf16] [--iters 30]\n");
       return 2;
@@ -118,8 +121,10 @@ int main(int argc, char** argv) {
 
     const Op qkv{"qkv (x3)", [&] { ops::linear(x, wq), ops::linear(x, wq), ops::linear(x, wq); }};
     const Op att{"attention", [&] {
-                   if (f8) ops::attention_fp8_out(q8, k8, vb, D);
-                   else ops::attention(q8, k8, vb, D);
+                   if (f8)
+                     ops::attention_fp8_out(q8, k8, vb, D);
+                   else
+                     ops::attention(q8, k8, vb, D);
                  }};
     const Op out{"out", [&] { ops::linear(o, wo); }};
     const Op fc1{"fc1", [&] { ops::linear(x, w1); }};

@@ -7,13 +7,15 @@
 
 namespace h3::test {
 
-inline std::string golden(const std::string& name) { return std::string(H3_GOLDEN_DIR) + "/" + name; }
+inline std::string golden(const std::string& name) {
+  return std::string(H3_GOLDEN_DIR) + "/" + name;
+}
 
 }  // namespace h3::test
 
-#define H3_REQUIRE_GOLDEN(path)                                                                          \
-  do {                                                                                                   \
-    if (!std::filesystem::exists(path))                                                                  \
-      GTEST_SKIP() << "SKIPPED LOUDLY: golden file missing: " << (path)                                   \
-                   << " (the reference tensors live in ../shared/golden next to the checkout)";           \
+#define H3_REQUIRE_GOLDEN(path)                                                                 \
+  do {                                                                                          \
+    if (!std::filesystem::exists(path))                                                         \
+      GTEST_SKIP() << "SKIPPED LOUDLY: golden file missing: " << (path)                         \
+                   << " (the reference tensors live in ../shared/golden next to the checkout)"; \
   } while (0)

@@ -38,6 +38,6 @@ inline Tensor bf16_exact_normal(Shape s, uint64_t seed, uint64_t stream, double 
 
 }  // namespace h3::test
 
-#define H3_REQUIRE_GPU()          \
+#define H3_REQUIRE_GPU()        \
   if (!::h3::test::gpu_ready()) \
   GTEST_SKIP() << "SKIPPED LOUDLY: no usable NVIDIA GPU (the GPU tests run on the device machine)"

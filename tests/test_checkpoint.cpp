@@ -23,12 +23,12 @@
 #include <utility>
 #include <vector>
 
-#include "scratch_dir.h"
 #include "core/error.h"
-#include "model/dit/checkpoint.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
+#include "model/dit/checkpoint.h"
 #include "model/dit/config.h"
+#include "scratch_dir.h"
 
 using namespace h3;
 namespace fs = std::filesystem;
@@ -76,8 +76,8 @@ void write_text(const fs::path& p, const std::string& text) {
 }
 
 // Writes `w` as shards of about equal size plus an index mapping every key to its shard.
-void write_sharded(const fs::path& dir, const Weights& w, const std::string& stem,
-                   const std::string& index_name, int shards) {
+void write_sharded(const fs::path& dir, const Weights& w, const std::string& stem, const std::string& index_name,
+                   int shards) {
   nlohmann::json weight_map = nlohmann::json::object();
   size_t total = 0;
   for (int s = 0; s < shards; ++s) {
@@ -116,8 +116,7 @@ void expect_open_error(const std::string& path, const std::vector<std::string>& 
     ADD_FAILURE() << "opened without error: " << path;
   } catch (const Error& e) {
     const std::string msg = e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "threw a non-h3 exception (" << typeid(e).name() << "): " << e.what();
   }
@@ -191,8 +190,7 @@ TEST(CheckpointGolden, PackedLayoutsFollowTheirIndexEquations) {
   const size_t row = static_cast<size_t>(Hd) * 4;
   std::vector<std::pair<std::string, std::string>> blocks;  // (official prefix, diffusers prefix)
   for (int n = 0; n < cfg.num_layers; ++n)
-    blocks.emplace_back("blocks." + std::to_string(n) + ".",
-                        "weight.transformer_blocks." + std::to_string(n) + ".");
+    blocks.emplace_back("blocks." + std::to_string(n) + ".", "weight.transformer_blocks." + std::to_string(n) + ".");
   for (int n = 0; n < cfg.num_refiner_layers; ++n)
     blocks.emplace_back("token_refiner.blocks." + std::to_string(n) + ".",
                         "weight.token_refiner.refiner_blocks." + std::to_string(n) + ".");
@@ -419,8 +417,7 @@ TEST(CheckpointErrors, BadIndex) {
     nlohmann::json map = nlohmann::json::object();
     for (const auto& [k, t] : w) map[k] = "diffusion_pytorch_model-00001-of-00002.safetensors";
     map["proj_out.bias"] = c.shard;
-    write_text(folder / "diffusion_pytorch_model.safetensors.index.json",
-               nlohmann::json({{"weight_map", map}}).dump());
+    write_text(folder / "diffusion_pytorch_model.safetensors.index.json", nlohmann::json({{"weight_map", map}}).dump());
     expect_open_error(folder.string(), {c.needle, "index.json"});
   }
   // An index that is not JSON, or has no weight_map.
@@ -459,8 +456,8 @@ TEST(CheckpointErrors, NotACheckpoint) {
   expect_open_error(other, {other, "no DiT parameters"});
 
   const std::string mixed = (dir / "mixed.safetensors").string();
-  write_safetensors(mixed, {{"proj_in.weight", Tensor(DType::f32, {2, 2})},
-                            {"blocks.0.norm1.weight", Tensor(DType::f32, {2})}});
+  write_safetensors(
+      mixed, {{"proj_in.weight", Tensor(DType::f32, {2, 2})}, {"blocks.0.norm1.weight", Tensor(DType::f32, {2})}});
   expect_open_error(mixed, {mixed, "mixes"});
 
   const std::string not_st = (dir / "text.safetensors").string();
@@ -569,8 +566,7 @@ TEST(CheckpointProcedural, ReferenceArithmeticMatchesKnownVectors) {
   // ... and the library's own helpers agree.
   for (const char* s : {"", "a", "foobar", "transformer_blocks.0.attn.to_q.weight"})
     EXPECT_EQ(fnv1a64(s), fnv1a64_ref(s)) << s;
-  for (uint64_t z : {0ull, 1ull, 20261129ull, 0xffffffffffffffffull})
-    EXPECT_EQ(splitmix64(z), mix_ref(z)) << z;
+  for (uint64_t z : {0ull, 1ull, 20261129ull, 0xffffffffffffffffull}) EXPECT_EQ(splitmix64(z), mix_ref(z)) << z;
 }
 
 TEST(CheckpointProcedural, ValuesComputedOutsideTheEngine) {
@@ -590,8 +586,7 @@ TEST(CheckpointProcedural, ValuesComputedOutsideTheEngine) {
   // Full width (fan_in 5376): the values depend on name, index and fan_in only, so two rows suffice.
   Tensor q = procedural_tensor("transformer_blocks.0.attn.to_q.weight", {2, 5376}, seed);
   EXPECT_EQ(q.data<float>()[0], 0x1.06813cp-6f);
-  EXPECT_EQ(procedural_ref("transformer_blocks.0.attn.to_q.weight", {7168, 5376}, seed, 38535167),
-            0x1.4420f4p-7f);
+  EXPECT_EQ(procedural_ref("transformer_blocks.0.attn.to_q.weight", {7168, 5376}, seed, 38535167), 0x1.4420f4p-7f);
   EXPECT_EQ(procedural_tensor("proj_in.weight", mini_proj, 7).data<float>()[0], 0x1.e1a302p-7f);
 }
 
@@ -666,9 +661,8 @@ TEST(CheckpointProcedural, OpensWithoutGeneratingData) {
   EXPECT_GT(n, 32'000'000'000);
   EXPECT_LT(n, 34'000'000'000);
   EXPECT_EQ(full.stored_bytes(), 4 * static_cast<size_t>(n));
-  EXPECT_EQ(
-      full.dtype_counts(),
-      (std::map<DType, int64_t>{{DType::f32, static_cast<int64_t>(full.config().parameters().size())}}));
+  EXPECT_EQ(full.dtype_counts(),
+            (std::map<DType, int64_t>{{DType::f32, static_cast<int64_t>(full.config().parameters().size())}}));
   EXPECT_EQ(full.stored_dtype("transformer_blocks.49.ff.net.0.proj.weight"), DType::f32);
   EXPECT_THROW(full.stored_dtype("transformer_blocks.50.norm1.weight"), Error);
 
@@ -704,9 +698,9 @@ TEST(CheckpointProcedural, SeedChangesEveryTensor) {
 TEST(CheckpointProcedural, BadNamesAndSeedsThrow) {
   for (const char* spec :
        {"procedural:", "procedural:tiny", "procedural:Mini", "procedural:mini:", "procedural:full ",
-        "procedural:mini:seed=", "procedural:mini:seed=abc", "procedural:mini:seed=7x",
-        "procedural:mini:seed=0x10", "procedural:mini:seed=1.5", "procedural:mini:seed=18446744073709551616",
-        "procedural:mini:seed=7:seed=8", "procedural:mini;seed=7"}) {
+        "procedural:mini:seed=", "procedural:mini:seed=abc", "procedural:mini:seed=7x", "procedural:mini:seed=0x10",
+        "procedural:mini:seed=1.5", "procedural:mini:seed=18446744073709551616", "procedural:mini:seed=7:seed=8",
+        "procedural:mini;seed=7"}) {
     SCOPED_TRACE(spec);
     expect_open_error(spec, {spec});
   }

@@ -63,8 +63,8 @@ Tensor sine(int64_t channels, int64_t n, double freq, int rate) {
   Tensor t(h3::DType::f32, {channels, n});
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t i = 0; i < n; ++i)
-      t.data<float>()[c * n + i] = static_cast<float>(
-          0.5 * std::sin(2 * M_PI * freq * static_cast<double>(i) / rate + static_cast<double>(c)));
+      t.data<float>()[c * n + i] =
+          static_cast<float>(0.5 * std::sin(2 * M_PI * freq * static_cast<double>(i) / rate + static_cast<double>(c)));
   return t;
 }
 
@@ -159,8 +159,7 @@ TEST(MediaRead, AudioIsResampledAndMonoDuplicated) {
 
 TEST(MediaRead, ErrorsNameTheFileAndWhatToDo) {
   h3::test::ScratchDir dir;
-  EXPECT_NE(error_of([&] { h3::scan_media((dir / "nope.png").string()); }).find("does not exist"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { h3::scan_media((dir / "nope.png").string()); }).find("does not exist"), std::string::npos);
   const std::string txt = (dir / "notes.png").string();
   std::ofstream(txt) << "this is not a picture";
   EXPECT_NE(error_of([&] { h3::scan_media(txt); }).find("notes.png"), std::string::npos);
@@ -377,10 +376,8 @@ void expect_same_latents_on_1_2_3_ranks(const fs::path& dir, const std::string& 
   std::string first;
   // The last run keeps the text tower (and the vision rows it receives from rank 0) on a dedicated encoder
   // rank.
-  for (const auto& [ranks, extra] : {std::pair{"--ranks 1", ""},
-                                     {"--ranks 2", ""},
-                                     {"--ranks 3", ""},
-                                     {"--ranks 3", " --encoder-ranks 1"}}) {
+  for (const auto& [ranks, extra] :
+       {std::pair{"--ranks 1", ""}, {"--ranks 2", ""}, {"--ranks 3", ""}, {"--ranks 3", " --encoder-ranks 1"}}) {
     SCOPED_TRACE(std::string(ranks) + extra);
     const fs::path out = dir / "clip.mp4";
     const CliResult r = run_h3(std::string(ranks) + " " + common + extra + " -o " + out.string());
@@ -433,16 +430,14 @@ TEST(ConditionCli, Ref2vaOneTwoAndThreeRanksWriteTheSameLatents) {
   h3::write_wav(wav, sine(1, 24000, 220, 32000), 32000);
   // Order as given: video, image, audio, image.
   expect_same_latents_on_1_2_3_ranks(
-      dir.path(),
-      "--ref-video " + vid + " --ref-image " + img + " --ref-audio " + wav + " --ref-image " + img,
+      dir.path(), "--ref-video " + vid + " --ref-image " + img + " --ref-audio " + wav + " --ref-image " + img,
       "(vision rows 144 in 3 blocks)");
   const CliResult r = run_h3(
       "--log-level warn generate --prompt x --width 128 --height 64 --steps 2 --seed 1 "
       "--ref-audio " +
       wav + " --ref-image " + img + " -o " + (dir.path() / "o.mp4").string());
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_LT(r.out.find("\"role\": \"audio\""), r.out.find("\"role\": \"image\""))
-      << "command-line order kept";
+  EXPECT_LT(r.out.find("\"role\": \"audio\""), r.out.find("\"role\": \"image\"")) << "command-line order kept";
 }
 
 TEST(ConditionCli, BadMediaRequestsAreRefusedBeforeAnyWork) {
@@ -460,8 +455,7 @@ TEST(ConditionCli, BadMediaRequestsAreRefusedBeforeAnyWork) {
     const CliResult r = run_h3("generate --prompt x --width 128 --height 64 " + args + " -o " + out);
     EXPECT_NE(r.status, 0) << r.out;
     EXPECT_NE(r.out.find(expect), std::string::npos) << r.out;
-    EXPECT_EQ(r.out.find("dit "), std::string::npos) << "no model may be loaded for a bad request:\n"
-                                                     << r.out;
+    EXPECT_EQ(r.out.find("dit "), std::string::npos) << "no model may be loaded for a bad request:\n" << r.out;
     EXPECT_FALSE(fs::exists(out));
   }
 }

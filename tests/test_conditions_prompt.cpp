@@ -11,15 +11,14 @@
 #include "io/procedural.h"
 #include "media/mp4_writer.h"
 #include "model/dit/layout.h"
+#include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/text.h"
-#include "model/qwen3vl/weights.h"
-#include "model/qwen3vl/vision.h"
 #include "model/qwen3vl/tokenizer.h"
+#include "model/qwen3vl/vision.h"
+#include "model/qwen3vl/weights.h"
+#include "model/vae/procedural.h"
 #include "pipeline/conditions.h"
 #include "pipeline/generator.h"
-#include "io/procedural.h"
-#include "model/qwen3vl/procedural.h"
-#include "model/vae/procedural.h"
 #include "scratch_dir.h"
 
 namespace {
@@ -152,8 +151,7 @@ TEST(ConditionPrompt, KeyframesBecomeLabelledVisionBlocksWithTheirRowsAndPositio
   const float* pa = a.embeds.data<float>();
   const float* pb = b.embeds.data<float>();
   EXPECT_TRUE(std::equal(pa, pa + (label + n1 + 2) * 64, pb)) << "rows before the changed block are causal";
-  EXPECT_FALSE(std::equal(pa + (N - 1) * 64, pa + N * 64, pb + (N - 1) * 64))
-      << "the last row sees the picture";
+  EXPECT_FALSE(std::equal(pa + (N - 1) * 64, pa + N * 64, pb + (N - 1) * 64)) << "the last row sees the picture";
 }
 
 TEST(ConditionPrompt, ReferencesKeepTheirOrderAndVideosGetTimestampsAt2Fps) {

@@ -31,9 +31,15 @@ namespace {
 using test::gpu_ready;
 
 // Random f32 values with bf16-exact magnitudes, so both backends start from identical inputs.
-Tensor rnd(Shape s, uint64_t seed, double scale = 1.0) { return test::bf16_exact_normal(s, seed, 7, scale); }
-Tensor gpu(const Tensor& t, DType dt) { return t.to_device(Device::cuda).to(dt); }
-Tensor host_f32(const Tensor& t) { return t.cpu().to(DType::f32); }
+Tensor rnd(Shape s, uint64_t seed, double scale = 1.0) {
+  return test::bf16_exact_normal(s, seed, 7, scale);
+}
+Tensor gpu(const Tensor& t, DType dt) {
+  return t.to_device(Device::cuda).to(dt);
+}
+Tensor host_f32(const Tensor& t) {
+  return t.cpu().to(DType::f32);
+}
 Tensor rounded(Tensor t) {
   ops::round_bf16_(t);
   return t;
@@ -137,10 +143,9 @@ TEST(CudaOps, FusedRowKernels) {
       EXPECT_TRUE(compare(q.h.cpu().to(DType::f32), q_sep.cpu().to(DType::f32)).bitwise) << "fp8 rows " << c;
       EXPECT_TRUE(compare(q.h.scale()->cpu(), q_sep.scale()->cpu()).bitwise) << "fp8 row scales " << c;
       // The bounded per-tensor scale: the CPU's bits (the same f32 formula), every |h| within it.
-      ops::ResidualNorm b =
-          ops::residual_norm_modulate(gx, gg, idx, gy, gw, 1e-6, gsh, gsc, steps, ops::Fp8Out::bound);
-      ops::ResidualNorm bc = ops::residual_norm_modulate(rounded(x), g, idx, y, w, 1e-6, sh, sc, steps,
-                                                         ops::Fp8Out::bound);
+      ops::ResidualNorm b = ops::residual_norm_modulate(gx, gg, idx, gy, gw, 1e-6, gsh, gsc, steps, ops::Fp8Out::bound);
+      ops::ResidualNorm bc =
+          ops::residual_norm_modulate(rounded(x), g, idx, y, w, 1e-6, sh, sc, steps, ops::Fp8Out::bound);
       ASSERT_TRUE(b.h.dtype() == DType::fp8_e4m3 && b.h.scale() && b.h.scale()->numel() == 1);
       EXPECT_TRUE(compare(b.h.scale()->cpu(), *bc.h.scale()).bitwise) << "bound scale " << c;
       Tensor hb = host_f32(sep_h);
@@ -297,7 +302,8 @@ TEST(CudaOps, LinearMatchesCpu) {
 
 TEST(CudaOps, AttentionMatchesCpu) {
   H3_REQUIRE_GPU();
-  for (auto [nq, nk, heads, d] : {std::tuple{77, 131, 3, 128}, std::tuple{130, 130, 2, 128}, std::tuple{9, 300, 5, 64}}) {
+  for (auto [nq, nk, heads, d] :
+       {std::tuple{77, 131, 3, 128}, std::tuple{130, 130, 2, 128}, std::tuple{9, 300, 5, 64}}) {
     Tensor q = rnd({nq, heads * d}, 31), k = rnd({nk, heads * d}, 32), v = rnd({nk, heads * d}, 33);
     Tensor want = ops::attention(q, k, v, d);
     Tensor got = ops::attention(gpu(q, DType::bf16), gpu(k, DType::bf16), gpu(v, DType::bf16), d);
@@ -307,12 +313,12 @@ TEST(CudaOps, AttentionMatchesCpu) {
   }
 }
 
-// Our wgmma attention kernel (backend/cuda/attention/wgmma_bf16.cu; H3_ATTENTION_BF16_KERNEL=wgmma makes it the only choice) against
-// the CPU on odd shapes: lengths not multiples of its 128-row query tiles or of its key tiles (both sizes, 192 and
-// 128: H3_ATTENTION_BF16_TILE), one row, more keys than queries and fewer; a head computed alone is the same bits as
-// that head inside a call of several (deterministic mode and ulysses ranks with other head counts rely on it); and
-// against cuDNN on the same bf16 inputs. Skipped, loudly, where the kernel does not run (a GPU other than sm_90, a
-// build without sm_90a code).
+// Our wgmma attention kernel (backend/cuda/attention/wgmma_bf16.cu; H3_ATTENTION_BF16_KERNEL=wgmma makes it the only
+// choice) against the CPU on odd shapes: lengths not multiples of its 128-row query tiles or of its key tiles (both
+// sizes, 192 and 128: H3_ATTENTION_BF16_TILE), one row, more keys than queries and fewer; a head computed alone is the
+// same bits as that head inside a call of several (deterministic mode and ulysses ranks with other head counts rely on
+// it); and against cuDNN on the same bf16 inputs. Skipped, loudly, where the kernel does not run (a GPU other than
+// sm_90, a build without sm_90a code).
 TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
   H3_REQUIRE_GPU();
 #if H3_HAVE_CUDA
@@ -321,7 +327,7 @@ TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
 #endif
   const int64_t d = 128;
   const std::tuple<int, int, int> shapes[] = {{77, 131, 3},   {1, 1, 1},     {130, 130, 2}, {300, 777, 2},
-                                               {4100, 129, 1}, {257, 257, 6}, {200, 193, 2}, {129, 385, 1}};
+                                              {4100, 129, 1}, {257, 257, 6}, {200, 193, 2}, {129, 385, 1}};
   for (const char* tile : {"192", "128"}) {
     for (auto [nq, nk, heads] : shapes) {
       SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads, tiles of " << tile << " keys");
@@ -335,8 +341,8 @@ TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
       Tensor theirs = host_f32(ops::attention(gq, gk, gv, d));
       setenv("H3_ATTENTION_BF16_KERNEL", "wgmma", 1);
       Diff vs_cpu = compare(ours, want), vs_cudnn = compare(ours, theirs);
-      std::printf("wgmma attention %d x %d, %d heads, %s-key tiles: rel-L2 %.3g vs CPU, %.3g vs cuDNN\n", nq, nk,
-                  heads, tile, vs_cpu.rel_l2, vs_cudnn.rel_l2);
+      std::printf("wgmma attention %d x %d, %d heads, %s-key tiles: rel-L2 %.3g vs CPU, %.3g vs cuDNN\n", nq, nk, heads,
+                  tile, vs_cpu.rel_l2, vs_cudnn.rel_l2);
       EXPECT_LE(vs_cpu.rel_l2, 8e-3) << "max abs " << vs_cpu.max_abs;
       EXPECT_LE(vs_cudnn.rel_l2, 8e-3) << "max abs " << vs_cudnn.max_abs;
       if (heads > 1) {
@@ -371,8 +377,8 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
     return f;
   };
   const int64_t d = 128;
-  for (auto [nq, nk, heads] : {std::tuple{77, 131, 3}, std::tuple{300, 300, 2}, std::tuple{1000, 1000, 4},
-                               std::tuple{150, 225, 2}}) {
+  for (auto [nq, nk, heads] :
+       {std::tuple{77, 131, 3}, std::tuple{300, 300, 2}, std::tuple{1000, 1000, 4}, std::tuple{150, 225, 2}}) {
     SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads");
     Tensor q8 = ops::quantize_fp8(gpu(rnd({nq, heads * d}, 51), DType::bf16));
     Tensor k8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 52), DType::bf16));

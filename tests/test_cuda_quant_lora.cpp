@@ -13,11 +13,11 @@
 
 #include "core/compare.h"
 #include "gpu_test.h"
-#include "model/dit/checkpoint.h"
 #include "io/quant.h"
-#include "model/dit/export.h"
 #include "io/safetensors.h"
+#include "model/dit/checkpoint.h"
 #include "model/dit/dit.h"
+#include "model/dit/export.h"
 #include "pipeline/synthetic.h"
 
 namespace h3 {
@@ -41,13 +41,11 @@ std::string write_lora(const Scratch& s) {
   const DitConfig c = *DitConfig::named("mini");
   std::vector<std::pair<std::string, Tensor>> w;
   for (int n = 0; n < c.num_layers; ++n)
-    for (auto [m, out] :
-         {std::pair{"attn.qkv_proj", 3 * c.inner_dim()}, {"mlp.fc1", 2 * int64_t{c.ffn_dim}}}) {
+    for (auto [m, out] : {std::pair{"attn.qkv_proj", 3 * c.inner_dim()}, {"mlp.fc1", 2 * int64_t{c.ffn_dim}}}) {
       const std::string p = "blocks." + std::to_string(n) + "." + m;
       Tensor a = seeded_normal({2, c.hidden_size}, 11 + n, 0), b = seeded_normal({out, 2}, 12 + n, 1);
       for (Tensor* t : {&a, &b})
-        for (int64_t i = 0; i < t->numel(); ++i)
-          t->data<float>()[i] *= 0.2f;  // the delta ~10 % of the weights' size
+        for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] *= 0.2f;  // the delta ~10 % of the weights' size
       w.emplace_back(p + ".lora_A.weight", a);
       w.emplace_back(p + ".lora_B.weight", b);
     }
@@ -58,8 +56,7 @@ std::string write_lora(const Scratch& s) {
 std::string write_quant(const DitCheckpoint& ck, QuantFormat q, const std::string& path) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::map<std::string, std::string> meta;
-  export_dit(ck, DType::f32, q == QuantFormat::int8 ? ExportLayout::comfy : ExportLayout::official, q,
-             tensors, meta);
+  export_dit(ck, DType::f32, q == QuantFormat::int8 ? ExportLayout::comfy : ExportLayout::official, q, tensors, meta);
   write_safetensors(path, tensors, meta);
   return path;
 }
@@ -74,9 +71,8 @@ TEST(CudaQuantLora, TheLoraMovesTheCpuOutputBeyondTheGpuTolerance) {
   DitCheckpoint ck = DitCheckpoint::open("procedural:mini");
   ck.add_lora(write_lora(s), 0.8);
   const DitInputs in = make_synthetic_inputs(plain.config(), SyntheticRequest{});
-  const double moved = compare(DitModel(ck, Precision::f32).forward(in).video,
-                               DitModel(plain, Precision::f32).forward(in).video)
-                           .rel_l2;
+  const double moved =
+      compare(DitModel(ck, Precision::f32).forward(in).video, DitModel(plain, Precision::f32).forward(in).video).rel_l2;
   std::printf("the LoRA moves the CPU output by rel_l2 %.3e\n", moved);
   EXPECT_GT(moved, 3 * 1.5e-2);
 }
@@ -100,12 +96,10 @@ TEST(CudaQuantLora, LoraAndEveryQuantFormatMatchTheCpuForward) {
        {Case{"lora", QuantFormat::none, true}, Case{"fp8", QuantFormat::fp8, false},
         Case{"scaled_fp8", QuantFormat::scaled_fp8, false}, Case{"int8", QuantFormat::int8, false},
         Case{"int8-convrot", QuantFormat::int8_convrot, false}, Case{"nvfp4", QuantFormat::nvfp4, false},
-                        Case{"mxfp8", QuantFormat::mxfp8, false},
-        Case{"nvfp4+lora", QuantFormat::nvfp4, true}}) {
+        Case{"mxfp8", QuantFormat::mxfp8, false}, Case{"nvfp4+lora", QuantFormat::nvfp4, true}}) {
     SCOPED_TRACE(c.name);
-    DitCheckpoint ck = c.q == QuantFormat::none
-                           ? DitCheckpoint::open("procedural:mini")
-                           : DitCheckpoint::open(write_quant(plain, c.q, s / (c.name + ".st")));
+    DitCheckpoint ck = c.q == QuantFormat::none ? DitCheckpoint::open("procedural:mini")
+                                                : DitCheckpoint::open(write_quant(plain, c.q, s / (c.name + ".st")));
     if (c.with_lora) ck.add_lora(lora, 0.8);
     const DitOutputs cpu = DitModel(ck, Precision::f32).forward(in);
     const DitOutputs gpu = DitModel(ck, Precision::bf16, DistPlan::single(), Device::cuda).forward(in);

@@ -20,7 +20,9 @@ namespace {
 using test::gpu_ready;
 
 // Random f32 values with bf16-exact magnitudes, so both backends start from identical inputs.
-Tensor rnd(Shape s, uint64_t seed) { return test::bf16_exact_normal(s, seed, 9); }
+Tensor rnd(Shape s, uint64_t seed) {
+  return test::bf16_exact_normal(s, seed, 9);
+}
 
 TEST(CudaText, AttentionCausalMatchesCpuOnOddShapesWithGroupedHeads) {
   H3_REQUIRE_GPU();
@@ -63,9 +65,9 @@ TEST(CudaText, TextMiniOnTheGpuMatchesTheCpuAndTheGolden) {
     ASSERT_TRUE(g.hidden_states.at(50).on_device());
     for (int64_t k : {1, 50}) {
       EXPECT_LE(compare(g.hidden_states.at(k).cpu(), h.hidden_states.at(k)).rel_l2, 2e-6) << k;
-      EXPECT_LE(compare(g.hidden_states.at(k).cpu(), f.get(std::string(cs) + ".hidden_states_" + std::to_string(k)))
-                    .rel_l2,
-                1e-5)
+      EXPECT_LE(
+          compare(g.hidden_states.at(k).cpu(), f.get(std::string(cs) + ".hidden_states_" + std::to_string(k))).rel_l2,
+          1e-5)
           << k;
     }
     EXPECT_LE(compare(g.last_normed.cpu(), f.get(std::string(cs) + ".last_hidden_state_normed")).rel_l2, 1e-5);
@@ -73,9 +75,9 @@ TEST(CudaText, TextMiniOnTheGpuMatchesTheCpuAndTheGolden) {
     if (ids.size() > 4) {
       TextExtras ex;
       ex.rows = {1, 3};
-      ex.embeds = ops::gather_rows(h.hidden_states.count(0) ? h.hidden_states.at(0)
-                                                            : cpu.forward(ids, {0}, false).hidden_states.at(0),
-                                   Tensor::from(std::vector<int32_t>{1, 3}, {2}));
+      ex.embeds = ops::gather_rows(
+          h.hidden_states.count(0) ? h.hidden_states.at(0) : cpu.forward(ids, {0}, false).hidden_states.at(0),
+          Tensor::from(std::vector<int32_t>{1, 3}, {2}));
       ex.deepstack = {Tensor(DType::f32, {2, c.hidden})};
       const QwenTextOutputs e = gpu.forward(ids, {50}, false, nullptr, &ex);
       EXPECT_EQ(compare(e.hidden_states.at(50).cpu(), g.hidden_states.at(50).cpu()).max_abs, 0.0);

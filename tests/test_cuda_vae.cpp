@@ -13,14 +13,13 @@
 #include "golden.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
-#include "verify/vae.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/procedural.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
 #include "ops/ops_vae.h"
-#include "io/procedural.h"
-#include "model/qwen3vl/procedural.h"
-#include "model/vae/procedural.h"
 #include "pipeline/synthetic.h"
+#include "verify/vae.h"
 
 #include "gpu_test.h"
 
@@ -30,8 +29,12 @@ namespace {
 using test::gpu_ready;
 
 // Random f32 values with bf16-exact magnitudes, so both backends start from identical inputs in either dtype.
-Tensor rnd(Shape s, uint64_t seed, double scale = 1.0) { return test::bf16_exact_normal(s, seed, 11, scale); }
-Tensor gpu(const Tensor& t, DType dt = DType::f32) { return t.to_device(Device::cuda).to(dt); }
+Tensor rnd(Shape s, uint64_t seed, double scale = 1.0) {
+  return test::bf16_exact_normal(s, seed, 11, scale);
+}
+Tensor gpu(const Tensor& t, DType dt = DType::f32) {
+  return t.to_device(Device::cuda).to(dt);
+}
 
 void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
   ASSERT_TRUE(got.on_device()) << what << ": the GPU op returned a host tensor";
@@ -129,11 +132,11 @@ TEST(CudaVaeOps, ElementwiseMatchCpu) {
   expect_close(ops::add_scaled(gpu(x, DType::bf16), gpu(y, DType::bf16), gpu(s, DType::bf16)), want, 1e-2,
                "add_scaled bf16");
   const Tensor a = rnd({2, 13, 57}, 83), al = rnd({13}, 84, 0.3), be = rnd({13}, 85, 0.3);
-  expect_close(ops::snake_beta(gpu(a), gpu(al), gpu(be), 2.0), ops::snake_beta(a, al, be, 2.0), 1e-6,
-               "snake_beta f32");
+  expect_close(ops::snake_beta(gpu(a), gpu(al), gpu(be), 2.0), ops::snake_beta(a, al, be, 2.0), 1e-6, "snake_beta f32");
   expect_close(ops::divide_clamp(gpu(a), 3.0, -INFINITY, INFINITY), ops::divide_clamp(a, 3.0, -INFINITY, INFINITY),
                1e-7, "divide_clamp average");
-  expect_close(ops::divide_clamp(gpu(a), 1.0, -1.0, 1.0), ops::divide_clamp(a, 1.0, -1.0, 1.0), 0, "divide_clamp clamp");
+  expect_close(ops::divide_clamp(gpu(a), 1.0, -1.0, 1.0), ops::divide_clamp(a, 1.0, -1.0, 1.0), 0,
+               "divide_clamp clamp");
 }
 
 // The device stitch against the CPU's per-pixel stitch (itself bitwise the reference stitch, test_vae_stream.cpp):
@@ -201,17 +204,15 @@ TEST(CudaVaeOps, AddScaledNormToEqualsTheTwoOps) {
     bool weight;
     DType branch, out;
   };
-  const Case cases[] = {{53, 2048, 2048, true, DType::bf16, DType::bf16},
-                        {37, 203, 203, true, DType::bf16, DType::bf16},
-                        {29, 192, 64, true, DType::f32, DType::bf16},
-                        {31, 2048, 2048, false, DType::bf16, DType::bf16},
-                        {17, 4100, 4100, true, DType::bf16, DType::bf16},
-                        {23, 203, 203, true, DType::bf16, DType::f32}};
+  const Case cases[] = {
+      {53, 2048, 2048, true, DType::bf16, DType::bf16}, {37, 203, 203, true, DType::bf16, DType::bf16},
+      {29, 192, 64, true, DType::f32, DType::bf16},     {31, 2048, 2048, false, DType::bf16, DType::bf16},
+      {17, 4100, 4100, true, DType::bf16, DType::bf16}, {23, 203, 203, true, DType::bf16, DType::f32}};
   uint64_t seed = 700;
   for (const Case& c : cases) {
     const std::string what = std::to_string(c.rows) + "x" + std::to_string(c.cols) + "/" + std::to_string(c.group) +
-                             (c.weight ? "" : " no weight") + " branch " + std::string(dtype_name(c.branch)) +
-                             " out " + std::string(dtype_name(c.out));
+                             (c.weight ? "" : " no weight") + " branch " + std::string(dtype_name(c.branch)) + " out " +
+                             std::string(dtype_name(c.out));
     const Tensor x = gpu(rnd({c.rows, c.cols}, seed++, 3.0)), y = gpu(rnd({c.rows, c.cols}, seed++), c.branch);
     const Tensor sc = gpu(rnd({c.cols}, seed++, 0.2)), w = gpu(rnd({c.group}, seed++));
     const Tensor* wp = c.weight ? &w : nullptr;
@@ -296,8 +297,8 @@ TEST(CudaVae, StreamingDecodeEqualsHostStitch) {
                 d.bitwise ? "bitwise" : "DIFFERENT");
     // Host units stitched on the GPU (the sharded decode's path after the gather).
     const Tensor clip = g.stitch_on_device(plan, units);
-    EXPECT_TRUE(compare(clip, want).shape_ok && compare(clip, want).bitwise) << precision_name(p)
-                                                                               << ": stitch_on_device";
+    EXPECT_TRUE(compare(clip, want).shape_ok && compare(clip, want).bitwise)
+        << precision_name(p) << ": stitch_on_device";
   }
 }
 

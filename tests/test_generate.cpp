@@ -14,14 +14,14 @@
 #include "cli_run.h"
 #include "core/compare.h"
 #include "golden.h"
-#include "io/safetensors.h"
-#include "model/qwen3vl/tokenizer.h"
-#include "pipeline/generator.h"
-#include "verify/pipeline.h"
 #include "io/procedural.h"
+#include "io/safetensors.h"
 #include "model/qwen3vl/procedural.h"
+#include "model/qwen3vl/tokenizer.h"
 #include "model/vae/procedural.h"
+#include "pipeline/generator.h"
 #include "scratch_dir.h"
+#include "verify/pipeline.h"
 
 namespace {
 
@@ -87,20 +87,16 @@ TEST(GenerateRequest, BadRequestsNameTheAllowedRange) {
     edit(q);
     return error_of([&] { h3::resolve(q); });
   };
-  EXPECT_NE(msg([](GenerateRequest& q) { q.width = 70, q.height = 64; }).find("multiple of 32"),
-            std::string::npos);
+  EXPECT_NE(msg([](GenerateRequest& q) { q.width = 70, q.height = 64; }).find("multiple of 32"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.width = 64; }).find("both width and height"), std::string::npos);
-  EXPECT_NE(msg([](GenerateRequest& q) { q.width = 1024, q.height = 128; }).find("1:4 .. 4:1"),
-            std::string::npos);
+  EXPECT_NE(msg([](GenerateRequest& q) { q.width = 1024, q.height = 128; }).find("1:4 .. 4:1"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.aspect = "5:1"; }).find("1:4 .. 4:1"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.aspect = "wide"; }).find("W:H"), std::string::npos);
-  EXPECT_NE(msg([](GenerateRequest& q) { q.width = 2048, q.height = 1024; }).find("at most"),
-            std::string::npos);
+  EXPECT_NE(msg([](GenerateRequest& q) { q.width = 2048, q.height = 1024; }).find("at most"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.frames = 50; }).find("124..345"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.frames = 350; }).find("snapped up to 362"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.seconds = 20; }).find("5.167 s .. 14.375 s"), std::string::npos);
-  EXPECT_NE(msg([](GenerateRequest& q) { q.frames = 124, q.seconds = 5; }).find("not both"),
-            std::string::npos);
+  EXPECT_NE(msg([](GenerateRequest& q) { q.frames = 124, q.seconds = 5; }).find("not both"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.prompt = "  \n"; }).find("prompt is empty"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.prompt = "bad \xff byte"; }).find("UTF-8"), std::string::npos);
   EXPECT_NE(msg([](GenerateRequest& q) { q.steps = 1; }).find("2..200"), std::string::npos);
@@ -131,14 +127,8 @@ TEST(GenerateRequest, JsonRoundTripAndUnknownFieldsRefused) {
               GenerateRequest::from_json(json{{"prompt", 5}});
             }).find("must be a string"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
-              GenerateRequest::from_json(json{{"seed", -4}});
-            }).find("non-negative"),
-            std::string::npos);
-  EXPECT_NE(error_of([] {
-              GenerateRequest::from_json(json{{"width", 1.5}});
-            }).find("integer"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { GenerateRequest::from_json(json{{"seed", -4}}); }).find("non-negative"), std::string::npos);
+  EXPECT_NE(error_of([] { GenerateRequest::from_json(json{{"width", 1.5}}); }).find("integer"), std::string::npos);
   const h3::ResolvedRequest res = h3::resolve(r);
   EXPECT_EQ(h3::ResolvedRequest::from_json(res.to_json()).to_json(), res.to_json());
 }
@@ -153,8 +143,7 @@ TEST(GenerateRequest, LorasAreCheckedAndCarried) {
   const std::string not_lora = (dir.path() / "w.safetensors").string();
   h3::write_safetensors(not_lora, {{"blocks.0.mlp.fc2.weight", h3::Tensor(h3::DType::f32, {96, 160})}});
   GenerateRequest q = GenerateRequest::from_json(
-      json{{"prompt", "x"},
-           {"loras", json::array({json{{"path", lora}, {"strength", 0.25}}, json{{"path", lora}}})}});
+      json{{"prompt", "x"}, {"loras", json::array({json{{"path", lora}, {"strength", 0.25}}, json{{"path", lora}}})}});
   ASSERT_EQ(q.loras.size(), 2u);
   EXPECT_EQ(q.loras[0].strength, 0.25);
   EXPECT_EQ(q.loras[1].strength, 1.0);
@@ -350,8 +339,7 @@ TEST(GenerateCli, BadRequestsAreRefusedBeforeAnyWorkAndLeaveNoFile) {
     const CliResult r = run_h3(std::string("generate ") + args + " -o " + out);
     EXPECT_NE(r.status, 0) << r.out;
     EXPECT_NE(r.out.find(expect), std::string::npos) << r.out;
-    EXPECT_EQ(r.out.find("dit "), std::string::npos) << "no model may be loaded for a bad request:\n"
-                                                     << r.out;
+    EXPECT_EQ(r.out.find("dit "), std::string::npos) << "no model may be loaded for a bad request:\n" << r.out;
     EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << r.out;
   }
 }

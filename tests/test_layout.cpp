@@ -36,8 +36,7 @@ int run_verifier(const std::string& file) {
 // Spec §3.6: t2va at 768x1344, 124 frames.
 TEST(Layout, WorkedExample768p) {
   const int64_t L = 11;
-  PackedLayout l =
-      build_fl2va_layout(std::vector<int64_t>(L, kTagText), grid_of(make_geometry(124, 768, 1344)), {});
+  PackedLayout l = build_fl2va_layout(std::vector<int64_t>(L, kTagText), grid_of(make_geometry(124, 768, 1344)), {});
   EXPECT_EQ(l.seq_len, L + 37710);
   EXPECT_EQ(l.video_indices.size(), 37296u);
   EXPECT_EQ(l.audio_indices.size(), 414u);

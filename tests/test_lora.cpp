@@ -16,12 +16,12 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "model/dit/checkpoint.h"
-#include "model/dit/lora.h"
 #include "io/quant.h"
-#include "model/dit/export.h"
 #include "io/safetensors.h"
+#include "model/dit/checkpoint.h"
 #include "model/dit/dit.h"
+#include "model/dit/export.h"
+#include "model/dit/lora.h"
 #include "pipeline/synthetic.h"
 
 using namespace h3;
@@ -32,8 +32,7 @@ namespace {
 struct Scratch {
   fs::path dir;
   Scratch() {
-    dir = fs::temp_directory_path() /
-          ("h3_lora_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    dir = fs::temp_directory_path() / ("h3_lora_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     fs::create_directories(dir);
   }
   ~Scratch() { fs::remove_all(dir); }
@@ -71,8 +70,7 @@ void expect_merged(const Tensor& got, const Tensor& base, const Tensor& B, const
 }
 
 const DitConfig kMini = *DitConfig::named("mini");
-const int64_t kH = kMini.hidden_size, kI = kMini.inner_dim(), kF = kMini.ffn_dim,
-              kD = kMini.attention_head_dim;
+const int64_t kH = kMini.hidden_size, kI = kMini.inner_dim(), kF = kMini.ffn_dim, kD = kMini.attention_head_dim;
 
 }  // namespace
 
@@ -97,12 +95,10 @@ TEST(Lora, EveryLayoutMergesTheRightRows) {
       std::string name;
       int64_t out, in;
     };
-    const std::vector<Mod> mods = {{"blocks.1.attn.qkv_proj", 3 * kI, kH},
-                                   {"blocks.0.mlp.fc1", 2 * kF, kH},
-                                   {"blocks.2.attn.out_proj", kH, kI},
-                                   {"blocks.1.adaln_proj.linear", 18 * kH, kMini.time_embed_dim},
-                                   {"token_refiner.blocks.0.mlp.fc2", kH, kF},
-                                   {"video_patch_proj", kH, kMini.video_patch_dim()}};
+    const std::vector<Mod> mods = {
+        {"blocks.1.attn.qkv_proj", 3 * kI, kH},     {"blocks.0.mlp.fc1", 2 * kF, kH},
+        {"blocks.2.attn.out_proj", kH, kI},         {"blocks.1.adaln_proj.linear", 18 * kH, kMini.time_embed_dim},
+        {"token_refiner.blocks.0.mlp.fc2", kH, kF}, {"video_patch_proj", kH, kMini.video_patch_dim()}};
     Weights w;
     std::map<std::string, std::pair<Tensor, Tensor>> ab;
     uint64_t stream = 1;
@@ -131,31 +127,29 @@ TEST(Lora, EveryLayoutMergesTheRightRows) {
     for (int p = 0; p < 3; ++p) {
       const std::string key = std::string("transformer_blocks.1.attn.") + parts[p] + ".weight";
       auto row = [&](int64_t i) { return c.interleaved ? (i / kD) * 3 * kD + p * kD + i % kD : p * kI + i; };
-      expect_merged(ck.get(key), base.get(key), ab["blocks.1.attn.qkv_proj"].second,
-                    ab["blocks.1.attn.qkv_proj"].first, s, row, key);
+      expect_merged(ck.get(key), base.get(key), ab["blocks.1.attn.qkv_proj"].second, ab["blocks.1.attn.qkv_proj"].first,
+                    s, row, key);
     }
     // fc1: released [gate; value]; ff.net.0.proj = [value; gate].
     expect_merged(
-        ck.get("transformer_blocks.0.ff.net.0.proj.weight"),
-        base.get("transformer_blocks.0.ff.net.0.proj.weight"), ab["blocks.0.mlp.fc1"].second,
-        ab["blocks.0.mlp.fc1"].first, s, [&](int64_t i) { return i < kF ? i + kF : i - kF; }, "fc1");
+        ck.get("transformer_blocks.0.ff.net.0.proj.weight"), base.get("transformer_blocks.0.ff.net.0.proj.weight"),
+        ab["blocks.0.mlp.fc1"].second, ab["blocks.0.mlp.fc1"].first, s,
+        [&](int64_t i) { return i < kF ? i + kF : i - kF; }, "fc1");
     auto same = [](int64_t i) { return i; };
     expect_merged(ck.get("transformer_blocks.2.attn.to_out.0.weight"),
                   base.get("transformer_blocks.2.attn.to_out.0.weight"), ab["blocks.2.attn.out_proj"].second,
                   ab["blocks.2.attn.out_proj"].first, s, same, "out_proj");
     expect_merged(ck.get("transformer_blocks.1.adaln_proj.linear.weight"),
-                  base.get("transformer_blocks.1.adaln_proj.linear.weight"),
-                  ab["blocks.1.adaln_proj.linear"].second, ab["blocks.1.adaln_proj.linear"].first, s, same,
-                  "adaln");
+                  base.get("transformer_blocks.1.adaln_proj.linear.weight"), ab["blocks.1.adaln_proj.linear"].second,
+                  ab["blocks.1.adaln_proj.linear"].first, s, same, "adaln");
     expect_merged(ck.get("token_refiner.refiner_blocks.0.ff.net.2.weight"),
                   base.get("token_refiner.refiner_blocks.0.ff.net.2.weight"),
-                  ab["token_refiner.blocks.0.mlp.fc2"].second, ab["token_refiner.blocks.0.mlp.fc2"].first, s,
-                  same, "refiner fc2");
+                  ab["token_refiner.blocks.0.mlp.fc2"].second, ab["token_refiner.blocks.0.mlp.fc2"].first, s, same,
+                  "refiner fc2");
     expect_merged(ck.get("proj_in.weight"), base.get("proj_in.weight"), ab["video_patch_proj"].second,
                   ab["video_patch_proj"].first, s, same, "proj_in");
     // Untouched parameters stay bitwise the base.
-    Tensor a = ck.get("transformer_blocks.0.attn.to_q.weight"),
-           b = base.get("transformer_blocks.0.attn.to_q.weight");
+    Tensor a = ck.get("transformer_blocks.0.attn.to_q.weight"), b = base.get("transformer_blocks.0.attn.to_q.weight");
     EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes()));
   }
 }
@@ -182,10 +176,7 @@ TEST(Lora, SlicesAreBitwiseTheFullMerge) {
   for (const char* m : {"blocks.0.attn.qkv_proj", "blocks.0.attn.out_proj", "blocks.0.mlp.fc2"}) {
     const bool qkv = std::string(m).find("qkv") != std::string::npos,
                out = std::string(m).find("out") != std::string::npos;
-    w.emplace_back(std::string(m) + ".lora_A.weight", seeded_normal({5, qkv   ? kH
-                                                                        : out ? kI
-                                                                              : kF},
-                                                                    11, w.size()));
+    w.emplace_back(std::string(m) + ".lora_A.weight", seeded_normal({5, qkv ? kH : out ? kI : kF}, 11, w.size()));
     w.emplace_back(std::string(m) + ".lora_B.weight", seeded_normal({qkv ? 3 * kI : kH, 5}, 11, w.size()));
   }
   write_safetensors(dir / "s.safetensors", w);
@@ -198,8 +189,7 @@ TEST(Lora, SlicesAreBitwiseTheFullMerge) {
       EXPECT_EQ(0, std::memcmp(part.raw(), full.rows(b, e).raw(), part.nbytes())) << key << " rows " << b;
     }
   }
-  for (const std::string key :
-       {"transformer_blocks.0.attn.to_out.0.weight", "transformer_blocks.0.ff.net.2.weight"}) {
+  for (const std::string key : {"transformer_blocks.0.attn.to_out.0.weight", "transformer_blocks.0.ff.net.2.weight"}) {
     Tensor full = ck.get(key);
     for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 7}, {33, 77}, {64, full.dim(1)}}) {
       Tensor part = ck.get_columns(key, b, e);
@@ -234,8 +224,7 @@ TEST(Lora, ErrorsNameTheFileAndKey) {
                {"blocks.0.mlp.fc2.dora_scale", "not a LoRA tensor"});
   expect_error({{"blocks.0.mlp.fc2.lora_A.weight", A}, {"blocks.0.mlp.fc2.lora_B.weight", B}},
                {"blocks.0.mlp.fc2.lora_A.weight", "do not fit"});
-  expect_error({{"blocks.0.mlp.fc2.lora_A.weight", seeded_normal({2, kF}, 1, 1)}},
-               {"blocks.0.mlp.fc2", "lacks"});
+  expect_error({{"blocks.0.mlp.fc2.lora_A.weight", seeded_normal({2, kF}, 1, 1)}}, {"blocks.0.mlp.fc2", "lacks"});
   expect_error({{"blocks.0.mlp.fc2.lora_A.weight", seeded_normal({2, kF}, 1, 1)},
                 {"blocks.0.mlp.fc2.lora_B.weight", B},
                 {"lora_unet_blocks_0_mlp_fc1.lora_down.weight", A}},
@@ -286,10 +275,8 @@ void write_mini_loras(const std::string& dir) {
       }
     }
   }
-  a.emplace_back("lora_unet_token_refiner_blocks_1_attn_qkv_proj.lora_down.weight",
-                 seeded_normal({4, kH}, 23, 0));
-  a.emplace_back("lora_unet_token_refiner_blocks_1_attn_qkv_proj.lora_up.weight",
-                 seeded_normal({3 * kI, 4}, 23, 1));
+  a.emplace_back("lora_unet_token_refiner_blocks_1_attn_qkv_proj.lora_down.weight", seeded_normal({4, kH}, 23, 0));
+  a.emplace_back("lora_unet_token_refiner_blocks_1_attn_qkv_proj.lora_up.weight", seeded_normal({3 * kI, 4}, 23, 1));
   write_safetensors(dir + "/mini-lora-a.safetensors", a);
   write_safetensors(dir + "/mini-lora-b.safetensors", b);
 }
@@ -348,8 +335,8 @@ TEST(Lora, MergedOnLoadEqualsBakedOffline) {
 
   // The CLI: convert bakes, forward merges on load on 3 ranks (tensor mode slices every LoRA'd matrix).
   int st = 0;
-  std::string out = run_h3("--log-level warn convert procedural:mini --lora " + la + ":0.8 --lora " + lb +
-                               " -o " + (dir / "cli-baked.safetensors"),
+  std::string out = run_h3("--log-level warn convert procedural:mini --lora " + la + ":0.8 --lora " + lb + " -o " +
+                               (dir / "cli-baked.safetensors"),
                            st);
   ASSERT_EQ(st, 0) << out;
   out = run_h3("--log-level warn forward --model " + (dir / "cli-baked.safetensors") + " --dump-output " +
@@ -357,12 +344,11 @@ TEST(Lora, MergedOnLoadEqualsBakedOffline) {
                st);
   ASSERT_EQ(st, 0) << out;
   for (const char* mode : {"ulysses", "tensor"}) {
-    out = run_h3(std::string("--log-level warn forward --ranks 3 --mode ") + mode + " --lora " + la +
-                     ":0.8 --lora " + lb + " --dump-output " + (dir / "o3.safetensors"),
+    out = run_h3(std::string("--log-level warn forward --ranks 3 --mode ") + mode + " --lora " + la + ":0.8 --lora " +
+                     lb + " --dump-output " + (dir / "o3.safetensors"),
                  st);
     ASSERT_EQ(st, 0) << out;
-    SafeTensors o1 = SafeTensors::open(dir / "o1.safetensors"),
-                o3 = SafeTensors::open(dir / "o3.safetensors");
+    SafeTensors o1 = SafeTensors::open(dir / "o1.safetensors"), o3 = SafeTensors::open(dir / "o3.safetensors");
     if (std::string(mode) == "ulysses") {
       EXPECT_TRUE(bitwise(o1.get("video"), o3.get("video"))) << mode;
       EXPECT_TRUE(bitwise(o1.get("audio"), o3.get("audio"))) << mode;

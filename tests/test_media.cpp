@@ -163,8 +163,7 @@ Decoded decode_file(const std::string& path, const char* format_name = nullptr) 
         d.rgb.push_back(std::move(rgb));
       } else {
         for (int c = 0; c < d.channels; ++c)
-          for (int s = 0; s < frame->nb_samples; ++s)
-            d.audio[static_cast<size_t>(c)].push_back(sample_at(frame, c, s));
+          for (int s = 0; s < frame->nb_samples; ++s) d.audio[static_cast<size_t>(c)].push_back(sample_at(frame, c, s));
       }
       av_frame_unref(frame);
     }
@@ -316,8 +315,7 @@ TEST(Media, Mp4OfThePipelineGoldenProbesBackAndMatchesItsPixels) {
     const int64_t half = T / 2;
     const Tensor first(h3::DType::f32, {3, half, H, W});
     for (int64_t c = 0; c < 3; ++c)
-      std::copy_n(g.pixels.data<float>() + c * T * H * W, half * H * W,
-                  first.data<float>() + c * half * H * W);
+      std::copy_n(g.pixels.data<float>() + c * T * H * W, half * H * W, first.data<float>() + c * half * H * W);
     w.add_frames(first);
     EXPECT_FALSE(fs::exists(out)) << "the final name must appear only on finish()";
     w.add_audio(g.wave);
@@ -386,8 +384,8 @@ TEST(Media, Mp4OfThePipelineGoldenProbesBackAndMatchesItsPixels) {
   std::printf(
       "[ info ] golden pipeline pixels %lldx%lldx%lld, H.264 crf 18 yuv420p: luma PSNR %.2f dB, RGB PSNR "
       "%.2f dB; audio: %zu samples decoded for %lld\n",
-      static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(W), luma_psnr,
-      psnr(d.rgb, g.pixels), d.audio.empty() ? size_t{0} : d.audio[0].size(), static_cast<long long>(N));
+      static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(W), luma_psnr, psnr(d.rgb, g.pixels),
+      d.audio.empty() ? size_t{0} : d.audio[0].size(), static_cast<long long>(N));
   EXPECT_GE(luma_psnr, 33.0);
 }
 
@@ -475,8 +473,7 @@ TEST(Media, Mp4WithoutAudioTrackAndMonoUpmix) {
   ASSERT_EQ(m.channels, 2);
   ASSERT_FALSE(m.audio[0].empty());
   double diff = 0;
-  for (size_t i = 0; i < m.audio[0].size(); ++i)
-    diff = std::max(diff, std::abs(double(m.audio[0][i] - m.audio[1][i])));
+  for (size_t i = 0; i < m.audio[0].size(); ++i) diff = std::max(diff, std::abs(double(m.audio[0][i] - m.audio[1][i])));
   EXPECT_LT(diff, 1e-2) << "a mono wave goes to both channels";
 }
 
@@ -610,9 +607,8 @@ TEST(Media, DecodeCommandReproducesTheGoldenPipelineMedia) {
   const GoldenMedia g = golden_media(file);
   ScratchDir dir;
   const fs::path out = dir / "dec.mp4", wav = dir / "dec.wav", png = dir / "png";
-  const CliResult r =
-      run_h3("--log-level warn decode " + file + " -o " + out.string() + " --video-vae " + vvae +
-             " --audio-vae " + avae + " --wav " + wav.string() + " --png-dir " + png.string());
+  const CliResult r = run_h3("--log-level warn decode " + file + " -o " + out.string() + " --video-vae " + vvae +
+                             " --audio-vae " + avae + " --wav " + wav.string() + " --png-dir " + png.string());
   ASSERT_EQ(r.status, 0) << r.out;
   std::printf("%s", r.out.c_str());
   const int64_t T = g.pixels.dim(1), H = g.pixels.dim(2), W = g.pixels.dim(3);
@@ -645,9 +641,8 @@ TEST(Media, DecodeCommandReproducesTheGoldenPipelineMedia) {
   double wworst = 0;
   for (int64_t c = 0; c < 2; ++c)
     for (int64_t i = 0; i < g.wave.dim(1); ++i)
-      wworst = std::max(wworst,
-                        std::abs(a.audio[static_cast<size_t>(c)][static_cast<size_t>(i)] * 32768.0 / 32767.0 -
-                                 g.wave.get(c * g.wave.dim(1) + i)));
+      wworst = std::max(wworst, std::abs(a.audio[static_cast<size_t>(c)][static_cast<size_t>(i)] * 32768.0 / 32767.0 -
+                                         g.wave.get(c * g.wave.dim(1) + i)));
   EXPECT_LE(wworst, 0.5 / 32767 + 1e-4) << "decoded waveform differs from the golden waveform";
 
   const Decoded m = decode_file(out.string());
@@ -665,8 +660,8 @@ TEST(Media, DecodeCommandReproducesTheGoldenPipelineMedia) {
   // Sharded over 2 ranks: the same frames, byte for byte (the sharded decode is bitwise the 1-rank decode).
   const fs::path png2 = dir / "png2";
   const CliResult r2 =
-      run_h3("--log-level warn decode " + file + " -o " + (dir / "dec2.mp4").string() + " --video-vae " +
-             vvae + " --audio-vae " + avae + " --png-dir " + png2.string() + " --ranks 2");
+      run_h3("--log-level warn decode " + file + " -o " + (dir / "dec2.mp4").string() + " --video-vae " + vvae +
+             " --audio-vae " + avae + " --png-dir " + png2.string() + " --ranks 2");
   ASSERT_EQ(r2.status, 0) << r2.out;
   auto bytes = [](const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -717,8 +712,8 @@ TEST(Media, DecodeCommandErrorsExitNonZeroAndLeaveNothing) {
   }
   // The good video latents decode (no audio): a video-only MP4, 4x upsampled (16 x 16), 7 latent frames
   // -> 22.
-  const CliResult ok = run_h3("--log-level warn decode " + good.string() + " --no-audio -o " + out.string() +
-                              " --video-vae " + vvae);
+  const CliResult ok =
+      run_h3("--log-level warn decode " + good.string() + " --no-audio -o " + out.string() + " --video-vae " + vvae);
   ASSERT_EQ(ok.status, 0) << ok.out;
   const Decoded d = decode_file(out.string());
   EXPECT_EQ(d.acodec, "");
@@ -727,9 +722,8 @@ TEST(Media, DecodeCommandErrorsExitNonZeroAndLeaveNothing) {
   EXPECT_EQ(d.rgb.size(), 22u);
   // --wav without audio latents: refused before anything is written.
   const fs::path out2 = dir / "y.mp4";
-  const CliResult nowav =
-      run_h3("--log-level warn decode " + good.string() + " --no-audio -o " + out2.string() +
-             " --video-vae " + vvae + " --wav " + (dir / "y.wav").string());
+  const CliResult nowav = run_h3("--log-level warn decode " + good.string() + " --no-audio -o " + out2.string() +
+                                 " --video-vae " + vvae + " --wav " + (dir / "y.wav").string());
   EXPECT_NE(nowav.status, 0) << nowav.out;
   EXPECT_TRUE(no_file_like(out2));
   EXPECT_TRUE(no_file_like(dir / "y.wav"));

@@ -23,8 +23,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "model/dit/dit.h"
 #include "model/dit/config.h"
+#include "model/dit/dit.h"
 #include "ops/ops.h"
 
 namespace h3 {
@@ -102,8 +102,8 @@ void expect_matches(const std::string& what, const Tensor& got, const Ref& want)
   const double rel_gate = f64 ? 1e-13 : 1e-6;
   const double abs_gate = (f64 ? 1e-13 : 1e-5) * std::max(1.0, e.ref_max);
   if (verbose())
-    std::printf("[ops-err] %-48s %-3s rel_l2 %.3e max_abs %.3e\n", what.c_str(), f64 ? "f64" : "f32",
-                e.rel_l2, e.max_abs);
+    std::printf("[ops-err] %-48s %-3s rel_l2 %.3e max_abs %.3e\n", what.c_str(), f64 ? "f64" : "f32", e.rel_l2,
+                e.max_abs);
   EXPECT_LE(e.rel_l2, rel_gate) << what << " " << got.describe();
   EXPECT_LE(e.max_abs, abs_gate) << what << " " << got.describe();
 }
@@ -152,8 +152,7 @@ TEST(OpsLinear, MatchesReference) {
     int64_t n, k, m;
   };
   for (Case cs : {Case{1, 3, 5}, Case{7, 33, 3}, Case{37, 96, 33}, Case{131, 33, 96}, Case{13, 131, 37}}) {
-    const auto x = random_values(rng, cs.n * cs.k), w = random_values(rng, cs.m * cs.k),
-               b = random_values(rng, cs.m);
+    const auto x = random_values(rng, cs.n * cs.k), w = random_values(rng, cs.m * cs.k), b = random_values(rng, cs.m);
     for (bool with_bias : {false, true}) {
       Ref want(static_cast<size_t>(cs.n * cs.m));
       for (int64_t r = 0; r < cs.n; ++r)
@@ -165,8 +164,7 @@ TEST(OpsLinear, MatchesReference) {
         }
       for (DType dt : kFloatTypes) {
         const Tensor bias = make(b, {cs.m}, dt);
-        const Tensor y =
-            ops::linear(make(x, {cs.n, cs.k}, dt), make(w, {cs.m, cs.k}, dt), with_bias ? &bias : nullptr);
+        const Tensor y = ops::linear(make(x, {cs.n, cs.k}, dt), make(w, {cs.m, cs.k}, dt), with_bias ? &bias : nullptr);
         ASSERT_EQ(y.shape(), (Shape{cs.n, cs.m}));
         expect_matches(name(with_bias ? "linear+bias" : "linear", dt, {cs.n, cs.k, cs.m}), y, want);
       }
@@ -205,11 +203,9 @@ TEST(OpsRmsNorm, WholeRowAndPerHeadGroups) {
         }
       for (DType dt : kFloatTypes) {
         const Tensor wt = make(w, {cs.group}, dt);
-        const Tensor y =
-            ops::rms_norm(make(x, {cs.rows, cs.width}, dt), with_weight ? &wt : nullptr, cs.group, cs.eps);
+        const Tensor y = ops::rms_norm(make(x, {cs.rows, cs.width}, dt), with_weight ? &wt : nullptr, cs.group, cs.eps);
         ASSERT_EQ(y.shape(), (Shape{cs.rows, cs.width}));
-        expect_matches(name(with_weight ? "rms_norm+w" : "rms_norm", dt, {cs.rows, cs.width, cs.group}), y,
-                       want);
+        expect_matches(name(with_weight ? "rms_norm+w" : "rms_norm", dt, {cs.rows, cs.width, cs.group}), y, want);
       }
     }
   }
@@ -241,8 +237,7 @@ TEST(OpsModulate, MatchesReference) {
   };
   for (Case cs : {Case{1, 3, 1}, Case{7, 33, 3}, Case{37, 96, 5}, Case{131, 33, 2}}) {
     const auto h = random_values(rng, cs.n * cs.c);
-    const auto shift = random_values(rng, cs.table_rows * cs.c),
-               scale = random_values(rng, cs.table_rows * cs.c);
+    const auto shift = random_values(rng, cs.table_rows * cs.c), scale = random_values(rng, cs.table_rows * cs.c);
     const auto idx = random_index(rng, cs.n, cs.table_rows);
     Ref want(h.size());
     for (int64_t r = 0; r < cs.n; ++r)
@@ -288,8 +283,8 @@ TEST(OpsQuantizeFp8Rows, PerRowScalesAndRowIndependence) {
   Rng rng(107);
   const int64_t n = 9, c = 37;
   auto v = random_values(rng, n * c, 0.001, 3.0);
-  for (int64_t j = 0; j < c; ++j) v[4 * c + j] = 0.0;     // a zero row
-  for (int64_t j = 0; j < c; ++j) v[6 * c + j] *= 1e-4;   // a tiny row keeps its own scale
+  for (int64_t j = 0; j < c; ++j) v[4 * c + j] = 0.0;    // a zero row
+  for (int64_t j = 0; j < c; ++j) v[6 * c + j] *= 1e-4;  // a tiny row keeps its own scale
   const Tensor x = make(v, {n, c}, DType::f32);
   const Tensor q = ops::quantize_fp8_rows(x);
   ASSERT_EQ(q.dtype(), DType::fp8_e4m3);
@@ -306,8 +301,8 @@ TEST(OpsQuantizeFp8Rows, PerRowScalesAndRowIndependence) {
     for (int64_t j = 0; j < c; ++j) {
       const double want = static_cast<float>(v[r * c + j]) / s[r], got = q.get(r * c + j);
       // e4m3: 3 mantissa bits; below 2^-6 the subnormal step is 2^-9.
-      const double step = std::max(std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::fabs(want) + 1e-30))) - 3),
-                                   std::ldexp(1.0, -9));
+      const double step = std::max(
+          std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::fabs(want) + 1e-30))) - 3), std::ldexp(1.0, -9));
       EXPECT_LE(std::fabs(got - want), 0.5 * step + 1e-12) << r << "," << j;
     }
   }
@@ -395,15 +390,14 @@ TEST(OpsRope, RotateHalfOnFirstChannelsOfEachHead) {
   struct Case {
     int64_t n, heads, d, r;
   };
-  for (Case cs :
-       {Case{1, 3, 32, 2}, Case{7, 3, 32, 24}, Case{37, 1, 8, 8}, Case{131, 14, 8, 6}, Case{13, 1, 32, 32}}) {
+  for (Case cs : {Case{1, 3, 32, 2}, Case{7, 3, 32, 24}, Case{37, 1, 8, 8}, Case{131, 14, 8, 6}, Case{13, 1, 32, 32}}) {
     const int64_t cols = cs.heads * cs.d;
     const auto x = random_values(rng, cs.n * cols);
     const auto c = random_values(rng, cs.n * cs.r), s = random_values(rng, cs.n * cs.r);
     const Ref want = rope_reference(x, c, s, cs.n, cols, cs.d, cs.r);
     for (DType dt : kFloatTypes) {
-      const Tensor y = ops::rope(make(x, {cs.n, cols}, dt), make(c, {cs.n, cs.r}, dt),
-                                 make(s, {cs.n, cs.r}, dt), cs.d, false);
+      const Tensor y =
+          ops::rope(make(x, {cs.n, cols}, dt), make(c, {cs.n, cs.r}, dt), make(s, {cs.n, cs.r}, dt), cs.d, false);
       ASSERT_EQ(y.shape(), (Shape{cs.n, cols}));
       expect_matches(name("rope", dt, {cs.n, cs.heads, cs.d, cs.r}), y, want);
     }
@@ -411,8 +405,8 @@ TEST(OpsRope, RotateHalfOnFirstChannelsOfEachHead) {
 }
 
 // Softmax attention per head, two passes (max, then weights), no blocking.
-Ref attention_reference(const std::vector<double>& q, const std::vector<double>& k,
-                        const std::vector<double>& v, int64_t nq, int64_t nk, int64_t heads, int64_t d) {
+Ref attention_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                        int64_t nq, int64_t nk, int64_t heads, int64_t d) {
   const int64_t cols = heads * d;
   Ref out(static_cast<size_t>(nq * cols));
   std::vector<long double> s(static_cast<size_t>(nk));
@@ -446,15 +440,15 @@ TEST(OpsAttention, MatchesReference) {
     int64_t nq, nk, heads, d;
   };
   // One key; Nq != Nk both ways; Nq > 32 (query blocks); Nk > 256 and > 512 (key blocks crossed).
-  for (Case cs : {Case{1, 1, 1, 8}, Case{7, 1, 3, 32}, Case{37, 131, 3, 8}, Case{131, 37, 1, 32},
-                  Case{33, 300, 3, 32}, Case{5, 517, 14, 8}}) {
+  for (Case cs : {Case{1, 1, 1, 8}, Case{7, 1, 3, 32}, Case{37, 131, 3, 8}, Case{131, 37, 1, 32}, Case{33, 300, 3, 32},
+                  Case{5, 517, 14, 8}}) {
     const int64_t cols = cs.heads * cs.d;
-    const auto q = random_values(rng, cs.nq * cols, 0.05, 1.5),
-               k = random_values(rng, cs.nk * cols, 0.05, 1.5), v = random_values(rng, cs.nk * cols);
+    const auto q = random_values(rng, cs.nq * cols, 0.05, 1.5), k = random_values(rng, cs.nk * cols, 0.05, 1.5),
+               v = random_values(rng, cs.nk * cols);
     const Ref want = attention_reference(q, k, v, cs.nq, cs.nk, cs.heads, cs.d);
     for (DType dt : kFloatTypes) {
-      const Tensor y = ops::attention(make(q, {cs.nq, cols}, dt), make(k, {cs.nk, cols}, dt),
-                                      make(v, {cs.nk, cols}, dt), cs.d);
+      const Tensor y =
+          ops::attention(make(q, {cs.nq, cols}, dt), make(k, {cs.nk, cols}, dt), make(v, {cs.nk, cols}, dt), cs.d);
       ASSERT_EQ(y.shape(), (Shape{cs.nq, cols}));
       expect_matches(name("attention", dt, {cs.nq, cs.nk, cs.heads, cs.d}), y, want);
     }
@@ -475,15 +469,13 @@ TEST(OpsAttention, LargeScoresAreStable) {
     for (int64_t c = 0; c < cols; ++c) q[i * cols + c] = (i + c / d) % 2 ? 8.0 : -8.0;
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t c = 0; c < cols; ++c) {
-      const int shift =
-          j >= 256 && j < 512 ? 3 : 0;  // the middle block scores higher for q = +8, lower for -8
+      const int shift = j >= 256 && j < 512 ? 3 : 0;  // the middle block scores higher for q = +8, lower for -8
       k[j * cols + c] = 100.0 + (small(rng) + shift) / 8.0;
     }
   const auto v = random_values(rng, nk * cols);
   const Ref want = attention_reference(q, k, v, nq, nk, heads, d);
   for (DType dt : kFloatTypes) {
-    const Tensor y =
-        ops::attention(make(q, {nq, cols}, dt), make(k, {nk, cols}, dt), make(v, {nk, cols}, dt), d);
+    const Tensor y = ops::attention(make(q, {nq, cols}, dt), make(k, {nk, cols}, dt), make(v, {nk, cols}, dt), d);
     for (int64_t i = 0; i < y.numel(); ++i) ASSERT_TRUE(std::isfinite(y.get(i))) << "element " << i;
     expect_matches(name("attention large scores", dt, {nq, nk, heads, d}), y, want);
   }
@@ -586,9 +578,9 @@ TEST(OpsRoundBf16, RoundsToNearestEven) {
     if (!std::isnan(f)) v.push_back(f);  // covers subnormals and the largest finite values
   }
   // Exact ties both ways, values already on the grid, the overflow boundary, signed zeros, infinities.
-  for (uint32_t b : {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f800001u, 0x3f807fffu, 0x3f80ffffu,
-                     0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, 0x00008000u, 0x00018000u, 0x00000001u,
-                     0x80000000u, 0u, 0x7f800000u, 0xff800000u, 0x3f800000u})
+  for (uint32_t b :
+       {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f800001u, 0x3f807fffu, 0x3f80ffffu, 0x7f7fffffu, 0x7f7f8000u,
+        0x7f7f7fffu, 0x00008000u, 0x00018000u, 0x00000001u, 0x80000000u, 0u, 0x7f800000u, 0xff800000u, 0x3f800000u})
     v.push_back(std::bit_cast<float>(b));
   Tensor t = Tensor::from(v, {static_cast<int64_t>(v.size())});
   ops::round_bf16_(t);
@@ -614,8 +606,7 @@ TEST(OpsBf16Steps, ResultsAreOnTheBf16Grid) {
   auto expect_on_grid = [](const char* what, const Tensor& t, const Ref& want) {
     for (int64_t i = 0; i < t.numel(); ++i) {
       const float f = t.data<float>()[i];
-      ASSERT_EQ(std::bit_cast<uint32_t>(f), std::bit_cast<uint32_t>(round_bf16(f)))
-          << what << " element " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(f), std::bit_cast<uint32_t>(round_bf16(f))) << what << " element " << i;
     }
     const Err e = measure(t, want);
     if (verbose()) std::printf("[ops-err] %-48s bf16 rel_l2 %.3e max_abs %.3e\n", what, e.rel_l2, e.max_abs);
@@ -628,19 +619,18 @@ TEST(OpsBf16Steps, ResultsAreOnTheBf16Grid) {
   Ref want(h.size());
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < c; ++j)
-      want[r * c + j] =
-          static_cast<long double>(h[r * c + j]) * (1.0L + t1[idx[r] * c + j]) + t0[idx[r] * c + j];
+      want[r * c + j] = static_cast<long double>(h[r * c + j]) * (1.0L + t1[idx[r] * c + j]) + t0[idx[r] * c + j];
   expect_on_grid("modulate bf16",
                  ops::modulate(make(h, {n, c}, DType::f32), make(t0, {table_rows, c}, DType::f32),
                                make(t1, {table_rows, c}, DType::f32), make_index(idx), true),
                  want);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < c; ++j)
-      want[r * c + j] = static_cast<long double>(h[r * c + j]) +
-                        static_cast<long double>(t0[idx[r] * c + j]) * y[r * c + j];
+      want[r * c + j] =
+          static_cast<long double>(h[r * c + j]) + static_cast<long double>(t0[idx[r] * c + j]) * y[r * c + j];
   expect_on_grid("gate_residual bf16",
-                 ops::gate_residual(make(h, {n, c}, DType::f32), make(t0, {table_rows, c}, DType::f32),
-                                    make_index(idx), make(y, {n, c}, DType::f32), true),
+                 ops::gate_residual(make(h, {n, c}, DType::f32), make(t0, {table_rows, c}, DType::f32), make_index(idx),
+                                    make(y, {n, c}, DType::f32), true),
                  want);
   const int64_t f = 33;
   const auto u = bf16_values(n * 2 * f);
@@ -675,13 +665,11 @@ TEST(OpsDeterminism, AttentionHeadsAreIndependent) {
     const auto q = random_values(rng, cs.nq * cols), k = random_values(rng, cs.nk * cols),
                v = random_values(rng, cs.nk * cols);
     for (DType dt : kFloatTypes) {
-      const Tensor qt = make(q, {cs.nq, cols}, dt), kt = make(k, {cs.nk, cols}, dt),
-                   vt = make(v, {cs.nk, cols}, dt);
+      const Tensor qt = make(q, {cs.nq, cols}, dt), kt = make(k, {cs.nk, cols}, dt), vt = make(v, {cs.nk, cols}, dt);
       const Tensor full = ops::attention(qt, kt, vt, cs.d);
       for (int64_t h = 0; h < cs.heads; ++h) {
         const int64_t b = h * cs.d, e = b + cs.d;
-        const Tensor one =
-            ops::attention(column_slice(qt, b, e), column_slice(kt, b, e), column_slice(vt, b, e), cs.d);
+        const Tensor one = ops::attention(column_slice(qt, b, e), column_slice(kt, b, e), column_slice(vt, b, e), cs.d);
         EXPECT_TRUE(bitwise_equal(one, column_slice(full, b, e)))
             << dtype_name(dt) << " head " << h << " of " << cs.heads << " differs from the all-heads run";
       }
@@ -707,15 +695,12 @@ TEST(OpsDeterminism, LinearRowsDoNotDependOnTheBatch) {
     int64_t n, k, m;
   };
   std::vector<std::string> differing;
-  for (Case cs :
-       {Case{131, 33, 96}, Case{37, 96, 33}, Case{7, 3, 5}, Case{131, 517, 37}, Case{67, 1031, 131}}) {
-    const auto x = random_values(rng, cs.n * cs.k), w = random_values(rng, cs.m * cs.k),
-               bv = random_values(rng, cs.m);
+  for (Case cs : {Case{131, 33, 96}, Case{37, 96, 33}, Case{7, 3, 5}, Case{131, 517, 37}, Case{67, 1031, 131}}) {
+    const auto x = random_values(rng, cs.n * cs.k), w = random_values(rng, cs.m * cs.k), bv = random_values(rng, cs.m);
     for (DType dt : kFloatTypes) {
       const Tensor xt = make(x, {cs.n, cs.k}, dt), wt = make(w, {cs.m, cs.k}, dt), bt = make(bv, {cs.m}, dt);
       const Tensor full = ops::linear(xt, wt, &bt);
-      for (auto [b, e] :
-           {std::pair<int64_t, int64_t>{0, 1}, {cs.n - 1, cs.n}, {1, 4}, {2, cs.n}, {0, cs.n / 2 + 1}}) {
+      for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 1}, {cs.n - 1, cs.n}, {1, 4}, {2, cs.n}, {0, cs.n / 2 + 1}}) {
         if (b >= e || e > cs.n) continue;
         const Tensor part = ops::linear(xt.rows(b, e), wt, &bt);
         const Tensor want = full.rows(b, e).clone();
@@ -726,9 +711,8 @@ TEST(OpsDeterminism, LinearRowsDoNotDependOnTheBatch) {
           count += part.get(i) != want.get(i);
           max_abs = std::max(max_abs, std::fabs(part.get(i) - want.get(i)));
         }
-        differing.push_back(
-            fmt::format("{} n={} k={} m={} rows [{}, {}): {} of {} elements, max |diff| {:.2e}",
-                        dtype_name(dt), cs.n, cs.k, cs.m, b, e, count, part.numel(), max_abs));
+        differing.push_back(fmt::format("{} n={} k={} m={} rows [{}, {}): {} of {} elements, max |diff| {:.2e}",
+                                        dtype_name(dt), cs.n, cs.k, cs.m, b, e, count, part.numel(), max_abs));
       }
     }
   }
@@ -777,9 +761,7 @@ TEST(OpsInvalid, ShapesDtypesAndIndicesThrow) {
   EXPECT_THROW(ops::modulate(x, table, table, idx.to(DType::i64), false), Error);
 
   EXPECT_NO_THROW(ops::gate_residual(x, table, idx, x, false));
-  EXPECT_THROW(
-      ops::gate_residual(x, table, idx, make(std::vector<double>(10, 1.0), {2, 5}, DType::f32), false),
-      Error);
+  EXPECT_THROW(ops::gate_residual(x, table, idx, make(std::vector<double>(10, 1.0), {2, 5}, DType::f32), false), Error);
   EXPECT_THROW(ops::gate_residual(x, table4, idx, x, false), Error);
   EXPECT_THROW(ops::gate_residual(x, table, make_index({0, 1, 2}), x, false), Error);
   EXPECT_THROW(ops::gate_residual(x, table, idx, x64, false), Error);
@@ -881,13 +863,11 @@ TEST(OpsDit, TimestepEmbeddingMatchesSpec) {
     for (size_t i = 0; i < ts.size(); ++i) {
       const float* row = emb.data<float>() + i * freq_dim;
       for (int kk = 0; kk < half; ++kk) {
-        const float e32 =
-            static_cast<float>(static_cast<float>(-std::log(10000.0)) * static_cast<float>(kk)) /
-            static_cast<float>(half);
+        const float e32 = static_cast<float>(static_cast<float>(-std::log(10000.0)) * static_cast<float>(kk)) /
+                          static_cast<float>(half);
         const float arg32 = ts[i] * static_cast<float>(std::exp(static_cast<double>(e32)));
         const int64_t dc = ulp_distance(row[kk], static_cast<float>(std::cos(static_cast<double>(arg32))));
-        const int64_t ds =
-            ulp_distance(row[half + kk], static_cast<float>(std::sin(static_cast<double>(arg32))));
+        const int64_t ds = ulp_distance(row[half + kk], static_cast<float>(std::sin(static_cast<double>(arg32))));
         if (std::max(dc, ds) > worst_ulp) {
           worst_ulp = std::max(dc, ds);
           worst_at = fmt::format("t={} k={} {}", ts[i], kk, dc > ds ? "cos" : "sin");
@@ -904,8 +884,8 @@ TEST(OpsDit, TimestepEmbeddingMatchesSpec) {
       std::printf(
           "[ops-err] timestep_embedding %d: f32 recipe worst %lld ulp (%s); exact formula worst %lld ulp, "
           "max_abs %.3e\n",
-          freq_dim, static_cast<long long>(worst_ulp), worst_at.c_str(),
-          static_cast<long long>(worst_exact_ulp), worst_exact_abs);
+          freq_dim, static_cast<long long>(worst_ulp), worst_at.c_str(), static_cast<long long>(worst_exact_ulp),
+          worst_exact_abs);
     EXPECT_LE(worst_ulp, 2) << "freq_dim " << freq_dim << ": " << worst_ulp << " ulp at " << worst_at;
     EXPECT_LE(worst_exact_abs, 0x1p-23) << "freq_dim " << freq_dim;
   }
@@ -923,8 +903,7 @@ TEST(OpsDit, RopeTablesMatchSpec) {
     const int64_t S = 37, r = 6 * d;
     std::vector<double> pos(static_cast<size_t>(S * 3));
     std::uniform_int_distribution<int> ip(0, 107);
-    for (size_t i = 0; i < pos.size(); ++i)
-      pos[i] = i % 4 == 3 ? ip(rng) + 0.1 * ip(rng) : ip(rng);  // some non-f32
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = i % 4 == 3 ? ip(rng) + 0.1 * ip(rng) : ip(rng);  // some non-f32
     std::vector<float> inv(static_cast<size_t>(d));
     for (int j = 0; j < d; ++j) {
       const float e = static_cast<float>(2 * j) / static_cast<float>(2 * d);
@@ -959,8 +938,7 @@ TEST(OpsDit, RopeTablesMatchSpec) {
         for (int64_t i = 0; i < S * r; ++i)
           worst = std::max({worst, ulp_distance(cos_t.data<float>()[i], static_cast<float>(want_c[i])),
                             ulp_distance(sin_t.data<float>()[i], static_cast<float>(want_s[i]))});
-        if (verbose())
-          std::printf("[ops-err] rope_tables f32 d=%d worst %lld ulp\n", d, static_cast<long long>(worst));
+        if (verbose()) std::printf("[ops-err] rope_tables f32 d=%d worst %lld ulp\n", d, static_cast<long long>(worst));
         EXPECT_LE(worst, 1) << "rope_tables f32, d " << d;
       }
     }

@@ -12,12 +12,12 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "model/dit/checkpoint.h"
-#include "model/dit/lora.h"
 #include "io/quant.h"
-#include "model/dit/export.h"
 #include "io/safetensors.h"
+#include "model/dit/checkpoint.h"
 #include "model/dit/dit.h"
+#include "model/dit/export.h"
+#include "model/dit/lora.h"
 #include "pipeline/synthetic.h"
 
 using namespace h3;
@@ -36,8 +36,7 @@ struct Scratch {
   std::string operator/(const std::string& n) const { return (dir / n).string(); }
 };
 
-std::string write_quant(const DitCheckpoint& ck, QuantFormat q, ExportLayout layout,
-                        const std::string& path) {
+std::string write_quant(const DitCheckpoint& ck, QuantFormat q, ExportLayout layout, const std::string& path) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::map<std::string, std::string> meta;
   export_dit(ck, DType::f32, layout, q, tensors, meta);
@@ -90,8 +89,7 @@ TEST(Quant, HadamardIsOrthonormalAndItsOwnInverse) {
     Tensor e(DType::f32, {1, g});
     e.data<float>()[0] = 1;
     hadamard_columns_(e, g);
-    for (int k = 0; k < g; ++k)
-      ASSERT_NEAR(e.data<float>()[k], 1.0 / std::sqrt(g), 1e-7);  // first column of H
+    for (int k = 0; k < g; ++k) ASSERT_NEAR(e.data<float>()[k], 1.0 / std::sqrt(g), 1e-7);  // first column of H
     Tensor x = seeded_normal({3, 2 * g}, 4, 0), y = x.clone();
     hadamard_columns_(y, g);
     double nx = 0, ny = 0;
@@ -118,9 +116,8 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
   for (auto [q, layout] :
        {Case{QuantFormat::fp8, ExportLayout::comfy}, Case{QuantFormat::scaled_fp8, ExportLayout::diffusers},
         Case{QuantFormat::int8, ExportLayout::official}, Case{QuantFormat::int8, ExportLayout::comfy},
-        Case{QuantFormat::int8_convrot, ExportLayout::official},
-        Case{QuantFormat::nvfp4, ExportLayout::official}, Case{QuantFormat::nvfp4, ExportLayout::comfy},
-        Case{QuantFormat::mxfp8, ExportLayout::official}}) {
+        Case{QuantFormat::int8_convrot, ExportLayout::official}, Case{QuantFormat::nvfp4, ExportLayout::official},
+        Case{QuantFormat::nvfp4, ExportLayout::comfy}, Case{QuantFormat::mxfp8, ExportLayout::official}}) {
     SCOPED_TRACE(std::string(quant_format_name(q)) + " " + std::to_string(static_cast<int>(layout)));
     const std::string p = write_quant(ref, q, layout, dir / "q.safetensors");
     DitCheckpoint ck = DitCheckpoint::open(p);
@@ -168,13 +165,11 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t b = 0; b < cols / 16; ++b) {
             double bmax = 0;
-            for (int64_t j = 16 * b; j < 16 * b + 16; ++j)
-              bmax = std::max(bmax, std::fabs(want.get(i * cols + j)));
+            for (int64_t j = 16 * b; j < 16 * b + 16; ++j) bmax = std::max(bmax, std::fabs(want.get(i * cols + j)));
             const double t = bmax / 6 * 1.0625 + s2 * std::ldexp(1.0, -10);
             for (int64_t j = 16 * b; j < 16 * b + 16; ++j) {
               const double v = want.get(i * cols + j);
-              ASSERT_LE(std::fabs(got.get(i * cols + j) - v),
-                        std::max(std::fabs(v), t) / 4 * (1 + 1e-5) + 1e-9)
+              ASSERT_LE(std::fabs(got.get(i * cols + j) - v), std::max(std::fabs(v), t) / 4 * (1 + 1e-5) + 1e-9)
                   << key << " row " << i << " column " << j;
             }
           }
@@ -208,15 +203,12 @@ TEST(Quant, ForwardWithinToleranceOfF32) {
   DitCheckpoint ref = DitCheckpoint::open("procedural:mini");
   DitInputs in = make_synthetic_inputs(ref.config(), SyntheticRequest{});
   DitOutputs want = DitModel(ref, Precision::f32).forward(in);
-  const std::map<QuantFormat, double> tol = {{QuantFormat::fp8, 5e-2},
-                                             {QuantFormat::scaled_fp8, 5e-2},
-                                             {QuantFormat::int8, 1e-2},
-                                             {QuantFormat::int8_convrot, 1e-2},
-                                             {QuantFormat::nvfp4, 1e-1},
-                                             {QuantFormat::mxfp8, 5e-2}};
+  const std::map<QuantFormat, double> tol = {{QuantFormat::fp8, 5e-2},   {QuantFormat::scaled_fp8, 5e-2},
+                                             {QuantFormat::int8, 1e-2},  {QuantFormat::int8_convrot, 1e-2},
+                                             {QuantFormat::nvfp4, 1e-1}, {QuantFormat::mxfp8, 5e-2}};
   for (auto [q, t] : tol) {
-    const std::string p = write_quant(
-        ref, q, q == QuantFormat::int8 ? ExportLayout::comfy : ExportLayout::official, dir / "f.safetensors");
+    const std::string p = write_quant(ref, q, q == QuantFormat::int8 ? ExportLayout::comfy : ExportLayout::official,
+                                      dir / "f.safetensors");
     DitOutputs got = DitModel(DitCheckpoint::open(p), Precision::f32).forward(in);
     const double ev = rel_l2(got.video, want.video), ea = rel_l2(got.audio, want.audio);
     std::printf("quant %-13s video rel_l2 %.3e, audio rel_l2 %.3e (tolerance %.0e)\n",
@@ -282,8 +274,7 @@ TEST(Quant, Nvfp4HandMadeTensorDecodesExactly) {
                                    {1 * C + 17, 0.25f},  {33 * C + 32, -12.0f}, {33 * C + 33, 3.0f}};
   for (int64_t i = 0; i < w.numel(); ++i) {
     const auto it = want.find(i);
-    ASSERT_EQ(w.data<float>()[i], it == want.end() ? 0.0f : it->second)
-        << "row " << i / C << " column " << i % C;
+    ASSERT_EQ(w.data<float>()[i], it == want.end() ? 0.0f : it->second) << "row " << i / C << " column " << i % C;
   }
   // Wrong scale sizes are refused with the expected tiling named.
   try {

@@ -6,10 +6,10 @@
 
 #include "core/compare.h"
 #include "golden.h"
-#include "ops/ops_conv.h"
 #include "model/qwen3vl/text.h"
-#include "verify/qwen3vl_text.h"
 #include "ops/ops.h"
+#include "ops/ops_conv.h"
+#include "verify/qwen3vl_text.h"
 
 using namespace h3;
 

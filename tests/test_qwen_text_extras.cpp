@@ -5,17 +5,17 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/compare.h"
 #include "golden.h"
 #include "model/qwen3vl/text.h"
-#include "verify/qwen3vl_text.h"
 #include "ops/ops.h"
 #include "pipeline/synthetic.h"
 #include "scratch_dir.h"
+#include "verify/qwen3vl_text.h"
 
 using namespace h3;
 namespace fs = std::filesystem;
@@ -83,8 +83,7 @@ TEST(QwenTextExtras, ReplacedEmbeddingsAndDeepstackChangeOnlyRowsFromTheFirstRep
   const QwenTextOutputs got = m.forward(ids, {0, 50}, false, nullptr, &ex);
   EXPECT_TRUE(same_bits(pick_rows(got.hidden_states.at(0), ex.rows), ex.embeds));
   EXPECT_TRUE(same_bits(got.hidden_states.at(50).rows(0, first), plain.hidden_states.at(50).rows(0, first)));
-  EXPECT_GT(compare(got.hidden_states.at(50).rows(first, 13), plain.hidden_states.at(50).rows(first, 13)).rel_l2,
-            1e-3);
+  EXPECT_GT(compare(got.hidden_states.at(50).rows(first, 13), plain.hidden_states.at(50).rows(first, 13)).rel_l2, 1e-3);
 
   // DeepStack alone (embeddings untouched): hidden_states[1] is layer 0's output before the addition, as
   // transformers records it; from hidden_states[2] on, rows >= 5 carry it.
@@ -95,8 +94,8 @@ TEST(QwenTextExtras, ReplacedEmbeddingsAndDeepstackChangeOnlyRowsFromTheFirstRep
   EXPECT_TRUE(same_bits(dsg.hidden_states.at(1), plain.hidden_states.at(1)));
   for (int64_t k : {2, 50}) {
     EXPECT_TRUE(same_bits(dsg.hidden_states.at(k).rows(0, first), plain.hidden_states.at(k).rows(0, first))) << k;
-    EXPECT_GT(compare(dsg.hidden_states.at(k).rows(first, first + 1),
-                      plain.hidden_states.at(k).rows(first, first + 1)).rel_l2,
+    EXPECT_GT(compare(dsg.hidden_states.at(k).rows(first, first + 1), plain.hidden_states.at(k).rows(first, first + 1))
+                  .rel_l2,
               1e-3)
         << k;
   }
@@ -121,8 +120,7 @@ TEST(QwenTextExtras, BadExtrasAreRefusedWithTheReason) {
   EXPECT_NE(error_of([&] { (void)m.forward(ids, {50}, false, nullptr, &ex); }).find("outside the 13 tokens"),
             std::string::npos);
   ex.rows = {3, 3};
-  EXPECT_NE(error_of([&] { (void)m.forward(ids, {50}, false, nullptr, &ex); }).find("given twice"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { (void)m.forward(ids, {50}, false, nullptr, &ex); }).find("given twice"), std::string::npos);
   ex.rows = {3, 4};
   ex.embeds = Tensor(DType::f32, {2, 31});
   EXPECT_NE(error_of([&] { (void)m.forward(ids, {50}, false, nullptr, &ex); }).find("expected [2, 32]"),
@@ -209,8 +207,7 @@ TEST(QwenTextFolder, MissingShardsKeysAndIndexAreNamed) {
     d.index["weight_map"].erase("model.language_model.layers.7.mlp.down_proj.weight");
     std::ofstream(scratch.path() / "model.safetensors.index.json") << d.index.dump();
     const QwenTextWeights w = QwenTextWeights::open(scratch.path().string());
-    const std::string e =
-        error_of([&] { QwenTextModel m(w, detect_qwen_text_config(w), 50, QwenTextOptions{}); });
+    const std::string e = error_of([&] { QwenTextModel m(w, detect_qwen_text_config(w), 50, QwenTextOptions{}); });
     EXPECT_NE(e.find("missing model.language_model.layers.7.mlp.down_proj.weight"), std::string::npos) << e;
   }
   {
@@ -256,9 +253,9 @@ TEST(QwenTextFixtures, WriteParityFile) {
     add(p + "mlp.down_proj.weight", {H, F}, 0.1);
   }
   add("norm.weight", {H}, 0.1, 1.0);
-  const nlohmann::json cfg = {{"rms_norm_eps", 1e-6},
-                              {"rope_parameters", {{"rope_theta", 5e6}, {"mrope_section", {1, 1, 1}},
-                                                   {"mrope_interleaved", true}}}};
+  const nlohmann::json cfg = {
+      {"rms_norm_eps", 1e-6},
+      {"rope_parameters", {{"rope_theta", 5e6}, {"mrope_section", {1, 1, 1}}, {"mrope_interleaved", true}}}};
   const std::map<std::string, std::string> md = {
       {"config", cfg.dump()}, {"reference", "h3 1-rank run (tensor-parallel parity fixture, not a golden)"}};
   const fs::path weights_only = out / "qwen-text-parity-weights.safetensors";

@@ -11,9 +11,9 @@
 #include "core/compare.h"
 #include "golden.h"
 #include "model/qwen3vl/qwen3vl.h"
-#include "verify/qwen3vl_vision.h"
 #include "ops/ops_act.h"
 #include "scratch_dir.h"
+#include "verify/qwen3vl_vision.h"
 
 using namespace h3;
 
@@ -84,9 +84,8 @@ QwenVisionConfig write_tiny_tower(const std::string& path) {
   merger("merger.", h);
   merger("deepstack_merger_list.0.", mh);
   merger("deepstack_merger_list.1.", mh);
-  const nlohmann::json cfg = {{"vision_config",
-                               {{"num_heads", 2}, {"deepstack_visual_indexes", {0, 2}},
-                                {"hidden_act", "gelu_pytorch_tanh"}}}};
+  const nlohmann::json cfg = {
+      {"vision_config", {{"num_heads", 2}, {"deepstack_visual_indexes", {0, 2}}, {"hidden_act", "gelu_pytorch_tanh"}}}};
   write_safetensors(path, ts, {{"config", cfg.dump()}});
   return c;
 }
@@ -99,7 +98,9 @@ Tensor random_pixels(int64_t rows, int64_t width, uint32_t seed) {
   return t;
 }
 
-Tensor rows_of(const Tensor& t, int64_t b, int64_t e) { return t.rows(b, e).clone(); }
+Tensor rows_of(const Tensor& t, int64_t b, int64_t e) {
+  return t.rows(b, e).clone();
+}
 
 }  // namespace
 

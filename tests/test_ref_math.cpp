@@ -21,7 +21,9 @@ int64_t ordered(float x) {
   std::memcpy(&i, &x, sizeof i);
   return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : i;
 }
-int64_t ulps(float a, float b) { return std::llabs(ordered(a) - ordered(b)); }
+int64_t ulps(float a, float b) {
+  return std::llabs(ordered(a) - ordered(b));
+}
 
 // Arguments: a geometric sweep 1e-7 .. 30 (both signs), uniform ones in [-100, 100], and t * 10000^(-k/half) for
 // a grid of timesteps as the embedding forms them.
@@ -75,29 +77,43 @@ void check(const char* what, const Sweep& s, int64_t max_not_nearest_percent) {
 
 TEST(RefMath, ActiveBackendIsWithinOneUlpOfTheCorrectlyRoundedValue) {
   const auto& b = ref_math::backend();
-  std::printf("[ref_math] backend: %s\n", b.vml ? ("Intel MKL VML from " + b.library).c_str()
-                                                : ("libm (" + b.why + ")").c_str());
+  std::printf("[ref_math] backend: %s\n",
+              b.vml ? ("Intel MKL VML from " + b.library).c_str() : ("libm (" + b.why + ")").c_str());
   const int64_t pct = b.vml ? 10 : 1;
   const std::vector<float> a = arguments();
-  check("cos", sweep(ref_math::cos_f32, [](long double x) { return std::cos(x); }, a), pct);
-  check("sin", sweep(ref_math::sin_f32, [](long double x) { return std::sin(x); }, a), pct);
+  check("cos",
+        sweep(
+            ref_math::cos_f32, [](long double x) { return std::cos(x); }, a),
+        pct);
+  check("sin",
+        sweep(
+            ref_math::sin_f32, [](long double x) { return std::sin(x); }, a),
+        pct);
   std::vector<float> e;
   for (float x = -20.0f; x <= 10.0f; x += 0.000731f) e.push_back(x);
-  check("exp", sweep(ref_math::exp_f32, [](long double x) { return std::exp(x); }, e), pct);
+  check("exp",
+        sweep(
+            ref_math::exp_f32, [](long double x) { return std::exp(x); }, e),
+        pct);
 }
 
 TEST(RefMath, LibmPathIsWithinOneUlpOfTheCorrectlyRoundedValue) {
   const std::vector<float> a = arguments();
-  check("cos libm", sweep(ref_math::cos_f32_libm, [](long double x) { return std::cos(x); }, a), 1);
-  check("sin libm", sweep(ref_math::sin_f32_libm, [](long double x) { return std::sin(x); }, a), 1);
+  check("cos libm",
+        sweep(
+            ref_math::cos_f32_libm, [](long double x) { return std::cos(x); }, a),
+        1);
+  check("sin libm",
+        sweep(
+            ref_math::sin_f32_libm, [](long double x) { return std::sin(x); }, a),
+        1);
 }
 
 // The point of loading VML: it is not libm. On the timestep-embedding grid VML HA rounds some cosines to the other
 // neighbour (this is what the f64 DiT golden depends on); both must stay within 1 ulp of each other.
 TEST(RefMath, VmlDiffersFromLibmOnlyByOneUlpWhereItDiffers) {
   const auto& b = ref_math::backend();
-  if (!b.vml)
-    GTEST_SKIP() << "SKIPPED LOUDLY: Intel MKL VML not loaded (" << b.why << "); run scripts/setup-mkl.sh";
+  if (!b.vml) GTEST_SKIP() << "SKIPPED LOUDLY: Intel MKL VML not loaded (" << b.why << "); run scripts/setup-mkl.sh";
   const std::vector<float> a = arguments();
   std::vector<float> v(a.size()), l(a.size());
   ref_math::cos_f32(a.data(), v.data(), static_cast<int64_t>(a.size()));

@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "scratch_dir.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "scratch_dir.h"
 
 using namespace h3;
 namespace fs = std::filesystem;
@@ -83,8 +83,7 @@ void expect_open_error(const fs::path& file, const std::vector<std::string>& nee
     ADD_FAILURE() << "opened without error: " << file;
   } catch (const Error& e) {
     const std::string msg = e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+    for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "threw a non-h3 exception: " << e.what();
   }
@@ -112,8 +111,7 @@ TEST(SafeTensorsRoundTrip, EveryDtypeWithMetadata) {
   const fs::path file = dir / "all.safetensors";
   write_safetensors(file.string(), tensors, meta);
 
-  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"all.safetensors"})
-      << "a .partial file was left behind";
+  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"all.safetensors"}) << "a .partial file was left behind";
   SafeTensors st = SafeTensors::open(file.string());
   EXPECT_EQ(st.path(), file.string());
   EXPECT_EQ(st.metadata(), meta);
@@ -266,8 +264,7 @@ TEST(SafeTensorsValidation, HeaderLengthBeyondFile) {
 TEST(SafeTensorsValidation, TruncatedData) {
   ScratchDir dir;
   const fs::path f = dir / "t.safetensors";
-  write_safetensors(f.string(),
-                    {{"first", patterned(DType::f32, {4}, 1)}, {"last", patterned(DType::f16, {6}, 2)}});
+  write_safetensors(f.string(), {{"first", patterned(DType::f32, {4}, 1)}, {"last", patterned(DType::f16, {6}, 2)}});
   std::string bytes = read_all(f);
   bytes.resize(bytes.size() - 3);
   write_all(f, bytes);
@@ -291,34 +288,22 @@ TEST(SafeTensorsValidation, HandCraftedHeaders) {
       {"missing dtype", R"({"w": {"shape": [2], "data_offsets": [0, 8]}})", 8, {"'w'", "dtype"}},
       {"missing shape", R"({"w": {"dtype": "F32", "data_offsets": [0, 8]}})", 8, {"'w'", "shape"}},
       {"missing data_offsets", R"({"w": {"dtype": "F32", "shape": [2]}})", 8, {"'w'", "data_offsets"}},
-      {"non-string dtype",
-       R"({"w": {"dtype": 7, "shape": [2], "data_offsets": [0, 8]}})",
-       8,
-       {"'w'", "dtype"}},
-      {"unknown dtype",
-       R"({"w": {"dtype": "F128", "shape": [2], "data_offsets": [0, 32]}})",
-       32,
-       {"'w'", "F128"}},
+      {"non-string dtype", R"({"w": {"dtype": 7, "shape": [2], "data_offsets": [0, 8]}})", 8, {"'w'", "dtype"}},
+      {"unknown dtype", R"({"w": {"dtype": "F128", "shape": [2], "data_offsets": [0, 32]}})", 32, {"'w'", "F128"}},
       {"lower-case dtype", R"({"w": {"dtype": "f32", "shape": [2], "data_offsets": [0, 8]}})", 8, {"'w'"}},
       {"shape not an array", R"({"w": {"dtype": "F32", "shape": 2, "data_offsets": [0, 8]}})", 8, {"'w'"}},
       {"negative shape", R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8, {"'w'"}},
       {"fractional shape", R"({"w": {"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}})", 8, {"'w'"}},
       {"float-typed shape", R"({"w": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}})", 8, {"'w'"}},
       {"string shape", R"({"w": {"dtype": "F32", "shape": ["2"], "data_offsets": [0, 8]}})", 8, {"'w'"}},
-      {"huge dimension",
-       R"({"w": {"dtype": "U8", "shape": [1000000000000000], "data_offsets": [0, 8]}})",
-       8,
-       {"'w'"}},
+      {"huge dimension", R"({"w": {"dtype": "U8", "shape": [1000000000000000], "data_offsets": [0, 8]}})", 8, {"'w'"}},
       {"overflowing shape",
        R"({"w": {"dtype": "F64", "shape": [281474976710656, 281474976710656], "data_offsets": [0, 8]}})",
        8,
        {"'w'"}},
       {"one offset", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8]}})", 8, {"'w'"}},
       {"negative offset", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]}})", 8, {"'w'"}},
-      {"reversed offsets",
-       R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})",
-       8,
-       {"'w'", "reversed"}},
+      {"reversed offsets", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", 8, {"'w'", "reversed"}},
       {"data past the end",
        R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
        8,
@@ -327,10 +312,7 @@ TEST(SafeTensorsValidation, HandCraftedHeaders) {
        R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})",
        8,
        {"'w'", "12 bytes"}},
-      {"byte count mismatch, empty",
-       R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [0, 4]}})",
-       4,
-       {"'w'"}},
+      {"byte count mismatch, empty", R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [0, 4]}})", 4, {"'w'"}},
       {"overlap",
        R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
            "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
@@ -436,14 +418,13 @@ CorruptionStats corrupt_and_parse(const std::vector<std::byte>& base, int count,
     for (int r = 0; r < rounds; ++r) {
       switch (pick(0, 6)) {
         case 0: {  // flip bits in the header
-          for (size_t k = pick(1, 8); k > 0; --k)
-            arena[pick(8, head - 1)] ^= std::byte{uint8_t(1u << pick(0, 7))};
+          for (size_t k = pick(1, 8); k > 0; --k) arena[pick(8, head - 1)] ^= std::byte{uint8_t(1u << pick(0, 7))};
           break;
         }
         case 1: {  // overwrite header bytes with JSON-ish characters or anything
           for (size_t k = pick(1, 4); k > 0; --k)
-            arena[pick(8, head - 1)] = pick(0, 3) == 0 ? std::byte(uint8_t(pick(0, 255)))
-                                                       : std::byte(kJsonish[pick(0, sizeof(kJsonish) - 2)]);
+            arena[pick(8, head - 1)] =
+                pick(0, 3) == 0 ? std::byte(uint8_t(pick(0, 255))) : std::byte(kJsonish[pick(0, sizeof(kJsonish) - 2)]);
           break;
         }
         case 2: {  // change digits: shapes and offsets stay numbers, most headers stay valid JSON
@@ -568,9 +549,8 @@ TEST(SafeTensorsCorruption, SeededMutationsOfAWrittenFile) {
   const auto t0 = std::chrono::steady_clock::now();
   const CorruptionStats s = corrupt_and_parse(base, 4000, 20261129);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf(
-      "[ corrupt  ] written file (%zu bytes): 4000 mutants, %d parsed, %d rejected, %d wrong, %.2f s\n",
-      base.size(), s.parsed, s.rejected, s.wrong, secs);
+  std::printf("[ corrupt  ] written file (%zu bytes): 4000 mutants, %d parsed, %d rejected, %d wrong, %.2f s\n",
+              base.size(), s.parsed, s.rejected, s.wrong, secs);
   EXPECT_EQ(s.wrong, 0) << s.first_wrong;
   EXPECT_EQ(s.parsed + s.rejected + s.wrong, 4000);
   // Both outcomes must actually occur, or the mutations test nothing.

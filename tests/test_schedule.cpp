@@ -64,17 +64,14 @@ TEST(Schedule, GoldenSchedulesBitwise) {
   int checked = 0;
   for (double shift : {12.0, 3.0})
     for (int n : {50, 20, 8, 4, 2}) {
-      const std::string key =
-          "schedule.shift" + std::to_string(static_cast<int>(shift)) + ".n" + std::to_string(n);
+      const std::string key = "schedule.shift" + std::to_string(static_cast<int>(shift)) + ".n" + std::to_string(n);
       if (!f.has(key + ".sigmas")) continue;
       FlowSchedule s = make_flow_schedule(n, shift);
       Tensor sig = f.get(key + ".sigmas"), ts = f.get(key + ".timesteps");
       ASSERT_EQ(sig.numel(), static_cast<int64_t>(s.sigmas.size())) << key;
       ASSERT_EQ(ts.numel(), static_cast<int64_t>(s.timesteps.size())) << key;
-      for (size_t i = 0; i < s.sigmas.size(); ++i)
-        EXPECT_EQ(sig.data<float>()[i], s.sigmas[i]) << key << " " << i;
-      for (size_t i = 0; i < s.timesteps.size(); ++i)
-        EXPECT_EQ(ts.data<float>()[i], s.timesteps[i]) << key << " " << i;
+      for (size_t i = 0; i < s.sigmas.size(); ++i) EXPECT_EQ(sig.data<float>()[i], s.sigmas[i]) << key << " " << i;
+      for (size_t i = 0; i < s.timesteps.size(); ++i) EXPECT_EQ(ts.data<float>()[i], s.timesteps[i]) << key << " " << i;
       ++checked;
     }
   EXPECT_EQ(checked, 10);
@@ -91,7 +88,6 @@ TEST(Schedule, GoldenEulerSteps) {
   for (int k = 0; k < 3; ++k) {
     euler_step(s, k, x, v.span<float>());
     Tensor want = f.get("schedule.step.x_after_" + std::to_string(k));
-    for (size_t i = 0; i < x.size(); ++i)
-      EXPECT_EQ(x[i], want.data<float>()[i]) << "step " << k << " value " << i;
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], want.data<float>()[i]) << "step " << k << " value " << i;
   }
 }

@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "golden.h"
-#include "verify/qwen3vl_text.h"
 #include "model/qwen3vl/tokenizer.h"
+#include "verify/qwen3vl_text.h"
 
 using namespace h3;
 
@@ -33,9 +33,8 @@ std::string tiny_tokenizer(bool string_merges) {
                           {"\xC4\xA0"
                            "ab",
                            6}};
-  nlohmann::json merges = string_merges
-                              ? nlohmann::json::array({"a b", "ab c", "\xC4\xA0 ab"})
-                              : nlohmann::json::array({{"a", "b"}, {"ab", "c"}, {"\xC4\xA0", "ab"}});
+  nlohmann::json merges = string_merges ? nlohmann::json::array({"a b", "ab c", "\xC4\xA0 ab"})
+                                        : nlohmann::json::array({{"a", "b"}, {"ab", "c"}, {"\xC4\xA0", "ab"}});
   nlohmann::json j = {
       {"version", "1.0"},
       {"added_tokens", {{{"id", 7}, {"content", "<|x|>"}, {"special", true}, {"normalized", false}}}},
@@ -43,10 +42,7 @@ std::string tiny_tokenizer(bool string_merges) {
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern", {{"Regex", " ?[a-z]+|\\s+"}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
+         {{{"type", "Split"}, {"pattern", {{"Regex", " ?[a-z]+|\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
       {"decoder", {{"type", "ByteLevel"}}},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
@@ -115,10 +111,9 @@ TEST(Tokenizer, EmptyStringGivesNoIds) {
 
 TEST(Tokenizer, InvalidUtf8IsAnErrorNamingTheByte) {
   const Tokenizer tok = Tokenizer::from_json_text(tiny_tokenizer(false), "tiny.json");
-  for (const std::string& bad :
-       {std::string("ab\xFF"
-                    "c"),
-        std::string("a\xC3"), std::string("\xED\xA0\x80"), std::string("\xC0\xAF")}) {
+  for (const std::string& bad : {std::string("ab\xFF"
+                                             "c"),
+                                 std::string("a\xC3"), std::string("\xED\xA0\x80"), std::string("\xC0\xAF")}) {
     try {
       (void)tok.encode(bad);
       ADD_FAILURE() << "no error for invalid UTF-8";

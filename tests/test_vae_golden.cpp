@@ -7,8 +7,8 @@
 
 #include "golden.h"
 #include "model/vae/audio_vae.h"
-#include "verify/vae.h"
 #include "model/vae/video_vae.h"
+#include "verify/vae.h"
 
 using namespace h3;
 
@@ -150,8 +150,7 @@ TEST(VideoVaeGolden, BadLatentsThrowClearErrors) {
   EXPECT_THROW(vae.decode(Tensor(DType::f32, {24, 2, 8, 8})), Error);  // too few frames for one chunk
   EXPECT_THROW(vae.encode_mean(Tensor(DType::f32, {4, 17, 32, 32})), Error);
   EXPECT_THROW(vae.encode_mean(Tensor(DType::f32, {3, 17, 30, 32})), Error);
-  EXPECT_THROW(VideoVae(f, "weight.", VideoVaeConfig::from_json_text(f.meta("config"), "", f.path()),
-                        Precision::bf16),
+  EXPECT_THROW(VideoVae(f, "weight.", VideoVaeConfig::from_json_text(f.meta("config"), "", f.path()), Precision::bf16),
                Error);
   // A config that does not match the weights names the mis-shaped keys.
   VideoVaeConfig wrong = VideoVaeConfig::from_json_text(f.meta("config"), f.meta("tiling"), f.path());

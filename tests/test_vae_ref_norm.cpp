@@ -177,8 +177,7 @@ TEST(VaeRefNorm, RmsNormViaF32TransformersWeightStaysF64) {
           const double want = wv[c] * static_cast<double>(xf[c] * inv);
           EXPECT_EQ(got.data<double>()[i], want) << "group " << group << " element " << i;
           if (got.data<double>()[i] != vae.data<double>()[i]) ++differs_from_vae;
-          if (static_cast<double>(static_cast<float>(got.data<double>()[i])) != got.data<double>()[i])
-            ++not_f32;
+          if (static_cast<double>(static_cast<float>(got.data<double>()[i])) != got.data<double>()[i]) ++not_f32;
         }
       }
     // The two cast points must give different bits (else this test could not tell them apart).

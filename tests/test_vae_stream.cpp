@@ -9,13 +9,12 @@
 
 #include "core/compare.h"
 #include "io/procedural.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/procedural.h"
 #include "model/vae/tiling.h"
 #include "model/vae/video_vae.h"
 #include "ops/ops.h"
 #include "ops/ops_vae.h"
-#include "io/procedural.h"
-#include "model/qwen3vl/procedural.h"
-#include "model/vae/procedural.h"
 #include "pipeline/synthetic.h"
 
 namespace h3 {
@@ -86,9 +85,9 @@ TEST(VaeStream, FrameStitchEqualsReferenceStitchBitwise) {
       std::vector<Tensor> decoded;
       const int64_t q = cfg.temporal_ratio(), r = cfg.spatial_ratio();
       for (const auto& u : plan.units)
-        decoded.push_back(seeded_normal({cfg.out_channels, q * (u.t1 - u.t0), r * (u.y1 - u.y0), r * (u.x1 - u.x0)},
-                                        100 + u.index, 5)
-                              .to(vae.compute_dtype()));
+        decoded.push_back(
+            seeded_normal({cfg.out_channels, q * (u.t1 - u.t0), r * (u.y1 - u.y0), r * (u.x1 - u.x0)}, 100 + u.index, 5)
+                .to(vae.compute_dtype()));
       const Tensor want = vae.stitch(plan, decoded);
       const Tensor got =
           collect(vae, plan, [&](const VideoVae::FrameSink& sink) { vae.stitch_streaming(plan, decoded, sink); });
@@ -117,8 +116,8 @@ TEST(VaeStream, FrameStitchNoticesAWrongFade) {
   for (const auto& u : plan.units)
     decoded.push_back(seeded_normal({3, 4 * (u.t1 - u.t0), 16 * (u.y1 - u.y0), 16 * (u.x1 - u.x0)}, 7 + u.index, 5));
   const size_t n = plan.rows.starts.size() * plan.cols.starts.size();
-  const std::vector<Tensor> cur(decoded.begin() + n, decoded.begin() + 2 * n), prev(decoded.begin(),
-                                                                                    decoded.begin() + n);
+  const std::vector<Tensor> cur(decoded.begin() + n, decoded.begin() + 2 * n),
+      prev(decoded.begin(), decoded.begin() + n);
   const Tensor good = ops::stitch_frames(cur, prev, stitch_grid(plan), {sched[1][1]});
   auto bad_frame = sched[1][1];
   bad_frame.fade_p += 1;
@@ -190,11 +189,13 @@ TEST(VaeStream, CropEqualsThreeSlices) {
     Tensor z(dt, {5, 9, 7, 11});
     for (int64_t i = 0; i < z.numel(); ++i) {
       const double v = std::sin(0.37 * static_cast<double>(i)) * 3.0 + 0.001 * static_cast<double>(i % 13);
-      if (dt == DType::f32) z.data<float>()[i] = static_cast<float>(v);
-      else z.data<double>()[i] = v;
+      if (dt == DType::f32)
+        z.data<float>()[i] = static_cast<float>(v);
+      else
+        z.data<double>()[i] = v;
     }
-    const int64_t cases[][6] = {{0, 9, 0, 7, 0, 11}, {2, 5, 1, 6, 3, 10}, {8, 9, 6, 7, 10, 11}, {0, 1, 0, 7, 4, 5},
-                                {3, 3, 0, 7, 0, 11}};
+    const int64_t cases[][6] = {
+        {0, 9, 0, 7, 0, 11}, {2, 5, 1, 6, 3, 10}, {8, 9, 6, 7, 10, 11}, {0, 1, 0, 7, 4, 5}, {3, 3, 0, 7, 0, 11}};
     for (const auto& c : cases) {
       const Tensor a = vae::crop(z, c[0], c[1], c[2], c[3], c[4], c[5]);
       const Tensor b = vae::slice_dim(vae::slice_dim(vae::slice_dim(z, 1, c[0], c[1]), 2, c[2], c[3]), 3, c[4], c[5]);

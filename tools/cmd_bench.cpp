@@ -11,15 +11,15 @@
 
 #include "backend/backend.h"
 #include "commands.h"
-#include "profile_json.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profile.h"
 #include "dist/comm.h"
 #include "dist/plan.h"
-#include "ops/ops.h"
 #include "io/procedural.h"
+#include "ops/ops.h"
 #include "pipeline/synthetic.h"
+#include "profile_json.h"
 
 namespace h3::cli {
 
@@ -91,9 +91,8 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
   // hands it over; O left in e4m3 for the FP8 out projection).
   auto attend = [&](const Tensor& aq, const Tensor& ak, const Tensor& av) {
     if (p != Precision::fp8) return std::function<void()>([&] { ops::attention(aq, ak, av, D); });
-    return std::function<void()>([q8 = ops::quantize_fp8(aq), k8 = ops::quantize_fp8(ak), av, D] {
-      ops::attention_fp8_out(q8, k8, av, D);
-    });
+    return std::function<void()>(
+        [q8 = ops::quantize_fp8(aq), k8 = ops::quantize_fp8(ak), av, D] { ops::attention_fp8_out(q8, k8, av, D); });
   };
   {
     const double s = time_median(reps, attend(q, k, v));
@@ -124,13 +123,11 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
     const bool f8 = p == Precision::fp8;
     const double xb = static_cast<double>(x.nbytes()), qb = static_cast<double>(q.nbytes());
     double s = 2 * bytes_rate("residual_norm_modulate", (f8 ? 3.5 : 4.0) * xb, [&] {  // FP8: the bounded scale
-      ops::residual_norm_modulate(x, table, idx, x, nw, 1e-6, table, table, true,
-                                  f8 ? ops::Fp8Out::bound : ops::Fp8Out::none);
-    });
+                 ops::residual_norm_modulate(x, table, idx, x, nw, 1e-6, table, table, true,
+                                             f8 ? ops::Fp8Out::bound : ops::Fp8Out::none);
+               });
     s += 2 * bytes_rate("qk_norm_rope", 2 * qb, [&] { ops::qk_norm_rope(q, qn, D, 1e-6, cs, sn, true); });
-    s += bytes_rate("swiglu", 1.5 * static_cast<double>(u.nbytes()), [&] {
-      ops::swiglu(u, true);
-    });
+    s += bytes_rate("swiglu", 1.5 * static_cast<double>(u.nbytes()), [&] { ops::swiglu(u, true); });
     bytes_rate("norm_modulate", 2 * xb, [&] { ops::norm_modulate(x, nw, 1e-6, table, table, idx, true); });
     bytes_rate("gate_residual", 3 * xb, [&] { ops::gate_residual(x, table, idx, x, true); });
     if (f8) bytes_rate("quantize_fp8_rows", 1.5 * qb, [&] { ops::quantize_fp8_rows(q); });
@@ -153,7 +150,8 @@ double ulysses_rank_block(const DitConfig& c, int64_t S, int N, Precision p, int
   Tensor x = random_gpu({rows, H}, 1, bf), wq = weight(I, H, 2), wo = weight(H, I, 3), w1 = weight(2 * F, H, 4),
          w2 = weight(H, F, 5);
   Tensor qr = random_gpu({rows, I}, 6, bf), g = random_gpu({rows, F}, 9, bf);
-  Tensor q = random_gpu({S, heads * D}, 7, bf), k = random_gpu({S, heads * D}, 8, bf), v = random_gpu({S, heads * D}, 11, bf);
+  Tensor q = random_gpu({S, heads * D}, 7, bf), k = random_gpu({S, heads * D}, 8, bf),
+         v = random_gpu({S, heads * D}, 11, bf);
   Tensor table = random_gpu({3, H}, 12, bf), nw = random_gpu({H}, 13, bf), qn = random_gpu({D}, 14, bf);
   Tensor cs = random_gpu({rows, c.rotary_dim()}, 15, bf), sn = random_gpu({rows, c.rotary_dim()}, 16, bf);
   std::vector<int32_t> idx_host(static_cast<size_t>(rows));
@@ -186,12 +184,15 @@ Runner add_bench(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--res", o->res, "480p (832x480, 124 frames, 64 text rows) and/or 768p (1344x768, 124, 120)")
-      ->check(CLI::IsMember({"480p", "768p"}))->capture_default_str();
-  cmd->add_option("--precision", o->precisions, "bf16 and/or fp8")->check(CLI::IsMember({"bf16", "fp8"}))
+      ->check(CLI::IsMember({"480p", "768p"}))
+      ->capture_default_str();
+  cmd->add_option("--precision", o->precisions, "bf16 and/or fp8")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--model", o->model, "DiT weights (default: the released config with procedural weights)")
       ->capture_default_str();
-  cmd->add_option("--reps", o->reps, "timed forwards (median) after one warm-up")->check(CLI::Range(1, 100))
+  cmd->add_option("--reps", o->reps, "timed forwards (median) after one warm-up")
+      ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--blocks", o->blocks, "use only the first N blocks (quick checks; 0 = all)");
   cmd->add_option("--json", o->json, "also write the results here");
@@ -209,13 +210,12 @@ Runner add_bench(CLI::App& app) {
       if (!o->model.starts_with("procedural:")) fail("--blocks needs a procedural model (procedural:full)");
       DitConfig cfg = ck.config();
       cfg.num_layers = o->blocks;
-      ck = DitCheckpoint::procedural(cfg, kDefaultProceduralSeed, o->model + " (first " + std::to_string(o->blocks) +
-                                                                      " blocks)");
+      ck = DitCheckpoint::procedural(cfg, kDefaultProceduralSeed,
+                                     o->model + " (first " + std::to_string(o->blocks) + " blocks)");
     }
     const DitConfig& c = ck.config();
-    std::map<std::string, Resolution> known = {
-        {"480p", {"480p", {124, 480, 832, 64, 0.25f, 0.5f, 0}}},
-        {"768p", {"768p", {124, 768, 1344, 120, 0.25f, 0.5f, 0}}}};
+    std::map<std::string, Resolution> known = {{"480p", {"480p", {124, 480, 832, 64, 0.25f, 0.5f, 0}}},
+                                               {"768p", {"768p", {124, 768, 1344, 120, 0.25f, 0.5f, 0}}}};
     nlohmann::json all = nlohmann::json::array();
     std::printf("h3 bench: %s, %d blocks, %s\n", o->model.c_str(), c.num_layers, gpu_description().c_str());
     std::printf("%-5s %-5s %7s %10s %9s %9s %9s %10s\n", "res", "dtype", "S", "s/forward", "TFLOPS", "GEMM TF",
@@ -292,12 +292,19 @@ Runner add_bench(CLI::App& app) {
           }
           std::printf("\n");
         }
-        all.push_back({{"gpu", gpu_description()}, {"resolution", rname}, {"precision", pname}, {"S", S},
-                       {"blocks", c.num_layers}, {"seconds_per_forward", s},
+        all.push_back({{"gpu", gpu_description()},
+                       {"resolution", rname},
+                       {"precision", pname},
+                       {"S", S},
+                       {"blocks", c.num_layers},
+                       {"seconds_per_forward", s},
                        {"tflops", (gemm_flops + attn_flops) / s / 1e12},
                        {"gemm_tflops_isolated", gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0},
-                       {"attention_tflops_isolated", attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0}, {"peak_gib", peak},
-                       {"load_seconds", load_s}, {"regions_per_block", reg}, {"exchange_seconds", 0.0},
+                       {"attention_tflops_isolated", attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0},
+                       {"peak_gib", peak},
+                       {"load_seconds", load_s},
+                       {"regions_per_block", reg},
+                       {"exchange_seconds", 0.0},
                        {"profile_real_forward", prof}});
       }
     }
@@ -307,8 +314,8 @@ Runner add_bench(CLI::App& app) {
       // --link-gbps, not overlapped (an upper bound on the step time).
       std::printf("\nUlysses per-rank partition (compute measured on this GPU, exchange MODELLED at %.0f GB/s)\n",
                   o->link_gbps);
-      std::printf("%-5s %-5s %3s %12s %12s %10s %9s %11s\n", "res", "dtype", "N", "compute s", "exchange s",
-                  "s/step", "speed-up", "efficiency");
+      std::printf("%-5s %-5s %3s %12s %12s %10s %9s %11s\n", "res", "dtype", "N", "compute s", "exchange s", "s/step",
+                  "speed-up", "efficiency");
       for (const auto& pname : o->precisions)
         for (const auto& rname : o->res) {
           const Precision p = precision_from_name(pname);
@@ -324,9 +331,15 @@ Runner add_bench(CLI::App& app) {
             const double speedup = t1 > 0 ? t1 / step : 0;
             std::printf("%-5s %-5s %3d %12.3f %12.3f %10.3f %9.2f %11.2f\n", rname.c_str(), pname.c_str(), N, compute,
                         exchange, step, speedup, t1 > 0 ? speedup / N : 0);
-            all.push_back({{"kind", "ulysses_partition_modelled"}, {"resolution", rname}, {"precision", pname},
-                           {"world", N}, {"compute_seconds_measured", compute}, {"exchange_seconds_modelled", exchange},
-                           {"seconds_per_step", step}, {"speedup_vs_1", speedup}, {"link_gbps", o->link_gbps}});
+            all.push_back({{"kind", "ulysses_partition_modelled"},
+                           {"resolution", rname},
+                           {"precision", pname},
+                           {"world", N},
+                           {"compute_seconds_measured", compute},
+                           {"exchange_seconds_modelled", exchange},
+                           {"seconds_per_step", step},
+                           {"speedup_vs_1", speedup},
+                           {"link_gbps", o->link_gbps}});
           }
         }
     }

@@ -19,18 +19,17 @@
 
 #include "backend/backend.h"
 #include "commands.h"
-#include "profile_json.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profile.h"
 #include "io/procedural.h"
+#include "model/qwen3vl/procedural.h"
 #include "model/vae/audio_vae.h"
+#include "model/vae/procedural.h"
 #include "model/vae/shard.h"
 #include "model/vae/video_vae.h"
-#include "io/procedural.h"
-#include "model/qwen3vl/procedural.h"
-#include "model/vae/procedural.h"
 #include "pipeline/synthetic.h"
+#include "profile_json.h"
 
 namespace h3::cli {
 
@@ -48,7 +47,9 @@ struct DecodeResolution {
 };
 
 // 17n+5 pixel frames <-> 5n+2 latent frames (spec §3.1).
-int64_t latent_frames_for(int64_t frames) { return (frames - 5) / 17 * 5 + 2; }
+int64_t latent_frames_for(int64_t frames) {
+  return (frames - 5) / 17 * 5 + 2;
+}
 
 // Analytic FLOPs of one ViT decoder call on a t x h x w latent block (multiply-add = 2): the block GEMMs, the
 // attention's two products, and post_quant_conv / proj_in / proj_out. Element-wise work is not counted.
@@ -116,10 +117,13 @@ Runner add_bench_decode(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--res", o->res, "768p (768x1344) and/or 480p (480x832)")
-      ->check(CLI::IsMember({"768p", "480p"}))->capture_default_str();
-  cmd->add_option("--precision", o->precisions, "bf16 and/or f32")->check(CLI::IsMember({"bf16", "f32"}))
+      ->check(CLI::IsMember({"768p", "480p"}))
       ->capture_default_str();
-  cmd->add_option("--split", o->splits, "rank counts N of the unit split")->check(CLI::Range(1, 4096))
+  cmd->add_option("--precision", o->precisions, "bf16 and/or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--split", o->splits, "rank counts N of the unit split")
+      ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--frames", o->frames, "pixel frames (17n+5)")->check(CLI::Range(22, 100000))->capture_default_str();
   cmd->add_option("--max-units", o->max_units, "bf16: time only this many units and extrapolate (0 = all)")
@@ -137,20 +141,22 @@ Runner add_bench_decode(CLI::App& app) {
   cmd->add_option("--json", o->json, "also write the results here");
   return [o]() -> int {
     H3_CHECK(gpu_backend_started(), "bench-decode runs on the GPU: pass --device cuda");
-    H3_CHECK((o->frames - 5) % 17 == 0, "--frames {}: the decode takes 17n+5 frames (22, 39, ..., 124, ...)", o->frames);
+    H3_CHECK((o->frames - 5) % 17 == 0, "--frames {}: the decode takes 17n+5 frames (22, 39, ..., 124, ...)",
+             o->frames);
     VideoVaeConfig cfg;  // the released configuration (spec §6.1)
     if (o->layers > 0) cfg.decoder_num_layers = std::min<int64_t>(o->layers, cfg.decoder_num_layers);
     const int64_t T = latent_frames_for(o->frames), r = cfg.spatial_ratio();
     std::vector<DecodeResolution> resolutions;
     for (const auto& n : o->res)
-      resolutions.push_back(n == "768p" ? DecodeResolution{n, 768, 1344, o->frames} : DecodeResolution{n, 480, 832, o->frames});
+      resolutions.push_back(n == "768p" ? DecodeResolution{n, 768, 1344, o->frames}
+                                        : DecodeResolution{n, 480, 832, o->frames});
 
-    std::printf("h3 bench-decode: video VAE ViT decoder, released config (%lld layers, dim %lld, %lld heads x %lld, "
-                "ffn x%lld), procedural weights, %s\n",
-                static_cast<long long>(cfg.decoder_num_layers), static_cast<long long>(cfg.decoder_dim()),
-                static_cast<long long>(cfg.decoder_num_attention_heads),
-                static_cast<long long>(cfg.decoder_attention_head_dim), static_cast<long long>(cfg.decoder_ffn_mult),
-                gpu_description().c_str());
+    std::printf(
+        "h3 bench-decode: video VAE ViT decoder, released config (%lld layers, dim %lld, %lld heads x %lld, "
+        "ffn x%lld), procedural weights, %s\n",
+        static_cast<long long>(cfg.decoder_num_layers), static_cast<long long>(cfg.decoder_dim()),
+        static_cast<long long>(cfg.decoder_num_attention_heads), static_cast<long long>(cfg.decoder_attention_head_dim),
+        static_cast<long long>(cfg.decoder_ffn_mult), gpu_description().c_str());
     // The FLOPs first (they do not depend on the run).
     for (const auto& res : resolutions) {
       const Shape zs{cfg.latent_channels, T, res.height / r, res.width / r};
@@ -163,13 +169,14 @@ Runner add_bench_decode(CLI::App& app) {
       double flops = 0;
       for (const auto& u : plan.units) flops += unit_flops(cfg, u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0);
       const auto& u0 = plan.units[0];
-      std::printf("  %s x %lld frames: latents %s, %zu units (%zu chunks x %zu x %zu tiles) of %lld tokens, "
-                  "%.1f TFLOP per decode (%.2f TFLOP per unit)\n",
-                  res.name.c_str(), static_cast<long long>(res.frames), shape_str(zs).c_str(), plan.units.size(),
-                  plan.time.starts.size(), plan.rows.starts.size(), plan.cols.starts.size(),
-                  static_cast<long long>((u0.t1 - u0.t0) * (u0.y1 - u0.y0) * (u0.x1 - u0.x0) +
-                                         cfg.decoder_num_register_tokens + 1),
-                  flops / 1e12, unit_flops(cfg, u0.t1 - u0.t0, u0.y1 - u0.y0, u0.x1 - u0.x0) / 1e12);
+      std::printf(
+          "  %s x %lld frames: latents %s, %zu units (%zu chunks x %zu x %zu tiles) of %lld tokens, "
+          "%.1f TFLOP per decode (%.2f TFLOP per unit)\n",
+          res.name.c_str(), static_cast<long long>(res.frames), shape_str(zs).c_str(), plan.units.size(),
+          plan.time.starts.size(), plan.rows.starts.size(), plan.cols.starts.size(),
+          static_cast<long long>((u0.t1 - u0.t0) * (u0.y1 - u0.y0) * (u0.x1 - u0.x0) + cfg.decoder_num_register_tokens +
+                                 1),
+          flops / 1e12, unit_flops(cfg, u0.t1 - u0.t0, u0.y1 - u0.y0, u0.x1 - u0.x0) / 1e12);
     }
     std::fflush(stdout);
 
@@ -237,8 +244,8 @@ Runner add_bench_decode(CLI::App& app) {
           const auto t1 = clock_type::now();
           const Tensor video = vae->decode(z);
           whole_s = seconds_since(t1);
-          H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode: decoded {} frames, expected {}",
-                   video.dim(1), plan.time.out_frames);
+          H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode: decoded {} frames, expected {}", video.dim(1),
+                   plan.time.out_frames);
         }
         // One more whole decode with the regions on (profile.h): where its time goes.
         nlohmann::json prof = nlohmann::json::object();
@@ -260,8 +267,8 @@ Runner add_bench_decode(CLI::App& app) {
           prof["whole_decode_s"] = prof_whole_s;
         }
         const double peak = gpu_peak_bytes() / 1073741824.0;
-        const std::string note = extrapolated ? fmt::format("units extrapolated from {} of {} timed", timed, m)
-                                              : "all units timed";
+        const std::string note =
+            extrapolated ? fmt::format("units extrapolated from {} of {} timed", timed, m) : "all units timed";
         auto opt = [](double v) { return v < 0 ? std::string("-") : fmt::format("{:.3f}", v); };
         std::printf("%-5s %-5s %6lld %5lld %12s %11.3f %10.4f %9.0f %10s %8.1f  %s\n", res.name.c_str(), pname.c_str(),
                     static_cast<long long>(m), static_cast<long long>(batch), opt(whole_s).c_str(), units_s,
@@ -284,7 +291,9 @@ Runner add_bench_decode(CLI::App& app) {
             std::printf("        %-24s %9.3f %6.1f%% %10.3f %7d %9.3f %11.3f%s\n", tt.name.c_str(), tt.seconds,
                         100 * tt.seconds / prof_whole_s, 1e3 * tt.seconds / static_cast<double>(m), tt.spans,
                         tt.host_seconds, tt.idle_before,
-                        outer ? "  (spans the regions it contains)" : tt.host_only ? "  (host clock)" : "");
+                        outer          ? "  (spans the regions it contains)"
+                        : tt.host_only ? "  (host clock)"
+                                       : "");
           }
           std::printf("        %-24s %9.3f %6.1f%%  (host work and gaps between regions; idle before regions %.3f s)\n",
                       "other", prof_whole_s - sum, 100 * (prof_whole_s - sum) / prof_whole_s, idle);
@@ -324,18 +333,22 @@ Runner add_bench_decode(CLI::App& app) {
             const double mx = time_units(*vae, plan, zp, as.units[busiest], batch);
             const size_t umax = as.units[busiest].size();
             split_lines.push_back(fmt::format("{:<5} {:<5} {:>3} {:>9} {:>12.3f} {:>8.2f} {:>9.0f}", res.name, pname, N,
-                                              umax, mx, units_s / mx, flops * (static_cast<double>(as.load[busiest]) /
-                                                                               all_cost) / mx / 1e12));
-            splits.push_back({{"ranks", N}, {"busiest_rank", busiest}, {"max_units_per_rank", umax},
-                              {"max_rank_s", mx}, {"speedup_vs_1", units_s / mx}});
+                                              umax, mx, units_s / mx,
+                                              flops * (static_cast<double>(as.load[busiest]) / all_cost) / mx / 1e12));
+            splits.push_back({{"ranks", N},
+                              {"busiest_rank", busiest},
+                              {"max_units_per_rank", umax},
+                              {"max_rank_s", mx},
+                              {"speedup_vs_1", units_s / mx}});
           }
         rec["splits"] = splits;
         all.push_back(rec);
       }
     }
-    std::printf("\nN-way unit split: the busiest rank's units decoded stacked on this GPU (its GPU compute); the "
-                "gather and stitch are not included\n%-5s %-5s %3s %9s %12s %8s %9s\n",
-                "res", "dtype", "N", "units/rk", "max rank s", "speedup", "TF/rank");
+    std::printf(
+        "\nN-way unit split: the busiest rank's units decoded stacked on this GPU (its GPU compute); the "
+        "gather and stitch are not included\n%-5s %-5s %3s %9s %12s %8s %9s\n",
+        "res", "dtype", "N", "units/rk", "max rank s", "speedup", "TF/rank");
     for (const auto& l : split_lines) std::printf("%s\n", l.c_str());
 
     if (!o->no_audio) {
@@ -352,10 +365,11 @@ Runner add_bench_decode(CLI::App& app) {
         ts.push_back(seconds_since(t0));
       }
       std::sort(ts.begin(), ts.end());
-      std::printf("\naudio VAE decode (released BigVGAN config, f32 on the GPU): [2, %lld, %lld] -> 2 x %lld samples: "
-                  "%.3f s (median of 3, host in/out included)\n",
-                  static_cast<long long>(ac.latent_channels), static_cast<long long>(A),
-                  static_cast<long long>(A * ac.hop()), ts[1]);
+      std::printf(
+          "\naudio VAE decode (released BigVGAN config, f32 on the GPU): [2, %lld, %lld] -> 2 x %lld samples: "
+          "%.3f s (median of 3, host in/out included)\n",
+          static_cast<long long>(ac.latent_channels), static_cast<long long>(A), static_cast<long long>(A * ac.hop()),
+          ts[1]);
       all.push_back({{"audio", true}, {"latents", A}, {"samples", A * ac.hop()}, {"seconds", ts[1]}});
     }
     if (!o->json.empty()) {

@@ -4,9 +4,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "commands.h"
 #include "core/error.h"
-#include "backend/backend.h"
 #include "core/tensor.h"
 #include "dist/comm_check.h"
 #include "dist/comm_device.h"
@@ -67,7 +67,9 @@ Runner add_bench_comm(CLI::App& app) {
     const char* transport = nccl ? "NCCL device" : "MPI host";
     const Device dev = nccl ? Device::cuda : Device::cpu;
     // Payload buffers where the transport moves them from (device memory for NCCL).
-    auto buffer = [dev](DType dt, int64_t n) { return std::make_shared<Tensor>(dt, Shape{std::max<int64_t>(n, 1)}, dev); };
+    auto buffer = [dev](DType dt, int64_t n) {
+      return std::make_shared<Tensor>(dt, Shape{std::max<int64_t>(n, 1)}, dev);
+    };
     const int n = w.size(), me = w.rank();
     const int64_t D = o->head_dim, inner = o->heads * D, H = o->hidden;
     const size_t es = 2;  // bf16 on the wire
@@ -98,9 +100,9 @@ Runner add_bench_comm(CLI::App& app) {
         }
         auto send = buffer(DType::bf16, sb);
         auto recv = buffer(DType::bf16, S * heads[me].size() * D);
-        exs.push_back({"ulysses", "all-to-all q|k|v|out (x4 per block)", 4, [&w, send, recv, sc, rc] {
-                         w.alltoallv(send->raw(), sc, recv->raw(), rc, DType::bf16,
-                                     "bench all-to-all");
+        exs.push_back({"ulysses", "all-to-all q|k|v|out (x4 per block)", 4,
+                       [&w, send, recv, sc, rc] {
+                         w.alltoallv(send->raw(), sc, recv->raw(), rc, DType::bf16, "bench all-to-all");
                          return 0.0;
                        },
                        static_cast<int64_t>(sb * es)});
@@ -111,7 +113,8 @@ Runner add_bench_comm(CLI::App& app) {
         for (int j = 0; j < n; ++j) counts[j] = rows[j].size() * H;
         auto send = buffer(DType::bf16, counts[me]);
         auto recv = buffer(DType::bf16, S * H);
-        exs.push_back({"ulysses-ag", "all-gather hidden (x1 per block)", 1, [&w, send, recv, counts] {
+        exs.push_back({"ulysses-ag", "all-gather hidden (x1 per block)", 1,
+                       [&w, send, recv, counts] {
                          w.allgatherv(send->raw(), recv->raw(), counts, DType::bf16, "bench all-gather");
                          return 0.0;
                        },
@@ -120,7 +123,8 @@ Runner add_bench_comm(CLI::App& app) {
         // bf16 partials, as the GPU's tensor mode reduces them (the CPU's f32 partials move twice the bytes).
         auto part = buffer(DType::bf16, S * H);
         auto mine = buffer(DType::bf16, counts[me]);
-        exs.push_back({"tensor", "reduce-scatter partial (x2 per block)", 2, [&w, part, mine, counts] {
+        exs.push_back({"tensor", "reduce-scatter partial (x2 per block)", 2,
+                       [&w, part, mine, counts] {
                          w.reduce_scatterv(part->raw(), counts, mine->raw(), DType::bf16, "bench reduce-scatter");
                          return 0.0;
                        },
@@ -144,8 +148,14 @@ Runner add_bench_comm(CLI::App& app) {
         if (me == 0) {
           std::printf("%-8lld %-12s %-34s %12lld %10.3f %10.2f\n", static_cast<long long>(S), e.mode, e.name,
                       static_cast<long long>(e.bytes), med * 1e3, busbw);
-          out.push_back({{"S", S}, {"ranks", n}, {"mode", e.mode}, {"exchange", e.name}, {"per_block", e.per_block},
-                         {"bytes_per_rank", e.bytes}, {"time_ms", med * 1e3}, {"busbw_GBps", busbw},
+          out.push_back({{"S", S},
+                         {"ranks", n},
+                         {"mode", e.mode},
+                         {"exchange", e.name},
+                         {"per_block", e.per_block},
+                         {"bytes_per_rank", e.bytes},
+                         {"time_ms", med * 1e3},
+                         {"busbw_GBps", busbw},
                          {"transport", transport}});
         }
       }

@@ -1,16 +1,17 @@
 // h3 convert SRC -o OUT: any accepted DiT checkpoint (file, folder, procedural:NAME) to one safetensors file with
 // diffusers (or released / ComfyUI) names, in f32 or bf16, optionally with LoRAs baked in (--lora) and the blocks'
-// GEMM weights quantized (--quant, io/quant.h). Used to materialise procedural weights once so that ranks share one mapped file.
+// GEMM weights quantized (--quant, io/quant.h). Used to materialise procedural weights once so that ranks share one
+// mapped file.
 #include <map>
 #include <memory>
 
 #include "commands.h"
 #include "core/error.h"
 #include "dist/comm.h"
-#include "model/dit/checkpoint.h"
-#include "model/dit/lora.h"
 #include "io/quant.h"
+#include "model/dit/checkpoint.h"
 #include "model/dit/export.h"
+#include "model/dit/lora.h"
 
 namespace h3::cli {
 
@@ -29,7 +30,8 @@ Runner add_convert(CLI::App& app) {
                   "quantize the blocks' GEMM weights: fp8, scaled_fp8, int8, int8-convrot, nvfp4 or mxfp8")
       ->check(CLI::IsMember({"fp8", "scaled_fp8", "int8", "int8-convrot", "nvfp4", "mxfp8"}));
   cmd->add_option("--layout", o->layout, "diffusers, official (released names, interleaved qkv) or comfy")
-      ->check(CLI::IsMember({"diffusers", "official", "comfy"}))->capture_default_str();
+      ->check(CLI::IsMember({"diffusers", "official", "comfy"}))
+      ->capture_default_str();
   return [o]() -> int {
     if (world().rank() != 0) return 0;
     DitCheckpoint ck = DitCheckpoint::open(o->src);

@@ -27,13 +27,12 @@
 #include "io/procedural.h"
 #include "io/safetensors.h"
 #include "media/mp4_writer.h"
-#include "model/vae/audio_vae.h"
 #include "model/dit/layout.h"
+#include "model/qwen3vl/procedural.h"
+#include "model/vae/audio_vae.h"
+#include "model/vae/procedural.h"
 #include "model/vae/shard.h"
 #include "model/vae/video_vae.h"
-#include "io/procedural.h"
-#include "model/qwen3vl/procedural.h"
-#include "model/vae/procedural.h"
 
 namespace h3::cli {
 
@@ -84,7 +83,6 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-
 // A VAE given as a safetensors file (config in its "config" metadata, golden files' "weight." prefix
 // detected) or a diffusers folder (config.json + one *.safetensors).
 struct VaeSource {
@@ -98,9 +96,8 @@ VaeSource open_vae(const std::string& path, const char* flag) {
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(path))
       if (e.path().extension() == ".safetensors") files.push_back(e.path());
-    H3_CHECK(files.size() == 1,
-             "{} {}: the folder holds {} .safetensors files; exactly one is read (pass the file)", flag, path,
-             files.size());
+    H3_CHECK(files.size() == 1, "{} {}: the folder holds {} .safetensors files; exactly one is read (pass the file)",
+             flag, path, files.size());
     s.file = std::make_shared<SafeTensors>(SafeTensors::open(files[0].string()));
     if (fs::exists(fs::path(path) / "config.json")) s.config = read_text(fs::path(path) / "config.json");
   } else {
@@ -143,12 +140,10 @@ Runner add_decode(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("latents", o->latents, "safetensors file of final latents")->required();
   cmd->add_option("-o,--output", o->out, "MP4 to write (atomically; nothing is left on failure)")->required();
-  cmd->add_option("--video-vae", o->video_vae,
-                  "video VAE: safetensors file, diffusers folder or procedural:mini")
+  cmd->add_option("--video-vae", o->video_vae, "video VAE: safetensors file, diffusers folder or procedural:mini")
       ->envname("H3_VIDEO_VAE")
       ->capture_default_str();
-  cmd->add_option("--audio-vae", o->audio_vae,
-                  "audio VAE: safetensors file, diffusers folder or procedural:mini")
+  cmd->add_option("--audio-vae", o->audio_vae, "audio VAE: safetensors file, diffusers folder or procedural:mini")
       ->envname("H3_AUDIO_VAE")
       ->capture_default_str();
   cmd->add_option("--precision", o->precision,
@@ -180,10 +175,9 @@ Runner add_decode(CLI::App& app) {
              o->latents, key_list(f));
     Tensor z = f.get(vkey);
     if (z.ndim() == 5 && z.dim(0) == 1) z = z.reshape({z.dim(1), z.dim(2), z.dim(3), z.dim(4)});
-    H3_CHECK(
-        z.ndim() == 4 && z.numel() > 0 && dtype_is_float(z.dtype()),
-        "{}: {} is {}; video latents must be float [C, T, h, w] (or [1, C, T, h, w]) with every size >= 1",
-        o->latents, vkey, z.describe());
+    H3_CHECK(z.ndim() == 4 && z.numel() > 0 && dtype_is_float(z.dtype()),
+             "{}: {} is {}; video latents must be float [C, T, h, w] (or [1, C, T, h, w]) with every size >= 1",
+             o->latents, vkey, z.describe());
     z = z.to(DType::f32);
 
     std::string akey;
@@ -198,13 +192,11 @@ Runner add_decode(CLI::App& app) {
     Tensor a;
     if (!akey.empty()) {
       a = f.get(akey);
-      H3_CHECK(dtype_is_float(a.dtype()), "{}: {} is {}; audio latents must be float", o->latents, akey,
-               a.describe());
+      H3_CHECK(dtype_is_float(a.dtype()), "{}: {} is {}; audio latents must be float", o->latents, akey, a.describe());
       if (rows) {
-        H3_CHECK(
-            a.ndim() == 2 && a.dim(0) >= 2 && a.dim(0) % 2 == 0 && a.dim(1) >= 1,
-            "{}: {} is {}; audio rows must be [2A, C] (two stereo channels of A latents, row = ch * A + a)",
-            o->latents, akey, a.describe());
+        H3_CHECK(a.ndim() == 2 && a.dim(0) >= 2 && a.dim(0) % 2 == 0 && a.dim(1) >= 1,
+                 "{}: {} is {}; audio rows must be [2A, C] (two stereo channels of A latents, row = ch * A + a)",
+                 o->latents, akey, a.describe());
         a = unpack_audio(a.to(DType::f32), a.dim(0) / 2);
       } else {
         if (a.ndim() == 4 && a.dim(0) == 1) a = a.reshape({a.dim(1), a.dim(2), a.dim(3)});
@@ -227,8 +219,8 @@ Runner add_decode(CLI::App& app) {
       VaeSource s = open_vae(o->video_vae, "--video-vae");
       vfile = s.file;
       const std::string prefix = vfile->has("weight.post_quant_conv.weight") ? "weight." : "";
-      vvae = std::make_unique<VideoVae>(
-          *vfile, prefix, VideoVaeConfig::from_json_text(s.config, s.tiling, o->video_vae), prec, dev);
+      vvae = std::make_unique<VideoVae>(*vfile, prefix,
+                                        VideoVaeConfig::from_json_text(s.config, s.tiling, o->video_vae), prec, dev);
     }
     const VideoVaeConfig& vc = vvae->config();
     H3_CHECK(z.dim(0) == vc.latent_channels,
@@ -287,13 +279,13 @@ Runner add_decode(CLI::App& app) {
       if (!o->wav.empty())
         H3_CHECK(avae, "--wav {}: {} holds no audio latents (or --no-audio was given)", o->wav, o->latents);
       if (!o->png_dir.empty())
-        H3_CHECK(!fs::exists(o->png_dir) || fs::is_directory(o->png_dir),
-                 "--png-dir {}: exists and is not a folder", o->png_dir);
+        H3_CHECK(!fs::exists(o->png_dir) || fs::is_directory(o->png_dir), "--png-dir {}: exists and is not a folder",
+                 o->png_dir);
       mp4 = std::make_unique<Mp4Writer>(o->out, ms);
     }
-    spdlog::info("decode {}: video {} {} with {} ({}), audio {} with {}", o->latents, vkey,
-                 shape_str(z.shape()), o->video_vae, vc.summary(),
-                 akey.empty() ? "none" : akey + " " + shape_str(a.shape()), avae ? o->audio_vae : "-");
+    spdlog::info("decode {}: video {} {} with {} ({}), audio {} with {}", o->latents, vkey, shape_str(z.shape()),
+                 o->video_vae, vc.summary(), akey.empty() ? "none" : akey + " " + shape_str(a.shape()),
+                 avae ? o->audio_vae : "-");
 
     // Decode (every rank; units sharded over the world, the whole result on every rank).
     ShardDecodeStats vst, ast;
@@ -345,16 +337,14 @@ Runner add_decode(CLI::App& app) {
     }
     outs.keep = true;
     std::printf("decode: video %s -> %lld frames %lld x %lld (%.3f s on %d rank(s), %lld units here)\n",
-                shape_str(z.shape()).c_str(), static_cast<long long>(frames),
-                static_cast<long long>(ms.width), static_cast<long long>(ms.height), video_s, w.size(),
-                static_cast<long long>(vst.units));
+                shape_str(z.shape()).c_str(), static_cast<long long>(frames), static_cast<long long>(ms.width),
+                static_cast<long long>(ms.height), video_s, w.size(), static_cast<long long>(vst.units));
     if (avae)
-      std::printf("decode: audio %s -> %lld samples x %lld channels at %d Hz (%.3f s)\n",
-                  shape_str(a.shape()).c_str(), static_cast<long long>(wave.dim(1)),
-                  static_cast<long long>(wave.dim(0)), ms.sample_rate, audio_s);
+      std::printf("decode: audio %s -> %lld samples x %lld channels at %d Hz (%.3f s)\n", shape_str(a.shape()).c_str(),
+                  static_cast<long long>(wave.dim(1)), static_cast<long long>(wave.dim(0)), ms.sample_rate, audio_s);
     std::printf("wrote %s (H.264 crf %d%s, 24 fps, %.2f s): encode %.3f s, %.2f ms per frame; total %.3f s\n",
-                o->out.c_str(), ms.crf, avae ? " + AAC" : ", no audio", static_cast<double>(frames) / ms.fps,
-                mp4_s, 1e3 * mp4_s / static_cast<double>(frames), seconds_since(t_start));
+                o->out.c_str(), ms.crf, avae ? " + AAC" : ", no audio", static_cast<double>(frames) / ms.fps, mp4_s,
+                1e3 * mp4_s / static_cast<double>(frames), seconds_since(t_start));
     if (!o->wav.empty()) std::printf("wrote %s\n", o->wav.c_str());
     if (!o->png_dir.empty())
       std::printf("wrote %lld PNG frames to %s\n", static_cast<long long>(frames), o->png_dir.c_str());

@@ -12,8 +12,8 @@
 #include "core/parallel.h"
 #include "dist/comm.h"
 #include "dist/plan.h"
-#include "model/dit/lora.h"
 #include "io/safetensors.h"
+#include "model/dit/lora.h"
 #include "pipeline/synthetic.h"
 
 namespace h3::cli {
@@ -35,7 +35,8 @@ Runner add_run(CLI::App& app) {
     SyntheticRequest req;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--model", o->model, "DiT checkpoint (file, folder or procedural:NAME)")->envname("H3_MODEL")
+  cmd->add_option("--model", o->model, "DiT checkpoint (file, folder or procedural:NAME)")
+      ->envname("H3_MODEL")
       ->capture_default_str();
   cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (CPU); bf16 or fp8 (--device cuda)")
       ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
@@ -46,13 +47,16 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--text-tokens", o->req.num_text, "prompt rows")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--seed", o->req.seed, "seed of the random rows")->capture_default_str();
   cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))->envname("H3_MODE")->capture_default_str();
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
+      ->envname("H3_MODE")
+      ->capture_default_str();
   cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
   cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
   cmd->add_option("--lora", o->loras, "LoRA merged on load, FILE[:STRENGTH] (repeatable)")->envname("H3_LORA");
   cmd->add_option("--dump-output", o->dump, "write the outputs to this .safetensors file (rank 0)");
-  cmd->add_option("--reps", o->reps, "forwards to run; with more than one the first is a warm-up and the time is the "
-                                     "median of the rest (steady state: plans, algorithms and tables cached)")
+  cmd->add_option("--reps", o->reps,
+                  "forwards to run; with more than one the first is a warm-up and the time is the "
+                  "median of the rest (steady state: plans, algorithms and tables cached)")
       ->check(CLI::Range(1, 100));
   return [o]() -> int {
     // Short clips are allowed here (the procedural mini model is a test bed); long ones are refused like requests.
@@ -63,9 +67,11 @@ Runner add_run(CLI::App& app) {
     DitCheckpoint ck = DitCheckpoint::open(o->model);
     Comm& w = world();
     add_loras(ck, o->loras, w.rank());
-    DistPlan plan = w.size() > 1 ? DistPlan::make(w, {dist_mode_from_name(o->mode), o->tp, o->chunks, g_device == "cuda" ? gpu_bus_id() : ""},
-                                                  ck.config().num_attention_heads, ck.config().ffn_dim)
-                                 : DistPlan::single();
+    DistPlan plan =
+        w.size() > 1 ? DistPlan::make(
+                           w, {dist_mode_from_name(o->mode), o->tp, o->chunks, g_device == "cuda" ? gpu_bus_id() : ""},
+                           ck.config().num_attention_heads, ck.config().ffn_dim)
+                     : DistPlan::single();
     DitModel model(ck, precision_from_name(o->precision), plan, g_device == "cuda" ? Device::cuda : Device::cpu);
     auto t1 = clock::now();
     DitInputs in = make_synthetic_inputs(ck.config(), o->req);
@@ -94,12 +100,13 @@ Runner add_run(CLI::App& app) {
     if (w.size() > 1) std::printf("  ranks       %s\n", plan.describe().c_str());
     std::printf("  model       %d blocks, %d heads x %d, hidden %d (%.3f B parameters)\n", c.num_layers,
                 c.num_attention_heads, c.attention_head_dim, c.hidden_size, c.parameter_count() / 1e9);
-    std::printf("  request     %lld frames at %lldx%lld, %lld text rows -> packed length S = %lld "
-                "(video %lld, audio %lld rows)\n",
-                static_cast<long long>(o->req.num_frames), static_cast<long long>(o->req.height),
-                static_cast<long long>(o->req.width), static_cast<long long>(o->req.num_text),
-                static_cast<long long>(in.seq_len()), static_cast<long long>(in.video.dim(0)),
-                static_cast<long long>(in.audio.dim(0)));
+    std::printf(
+        "  request     %lld frames at %lldx%lld, %lld text rows -> packed length S = %lld "
+        "(video %lld, audio %lld rows)\n",
+        static_cast<long long>(o->req.num_frames), static_cast<long long>(o->req.height),
+        static_cast<long long>(o->req.width), static_cast<long long>(o->req.num_text),
+        static_cast<long long>(in.seq_len()), static_cast<long long>(in.video.dim(0)),
+        static_cast<long long>(in.audio.dim(0)));
     std::printf("  output      video %s rms %.6f, audio %s rms %.6f\n", shape_str(out.video.shape()).c_str(),
                 rms(out.video), shape_str(out.audio.shape()).c_str(), rms(out.audio));
     std::printf("  time        load %.1f ms, inputs %.1f ms, forward %.1f ms%s\n", ms(t0, t1), ms(t1, t2), forward_ms,

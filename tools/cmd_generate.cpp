@@ -16,9 +16,9 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
-#include "model/dit/lora.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
+#include "model/dit/lora.h"
 #include "pipeline/generator.h"
 
 namespace h3::cli {
@@ -58,8 +58,7 @@ std::string eta_str(double s) {
 }  // namespace
 
 Runner add_generate(CLI::App& app) {
-  auto* cmd =
-      app.add_subcommand("generate", "prompt -> MP4 (video + soundtrack); procedural mini models by default");
+  auto* cmd = app.add_subcommand("generate", "prompt -> MP4 (video + soundtrack); procedural mini models by default");
   struct Opts {
     GenerateRequest req;
     std::string prompt_file, out = "h3-out.mp4";
@@ -114,23 +113,21 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--video-vae", o->paths.video_vae, "video VAE (file or folder, or procedural:mini)");
   cmd->add_option("--audio-vae", o->paths.audio_vae, "audio VAE (file or folder, or procedural:mini)");
   cmd->add_option("--text-encoder", o->paths.text_encoder, "Qwen3-VL text tower (file or folder)");
-  cmd->add_option("--tokenizer", o->paths.tokenizer, "tokenizer.json (or its folder)")
-      ->envname("H3_TOKENIZER");
-  cmd->add_option("--embeddings", o->embeddings,
-                  "precomputed prompt embeddings (safetensors: prompt_embeds)");
+  cmd->add_option("--tokenizer", o->paths.tokenizer, "tokenizer.json (or its folder)")->envname("H3_TOKENIZER");
+  cmd->add_option("--embeddings", o->embeddings, "precomputed prompt embeddings (safetensors: prompt_embeds)");
   cmd->add_option("--noise", o->noise, "precomputed noise (safetensors: video_noise, audio_noise_rows)");
   cmd->add_flag("--latents", o->latents, "also write OUT.latents.safetensors (final latents)");
   cmd->add_option("--lora", o->loras, "LoRA merged into the DiT, FILE[:STRENGTH] (repeatable, in order)")
       ->envname("H3_LORA");
   cmd->add_option("--first", o->first, "fl2va: first keyframe image (PNG/JPEG/WebP); sets the aspect");
   cmd->add_option("--last", o->last, "fl2va: last keyframe image (cover-scaled and centre-cropped)");
-  o->ref_image_opt = cmd->add_option("--ref-image", o->ref_image, "ref2va: reference image (repeatable)")
-                         ->allow_extra_args(false);
-  o->ref_video_opt = cmd->add_option("--ref-video", o->ref_video,
-                                     "ref2va: reference video, with its soundtrack if any (repeatable)")
-                         ->allow_extra_args(false);
-  o->ref_audio_opt = cmd->add_option("--ref-audio", o->ref_audio, "ref2va: reference audio (repeatable)")
-                         ->allow_extra_args(false);
+  o->ref_image_opt =
+      cmd->add_option("--ref-image", o->ref_image, "ref2va: reference image (repeatable)")->allow_extra_args(false);
+  o->ref_video_opt =
+      cmd->add_option("--ref-video", o->ref_video, "ref2va: reference video, with its soundtrack if any (repeatable)")
+          ->allow_extra_args(false);
+  o->ref_audio_opt =
+      cmd->add_option("--ref-audio", o->ref_audio, "ref2va: reference audio (repeatable)")->allow_extra_args(false);
   return [o, cmd]() -> int {
     Comm& w = world();
     const bool root = w.rank() == 0;
@@ -142,11 +139,9 @@ Runner add_generate(CLI::App& app) {
       std::stringstream ss;
       ss << in.rdbuf();
       req.prompt = ss.str();
-      while (!req.prompt.empty() && (req.prompt.back() == '\n' || req.prompt.back() == '\r'))
-        req.prompt.pop_back();
+      while (!req.prompt.empty() && (req.prompt.back() == '\n' || req.prompt.back() == '\r')) req.prompt.pop_back();
     }
-    if (req.prompt.empty() && !o->embeddings.empty())
-      req.prompt = "(precomputed embeddings " + o->embeddings + ")";
+    if (req.prompt.empty() && !o->embeddings.empty()) req.prompt = "(precomputed embeddings " + o->embeddings + ")";
     if (o->width) req.width = o->width;
     if (o->height) req.height = o->height;
     if (o->frames) req.frames = o->frames;
@@ -179,19 +174,17 @@ Runner add_generate(CLI::App& app) {
       const std::filesystem::path parent = std::filesystem::path(o->out).parent_path();
       H3_CHECK(parent.empty() || std::filesystem::is_directory(parent),
                "-o {}: the folder {} does not exist (create it first)", o->out, parent.string());
-      H3_CHECK(!std::filesystem::is_directory(o->out), "-o {} is a folder; give a file name such as out.mp4",
-               o->out);
+      H3_CHECK(!std::filesystem::is_directory(o->out), "-o {} is a folder; give a file name such as out.mp4", o->out);
     }
 
     PrecomputedInputs pre;
     if (!o->embeddings.empty())
-      pre.prompt_embeds = pick_tensor(SafeTensors::open(o->embeddings),
-                                      {"prompt_embeds", "input.prompt_embeds"}, "prompt embeddings");
+      pre.prompt_embeds =
+          pick_tensor(SafeTensors::open(o->embeddings), {"prompt_embeds", "input.prompt_embeds"}, "prompt embeddings");
     if (!o->noise.empty()) {
       const SafeTensors f = SafeTensors::open(o->noise);
       pre.video_noise = pick_tensor(f, {"video_noise", "input.video_noise"}, "video noise");
-      pre.audio_noise_rows =
-          pick_tensor(f, {"audio_noise_rows", "input.audio_noise_rows"}, "audio noise rows");
+      pre.audio_noise_rows = pick_tensor(f, {"audio_noise_rows", "input.audio_noise_rows"}, "audio noise rows");
     }
 
     GenerateOptions go;
@@ -223,8 +216,8 @@ Runner add_generate(CLI::App& app) {
                      eta_str(p.eta_s).c_str());
         if (p.phase == "done") std::fprintf(stderr, "\n");
       } else if (p.phase == "denoise" ? p.step > 0 : p.phase != last_phase) {
-        std::fprintf(stderr, "progress: %s %d/%d %.1f%% eta %s\n", p.phase.c_str(), p.step, p.steps,
-                     p.percent, eta_str(p.eta_s).c_str());
+        std::fprintf(stderr, "progress: %s %d/%d %.1f%% eta %s\n", p.phase.c_str(), p.step, p.steps, p.percent,
+                     eta_str(p.eta_s).c_str());
       }
       last_phase = p.phase;
       std::fflush(stderr);
@@ -248,13 +241,12 @@ Runner add_generate(CLI::App& app) {
     std::printf(" total %.2f s\n", total);
     std::printf("prompt tokens %" PRId64 " (vision rows %" PRId64 " in %" PRId64
                 " blocks), latents: video %s hash %016" PRIx64 ", audio rows %s hash %016" PRIx64 "\n",
-                res.prompt_tokens, res.vision_rows, res.vision_blocks,
-                shape_str(res.video_latents.shape()).c_str(), tensor_hash(res.video_latents),
-                shape_str(res.audio_latent_rows.shape()).c_str(), tensor_hash(res.audio_latent_rows));
+                res.prompt_tokens, res.vision_rows, res.vision_blocks, shape_str(res.video_latents.shape()).c_str(),
+                tensor_hash(res.video_latents), shape_str(res.audio_latent_rows.shape()).c_str(),
+                tensor_hash(res.audio_latent_rows));
     if (res.wrote_mp4) {
       std::printf("wrote %s (%" PRId64 "x%" PRId64 ", %" PRId64 " frames at 24 fps, stereo %d Hz)\n",
-                  res.out_path.c_str(), res.request.width, res.request.height, res.request.frames,
-                  gen.sample_rate());
+                  res.out_path.c_str(), res.request.width, res.request.height, res.request.frames, gen.sample_rate());
     } else {
       std::printf("wrote %s (latents only: this build has no MP4 writer yet)\n", res.out_path.c_str());
     }

@@ -5,13 +5,14 @@
 #include "commands.h"
 #include "core/error.h"
 #include "model/dit/checkpoint.h"
-#include "model/dit/lora.h"
 #include "model/dit/dit.h"
+#include "model/dit/lora.h"
 
 namespace h3::cli {
 
 Runner add_info(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "describe a DiT checkpoint (file, folder or procedural:NAME) without loading it");
+  auto* cmd =
+      app.add_subcommand("info", "describe a DiT checkpoint (file, folder or procedural:NAME) without loading it");
   struct Opts {
     std::string path, qkv, mode = "ulysses", precision = "bf16", lora_for = "procedural:full";
     int tp = 1;
@@ -23,11 +24,13 @@ Runner add_info(CLI::App& app) {
   cmd->add_option("--qkv-layout", o->qkv, "qkv_proj row order of released-name files: interleaved or blocked")
       ->check(CLI::IsMember({"interleaved", "blocked"}));
   cmd->add_option("--mode", o->mode, "with --ranks N: the per-rank memory of this mode")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))->capture_default_str();
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
+      ->capture_default_str();
   cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree");
   cmd->add_option("--seq", o->seq, "packed length for the activation estimate (768p: 37830)")->capture_default_str();
   cmd->add_option("--precision", o->precision, "bytes per element of the report: f64, f32 or bf16")
-      ->check(CLI::IsMember({"f64", "f32", "bf16"}))->capture_default_str();
+      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--lora-for", o->lora_for, "LORA files: the DiT they are checked against")->capture_default_str();
   return [o]() -> int {
     if (o->path.ends_with(".safetensors") && std::filesystem::exists(o->path) && looks_like_lora(o->path)) {
@@ -45,12 +48,14 @@ Runner add_info(CLI::App& app) {
     std::printf("layout       %s\n", std::string(layout_name(ck.layout())).c_str());
     std::printf("detected     %s\n", ck.detection_summary().c_str());
     std::printf("files        %zu\n", ck.files().size());
-    std::printf("config       %d blocks + %d refiner, %d heads x %d (inner %d), hidden %d, ffn %d, text %d, "
-                "time %d/%d, rope_freq_dim %d\n",
-                c.num_layers, c.num_refiner_layers, c.num_attention_heads, c.attention_head_dim, c.inner_dim(),
-                c.hidden_size, c.ffn_dim, c.text_dim, c.time_embed_hidden_dim, c.time_embed_dim, c.rope_freq_dim);
+    std::printf(
+        "config       %d blocks + %d refiner, %d heads x %d (inner %d), hidden %d, ffn %d, text %d, "
+        "time %d/%d, rope_freq_dim %d\n",
+        c.num_layers, c.num_refiner_layers, c.num_attention_heads, c.attention_head_dim, c.inner_dim(), c.hidden_size,
+        c.ffn_dim, c.text_dim, c.time_embed_hidden_dim, c.time_embed_dim, c.rope_freq_dim);
     std::string dts;
-    for (const auto& [dt, n] : ck.dtype_counts()) dts += fmt::format("{}{} x{}", dts.empty() ? "" : ", ", dtype_name(dt), n);
+    for (const auto& [dt, n] : ck.dtype_counts())
+      dts += fmt::format("{}{} x{}", dts.empty() ? "" : ", ", dtype_name(dt), n);
     std::printf("dtypes       %s\n", dts.c_str());
     std::string qs;
     for (const auto& [f, n] : ck.quant_counts()) qs += fmt::format("{}{} x{}", qs.empty() ? "" : ", ", f, n);

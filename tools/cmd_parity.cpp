@@ -3,8 +3,8 @@
 // (f32; 1e-12 in f64) in tensor / hybrid.
 #include <memory>
 
-#include "commands.h"
 #include "backend/backend.h"
+#include "commands.h"
 #include "core/compare.h"
 #include "core/log.h"
 #include "dist/comm.h"
@@ -22,9 +22,12 @@ struct Opts {
 
 void add_dist_options(CLI::App* cmd, Opts& o) {
   cmd->add_option("--mode", o.mode, "ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))->envname("H3_MODE")->capture_default_str();
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
+      ->envname("H3_MODE")
+      ->capture_default_str();
   cmd->add_option("--tp", o.tp, "hybrid: tensor-parallel degree (divides the ranks)")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunks", o.chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64))
+  cmd->add_option("--chunks", o.chunks, "pieces each exchange is issued in")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
 }
 }  // namespace
@@ -56,15 +59,16 @@ Runner add_parity(CLI::App& app) {
       for (const auto& c : cases) reference.push_back(single.forward(dit_golden_inputs(f, c)));
     }
     w.barrier("parity: reference done");
-    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks, dev == Device::cuda ? gpu_bus_id() : ""}, ck.config().num_attention_heads, ck.config().ffn_dim);
+    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks, dev == Device::cuda ? gpu_bus_id() : ""},
+                                   ck.config().num_attention_heads, ck.config().ffn_dim);
     DitModel dist(ck, prec, plan, dev);
     const bool exact = mode == DistMode::ulysses || mode == DistMode::ulysses_ag;
     // Tensor parallelism changes the reduction order; on the GPU the bf16 partial sums are rounded before they are
     // added, so the GPU bound is the bf16 recipe's own error scale.
-    const double tol = prec == Precision::f64 ? 1e-12
+    const double tol = prec == Precision::f64   ? 1e-12
                        : prec == Precision::f32 ? 1e-6
-                       : dev == Device::cuda   ? 8e-3
-                                               : 1e-3;
+                       : dev == Device::cuda    ? 8e-3
+                                                : 1e-3;
     bool pass = true;
     if (w.rank() == 0) {
       std::printf("parity %s: %s, %s on the %s%s\n", o->file.c_str(), plan.describe().c_str(), o->precision.c_str(),
@@ -83,14 +87,16 @@ Runner add_parity(CLI::App& app) {
         double golden = f.has(gk) ? compare(*a, f.get(gk)).rel_l2 : -1;
         bool ok = exact ? diff.bitwise : diff.rel_l2 <= tol;
         pass &= ok;
-        std::printf("%-16s %12.3e %12.3e %8s %14.3e  %s\n", ((c.empty() ? "" : c + " ") + name).c_str(),
-                    diff.rel_l2, diff.max_abs, diff.bitwise ? "yes" : "no", golden, ok ? "ok" : "FAIL");
+        std::printf("%-16s %12.3e %12.3e %8s %14.3e  %s\n", ((c.empty() ? "" : c + " ") + name).c_str(), diff.rel_l2,
+                    diff.max_abs, diff.bitwise ? "yes" : "no", golden, ok ? "ok" : "FAIL");
       }
     }
     if (w.rank() == 0) {
-      if (pass) std::printf("PASS: %s on %d ranks %s the 1-rank run\n", o->mode.c_str(), w.size(),
-                            exact ? "is bitwise identical to" : "is within tolerance of");
-      else std::printf("FAIL: %s on %d ranks differs from the 1-rank run\n", o->mode.c_str(), w.size());
+      if (pass)
+        std::printf("PASS: %s on %d ranks %s the 1-rank run\n", o->mode.c_str(), w.size(),
+                    exact ? "is bitwise identical to" : "is within tolerance of");
+      else
+        std::printf("FAIL: %s on %d ranks differs from the 1-rank run\n", o->mode.c_str(), w.size());
     }
     // Every rank returns rank 0's verdict.
     int32_t verdict = pass ? 0 : 1;

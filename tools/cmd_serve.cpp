@@ -24,8 +24,7 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
       ->capture_default_str();
   cmd->add_option("--model-dir", r.paths.model_dir, "released/diffusers folder supplying every component")
       ->envname("H3_MODEL_DIR");
-  cmd->add_option("--dit", r.paths.dit, "DiT checkpoint (file, folder or procedural:NAME)")
-      ->envname("H3_DIT");
+  cmd->add_option("--dit", r.paths.dit, "DiT checkpoint (file, folder or procedural:NAME)")->envname("H3_DIT");
   cmd->add_option("--video-vae", r.paths.video_vae, "video VAE")->envname("H3_VIDEO_VAE");
   cmd->add_option("--audio-vae", r.paths.audio_vae, "audio VAE")->envname("H3_AUDIO_VAE");
   cmd->add_option("--text-encoder", r.paths.text_encoder, "Qwen3-VL text tower")->envname("H3_TEXT_ENCODER");
@@ -40,8 +39,7 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
       ->capture_default_str();
   cmd->add_option("--tp", r.tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
   cmd->add_option("--chunks", r.chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
-  cmd->add_option("--encoder-ranks", r.encoder_ranks,
-                  "ranks that keep the text tower loaded (0: rank 0, freed)")
+  cmd->add_option("--encoder-ranks", r.encoder_ranks, "ranks that keep the text tower loaded (0: rank 0, freed)")
       ->check(CLI::Range(0, 4096));
   cmd->add_flag("--write-latents", r.write_latents, "keep <id>.mp4.latents.safetensors beside each video")
       ->envname("H3_WRITE_LATENTS");
@@ -66,11 +64,9 @@ void on_signal(int) {
 
 Runner add_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "serve",
-      "HTTP job server: a persistent rank group (--ranks N) behind an OpenAI-style video API and a web page");
+      "serve", "HTTP job server: a persistent rank group (--ranks N) behind an OpenAI-style video API and a web page");
   auto o = std::make_shared<serve::ServeOptions>();
-  cmd->add_option("--host", o->host,
-                  "address to listen on (loopback by default; anything else exposes the API)")
+  cmd->add_option("--host", o->host, "address to listen on (loopback by default; anything else exposes the API)")
       ->envname("H3_HOST")
       ->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0: any free port, printed)")
@@ -80,8 +76,7 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--store", o->store_dir, "folder of the job database and the videos (created)")
       ->envname("H3_STORE")
       ->required();
-  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on the API")
-      ->envname("H3_API_KEY");
+  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on the API")->envname("H3_API_KEY");
   cmd->add_option("--max-queue", o->max_queue, "queued jobs accepted before 429")
       ->check(CLI::Range(1, 1000000))
       ->envname("H3_MAX_QUEUE")
@@ -94,10 +89,9 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(8, 8192))
       ->envname("H3_HTTP_THREADS")
       ->capture_default_str();
-  cmd->add_option(
-         "--stall-timeout", o->stall_timeout_s,
-         "seconds without a word from the group while a job runs before it is recreated (0: 2 x --timeout "
-         "+ 30)")
+  cmd->add_option("--stall-timeout", o->stall_timeout_s,
+                  "seconds without a word from the group while a job runs before it is recreated (0: 2 x --timeout "
+                  "+ 30)")
       ->check(CLI::NonNegativeNumber)
       ->envname("H3_STALL_TIMEOUT");
   cmd->add_option("--startup-timeout", o->startup_timeout_s, "seconds the group may take to load the models")
@@ -111,10 +105,9 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--model-id", o->model_id, "the model name the API reports and accepts")
       ->envname("H3_MODEL_ID")
       ->capture_default_str();
-  cmd->add_option(
-         "--lora-dir", o->lora_dir,
-         "folder of LoRA .safetensors files jobs may name in \"loras\" (switched per job, re-merged from the "
-         "pristine weights; no client paths)")
+  cmd->add_option("--lora-dir", o->lora_dir,
+                  "folder of LoRA .safetensors files jobs may name in \"loras\" (switched per job, re-merged from the "
+                  "pristine weights; no client paths)")
       ->envname("H3_LORA_DIR")
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("--debug-faults", o->debug_faults, "accept the x_debug_fault request field (tests only)")
@@ -127,8 +120,7 @@ Runner add_serve(CLI::App& app) {
     o->rank_timeout_s = world().timeout_s;
     o->log_level = std::string(spdlog::level::to_string_view(spdlog::get_level()).data());
     if (o->host != "127.0.0.1" && o->host != "::1" && o->host != "localhost" && o->api_key.empty())
-      spdlog::warn("serve: listening on {} without --api-key: anyone who can reach it can submit jobs",
-                   o->host);
+      spdlog::warn("serve: listening on {} without --api-key: anyone who can reach it can submit jobs", o->host);
     ::signal(SIGPIPE, SIG_IGN);
     if (::pipe(g_signal_pipe) != 0) fail("serve: pipe(): {}", std::strerror(errno));
     serve::Supervisor sup(*o);
@@ -149,8 +141,8 @@ Runner add_serve(CLI::App& app) {
       http.stop();
     });
     sup.start();
-    std::printf("h3 serve: listening on http://%s:%d/ (store %s, %d rank%s, runner %s)\n", o->host.c_str(),
-                http.port(), o->store_dir.c_str(), o->ranks, o->ranks > 1 ? "s" : "", o->runner.kind.c_str());
+    std::printf("h3 serve: listening on http://%s:%d/ (store %s, %d rank%s, runner %s)\n", o->host.c_str(), http.port(),
+                o->store_dir.c_str(), o->ranks, o->ranks > 1 ? "s" : "", o->runner.kind.c_str());
     std::fflush(stdout);
     http.listen();
     sup.stop();

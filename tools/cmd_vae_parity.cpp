@@ -52,10 +52,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Runner add_vae_parity(CLI::App& app) {
-  auto* cmd =
-      app.add_subcommand("vae-parity",
-                         "decode a VAE golden file's cases on 1 rank and sharded over --ranks N; PASS when "
-                         "bitwise equal");
+  auto* cmd = app.add_subcommand("vae-parity",
+                                 "decode a VAE golden file's cases on 1 rank and sharded over --ranks N; PASS when "
+                                 "bitwise equal");
   struct Opts {
     std::string file, precision = "f32";
   };
@@ -82,9 +81,8 @@ Runner add_vae_parity(CLI::App& app) {
           f, "weight.", VideoVaeConfig::from_json_text(f.meta("config"), f.meta("tiling"), f.path()), prec, dev);
       cases = decode_cases(f, {"latents_normalized"}, "latents", "decoder");
     } else {
-      const AudioVaeConfig cfg = f.meta("config").empty()
-                                     ? AudioVaeConfig{}
-                                     : AudioVaeConfig::from_json_text(f.meta("config"), f.path());
+      const AudioVaeConfig cfg =
+          f.meta("config").empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(f.meta("config"), f.path());
       avae = std::make_unique<AudioVae>(f, "weight.", cfg, prec, dev);
       cases = decode_cases(f, {"latents_normalized"}, "latents_denormalized", "waveform");
     }
@@ -110,8 +108,8 @@ Runner add_vae_parity(CLI::App& app) {
     if (root) {
       std::printf("vae-parity %s: %s VAE decode, 1 rank vs %d ranks, %s on the %s\n", o->file.c_str(),
                   video ? "video" : "audio", w.size(), o->precision.c_str(), dev == Device::cuda ? "GPU" : "CPU");
-      std::printf("%-28s %6s %12s %12s %8s %14s %9s %9s  %s\n", "case", "units", "rel_l2", "max_abs",
-                  "bitwise", "golden rel_l2", "1-rank s", "sharded s", "result");
+      std::printf("%-28s %6s %12s %12s %8s %14s %9s %9s  %s\n", "case", "units", "rel_l2", "max_abs", "bitwise",
+                  "golden rel_l2", "1-rank s", "sharded s", "result");
     }
     bool pass = true;
     std::vector<std::vector<double>> per_case_stats;
@@ -120,12 +118,11 @@ Runner add_vae_parity(CLI::App& app) {
       const Tensor z = latents(c);
       ShardDecodeStats st;
       const auto t0 = std::chrono::steady_clock::now();
-      const Tensor out =
-          video ? decode_video_sharded(*vvae, z, w, &st) : decode_audio_sharded(*avae, z, w, &st);
+      const Tensor out = video ? decode_video_sharded(*vvae, z, w, &st) : decode_audio_sharded(*avae, z, w, &st);
       const double sharded_s = seconds_since(t0);
       // Every rank's stats to every rank: [units, cost, decode_s, gather_s, stitch_s] per rank.
-      const double mine[5] = {static_cast<double>(st.units), static_cast<double>(st.cost), st.decode_s,
-                              st.gather_s, st.stitch_s};
+      const double mine[5] = {static_cast<double>(st.units), static_cast<double>(st.cost), st.decode_s, st.gather_s,
+                              st.stitch_s};
       std::vector<double> all(static_cast<size_t>(5 * w.size()));
       w.allgatherv(mine, all.data(), std::vector<int64_t>(w.size(), 5), DType::f64, "vae-parity stats");
       per_case_stats.push_back(all);
@@ -137,13 +134,13 @@ Runner add_vae_parity(CLI::App& app) {
       int64_t units = 0;
       for (int r = 0; r < w.size(); ++r) units += static_cast<int64_t>(all[5 * r]);
       std::printf("%-28s %6lld %12.3e %12.3e %8s %14.3e %9.3f %9.3f  %s\n", c.name.c_str(),
-                  static_cast<long long>(units), d.rel_l2, d.max_abs, d.bitwise ? "yes" : "no", golden,
-                  reference_s[i], sharded_s, ok ? "ok" : "FAIL");
+                  static_cast<long long>(units), d.rel_l2, d.max_abs, d.bitwise ? "yes" : "no", golden, reference_s[i],
+                  sharded_s, ok ? "ok" : "FAIL");
       reference[i] = Tensor();  // freed once compared
     }
     if (root) {
-      std::printf("%-28s %4s %6s %10s %10s %10s %10s\n", "per rank", "rank", "units", "cost", "decode s",
-                  "gather s", "stitch s");
+      std::printf("%-28s %4s %6s %10s %10s %10s %10s\n", "per rank", "rank", "units", "cost", "decode s", "gather s",
+                  "stitch s");
       for (size_t i = 0; i < cases.size(); ++i)
         for (int r = 0; r < w.size(); ++r) {
           const double* s = per_case_stats[i].data() + 5 * r;

@@ -4,11 +4,11 @@
 #include "commands.h"
 #include "dist/comm.h"
 #include "verify/dit.h"
-#include "verify/qwen3vl_vision.h"
-#include "verify/qwen3vl_text.h"
-#include "verify/vae.h"
 #include "verify/layouts.h"
 #include "verify/pipeline.h"
+#include "verify/qwen3vl_text.h"
+#include "verify/qwen3vl_vision.h"
+#include "verify/vae.h"
 
 namespace h3::cli {
 
@@ -25,7 +25,8 @@ Runner add_verify(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "golden safetensors file")->required();
   cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (the released mixed recipe)")
-      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))->envname("H3_PRECISION");
+      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
+      ->envname("H3_PRECISION");
   cmd->add_option("--weights", o->weights, "use these DiT weights (file, folder or procedural:NAME) instead");
   cmd->add_option("--tol", o->tol, "override the rel-L2 tolerance");
   cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
@@ -35,7 +36,8 @@ Runner add_verify(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer,
                   "with FILE.json: check FILE's tokenizer cases against this tokenizer.json")
       ->envname("H3_TOKENIZER");
-  cmd->add_option("--lora", o->loras, "DiT sets: LoRA merged on load, FILE[:STRENGTH] (repeatable; the golden "
+  cmd->add_option("--lora", o->loras,
+                  "DiT sets: LoRA merged on load, FILE[:STRENGTH] (repeatable; the golden "
                   "outputs must have been made with the same LoRA)");
   cmd->add_option("--dump", o->dump, "write every named activation to PREFIX[.case].safetensors (debugging)");
   return [o, cmd]() -> int {
@@ -76,8 +78,9 @@ Runner add_verify(CLI::App& app) {
       if (!o->mode.empty() || world().size() > 1)
         vo.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks, ""};
       const bool root = world().rank() == 0;
-      if (root) std::printf("verify %s: DiT golden set, precision %s on the %s\n", o->file.c_str(), o->precision.c_str(),
-                              g_device == "cuda" ? "GPU" : "CPU");
+      if (root)
+        std::printf("verify %s: DiT golden set, precision %s on the %s\n", o->file.c_str(), o->precision.c_str(),
+                    g_device == "cuda" ? "GPU" : "CPU");
       VerifyReport rep = verify_dit_file(f, vo);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
@@ -90,8 +93,8 @@ Runner add_verify(CLI::App& app) {
       Comm* comm = world().size() > 1 ? &world() : nullptr;
       const bool root = world().rank() == 0;
       if (root)
-        std::printf("verify %s: video VAE golden set, precision %s, decode on %d rank(s) on the %s\n",
-                    o->file.c_str(), o->precision.c_str(), world().size(), g_device == "cuda" ? "GPU" : "CPU");
+        std::printf("verify %s: video VAE golden set, precision %s, decode on %d rank(s) on the %s\n", o->file.c_str(),
+                    o->precision.c_str(), world().size(), g_device == "cuda" ? "GPU" : "CPU");
       VerifyReport rep = verify_video_vae_file(f, precision_from_name(o->precision), comm,
                                                g_device == "cuda" ? Device::cuda : Device::cpu);
       if (root) rep.print(stdout);
@@ -101,8 +104,8 @@ Runner add_verify(CLI::App& app) {
       Comm* comm = world().size() > 1 ? &world() : nullptr;
       const bool root = world().rank() == 0;
       if (root)
-        std::printf("verify %s: audio VAE golden set, precision %s, decode on %d rank(s) on the %s\n",
-                    o->file.c_str(), o->precision.c_str(), world().size(), g_device == "cuda" ? "GPU" : "CPU");
+        std::printf("verify %s: audio VAE golden set, precision %s, decode on %d rank(s) on the %s\n", o->file.c_str(),
+                    o->precision.c_str(), world().size(), g_device == "cuda" ? "GPU" : "CPU");
       VerifyReport rep = verify_audio_vae_file(f, precision_from_name(o->precision), comm,
                                                g_device == "cuda" ? Device::cuda : Device::cpu);
       if (root) rep.print(stdout);
@@ -118,9 +121,10 @@ Runner add_verify(CLI::App& app) {
       Comm* comm = world().size() > 1 ? &world() : nullptr;
       const bool root = world().rank() == 0;
       if (root)
-        std::printf("verify %s: Qwen3-VL text decoder golden set, precision %s on the %s, %d rank(s) "
-                    "tensor-parallel\n",
-                    o->file.c_str(), o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU", world().size());
+        std::printf(
+            "verify %s: Qwen3-VL text decoder golden set, precision %s on the %s, %d rank(s) "
+            "tensor-parallel\n",
+            o->file.c_str(), o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU", world().size());
       VerifyReport rep = verify_qwen_text_file(f, precision_from_name(o->precision), comm,
                                                g_device == "cuda" ? Device::cuda : Device::cpu);
       if (root) rep.print(stdout);

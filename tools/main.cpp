@@ -18,21 +18,26 @@ int main(int argc, char** argv) {
   int ranks = 1;
   double timeout = 120;
   app.add_option("--ranks", ranks, "run on N ranks (relaunches under mpirun unless already in an MPI job)")
-      ->check(CLI::Range(1, 4096))->envname("H3_RANKS");
+      ->check(CLI::Range(1, 4096))
+      ->envname("H3_RANKS");
   app.add_option("--timeout", timeout, "seconds a rank waits for a peer before failing the job")
-      ->check(CLI::PositiveNumber)->envname("H3_TIMEOUT");
+      ->check(CLI::PositiveNumber)
+      ->envname("H3_TIMEOUT");
   std::string device = "cpu";
   bool deterministic = false;
   app.add_option("--device", device, "cpu, or cuda (the DiT on the GPU; ranks share GPUs round-robin)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))->envname("H3_DEVICE");
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->envname("H3_DEVICE");
   app.add_flag("--deterministic", deterministic,
                "GPU: fixed GEMM and attention choices so ulysses/ulysses-ag give bitwise equal outputs at every world "
-               "size")->envname("H3_DETERMINISTIC");
+               "size")
+      ->envname("H3_DETERMINISTIC");
   std::string transport = "auto";
   app.add_option("--transport", transport,
                  "how GPU ranks exchange device tensors: nccl (one GPU per rank), mpi (through host memory; ranks may "
                  "share a GPU) or auto (nccl when every rank has its own GPU)")
-      ->check(CLI::IsMember({"auto", "mpi", "nccl"}))->envname("H3_TRANSPORT");
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
+      ->envname("H3_TRANSPORT");
   app.fallthrough();
   std::map<CLI::App*, h3::cli::Runner> runners;
   auto reg = [&](h3::cli::Runner (*add)(CLI::App&)) {

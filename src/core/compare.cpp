@@ -19,8 +19,10 @@ Diff compare(const Tensor& got, const Tensor& ref) {
     const long double e = static_cast<long double>(a) - b;
     num += e * e;
     den += static_cast<long double>(b) * b;
-    if (std::isnan(a) != std::isnan(b)) d.max_abs = INFINITY;
-    else d.max_abs = std::fmax(d.max_abs, std::fabs(a - b));
+    if (std::isnan(a) != std::isnan(b))
+      d.max_abs = INFINITY;
+    else
+      d.max_abs = std::fmax(d.max_abs, std::fabs(a - b));
   }
   d.rel_l2 = den > 0 ? static_cast<double>(std::sqrt(num / den)) : (num > 0 ? INFINITY : 0.0);
   if (std::isnan(d.rel_l2)) d.rel_l2 = INFINITY;

@@ -14,12 +14,15 @@ void register_device_hooks(const DeviceHooks& hooks) {
   g_registered = true;
 }
 
-bool have_device_backend() { return g_registered; }
+bool have_device_backend() {
+  return g_registered;
+}
 
 const DeviceHooks& device_hooks() {
   if (!g_registered)
-    fail("a GPU tensor was asked for, but no GPU backend is running (build with the CUDA toolkit present and "
-         "start it with --device cuda on a machine with an NVIDIA GPU)");
+    fail(
+        "a GPU tensor was asked for, but no GPU backend is running (build with the CUDA toolkit present and "
+        "start it with --device cuda on a machine with an NVIDIA GPU)");
   return g_hooks;
 }
 

@@ -12,8 +12,8 @@ namespace h3 {
 enum class Device : uint8_t;
 
 struct DeviceHooks {
-  const char* name = "";                                   // "cuda"
-  void* (*alloc)(size_t bytes) = nullptr;                  // never returns null (throws h3::Error)
+  const char* name = "";                   // "cuda"
+  void* (*alloc)(size_t bytes) = nullptr;  // never returns null (throws h3::Error)
   void (*release)(void* p, size_t bytes) = nullptr;
   // Copies bytes between host and device or within a device; returns when dst can be read.
   void (*copy)(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) = nullptr;

@@ -15,10 +15,14 @@ struct DTypeInfo {
   std::string_view st_name;
 };
 constexpr DTypeInfo kInfo[] = {
-    {DType::f64, 8, "f64", "F64"},     {DType::f32, 4, "f32", "F32"},
-    {DType::bf16, 2, "bf16", "BF16"},  {DType::f16, 2, "f16", "F16"},
-    {DType::fp8_e4m3, 1, "fp8_e4m3", "F8_E4M3"}, {DType::i64, 8, "i64", "I64"},
-    {DType::i32, 4, "i32", "I32"},     {DType::i8, 1, "i8", "I8"},
+    {DType::f64, 8, "f64", "F64"},
+    {DType::f32, 4, "f32", "F32"},
+    {DType::bf16, 2, "bf16", "BF16"},
+    {DType::f16, 2, "f16", "F16"},
+    {DType::fp8_e4m3, 1, "fp8_e4m3", "F8_E4M3"},
+    {DType::i64, 8, "i64", "I64"},
+    {DType::i32, 4, "i32", "I32"},
+    {DType::i8, 1, "i8", "I8"},
     {DType::u8, 1, "u8", "U8"},
 };
 const DTypeInfo& info(DType t) {
@@ -28,9 +32,15 @@ const DTypeInfo& info(DType t) {
 }
 }  // namespace
 
-size_t dtype_size(DType t) { return info(t).size; }
-std::string_view dtype_name(DType t) { return info(t).name; }
-std::string_view dtype_safetensors_name(DType t) { return info(t).st_name; }
+size_t dtype_size(DType t) {
+  return info(t).size;
+}
+std::string_view dtype_name(DType t) {
+  return info(t).name;
+}
+std::string_view dtype_safetensors_name(DType t) {
+  return info(t).st_name;
+}
 std::optional<DType> dtype_from_safetensors(std::string_view s) {
   for (const auto& i : kInfo)
     if (i.st_name == s) return i.t;
@@ -45,7 +55,9 @@ bool dtype_is_float(DType t) {
   return t == DType::f64 || t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::fp8_e4m3;
 }
 
-float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+float bf16_to_f32(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 uint16_t f32_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -84,7 +96,10 @@ uint16_t f32_to_f16(float f) {
   float q = std::nearbyint(std::ldexp(a, 11 - e));  // in [1024, 2048]
   int exp16 = e - 1 + 15;
   uint32_t mant = static_cast<uint32_t>(q);
-  if (mant == 2048) { mant = 1024; exp16 += 1; }
+  if (mant == 2048) {
+    mant = 1024;
+    exp16 += 1;
+  }
   if (exp16 >= 31) return sign | 0x7c00;
   return sign | static_cast<uint16_t>((exp16 << 10) | (mant - 1024));
 }
@@ -110,17 +125,24 @@ uint8_t f32_to_fp8e4m3(float f) {
   float q = std::nearbyint(std::ldexp(a, 4 - e));  // 4 significant bits, in [8, 16]
   int exp8 = e - 1 + 7;
   int mant = static_cast<int>(q);
-  if (mant == 16) { mant = 8; exp8 += 1; }
+  if (mant == 16) {
+    mant = 8;
+    exp8 += 1;
+  }
   if (exp8 > 15 || (exp8 == 15 && mant - 8 > 6)) return sign | 0x7e;  // saturate at 448
   return sign | static_cast<uint8_t>((exp8 << 3) | (mant - 8));
 }
 
 std::string_view precision_name(Precision p) {
   switch (p) {
-    case Precision::f64: return "f64";
-    case Precision::f32: return "f32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp8: return "fp8";
+    case Precision::f64:
+      return "f64";
+    case Precision::f32:
+      return "f32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp8:
+      return "fp8";
   }
   return "?";
 }

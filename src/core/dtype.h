@@ -12,8 +12,8 @@ namespace h3 {
 enum class DType : uint8_t { f64, f32, bf16, f16, fp8_e4m3, i64, i32, i8, u8 };
 
 size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);                            // "f32", "bf16", ...
-std::string_view dtype_safetensors_name(DType t);                // "F32", "BF16", "F8_E4M3", ...
+std::string_view dtype_name(DType t);                             // "f32", "bf16", ...
+std::string_view dtype_safetensors_name(DType t);                 // "F32", "BF16", "F8_E4M3", ...
 std::optional<DType> dtype_from_safetensors(std::string_view s);  // nullopt for unknown names
 std::optional<DType> dtype_from_name(std::string_view s);         // accepts both spellings
 bool dtype_is_float(DType t);
@@ -34,6 +34,8 @@ std::string_view precision_name(Precision p);
 Precision precision_from_name(const std::string& s);  // throws naming the allowed names
 
 // Rounds a value through bf16 and back (used to emulate the released bf16 recipe on the CPU).
-inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+inline float round_bf16(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
 
 }  // namespace h3

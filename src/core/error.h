@@ -22,12 +22,12 @@ template <typename... Args>
 
 }  // namespace h3
 
-#define H3_ASSERT(cond, ...)                                                                \
-  do {                                                                                      \
+#define H3_ASSERT(cond, ...)                                                                 \
+  do {                                                                                       \
     if (!(cond)) ::h3::assert_failed(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
-#define H3_CHECK(cond, ...)                     \
-  do {                                          \
-    if (!(cond)) ::h3::fail(__VA_ARGS__);       \
+#define H3_CHECK(cond, ...)               \
+  do {                                    \
+    if (!(cond)) ::h3::fail(__VA_ARGS__); \
   } while (0)

@@ -43,7 +43,10 @@ void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, in
         if (!error) error = std::current_exception();
       }
     };
-    if (w + 1 == workers) body(); else threads.emplace_back(body);
+    if (w + 1 == workers)
+      body();
+    else
+      threads.emplace_back(body);
     begin = end;
   }
   for (auto& t : threads) t.join();

@@ -31,7 +31,7 @@ struct State {
   }();
   std::vector<Span> spans;
   std::vector<std::pair<int, bool>> order;  // device marks as recorded: (span, is_end)
-  unsigned gen = 1;                          // bumped by take(): a span open across it is dropped
+  unsigned gen = 1;                         // bumped by take(): a span open across it is dropped
 };
 State& state() {
   static State s;
@@ -72,14 +72,26 @@ void close_span(int slot, bool host_only, unsigned gen) {
 
 }  // namespace
 
-bool enabled() { return state().on; }
-void set_enabled(bool on) { state().on = on; }
+bool enabled() {
+  return state().on;
+}
+void set_enabled(bool on) {
+  state().on = on;
+}
 
 // In the bodies: gen_'s default initializer runs after slot_'s, so it cannot be written from slot_'s initializer.
-Region::Region(const char* name) { slot_ = open_span(name, false, gen_); }
-Region::~Region() { close_span(slot_, false, gen_); }
-HostRegion::HostRegion(const char* name) { slot_ = open_span(name, true, gen_); }
-HostRegion::~HostRegion() { close_span(slot_, true, gen_); }
+Region::Region(const char* name) {
+  slot_ = open_span(name, false, gen_);
+}
+Region::~Region() {
+  close_span(slot_, false, gen_);
+}
+HostRegion::HostRegion(const char* name) {
+  slot_ = open_span(name, true, gen_);
+}
+HostRegion::~HostRegion() {
+  close_span(slot_, true, gen_);
+}
 
 std::vector<Total> take() {
   State& s = state();
@@ -108,8 +120,10 @@ std::vector<Total> take() {
                             ? std::chrono::duration<double>(sp.end.host - sp.begin.host).count()
                             : 0.0;  // still open when taken
     double sec = 0;
-    if (sp.begin.event && sp.end.event) sec = device_hooks().event_elapsed_ms(sp.begin.event, sp.end.event) / 1e3;
-    else if (!sp.begin.event) sec = host;
+    if (sp.begin.event && sp.end.event)
+      sec = device_hooks().event_elapsed_ms(sp.begin.event, sp.end.event) / 1e3;
+    else if (!sp.begin.event)
+      sec = host;
     Total* t = nullptr;
     for (auto& o : out)
       if (o.name == sp.name) t = &o;

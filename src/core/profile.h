@@ -48,7 +48,7 @@ class HostRegion {
 // Seconds per region name accumulated since the last call, and the count of spans; resets.
 struct Total {
   std::string name;
-  double seconds = 0;       // device time (host time for host-only regions)
+  double seconds = 0;  // device time (host time for host-only regions)
   int spans = 0;
   double host_seconds = 0;  // host clock between the region's start and end
   double idle_before = 0;   // device idle before the region's start (device regions that follow a closed one)

@@ -103,9 +103,10 @@ Vml load() {
     spdlog::debug("f32 exp/sin/cos of the reference's f32 steps: Intel MKL VML (HA) from {}", v.info.library);
   else {
     if (v.info.why.empty()) v.info.why = why;
-    spdlog::info("f32 exp/sin/cos of the reference's f32 steps: libm (Intel MKL VML not loaded: {}); f64 DiT "
-                 "runs then differ from the reference by ~1e-8 (scripts/setup.sh installs it)",
-                 v.info.why);
+    spdlog::info(
+        "f32 exp/sin/cos of the reference's f32 steps: libm (Intel MKL VML not loaded: {}); f64 DiT "
+        "runs then differ from the reference by ~1e-8 (scripts/setup.sh installs it)",
+        v.info.why);
   }
   return v;
 }
@@ -130,20 +131,37 @@ void libm(F f, const float* in, float* out, int64_t n) {
 
 }  // namespace
 
-const Backend& backend() { return vml().info; }
+const Backend& backend() {
+  return vml().info;
+}
 
-void exp_f32_libm(const float* in, float* out, int64_t n) { libm([](double x) { return std::exp(x); }, in, out, n); }
-void sin_f32_libm(const float* in, float* out, int64_t n) { libm([](double x) { return std::sin(x); }, in, out, n); }
-void cos_f32_libm(const float* in, float* out, int64_t n) { libm([](double x) { return std::cos(x); }, in, out, n); }
+void exp_f32_libm(const float* in, float* out, int64_t n) {
+  libm([](double x) { return std::exp(x); }, in, out, n);
+}
+void sin_f32_libm(const float* in, float* out, int64_t n) {
+  libm([](double x) { return std::sin(x); }, in, out, n);
+}
+void cos_f32_libm(const float* in, float* out, int64_t n) {
+  libm([](double x) { return std::cos(x); }, in, out, n);
+}
 
 void exp_f32(const float* in, float* out, int64_t n) {
-  if (vml().info.vml) run(vml().exp, in, out, n); else exp_f32_libm(in, out, n);
+  if (vml().info.vml)
+    run(vml().exp, in, out, n);
+  else
+    exp_f32_libm(in, out, n);
 }
 void sin_f32(const float* in, float* out, int64_t n) {
-  if (vml().info.vml) run(vml().sin, in, out, n); else sin_f32_libm(in, out, n);
+  if (vml().info.vml)
+    run(vml().sin, in, out, n);
+  else
+    sin_f32_libm(in, out, n);
 }
 void cos_f32(const float* in, float* out, int64_t n) {
-  if (vml().info.vml) run(vml().cos, in, out, n); else cos_f32_libm(in, out, n);
+  if (vml().info.vml)
+    run(vml().cos, in, out, n);
+  else
+    cos_f32_libm(in, out, n);
 }
 
 }  // namespace h3::ref_math

@@ -17,9 +17,9 @@
 namespace h3::ref_math {
 
 struct Backend {
-  bool vml = false;      // true: Intel MKL VML (HA); false: libm rounded to f32
-  std::string library;   // the libmkl_rt that was loaded, empty for libm
-  std::string why;       // for libm: why VML was not used
+  bool vml = false;     // true: Intel MKL VML (HA); false: libm rounded to f32
+  std::string library;  // the libmkl_rt that was loaded, empty for libm
+  std::string why;      // for libm: why VML was not used
 };
 
 // Which implementation the functions below use (decided once per process, logged once).

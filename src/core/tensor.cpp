@@ -1,11 +1,13 @@
 #include "core/tensor.h"
 
-#include <cstring>
 #include <fmt/ranges.h>
+#include <cstring>
 
 namespace h3 {
 
-std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
@@ -81,29 +83,56 @@ double load_as_double(const void* p, int64_t i) {
 }
 double load(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::f64: return load_as_double<double>(p, i);
-    case DType::f32: return load_as_double<float>(p, i);
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::fp8_e4m3: return fp8e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
-    case DType::i64: return load_as_double<int64_t>(p, i);
-    case DType::i32: return load_as_double<int32_t>(p, i);
-    case DType::i8: return load_as_double<int8_t>(p, i);
-    case DType::u8: return load_as_double<uint8_t>(p, i);
+    case DType::f64:
+      return load_as_double<double>(p, i);
+    case DType::f32:
+      return load_as_double<float>(p, i);
+    case DType::bf16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::fp8_e4m3:
+      return fp8e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
+    case DType::i64:
+      return load_as_double<int64_t>(p, i);
+    case DType::i32:
+      return load_as_double<int32_t>(p, i);
+    case DType::i8:
+      return load_as_double<int8_t>(p, i);
+    case DType::u8:
+      return load_as_double<uint8_t>(p, i);
   }
   return 0;
 }
 void store(void* p, DType t, int64_t i, double v) {
   switch (t) {
-    case DType::f64: static_cast<double*>(p)[i] = v; break;
-    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v)); break;
-    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v)); break;
-    case DType::fp8_e4m3: static_cast<uint8_t*>(p)[i] = f32_to_fp8e4m3(static_cast<float>(v)); break;
-    case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DType::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DType::f64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case DType::f32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DType::bf16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v));
+      break;
+    case DType::f16:
+      static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v));
+      break;
+    case DType::fp8_e4m3:
+      static_cast<uint8_t*>(p)[i] = f32_to_fp8e4m3(static_cast<float>(v));
+      break;
+    case DType::i64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::i8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      break;
+    case DType::u8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
   }
 }
 }  // namespace

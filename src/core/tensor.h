@@ -20,13 +20,32 @@ std::string shape_str(const Shape& s);
 int64_t shape_numel(const Shape& s);
 
 // Maps a C++ element type to its DType.
-template <typename T> struct dtype_of;
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int8_t> { static constexpr DType value = DType::i8; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
+template <typename T>
+struct dtype_of;
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = DType::i8;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::u8;
+};
 
 class Tensor {
  public:
@@ -66,7 +85,9 @@ class Tensor {
     return static_cast<T*>(data_);
   }
   template <typename T>
-  std::span<T> span() const { return {data<T>(), static_cast<size_t>(numel())}; }
+  std::span<T> span() const {
+    return {data<T>(), static_cast<size_t>(numel())};
+  }
 
   // Same storage, new shape (numel must match).
   Tensor reshape(Shape s) const;

@@ -8,7 +8,6 @@
 
 namespace h3 {
 
-
 void Comm::alltoallv(const void* send, const std::vector<int64_t>& sc, void* recv, const std::vector<int64_t>& rc,
                      DType dt, const std::string& what) {
   ialltoallv(send, sc, recv, rc, dt, what)->wait();
@@ -88,10 +87,14 @@ void Comm::allreduce_sum(const void* send, void* recv, int64_t count, DType dt, 
       o[i] = acc;
     }
   };
-  if (dt == DType::f32) sum(float{});
-  else if (dt == DType::f64) sum(double{});
-  else if (dt == DType::i64) sum(int64_t{});
-  else H3_ASSERT(false, "allreduce_sum on {}", dtype_name(dt));
+  if (dt == DType::f32)
+    sum(float{});
+  else if (dt == DType::f64)
+    sum(double{});
+  else if (dt == DType::i64)
+    sum(int64_t{});
+  else
+    H3_ASSERT(false, "allreduce_sum on {}", dtype_name(dt));
 }
 
 void Comm::barrier(const std::string& what) {

@@ -46,13 +46,13 @@ class Comm {
   void alltoallv(const void* send, const std::vector<int64_t>& send_counts, void* recv,
                  const std::vector<int64_t>& recv_counts, DType dt, const std::string& what);
   // recv = concat over ranks of each rank's `count` elements; counts[j] = rank j's count.
-  virtual std::unique_ptr<Pending> iallgatherv(const void* send, void* recv, const std::vector<int64_t>& counts, DType dt,
-                                       const std::string& what);
+  virtual std::unique_ptr<Pending> iallgatherv(const void* send, void* recv, const std::vector<int64_t>& counts,
+                                               DType dt, const std::string& what);
   void allgatherv(const void* send, void* recv, const std::vector<int64_t>& counts, DType dt, const std::string& what);
   // send holds one block per destination (counts[j] elements for rank j); recv[counts[me]] = sum over ranks in rank
   // order of their block for me. Float dtypes (f32, f64) only.
   virtual void reduce_scatterv(const void* send, const std::vector<int64_t>& counts, void* recv, DType dt,
-                       const std::string& what);
+                               const std::string& what);
   virtual void allreduce_sum(const void* send, void* recv, int64_t count, DType dt, const std::string& what);
   virtual void barrier(const std::string& what);
 

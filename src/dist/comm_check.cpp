@@ -13,12 +13,18 @@ namespace h3 {
 namespace {
 
 // The value rank `from` sends to rank `to` at position i: exact in f32.
-float pattern(int from, int to, int64_t i) { return static_cast<float>(from * 4096 + to * 64 + (i % 61)); }
+float pattern(int from, int to, int64_t i) {
+  return static_cast<float>(from * 4096 + to * 64 + (i % 61));
+}
 
 // Ragged count for (rank, size, base): no two ranks alike, some zero at small bases.
-int64_t ragged(int r, int n, int64_t base) { return base + (r * 7 + n) % 5 - (base < 4 && r == n - 1 ? base : 0); }
+int64_t ragged(int r, int n, int64_t base) {
+  return base + (r * 7 + n) % 5 - (base < 4 && r == n - 1 ? base : 0);
+}
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // A check's buffer: a host vector, mirrored in device memory when the communicator moves device memory (NCCL),
 // so the same checks cover both transports.
@@ -146,10 +152,11 @@ std::vector<CommCheckRow> run_comm_checks(Comm& comm, int64_t base) {
 void comm_probe(Comm& comm, const std::string& transport) {
   const int n = comm.size(), me = comm.rank();
   auto complain = [&](const std::string& what) {
-    fail("rank {} ({}): {} startup probe failed: {} -- likely causes: ranks started with different binaries or "
-         "settings, a broken interconnect, or (NCCL) GPUs not visible to each other; rerun with NCCL_DEBUG=INFO "
-         "or --log-level debug",
-         comm.world_rank(me), comm.host(), transport, what);
+    fail(
+        "rank {} ({}): {} startup probe failed: {} -- likely causes: ranks started with different binaries or "
+        "settings, a broken interconnect, or (NCCL) GPUs not visible to each other; rerun with NCCL_DEBUG=INFO "
+        "or --log-level debug",
+        comm.world_rank(me), comm.host(), transport, what);
   };
   Buf<int64_t> mine(comm, {me + 1}), sum_b(comm, {0});
   comm.allreduce_sum(mine.ptr(), sum_b.ptr(), 1, DType::i64, transport + " probe all-reduce");

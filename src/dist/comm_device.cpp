@@ -19,23 +19,32 @@ Transport transport_from_name(const std::string& s) {
 
 std::string_view transport_name(Transport t) {
   switch (t) {
-    case Transport::automatic: return "auto";
-    case Transport::mpi: return "mpi";
-    case Transport::nccl: return "nccl";
+    case Transport::automatic:
+      return "auto";
+    case Transport::mpi:
+      return "mpi";
+    case Transport::nccl:
+      return "nccl";
   }
   return "?";
 }
 
-void set_device_transport(Transport t) { g_transport = t; }
-Transport device_transport() { return g_transport; }
+void set_device_transport(Transport t) {
+  g_transport = t;
+}
+Transport device_transport() {
+  return g_transport;
+}
 
 Transport pick_device_transport(Comm& host, const std::string& gpu_bus) {
   // One rank needs no transport, except when NCCL is asked for explicitly (it then checks the NCCL path itself).
   if (g_transport == Transport::mpi || (host.size() == 1 && g_transport != Transport::nccl)) return Transport::mpi;
   const bool asked = g_transport == Transport::nccl;
   std::string why;
-  if (!nccl_built()) why = "this build has no NCCL";
-  else if (gpu_bus.empty()) why = "the GPU backend is not running (--device cuda)";
+  if (!nccl_built())
+    why = "this build has no NCCL";
+  else if (gpu_bus.empty())
+    why = "the GPU backend is not running (--device cuda)";
   // Every rank learns whether all GPUs are distinct (NCCL refuses two ranks of one communicator on one GPU).
   const int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(host.host() + "/" + gpu_bus) & 0x7fffffffffff);
   std::vector<int64_t> all(host.size());

@@ -45,8 +45,12 @@ class MpiPending : public Pending {
  public:
   MpiPending(std::vector<MPI_Request> reqs, std::vector<int> peers, std::vector<bool> is_recv, double timeout,
              std::string what, int me)
-      : reqs_(std::move(reqs)), peers_(std::move(peers)), is_recv_(std::move(is_recv)), timeout_(timeout),
-        what_(std::move(what)), me_(me) {}
+      : reqs_(std::move(reqs)),
+        peers_(std::move(peers)),
+        is_recv_(std::move(is_recv)),
+        timeout_(timeout),
+        what_(std::move(what)),
+        me_(me) {}
   ~MpiPending() override {
     if (!done_ && !reqs_.empty()) wait();
   }
@@ -171,8 +175,8 @@ class MpiComm : public Comm {
     for (int k = 1; k < size_; ++k) post(false, (rank_ + k) % size_);
     H3_ASSERT(sc[rank_] == rc[rank_], "{}: self block {} != {}", what, sc[rank_], rc[rank_]);
     if (sc[rank_]) std::memmove(r + rdisp[rank_], s + sdisp[rank_], sc[rank_] * es);
-    return std::make_unique<MpiPending>(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s,
-                                        what, world_ranks_[rank_]);
+    return std::make_unique<MpiPending>(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s, what,
+                                        world_ranks_[rank_]);
   }
 
   void broadcast(void* buf, int64_t bytes, int root, const std::string& what) override {
@@ -230,7 +234,9 @@ class LocalComm : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
+std::unique_ptr<Comm> make_local_comm() {
+  return std::make_unique<LocalComm>();
+}
 
 bool in_mpi_job() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})

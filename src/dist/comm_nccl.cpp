@@ -38,8 +38,9 @@ bool nccl_built() {
 #if !H3_HAVE_NCCL
 
 std::unique_ptr<Comm> make_nccl_comm(Comm&, std::shared_ptr<Comm>) {
-  fail("--transport nccl: this h3 was built without NCCL (nccl.h and libnccl were not found at build time); "
-       "install NCCL and rebuild, or use --transport mpi");
+  fail(
+      "--transport nccl: this h3 was built without NCCL (nccl.h and libnccl were not found at build time); "
+      "install NCCL and rebuild, or use --transport mpi");
 }
 
 #else
@@ -67,7 +68,8 @@ class NcclComm;
 
 class NcclPending : public Pending {
  public:
-  NcclPending(NcclComm& owner, cudaEvent_t done, std::string what) : owner_(owner), done_(done), what_(std::move(what)) {}
+  NcclPending(NcclComm& owner, cudaEvent_t done, std::string what)
+      : owner_(owner), done_(done), what_(std::move(what)) {}
   ~NcclPending() override;
   void wait() override;
 
@@ -192,15 +194,16 @@ class NcclComm : public Comm {
                   rank(), host(), what, waited);
     host_.timeout_s = std::min(host_.timeout_s, 30.0);
     host_.barrier("liveness check after the NCCL timeout in '" + what + "'");
-    abort_job(fmt::format("rank {} ({}): NCCL exchange '{}' did not complete within {:.0f} s although every rank "
-                          "answers over MPI: NCCL itself stalled; rerun with NCCL_DEBUG=WARN, or --transport mpi",
-                          rank(), host(), what, waited));
+    abort_job(
+        fmt::format("rank {} ({}): NCCL exchange '{}' did not complete within {:.0f} s although every rank "
+                    "answers over MPI: NCCL itself stalled; rerun with NCCL_DEBUG=WARN, or --transport mpi",
+                    rank(), host(), what, waited));
   }
   void check_async(const std::string& what) {
     ncclResult_t st = ncclSuccess;
     if (comm_ && ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress)
-      abort_job(fmt::format("rank {} ({}): NCCL reported '{}' during '{}' -- a peer rank probably died",
-                            rank(), host(), ncclGetErrorString(st), what));
+      abort_job(fmt::format("rank {} ({}): NCCL reported '{}' during '{}' -- a peer rank probably died", rank(), host(),
+                            ncclGetErrorString(st), what));
   }
 
  private:

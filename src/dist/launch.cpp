@@ -17,8 +17,8 @@ void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv) {
   if (ranks <= 1 || in_mpi_job()) return;
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const char* launcher = std::getenv("H3_MPIRUN") ? std::getenv("H3_MPIRUN") : "mpirun";
-  std::vector<std::string> args = {launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                                   "-np", std::to_string(ranks), self};
+  std::vector<std::string> args = {
+      launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(ranks), self};
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
   // Share the cores between the ranks unless the user chose.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

@@ -7,10 +7,14 @@ namespace h3 {
 
 std::string_view dist_mode_name(DistMode m) {
   switch (m) {
-    case DistMode::ulysses: return "ulysses";
-    case DistMode::ulysses_ag: return "ulysses-ag";
-    case DistMode::tensor: return "tensor";
-    case DistMode::hybrid: return "hybrid";
+    case DistMode::ulysses:
+      return "ulysses";
+    case DistMode::ulysses_ag:
+      return "ulysses-ag";
+    case DistMode::tensor:
+      return "tensor";
+    case DistMode::hybrid:
+      return "hybrid";
   }
   return "?";
 }
@@ -30,8 +34,12 @@ DistPlan DistPlan::make(Comm& comm, const DistOptions& opt, int heads, int ffn_d
   p.world_comm = &comm;
   switch (opt.mode) {
     case DistMode::ulysses:
-    case DistMode::ulysses_ag: p.K = 1; break;
-    case DistMode::tensor: p.K = p.world; break;
+    case DistMode::ulysses_ag:
+      p.K = 1;
+      break;
+    case DistMode::tensor:
+      p.K = p.world;
+      break;
     case DistMode::hybrid:
       if (opt.tp < 1 || p.world % opt.tp != 0)
         fail("hybrid mode: --tp {} must divide the number of ranks {} (mesh tp x ulysses)", opt.tp, p.world);

@@ -54,12 +54,15 @@ Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t s
   const ProceduralRule rule = procedural_rule(name, shape, seed);
   const uint64_t base = rule.base;
   const double scale = rule.scale, offset = rule.offset;
-  parallel_for(t.numel(), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      double u = static_cast<double>(splitmix64(base + static_cast<uint64_t>(i)) >> 11) * 0x1p-53 * 2.0 - 1.0;
-      out[i] = static_cast<float>(offset + u * scale);
-    }
-  }, 1 << 16);
+  parallel_for(
+      t.numel(),
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          double u = static_cast<double>(splitmix64(base + static_cast<uint64_t>(i)) >> 11) * 0x1p-53 * 2.0 - 1.0;
+          out[i] = static_cast<float>(offset + u * scale);
+        }
+      },
+      1 << 16);
   return t;
 }
 
@@ -68,9 +71,8 @@ std::atomic<int> g_counter{0};
 }  // namespace
 
 std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<std::string, Shape>>& params,
-                                                    const std::map<std::string, std::string>& metadata,
-                                                    uint64_t seed, const std::string& label,
-                                                    const FixedTensorFn& fixed) {
+                                                    const std::map<std::string, std::string>& metadata, uint64_t seed,
+                                                    const std::string& label, const FixedTensorFn& fixed) {
   namespace fs = std::filesystem;
   std::vector<std::pair<std::string, Tensor>> tensors;
   tensors.reserve(params.size());

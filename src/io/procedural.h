@@ -40,9 +40,8 @@ using FixedTensorFn = std::function<std::optional<Tensor>(const std::string& nam
 // A memory-mapped file holding procedural tensors for `params` (name = key) and `metadata`; the file is
 // unlinked once mapped, so nothing is left on disk. `label` names it in logs.
 std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<std::string, Shape>>& params,
-                                                    const std::map<std::string, std::string>& metadata,
-                                                    uint64_t seed, const std::string& label,
-                                                    const FixedTensorFn& fixed = nullptr);
+                                                    const std::map<std::string, std::string>& metadata, uint64_t seed,
+                                                    const std::string& label, const FixedTensorFn& fixed = nullptr);
 
 // "procedural:mini[:seed=N]" for a component: checks the name (only mini exists; `what` names the flag in the
 // error) and returns the seed (the default seed when none is given).

@@ -103,14 +103,11 @@ Shape quant_logical_shape(const QuantSpec& spec, const Shape& stored) {
   return stored;
 }
 
-Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2,
-                        const std::string& where) {
+Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2, const std::string& where) {
   if (packed.ndim() != 2 || packed.dtype() != DType::u8)
-    fail("{}: nvfp4 weight is {}, expected U8 [rows, cols / 2] (two e2m1 codes per byte)", where,
-         packed.describe());
+    fail("{}: nvfp4 weight is {}, expected U8 [rows, cols / 2] (two e2m1 codes per byte)", where, packed.describe());
   const int64_t R = packed.dim(0), C = packed.dim(1) * 2;
-  if (C % kNvfp4Block != 0)
-    fail("{}: nvfp4 weight has {} columns, not a multiple of the 16-column block", where, C);
+  if (C % kNvfp4Block != 0) fail("{}: nvfp4 weight has {} columns, not a multiple of the 16-column block", where, C);
   const int64_t B = C / kNvfp4Block;
   const int64_t want = round_up(R, 128) * round_up(B, 4);
   if (block_scales.dtype() != DType::fp8_e4m3 || block_scales.numel() != want)
@@ -119,8 +116,7 @@ Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float 
         "elements "
         "(cuBLAS 128x4 tiling)",
         where, block_scales.describe(), want, R, B);
-  if (!std::isfinite(scale_2))
-    fail("{}: nvfp4 per-tensor scale (weight_scale_2) is {}, not finite", where, scale_2);
+  if (!std::isfinite(scale_2)) fail("{}: nvfp4 per-tensor scale (weight_scale_2) is {}, not finite", where, scale_2);
   const auto* q = packed.data<uint8_t>();
   const auto* bs = static_cast<const uint8_t*>(block_scales.raw());
   Tensor w(DType::f32, {R, C});
@@ -144,9 +140,10 @@ Tensor dequantize_mxfp8(const Tensor& q, const Tensor& exponents, const std::str
   if (C % kMxfp8Block != 0) fail("{}: mxfp8 weight has {} columns, not a multiple of the 32-column block", where, C);
   const int64_t B = C / kMxfp8Block, want = round_up(R, 128) * round_up(B, 4);
   if (dtype_size(exponents.dtype()) != 1 || exponents.numel() != want)
-    fail("{}: mxfp8 block scales are {}, expected F8_E8M0 bytes with {} = roundup({}, 128) x roundup({}, 4) "
-         "elements (cuBLAS 128x4 tiling)",
-         where, exponents.describe(), want, R, B);
+    fail(
+        "{}: mxfp8 block scales are {}, expected F8_E8M0 bytes with {} = roundup({}, 128) x roundup({}, 4) "
+        "elements (cuBLAS 128x4 tiling)",
+        where, exponents.describe(), want, R, B);
   const auto* d = static_cast<const uint8_t*>(q.raw());
   const auto* e = static_cast<const uint8_t*>(exponents.raw());
   Tensor w(DType::f32, {R, C});
@@ -161,16 +158,14 @@ Tensor dequantize_mxfp8(const Tensor& q, const Tensor& exponents, const std::str
   return w;
 }
 
-Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& spec,
-                         const std::string& where) {
+Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& spec, const std::string& where) {
   if (spec.kind == QuantSpec::mxfp8) return dequantize_mxfp8(q, scale, where);
   if (q.ndim() != 2) fail("{}: quantized weight {} must be 2-D", where, q.describe());
   const int64_t rows = q.dim(0), cols = q.dim(1);
   Tensor w = q.to(DType::f32);
   float* p = w.data<float>();
   if (spec.kind == QuantSpec::fp8) {
-    if (q.dtype() != DType::fp8_e4m3)
-      fail("{}: fp8 weight stored as {}, expected F8_E4M3", where, q.describe());
+    if (q.dtype() != DType::fp8_e4m3) fail("{}: fp8 weight stored as {}, expected F8_E4M3", where, q.describe());
     if (scale.numel() != 1)
       fail("{}: fp8 scale '{}' is {}, expected one value", where, spec.scale_key, scale.describe());
     const float s = static_cast<float>(scale.get(0));
@@ -178,11 +173,9 @@ Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& 
     return w;
   }
   if (q.dtype() != DType::i8) fail("{}: int8 weight stored as {}, expected I8", where, q.describe());
-  const bool per_row =
-      scale.numel() == rows && (scale.ndim() == 1 || (scale.ndim() == 2 && scale.dim(1) == 1));
+  const bool per_row = scale.numel() == rows && (scale.ndim() == 1 || (scale.ndim() == 2 && scale.dim(1) == 1));
   if (!per_row && scale.numel() != 1)
-    fail("{}: int8 scale '{}' is {}, expected [{}, 1] or one value", where, spec.scale_key, scale.describe(),
-         rows);
+    fail("{}: int8 scale '{}' is {}, expected [{}, 1] or one value", where, spec.scale_key, scale.describe(), rows);
   for (int64_t i = 0; i < rows; ++i) {
     const float s = static_cast<float>(scale.get(per_row ? i : 0));
     for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= s;
@@ -233,8 +226,8 @@ void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bo
     return;
   }
   if (q == QuantFormat::mxfp8) {
-    H3_CHECK(cols % kMxfp8Block == 0, "mxfp8: {} has {} columns; they must be a multiple of 32 (this writer does not pad)",
-             name, cols);
+    H3_CHECK(cols % kMxfp8Block == 0,
+             "mxfp8: {} has {} columns; they must be a multiple of 32 (this writer does not pad)", name, cols);
     const int64_t B = cols / kMxfp8Block;
     Tensor t(DType::fp8_e4m3, w.shape()), scales(DType::u8, {round_up(rows, 128), round_up(B, 4)});
     std::memset(scales.raw(), 0, scales.nbytes());
@@ -259,14 +252,13 @@ void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bo
   }
   if (q == QuantFormat::nvfp4) {
     H3_CHECK(rows % 16 == 0 && cols % kNvfp4Block == 0,
-             "nvfp4: {} is {}x{}; rows and columns must be multiples of 16 (this writer does not pad)", name,
-             rows, cols);
+             "nvfp4: {} is {}x{}; rows and columns must be multiples of 16 (this writer does not pad)", name, rows,
+             cols);
     float amax = 0;
     for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(p[i]));
     const float s2 = amax / (448.0f * 6.0f);
     const int64_t B = cols / kNvfp4Block;
-    Tensor packed(DType::u8, {rows, cols / 2}),
-        scales(DType::fp8_e4m3, {round_up(rows, 128), round_up(B, 4)});
+    Tensor packed(DType::u8, {rows, cols / 2}), scales(DType::fp8_e4m3, {round_up(rows, 128), round_up(B, 4)});
     std::memset(scales.raw(), 0, scales.nbytes());
     auto* d = packed.data<uint8_t>();
     auto* sc = static_cast<uint8_t*>(scales.raw());

@@ -69,15 +69,13 @@ struct QuantSpec {
   enum Kind { none, fp8, int8, nvfp4, mxfp8 } kind = none;
   std::string scale_key;   // key in the same file holding the scale (nvfp4: the block scales)
   std::string scale2_key;  // nvfp4: the per-tensor second-level scale
-  int convrot_group = 0;  // 0: no rotation
+  int convrot_group = 0;   // 0: no rotation
 };
 
 // Dequantizes `q` (F8_E4M3 or I8, 2-D) with `scale` to f32. `where` names the file and key in errors.
-Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& spec,
-                         const std::string& where);
+Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& spec, const std::string& where);
 // NVFP4 (layout above): packed U8 [R, C/2], block scales F8_E4M3 (R x C/16 swizzled), scale_2 -> f32 [R, C].
-Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2,
-                        const std::string& where);
+Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float scale_2, const std::string& where);
 // MXFP8 (layout above): F8_E4M3 [R, C], exponent bytes (R x C/32 swizzled) -> f32 [R, C].
 Tensor dequantize_mxfp8(const Tensor& q, const Tensor& exponents, const std::string& where);
 // The swizzled position of row r, block b's scale in a scale matrix of `blocks` blocks per row (layout

@@ -31,8 +31,8 @@ void safetensors_parse(const std::string& path, const std::byte* bytes, size_t s
     fail("{}: header length {} exceeds the file ({} bytes) -- truncated or not a safetensors file", path, n, size);
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes) + 8,
-                                   reinterpret_cast<const char*>(bytes) + 8 + n);
+    header =
+        nlohmann::json::parse(reinterpret_cast<const char*>(bytes) + 8, reinterpret_cast<const char*>(bytes) + 8 + n);
   } catch (const std::exception& e) {
     fail("{}: header is not valid JSON: {}", path, e.what());
   }
@@ -62,9 +62,10 @@ void safetensors_parse(const std::string& path, const std::byte* bytes, size_t s
     const std::string dt_name = v["dtype"].get<std::string>();
     auto dt = dt_name == "F8_E8M0" ? std::optional<DType>(DType::u8) : dtype_from_safetensors(dt_name);
     if (!dt)
-      fail("{}: tensor '{}': unsupported dtype '{}' (supported: F64 F32 BF16 F16 F8_E4M3 I64 I32 I8 U8, F8_E8M0 as "
-           "bytes)",
-           path, key, dt_name);
+      fail(
+          "{}: tensor '{}': unsupported dtype '{}' (supported: F64 F32 BF16 F16 F8_E4M3 I64 I32 I8 U8, F8_E8M0 as "
+          "bytes)",
+          path, key, dt_name);
     if (!v.contains("shape") || !v["shape"].is_array())
       fail("{}: tensor '{}': missing or non-array 'shape'", path, key);
     TensorInfo ti;
@@ -88,8 +89,8 @@ void safetensors_parse(const std::string& path, const std::byte* bytes, size_t s
            key, ti.begin, ti.end, data_size);
     size_t expect = checked_mul(numel, dtype_size(ti.dtype), path, key);
     if (ti.end - ti.begin != expect)
-      fail("{}: tensor '{}': {} {} needs {} bytes but data_offsets span {}", path, key, dtype_safetensors_name(ti.dtype),
-           shape_str(ti.shape), expect, ti.end - ti.begin);
+      fail("{}: tensor '{}': {} {} needs {} bytes but data_offsets span {}", path, key,
+           dtype_safetensors_name(ti.dtype), shape_str(ti.shape), expect, ti.end - ti.begin);
     order.emplace_back(ti.begin, key);
     infos.emplace(key, std::move(ti));
   }

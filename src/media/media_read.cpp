@@ -30,9 +30,8 @@ namespace {
 
 void quiet_libav() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    av_log_set_level(spdlog::get_level() <= spdlog::level::debug ? AV_LOG_INFO : AV_LOG_ERROR);
-  });
+  std::call_once(once,
+                 [] { av_log_set_level(spdlog::get_level() <= spdlog::level::debug ? AV_LOG_INFO : AV_LOG_ERROR); });
 }
 
 struct FrameDeleter {
@@ -49,11 +48,10 @@ class Demuxer {
     H3_CHECK(fs::exists(path), "media file {} does not exist: check the path", path);
     H3_CHECK(!fs::is_directory(path), "media file {} is a folder: give an image, video or audio file", path);
     int ret = avformat_open_input(&fc_, path.c_str(), nullptr, nullptr);
-    H3_CHECK(ret >= 0, "cannot open {} as media ({}): give a PNG/JPEG/WebP image, a video or an audio file",
-             path, av_error_text(ret));
-    ret = avformat_find_stream_info(fc_, nullptr);
-    H3_CHECK(ret >= 0, "{}: cannot read its stream information ({}); is the file complete?", path,
+    H3_CHECK(ret >= 0, "cannot open {} as media ({}): give a PNG/JPEG/WebP image, a video or an audio file", path,
              av_error_text(ret));
+    ret = avformat_find_stream_info(fc_, nullptr);
+    H3_CHECK(ret >= 0, "{}: cannot read its stream information ({}); is the file complete?", path, av_error_text(ret));
     if (want_video) vidx_ = open_decoder(AVMEDIA_TYPE_VIDEO, &vdec_);
     if (want_audio) aidx_ = open_decoder(AVMEDIA_TYPE_AUDIO, &adec_);
   }
@@ -121,8 +119,7 @@ class Demuxer {
     const int idx = av_find_best_stream(fc_, type, -1, -1, nullptr, 0);
     if (idx < 0) return -1;
     AVStream* st = fc_->streams[idx];
-    if (type == AVMEDIA_TYPE_VIDEO && (st->disposition & AV_DISPOSITION_ATTACHED_PIC) &&
-        fc_->nb_streams > 1) {
+    if (type == AVMEDIA_TYPE_VIDEO && (st->disposition & AV_DISPOSITION_ATTACHED_PIC) && fc_->nb_streams > 1) {
       // Cover art of an audio file is not a picture the user meant as a reference.
       bool other = false;
       for (unsigned i = 0; i < fc_->nb_streams; ++i)
@@ -257,8 +254,8 @@ class AudioCollector {
                                         static_cast<AVSampleFormat>(f->format), f->sample_rate, 0, nullptr);
     av_channel_layout_uninit(&in_layout);
     H3_CHECK(ret >= 0 && swr_ && swr_init(swr_) >= 0,
-             "{}: libswresample cannot convert {} Hz {}-channel {} audio to {} Hz", path_, f->sample_rate,
-             in_channels_, av_get_sample_fmt_name(static_cast<AVSampleFormat>(f->format)), rate_);
+             "{}: libswresample cannot convert {} Hz {}-channel {} audio to {} Hz", path_, f->sample_rate, in_channels_,
+             av_get_sample_fmt_name(static_cast<AVSampleFormat>(f->format)), rate_);
   }
   void convert(uint8_t** in, int n_in) {
     const int cap = swr_get_out_samples(swr_, n_in) + 16;
@@ -295,15 +292,14 @@ class PictureScaler {
     const int64_t w = f->width, h = f->height;
     int64_t sw = W_, sh = H_;
     if (fit_ == FitMode::cover) {
-      const double s = std::max(static_cast<double>(W_) / static_cast<double>(w),
-                                static_cast<double>(H_) / static_cast<double>(h));
+      const double s =
+          std::max(static_cast<double>(W_) / static_cast<double>(w), static_cast<double>(H_) / static_cast<double>(h));
       sw = std::max<int64_t>(W_, std::llround(static_cast<double>(w) * s));
       sh = std::max<int64_t>(H_, std::llround(static_cast<double>(h) * s));
     }
-    sws_ = sws_getCachedContext(
-        sws_, static_cast<int>(w), static_cast<int>(h), static_cast<AVPixelFormat>(f->format),
-        static_cast<int>(sw), static_cast<int>(sh), AV_PIX_FMT_RGB24,
-        SWS_LANCZOS | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
+    sws_ = sws_getCachedContext(sws_, static_cast<int>(w), static_cast<int>(h), static_cast<AVPixelFormat>(f->format),
+                                static_cast<int>(sw), static_cast<int>(sh), AV_PIX_FMT_RGB24,
+                                SWS_LANCZOS | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr);
     H3_CHECK(sws_, "{}: libswscale cannot convert {}x{} {} pictures to {}x{} RGB", path_, w, h,
              av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format)), sw, sh);
     buf_.resize(static_cast<size_t>(sw * sh * 3));
@@ -337,8 +333,7 @@ void check_canvas_args(const std::string& path, int64_t width, int64_t height) {
 
 MediaInfo scan_media(const std::string& path, int fps, int sample_rate) {
   Demuxer d(path, true, true);
-  H3_CHECK(d.has_video() || d.has_audio(), "{} holds neither pictures nor sound that this FFmpeg can decode",
-           path);
+  H3_CHECK(d.has_video() || d.has_audio(), "{} holds neither pictures nor sound that this FFmpeg can decode", path);
   MediaInfo info;
   info.path = path;
   info.format = d.format();
@@ -374,8 +369,7 @@ MediaInfo scan_media(const std::string& path, int fps, int sample_rate) {
     info.audio_samples = audio->samples();
     if (info.audio_samples == 0) info.has_audio = false;
   }
-  H3_CHECK(info.has_video || info.has_audio, "{}: no picture or sound could be decoded (empty streams)",
-           path);
+  H3_CHECK(info.has_video || info.has_audio, "{}: no picture or sound could be decoded (empty streams)", path);
   return info;
 }
 
@@ -397,8 +391,7 @@ Tensor read_picture(const std::string& path, int64_t width, int64_t height, FitM
   return out;
 }
 
-Tensor read_video_frames(const std::string& path, int fps, int64_t max_frames, int64_t width,
-                         int64_t height) {
+Tensor read_video_frames(const std::string& path, int fps, int64_t max_frames, int64_t width, int64_t height) {
   check_canvas_args(path, width, height);
   H3_CHECK(max_frames > 0 && max_frames <= 100000, "{}: cannot read {} frames", path, max_frames);
   Demuxer d(path, true, false);
@@ -418,8 +411,7 @@ Tensor read_video_frames(const std::string& path, int fps, int64_t max_frames, i
   Tensor out(DType::f32, {3, F, height, width});
   float* o = out.data<float>();
   for (int64_t f = 0; f < F; ++f)
-    for (int64_t c = 0; c < 3; ++c)
-      std::copy_n(frames.data() + (f * 3 + c) * plane, plane, o + (c * F + f) * plane);
+    for (int64_t c = 0; c < 3; ++c) std::copy_n(frames.data() + (f * 3 + c) * plane, plane, o + (c * F + f) * plane);
   return out;
 }
 

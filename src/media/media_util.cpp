@@ -12,8 +12,7 @@ namespace h3::media {
 
 namespace fs = std::filesystem;
 
-PartialFile::PartialFile(std::string final_path)
-    : final_(std::move(final_path)), partial_(final_ + ".partial") {}
+PartialFile::PartialFile(std::string final_path) : final_(std::move(final_path)), partial_(final_ + ".partial") {}
 
 PartialFile::~PartialFile() {
   if (!committed_) discard();
@@ -39,12 +38,11 @@ void PartialFile::commit() {
 void check_output_path(const std::string& path, const char* what) {
   H3_CHECK(!path.empty(), "{} output: empty path; give a file name", what);
   std::error_code ec;
-  H3_CHECK(!fs::is_directory(path, ec), "{} output {} is a directory; give a file name inside it", what,
-           path);
+  H3_CHECK(!fs::is_directory(path, ec), "{} output {} is a directory; give a file name inside it", what, path);
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty())
-    H3_CHECK(fs::is_directory(parent, ec), "{} output {}: folder {} does not exist; create it first", what,
-             path, parent.string());
+    H3_CHECK(fs::is_directory(parent, ec), "{} output {}: folder {} does not exist; create it first", what, path,
+             parent.string());
 }
 
 std::string av_error_text(int code) {
@@ -65,8 +63,7 @@ float clamp11(double v) {
 void check_host_float(const Tensor& t, const std::string& where, const char* what) {
   H3_CHECK(t.device() == Device::cpu, "{}: {} must be in host memory (got a device tensor)", where, what);
   H3_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64,
-           "{}: {} must be f32 or f64, got {}; convert with Tensor::to(DType::f32)", where, what,
-           t.describe());
+           "{}: {} must be f32 or f64, got {}; convert with Tensor::to(DType::f32)", where, what, t.describe());
 }
 
 }  // namespace
@@ -107,8 +104,8 @@ WaveView wave_view(const Tensor& wave, const std::string& where) {
   check_host_float(wave, where, "wave");
   const Shape& s = wave.shape();
   const bool ok = s.size() == 2 || (s.size() == 3 && s[1] == 1);
-  H3_CHECK(ok && s[0] >= 1, "{}: wave must be [channels, N] (or the audio VAE's [channels, 1, N]), got {}",
-           where, wave.describe());
+  H3_CHECK(ok && s[0] >= 1, "{}: wave must be [channels, N] (or the audio VAE's [channels, 1, N]), got {}", where,
+           wave.describe());
   WaveView v;
   v.channels = s[0];
   v.samples = s.back();

@@ -38,9 +38,8 @@ namespace {
 // libav's own log lines (x264's banner and statistics) only at debug level.
 void quiet_libav_logs() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    av_log_set_level(spdlog::get_level() <= spdlog::level::debug ? AV_LOG_INFO : AV_LOG_ERROR);
-  });
+  std::call_once(once,
+                 [] { av_log_set_level(spdlog::get_level() <= spdlog::level::debug ? AV_LOG_INFO : AV_LOG_ERROR); });
 }
 
 constexpr float kKr = 0.2126f, kKb = 0.0722f, kKg = 1.0f - kKr - kKb;
@@ -99,21 +98,19 @@ void Mp4Writer::Impl::open() {
   quiet_libav_logs();
   const std::string& p = where();
   media::check_output_path(p, "mp4");
-  H3_CHECK(
-      spec.width > 0 && spec.height > 0 && spec.width % 2 == 0 && spec.height % 2 == 0,
-      "mp4 {}: width x height {} x {} must be positive and even (H.264 yuv420p halves the chroma); crop or "
-      "pad the frames to even sizes",
-      p, spec.width, spec.height);
+  H3_CHECK(spec.width > 0 && spec.height > 0 && spec.width % 2 == 0 && spec.height % 2 == 0,
+           "mp4 {}: width x height {} x {} must be positive and even (H.264 yuv420p halves the chroma); crop or "
+           "pad the frames to even sizes",
+           p, spec.width, spec.height);
   H3_CHECK(spec.fps >= 1 && spec.fps <= 1000, "mp4 {}: fps {} out of range 1..1000", p, spec.fps);
-  H3_CHECK(spec.channels >= 0 && spec.channels <= 8,
-           "mp4 {}: {} audio channels (0 = no audio track, up to 8)", p, spec.channels);
-  H3_CHECK(spec.channels == 0 || spec.sample_rate > 0, "mp4 {}: sample rate {} must be positive", p,
-           spec.sample_rate);
+  H3_CHECK(spec.channels >= 0 && spec.channels <= 8, "mp4 {}: {} audio channels (0 = no audio track, up to 8)", p,
+           spec.channels);
+  H3_CHECK(spec.channels == 0 || spec.sample_rate > 0, "mp4 {}: sample rate {} must be positive", p, spec.sample_rate);
   H3_CHECK(spec.crf >= 0 && spec.crf <= 51, "mp4 {}: crf {} out of range 0..51", p, spec.crf);
 
   int ret = avformat_alloc_output_context2(&oc, nullptr, "mp4", file.partial().c_str());
-  H3_CHECK(ret >= 0 && oc, "mp4 {}: libavformat has no mp4 muxer ({}); install libavformat with mp4 support",
-           p, av_error_text(ret));
+  H3_CHECK(ret >= 0 && oc, "mp4 {}: libavformat has no mp4 muxer ({}); install libavformat with mp4 support", p,
+           av_error_text(ret));
   pkt = av_packet_alloc();
   H3_CHECK(pkt, "mp4 {}: out of memory", p);
   open_video();
@@ -168,8 +165,8 @@ void Mp4Writer::Impl::open_video() {
   const bool unused = av_dict_count(opts) > 0;
   av_dict_free(&opts);
   if (ret < 0)
-    fail("mp4 {}: opening libx264 ({} x {}, {} fps, crf {}, preset '{}') failed: {}", p, spec.width,
-         spec.height, spec.fps, spec.crf, spec.x264_preset, av_error_text(ret));
+    fail("mp4 {}: opening libx264 ({} x {}, {} fps, crf {}, preset '{}') failed: {}", p, spec.width, spec.height,
+         spec.fps, spec.crf, spec.x264_preset, av_error_text(ret));
   H3_CHECK(!unused, "mp4 {}: libx264 did not take the crf/preset options", p);
   vst = avformat_new_stream(oc, nullptr);
   H3_CHECK(vst, "mp4 {}: out of memory", p);
@@ -194,8 +191,7 @@ void Mp4Writer::Impl::open_video() {
 void Mp4Writer::Impl::open_audio() {
   const std::string& p = where();
   const AVCodec* codec = avcodec_find_encoder_by_name("aac");
-  H3_CHECK(codec,
-           "mp4 {}: this libavcodec (version {}) has no native 'aac' encoder; install a full libavcodec", p,
+  H3_CHECK(codec, "mp4 {}: this libavcodec (version {}) has no native 'aac' encoder; install a full libavcodec", p,
            av_version_info());
   if (codec->supported_samplerates) {
     bool ok = false;
@@ -223,8 +219,8 @@ void Mp4Writer::Impl::open_audio() {
   av_dict_free(&opts);
   H3_CHECK(ret < 0 || !unused, "mp4 {}: the aac encoder did not take the aac_coder/aac_pns options", p);
   if (ret < 0)
-    fail("mp4 {}: opening the aac encoder ({} Hz, {} channels, {} b/s) failed: {}", p, spec.sample_rate,
-         spec.channels, spec.audio_bitrate, av_error_text(ret));
+    fail("mp4 {}: opening the aac encoder ({} Hz, {} channels, {} b/s) failed: {}", p, spec.sample_rate, spec.channels,
+         spec.audio_bitrate, av_error_text(ret));
   ast = avformat_new_stream(oc, nullptr);
   H3_CHECK(ast, "mp4 {}: out of memory", p);
   ret = avcodec_parameters_from_context(ast->codecpar, aenc);
@@ -261,8 +257,7 @@ void Mp4Writer::Impl::drain(AVCodecContext* enc, AVStream* st) {
     pkt->stream_index = st->index;
     ret = av_interleaved_write_frame(oc, pkt);
     if (ret < 0)
-      fail("mp4 {}: writing to {} failed: {}; is the disk full?", where(), file.partial(),
-           av_error_text(ret));
+      fail("mp4 {}: writing to {} failed: {}; is the disk full?", where(), file.partial(), av_error_text(ret));
   }
 }
 
@@ -362,10 +357,9 @@ void Mp4Writer::add_frames(const Tensor& pixels) {
   H3_CHECK(!m.finished, "mp4 {}: add_frames() after finish()", path_);
   H3_CHECK(!m.broken, "mp4 {}: an earlier error left this writer unusable; start a new one", path_);
   const media::PixelView v = media::pixel_view(pixels, "mp4 " + path_);
-  H3_CHECK(
-      v.height == m.spec.height && v.width == m.spec.width,
-      "mp4 {}: frames are {} x {} (H x W) but the file was opened for {} x {}; pixels must be [3, T, H, W]",
-      path_, v.height, v.width, m.spec.height, m.spec.width);
+  H3_CHECK(v.height == m.spec.height && v.width == m.spec.width,
+           "mp4 {}: frames are {} x {} (H x W) but the file was opened for {} x {}; pixels must be [3, T, H, W]", path_,
+           v.height, v.width, m.spec.height, m.spec.width);
   try {
     for (int64_t t = 0; t < v.frames; ++t) m.encode_frame_yuv(v, t);
   } catch (...) {
@@ -381,8 +375,8 @@ void Mp4Writer::add_audio(const Tensor& wave) {
   H3_CHECK(m.spec.channels > 0, "mp4 {}: the file was opened without audio (channels = 0)", path_);
   const media::WaveView v = media::wave_view(wave, "mp4 " + path_);
   H3_CHECK(v.channels == m.spec.channels || v.channels == 1,
-           "mp4 {}: wave has {} channels but the file was opened for {}; wave must be [channels, N]", path_,
-           v.channels, m.spec.channels);
+           "mp4 {}: wave has {} channels but the file was opened for {}; wave must be [channels, N]", path_, v.channels,
+           m.spec.channels);
   try {
     const int frame_size = m.aenc->frame_size > 0 ? m.aenc->frame_size : 1024;
     constexpr int64_t kChunk = 8192;
@@ -422,8 +416,7 @@ void Mp4Writer::finish() {
     if (ret < 0) fail("mp4 {}: writing the trailer (moov, faststart) failed: {}", path_, av_error_text(ret));
     ret = avio_closep(&m.oc->pb);
     m.io_open = false;
-    if (ret < 0)
-      fail("mp4 {}: closing {} failed: {}; is the disk full?", path_, m.file.partial(), av_error_text(ret));
+    if (ret < 0) fail("mp4 {}: closing {} failed: {}; is the disk full?", path_, m.file.partial(), av_error_text(ret));
     m.file.commit();
     m.finished = true;
   } catch (...) {

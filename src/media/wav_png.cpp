@@ -30,12 +30,11 @@ void put_u16(std::string& s, uint16_t v) {
   s.push_back(static_cast<char>(v >> 8));
 }
 
-void write_bytes(const media::PartialFile& f, const char* what,
-                 const std::function<void(std::ofstream&)>& body) {
+void write_bytes(const media::PartialFile& f, const char* what, const std::function<void(std::ofstream&)>& body) {
   std::ofstream out(f.partial(), std::ios::binary | std::ios::trunc);
   if (!out)
-    fail("{} {}: cannot create {}: {}; check that the folder exists and is writable", what, f.final_path(),
-         f.partial(), std::strerror(errno));
+    fail("{} {}: cannot create {}: {}; check that the folder exists and is writable", what, f.final_path(), f.partial(),
+         std::strerror(errno));
   body(out);
   out.close();
   if (!out) fail("{} {}: writing {} failed; is the disk full?", what, f.final_path(), f.partial());
@@ -116,8 +115,7 @@ void write_wav(const std::string& path, const Tensor& wave, int sample_rate) {
 
 std::vector<std::string> write_png_frames(const std::string& dir_or_pattern, const Tensor& pixels) {
   namespace fs = std::filesystem;
-  H3_CHECK(!dir_or_pattern.empty(),
-           "png frames: empty output; give a folder or a pattern like out/frame_%05d.png");
+  H3_CHECK(!dir_or_pattern.empty(), "png frames: empty output; give a folder or a pattern like out/frame_%05d.png");
   const media::PixelView v = media::pixel_view(pixels, "png frames " + dir_or_pattern);
   std::string pattern = dir_or_pattern;
   if (dir_or_pattern.find('%') == std::string::npos) {
@@ -136,8 +134,8 @@ std::vector<std::string> write_png_frames(const std::string& dir_or_pattern, con
   H3_CHECK(v.width > 0 && v.height > 0 && v.width <= 65535 && v.height <= 65535,
            "png frames {}: frame size {} x {} out of range", pattern, v.width, v.height);
   const AVCodec* codec = avcodec_find_encoder(AV_CODEC_ID_PNG);
-  H3_CHECK(codec, "png frames {}: this libavcodec ({}) has no png encoder; install a full libavcodec",
-           pattern, av_version_info());
+  H3_CHECK(codec, "png frames {}: this libavcodec ({}) has no png encoder; install a full libavcodec", pattern,
+           av_version_info());
 
   std::unique_ptr<AVFrame, FrameDeleter> frame(av_frame_alloc());
   std::unique_ptr<AVPacket, PacketDeleter> pkt(av_packet_alloc());

@@ -20,8 +20,7 @@ enum class PadMode { zeros, reflect, replicate };
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, std::array<int64_t, 3> stride);
 // Pads x[C,T,H,W]: `t_front` zero frames before the first frame, then `top/bottom/left/right` pixels with `mode`
 // (reflect: x[-i] = x[i], replicate: x[-i] = x[0], zeros).
-Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int64_t left, int64_t right,
-             PadMode mode);
+Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int64_t left, int64_t right, PadMode mode);
 // Group norm of x[C, T, S] with statistics per (group, t) over the group's C/groups channels and all S positions
 // (the video encoder's "temporally isolated" GroupNorm), then the per-channel affine w[C], b[C].
 Tensor group_norm_frames(const Tensor& x, int64_t groups, const Tensor* w, const Tensor* b, double eps);

@@ -79,8 +79,9 @@ Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64
 // keeps h_a), row offsets off_a = sum of kept over rows before a (the same for columns):
 //   y = Y - off_a, x = X - off_b,                       where off_a <= Y < off_a + kept_a, likewise b
 //   v = tile(a, b)[c, f, y, x]
-//   if a > 0 and y < e = min(h_{a-1}, h_a, ov_{a-1}):  v = tile(a-1, b)[c, f, h_{a-1} - e + y, x] * (1 - y/e) + v * (y/e)
-//   if b > 0 and x < e = min(w_{b-1}, w_b, ov'_{b-1}): v = tile(a, b-1)[c, f, y, w_{b-1} - e + x] * (1 - x/e) + v * (x/e)
+//   if a > 0 and y < e = min(h_{a-1}, h_a, ov_{a-1}):  v = tile(a-1, b)[c, f, h_{a-1} - e + y, x] * (1 - y/e) + v *
+//   (y/e) if b > 0 and x < e = min(w_{b-1}, w_b, ov'_{b-1}): v = tile(a, b-1)[c, f, y, w_{b-1} - e + x] * (1 - x/e) + v
+//   * (x/e)
 // with the weights y/e, 1 - y/e computed in the element type exactly as blend_dim does, and the two products and
 // the sum each rounded (no fused multiply-add). Output frame k of `frames` is S(cur, frame) or, when fade_e > 0,
 // the temporal cross-fade S(prev, prev_frame) * (1 - p/e) + S(cur, frame) * (p/e) with p = fade_p, e = fade_e

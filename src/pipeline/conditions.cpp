@@ -7,8 +7,8 @@
 
 #include "core/log.h"
 #include "media/media_read.h"
-#include "model/qwen3vl/text.h"
 #include "model/qwen3vl/qwen3vl.h"
+#include "model/qwen3vl/text.h"
 #include "model/qwen3vl/tokenizer.h"
 #include "pipeline/generator.h"
 #include "pipeline/geometry.h"
@@ -80,8 +80,7 @@ Tensor concat_rows(const std::vector<Tensor>& parts, int64_t width) {
   Tensor out(DType::f32, {n, width});
   auto* o = static_cast<std::byte*>(out.raw());
   for (const Tensor& t : parts) {
-    H3_ASSERT(t.dtype() == DType::f32 && t.ndim() == 2 && t.dim(1) == width, "condition rows {}",
-              t.describe());
+    H3_ASSERT(t.dtype() == DType::f32 && t.ndim() == 2 && t.dim(1) == width, "condition rows {}", t.describe());
     std::memcpy(o, t.raw(), t.nbytes());
     o += t.nbytes();
   }
@@ -105,8 +104,7 @@ Tensor imagenet_normalize(const Tensor& rgb01) {
 std::string condition_aspect(const GenerateRequest& req, const ModelLimits&) {
   const std::string& kf = !req.first_image.empty() ? req.first_image : req.last_image;
   if (kf.empty() || !req.references.empty()) return "";
-  const MediaInfo info =
-      scan_picture(kf, req.first_image.empty() ? "the last keyframe" : "the first keyframe");
+  const MediaInfo info = scan_picture(kf, req.first_image.empty() ? "the last keyframe" : "the first keyframe");
   return fmt::format("{}:{}", info.width, info.height);
 }
 
@@ -154,28 +152,25 @@ void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const Mo
       const MediaInfo info = scan_picture(ref.path, what);
       ++counts[0];
       // Short edge to ref_image_short_edge (rounded to the canvas multiple), either way, no area cap.
-      const double s = static_cast<double>(lim.ref_image_short_edge) /
-                       static_cast<double>(std::min(info.width, info.height));
+      const double s =
+          static_cast<double>(lim.ref_image_short_edge) / static_cast<double>(std::min(info.width, info.height));
       m.width = round_to_multiple(static_cast<double>(info.width) * s, mult);
       m.height = round_to_multiple(static_cast<double>(info.height) * s, mult);
       m.frames = 1;
       m.latent_frames = 1;
     } else if (ref.kind == "video") {
       const MediaInfo info = scan_as(ref.path, what);
-      H3_CHECK(info.has_video, "{} {} holds no pictures; give a video file (or use kind audio)", what,
-               ref.path);
+      H3_CHECK(info.has_video, "{} {} holds no pictures; give a video file (or use kind audio)", what, ref.path);
       H3_CHECK(!info.still, "{} {} is a single picture; give it as an image reference", what, ref.path);
       check_aspect(info, what);
       ++counts[1];
       const int64_t avail = std::min(info.frames, r.frames);
-      H3_CHECK(avail >= 5, "{} {} has {} frames at 24 fps; at least 5 are needed", what, ref.path,
-               info.frames);
+      H3_CHECK(avail >= 5, "{} {} has {} frames at 24 fps; at least 5 are needed", what, ref.path, info.frames);
       m.frames = (avail - 5) / kFramesPerChunk * kFramesPerChunk + 5;  // snapped down to 17n+5
       if (m.frames != info.frames)
-        r.notes.push_back(fmt::format("{}: {} frames at 24 fps, {} used (17n+5, at most the target's {})",
-                                      what, info.frames, m.frames, r.frames));
-      const auto [w, h] =
-          canvas_of(info.width, info.height, lim.ref_video_short_edge, lim.ref_video_max_pixels, mult);
+        r.notes.push_back(fmt::format("{}: {} frames at 24 fps, {} used (17n+5, at most the target's {})", what,
+                                      info.frames, m.frames, r.frames));
+      const auto [w, h] = canvas_of(info.width, info.height, lim.ref_video_short_edge, lim.ref_video_max_pixels, mult);
       m.width = w;
       m.height = h;
       m.latent_frames = video_latent_frames(m.frames);
@@ -185,8 +180,7 @@ void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const Mo
       }
     } else {
       const MediaInfo info = scan_as(ref.path, what);
-      H3_CHECK(info.has_audio, "{} {} holds no sound; give an audio file (WAV, FLAC, MP3, AAC, ...)", what,
-               ref.path);
+      H3_CHECK(info.has_audio, "{} {} holds no sound; give an audio file (WAV, FLAC, MP3, AAC, ...)", what, ref.path);
       ++counts[2];
       m.audio_samples = std::min(info.audio_samples, max_samples);
       m.audio_latents = ceil_div(m.audio_samples, lim.audio_hop);
@@ -197,8 +191,7 @@ void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const Mo
     }
     r.media.push_back(std::move(m));
   }
-  r.notes.push_back(
-      fmt::format("ref2va: {} image, {} video, {} audio reference(s)", counts[0], counts[1], counts[2]));
+  r.notes.push_back(fmt::format("ref2va: {} image, {} video, {} audio reference(s)", counts[0], counts[1], counts[2]));
 }
 
 PackedLayout request_layout(const ResolvedRequest& r, const std::vector<int64_t>& text_tags) {
@@ -242,8 +235,8 @@ ConditionRows encode_conditions(const ResolvedRequest& r, const VideoVae& vvae, 
                m.path, wave.dim(1), m.audio_samples);
       const Tensor w3 = wave.reshape({2, 1, wave.dim(1)});
       const Tensor z = avae.normalize(avae.encode_mean(w3.to(avae.compute_dtype()))).to(DType::f32);
-      H3_CHECK(z.shape() == (Shape{2, Ca, m.audio_latents}), "{}: audio latents {} instead of [2, {}, {}]",
-               m.path, z.describe(), Ca, m.audio_latents);
+      H3_CHECK(z.shape() == (Shape{2, Ca, m.audio_latents}), "{}: audio latents {} instead of [2, {}, {}]", m.path,
+               z.describe(), Ca, m.audio_latents);
       arows.push_back(pack_audio(z).to(DType::f32));
     }
     if (!m.visual()) continue;
@@ -266,8 +259,7 @@ ConditionRows encode_conditions(const ResolvedRequest& r, const VideoVae& vvae, 
     const Tensor e = seeded_normal(z.shape(), r.seed, kConditionNoiseStream + visual_index++);
     float* zp = z.data<float>();
     const float* ep = e.data<float>();
-    const auto keep = static_cast<float>(kConditionNoiseAug),
-               mix = static_cast<float>(1.0 - kConditionNoiseAug);
+    const auto keep = static_cast<float>(kConditionNoiseAug), mix = static_cast<float>(1.0 - kConditionNoiseAug);
     for (int64_t i = 0; i < z.numel(); ++i) zp[i] = keep * zp[i] + mix * ep[i];
     vrows.push_back(patchify_video(z).to(DType::f32));
   }
@@ -319,8 +311,7 @@ Tensor concat_any_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
-constexpr const char* kVisionTokens[] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-                                         "<|video_pad|>"};
+constexpr const char* kVisionTokens[] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"};
 
 }  // namespace
 
@@ -395,11 +386,10 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
     if (m.role == "video") {
       const std::vector<int64_t> idx = sample_frame_indices(m.frames, static_cast<double>(kFps), 2.0);
       H3_CHECK(!idx.empty(), "{}: no frames to sample at 2 fps", m.path);
-      const Tensor all =
-          read_video_frames(m.path, static_cast<int>(kFps), idx.back() + 1, info.width, info.height);
+      const Tensor all = read_video_frames(m.path, static_cast<int>(kFps), idx.back() + 1, info.width, info.height);
       H3_CHECK(all.dim(1) > idx.back(),
-               "{}: read {} frames at 24 fps, the 2 fps sampling needs {}; did the file change?", m.path,
-               all.dim(1), idx.back() + 1);
+               "{}: read {} frames at 24 fps, the 2 fps sampling needs {}; did the file change?", m.path, all.dim(1),
+               idx.back() + 1);
       std::vector<Tensor> frames;
       for (int64_t i : idx) frames.push_back(to_u8_hwc(all, i));
       VlPixels px = preprocess_frames(frames, video_cfg);
@@ -441,11 +431,10 @@ PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, 
   H3_CHECK(!in.ids.empty(), "the prompt gives no tokens");
   const bool vision = !in.extras.rows.empty();
   if (vision)
-    H3_CHECK(
-        in.extras.embeds.defined() && in.extras.embeds.dim(1) == text.config().hidden,
-        "the vision tower's rows are {} wide but the text encoder's hidden size is {}: the tower and the "
-        "LM come from different models",
-        in.extras.embeds.defined() ? in.extras.embeds.dim(1) : 0, text.config().hidden);
+    H3_CHECK(in.extras.embeds.defined() && in.extras.embeds.dim(1) == text.config().hidden,
+             "the vision tower's rows are {} wide but the text encoder's hidden size is {}: the tower and the "
+             "LM come from different models",
+             in.extras.embeds.defined() ? in.extras.embeds.dim(1) : 0, text.config().hidden);
   out.embeds = text.forward(in.ids, {layer}, false, in.positions.empty() ? nullptr : &in.positions,
                             vision ? &in.extras : nullptr)
                    .hidden_states.at(layer)

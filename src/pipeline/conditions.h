@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/vae/audio_vae.h"
 #include "model/dit/layout.h"
+#include "model/qwen3vl/preprocess.h"
 #include "model/qwen3vl/text.h"
 #include "model/qwen3vl/vision.h"
-#include "model/qwen3vl/preprocess.h"
+#include "model/vae/audio_vae.h"
 #include "model/vae/video_vae.h"
 
 namespace h3 {

@@ -22,22 +22,21 @@
 
 #include "core/log.h"
 #include "dist/control.h"
-#include "model/dit/checkpoint.h"
-#include "model/dit/lora.h"
 #include "io/procedural.h"
 #include "media/mp4_writer.h"
-#include "model/vae/audio_vae.h"
+#include "model/dit/checkpoint.h"
+#include "model/dit/lora.h"
+#include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/text.h"
-#include "model/qwen3vl/vision.h"
 #include "model/qwen3vl/tokenizer.h"
+#include "model/qwen3vl/vision.h"
+#include "model/vae/audio_vae.h"
+#include "model/vae/procedural.h"
 #include "model/vae/video_vae.h"
 #include "pipeline/conditions.h"
 #include "pipeline/generator.h"
-#include "io/procedural.h"
-#include "model/qwen3vl/procedural.h"
-#include "model/vae/procedural.h"
-#include "pipeline/synthetic.h"
 #include "pipeline/sampling.h"
+#include "pipeline/synthetic.h"
 
 namespace h3 {
 
@@ -57,8 +56,7 @@ std::string procedural_models_notice() {
 
 bool ModelPaths::all_procedural() const {
   auto proc = [](const std::string& s) { return s.empty() || s.starts_with("procedural:"); };
-  return model_dir.empty() && proc(dit) && proc(video_vae) && proc(audio_vae) && proc(text_encoder) &&
-         proc(tokenizer);
+  return model_dir.empty() && proc(dit) && proc(video_vae) && proc(audio_vae) && proc(text_encoder) && proc(tokenizer);
 }
 
 namespace {
@@ -101,7 +99,6 @@ void use_procedural_reference_sizes(ModelLimits& lim) {
   lim.ref_video_short_edge = 64;
   lim.ref_video_max_pixels = 64 * 128;
 }
-
 
 // A safetensors component given as a file or a folder holding exactly one *.safetensors (plus config.json).
 struct ComponentFile {
@@ -236,9 +233,7 @@ struct Generator::Impl {
   double load_s = 0;
   bool first_run = true;
 
-  Precision vae_precision() const {
-    return opt.precision == Precision::f64 ? Precision::f64 : Precision::f32;
-  }
+  Precision vae_precision() const { return opt.precision == Precision::f64 ? Precision::f64 : Precision::f32; }
   Device vae_device() const { return vae_precision() == Precision::f64 ? Device::cpu : opt.vae_device; }
 
   // The prompt of `r` (rank 0): the vision tower is loaded for requests with pictures or videos and freed
@@ -247,17 +242,15 @@ struct Generator::Impl {
     bool visual = false;
     for (const ConditionMedia& c : r.media) visual |= c.visual();
     if (!visual) return h3::prepare_prompt(r, *tokenizer, nullptr);
-    H3_CHECK(
-        has_qwen_vision(*text_weights),
-        "{} with pictures or videos needs Qwen3-VL's vision tower, but the text encoder {} holds none (no "
-        "'*patch_embed.proj.weight'; e.g. a text-only truncated encoder): pass the full Qwen3-VL "
-        "text_encoder folder with --text-encoder",
-        r.mode, text_path);
+    H3_CHECK(has_qwen_vision(*text_weights),
+             "{} with pictures or videos needs Qwen3-VL's vision tower, but the text encoder {} holds none (no "
+             "'*patch_embed.proj.weight'; e.g. a text-only truncated encoder): pass the full Qwen3-VL "
+             "text_encoder folder with --text-encoder",
+             r.mode, text_path);
     const QwenVisionConfig vc = detect_qwen_vision_config(*text_weights);
-    H3_CHECK(
-        vc.out_hidden == text_cfg.hidden,
-        "the vision tower in {} gives {}-wide rows but its text decoder is {} wide: the file mixes models",
-        text_path, vc.out_hidden, text_cfg.hidden);
+    H3_CHECK(vc.out_hidden == text_cfg.hidden,
+             "the vision tower in {} gives {}-wide rows but its text decoder is {} wide: the file mixes models",
+             text_path, vc.out_hidden, text_cfg.hidden);
     const QwenVisionModel vision(*text_weights, vc, vae_precision());
     return h3::prepare_prompt(r, *tokenizer, &vision);
   }
@@ -285,19 +278,17 @@ struct Generator::Impl {
   }
 };
 
-Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
-    : impl_(std::make_unique<Impl>()) {
+Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   const auto t0 = clock_type::now();
   m.opt = options;
   m.comm = options.comm ? options.comm : &world();
   Comm& comm = *m.comm;
   const int n = comm.size(), K = options.encoder_ranks;
-  H3_CHECK(
-      K >= 0 && (K == 0 || K < n),
-      "--encoder-ranks {} needs at least one denoise rank besides them: use 0 (default) or 1..{} with {} "
-      "ranks",
-      K, n - 1, n);
+  H3_CHECK(K >= 0 && (K == 0 || K < n),
+           "--encoder-ranks {} needs at least one denoise rank besides them: use 0 (default) or 1..{} with {} "
+           "ranks",
+           K, n - 1, n);
   m.encoder_root = K > 0 ? n - K : 0;
   m.denoiser = comm.rank() < n - K;
   m.encoder = K > 0 ? !m.denoiser : true;  // K = 0: the whole group runs the tower, tensor-parallel
@@ -322,8 +313,8 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
   // Video VAE.
   if (is_procedural(m.vvae_path)) {
     m.vvae_file = procedural_video_vae_file(procedural_mini_seed(m.vvae_path, "--video-vae"));
-    m.vvae = std::make_unique<VideoVae>(*m.vvae_file, "", procedural_video_vae_config(), m.vae_precision(),
-                                        m.vae_device());
+    m.vvae =
+        std::make_unique<VideoVae>(*m.vvae_file, "", procedural_video_vae_config(), m.vae_precision(), m.vae_device());
     m.any_procedural = true;
   } else {
     ComponentFile c = open_component(m.vvae_path, "video VAE");
@@ -337,8 +328,8 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
   // Audio VAE.
   if (is_procedural(m.avae_path)) {
     m.avae_file = procedural_audio_vae_file(procedural_mini_seed(m.avae_path, "--audio-vae"));
-    m.avae = std::make_unique<AudioVae>(*m.avae_file, "", procedural_audio_vae_config(), m.vae_precision(),
-                                        m.vae_device());
+    m.avae =
+        std::make_unique<AudioVae>(*m.avae_file, "", procedural_audio_vae_config(), m.vae_precision(), m.vae_device());
     m.any_procedural = true;
   } else {
     ComponentFile c = open_component(m.avae_path, "audio VAE");
@@ -360,10 +351,9 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
            "the audio VAE has {} latent channels but the DiT expects {} ({} vs {}): pass matching "
            "--audio-vae/--dit",
            m.avae->config().latent_channels, dc.audio_in_channels, m.avae_path, m.dit_path);
-  H3_CHECK(
-      m.vvae->config().temporal_ratio() == 4 && m.vvae->config().clip_length == kFramesPerChunk,
-      "{}: the video VAE compresses time by {} in clips of {} frames; the t2va frame rules need 4 and 17",
-      m.vvae_path, m.vvae->config().temporal_ratio(), m.vvae->config().clip_length);
+  H3_CHECK(m.vvae->config().temporal_ratio() == 4 && m.vvae->config().clip_length == kFramesPerChunk,
+           "{}: the video VAE compresses time by {} in clips of {} frames; the t2va frame rules need 4 and 17",
+           m.vvae_path, m.vvae->config().temporal_ratio(), m.vvae->config().clip_length);
   m.limits.vae_spatial_ratio = m.vvae->config().spatial_ratio();
   m.limits.canvas_multiple = m.limits.vae_spatial_ratio * kPatch;
   m.limits.audio_hop = m.avae->config().hop();
@@ -388,9 +378,8 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
   else if (m.text_cfg.n_layers < kConditioningLayer)
     m.text_cfg_problem = fmt::format("the text encoder ({}) has {} layers; H3 conditions on hidden state {}",
                                      m.text_path, m.text_cfg.n_layers, kConditioningLayer);
-  m.described.push_back(
-      fmt::format("text encoder {}: {}{}", m.text_path, m.text_cfg.summary(),
-                  m.text_cfg_problem.empty() ? "" : " (UNUSABLE: " + m.text_cfg_problem + ")"));
+  m.described.push_back(fmt::format("text encoder {}: {}{}", m.text_path, m.text_cfg.summary(),
+                                    m.text_cfg_problem.empty() ? "" : " (UNUSABLE: " + m.text_cfg_problem + ")"));
 
   // Tokenizer (the encoding rank only needs it, but it is small and every rank validates the same file).
   if (is_procedural(m.tok_path)) {
@@ -405,9 +394,8 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
   }
   m.described.push_back(fmt::format("tokenizer    {}: {} ids", m.tok_path, m.tokenizer->vocab_size()));
   if (m.text_cfg_problem.empty() && static_cast<int64_t>(m.tokenizer->vocab_size()) > m.text_cfg.vocab_size)
-    m.text_cfg_problem =
-        fmt::format("the tokenizer ({}) has {} ids but the text encoder's vocabulary only {}", m.tok_path,
-                    m.tokenizer->vocab_size(), m.text_cfg.vocab_size);
+    m.text_cfg_problem = fmt::format("the tokenizer ({}) has {} ids but the text encoder's vocabulary only {}",
+                                     m.tok_path, m.tokenizer->vocab_size(), m.text_cfg.vocab_size);
 
   // Ranks: denoise group and DiT weights; the text tower stays resident on dedicated encoder ranks.
   if (K > 0) m.role_comm = comm.split(m.denoiser ? 0 : 1, comm.rank());
@@ -416,8 +404,8 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options)
     m.plan = dcomm->size() > 1 ? DistPlan::make(*dcomm, options.dist, dc.num_attention_heads, dc.ffn_dim)
                                : DistPlan::single();
     m.dit = std::make_unique<DitModel>(*m.ckpt, options.precision, m.plan);
-    m.described.push_back(fmt::format("denoise      {} rank(s){}", dcomm->size(),
-                                      dcomm->size() > 1 ? ": " + m.plan.describe() : ""));
+    m.described.push_back(
+        fmt::format("denoise      {} rank(s){}", dcomm->size(), dcomm->size() > 1 ? ": " + m.plan.describe() : ""));
   }
   if (K > 0 && m.encoder && m.text_cfg_problem.empty()) m.text = m.load_text(K > 1 ? m.role_comm.get() : nullptr);
   m.described.push_back(
@@ -461,9 +449,8 @@ double Generator::load_seconds() const {
   return impl_->load_s;
 }
 
-GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& out_path,
-                              const ProgressFn& progress, const std::atomic<bool>* cancel,
-                              const PrecomputedInputs* pre) {
+GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& out_path, const ProgressFn& progress,
+                              const std::atomic<bool>* cancel, const PrecomputedInputs* pre) {
   Impl& m = *impl_;
   Comm& comm = *m.comm;
   const bool root = comm.rank() == 0;
@@ -473,8 +460,8 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   m.first_run = false;
 
   // Rank 0's request is the one that runs.
-  res.request = comm.size() > 1 ? ResolvedRequest::from_json(json::parse(bcast_string(
-                                      comm, root ? req_in.to_json().dump() : "", 0, "generate request")))
+  res.request = comm.size() > 1 ? ResolvedRequest::from_json(json::parse(
+                                      bcast_string(comm, root ? req_in.to_json().dump() : "", 0, "generate request")))
                                 : req_in;
   const ResolvedRequest& req = res.request;
   H3_CHECK(req.height % m.limits.canvas_multiple == 0 && req.width % m.limits.canvas_multiple == 0 &&
@@ -561,19 +548,14 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
       std::unique_ptr<QwenTextModel> tower = m.text ? nullptr : m.load_text(comm.size() > 1 ? &comm : nullptr);
       PromptEncoding pe = encode_prompt(prompt, m.text ? *m.text : *tower, kConditioningLayer);
       embeds = pe.embeds;
-      prompt_extra = json{
-          {"vision_ranges", pe.vision_ranges},
-          {"vision_rows", pe.vision_rows},
-          {"warnings",
-           pe.warnings}}.dump();
+      prompt_extra =
+          json{{"vision_ranges", pe.vision_ranges}, {"vision_rows", pe.vision_rows}, {"warnings", pe.warnings}}.dump();
     }  // the per-request tower is freed here, before denoising
     H3_CHECK(embeds.ndim() == 2 && embeds.dim(1) == m.dit_config.text_dim,
-             "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()),
-             m.dit_config.text_dim);
+             "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()), m.dit_config.text_dim);
   }
   if (comm.size() > 1 && !everyone_encodes) bcast_tensor(comm, embeds, src, "prompt embeddings");
-  if (comm.size() > 1 && !everyone_encodes)
-    prompt_extra = bcast_string(comm, prompt_extra, src, "prompt vision rows");
+  if (comm.size() > 1 && !everyone_encodes) prompt_extra = bcast_string(comm, prompt_extra, src, "prompt vision rows");
   res.prompt_tokens = embeds.dim(0);
   std::vector<std::pair<int64_t, int64_t>> vision_ranges;
   if (!prompt_extra.empty()) {
@@ -587,13 +569,13 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   }
 
   // Keyframes / references: rank 0 reads and encodes them, every rank gets the rows (pipeline/conditions.h).
-  auto layout = std::make_shared<const PackedLayout>(
-      request_layout(req, text_tags_with_vision(embeds.dim(0), vision_ranges)));
+  auto layout =
+      std::make_shared<const PackedLayout>(request_layout(req, text_tags_with_vision(embeds.dim(0), vision_ranges)));
   ConditionRows cond;
   if (!req.media.empty()) {
     H3_CHECK(m.vvae->has_encoder() && m.avae->has_encoder(),
-             "{} needs the VAE encoders but {} has none: pass a video VAE / audio VAE with encoder weights",
-             req.mode, m.vvae->has_encoder() ? m.avae_path : m.vvae_path);
+             "{} needs the VAE encoders but {} has none: pass a video VAE / audio VAE with encoder weights", req.mode,
+             m.vvae->has_encoder() ? m.avae_path : m.vvae_path);
     if (root) cond = encode_conditions(req, *m.vvae, *m.avae);
     if (comm.size() > 1 && layout->num_condition_video_rows > 0)
       bcast_tensor(comm, cond.video, 0, "condition video rows");
@@ -677,8 +659,7 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
     std::map<std::string, std::string> md = {{"request", req.to_json().dump()}, {"generator", "h3 generate"}};
     auto write_latents = [&]() {
       write_safetensors(latents_path,
-                        {{"video_latents", res.video_latents}, {"audio_latent_rows", res.audio_latent_rows}},
-                        md);
+                        {{"video_latents", res.video_latents}, {"audio_latent_rows", res.audio_latent_rows}}, md);
     };
     MediaSpec ms;
     ms.width = req.width;

@@ -95,13 +95,12 @@ struct GenerateResult {
   Tensor waveform;           // [2, 1, samples] when options.keep_media
   int64_t prompt_tokens = 0;
   int64_t vision_rows = 0, vision_blocks = 0;  // rows fed by the Qwen3-VL vision tower, and its blocks
-  uint64_t lora_digest = 0;  // of the LoRAs merged for this request (0 = none; agreed by every denoise rank)
-  bool lora_remerged = false;  // the DiT was re-merged from the pristine weights for this request
-  std::vector<PhaseTiming>
-      timings;             // load (first run only), encode, denoise, decode_video, decode_audio, write
+  uint64_t lora_digest = 0;           // of the LoRAs merged for this request (0 = none; agreed by every denoise rank)
+  bool lora_remerged = false;         // the DiT was re-merged from the pristine weights for this request
+  std::vector<PhaseTiming> timings;   // load (first run only), encode, denoise, decode_video, decode_audio, write
   std::vector<std::string> warnings;  // e.g. vision rows absent from the prompt (pipeline/conditions.h)
-  std::string out_path;    // what was written on rank 0 ("" elsewhere)
-  bool wrote_mp4 = false;  // false: latents only (no MP4 writer in this build)
+  std::string out_path;               // what was written on rank 0 ("" elsewhere)
+  bool wrote_mp4 = false;             // false: latents only (no MP4 writer in this build)
 };
 
 class Generator {
@@ -127,8 +126,7 @@ class Generator {
   // Runs one request (collective). Writes `out_path` (MP4, atomically, on rank 0) unless it is empty. Throws
   // Cancelled when *cancel becomes true (checked once per denoising step and between decode phases).
   GenerateResult run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress = {},
-                     const std::atomic<bool>* cancel = nullptr,
-                     const PrecomputedInputs* precomputed = nullptr);
+                     const std::atomic<bool>* cancel = nullptr, const PrecomputedInputs* precomputed = nullptr);
 
   struct Impl;
 

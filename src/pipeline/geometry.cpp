@@ -30,25 +30,24 @@ int64_t audio_latents_per_channel(int64_t frames) {
 
 void check_canvas(int64_t height, int64_t width) {
   H3_CHECK(height > 0 && height % kCanvasMultiple == 0,
-           "canvas height {} is not allowed: it must be a positive multiple of {} (VAE stride 16 x patch 2)",
-           height, kCanvasMultiple);
+           "canvas height {} is not allowed: it must be a positive multiple of {} (VAE stride 16 x patch 2)", height,
+           kCanvasMultiple);
   H3_CHECK(width > 0 && width % kCanvasMultiple == 0,
-           "canvas width {} is not allowed: it must be a positive multiple of {} (VAE stride 16 x patch 2)",
-           width, kCanvasMultiple);
+           "canvas width {} is not allowed: it must be a positive multiple of {} (VAE stride 16 x patch 2)", width,
+           kCanvasMultiple);
 }
 
 void check_request_duration(int64_t aligned_frames) {
   H3_CHECK(aligned_frames >= kMinRequestFrames && aligned_frames <= kMaxRequestFrames,
            "aligned frame count {} ({:.3f} s at {} fps) is outside the supported {}..{} frames (5-15 s)",
-           aligned_frames, static_cast<double>(aligned_frames) / kFps, kFps, kMinRequestFrames,
-           kMaxRequestFrames);
+           aligned_frames, static_cast<double>(aligned_frames) / kFps, kFps, kMinRequestFrames, kMaxRequestFrames);
 }
 
 CanvasSize resolve_canvas_size(double aspect_w, double aspect_h) {
   H3_CHECK(aspect_w > 0 && aspect_h > 0, "aspect ratio must be positive, got {}:{}", aspect_w, aspect_h);
   double ratio = aspect_w / aspect_h;
-  H3_CHECK(ratio >= 0.25 && ratio <= 4.0, "aspect ratio {}:{} ({:g}) is outside the supported 1:4 .. 4:1",
-           aspect_w, aspect_h, ratio);
+  H3_CHECK(ratio >= 0.25 && ratio <= 4.0, "aspect ratio {}:{} ({:g}) is outside the supported 1:4 .. 4:1", aspect_w,
+           aspect_h, ratio);
   double short_edge = static_cast<double>(kShortEdge);
   double w = ratio >= 1.0 ? short_edge * ratio : short_edge;
   double h = ratio >= 1.0 ? short_edge : short_edge / ratio;

@@ -8,8 +8,8 @@
 
 #include "model/dit/lora.h"
 #include "model/qwen3vl/tokenizer.h"
-#include "pipeline/request.h"
 #include "pipeline/geometry.h"
+#include "pipeline/request.h"
 #include "pipeline/sampling.h"
 
 namespace h3 {
@@ -53,8 +53,7 @@ std::pair<double, double> parse_aspect(const std::string& s) {
       const std::string a = s.substr(0, sep), b = s.substr(sep + 1);
       size_t ua = 0, ub = 0;
       const double w = std::stod(a, &ua), h = std::stod(b, &ub);
-      if (ua == a.size() && ub == b.size() && std::isfinite(w) && std::isfinite(h) && w > 0 && h > 0)
-        return {w, h};
+      if (ua == a.size() && ub == b.size() && std::isfinite(w) && std::isfinite(h) && w > 0 && h > 0) return {w, h};
     }
   } catch (const std::exception&) {
   }
@@ -72,9 +71,9 @@ std::string fmt_seconds(int64_t frames) {
 
 GenerateRequest GenerateRequest::from_json(const json& j) {
   if (!j.is_object()) fail("a generate request must be a JSON object, got {}", json_kind(j));
-  static const std::set<std::string> known = {
-      "prompt", "width", "height",      "aspect",      "frames",     "seconds",    "steps",
-      "seed",   "shift", "audio_shift", "first_image", "last_image", "references", "loras"};
+  static const std::set<std::string> known = {"prompt",      "width",      "height",     "aspect", "frames",
+                                              "seconds",     "steps",      "seed",       "shift",  "audio_shift",
+                                              "first_image", "last_image", "references", "loras"};
   GenerateRequest r;
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) {
@@ -123,15 +122,14 @@ GenerateRequest GenerateRequest::from_json(const json& j) {
                  "each entry of \"references\" must be {{\"kind\": \"image\"|\"video\"|\"audio\", \"path\": "
                  "FILE}}, got {}",
                  e.dump());
-        r.references.push_back({get_string(e["kind"], "references[].kind"), get_string(e["path"], "references[].path")});
+        r.references.push_back(
+            {get_string(e["kind"], "references[].kind"), get_string(e["path"], "references[].path")});
       }
     } else if (k == "loras") {
-      H3_CHECK(v.is_array(),
-               "request field \"loras\" must be a list of {{\"path\", \"strength\"}} objects, got {}",
+      H3_CHECK(v.is_array(), "request field \"loras\" must be a list of {{\"path\", \"strength\"}} objects, got {}",
                json_kind(v));
       for (const json& e : v) {
-        H3_CHECK(e.is_object() && e.contains("path") &&
-                     (e.size() == 1 || (e.size() == 2 && e.contains("strength"))),
+        H3_CHECK(e.is_object() && e.contains("path") && (e.size() == 1 || (e.size() == 2 && e.contains("strength"))),
                  "each entry of \"loras\" must be {{\"path\": FILE, \"strength\": NUMBER}} (strength "
                  "optional, 1), "
                  "got {}",
@@ -147,11 +145,7 @@ GenerateRequest GenerateRequest::from_json(const json& j) {
 }
 
 json GenerateRequest::to_json() const {
-  json j = {{"prompt", prompt},
-            {"aspect", aspect},
-            {"steps", steps},
-            {"shift", shift},
-            {"audio_shift", audio_shift}};
+  json j = {{"prompt", prompt}, {"aspect", aspect}, {"steps", steps}, {"shift", shift}, {"audio_shift", audio_shift}};
   if (width) j["width"] = *width;
   if (height) j["height"] = *height;
   if (frames) j["frames"] = *frames;
@@ -258,8 +252,8 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
              "the prompt is empty: give a description of the video and its sound (--prompt TEXT or "
              "--prompt-file FILE)");
     constexpr size_t kMaxPromptBytes = 1 << 16;
-    H3_CHECK(req.prompt.size() <= kMaxPromptBytes, "the prompt has {} bytes; at most {} are allowed",
-             req.prompt.size(), kMaxPromptBytes);
+    H3_CHECK(req.prompt.size() <= kMaxPromptBytes, "the prompt has {} bytes; at most {} are allowed", req.prompt.size(),
+             kMaxPromptBytes);
     utf8_nfc(req.prompt, "the prompt");  // throws naming the first invalid byte
     r.prompt = req.prompt;
   }
@@ -267,14 +261,14 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
   // Canvas.
   const int64_t m = lim.canvas_multiple;
   if (req.width || req.height) {
-    H3_CHECK(req.width && req.height,
-             "give both width and height (multiples of {}), or neither and an aspect ratio", m);
+    H3_CHECK(req.width && req.height, "give both width and height (multiples of {}), or neither and an aspect ratio",
+             m);
     const int64_t w = *req.width, h = *req.height;
     H3_CHECK(w > 0 && w % m == 0, "width {} is not allowed: it must be a positive multiple of {}", w, m);
     H3_CHECK(h > 0 && h % m == 0, "height {} is not allowed: it must be a positive multiple of {}", h, m);
     const double ratio = static_cast<double>(w) / static_cast<double>(h);
-    H3_CHECK(ratio >= 0.25 && ratio <= 4.0, "size {}x{} has aspect {:.3f}; allowed 1:4 .. 4:1 (0.25 .. 4)", w,
-             h, ratio);
+    H3_CHECK(ratio >= 0.25 && ratio <= 4.0, "size {}x{} has aspect {:.3f}; allowed 1:4 .. 4:1 (0.25 .. 4)", w, h,
+             ratio);
     H3_CHECK(w * h <= lim.max_canvas_pixels,
              "size {}x{} has {} pixels; at most {} are allowed (e.g. 1344x768 or 768x1344)", w, h, w * h,
              lim.max_canvas_pixels);
@@ -286,8 +280,8 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
     const std::string aspect = keyframe_aspect.empty() ? req.aspect : keyframe_aspect;
     const auto [aw, ah] = parse_aspect(aspect);
     const CanvasSize c = resolve_canvas_size(aw, ah);  // throws outside 1:4 .. 4:1
-    H3_CHECK(c.width % m == 0 && c.height % m == 0, "aspect {} gives {}x{}, not a multiple of {}", aspect,
-             c.width, c.height, m);
+    H3_CHECK(c.width % m == 0 && c.height % m == 0, "aspect {} gives {}x{}, not a multiple of {}", aspect, c.width,
+             c.height, m);
     r.width = c.width;
     r.height = c.height;
     r.notes.push_back(fmt::format("aspect {}{} -> {}x{}", aspect,
@@ -299,25 +293,21 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
   int64_t frames = 124;
   if (req.seconds) {
     const double s = *req.seconds;
-    H3_CHECK(std::isfinite(s) && s > 0 && s <= 3600,
-             "seconds = {} is not allowed: the duration must be 5-15 s", s);
+    H3_CHECK(std::isfinite(s) && s > 0 && s <= 3600, "seconds = {} is not allowed: the duration must be 5-15 s", s);
     frames = static_cast<int64_t>(std::nearbyint(s * static_cast<double>(kFps)));
     r.notes.push_back(fmt::format("{} s -> {} frames at {} fps", s, frames, kFps));
   } else if (req.frames) {
     frames = *req.frames;
   }
-  H3_CHECK(frames >= 1 && frames <= 100000,
-           "frames = {} is not allowed: {}..{} frames (17n+5, {}-{} s at {} fps)", frames, lim.min_frames,
-           lim.max_frames, fmt_seconds(lim.min_frames), fmt_seconds(lim.max_frames), kFps);
+  H3_CHECK(frames >= 1 && frames <= 100000, "frames = {} is not allowed: {}..{} frames (17n+5, {}-{} s at {} fps)",
+           frames, lim.min_frames, lim.max_frames, fmt_seconds(lim.min_frames), fmt_seconds(lim.max_frames), kFps);
   const int64_t aligned = align_num_frames(frames);
-  H3_CHECK(
-      aligned >= lim.min_frames && aligned <= lim.max_frames,
-      "{} frames ({}{}) is outside the supported duration: {}..{} frames of the form 17n+5 ({} .. {} at {} "
-      "fps)",
-      frames, fmt_seconds(frames), aligned != frames ? fmt::format(", snapped up to {}", aligned) : "",
-      lim.min_frames, lim.max_frames, fmt_seconds(lim.min_frames), fmt_seconds(lim.max_frames), kFps);
-  if (aligned != frames)
-    r.notes.push_back(fmt::format("frames {} snapped up to {} (17n+5)", frames, aligned));
+  H3_CHECK(aligned >= lim.min_frames && aligned <= lim.max_frames,
+           "{} frames ({}{}) is outside the supported duration: {}..{} frames of the form 17n+5 ({} .. {} at {} "
+           "fps)",
+           frames, fmt_seconds(frames), aligned != frames ? fmt::format(", snapped up to {}", aligned) : "",
+           lim.min_frames, lim.max_frames, fmt_seconds(lim.min_frames), fmt_seconds(lim.max_frames), kFps);
+  if (aligned != frames) r.notes.push_back(fmt::format("frames {} snapped up to {} (17n+5)", frames, aligned));
   r.frames = aligned;
   r.seconds = static_cast<double>(aligned) / static_cast<double>(kFps);
   r.latent_frames = video_latent_frames(aligned);
@@ -358,8 +348,8 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
     const auto& l = req.loras[i];
     H3_CHECK(std::isfinite(l.strength) && std::fabs(l.strength) <= 100,
              "LoRA {} ({}): strength {} is not a number in -100 .. 100", i + 1, l.path, l.strength);
-    H3_CHECK(std::filesystem::is_regular_file(l.path),
-             "LoRA {}: {} does not exist (give a .safetensors LoRA file)", i + 1, l.path);
+    H3_CHECK(std::filesystem::is_regular_file(l.path), "LoRA {}: {} does not exist (give a .safetensors LoRA file)",
+             i + 1, l.path);
     try {
       H3_CHECK(looks_like_lora(l.path), "holds no lora_A/lora_B or lora_down/lora_up keys");
     } catch (const Error& e) {

@@ -20,10 +20,10 @@ struct GenerateRequest {
   std::string aspect = "16:9";           // "W:H" or a number; used when width/height are absent; 1:4 .. 4:1
   std::optional<int64_t> frames;         // pixel frames at 24 fps, snapped up to 17n+5; default 124
   std::optional<double> seconds;         // alternative to frames: frames = round(seconds * 24), then snapped
-  int steps = 50;                // schedule grid points N (diffusers num_inference_steps); N-1 DiT calls
-  std::optional<uint64_t> seed;  // absent: a random seed, recorded in the resolved request
-  double shift = 12.0;           // video schedule shift
-  double audio_shift = 3.0;      // audio schedule shift
+  int steps = 50;                        // schedule grid points N (diffusers num_inference_steps); N-1 DiT calls
+  std::optional<uint64_t> seed;          // absent: a random seed, recorded in the resolved request
+  double shift = 12.0;                   // video schedule shift
+  double audio_shift = 3.0;              // audio schedule shift
 
   // fl2va: keyframe files (first and/or last; the canvas takes the first keyframe's aspect when no size is
   // given). ref2va: reference files in the order given (kind "image", "video" or "audio"). The two modes do
@@ -62,7 +62,7 @@ struct ModelLimits {
   int max_references = 8;
   int64_t ref_image_short_edge = 2048;
   int64_t ref_video_short_edge = 768, ref_video_max_pixels = 768 * 1344;
-  int64_t audio_hop = 800;     // samples per audio latent
+  int64_t audio_hop = 800;  // samples per audio latent
   int audio_sample_rate = 32000;
   static ModelLimits released() { return {}; }
 };
@@ -79,10 +79,10 @@ struct ResolvedRequest {
   int model_calls = 0;        // DiT evaluations (N-1)
   uint64_t seed = 0;
   double shift = 12.0, audio_shift = 3.0;
-  std::string mode = "t2va";          // "t2va", "fl2va" (keyframes) or "ref2va" (references)
-  std::vector<ConditionMedia> media;  // keyframes (first, then last) or references in request order
+  std::string mode = "t2va";                    // "t2va", "fl2va" (keyframes) or "ref2va" (references)
+  std::vector<ConditionMedia> media;            // keyframes (first, then last) or references in request order
   std::vector<GenerateRequest::LoraRef> loras;  // checked: existing LoRA files, finite strengths
-  std::vector<std::string> notes;  // what was derived or snapped ("frames 130 snapped up to 141", ...)
+  std::vector<std::string> notes;               // what was derived or snapped ("frames 130 snapped up to 141", ...)
 
   nlohmann::json to_json() const;
   static ResolvedRequest from_json(const nlohmann::json& j);  // for broadcasting; no re-validation of notes

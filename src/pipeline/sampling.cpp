@@ -18,11 +18,10 @@ void t2va_schedules(const T2vaSpec& spec, FlowSchedule& video, FlowSchedule& aud
   audio = make_flow_schedule(spec.steps, spec.audio_shift);
   // Both schedulers advance with the same step index; a grid whose f32 values collide under one shift but not
   // the other would leave them with different lengths.
-  H3_CHECK(
-      video.num_steps() == audio.num_steps(),
-      "{} steps with shifts {} / {}: the video schedule has {} distinct steps but the audio one {} (f32 grid "
-      "points collide); use fewer steps or other shifts",
-      spec.steps, spec.shift, spec.audio_shift, video.num_steps(), audio.num_steps());
+  H3_CHECK(video.num_steps() == audio.num_steps(),
+           "{} steps with shifts {} / {}: the video schedule has {} distinct steps but the audio one {} (f32 grid "
+           "points collide); use fewer steps or other shifts",
+           spec.steps, spec.shift, spec.audio_shift, video.num_steps(), audio.num_steps());
 }
 
 int t2va_model_calls(const T2vaSpec& spec) {
@@ -42,8 +41,7 @@ std::span<const float> cspan(const Tensor& t) {
 
 // [a; b] along rows (both f32, same width).
 Tensor concat_rows(const Tensor& a, const Tensor& b) {
-  H3_ASSERT(a.ndim() == 2 && b.ndim() == 2 && a.dim(1) == b.dim(1), "concat_rows {} {}", a.describe(),
-            b.describe());
+  H3_ASSERT(a.ndim() == 2 && b.ndim() == 2 && a.dim(1) == b.dim(1), "concat_rows {} {}", a.describe(), b.describe());
   Tensor out(DType::f32, {a.dim(0) + b.dim(0), a.dim(1)});
   std::memcpy(out.raw(), a.raw(), a.nbytes());
   std::memcpy(static_cast<std::byte*>(out.raw()) + a.nbytes(), b.raw(), b.nbytes());
@@ -56,9 +54,9 @@ void check_shape(const Tensor& t, const Shape& want, const char* what) {
 
 }  // namespace
 
-T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& prompt_embeds,
-                      const Tensor& video_noise, const Tensor& audio_noise_rows, Comm& control,
-                      const T2vaCancelFn& cancel, const T2vaStepFn& on_step, bool* cancelled) {
+T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& prompt_embeds, const Tensor& video_noise,
+                      const Tensor& audio_noise_rows, Comm& control, const T2vaCancelFn& cancel,
+                      const T2vaStepFn& on_step, bool* cancelled) {
   const DitConfig& c = dit.config();
   if (cancelled) *cancelled = false;
   const PackedLayout layout = spec.layout ? *spec.layout : t2va_layout(spec);
@@ -109,8 +107,7 @@ T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& p
   const int calls = static_cast<int>(vs.num_steps());
   for (int i = 0; i < calls; ++i) {
     const bool want_cancel = control.rank() == 0 && cancel && cancel();
-    if (step_control(control, want_cancel ? ControlWord::cancel : ControlWord::proceed) ==
-        ControlWord::cancel) {
+    if (step_control(control, want_cancel ? ControlWord::cancel : ControlWord::proceed) == ControlWord::cancel) {
       if (cancelled) *cancelled = true;
       return x;
     }

@@ -19,9 +19,9 @@
 
 #include "core/tensor.h"
 #include "dist/comm.h"
-#include "model/vae/audio_vae.h"
 #include "model/dit/dit.h"
 #include "model/dit/layout.h"
+#include "model/vae/audio_vae.h"
 #include "model/vae/video_vae.h"
 #include "pipeline/schedule.h"
 
@@ -60,9 +60,9 @@ int t2va_model_calls(const T2vaSpec& spec);
 // Runs the loop on the denoise ranks. `prompt_embeds` [L, text_dim], `video_noise` [C, T, h, w] (or
 // [1, C, T, h, w]), `audio_noise_rows` [2A, C_a], all f32. Returns the final rows; returns early with
 // `*cancelled = true` (identically on every rank) when the control word says so.
-T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& prompt_embeds,
-                      const Tensor& video_noise, const Tensor& audio_noise_rows, Comm& control,
-                      const T2vaCancelFn& cancel, const T2vaStepFn& on_step, bool* cancelled);
+T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& prompt_embeds, const Tensor& video_noise,
+                      const Tensor& audio_noise_rows, Comm& control, const T2vaCancelFn& cancel,
+                      const T2vaStepFn& on_step, bool* cancelled);
 // What a rank outside the denoise group does meanwhile: the same control broadcasts, nothing else. Returns
 // true when cancelled.
 bool follow_t2va_denoise(const T2vaSpec& spec, Comm& control);

@@ -66,8 +66,7 @@ std::optional<nlohmann::json> LineChannel::receive(int timeout_ms) {
   while (!eof_) {
     int wait = -1;
     if (timeout_ms >= 0) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       wait = static_cast<int>(std::max<int64_t>(0, left.count()));  // 0: one look at what is already there
     }
     pollfd p{fd_, POLLIN, 0};

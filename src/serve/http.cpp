@@ -61,8 +61,7 @@ int json_depth(const std::string& s) {
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
   return diff == 0 && !b.empty();
 }
 
@@ -98,9 +97,7 @@ struct HttpServer::Impl {
     };
   }
 
-  static std::string path_id(const httplib::Request& req) {
-    return req.matches.size() > 1 ? req.matches[1].str() : "";
-  }
+  static std::string path_id(const httplib::Request& req) { return req.matches.size() > 1 ? req.matches[1].str() : ""; }
 
   void routes() {
     const ServeOptions& o = sup.options();
@@ -121,8 +118,7 @@ struct HttpServer::Impl {
       res.set_header("X-Content-Type-Options", "nosniff");
       res.set_header("Cache-Control", "no-store");
       const std::string& key = sup.options().api_key;
-      if (key.empty() || req.path == "/" || req.path == "/health")
-        return httplib::Server::HandlerResponse::Unhandled;
+      if (key.empty() || req.path == "/" || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
       const std::string auth = req.get_header_value("Authorization");
       const std::string prefix = "Bearer ";
       if (auth.rfind(prefix, 0) == 0 && constant_time_equal(auth.substr(prefix.size()), key))
@@ -131,32 +127,30 @@ struct HttpServer::Impl {
       send_error(res, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer KEY')");
       return httplib::Server::HandlerResponse::Handled;
     });
-    svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                      httplib::Response& res) {
-      if (res.status >= 500)
-        ++sup.http_5xx;
-      else if (res.status >= 400)
-        ++sup.http_4xx;
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      std::string msg = res.status == 404 ? "no such route: " + req.method + " " + req.path.substr(0, 200)
-                        : res.status == 413
-                            ? fmt::format("the request body is larger than {} bytes (--max-body)",
-                                          sup.options().max_body_bytes)
-                        : res.status == 405 ? "method not allowed"
-                                            : "bad request";
-      std::string code = res.status == 404 ? "not_found" : res.status == 413 ? "too_large" : "bad_request";
-      res.set_content(error_body(res.status, code, msg), "application/json");
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+    svr.set_error_handler(
+        httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+          if (res.status >= 500)
+            ++sup.http_5xx;
+          else if (res.status >= 400)
+            ++sup.http_4xx;
+          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          std::string msg = res.status == 404   ? "no such route: " + req.method + " " + req.path.substr(0, 200)
+                            : res.status == 413 ? fmt::format("the request body is larger than {} bytes (--max-body)",
+                                                              sup.options().max_body_bytes)
+                            : res.status == 405 ? "method not allowed"
+                                                : "bad request";
+          std::string code = res.status == 404 ? "not_found" : res.status == 413 ? "too_large" : "bad_request";
+          res.set_content(error_body(res.status, code, msg), "application/json");
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
       send_error(res, 500, "internal_error", "internal error");
     });
 
     svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
-      res.set_header(
-          "Content-Security-Policy",
-          "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
-          "media-src blob:; img-src data:; base-uri 'none'; form-action 'none'");
+      res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
+                     "media-src blob:; img-src data:; base-uri 'none'; form-action 'none'");
       res.set_content(web_page_html(), "text/html; charset=utf-8");
     });
     svr.Get("/health", guard([this](const httplib::Request&, httplib::Response& res) {
@@ -170,16 +164,14 @@ struct HttpServer::Impl {
     svr.Post("/v1/videos", guard([this](const httplib::Request& req, httplib::Response& res) {
                if (req.body.empty()) throw ApiError{400, "invalid_request", "the body must be a JSON object"};
                if (json_depth(req.body) > kMaxJsonDepth)
-                 throw ApiError{400, "invalid_json",
-                                fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth)};
+                 throw ApiError{400, "invalid_json", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth)};
                auto body = nlohmann::json::parse(req.body, nullptr, false);
                if (body.is_discarded()) throw ApiError{400, "invalid_json", "the body is not valid JSON"};
                JobRecord r = sup.submit(body);
                res.set_header("Location", "/v1/videos/" + r.id);
                send_json(res, sup.job_json(r), 202);
              }));
-    svr.Get("/v1/videos",
-            guard([this](const httplib::Request& req, httplib::Response& res) { list(req, res); }));
+    svr.Get("/v1/videos", guard([this](const httplib::Request& req, httplib::Response& res) { list(req, res); }));
     svr.Get(R"(/v1/videos/([^/]+))", guard([this](const httplib::Request& req, httplib::Response& res) {
               send_json(res, sup.job_json(sup.get(path_id(req))));
             }));
@@ -188,27 +180,24 @@ struct HttpServer::Impl {
                  sup.remove(id);
                  send_json(res, {{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
                }));
-    svr.Post(R"(/v1/videos/([^/]+)/cancel)",
-             guard([this](const httplib::Request& req, httplib::Response& res) {
+    svr.Post(R"(/v1/videos/([^/]+)/cancel)", guard([this](const httplib::Request& req, httplib::Response& res) {
                send_json(res, sup.job_json(sup.cancel(path_id(req))));
              }));
     svr.Get(R"(/v1/videos/([^/]+)/content)",
             guard([this](const httplib::Request& req, httplib::Response& res) { content(req, res); }));
-    svr.Get(R"(/v1/videos/([^/]+)/events)",
-            guard([this](const httplib::Request& req, httplib::Response& res) {
+    svr.Get(R"(/v1/videos/([^/]+)/events)", guard([this](const httplib::Request& req, httplib::Response& res) {
               JobRecord r = sup.get(path_id(req));
               events(res, r.id);
             }));
-    svr.Get("/v1/events",
-            guard([this](const httplib::Request&, httplib::Response& res) { events(res, ""); }));
+    svr.Get("/v1/events", guard([this](const httplib::Request&, httplib::Response& res) { events(res, ""); }));
   }
 
   void list(const httplib::Request& req, httplib::Response& res) {
     int64_t limit = 20;
     if (req.has_param("limit")) {
       const std::string v = req.get_param_value("limit");
-      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos ||
-          std::stoll(v) < 1 || std::stoll(v) > 100)
+      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos || std::stoll(v) < 1 ||
+          std::stoll(v) > 100)
         throw ApiError{400, "invalid_request", "'limit' must be an integer 1 .. 100"};
       limit = std::stoll(v);
     }
@@ -221,10 +210,8 @@ struct HttpServer::Impl {
     std::string status;
     if (req.has_param("status")) {
       status = req.get_param_value("status");
-      if (status != kQueued && status != kRunning && status != kCompleted && status != kFailed &&
-          status != kCancelled)
-        throw ApiError{400, "invalid_request",
-                       "'status' must be queued, in_progress, completed, failed or cancelled"};
+      if (status != kQueued && status != kRunning && status != kCompleted && status != kFailed && status != kCancelled)
+        throw ApiError{400, "invalid_request", "'status' must be queued, in_progress, completed, failed or cancelled"};
     }
     std::optional<int64_t> after;
     if (req.has_param("after")) {
@@ -251,8 +238,7 @@ struct HttpServer::Impl {
     if (req.has_param("variant") && req.get_param_value("variant") != "video")
       throw ApiError{400, "invalid_request", "'variant' must be video"};
     if (r.status != kCompleted || r.output_bytes <= 0)
-      throw ApiError{409, "not_ready",
-                     fmt::format("the video is {}; content exists once it is completed", r.status)};
+      throw ApiError{409, "not_ready", fmt::format("the video is {}; content exists once it is completed", r.status)};
     // The path comes from the store and the server's own id, never from the request.
     const std::string path = sup.store().output_path(r.id);
     auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
@@ -260,20 +246,19 @@ struct HttpServer::Impl {
     file->seekg(0, std::ios::end);
     const auto size = static_cast<size_t>(file->tellg());
     res.set_header("Content-Disposition", "inline; filename=\"" + r.id + ".mp4\"");
-    res.set_content_provider(size, "video/mp4",
-                             [file](size_t offset, size_t length, httplib::DataSink& sink) {
-                               char buf[65536];
-                               file->clear();
-                               file->seekg(static_cast<std::streamoff>(offset));
-                               while (length > 0) {
-                                 const size_t n = std::min(length, sizeof(buf));
-                                 file->read(buf, static_cast<std::streamsize>(n));
-                                 if (file->gcount() <= 0) return false;
-                                 if (!sink.write(buf, static_cast<size_t>(file->gcount()))) return false;
-                                 length -= static_cast<size_t>(file->gcount());
-                               }
-                               return true;
-                             });
+    res.set_content_provider(size, "video/mp4", [file](size_t offset, size_t length, httplib::DataSink& sink) {
+      char buf[65536];
+      file->clear();
+      file->seekg(static_cast<std::streamoff>(offset));
+      while (length > 0) {
+        const size_t n = std::min(length, sizeof(buf));
+        file->read(buf, static_cast<std::streamsize>(n));
+        if (file->gcount() <= 0) return false;
+        if (!sink.write(buf, static_cast<size_t>(file->gcount()))) return false;
+        length -= static_cast<size_t>(file->gcount());
+      }
+      return true;
+    });
   }
 
   // A server-sent-event stream of every event (job_id empty) or of one job (ends after its final state).
@@ -353,8 +338,8 @@ void HttpServer::bind() {
     if (impl_->port <= 0) fail("serve: cannot listen on {} (any port)", o.host);
   } else {
     if (!impl_->svr.bind_to_port(o.host, o.port))
-      fail("serve: cannot listen on {}:{} (in use, or not an address of this machine); choose --host/--port",
-           o.host, o.port);
+      fail("serve: cannot listen on {}:{} (in use, or not an address of this machine); choose --host/--port", o.host,
+           o.port);
     impl_->port = o.port;
   }
   impl_->svr.widen_backlog();

@@ -30,8 +30,8 @@ class JobRunner {
   virtual ModelLimits limits() const = 0;
   virtual nlohmann::json describe() const = 0;  // what was loaded, for /v1/models
   // Runs one resolved request collectively. Rank 0 writes `out_path`. Throws Cancelled or h3::Error.
-  virtual nlohmann::json run(const ResolvedRequest& req, const std::string& out_path,
-                             const ProgressFn& progress, const std::atomic<bool>* cancel) = 0;
+  virtual nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
+                             const std::atomic<bool>* cancel) = 0;
 };
 
 // Collective: every rank of `comm` constructs its runner (models load here).

@@ -82,8 +82,7 @@ class FakeRunner : public JobRunner {
   nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
                      const std::atomic<bool>* cancel) override {
     const auto t0 = std::chrono::steady_clock::now();
-    const FaultSpec fault =
-        FaultSpec::parse(std::getenv("H3_DEBUG_FAULT") ? std::getenv("H3_DEBUG_FAULT") : "");
+    const FaultSpec fault = FaultSpec::parse(std::getenv("H3_DEBUG_FAULT") ? std::getenv("H3_DEBUG_FAULT") : "");
     const int steps = req.model_calls;
     const int decode_chunks = 3;
     const int total = steps + decode_chunks;
@@ -108,8 +107,7 @@ class FakeRunner : public JobRunner {
       fault.at_step(comm_.rank(), s);
       std::this_thread::sleep_for(std::chrono::milliseconds(o_.fake_step_ms));
       for (int64_t i = own.begin; i < own.end; ++i) {
-        uint64_t h =
-            (req.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1)) ^ static_cast<uint64_t>(s);
+        uint64_t h = (req.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1)) ^ static_cast<uint64_t>(s);
         h ^= h >> 31;
         h *= 0xbf58476d1ce4e5b9ull;
         mine[static_cast<size_t>(i - own.begin)] += static_cast<float>(h >> 40) / static_cast<float>(1 << 24);

@@ -28,8 +28,7 @@ class GeneratorRunner : public JobRunner {
     if (!r.request.loras.empty()) j["lora_digest"] = fmt::format("{:016x}", r.lora_digest);
     j["lora_remerged"] = r.lora_remerged;
     if (latents_ && !out_path.empty())
-      j["latents_file"] =
-          std::filesystem::path(out_path).replace_extension(".latents.safetensors").filename().string();
+      j["latents_file"] = std::filesystem::path(out_path).replace_extension(".latents.safetensors").filename().string();
     return j;
   }
 

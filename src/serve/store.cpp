@@ -72,8 +72,8 @@ JobStore::JobStore(const std::string& dir) : dir_(dir) {
   fs::create_directories(fs::path(dir) / "outputs", ec);
   if (ec) fail("--store {}: cannot create the folder: {}", dir, ec.message());
   const std::string db = (fs::path(dir) / "jobs.sqlite3").string();
-  if (sqlite3_open_v2(db.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                      nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(db.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     if (db_) sqlite3_close(db_);
     db_ = nullptr;
@@ -216,8 +216,7 @@ std::vector<JobRecord> JobStore::list(int64_t limit, std::optional<int64_t> afte
 
 std::optional<JobRecord> JobStore::next_queued() {
   std::lock_guard lock(mu_);
-  auto r = query(
-      std::string("SELECT ") + kColumns + " FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1", {});
+  auto r = query(std::string("SELECT ") + kColumns + " FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1", {});
   if (r.empty()) return std::nullopt;
   return r[0];
 }
@@ -233,8 +232,7 @@ int64_t JobStore::count(const std::string& status) {
 int64_t JobStore::queue_position(int64_t seq) {
   std::lock_guard lock(mu_);
   Stmt s;
-  sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM jobs WHERE status = 'queued' AND seq < ?", -1, &s.st,
-                     nullptr);
+  sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM jobs WHERE status = 'queued' AND seq < ?", -1, &s.st, nullptr);
   sqlite3_bind_int64(s.st, 1, seq);
   return 1 + (sqlite3_step(s.st) == SQLITE_ROW ? sqlite3_column_int64(s.st, 0) : 0);
 }
@@ -248,8 +246,8 @@ bool JobStore::mark_running(const std::string& id) {
              {unix_now(), id}) == 1;
 }
 
-bool JobStore::update_progress(const std::string& id, const std::string& phase, int step, int steps,
-                               double progress, double eta_s) {
+bool JobStore::update_progress(const std::string& id, const std::string& phase, int step, int steps, double progress,
+                               double eta_s) {
   std::lock_guard lock(mu_);
   return changes(
              "UPDATE jobs SET phase = ?, step = ?, steps = ?, progress = ?, eta_s = ? WHERE id = ? AND "
@@ -281,8 +279,8 @@ bool JobStore::finish(const std::string& id, const std::string& status, const st
              "finished_at = ?,"
              " progress = CASE WHEN ? THEN 100 ELSE progress END, eta_s = CASE WHEN ? THEN 0 ELSE -1 END,"
              " phase = CASE WHEN ? THEN 'done' ELSE phase END WHERE id = ? AND status = 'in_progress'",
-             {status, error_code, error, output_bytes, dump_json(result), unix_now(), int64_t{done},
-              int64_t{done}, int64_t{done}, id}) == 1;
+             {status, error_code, error, output_bytes, dump_json(result), unix_now(), int64_t{done}, int64_t{done},
+              int64_t{done}, id}) == 1;
 }
 
 bool JobStore::requeue(const std::string& id) {

@@ -55,8 +55,7 @@ class JobStore {
   std::string output_path(const std::string& id) const;
 
   // Inserts a queued job unless `max_queued` jobs are already queued (then returns nullopt).
-  std::optional<JobRecord> insert(const nlohmann::json& request, const nlohmann::json& resolved,
-                                  int64_t max_queued);
+  std::optional<JobRecord> insert(const nlohmann::json& request, const nlohmann::json& resolved, int64_t max_queued);
   std::optional<JobRecord> get(const std::string& id);
   // Newest first when `descending`; `after_seq` continues a page (exclusive); `status` filters when
   // non-empty.
@@ -73,8 +72,8 @@ class JobStore {
                        double eta_s);
   bool request_cancel(const std::string& id);  // running jobs: remember that a cancel was asked for
   bool cancel_queued(const std::string& id);
-  bool finish(const std::string& id, const std::string& status, const std::string& error_code,
-              const std::string& error, int64_t output_bytes, const nlohmann::json& result);
+  bool finish(const std::string& id, const std::string& status, const std::string& error_code, const std::string& error,
+              int64_t output_bytes, const nlohmann::json& result);
   bool requeue(const std::string& id);  // a running job back to the queue (shutdown)
   // Deletes a job that is not running, with its files. False when unknown or running.
   bool remove(const std::string& id);

@@ -126,8 +126,7 @@ Supervisor::Supervisor(ServeOptions options) : o_(std::move(options)) {
   const char* tmp = std::getenv("TMPDIR");
   std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/h3serve-XXXXXX";
   if (tmpl.size() > 80) tmpl = "/tmp/h3serve-XXXXXX";
-  if (!::mkdtemp(tmpl.data()))
-    fail("serve: cannot create a folder for the control socket: {}", std::strerror(errno));
+  if (!::mkdtemp(tmpl.data())) fail("serve: cannot create a folder for the control socket: {}", std::strerror(errno));
   run_dir_ = tmpl;
 }
 
@@ -212,8 +211,7 @@ bool Supervisor::launch_group() {
 
   std::vector<std::string> args;
   if (o_.ranks > 1)
-    args = {o_.mpirun, "--allow-run-as-root",   "--oversubscribe", "--bind-to", "none",
-            "-np",     std::to_string(o_.ranks)};
+    args = {o_.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(o_.ranks)};
   const RunnerOptions& r = o_.runner;
   std::vector<std::string> worker = {o_.self_exe,
                                      "--log-level",
@@ -274,8 +272,7 @@ bool Supervisor::launch_group() {
 
   int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   set_state(State::starting);
-  spdlog::info("serve: starting rank group {} ({} rank{}), log {}", gen, o_.ranks, o_.ranks > 1 ? "s" : "",
-               log_path_);
+  spdlog::info("serve: starting rank group {} ({} rank{}), log {}", gen, o_.ranks, o_.ranks > 1 ? "s" : "", log_path_);
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -453,8 +450,7 @@ void Supervisor::run_group() {
       running = running_;
     }
     if (!loaded && steady_now() > load_deadline) {
-      death =
-          fmt::format("the models did not load within {:.0f} s (--startup-timeout)", o_.startup_timeout_s);
+      death = fmt::format("the models did not load within {:.0f} s (--startup-timeout)", o_.startup_timeout_s);
       break;
     }
     if (!running.empty() && steady_now() - last_word_ > o_.stall_timeout_s) {
@@ -522,8 +518,7 @@ void Supervisor::dispatch_next() {
   }
   nlohmann::json job = {
       {"type", "job"}, {"id", next->id}, {"request", next->resolved}, {"out", store_->output_path(next->id)}};
-  if (o_.debug_faults && next->request.contains("x_debug_fault") &&
-      next->request["x_debug_fault"].is_string())
+  if (o_.debug_faults && next->request.contains("x_debug_fault") && next->request["x_debug_fault"].is_string())
     job["fault"] = next->request["x_debug_fault"];
   last_word_ = steady_now();
   set_state(State::busy);
@@ -540,9 +535,7 @@ void Supervisor::on_message(const nlohmann::json& m) {
     if (id.empty() || id != running_) return;
   }
   if (type == "progress") {
-    auto num = [&](const char* k, double d) {
-      return m.contains(k) && m[k].is_number() ? m[k].get<double>() : d;
-    };
+    auto num = [&](const char* k, double d) { return m.contains(k) && m[k].is_number() ? m[k].get<double>() : d; };
     store_->update_progress(id, m.value("phase", ""), static_cast<int>(num("step", 0)),
                             static_cast<int>(num("steps", 0)), std::clamp(num("percent", 0), 0.0, 100.0),
                             num("eta_s", -1));

@@ -45,12 +45,10 @@ nlohmann::json resolve_loras(const nlohmann::json& v, const std::string& lora_di
           "'loras' entries name a file of the server's --lora-dir ('name'); the server never opens files "
           "named by the client");
     if (!e.is_object() || !e.contains("name"))
-      throw bad(
-          "each entry of 'loras' must be {\"name\": FILE, \"strength\": NUMBER} (strength optional, 1)");
+      throw bad("each entry of 'loras' must be {\"name\": FILE, \"strength\": NUMBER} (strength optional, 1)");
     for (auto it = e.begin(); it != e.end(); ++it)
       if (it.key() != "name" && it.key() != "strength")
-        throw bad(
-            fmt::format("unknown field '{}' in a 'loras' entry (name, strength)", it.key().substr(0, 100)));
+        throw bad(fmt::format("unknown field '{}' in a 'loras' entry (name, strength)", it.key().substr(0, 100)));
     if (!e["name"].is_string()) throw bad("'loras[].name' must be a string");
     const std::string name = e["name"].get<std::string>();
     if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos ||
@@ -90,8 +88,7 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
     } else if (k == "size") {
       if (!v.is_string()) throw bad("'size' must be a string like \"1344x768\"");
       auto [w, h] = parse_size(v.get<std::string>());
-      if (body.contains("width") || body.contains("height"))
-        throw bad("give 'size' or 'width'/'height', not both");
+      if (body.contains("width") || body.contains("height")) throw bad("give 'size' or 'width'/'height', not both");
       gen["width"] = w;
       gen["height"] = h;
     } else if (k == "seconds") {
@@ -100,8 +97,7 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
         const std::string t = v.get<std::string>();
         char* end = nullptr;
         const double d = t.empty() || t.size() > 16 ? NAN : std::strtod(t.c_str(), &end);
-        if (std::isnan(d) || !end || *end != '\0')
-          throw bad("'seconds' must be a number or a numeric string");
+        if (std::isnan(d) || !end || *end != '\0') throw bad("'seconds' must be a number or a numeric string");
         gen["seconds"] = d;
       } else if (v.is_number()) {
         gen["seconds"] = v;
@@ -141,8 +137,7 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
   // Sizes are bounded here too, so no product of them can overflow further on.
   for (const char* k : {"width", "height", "frames"})
     if (gen.contains(k) && gen[k].is_number_integer() &&
-        (gen[k].is_number_unsigned() ? gen[k].get<uint64_t>() > 100000
-                                     : std::llabs(gen[k].get<int64_t>()) > 100000))
+        (gen[k].is_number_unsigned() ? gen[k].get<uint64_t>() > 100000 : std::llabs(gen[k].get<int64_t>()) > 100000))
       throw bad(fmt::format("'{}' is out of range", k));
   // "steps" must fit an int before the pipeline sees it.
   if (gen.contains("steps") && gen["steps"].is_number_integer() &&
@@ -173,9 +168,8 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
   auto rec = store_->insert(accepted, resolved, o_.max_queue);
   if (!rec) {
     remove_uploads(upload_dir);
-    throw ApiError{
-        429, "queue_full",
-        fmt::format("the queue is full ({} jobs waiting, --max-queue); retry later", o_.max_queue)};
+    throw ApiError{429, "queue_full",
+                   fmt::format("the queue is full ({} jobs waiting, --max-queue); retry later", o_.max_queue)};
   }
   ++jobs_submitted_;
   spdlog::info("serve: queued job {}", rec->id);
@@ -212,17 +206,14 @@ JobRecord Supervisor::cancel(const std::string& id) {
 void Supervisor::remove(const std::string& id) {
   JobRecord r = get(id);
   if (r.status == kRunning)
-    throw ApiError{409, "running",
-                   "the video is being generated; cancel it first (POST /v1/videos/{id}/cancel)"};
+    throw ApiError{409, "running", "the video is being generated; cancel it first (POST /v1/videos/{id}/cancel)"};
   if (!store_->remove(id)) throw ApiError{409, "running", "the video started running; cancel it first"};
   remove_job_uploads(r.resolved, o_.store_dir);
   events_.publish("video", id, {{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
 }
 
 nlohmann::json Supervisor::job_json(const JobRecord& r) {
-  auto time_or_null = [](double t) {
-    return t > 0 ? nlohmann::json(static_cast<int64_t>(t)) : nlohmann::json();
-  };
+  auto time_or_null = [](double t) { return t > 0 ? nlohmann::json(static_cast<int64_t>(t)) : nlohmann::json(); };
   const auto& res = r.resolved;
   nlohmann::json j = {
       {"id", r.id},
@@ -233,8 +224,8 @@ nlohmann::json Supervisor::job_json(const JobRecord& r) {
       {"progress", std::round(r.progress * 10) / 10},
       {"step", r.step},
       {"steps", r.steps},
-      {"eta_seconds", r.status == kRunning && r.eta_s >= 0 ? nlohmann::json(std::round(r.eta_s * 10) / 10)
-                                                           : nlohmann::json()},
+      {"eta_seconds",
+       r.status == kRunning && r.eta_s >= 0 ? nlohmann::json(std::round(r.eta_s * 10) / 10) : nlohmann::json()},
       {"created_at", time_or_null(r.created_at)},
       {"started_at", time_or_null(r.started_at)},
       {"completed_at", time_or_null(r.finished_at)},
@@ -245,9 +236,8 @@ nlohmann::json Supervisor::job_json(const JobRecord& r) {
       {"parameters", res},
       {"attempts", r.attempts},
       {"cancel_requested", r.cancel_requested},
-      {"error", r.error.empty() && r.error_code.empty()
-                    ? nlohmann::json()
-                    : nlohmann::json{{"code", r.error_code}, {"message", r.error}}},
+      {"error", r.error.empty() && r.error_code.empty() ? nlohmann::json()
+                                                        : nlohmann::json{{"code", r.error_code}, {"message", r.error}}},
   };
   if (r.status == kQueued) j["queue_position"] = store_->queue_position(r.seq);
   if (r.status == kCompleted && r.output_bytes > 0) {
@@ -283,8 +273,7 @@ nlohmann::json Supervisor::models() {
     std::error_code ec;
     std::vector<std::string> names;
     for (const auto& e : std::filesystem::directory_iterator(o_.lora_dir, ec))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors")
-        names.push_back(e.path().filename().string());
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     for (const auto& n : names) loras.push_back(n);
   }
@@ -322,16 +311,14 @@ std::string Supervisor::metrics() {
   metric("h3_up", "gauge", "1 when the rank group is ready", group == "ready" || group == "busy" ? "1" : "0");
   metric("h3_queue_length", "gauge", "jobs waiting", std::to_string(queued));
   metric("h3_jobs_running", "gauge", "jobs being generated (0 or 1)", busy ? "1" : "0");
-  metric("h3_jobs_submitted_total", "counter", "jobs accepted since start",
-         std::to_string(jobs_submitted_.load()));
+  metric("h3_jobs_submitted_total", "counter", "jobs accepted since start", std::to_string(jobs_submitted_.load()));
   s += "# HELP h3_jobs_finished_total jobs finished since start, by status\n# TYPE h3_jobs_finished_total "
        "counter\n";
   s += fmt::format("h3_jobs_finished_total{{status=\"completed\"}} {}\n", jobs_completed_.load());
   s += fmt::format("h3_jobs_finished_total{{status=\"failed\"}} {}\n", jobs_failed_.load());
   s += fmt::format("h3_jobs_finished_total{{status=\"cancelled\"}} {}\n", jobs_cancelled_.load());
   metric("h3_job_seconds_total", "counter", "wall time spent running jobs", fmt::format("{:.3f}", secs));
-  metric("h3_group_restarts_total", "counter", "times the rank group was recreated",
-         std::to_string(restarts));
+  metric("h3_group_restarts_total", "counter", "times the rank group was recreated", std::to_string(restarts));
   metric("h3_group_ranks", "gauge", "ranks in the group", std::to_string(o_.ranks));
   metric("h3_http_requests_total", "counter", "HTTP requests answered", std::to_string(http_requests.load()));
   metric("h3_http_client_errors_total", "counter", "4xx answers", std::to_string(http_4xx.load()));

@@ -53,8 +53,7 @@ std::string decode_base64(const std::string& in, const std::string& field, size_
   }
   if (pad > 2) throw bad(fmt::format("'{}' is not valid base64 (bad padding)", field));
   if (out.empty()) throw bad(fmt::format("'{}' is empty", field));
-  if (out.size() > max_bytes)
-    throw bad(fmt::format("'{}' is larger than {} bytes once decoded", field, max_bytes));
+  if (out.size() > max_bytes) throw bad(fmt::format("'{}' is larger than {} bytes once decoded", field, max_bytes));
   return out;
 }
 
@@ -99,8 +98,8 @@ std::string store_uploads(const nlohmann::json& body, nlohmann::json& gen, nlohm
                       field, field));
     for (auto it = item.begin(); it != item.end(); ++it)
       if (it.key() != "data" && it.key() != "filename" && it.key() != "kind")
-        throw bad(fmt::format("unknown field '{}.{}' (allowed: data, filename{})", field,
-                              it.key().substr(0, 100), field.starts_with("references") ? ", kind" : ""));
+        throw bad(fmt::format("unknown field '{}.{}' (allowed: data, filename{})", field, it.key().substr(0, 100),
+                              field.starts_with("references") ? ", kind" : ""));
     if (!item.contains("data") || !item["data"].is_string())
       throw bad(fmt::format("'{}.data' (the file as a base64 string) is required", field));
     const std::string bytes = decode_base64(item["data"].get<std::string>(), field + ".data", max_file_bytes);
@@ -124,10 +123,8 @@ std::string store_uploads(const nlohmann::json& body, nlohmann::json& gen, nlohm
     }
     if (body.contains("references")) {
       const nlohmann::json& refs = body["references"];
-      if (!refs.is_array())
-        throw bad("'references' must be a list of {\"kind\", \"data\", \"filename\"} objects");
-      if (refs.size() > 16)
-        throw bad(fmt::format("'references' has {} entries; at most 16 are read", refs.size()));
+      if (!refs.is_array()) throw bad("'references' must be a list of {\"kind\", \"data\", \"filename\"} objects");
+      if (refs.size() > 16) throw bad(fmt::format("'references' has {} entries; at most 16 are read", refs.size()));
       gen["references"] = nlohmann::json::array();
       accepted["references"] = nlohmann::json::array();
       for (size_t i = 0; i < refs.size(); ++i) {

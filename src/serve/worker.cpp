@@ -88,11 +88,8 @@ int run_worker(const WorkerOptions& o) {
   if (comm.rank() == 0) {
     ch = std::make_unique<LineChannel>(unix_connect(o.control, 60));
     std::vector<std::string> hosts = {comm.host()};
-    ch->send({{"type", "hello"},
-              {"token", o.token},
-              {"ranks", comm.size()},
-              {"pid", ::getpid()},
-              {"host", comm.host()}});
+    ch->send(
+        {{"type", "hello"}, {"token", o.token}, {"ranks", comm.size()}, {"pid", ::getpid()}, {"host", comm.host()}});
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<JobRunner> runner;
@@ -152,8 +149,8 @@ int run_worker(const WorkerOptions& o) {
       done["error"] = e.what();
     } catch (const std::exception& e) {
       done["status"] = "failed";
-      done["error"] = comm.size() > 1 ? fmt::format("rank {} ({}): {}", comm.rank(), comm.host(), e.what())
-                                      : std::string(e.what());
+      done["error"] =
+          comm.size() > 1 ? fmt::format("rank {} ({}): {}", comm.rank(), comm.host(), e.what()) : std::string(e.what());
     }
     ::unsetenv("H3_DEBUG_FAULT");
     if (ch) {

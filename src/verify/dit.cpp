@@ -5,13 +5,15 @@
 #include "backend/backend.h"
 #include "core/compare.h"
 #include "core/log.h"
-#include "model/dit/lora.h"
 #include "io/procedural.h"
+#include "model/dit/lora.h"
 
 namespace h3 {
 
 namespace {
-std::string key(const std::string& c, const std::string& rest) { return c.empty() ? rest : c + "." + rest; }
+std::string key(const std::string& c, const std::string& rest) {
+  return c.empty() ? rest : c + "." + rest;
+}
 
 nlohmann::json meta_json(const SafeTensors& f, const std::string& k) {
   std::string s = f.meta(k);
@@ -55,13 +57,16 @@ void VerifyReport::print(std::FILE* out) const {
                  l.pass ? "ok" : "FAIL");
     failed += !l.pass;
   }
-  if (pass()) std::fprintf(out, "PASS: %zu of %zu checks within tolerance\n", lines.size(), lines.size());
-  else std::fprintf(out, "FAIL: %d of %zu checks out of tolerance\n", lines.empty() ? 1 : failed, lines.size());
+  if (pass())
+    std::fprintf(out, "PASS: %zu of %zu checks within tolerance\n", lines.size(), lines.size());
+  else
+    std::fprintf(out, "FAIL: %d of %zu checks out of tolerance\n", lines.empty() ? 1 : failed, lines.size());
 }
 
 bool looks_like_dit_golden(const SafeTensors& f) {
   for (const auto& k : f.keys())
-    if (k == "input.position_ids" || (k.ends_with(".input.position_ids") && f.has(k.substr(0, k.size() - 19) + ".input.hidden_states")))
+    if (k == "input.position_ids" ||
+        (k.ends_with(".input.position_ids") && f.has(k.substr(0, k.size() - 19) + ".input.hidden_states")))
       return f.has(k.substr(0, k.size() - 12) + "hidden_states");
   return false;
 }
@@ -69,8 +74,10 @@ bool looks_like_dit_golden(const SafeTensors& f) {
 std::vector<std::string> dit_golden_cases(const SafeTensors& f) {
   std::vector<std::string> cases;
   for (const auto& k : f.keys()) {
-    if (k == "input.hidden_states") cases.push_back("");
-    else if (k.ends_with(".input.hidden_states")) cases.push_back(k.substr(0, k.size() - 20));
+    if (k == "input.hidden_states")
+      cases.push_back("");
+    else if (k.ends_with(".input.hidden_states"))
+      cases.push_back(k.substr(0, k.size() - 20));
   }
   std::sort(cases.begin(), cases.end());
   return cases;
@@ -128,12 +135,15 @@ VerifyReport verify_dit_file(const SafeTensors& f, const VerifyOptions& opt) {
     auto tol_for = [&](int which) {
       if (opt.tolerance) return *opt.tolerance;
       switch (opt.precision) {
-        case Precision::f64: return 1e-10;
-        case Precision::f32: return 1e-5;
+        case Precision::f64:
+          return 1e-10;
+        case Precision::f32:
+          return 1e-5;
         case Precision::bf16:
           if (!ref_bf16) fail("{}: no reference bf16 error in the metadata; pass --tol", f.path());
           return 1.5 * (which == 0 ? ref_bf16->first : ref_bf16->second);
-        case Precision::fp8: return 4e-2;  // per-tensor FP8 GEMMs (issue 4's bound on dit-fullwidth-1block)
+        case Precision::fp8:
+          return 4e-2;  // per-tensor FP8 GEMMs (issue 4's bound on dit-fullwidth-1block)
       }
       return 0.0;
     };

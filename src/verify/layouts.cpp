@@ -55,8 +55,7 @@ class Report {
 };
 
 // Looks a tensor up and checks its dtype and shape; reports and returns nullopt when it does not fit.
-std::optional<Tensor> fetch(const SafeTensors& f, Report& r, const std::string& key, DType dt,
-                            const Shape& shape) {
+std::optional<Tensor> fetch(const SafeTensors& f, Report& r, const std::string& key, DType dt, const Shape& shape) {
   if (!f.has(key)) {
     r.item(key, false, "missing from the file");
     return std::nullopt;
@@ -86,8 +85,8 @@ void compare_exact(const SafeTensors& f, Report& r, const std::string& key, cons
     r.item(key, true, fmt::format("{} values {}", got.size(), how));
   } else {
     r.item(key, false,
-           fmt::format("{} of {} differ; first at flat index {}: got {}, want {}", bad, got.size(), first,
-                       got[first], w[first]));
+           fmt::format("{} of {} differ; first at flat index {}: got {}, want {}", bad, got.size(), first, got[first],
+                       w[first]));
   }
 }
 
@@ -125,8 +124,8 @@ std::vector<std::pair<int64_t, int64_t>> vision_ranges(const json& j, const std:
     if (v.is_number_integer()) {
       out.emplace_back(v.get<int64_t>(), v.get<int64_t>() + 1);
     } else {
-      H3_CHECK(v.is_array() && v.size() == 2,
-               "{}: vision_rows entry {} is neither a row nor a [begin, end) pair", where, v.dump());
+      H3_CHECK(v.is_array() && v.size() == 2, "{}: vision_rows entry {} is neither a row nor a [begin, end) pair",
+               where, v.dump());
       out.emplace_back(v[0].get<int64_t>(), v[1].get<int64_t>());
     }
   }
@@ -140,8 +139,7 @@ CaseSpec parse_case(const std::string& name, const json& j, Report& r) {
 
   // The target length is rebuilt from the requested frame count by our geometry rules; the metadata's own
   // derived values (aligned frames, T, A) are then compared, which checks the rules themselves.
-  const int64_t requested =
-      j.contains("num_frames") ? get_int(j, "num_frames", name) : get_int(j, "frames", name);
+  const int64_t requested = j.contains("num_frames") ? get_int(j, "num_frames", name) : get_int(j, "frames", name);
   const int64_t frames = align_num_frames(requested);
   c.target.latent_frames = video_latent_frames(frames);
   c.target.audio_latents = audio_latents_per_channel(frames);
@@ -199,8 +197,7 @@ void check_count(Report& r, const std::string& name, const json& j, std::initial
   for (const char* key : keys) {
     if (!j.contains(key)) continue;
     int64_t theirs = j[key].get<int64_t>();
-    r.item(fmt::format("{}.geometry.{}", name, key), theirs == ours,
-           fmt::format("ours {}, metadata {}", ours, theirs));
+    r.item(fmt::format("{}.geometry.{}", name, key), theirs == ours, fmt::format("ours {}, metadata {}", ours, theirs));
   }
 }
 
@@ -215,12 +212,12 @@ void verify_case(const SafeTensors& f, Report& r, const std::string& name, const
 
   compare_exact(f, r, name + ".position_ids", lay.position_ids, {S, 3}, "bitwise (f64)");
   compare_exact(f, r, name + ".token_tags", lay.token_tags, {S}, "exact");
-  compare_exact(f, r, name + ".video_indices", lay.video_indices,
-                {static_cast<int64_t>(lay.video_indices.size())}, "exact");
-  compare_exact(f, r, name + ".audio_indices", lay.audio_indices,
-                {static_cast<int64_t>(lay.audio_indices.size())}, "exact");
-  compare_exact(f, r, name + ".text_indices", lay.text_indices,
-                {static_cast<int64_t>(lay.text_indices.size())}, "exact");
+  compare_exact(f, r, name + ".video_indices", lay.video_indices, {static_cast<int64_t>(lay.video_indices.size())},
+                "exact");
+  compare_exact(f, r, name + ".audio_indices", lay.audio_indices, {static_cast<int64_t>(lay.audio_indices.size())},
+                "exact");
+  compare_exact(f, r, name + ".text_indices", lay.text_indices, {static_cast<int64_t>(lay.text_indices.size())},
+                "exact");
 
   // Row-timestep plans for whichever steps the file holds.
   const FlowSchedule video = make_flow_schedule(c.plan_grid_points, kVideoShift);
@@ -328,8 +325,7 @@ int verify_layouts(const SafeTensors& file, std::FILE* out) {
   // A layout in the file without a geometry in the metadata would otherwise go unchecked.
   const std::string suffix = ".position_ids";
   for (const std::string& key : file.keys()) {
-    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
+    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
     std::string name = key.substr(0, key.size() - suffix.size());
     if (!covered.count(name)) r.item(name, false, "has tensors but no geometry in __metadata__.geometries");
   }

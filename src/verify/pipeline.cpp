@@ -24,8 +24,8 @@ ChainOutputs run_chain(const DitModel& dit, const VideoVae& vvae, const AudioVae
   ChainOutputs out;
   bool cancelled = false;
   const T2vaRows last = denoise_t2va(
-      dit, spec, f.get("input.prompt_embeds"), f.get("input.video_noise"), f.get("input.audio_noise_rows"),
-      control, {}, [&](int, int, const T2vaRows& r) { out.steps.push_back(r); }, &cancelled);
+      dit, spec, f.get("input.prompt_embeds"), f.get("input.video_noise"), f.get("input.audio_noise_rows"), control, {},
+      [&](int, int, const T2vaRows& r) { out.steps.push_back(r); }, &cancelled);
   out.video_latents = t2va_video_latents(last, spec, dit.config().in_channels);
   out.pixels01 = decode_t2va_video(vvae, out.video_latents, decode_comm);
   out.waveform = decode_t2va_audio(avae, t2va_audio_latents(last, spec), decode_comm);
@@ -55,11 +55,11 @@ std::string pipeline_sibling(const SafeTensors& f, const std::string& component)
   const fs::path p(f.path());
   std::string stem = p.stem().string();  // pipeline-t2va-mini
   const std::string family = "pipeline-t2va-";
-  H3_CHECK(stem.starts_with(family),
-           "{}: a pipeline set must be named {}NAME.safetensors to find its weights", f.path(), family);
+  H3_CHECK(stem.starts_with(family), "{}: a pipeline set must be named {}NAME.safetensors to find its weights",
+           f.path(), family);
   const fs::path sib = p.parent_path() / (component + "-" + stem.substr(family.size()) + ".safetensors");
-  H3_CHECK(fs::exists(sib), "{}: its {} weights are expected in {} (next to it), which does not exist",
-           f.path(), component, sib.string());
+  H3_CHECK(fs::exists(sib), "{}: its {} weights are expected in {} (next to it), which does not exist", f.path(),
+           component, sib.string());
   return sib.string();
 }
 
@@ -95,18 +95,17 @@ VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOpti
   const DitCheckpoint ck = DitCheckpoint::open(dit_path);
   spdlog::info("{}", ck.detection_summary());
   const VideoVaeConfig vcfg = VideoVaeConfig::from_json_text(vf.meta("config"), vf.meta("tiling"), vf.path());
-  const AudioVaeConfig acfg = af.meta("config").empty()
-                                  ? AudioVaeConfig{}
-                                  : AudioVaeConfig::from_json_text(af.meta("config"), af.path());
+  const AudioVaeConfig acfg =
+      af.meta("config").empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(af.meta("config"), af.path());
   const VideoVae vvae(vf, "weight.", vcfg, opt.precision);
   const AudioVae avae(af, "weight.", acfg, opt.precision);
 
   Comm& w = world();
   const bool distributed = w.size() > 1;
   const DitConfig& c = ck.config();
-  const DistPlan plan =
-      distributed ? DistPlan::make(w, opt.dist.value_or(DistOptions{}), c.num_attention_heads, c.ffn_dim)
-                  : DistPlan::single();
+  const DistPlan plan = distributed
+                            ? DistPlan::make(w, opt.dist.value_or(DistOptions{}), c.num_attention_heads, c.ffn_dim)
+                            : DistPlan::single();
   if (distributed) spdlog::info("{}", plan.describe());
   const DitModel dit(ck, opt.precision, plan);
   const ChainOutputs got = run_chain(dit, vvae, avae, spec, f, w, distributed ? &w : nullptr);
@@ -147,8 +146,8 @@ VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOpti
     for_each_output(got, [&](const std::string& key, const Tensor& t) {
       const Diff d = compare(t, ref_list.at(k++));
       const std::string what = fmt::format("{} {} 1 rank", key, exact ? "==" : "~");
-      rep.lines.push_back({what, d.rel_l2, d.max_abs, exact ? 0.0 : tol,
-                           d.shape_ok && (exact ? d.bitwise : d.rel_l2 <= tol)});
+      rep.lines.push_back(
+          {what, d.rel_l2, d.max_abs, exact ? 0.0 : tol, d.shape_ok && (exact ? d.bitwise : d.rel_l2 <= tol)});
     });
   }
   return rep;

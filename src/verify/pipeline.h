@@ -20,9 +20,8 @@ namespace h3 {
 struct PipelineVerifyOptions {
   Precision precision = Precision::f32;
   std::optional<DistOptions> dist;  // run over world() with these options
-  std::optional<double>
-      tolerance;            // overrides the default (f32 1e-5, f64 1e-6: the reference is stored in f32)
-  std::string dit_weights;  // overrides the sibling DiT file
+  std::optional<double> tolerance;  // overrides the default (f32 1e-5, f64 1e-6: the reference is stored in f32)
+  std::string dit_weights;          // overrides the sibling DiT file
 };
 
 bool looks_like_pipeline_golden(const SafeTensors& f);

@@ -87,8 +87,8 @@ VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Co
       rep.lines.push_back({c + " " + what, d.rel_l2, d.max_abs, tol, d.shape_ok && d.rel_l2 <= tol});
       if (!got_one) return;
       Diff r = compare(got.cpu(), got_one->cpu());
-      rep.lines.push_back({c + " " + what + " vs 1 rank", r.rel_l2, r.max_abs, tol_ranks,
-                           r.shape_ok && r.rel_l2 <= tol_ranks});
+      rep.lines.push_back(
+          {c + " " + what + " vs 1 rank", r.rel_l2, r.max_abs, tol_ranks, r.shape_ok && r.rel_l2 <= tol_ranks});
     };
     for (int64_t k : keep)
       add("hidden_states_" + std::to_string(k), out.hidden_states.at(k), f.get(hs + std::to_string(k)),
@@ -113,8 +113,7 @@ VerifyReport verify_tokenizer_cases(const std::string& cases_json, const std::st
   VerifyReport rep;
   size_t i = 0;
   for (const auto& c : j["cases"]) {
-    if (!c.is_object() || !c.contains("text") || !c["text"].is_string() || !c.contains("ids") ||
-        !c["ids"].is_array())
+    if (!c.is_object() || !c.contains("text") || !c["text"].is_string() || !c.contains("ids") || !c["ids"].is_array())
       fail("{}: case {} lacks a \"text\" string or an \"ids\" list", cases_json, i);
     const std::string text = c["text"].get<std::string>();
     const auto want = c["ids"].get<std::vector<int32_t>>();

@@ -15,8 +15,8 @@ bool looks_like_qwen_text_golden(const SafeTensors& f);
 // "<case>.last_hidden_state_normed" with the engine's at rel-L2 1e-5 (f32) or 1e-6 (f64). The file stores the
 // weights and the f64 reference's outputs as f32; the f32-rounded weights put a floor of ~3e-7 under any
 // engine, so f64 cannot show more than that here.
-// With `comm` of N > 1 ranks the tower runs tensor-parallel over it (model/qwen3vl/text.h), and rank 0 also reruns every
-// case on one rank: a line per output "vs 1 rank" at rel-L2 1e-6 (the design gives identical bits; max_abs shows
+// With `comm` of N > 1 ranks the tower runs tensor-parallel over it (model/qwen3vl/text.h), and rank 0 also reruns
+// every case on one rank: a line per output "vs 1 rank" at rel-L2 1e-6 (the design gives identical bits; max_abs shows
 // it). `device` Device::cuda runs on the GPU (f32).
 VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Comm* comm = nullptr,
                                    Device device = Device::cpu);

@@ -14,8 +14,8 @@ namespace {
 std::vector<GridThw> grids_of(const Tensor& t) {
   std::vector<GridThw> g;
   for (int64_t i = 0; i + 2 < t.numel(); i += 3)
-    g.push_back({static_cast<int64_t>(t.get(i)), static_cast<int64_t>(t.get(i + 1)),
-                 static_cast<int64_t>(t.get(i + 2))});
+    g.push_back(
+        {static_cast<int64_t>(t.get(i)), static_cast<int64_t>(t.get(i + 1)), static_cast<int64_t>(t.get(i + 2))});
   return g;
 }
 
@@ -164,8 +164,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
               "scripts/device/make_qwen3vl_vision_golden.py",
               f.path(), out + (is_image ? image : video), row, width, prep.extras.rows[r]);
         std::memcpy(static_cast<std::byte*>(t.raw()) + static_cast<int64_t>(r) * width * es,
-                    static_cast<const std::byte*>(src.raw()) + row * width * es,
-                    static_cast<size_t>(width) * es);
+                    static_cast<const std::byte*>(src.raw()) + row * width * es, static_cast<size_t>(width) * es);
       }
       return t;
     };
@@ -190,8 +189,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     else
       add_exact("preproc pixel rows (resized): not compared, the grids differ", false);
   } else {
-    spdlog::warn("{}: no 'preproc' case (the generator could not run the image processor): resize unchecked",
-                 f.path());
+    spdlog::warn("{}: no 'preproc' case (the generator could not run the image processor): resize unchecked", f.path());
   }
   return rep;
 }

@@ -97,8 +97,8 @@ VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision, Co
 
 VerifyReport verify_audio_vae_file(const SafeTensors& f, Precision precision, Comm* comm, Device device) {
   const double tol = vae_tolerance(precision);
-  const AudioVaeConfig cfg = f.meta("config").empty() ? AudioVaeConfig{}
-                                                      : AudioVaeConfig::from_json_text(f.meta("config"), f.path());
+  const AudioVaeConfig cfg =
+      f.meta("config").empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(f.meta("config"), f.path());
   spdlog::info("{}: {}", f.path(), cfg.summary());
   const AudioVae vae(f, "weight.", cfg, precision, device);
   VerifyReport rep;

@@ -15,7 +15,11 @@ Runner missing(CLI::App& app, const char* name) {
 }
 }  // namespace
 
-Runner add_serve(CLI::App& app) { return missing(app, "serve"); }
-Runner add_serve_worker(CLI::App& app) { return missing(app, "serve-worker"); }
+Runner add_serve(CLI::App& app) {
+  return missing(app, "serve");
+}
+Runner add_serve_worker(CLI::App& app) {
+  return missing(app, "serve-worker");
+}
 
 }  // namespace h3::cli

@@ -25,9 +25,12 @@ auto dispatch(const Tensor& x, F f) {
 inline int64_t pad_index(int64_t p, int64_t n, PadMode mode) {
   if (p >= 0 && p < n) return p;
   switch (mode) {
-    case PadMode::zeros: return -1;
-    case PadMode::replicate: return p < 0 ? 0 : n - 1;
-    case PadMode::reflect: return p < 0 ? -p : 2 * (n - 1) - p;
+    case PadMode::zeros:
+      return -1;
+    case PadMode::replicate:
+      return p < 0 ? 0 : n - 1;
+    case PadMode::reflect:
+      return p < 0 ? -p : 2 * (n - 1) - p;
   }
   return -1;
 }
@@ -84,8 +87,7 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, std::array<i
   return y;
 }
 
-Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int64_t left, int64_t right,
-             PadMode mode) {
+Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int64_t left, int64_t right, PadMode mode) {
   need_float(x, "pad3d", "x");
   H3_ASSERT(x.ndim() == 4, "pad3d: x {}", x.describe());
   const int64_t C = x.dim(0), T = x.dim(1), H = x.dim(2), W = x.dim(3);
@@ -171,24 +173,27 @@ Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps)
     const T_* wp = w ? w->data<T_>() : nullptr;
     const T_* bp = b ? b->data<T_>() : nullptr;
     T_* yp = y.data<T_>();
-    parallel_for(N, [&](int64_t rb, int64_t re) {
-      for (int64_t r = rb; r < re; ++r) {
-        const T_* p = xp + r * C;
-        T_* q = yp + r * C;
-        T_ sum = 0;
-        for (int64_t c = 0; c < C; ++c) sum += p[c];
-        const T_ mean = sum / T_(C);
-        T_ var = 0;
-        for (int64_t c = 0; c < C; ++c) var += (p[c] - mean) * (p[c] - mean);
-        const T_ inv = T_(1) / std::sqrt(var / T_(C) + T_(eps));
-        for (int64_t c = 0; c < C; ++c) {
-          T_ v = (p[c] - mean) * inv;
-          if (wp) v *= wp[c];
-          if (bp) v += bp[c];
-          q[c] = v;
-        }
-      }
-    }, 16);
+    parallel_for(
+        N,
+        [&](int64_t rb, int64_t re) {
+          for (int64_t r = rb; r < re; ++r) {
+            const T_* p = xp + r * C;
+            T_* q = yp + r * C;
+            T_ sum = 0;
+            for (int64_t c = 0; c < C; ++c) sum += p[c];
+            const T_ mean = sum / T_(C);
+            T_ var = 0;
+            for (int64_t c = 0; c < C; ++c) var += (p[c] - mean) * (p[c] - mean);
+            const T_ inv = T_(1) / std::sqrt(var / T_(C) + T_(eps));
+            for (int64_t c = 0; c < C; ++c) {
+              T_ v = (p[c] - mean) * inv;
+              if (wp) v *= wp[c];
+              if (bp) v += bp[c];
+              q[c] = v;
+            }
+          }
+        },
+        16);
     return 0;
   });
   return y;
@@ -201,8 +206,8 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stri
   same_dtype(x, w, "conv1d");
   H3_ASSERT(x.ndim() == 3 && w.ndim() == 3, "conv1d: x {} w {}", x.describe(), w.describe());
   const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), O = w.dim(0), K = w.dim(2);
-  H3_ASSERT(groups > 0 && C % groups == 0 && O % groups == 0 && w.dim(1) == C / groups,
-            "conv1d: x {} w {} groups {}", x.describe(), w.describe(), groups);
+  H3_ASSERT(groups > 0 && C % groups == 0 && O % groups == 0 && w.dim(1) == C / groups, "conv1d: x {} w {} groups {}",
+            x.describe(), w.describe(), groups);
   const int64_t span = (K - 1) * dilation + 1;
   H3_ASSERT(L + 2 * pad >= span, "conv1d: input {} shorter than the kernel span {}", x.describe(), span);
   const int64_t Lo = (L + 2 * pad - span) / stride + 1;
@@ -326,31 +331,34 @@ Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64
     T_* op = out.data<T_>();
     const T_ scale = T_(1) / std::sqrt(T_(d));
     // One task = one (query head, query row): a two-pass softmax over keys 0..i of KV head h / group, in order.
-    parallel_for(heads * n, [&](int64_t tb, int64_t te) {
-      std::vector<T_> s(n), acc(d);
-      for (int64_t task = tb; task < te; ++task) {
-        const int64_t h = task / n, i = task % n, kvh = h / group;
-        const T_* qi = qp + i * qcols + h * d;
-        T_ m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          const T_* kj = kp + j * kcols + kvh * d;
-          T_ dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += qi[c] * kj[c];
-          s[j] = dot * scale;
-          m = std::max(m, s[j]);
-        }
-        T_ l = 0;
-        std::fill(acc.begin(), acc.end(), T_(0));
-        for (int64_t j = 0; j <= i; ++j) {
-          const T_ p = std::exp(s[j] - m);
-          l += p;
-          const T_* vj = vp + j * kcols + kvh * d;
-          for (int64_t c = 0; c < d; ++c) acc[c] += p * vj[c];
-        }
-        T_* oi = op + i * qcols + h * d;
-        for (int64_t c = 0; c < d; ++c) oi[c] = acc[c] / l;
-      }
-    }, 8);
+    parallel_for(
+        heads * n,
+        [&](int64_t tb, int64_t te) {
+          std::vector<T_> s(n), acc(d);
+          for (int64_t task = tb; task < te; ++task) {
+            const int64_t h = task / n, i = task % n, kvh = h / group;
+            const T_* qi = qp + i * qcols + h * d;
+            T_ m = -INFINITY;
+            for (int64_t j = 0; j <= i; ++j) {
+              const T_* kj = kp + j * kcols + kvh * d;
+              T_ dot = 0;
+              for (int64_t c = 0; c < d; ++c) dot += qi[c] * kj[c];
+              s[j] = dot * scale;
+              m = std::max(m, s[j]);
+            }
+            T_ l = 0;
+            std::fill(acc.begin(), acc.end(), T_(0));
+            for (int64_t j = 0; j <= i; ++j) {
+              const T_ p = std::exp(s[j] - m);
+              l += p;
+              const T_* vj = vp + j * kcols + kvh * d;
+              for (int64_t c = 0; c < d; ++c) acc[c] += p * vj[c];
+            }
+            T_* oi = op + i * qcols + h * d;
+            for (int64_t c = 0; c < d; ++c) oi[c] = acc[c] / l;
+          }
+        },
+        8);
     return 0;
   });
   return out;

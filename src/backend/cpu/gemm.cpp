@@ -21,8 +21,8 @@ inline T combine(const T (&a)[kLanes]) {
 
 // 2 rows x 4 columns of outputs at once; `rows`/`cols` may be smaller at the edges (same arithmetic per element).
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void tile_2x4(const T* x, const T* w, T* y, int64_t k,
-                                                                int64_t ldy, int rows, int cols) {
+__attribute__((target_clones("avx2", "default"))) void tile_2x4(const T* x, const T* w, T* y, int64_t k, int64_t ldy,
+                                                                int rows, int cols) {
   T acc[2][4][kLanes] = {};
   const T* xr[2] = {x, x + (rows > 1 ? k : 0)};
   const T* wr[4];
@@ -47,16 +47,19 @@ void gemm_nt(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y) {
   constexpr int64_t kRowTile = 2, kColTile = 4, kColBlock = 64;  // a block of columns stays in cache
   const int64_t row_tiles = (n + kRowTile - 1) / kRowTile;
   const int64_t col_blocks = (m + kColBlock - 1) / kColBlock;
-  parallel_for(row_tiles * col_blocks, [&](int64_t b, int64_t e) {
-    for (int64_t task = b; task < e; ++task) {
-      const int64_t cb = task % col_blocks, rt = task / col_blocks;
-      const int64_t r0 = rt * kRowTile, rows = std::min(kRowTile, n - r0);
-      const int64_t c_end = std::min(m, (cb + 1) * kColBlock);
-      for (int64_t c0 = cb * kColBlock; c0 < c_end; c0 += kColTile)
-        tile_2x4<T>(x + r0 * k, w + c0 * k, y + r0 * m + c0, k, m, static_cast<int>(rows),
-                    static_cast<int>(std::min(kColTile, c_end - c0)));
-    }
-  }, 4);
+  parallel_for(
+      row_tiles * col_blocks,
+      [&](int64_t b, int64_t e) {
+        for (int64_t task = b; task < e; ++task) {
+          const int64_t cb = task % col_blocks, rt = task / col_blocks;
+          const int64_t r0 = rt * kRowTile, rows = std::min(kRowTile, n - r0);
+          const int64_t c_end = std::min(m, (cb + 1) * kColBlock);
+          for (int64_t c0 = cb * kColBlock; c0 < c_end; c0 += kColTile)
+            tile_2x4<T>(x + r0 * k, w + c0 * k, y + r0 * m + c0, k, m, static_cast<int>(rows),
+                        static_cast<int>(std::min(kColTile, c_end - c0)));
+        }
+      },
+      4);
 }
 
 template void gemm_nt<float>(int64_t, int64_t, int64_t, const float*, const float*, float*);

@@ -34,8 +34,12 @@ const int32_t* index_ptr(const Tensor& idx, int64_t n, int64_t rows, const char*
     H3_ASSERT(p[i] >= 0 && p[i] < rows, "{}: index {} at {} out of range [0, {})", op, p[i], i, rows);
   return p;
 }
-inline float rb(float v) { return round_bf16(v); }
-inline double rb(double v) { return v; }  // bf16 emulation only exists for f32
+inline float rb(float v) {
+  return round_bf16(v);
+}
+inline double rb(double v) {
+  return v;
+}  // bf16 emulation only exists for f32
 
 // H3_CPU_GEMM=openblas trades the fixed reduction order (bitwise results across world sizes) for OpenBLAS speed.
 bool use_openblas() {
@@ -48,7 +52,8 @@ bool use_openblas() {
 
 template <typename T>
 void dispatch_gemm(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y) {
-  if (!use_openblas()) cpu::gemm_nt<T>(n, m, k, x, w, y);
+  if (!use_openblas())
+    cpu::gemm_nt<T>(n, m, k, x, w, y);
   else if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, w, k, 0.0f, y, m);
   else
@@ -62,9 +67,12 @@ Tensor map_rows(const Tensor& x, int64_t out_cols, F f) {
   const T* in = x.data<T>();
   T* o = out.data<T>();
   const int64_t in_cols = n ? x.numel() / n : 0;
-  parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) f(r, in + r * in_cols, o + r * out_cols);
-  }, 16);
+  parallel_for(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) f(r, in + r * in_cols, o + r * out_cols);
+      },
+      16);
   return out;
 }
 
@@ -74,8 +82,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
   H3_DEVICE_DISPATCH(x, linear, x, w, bias);
   need_float(x, "linear", "x");
   same_dtype(x, w, "linear");
-  H3_ASSERT(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1), "linear: x {} vs w {}", x.describe(),
-            w.describe());
+  H3_ASSERT(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1), "linear: x {} vs w {}", x.describe(), w.describe());
   const int64_t n = x.dim(0), m = w.dim(0), k = x.dim(1);
   Tensor y(x.dtype(), {n, m});
   if (n == 0) return y;
@@ -90,7 +97,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
         for (int64_t c = 0; c < m; ++c) o[r * m + c] += b[c];
     }
   };
-  if (x.dtype() == DType::f32) run(float{}); else run(double{});
+  if (x.dtype() == DType::f32)
+    run(float{});
+  else
+    run(double{});
   return y;
 }
 
@@ -135,8 +145,10 @@ Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const
       const T* shr = sh + ip[r] * c;
       const T* scr = sc + ip[r] * c;
       for (int64_t j = 0; j < c; ++j) {
-        if (bf16) o[j] = rb(rb(in[j] * rb(T(1) + scr[j])) + shr[j]);
-        else o[j] = in[j] * (T(1) + scr[j]) + shr[j];
+        if (bf16)
+          o[j] = rb(rb(in[j] * rb(T(1) + scr[j])) + shr[j]);
+        else
+          o[j] = in[j] * (T(1) + scr[j]) + shr[j];
       }
     });
   };
@@ -178,7 +190,10 @@ Tensor add(const Tensor& x, const Tensor& y) {
     T* o = out.data<T>();
     for (int64_t i = 0; i < x.numel(); ++i) o[i] = a[i] + b[i];
   };
-  if (x.dtype() == DType::f32) run(float{}); else run(double{});
+  if (x.dtype() == DType::f32)
+    run(float{});
+  else
+    run(double{});
   return out;
 }
 
@@ -191,7 +206,10 @@ Tensor silu(const Tensor& x) {
     T* o = out.data<T>();
     for (int64_t i = 0; i < x.numel(); ++i) o[i] = a[i] / (T(1) + std::exp(-a[i]));
   };
-  if (x.dtype() == DType::f32) run(float{}); else run(double{});
+  if (x.dtype() == DType::f32)
+    run(float{});
+  else
+    run(double{});
   return out;
 }
 
@@ -301,7 +319,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
     });
   };
   if (nq && nk) {
-    if (q.dtype() == DType::f32) run(float{}); else run(double{});
+    if (q.dtype() == DType::f32)
+      run(float{});
+    else
+      run(double{});
   }
   return out;
 }
@@ -311,7 +332,8 @@ void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
   same_dtype(out, rows, "scatter_rows");
   const int64_t n = rows.dim(0);
   // Row width from the trailing dimensions, so that zero-row inputs are checked too.
-  const Shape out_tail(out.shape().begin() + 1, out.shape().end()), in_tail(rows.shape().begin() + 1, rows.shape().end());
+  const Shape out_tail(out.shape().begin() + 1, out.shape().end()),
+      in_tail(rows.shape().begin() + 1, rows.shape().end());
   H3_ASSERT(out_tail == in_tail, "scatter_rows: {} into {}", rows.describe(), out.describe());
   const size_t row_bytes = static_cast<size_t>(shape_numel(out_tail)) * dtype_size(out.dtype());
   const int32_t* ip = index_ptr(idx, n, out.dim(0), "scatter_rows");

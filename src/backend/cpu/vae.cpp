@@ -40,10 +40,13 @@ Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
     const T* yp = y.data<T>();
     const T* sp = scale.data<T>();
     T* op = out.data<T>();
-    parallel_for(N, [&](int64_t rb, int64_t re) {
-      for (int64_t r = rb; r < re; ++r)
-        for (int64_t c = 0; c < C; ++c) op[r * C + c] = xp[r * C + c] + yp[r * C + c] * sp[c];
-    }, 16);
+    parallel_for(
+        N,
+        [&](int64_t rb, int64_t re) {
+          for (int64_t r = rb; r < re; ++r)
+            for (int64_t c = 0; c < C; ++c) op[r * C + c] = xp[r * C + c] + yp[r * C + c] * sp[c];
+        },
+        16);
     return 0;
   });
   return out;
@@ -60,17 +63,21 @@ Tensor unpatchify3d(const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t C,
   dispatch(out, [&]<typename T>(T) {
     const T* yp = y.data<T>();
     T* op = out.data<T>();
-    parallel_for(V, [&](int64_t vb, int64_t ve) {
-      for (int64_t v = vb; v < ve; ++v) {
-        const int64_t ti = v / (h * w), yi = (v / w) % h, xi = v % w;
-        const T* row = yp + v * P;
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t a = 0; a < pt; ++a)
-            for (int64_t b = 0; b < r; ++b)
-              for (int64_t e = 0; e < r; ++e)
-                op[((c * To + ti * pt + a) * Ho + yi * r + b) * Wo + xi * r + e] = row[((c * pt + a) * r + b) * r + e];
-      }
-    }, 64);
+    parallel_for(
+        V,
+        [&](int64_t vb, int64_t ve) {
+          for (int64_t v = vb; v < ve; ++v) {
+            const int64_t ti = v / (h * w), yi = (v / w) % h, xi = v % w;
+            const T* row = yp + v * P;
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t a = 0; a < pt; ++a)
+                for (int64_t b = 0; b < r; ++b)
+                  for (int64_t e = 0; e < r; ++e)
+                    op[((c * To + ti * pt + a) * Ho + yi * r + b) * Wo + xi * r + e] =
+                        row[((c * pt + a) * r + b) * r + e];
+          }
+        },
+        64);
     return 0;
   });
   return out;
@@ -120,7 +127,8 @@ Tensor slice_last(const Tensor& x, int64_t begin, int64_t end) {
   const size_t es = dtype_size(x.dtype());
   const auto* src = static_cast<const std::byte*>(x.raw());
   auto* dst = static_cast<std::byte*>(y.raw());
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * (end - begin) * es, src + (r * L + begin) * es, (end - begin) * es);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * (end - begin) * es, src + (r * L + begin) * es, (end - begin) * es);
   return y;
 }
 
@@ -156,8 +164,7 @@ int64_t ceil_log2(int64_t x) {
 // every 2^p items while the item count's bits above level j - 1 are zero.
 std::array<Lanes, 4> multi_row_sum(const float* x, int64_t size, int lanes) {
   constexpr int levels = 4, rows = 4;
-  const int64_t power = std::max<int64_t>(4, ceil_log2(size) / levels), step = int64_t{1} << power,
-                mask = step - 1;
+  const int64_t power = std::max<int64_t>(4, ceil_log2(size) / levels), step = int64_t{1} << power, mask = step - 1;
   std::array<std::array<Lanes, rows>, levels> acc{};
   auto add_item = [&](Lanes& a, int64_t i, int64_t k) {
     const float* p = x + (i * rows + k) * lanes;
@@ -198,8 +205,8 @@ Lanes row_sum(const float* x, int64_t size, int lanes) {
 }  // namespace
 
 float torch_cpu_sum_f32(const float* x, int64_t n, int lanes) {
-  H3_ASSERT(lanes >= 1 && lanes <= kMaxLanes && n >= 0, "torch_cpu_sum_f32: {} elements, {} lanes (1..{})", n,
-            lanes, kMaxLanes);
+  H3_ASSERT(lanes >= 1 && lanes <= kMaxLanes && n >= 0, "torch_cpu_sum_f32: {} elements, {} lanes (1..{})", n, lanes,
+            kMaxLanes);
   if (n < lanes) return row_sum(x, n, 1)[0];  // ATen's scalar inner sum
   const int64_t vecs = n / lanes;
   const Lanes v = row_sum(x, vecs, lanes);
@@ -281,8 +288,8 @@ Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64
   if (blocks == 1) return attention(q, k, v, head_dim);
   Tensor out(q.dtype(), q.shape());
   for (int64_t b = 0; b < blocks; ++b) {
-    const Tensor o = attention(q.rows(b * n, (b + 1) * n), k.rows(b * n, (b + 1) * n), v.rows(b * n, (b + 1) * n),
-                               head_dim);
+    const Tensor o =
+        attention(q.rows(b * n, (b + 1) * n), k.rows(b * n, (b + 1) * n), v.rows(b * n, (b + 1) * n), head_dim);
     std::memcpy(out.rows(b * n, (b + 1) * n).raw(), o.raw(), o.nbytes());
   }
   return out;
@@ -320,8 +327,8 @@ StitchLayout stitch_layout(const std::vector<Tensor>& tiles, const StitchGrid& g
       const Tensor& t = tiles[a * g.cols + b];
       H3_ASSERT(t.ndim() == 4 && t.dtype() == t0.dtype() && t.device() == t0.device() && t.dim(0) == t0.dim(0) &&
                     t.dim(1) == t0.dim(1) && t.dim(2) == heights[a] && t.dim(3) == widths[b],
-                "{}: tile ({}, {}) is {} but its row has height {}, its column width {} and tile (0, 0) is {}", op,
-                a, b, t.describe(), heights[a], widths[b], t0.describe());
+                "{}: tile ({}, {}) is {} but its row has height {}, its column width {} and tile (0, 0) is {}", op, a,
+                b, t.describe(), heights[a], widths[b], t0.describe());
     }
   StitchLayout l;
   l.channels = t0.dim(0);
@@ -348,7 +355,8 @@ Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& 
   const StitchLayout l = stitch_layout(cur, g, "stitch_frames");
   bool fades = false;
   for (const auto& f : frames) {
-    H3_ASSERT(f.frame >= 0 && f.frame < l.tile_frames && f.fade_e >= 0 && f.fade_p >= 0 && f.fade_p < std::max<int64_t>(f.fade_e, 1),
+    H3_ASSERT(f.frame >= 0 && f.frame < l.tile_frames && f.fade_e >= 0 && f.fade_p >= 0 &&
+                  f.fade_p < std::max<int64_t>(f.fade_e, 1),
               "stitch_frames: frame {} (fade {}/{}) of tiles with {} frames", f.frame, f.fade_p, f.fade_e,
               l.tile_frames);
     fades = fades || f.fade_e > 0;
@@ -389,23 +397,26 @@ Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& 
       }
       return v;
     };
-    parallel_for(C * F * H, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t c = r / (F * H), k = (r / H) % F, Y = r % H;
-        const StitchFrame& fr = frames[k];
-        const int64_t a = find_tile(l.rows, Y), y = Y - l.rows.off[a];
-        T* row = op + r * W;
-        for (int64_t X = 0; X < W; ++X) {
-          const int64_t b = find_tile(l.cols, X), x = X - l.cols.off[b];
-          T v = spatial(cur, l.tile_frames, fr.frame, c, a, b, y, x);
-          if (fr.fade_e > 0) {
-            const T wb = T(static_cast<double>(fr.fade_p)) / T(static_cast<double>(fr.fade_e)), wa = T(1) - wb;
-            v = spatial(prev, lp.tile_frames, fr.prev_frame, c, a, b, y, x) * wa + v * wb;
+    parallel_for(
+        C * F * H,
+        [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t c = r / (F * H), k = (r / H) % F, Y = r % H;
+            const StitchFrame& fr = frames[k];
+            const int64_t a = find_tile(l.rows, Y), y = Y - l.rows.off[a];
+            T* row = op + r * W;
+            for (int64_t X = 0; X < W; ++X) {
+              const int64_t b = find_tile(l.cols, X), x = X - l.cols.off[b];
+              T v = spatial(cur, l.tile_frames, fr.frame, c, a, b, y, x);
+              if (fr.fade_e > 0) {
+                const T wb = T(static_cast<double>(fr.fade_p)) / T(static_cast<double>(fr.fade_e)), wa = T(1) - wb;
+                v = spatial(prev, lp.tile_frames, fr.prev_frame, c, a, b, y, x) * wa + v * wb;
+              }
+              row[X] = v;
+            }
           }
-          row[X] = v;
-        }
-      }
-    }, 4);
+        },
+        4);
     return 0;
   });
   return out;

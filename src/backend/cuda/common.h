@@ -11,9 +11,9 @@ namespace h3::cuda {
 
 // Throws h3::Error naming the call, the file:line and CUDA's message.
 [[noreturn]] void throw_cuda(cudaError_t e, const char* what, const char* file, int line);
-#define H3_CUDA(call)                                                               \
-  do {                                                                              \
-    cudaError_t h3_err_ = (call);                                                   \
+#define H3_CUDA(call)                                                                       \
+  do {                                                                                      \
+    cudaError_t h3_err_ = (call);                                                           \
     if (h3_err_ != cudaSuccess) ::h3::cuda::throw_cuda(h3_err_, #call, __FILE__, __LINE__); \
   } while (0)
 

@@ -1,6 +1,6 @@
 // Device-side helpers shared by the CUDA backend's kernel files (backend/cuda/kernels.cu, backend/cuda/vae_kernels.cu,
-// backend/cuda/attention/causal.cu): bf16 rounding, typed loads and stores through f32, warp and block sums, and the f32/bf16
-// dispatch of a launcher. Internal to src/backend/cuda.
+// backend/cuda/attention/causal.cu): bf16 rounding, typed loads and stores through f32, warp and block sums, and the
+// f32/bf16 dispatch of a launcher. Internal to src/backend/cuda.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -12,17 +12,29 @@
 namespace h3::cuda {
 
 // Rounds through bf16 (the released recipe's intermediate storage).
-__device__ __forceinline__ float rb(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float rb(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
 
 // Element i of an f32 or bf16 buffer as f32, and back (round to nearest even).
-template <typename T> __device__ __forceinline__ float ld(const T* p, int64_t i);
-template <> __device__ __forceinline__ float ld<float>(const float* p, int64_t i) { return p[i]; }
-template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
+template <typename T>
+__device__ __forceinline__ float ld(const T* p, int64_t i);
+template <>
+__device__ __forceinline__ float ld<float>(const float* p, int64_t i) {
+  return p[i];
+}
+template <>
+__device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
   return __bfloat162float(p[i]);
 }
-template <typename T> __device__ __forceinline__ void st(T* p, int64_t i, float v);
-template <> __device__ __forceinline__ void st<float>(float* p, int64_t i, float v) { p[i] = v; }
-template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
+template <typename T>
+__device__ __forceinline__ void st(T* p, int64_t i, float v);
+template <>
+__device__ __forceinline__ void st<float>(float* p, int64_t i, float v) {
+  p[i] = v;
+}
+template <>
+__device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16* p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }
 
@@ -76,7 +88,9 @@ __device__ __forceinline__ void block_max_into(float v, float* amax, float* scra
 }
 
 // Eight bf16 values as raw bits (one 16-byte access), as floats, and back (round to nearest even).
-__device__ __forceinline__ uint4 load_raw(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint4 load_raw(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
 __device__ __forceinline__ void unpack(const uint4& raw, float (&v)[8]) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
@@ -97,9 +111,12 @@ __device__ __forceinline__ uint4 pack(const float (&v)[8]) {
 // Calls f(T{}) for the two activation types (float, __nv_bfloat16); other types are refused.
 template <typename F>
 cudaError_t by_type(ElemType t, F f) {
-  if (t == ElemType::f32) f(float{});
-  else if (t == ElemType::bf16) f(__nv_bfloat16{});
-  else return cudaErrorInvalidValue;
+  if (t == ElemType::f32)
+    f(float{});
+  else if (t == ElemType::bf16)
+    f(__nv_bfloat16{});
+  else
+    return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

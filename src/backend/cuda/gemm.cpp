@@ -29,10 +29,14 @@ void check(cublasStatus_t st, const char* what) {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f32: return CUDA_R_32F;
-    case DType::fp8_e4m3: return CUDA_R_8F_E4M3;
-    default: fail("GEMM: no cuBLASLt path for {} (bf16, f32, fp8_e4m3)", dtype_name(t));
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::fp8_e4m3:
+      return CUDA_R_8F_E4M3;
+    default:
+      fail("GEMM: no cuBLASLt path for {} (bf16, f32, fp8_e4m3)", dtype_name(t));
   }
 }
 
@@ -146,8 +150,8 @@ std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p, bool row_scales) {
 std::vector<cublasLtMatmulAlgo_t> heuristic(const GemmArgs& g, Problem& p) {
   std::vector<cublasLtMatmulAlgo_t> out = candidates_for(p, g.row_scales);
   if (out.empty())
-    fail("cuBLASLt has no algorithm for {} GEMM {}x{}x{} (rows x outputs x inputs{})", dtype_name(g.in), g.n, g.m,
-         g.k, g.row_scales ? ", per-row FP8 scales" : "");
+    fail("cuBLASLt has no algorithm for {} GEMM {}x{}x{} (rows x outputs x inputs{})", dtype_name(g.in), g.n, g.m, g.k,
+         g.row_scales ? ", per-row FP8 scales" : "");
   return out;
 }
 
@@ -173,8 +177,8 @@ void gemm(const GemmArgs& g) {
   const bool det = deterministic() || t_pinned > 0;
   Problem p(g, g.n);
   p.set_pointers(g);
-  const Key key{static_cast<int>(g.in), static_cast<int>(g.out), det ? 0 : g.n, g.m, g.k, g.bias != nullptr, det,
-                g.row_scales};
+  const Key key{
+      static_cast<int>(g.in), static_cast<int>(g.out), det ? 0 : g.n, g.m, g.k, g.bias != nullptr, det, g.row_scales};
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&](const cublasLtMatmulAlgo_t& a) {
     return cublasLtMatmul(handle(), p.op, &alpha, g.w, p.a, g.x, p.b, &beta, g.y, p.c, g.y, p.c, &a,
@@ -224,9 +228,9 @@ void gemm(const GemmArgs& g) {
         cudaEventDestroy(t0);
         cudaEventDestroy(t1);
         if (best >= 0) {
-          spdlog::debug("GEMM {} {}x{}x{}{}: candidate {} of {} fastest ({:.3f} ms, {:.0f} TFLOPS)",
-                        dtype_name(g.in), g.n, g.m, g.k, g.row_scales ? " (row scales)" : "", best,
-                        candidates.size(), best_ms, 2.0 * g.n * g.m * g.k / (best_ms * 1e-3) / 1e12);
+          spdlog::debug("GEMM {} {}x{}x{}{}: candidate {} of {} fastest ({:.3f} ms, {:.0f} TFLOPS)", dtype_name(g.in),
+                        g.n, g.m, g.k, g.row_scales ? " (row scales)" : "", best, candidates.size(), best_ms,
+                        2.0 * g.n * g.m * g.k / (best_ms * 1e-3) / 1e12);
           g_algos.emplace(key, candidates[best]);
           check(run(candidates[best]), "matmul");
           return;
@@ -239,8 +243,9 @@ void gemm(const GemmArgs& g) {
           return;
         }
       }
-      check(last, fmt::format("matmul ({} GEMM {}x{}x{}, {} candidate algorithms)", dtype_name(g.in), g.n, g.m,
-                              g.k, candidates.size()).c_str());
+      check(last, fmt::format("matmul ({} GEMM {}x{}x{}, {} candidate algorithms)", dtype_name(g.in), g.n, g.m, g.k,
+                              candidates.size())
+                      .c_str());
     }
     algo = it->second;
   }
@@ -250,8 +255,10 @@ void gemm(const GemmArgs& g) {
     if (st == CUBLAS_STATUS_SUCCESS) remember_checked(key, g.n);
     if (st != CUBLAS_STATUS_SUCCESS) {
       if (deterministic())
-        fail("deterministic mode: the pinned cuBLASLt algorithm for a {}x{} {} GEMM does not run with {} rows ({}); "
-             "run without --deterministic", g.m, g.k, dtype_name(g.in), g.n, cublasGetStatusString(st));
+        fail(
+            "deterministic mode: the pinned cuBLASLt algorithm for a {}x{} {} GEMM does not run with {} rows ({}); "
+            "run without --deterministic",
+            g.m, g.k, dtype_name(g.in), g.n, cublasGetStatusString(st));
       // Pinned only for the stacked video decode: this row count cannot use the pinned algorithm, so it takes the
       // heuristic's (its rows may then differ in the last bits from the same rows in another stack; the GPU
       // vae-parity tests would show it). Said once per shape.
@@ -261,10 +268,11 @@ void gemm(const GemmArgs& g) {
         std::lock_guard lock(warn_mu);
         if (!warned[{g.n, g.m, g.k}]) {
           warned[{g.n, g.m, g.k}] = true;
-          spdlog::warn("stacked video decode: the pinned cuBLASLt algorithm for a {}x{} {} GEMM does not run with {} "
-                       "rows ({}); using the heuristic's for this row count, so these rows may differ in the last "
-                       "bits from a decode with other stacking",
-                       g.m, g.k, dtype_name(g.in), g.n, cublasGetStatusString(st));
+          spdlog::warn(
+              "stacked video decode: the pinned cuBLASLt algorithm for a {}x{} {} GEMM does not run with {} "
+              "rows ({}); using the heuristic's for this row count, so these rows may differ in the last "
+              "bits from a decode with other stacking",
+              g.m, g.k, dtype_name(g.in), g.n, cublasGetStatusString(st));
         }
       }
       const auto candidates = heuristic(g, p);
@@ -280,6 +288,10 @@ void gemm(const GemmArgs& g) {
 }  // namespace h3::cuda
 
 namespace h3 {
-GpuPinnedGemms::GpuPinnedGemms() { ++cuda::t_pinned; }
-GpuPinnedGemms::~GpuPinnedGemms() { --cuda::t_pinned; }
+GpuPinnedGemms::GpuPinnedGemms() {
+  ++cuda::t_pinned;
+}
+GpuPinnedGemms::~GpuPinnedGemms() {
+  --cuda::t_pinned;
+}
 }  // namespace h3

@@ -1,15 +1,15 @@
-// Element-wise and row kernels of the CUDA backend (declared in backend/cuda/kernels.h). Built with --fmad=false so that
-// a*b+c rounds twice, as on the CPU backend.
+// Element-wise and row kernels of the CUDA backend (declared in backend/cuda/kernels.h). Built with --fmad=false so
+// that a*b+c rounds twice, as on the CPU backend.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
-#include <cfloat>
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 #include <initializer_list>
 
-#include "backend/cuda/kernels.h"
 #include "backend/cuda/device.cuh"
+#include "backend/cuda/kernels.h"
 
 namespace h3::cuda {
 
@@ -22,40 +22,57 @@ int blocks_for(int64_t n, int per_block = kThreads) {
   return static_cast<int>(b < 65535 * 32 ? (b > 0 ? b : 1) : 65535 * 32);
 }
 
-
-
-
-
 // ---- conversion ----
 __device__ double load_any(const void* p, ElemType t, int64_t i) {
   switch (t) {
-    case ElemType::f32: return static_cast<const float*>(p)[i];
-    case ElemType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case ElemType::f64: return static_cast<const double*>(p)[i];
-    case ElemType::fp8_e4m3: return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(p)[i]);
-    case ElemType::i32: return static_cast<const int32_t*>(p)[i];
-    case ElemType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case ElemType::f32:
+      return static_cast<const float*>(p)[i];
+    case ElemType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case ElemType::f64:
+      return static_cast<const double*>(p)[i];
+    case ElemType::fp8_e4m3:
+      return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(p)[i]);
+    case ElemType::i32:
+      return static_cast<const int32_t*>(p)[i];
+    case ElemType::i64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
   }
   return 0;
 }
 __global__ void convert_kernel(const void* src, ElemType st_, void* dst, ElemType dt, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if ((st_ == ElemType::i64 || st_ == ElemType::i32) && (dt == ElemType::i64 || dt == ElemType::i32)) {
-      const int64_t v = st_ == ElemType::i64 ? static_cast<const int64_t*>(src)[i] : static_cast<const int32_t*>(src)[i];
-      if (dt == ElemType::i64) static_cast<int64_t*>(dst)[i] = v;
-      else static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v);
+      const int64_t v =
+          st_ == ElemType::i64 ? static_cast<const int64_t*>(src)[i] : static_cast<const int32_t*>(src)[i];
+      if (dt == ElemType::i64)
+        static_cast<int64_t*>(dst)[i] = v;
+      else
+        static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v);
       continue;
     }
     const double v = load_any(src, st_, i);
     // Narrow formats round from the f32 value, as the host conversion does.
     const float f = static_cast<float>(v);
     switch (dt) {
-      case ElemType::f64: static_cast<double*>(dst)[i] = v; break;
-      case ElemType::f32: static_cast<float*>(dst)[i] = f; break;
-      case ElemType::bf16: static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(f); break;
-      case ElemType::fp8_e4m3: static_cast<__nv_fp8_e4m3*>(dst)[i] = __nv_fp8_e4m3(f); break;
-      case ElemType::i32: static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v); break;
-      case ElemType::i64: static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(v); break;
+      case ElemType::f64:
+        static_cast<double*>(dst)[i] = v;
+        break;
+      case ElemType::f32:
+        static_cast<float*>(dst)[i] = f;
+        break;
+      case ElemType::bf16:
+        static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(f);
+        break;
+      case ElemType::fp8_e4m3:
+        static_cast<__nv_fp8_e4m3*>(dst)[i] = __nv_fp8_e4m3(f);
+        break;
+      case ElemType::i32:
+        static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v);
+        break;
+      case ElemType::i64:
+        static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(v);
+        break;
     }
   }
 }
@@ -144,7 +161,6 @@ __global__ void rope_kernel(const T* x, const T* cs, const T* sn, T* out, int64_
   }
 }
 
-
 // ---- vectorized bf16 paths: 8 values (16 bytes) per thread ----
 struct Bf8 {
   float v[8];
@@ -229,10 +245,16 @@ __global__ void add_vec(const __nv_bfloat16* x, const __nv_bfloat16* y, __nv_bfl
 }
 
 // ---- fused kernels ----
-template <typename T> __device__ __forceinline__ float round_to(float v);
-template <> __device__ __forceinline__ float round_to<float>(float v) { return v; }
-template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float v) { return rb(v); }
-
+template <typename T>
+__device__ __forceinline__ float round_to(float v);
+template <>
+__device__ __forceinline__ float round_to<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float round_to<__nv_bfloat16>(float v) {
+  return rb(v);
+}
 
 // One block per row: sum of squares, then norm * w rounded to T, then the modulation.
 template <typename T>
@@ -313,8 +335,8 @@ __global__ void qk_norm_rope_kernel(const T* x, const T* w, const T* cs, const T
 // qk_norm_rope for bf16 heads of 128 channels: half a warp per head, each lane owning 8 consecutive channels
 // (16-byte accesses); the rotate-half partners come through shared memory.
 __global__ void qk_norm_rope_d128(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* cs,
-                                  const __nv_bfloat16* sn, __nv_bfloat16* out, int64_t rows, int64_t heads,
-                                  int64_t rot, float eps, bool bf) {
+                                  const __nv_bfloat16* sn, __nv_bfloat16* out, int64_t rows, int64_t heads, int64_t rot,
+                                  float eps, bool bf) {
   __shared__ float vals[8][128];
   const int half_warp = threadIdx.x >> 4, lane = threadIdx.x & 15;
   const int64_t item = blockIdx.x * int64_t(blockDim.x / 16) + half_warp;
@@ -355,8 +377,10 @@ __global__ void move_rows_kernel(const U* x, const int32_t* idx, U* out, int64_t
   const int64_t total = n * units;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / units, u = i % units, other = idx[r];
-    if (kScatter) out[other * units + u] = x[i];
-    else out[i] = x[other * units + u];
+    if (kScatter)
+      out[other * units + u] = x[i];
+    else
+      out[i] = x[other * units + u];
   }
 }
 
@@ -366,21 +390,25 @@ cudaError_t move_rows(const void* x, const int32_t* idx, void* out, int64_t n, i
   auto go = [&](auto unit) {
     using U = decltype(unit);
     const int64_t units = row_bytes / static_cast<int64_t>(sizeof(U));
-    move_rows_kernel<U, kScatter><<<blocks_for(n * units), kThreads, 0, s>>>(static_cast<const U*>(x), idx,
-                                                                             static_cast<U*>(out), n, units);
+    move_rows_kernel<U, kScatter>
+        <<<blocks_for(n * units), kThreads, 0, s>>>(static_cast<const U*>(x), idx, static_cast<U*>(out), n, units);
   };
   const auto align = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out);
-  if (row_bytes % 16 == 0 && align % 16 == 0) go(uint4{});
-  else if (row_bytes % 4 == 0 && align % 4 == 0) go(uint32_t{});
-  else if (row_bytes % 2 == 0) go(uint16_t{});
-  else go(uint8_t{});
+  if (row_bytes % 16 == 0 && align % 16 == 0)
+    go(uint4{});
+  else if (row_bytes % 4 == 0 && align % 4 == 0)
+    go(uint32_t{});
+  else if (row_bytes % 2 == 0)
+    go(uint16_t{});
+  else
+    go(uint8_t{});
   return cudaGetLastError();
 }
 
 // ---- attention (simple) ----
 template <typename T, int kPer>
-__global__ void attention_simple_kernel(const T* q, const T* k, const T* v, T* o, int64_t nq, int64_t nk,
-                                        int64_t heads, int64_t d, float scale) {
+__global__ void attention_simple_kernel(const T* q, const T* k, const T* v, T* o, int64_t nq, int64_t nk, int64_t heads,
+                                        int64_t d, float scale) {
   const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (warp >= nq * heads) return;
@@ -445,8 +473,7 @@ __global__ void absmax_bf16x8_kernel(const uint4* x, int64_t n8, float* amax) {
   block_max_into(m, amax, scratch);
 }
 
-__global__ void quantize_fp8_bf16x8_kernel(const uint4* x, int64_t n8, const float* amax, uint2* y,
-                                           float* scale_out) {
+__global__ void quantize_fp8_bf16x8_kernel(const uint4* x, int64_t n8, const float* amax, uint2* y, float* scale_out) {
   const float scale = fmaxf(*amax / 448.0f, 1e-12f);
   if (blockIdx.x == 0 && threadIdx.x == 0 && scale_out) *scale_out = scale;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
@@ -545,9 +572,9 @@ cudaError_t modulate(const void* h, const void* shift, const void* scale, const 
   if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({h, shift, scale, out})) {
     using B = __nv_bfloat16;
     auto kernel = rows * cols < (int64_t(1) << 31) ? modulate_vec<uint32_t> : modulate_vec<int64_t>;
-    kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(
-        static_cast<const B*>(h), static_cast<const B*>(shift), static_cast<const B*>(scale), idx, static_cast<B*>(out),
-        rows, cols, bf);
+    kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(static_cast<const B*>(h), static_cast<const B*>(shift),
+                                                            static_cast<const B*>(scale), idx, static_cast<B*>(out),
+                                                            rows, cols, bf);
     return cudaGetLastError();
   }
   return by_type(t, [&](auto tag) {
@@ -564,16 +591,16 @@ cudaError_t gate_residual(const void* x, const void* gate, const int32_t* idx, c
   if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({x, gate, y, out})) {
     using B = __nv_bfloat16;
     auto kernel = rows * cols < (int64_t(1) << 31) ? gate_residual_vec<uint32_t> : gate_residual_vec<int64_t>;
-    kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(
-        static_cast<const B*>(x), static_cast<const B*>(gate), idx, static_cast<const B*>(y), static_cast<B*>(out), rows,
-        cols, bf);
+    kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(gate), idx,
+                                                            static_cast<const B*>(y), static_cast<B*>(out), rows, cols,
+                                                            bf);
     return cudaGetLastError();
   }
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    gate_residual_kernel<T><<<blocks_for(rows * cols), kThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(gate), idx, static_cast<const T*>(y), static_cast<T*>(out), rows,
-        cols, bf);
+    gate_residual_kernel<T>
+        <<<blocks_for(rows * cols), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(gate), idx,
+                                                      static_cast<const T*>(y), static_cast<T*>(out), rows, cols, bf);
   });
 }
 
@@ -582,7 +609,7 @@ cudaError_t add(const void* x, const void* y, void* out, ElemType t, int64_t n, 
   if (t == ElemType::bf16 && n % 8 == 0 && aligned16({x, y, out})) {
     using B = __nv_bfloat16;
     add_vec<<<blocks_for(n / 8), kThreads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(y),
-                                                    static_cast<B*>(out), n);
+                                                   static_cast<B*>(out), n);
     return cudaGetLastError();
   }
   return by_type(t, [&](auto tag) {
@@ -610,8 +637,8 @@ cudaError_t swiglu(const void* u, void* out, ElemType t, int64_t rows, int64_t f
   }
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    swiglu_kernel<T><<<blocks_for(rows * f), kThreads, 0, s>>>(static_cast<const T*>(u), static_cast<T*>(out), rows, f,
-                                                               bf);
+    swiglu_kernel<T>
+        <<<blocks_for(rows * f), kThreads, 0, s>>>(static_cast<const T*>(u), static_cast<T*>(out), rows, f, bf);
   });
 }
 
@@ -654,17 +681,17 @@ cudaError_t qk_norm_rope(const void* x, const void* w, const void* cs, const voi
   if (t == ElemType::bf16 && d == 128 && aligned16({x, w, out})) {
     using B = __nv_bfloat16;
     constexpr int kHeadsPerBlock = 8;
-    qk_norm_rope_d128<<<static_cast<unsigned>((items + kHeadsPerBlock - 1) / kHeadsPerBlock), 16 * kHeadsPerBlock, 0, s>>>(
-        static_cast<const B*>(x), static_cast<const B*>(w), static_cast<const B*>(cs), static_cast<const B*>(sn),
-        static_cast<B*>(out), rows, cols / d, rot, eps, bf);
+    qk_norm_rope_d128<<<static_cast<unsigned>((items + kHeadsPerBlock - 1) / kHeadsPerBlock), 16 * kHeadsPerBlock, 0,
+                        s>>>(static_cast<const B*>(x), static_cast<const B*>(w), static_cast<const B*>(cs),
+                             static_cast<const B*>(sn), static_cast<B*>(out), rows, cols / d, rot, eps, bf);
     return cudaGetLastError();
   }
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    qk_norm_rope_kernel<T><<<static_cast<unsigned>((items + kWarps - 1) / kWarps), 32 * kWarps,
-                             kWarps * d * sizeof(float), s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(cs), static_cast<const T*>(sn),
-        static_cast<T*>(out), rows, cols / d, d, rot, eps, bf);
+    qk_norm_rope_kernel<T>
+        <<<static_cast<unsigned>((items + kWarps - 1) / kWarps), 32 * kWarps, kWarps * d * sizeof(float), s>>>(
+            static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(cs), static_cast<const T*>(sn),
+            static_cast<T*>(out), rows, cols / d, d, rot, eps, bf);
   });
 }
 
@@ -694,8 +721,8 @@ cudaError_t quantize_fp8_fixed(const void* x, ElemType t, int64_t n, const float
   if (n == 0) return cudaSuccess;
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    quantize_fp8_fixed_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), n, scale,
-                                                                    static_cast<__nv_fp8_e4m3*>(y));
+    quantize_fp8_fixed_kernel<T>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), n, scale, static_cast<__nv_fp8_e4m3*>(y));
   });
 }
 
@@ -738,7 +765,7 @@ cudaError_t dequantize_fp8(const void* x, int64_t n, const float* scale, void* y
                                                                    static_cast<uint4*>(y));
   else
     dequantize_fp8_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const __nv_fp8_e4m3*>(x), n, scale,
-                                                            static_cast<__nv_bfloat16*>(y));
+                                                             static_cast<__nv_bfloat16*>(y));
   return cudaGetLastError();
 }
 

@@ -33,8 +33,8 @@ cudaError_t qk_norm_rope(const void* x, const void* w, const void* cos, const vo
                          cudaStream_t s);
 // y = fp8(x / *scale) with a given scale (device f32); values beyond 448 * scale saturate.
 cudaError_t quantize_fp8_fixed(const void* x, ElemType t, int64_t n, const float* scale, void* y, cudaStream_t s);
-// Row kernels for bf16 rows (backend/cuda/row_kernels.cu); cols % 8 == 0, 16-byte aligned buffers, rows of at most 16384
-// values, else cudaErrorNotSupported (the caller then takes the generic kernels above). A whole row is reduced in
+// Row kernels for bf16 rows (backend/cuda/row_kernels.cu); cols % 8 == 0, 16-byte aligned buffers, rows of at most
+// 16384 values, else cudaErrorNotSupported (the caller then takes the generic kernels above). A whole row is reduced in
 // one thread block in an order fixed by the row width alone.
 // Fused gated residual + norm + modulation: when gate is given, x' = bf16 ? rb(x + rb(gate[idx] * y)) : x + ...,
 // stored to x_out (else x' = x); then h = norm_modulate(x') into h (bf16) and/or h_fp8 with per-row scales
@@ -70,8 +70,8 @@ cudaError_t gather_rows(const void* x, const int32_t* idx, void* out, int64_t n,
 cudaError_t scatter_rows(const void* x, const int32_t* idx, void* out, int64_t n, int64_t row_bytes, cudaStream_t s);
 // A plain flash-style attention (one warp per query row and head, online softmax in f32) for any sequence
 // lengths: the fallback when cuDNN cannot run, and an independent check of it. q/k/v/o [rows, heads*d], d <= 256.
-cudaError_t attention_simple(const void* q, const void* k, const void* v, void* o, ElemType t, int64_t nq,
-                             int64_t nk, int64_t heads, int64_t d, cudaStream_t s);
+cudaError_t attention_simple(const void* q, const void* k, const void* v, void* o, ElemType t, int64_t nq, int64_t nk,
+                             int64_t heads, int64_t d, cudaStream_t s);
 // Procedural weights: out[i] = float(offset + (((splitmix64(base + i) >> 11) * 2^-53) * 2 - 1) * scale), computed in
 // f64 exactly as io/procedural.cpp does on the host.
 cudaError_t procedural(uint64_t base, double scale, double offset, float* out, int64_t n, cudaStream_t s);

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <string>
+#include <tuple>
 
-#include "backend/cuda/attention/attention.h"
 #include "backend/backend.h"
+#include "backend/cuda/attention/attention.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
@@ -19,8 +19,8 @@
 
 namespace h3::cuda {
 
-ElemType elem_type(DType t);  // backend/cuda/runtime.cpp
-void register_vae_ops(ops::DeviceOps& t);  // backend/cuda/vae_ops.cpp
+ElemType elem_type(DType t);                // backend/cuda/runtime.cpp
+void register_vae_ops(ops::DeviceOps& t);   // backend/cuda/vae_ops.cpp
 void register_text_ops(ops::DeviceOps& t);  // backend/cuda/text_ops.cpp
 
 namespace {
@@ -31,8 +31,8 @@ void need_act(const Tensor& t, const char* op, const char* what) {
             t.on_device() ? "GPU" : "CPU");
 }
 void same(const Tensor& a, const Tensor& b, const char* op) {
-  H3_ASSERT(b.on_device() && a.dtype() == b.dtype(), "{}: {} and {} must be GPU tensors of one dtype", op,
-            a.describe(), b.describe());
+  H3_ASSERT(b.on_device() && a.dtype() == b.dtype(), "{}: {} and {} must be GPU tensors of one dtype", op, a.describe(),
+            b.describe());
 }
 // The tensor on the GPU in dtype dt (no copy when it already is).
 Tensor as(const Tensor& t, DType dt) {
@@ -50,10 +50,12 @@ Tensor index_on_gpu(const Tensor& idx, int64_t n, int64_t rows, const char* op) 
     H3_ASSERT(p[i] >= 0 && p[i] < rows, "{}: index {} at {} out of range [0, {})", op, p[i], i, rows);
   return h.to_device(Device::cuda);
 }
-int64_t row_count(const Tensor& t) { return t.ndim() ? t.dim(0) : 1; }
+int64_t row_count(const Tensor& t) {
+  return t.ndim() ? t.dim(0) : 1;
+}
 
 Tensor quantize_fp8(const Tensor& w);
-Tensor dequantize_rows(const Tensor& q);  // below
+Tensor dequantize_rows(const Tensor& q);    // below
 Tensor quantize_fp8_rows(const Tensor& x);  // below
 
 // FP8 GEMM. Scales: the weight's is per tensor ([1]) or per output row ([m]); the activations' per tensor, or per
@@ -87,8 +89,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
     probe.x_scale = probe.w_scale = static_cast<const float*>(w.scale()->raw());
     const bool ok = gemm_supported(probe);
     if (!ok)
-      spdlog::warn("cuBLASLt has no per-row-scaled FP8 GEMM for {}x{} weights: per-tensor activation scales there",
-                   m, k);
+      spdlog::warn("cuBLASLt has no per-row-scaled FP8 GEMM for {}x{} weights: per-tensor activation scales there", m,
+                   k);
     return known.emplace(key, ok).first->second;
   };
   // Activations: quantized here unless the caller already did — per tensor, or per row in deterministic mode (a
@@ -96,8 +98,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
   // 50-80 % of the per-tensor rate; they now measure within 5 % of it on the H200 (docs/notes.md, 2026-12-01
   // session 5), so per-row everywhere is a candidate for a later change.
   Tensor xq = x;
-  const bool want_rows = x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1)
-                                                       : h3::gpu_fp8_row_activations();
+  const bool want_rows =
+      x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1) : h3::gpu_fp8_row_activations();
   const bool row_ok = want_rows && rows_supported();
   if (x.dtype() != DType::fp8_e4m3)
     xq = row_ok ? quantize_fp8_rows(as(x, DType::bf16)) : quantize_fp8(as(x, DType::bf16));
@@ -106,7 +108,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
   if (!row_ok && xq.scale()->numel() != 1) xq = quantize_fp8(dequantize_rows(xq));
   H3_ASSERT(w.scale()->numel() == 1 || rows_supported(),
             "linear: per-row FP8 weight scales need cuBLASLt's outer-vector scaling, which this cuBLASLt lacks for "
-            "{}x{}; use a checkpoint with per-tensor scales", m, k);
+            "{}x{}; use a checkpoint with per-tensor scales",
+            m, k);
   Tensor y = Tensor::empty(DType::bf16, {n, m}, Device::cuda);
   Tensor b = bias ? as(*bias, DType::bf16) : Tensor();
   g.w = w.raw();
@@ -252,9 +255,10 @@ std::string fp8_attention_mode() {
   const char* e = std::getenv("H3_ATTENTION_FP8");
   const std::string mode = e ? e : "";
   if (!mode.empty() && mode != "off" && mode != "require")
-    fail("H3_ATTENTION_FP8={}: expected off (bf16 attention of the dequantized values), require (fail when cuDNN "
-         "refuses the FP8 graph) or unset",
-         mode);
+    fail(
+        "H3_ATTENTION_FP8={}: expected off (bf16 attention of the dequantized values), require (fail when cuDNN "
+        "refuses the FP8 graph) or unset",
+        mode);
   return mode;
 }
 
@@ -285,8 +289,8 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
   if (mode != "off") {  // our kernel first (H3_ATTENTION_FP8_KERNEL), then cuDNN's graph
     Tensor o = Tensor::empty(fp8_out ? DType::fp8_e4m3 : DType::bf16, q.shape(), Device::cuda);
     Tensor ds = fp8_out ? Tensor::empty(DType::f32, {1}, Device::cuda) : Tensor();
-    if (cuda::attention_fp8_ours(q.raw(), k.raw(), v.raw(), sq, sk, sv, o.raw(), fp8_out,
-                                 static_cast<float*>(ds.raw()), nq, nk, cols / d, d))
+    if (cuda::attention_fp8_ours(q.raw(), k.raw(), v.raw(), sq, sk, sv, o.raw(), fp8_out, static_cast<float*>(ds.raw()),
+                                 nq, nk, cols / d, d))
       return fp8_out ? o.with_scale(ds) : o;
   }
   if (mode != "off" && fp8_out) {
@@ -300,9 +304,10 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
   if (mode != "off" && cuda::attention_fp8(q.raw(), k.raw(), v.raw(), sq, sk, sv, out.raw(), nq, nk, cols / d, d))
     return out;
   if (mode == "require")
-    fail("attention: cuDNN refused the FP8 attention graph for {} heads x {} x {} (d {}) and H3_ATTENTION_FP8=require; "
-         "the warning above gives cuDNN's reasons (unset H3_ATTENTION_FP8 to fall back to bf16)",
-         cols / d, nq, nk, d);
+    fail(
+        "attention: cuDNN refused the FP8 attention graph for {} heads x {} x {} (d {}) and H3_ATTENTION_FP8=require; "
+        "the warning above gives cuDNN's reasons (unset H3_ATTENTION_FP8 to fall back to bf16)",
+        cols / d, nq, nk, d);
   Tensor qb = dequantize_rows(q), kb = dequantize_rows(k), vb = dequantize_rows(v);
   cuda::attention(qb.raw(), kb.raw(), vb.raw(), out.raw(), DType::bf16, nq, nk, cols / d, d);
   return out;
@@ -364,8 +369,8 @@ void set_columns(Tensor& dst, int64_t begin, const Tensor& src) {
   if (src.numel() == 0) return;
   const size_t es = dtype_size(dst.dtype());
   Tensor s = src.on_device() ? src : src.to_device(Device::cuda);
-  H3_CUDA(cudaMemcpy2DAsync(static_cast<std::byte*>(dst.raw()) + begin * es, dst.dim(1) * es, s.raw(),
-                            src.dim(1) * es, src.dim(1) * es, src.dim(0), cudaMemcpyDeviceToDevice, stream()));
+  H3_CUDA(cudaMemcpy2DAsync(static_cast<std::byte*>(dst.raw()) + begin * es, dst.dim(1) * es, s.raw(), src.dim(1) * es,
+                            src.dim(1) * es, src.dim(0), cudaMemcpyDeviceToDevice, stream()));
 }
 
 Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
@@ -437,8 +442,7 @@ Tensor dequantize_rows(const Tensor& q) {
     H3_CUDA(dequantize_fp8(q.raw(), q.numel(), static_cast<const float*>(sc.raw()), out.raw(), stream()));
     return out;
   }
-  H3_CUDA(dequantize_rows_fp8(q.raw(), static_cast<const float*>(sc.raw()), out.raw(), q.dim(0),
-                              q.dim(1), stream()));
+  H3_CUDA(dequantize_rows_fp8(q.raw(), static_cast<const float*>(sc.raw()), out.raw(), q.dim(0), q.dim(1), stream()));
   return out;
 }
 
@@ -453,8 +457,8 @@ Tensor quantize_fp8_rows(const Tensor& x) {
 }
 
 ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
-                                         const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
-                                         bool bf, ops::Fp8Out fp8) {
+                                         const Tensor& w, double eps, const Tensor& shift, const Tensor& scale, bool bf,
+                                         ops::Fp8Out fp8) {
   need_act(x, "residual_norm_modulate", "x");
   const bool gated = gate.defined();
   const int64_t n = x.dim(0), c = x.ndim() == 2 ? x.dim(1) : 0;
@@ -478,8 +482,8 @@ ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, co
     Tensor q = q8 ? Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda) : Tensor();
     Tensor qs = q8 ? Tensor::empty(DType::f32, {rows ? n : 1}, Device::cuda) : Tensor();
     if (q8 && !rows)
-      H3_CUDA(norm_fp8_bound(w.raw(), c, shift.raw(), scale.raw(), shift.numel(), static_cast<float*>(qs.raw()),
-                             stream()));
+      H3_CUDA(
+          norm_fp8_bound(w.raw(), c, shift.raw(), scale.raw(), shift.numel(), static_cast<float*>(qs.raw()), stream()));
     const cudaError_t e = cuda::residual_norm_modulate(
         x.raw(), gated ? gate.raw() : nullptr, gated ? y.raw() : nullptr, i.data<int32_t>(),
         gated ? out.x.raw() : nullptr, w.raw(), shift.raw(), scale.raw(), q8 ? nullptr : h.raw(),
@@ -493,8 +497,10 @@ ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, co
   }
   out.x = gated ? gate_residual(x, gate, idx, y, bf) : x;
   out.h = norm_modulate(out.x, w, eps, shift, scale, idx, bf);
-  H3_ASSERT(fp8 != ops::Fp8Out::bound, "residual_norm_modulate: the bounded FP8 output needs bf16 rows of a multiple "
-                                       "of 8 values (got {})", x.describe());
+  H3_ASSERT(fp8 != ops::Fp8Out::bound,
+            "residual_norm_modulate: the bounded FP8 output needs bf16 rows of a multiple "
+            "of 8 values (got {})",
+            x.describe());
   if (rows) out.h = quantize_fp8_rows(out.h);
   return out;
 }
@@ -525,8 +531,8 @@ Tensor swiglu_fp8(const Tensor& u, bool bf) {
     if (e == cudaSuccess) {
       Tensor q = Tensor::empty(DType::fp8_e4m3, {n, f}, Device::cuda);
       Tensor scale = Tensor::empty(DType::f32, {1}, Device::cuda);
-      H3_CUDA(cuda::quantize_fp8(out.raw(), ElemType::bf16, out.numel(), static_cast<const float*>(amax.raw()),
-                                 q.raw(), static_cast<float*>(scale.raw()), stream()));
+      H3_CUDA(cuda::quantize_fp8(out.raw(), ElemType::bf16, out.numel(), static_cast<const float*>(amax.raw()), q.raw(),
+                                 static_cast<float*>(scale.raw()), stream()));
       return q.with_scale(scale);
     }
     H3_ASSERT(e == cudaErrorNotSupported, "swiglu_fp8: {}", cudaGetErrorString(e));
@@ -544,9 +550,9 @@ Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t d, double eps,
   if (x.dtype() == DType::bf16 && d == 128 && w.dtype() == DType::bf16 && cos.dtype() == DType::bf16 &&
       sin.dtype() == DType::bf16 && x.ndim() == 2 && cols % d == 0 && cos.dim(0) == n && sin.shape() == cos.shape()) {
     Tensor q = Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda);
-    const cudaError_t e = qk_norm_rope_d128(x.raw(), w.raw(), cos.raw(), sin.raw(), nullptr, q.raw(),
-                                            static_cast<const float*>(s.raw()), n, cols / d, r,
-                                            static_cast<float>(eps), bf, stream());
+    const cudaError_t e =
+        qk_norm_rope_d128(x.raw(), w.raw(), cos.raw(), sin.raw(), nullptr, q.raw(), static_cast<const float*>(s.raw()),
+                          n, cols / d, r, static_cast<float>(eps), bf, stream());
     if (e == cudaSuccess) return q.with_scale(s);
     H3_ASSERT(e == cudaErrorNotSupported, "qk_norm_rope_fp8: {}", cudaGetErrorString(e));
   }

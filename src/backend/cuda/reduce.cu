@@ -33,22 +33,23 @@ cudaError_t sum_blocks(const void* parts, ElemType t, int n, int64_t count, void
   const unsigned blocks = static_cast<unsigned>((count + threads - 1) / threads);
   switch (t) {
     case ElemType::f32:
-      sum_blocks_kernel<float, float><<<blocks, threads, 0, s>>>(static_cast<const float*>(parts), n, count,
-                                                                  static_cast<float*>(out));
+      sum_blocks_kernel<float, float>
+          <<<blocks, threads, 0, s>>>(static_cast<const float*>(parts), n, count, static_cast<float*>(out));
       break;
     case ElemType::f64:
-      sum_blocks_kernel<double, double><<<blocks, threads, 0, s>>>(static_cast<const double*>(parts), n, count,
-                                                                    static_cast<double*>(out));
+      sum_blocks_kernel<double, double>
+          <<<blocks, threads, 0, s>>>(static_cast<const double*>(parts), n, count, static_cast<double*>(out));
       break;
     case ElemType::i64:
-      sum_blocks_kernel<long long, long long><<<blocks, threads, 0, s>>>(static_cast<const long long*>(parts), n,
-                                                                          count, static_cast<long long*>(out));
+      sum_blocks_kernel<long long, long long>
+          <<<blocks, threads, 0, s>>>(static_cast<const long long*>(parts), n, count, static_cast<long long*>(out));
       break;
     case ElemType::bf16:
       sum_blocks_bf16_kernel<<<blocks, threads, 0, s>>>(static_cast<const __nv_bfloat16*>(parts), n, count,
-                                                         static_cast<__nv_bfloat16*>(out));
+                                                        static_cast<__nv_bfloat16*>(out));
       break;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

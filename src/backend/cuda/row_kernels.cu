@@ -132,11 +132,12 @@ __device__ __forceinline__ void write_row(const RowOut& o, int64_t r, int64_t co
 // with every value rounded to bf16 where it is stored. Rows of cols values, cols % 8 == 0. The bf16 steps run as
 // bf16 pair arithmetic (bf16x8_*: the same bits).
 template <int VPT>
-__global__ void __launch_bounds__(256) residual_norm_modulate_kernel(
-    const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate, const __nv_bfloat16* __restrict__ y,
-    const int32_t* __restrict__ idx, __nv_bfloat16* __restrict__ x_out, const __nv_bfloat16* __restrict__ w,
-    const __nv_bfloat16* __restrict__ shift, const __nv_bfloat16* __restrict__ scale, RowOut out, int64_t cols,
-    float eps, bool bf) {
+__global__ void __launch_bounds__(256)
+    residual_norm_modulate_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate,
+                                  const __nv_bfloat16* __restrict__ y, const int32_t* __restrict__ idx,
+                                  __nv_bfloat16* __restrict__ x_out, const __nv_bfloat16* __restrict__ w,
+                                  const __nv_bfloat16* __restrict__ shift, const __nv_bfloat16* __restrict__ scale,
+                                  RowOut out, int64_t cols, float eps, bool bf) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x, base = r * cols, chunks = cols / 8;
   const int64_t t = int64_t(idx[r]) * cols;
@@ -216,8 +217,8 @@ __global__ void __launch_bounds__(256) residual_norm_modulate_kernel(
 
 // Per-row FP8 quantization of bf16 rows (one block per row).
 template <int VPT>
-__global__ void __launch_bounds__(256) quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, RowOut out,
-                                                             int64_t cols) {
+__global__ void __launch_bounds__(256)
+    quantize_rows_kernel(const __nv_bfloat16* __restrict__ x, RowOut out, int64_t cols) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x, base = r * cols, chunks = cols / 8;
   bool live[VPT];
@@ -252,8 +253,8 @@ __device__ __forceinline__ void swiglu_chunk_bf16(const uint4& vr, const uint4& 
 // DiT's) in bf16 pairs, the row's max taken on the way: ~40 % fewer instructions than the f32-then-round steps, the
 // same bits; 0.75 -> 0.62 ms for the 768p FP8 forward's rows on an H200 (4.4 TB/s; docs/notes.md, session 13).
 template <int VPT>
-__global__ void __launch_bounds__(256, 3) swiglu_rows_kernel(const __nv_bfloat16* __restrict__ u, RowOut out, int64_t f,
-                                                              bool bf) {
+__global__ void __launch_bounds__(256, 3)
+    swiglu_rows_kernel(const __nv_bfloat16* __restrict__ u, RowOut out, int64_t f, bool bf) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x, chunks = f / 8;
   const __nv_bfloat16* row = u + r * 2 * f;
@@ -295,8 +296,8 @@ __global__ void __launch_bounds__(256, 3) swiglu_rows_kernel(const __nv_bfloat16
 // largest |value| written (after the bf16 rounding: what absmax over `out` would give) is folded into *amax, one
 // atomic per block.
 template <typename I>
-__global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_bfloat16* __restrict__ out,
-                                     int64_t rows, int64_t f, bool bf, float* amax) {
+__global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_bfloat16* __restrict__ out, int64_t rows,
+                                     int64_t f, bool bf, float* amax) {
   __shared__ float scratch[32];
   float m = 0.f;
   const I per_row = static_cast<I>(f / 8), n8 = static_cast<I>(rows) * per_row;
@@ -348,10 +349,11 @@ constexpr int kQkBlocksPerSm = 3;  // 80 registers with the prefetched group: th
 // bf (bf16 steps), fp8 (e4m3 output, else bf16) and row_per_group (heads % kQkItems == 0) are template parameters:
 // each build holds one path, with fewer registers (the general one spilled, and ran slower than the old kernel).
 template <int kD, bool bf, bool fp8, bool row_per_group>
-__global__ void __launch_bounds__(256, kQkBlocksPerSm) qk_norm_rope_vec_kernel(
-    const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ cs,
-    const __nv_bfloat16* __restrict__ sn, __nv_bfloat16* __restrict__ out, __nv_fp8_e4m3* __restrict__ out8,
-    const float* __restrict__ scale8, int64_t items, int heads, int rot, float eps) {
+__global__ void __launch_bounds__(256, kQkBlocksPerSm)
+    qk_norm_rope_vec_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                            const __nv_bfloat16* __restrict__ cs, const __nv_bfloat16* __restrict__ sn,
+                            __nv_bfloat16* __restrict__ out, __nv_fp8_e4m3* __restrict__ out8,
+                            const float* __restrict__ scale8, int64_t items, int heads, int rot, float eps) {
   constexpr int kLanes = kD / 8;
   const int lane = threadIdx.x & (kLanes - 1), c0 = lane * 8, half = rot / 2, shift_lanes = half / 8;
   const int64_t groups = (items + kQkItems - 1) / kQkItems;
@@ -368,7 +370,7 @@ __global__ void __launch_bounds__(256, kQkBlocksPerSm) qk_norm_rope_vec_kernel(
     return items <= 0xffffffffll ? int64_t(uint32_t(first) / uint32_t(heads)) : first / heads;
   };
   // Issues group gg's loads (nothing past the end).
-  auto load = [&](int64_t gg, uint4 (&raw)[kQkItems], uint4& c, uint4& s) {
+  auto load = [&](int64_t gg, uint4(&raw)[kQkItems], uint4& c, uint4& s) {
     const int64_t first = gg * kQkItems;
 #pragma unroll
     for (int k = 0; k < kQkItems; ++k)
@@ -399,7 +401,8 @@ __global__ void __launch_bounds__(256, kQkBlocksPerSm) qk_norm_rope_vec_kernel(
         ++row;
       }
       float v[8];
-      if (active) unpack(raw[k], v);
+      if (active)
+        unpack(raw[k], v);
       else
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[j] = 0.f;
@@ -487,14 +490,16 @@ __global__ void broadcast_scale_kernel(const float* scale, float* out, int64_t n
     out[i] = *scale;
 }
 
-__global__ void dequantize_rows_kernel(const __nv_fp8_e4m3* q, const float* scales, __nv_bfloat16* out,
-                                       int64_t rows, int64_t cols) {
+__global__ void dequantize_rows_kernel(const __nv_fp8_e4m3* q, const float* scales, __nv_bfloat16* out, int64_t rows,
+                                       int64_t cols) {
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = __float2bfloat16_rn(static_cast<float>(q[i]) * scales[i / cols]);
 }
 
-bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Threads and chunks per thread for a row of `chunks` 16-byte chunks: about 256 threads, at most 8 chunks each.
 struct RowShape {
@@ -513,15 +518,32 @@ RowShape row_shape(int64_t chunks) {
 template <typename Launch>
 cudaError_t by_vpt(int vpt, Launch launch) {
   switch (vpt) {
-    case 1: launch.template operator()<1>(); break;
-    case 2: launch.template operator()<2>(); break;
-    case 3: launch.template operator()<3>(); break;
-    case 4: launch.template operator()<4>(); break;
-    case 5: launch.template operator()<5>(); break;
-    case 6: launch.template operator()<6>(); break;
-    case 7: launch.template operator()<7>(); break;
-    case 8: launch.template operator()<8>(); break;
-    default: return cudaErrorNotSupported;
+    case 1:
+      launch.template operator()<1>();
+      break;
+    case 2:
+      launch.template operator()<2>();
+      break;
+    case 3:
+      launch.template operator()<3>();
+      break;
+    case 4:
+      launch.template operator()<4>();
+      break;
+    case 5:
+      launch.template operator()<5>();
+      break;
+    case 6:
+      launch.template operator()<6>();
+      break;
+    case 7:
+      launch.template operator()<7>();
+      break;
+    case 8:
+      launch.template operator()<8>();
+      break;
+    default:
+      return cudaErrorNotSupported;
   }
   return cudaGetLastError();
 }
@@ -571,8 +593,7 @@ cudaError_t residual_norm_modulate(const void* x, const void* gate, const void* 
   return by_vpt(rs.vpt, [&]<int V>() {
     residual_norm_modulate_kernel<V><<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(
         static_cast<const B*>(x), static_cast<const B*>(gate), static_cast<const B*>(y), idx, static_cast<B*>(x_out),
-        static_cast<const B*>(w), static_cast<const B*>(shift), static_cast<const B*>(scale), o, cols, eps,
-        bf16_steps);
+        static_cast<const B*>(w), static_cast<const B*>(shift), static_cast<const B*>(scale), o, cols, eps, bf16_steps);
   });
 }
 
@@ -582,8 +603,8 @@ cudaError_t quantize_rows_fp8(const void* x, void* q, float* scales, int64_t row
   if (cols % 8 || !rs.vpt || !aligned16(x) || !aligned16(q) || !scales) return cudaErrorNotSupported;
   const RowOut o = row_out(nullptr, q, scales);
   return by_vpt(rs.vpt, [&]<int V>() {
-    quantize_rows_kernel<V><<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(
-        static_cast<const __nv_bfloat16*>(x), o, cols);
+    quantize_rows_kernel<V>
+        <<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(static_cast<const __nv_bfloat16*>(x), o, cols);
   });
 }
 
@@ -602,8 +623,8 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
     if (!rs.vpt || !scales) return cudaErrorNotSupported;
     const RowOut o = row_out(out, q, scales);
     return by_vpt(rs.vpt, [&]<int V>() {
-      swiglu_rows_kernel<V><<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(static_cast<const B*>(u), o, f,
-                                                                               bf16_steps);
+      swiglu_rows_kernel<V>
+          <<<static_cast<unsigned>(rows), rs.threads, 0, s>>>(static_cast<const B*>(u), o, f, bf16_steps);
     });
   }
   const int64_t n8 = rows * f / 8;
@@ -611,11 +632,11 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
   const int64_t want = (n8 + 2 * threads - 1) / (2 * threads);
   const unsigned blocks = static_cast<unsigned>(want < (int64_t(1) << 30) ? want : (int64_t(1) << 30));
   if (n8 < (int64_t(1) << 30))
-    swiglu_chunks_kernel<uint32_t><<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
-                                                             bf16_steps, amax);
+    swiglu_chunks_kernel<uint32_t>
+        <<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f, bf16_steps, amax);
   else
-    swiglu_chunks_kernel<int64_t><<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f,
-                                                            bf16_steps, amax);
+    swiglu_chunks_kernel<int64_t>
+        <<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f, bf16_steps, amax);
   return cudaGetLastError();
 }
 
@@ -624,8 +645,8 @@ namespace {
 // or 0 when the runtime cannot say (the caller then launches every block it needs: any grid gives the same result).
 int multiprocessors() {
   int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
-                                                cudaSuccess) {
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
     (void)cudaGetLastError();  // not left for the launch's own check to report
     return 0;
   }
@@ -648,8 +669,8 @@ cudaError_t qk_norm_rope_vec(const void* x, const void* w, const void* cs, const
   const unsigned blocks =
       static_cast<unsigned>(sms > 0 ? std::min<int64_t>(needed, int64_t(sms) * kQkBlocksPerSm) : needed);
   using B = __nv_bfloat16;
-  using Kernel = void (*)(const B*, const B*, const B*, const B*, B*, __nv_fp8_e4m3*, const float*, int64_t, int, int,
-                          float);
+  using Kernel =
+      void (*)(const B*, const B*, const B*, const B*, B*, __nv_fp8_e4m3*, const float*, int64_t, int, int, float);
   // [bf16 steps][fp8 out][whole groups of heads a row]
   static constexpr Kernel kernels[2][2][2] = {
       {{qk_norm_rope_vec_kernel<kD, false, false, false>, qk_norm_rope_vec_kernel<kD, false, false, true>},
@@ -657,10 +678,10 @@ cudaError_t qk_norm_rope_vec(const void* x, const void* w, const void* cs, const
       {{qk_norm_rope_vec_kernel<kD, true, false, false>, qk_norm_rope_vec_kernel<kD, true, false, true>},
        {qk_norm_rope_vec_kernel<kD, true, true, false>, qk_norm_rope_vec_kernel<kD, true, true, true>}}};
   const Kernel kernel = kernels[bf16_steps][out_fp8 != nullptr][heads % kQkItems == 0];
-  kernel<<<blocks, threads, 0, s>>>(
-      static_cast<const B*>(x), static_cast<const B*>(w), static_cast<const B*>(cs), static_cast<const B*>(sn),
-      static_cast<B*>(out), static_cast<__nv_fp8_e4m3*>(out_fp8), fp8_scale, items, static_cast<int>(heads),
-      static_cast<int>(rot), eps);
+  kernel<<<blocks, threads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(w), static_cast<const B*>(cs),
+                                    static_cast<const B*>(sn), static_cast<B*>(out),
+                                    static_cast<__nv_fp8_e4m3*>(out_fp8), fp8_scale, items, static_cast<int>(heads),
+                                    static_cast<int>(rot), eps);
   return cudaGetLastError();
 }
 }  // namespace

@@ -67,15 +67,20 @@ void* raw_alloc(size_t bytes) {
     size_t free_b = 0, total_b = 0;
     (void)cudaGetLastError();
     cudaMemGetInfo(&free_b, &total_b);
-    fail("GPU out of memory: asked for {:.2f} GiB with {:.2f} GiB in use by h3 and {:.2f} of {:.2f} GiB free on the "
-         "device; use a smaller size, FP8, or more ranks (--ranks N --mode tensor shards the weights)",
-         bytes / 1073741824.0, state().in_use / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+    fail(
+        "GPU out of memory: asked for {:.2f} GiB with {:.2f} GiB in use by h3 and {:.2f} of {:.2f} GiB free on the "
+        "device; use a smaller size, FP8, or more ranks (--ranks N --mode tensor shards the weights)",
+        bytes / 1073741824.0, state().in_use / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
   }
   return p;
 }
 
-void* hook_alloc(size_t bytes) { return device_alloc(bytes); }
-void hook_release(void* p, size_t bytes) { device_free(p, bytes); }
+void* hook_alloc(size_t bytes) {
+  return device_alloc(bytes);
+}
+void hook_release(void* p, size_t bytes) {
+  device_free(p, bytes);
+}
 
 void hook_copy(void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
   const cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
@@ -101,9 +106,13 @@ double hook_event_elapsed_ms(void* from, void* to) {
   H3_CUDA(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
   return ms;
 }
-void hook_event_release(void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+void hook_event_release(void* e) {
+  cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
 
-void hook_zero(void* p, size_t bytes) { H3_CUDA(cudaMemsetAsync(p, 0, bytes, stream())); }
+void hook_zero(void* p, size_t bytes) {
+  H3_CUDA(cudaMemsetAsync(p, 0, bytes, stream()));
+}
 
 void hook_copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows) {
   if (width == 0 || rows == 0) return;
@@ -122,19 +131,32 @@ void throw_cuda(cudaError_t e, const char* what, const char* file, int line) {
 
 ElemType elem_type(DType t) {
   switch (t) {
-    case DType::f32: return ElemType::f32;
-    case DType::bf16: return ElemType::bf16;
-    case DType::f64: return ElemType::f64;
-    case DType::fp8_e4m3: return ElemType::fp8_e4m3;
-    case DType::i32: return ElemType::i32;
-    case DType::i64: return ElemType::i64;
-    default: fail("the CUDA backend has no {} tensors (f64, f32, bf16, fp8_e4m3, i32, i64 only)", dtype_name(t));
+    case DType::f32:
+      return ElemType::f32;
+    case DType::bf16:
+      return ElemType::bf16;
+    case DType::f64:
+      return ElemType::f64;
+    case DType::fp8_e4m3:
+      return ElemType::fp8_e4m3;
+    case DType::i32:
+      return ElemType::i32;
+    case DType::i64:
+      return ElemType::i64;
+    default:
+      fail("the CUDA backend has no {} tensors (f64, f32, bf16, fp8_e4m3, i32, i64 only)", dtype_name(t));
   }
 }
 
-cudaStream_t stream() { return state().stream; }
-bool deterministic() { return state().deterministic; }
-int sm_count() { return state().sms; }
+cudaStream_t stream() {
+  return state().stream;
+}
+bool deterministic() {
+  return state().deterministic;
+}
+int sm_count() {
+  return state().sms;
+}
 
 void* device_alloc(size_t bytes) {
   State& s = state();
@@ -181,8 +203,10 @@ void start_gpu_backend(const GpuOptions& o) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
-    fail("--device cuda: no usable NVIDIA GPU ({}); check nvidia-smi and CUDA_VISIBLE_DEVICES, or run with "
-         "--device cpu", e == cudaSuccess ? "none visible" : cudaGetErrorString(e));
+    fail(
+        "--device cuda: no usable NVIDIA GPU ({}); check nvidia-smi and CUDA_VISIBLE_DEVICES, or run with "
+        "--device cpu",
+        e == cudaSuccess ? "none visible" : cudaGetErrorString(e));
   // Ranks of one host take the GPUs in turn (the launcher's local rank when it gives one).
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   if (!local) local = std::getenv("SLURM_LOCALID");
@@ -209,8 +233,12 @@ void start_gpu_backend(const GpuOptions& o) {
   spdlog::info("GPU {}: {}{}", s.device, gpu_description(), o.deterministic ? " (deterministic mode)" : "");
 }
 
-bool gpu_backend_started() { return cuda::state().started; }
-bool gpu_deterministic() { return cuda::state().started && cuda::state().deterministic; }
+bool gpu_backend_started() {
+  return cuda::state().started;
+}
+bool gpu_deterministic() {
+  return cuda::state().started && cuda::state().deterministic;
+}
 bool gpu_fp8_row_activations() {
   static const bool rows = [] {
     const char* e = std::getenv("H3_FP8_ACTIVATIONS");
@@ -222,8 +250,8 @@ bool gpu_fp8_row_activations() {
 std::string gpu_description() {
   const cuda::State& s = cuda::state();
   if (!s.started) return "GPU backend not started";
-  return fmt::format("{}, {:.1f} GiB, sm_{}{}, {} SMs", s.prop.name, s.prop.totalGlobalMem / 1073741824.0,
-                     s.prop.major, s.prop.minor, s.sms);
+  return fmt::format("{}, {:.1f} GiB, sm_{}{}, {} SMs", s.prop.name, s.prop.totalGlobalMem / 1073741824.0, s.prop.major,
+                     s.prop.minor, s.sms);
 }
 
 std::string gpu_bus_id() {
@@ -238,8 +266,14 @@ void gpu_synchronize() {
   if (cuda::state().started) H3_CUDA(cudaStreamSynchronize(cuda::stream()));
 }
 
-size_t gpu_peak_bytes() { return cuda::state().peak; }
-void gpu_reset_peak() { cuda::state().peak = cuda::state().in_use; }
-size_t gpu_total_bytes() { return cuda::state().started ? cuda::state().prop.totalGlobalMem : 0; }
+size_t gpu_peak_bytes() {
+  return cuda::state().peak;
+}
+void gpu_reset_peak() {
+  cuda::state().peak = cuda::state().in_use;
+}
+size_t gpu_total_bytes() {
+  return cuda::state().started ? cuda::state().prop.totalGlobalMem : 0;
+}
 
 }  // namespace h3

@@ -1,6 +1,7 @@
-// The text tower's device ops (ops_conv.h's attention_causal on the GPU): checks, then backend/cuda/attention/causal.cu.
-#include "backend/cuda/common.h"
+// The text tower's device ops (ops_conv.h's attention_causal on the GPU): checks, then
+// backend/cuda/attention/causal.cu.
 #include "backend/cuda/attention/causal.h"
+#include "backend/cuda/common.h"
 #include "ops/device_ops.h"
 
 namespace h3::cuda {
@@ -22,8 +23,8 @@ Tensor attention_causal_op(const Tensor& q, const Tensor& k, const Tensor& v, in
             "attention_causal: {} query / {} key channels are not whole heads of {} (or not grouped)", q.dim(1),
             k.dim(1), d);
   Tensor out = Tensor::empty(q.dtype(), q.shape(), Device::cuda);
-  H3_CUDA(cuda::attention_causal(q.raw(), k.raw(), v.raw(), out.raw(), elem_type(q.dtype()), q.dim(0), heads,
-                                 kv_heads, d, stream()));
+  H3_CUDA(cuda::attention_causal(q.raw(), k.raw(), v.raw(), out.raw(), elem_type(q.dtype()), q.dim(0), heads, kv_heads,
+                                 d, stream()));
   return out;
 }
 

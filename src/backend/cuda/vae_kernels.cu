@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "backend/cuda/vae_kernels.h"
 #include "backend/cuda/device.cuh"
+#include "backend/cuda/vae_kernels.h"
 
 namespace h3::cuda {
 
@@ -19,13 +19,9 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65535 * 32 ? (b > 0 ? b : 1) : 65535 * 32);
 }
 
-
-
-#define H3_GRID_LOOP(i, n) \
+#define H3_GRID_LOOP(i, n)                                                               \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-
 
 // One block per row.
 template <typename T>
@@ -91,8 +87,7 @@ __global__ void rows_to_channels_kernel(const T* rows, T* y, int64_t O, int64_t 
 
 template <typename T>
 __global__ void conv_transpose1d_kernel(const T* x, const T* w, const T* bias, T* y, int64_t C, int64_t L, int64_t O,
-                                        int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t groups,
-                                        int64_t n) {
+                                        int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t groups, int64_t n) {
   const int64_t cpg = C / groups, opg = O / groups;
   H3_GRID_LOOP(idx, n) {
     const int64_t j = idx % Lo, bo = idx / Lo, o = bo % O, b = bo / O, g = o / opg, ol = o % opg;
@@ -163,7 +158,6 @@ __global__ void divide_clamp_kernel(const T* x, T* y, float d, float lo, float h
   H3_GRID_LOOP(idx, n) st(y, idx, fminf(hi, fmaxf(lo, ld(x, idx) / d)));
 }
 
-
 }  // namespace
 
 cudaError_t layer_norm(const void* x, const void* w, const void* b, void* y, ElemType t, int64_t rows, int64_t cols,
@@ -185,19 +179,19 @@ cudaError_t conv1d_direct(const void* x, const void* w, const void* bias, void* 
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
     conv1d_direct_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
-                                                                static_cast<const T*>(bias), static_cast<T*>(y), C, L,
-                                                                O, K, Lo, stride, pad, dilation, groups, n);
+                                                               static_cast<const T*>(bias), static_cast<T*>(y), C, L, O,
+                                                               K, Lo, stride, pad, dilation, groups, n);
   });
 }
 
-cudaError_t conv1d_im2col(const void* x, void* cols, ElemType t, int64_t B, int64_t C, int64_t L, int64_t K,
-                          int64_t Lo, int64_t stride, int64_t pad, int64_t dilation, cudaStream_t s) {
+cudaError_t conv1d_im2col(const void* x, void* cols, ElemType t, int64_t B, int64_t C, int64_t L, int64_t K, int64_t Lo,
+                          int64_t stride, int64_t pad, int64_t dilation, cudaStream_t s) {
   const int64_t n = B * Lo * C * K;
   if (n == 0) return cudaSuccess;
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
     im2col_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(cols), C, L, K, Lo,
-                                                         stride, pad, dilation, n);
+                                                        stride, pad, dilation, n);
   });
 }
 
@@ -206,21 +200,21 @@ cudaError_t rows_to_channels(const void* rows, void* y, ElemType t, int64_t B, i
   if (n == 0) return cudaSuccess;
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    rows_to_channels_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(rows), static_cast<T*>(y), O,
-                                                                   Lo, n);
+    rows_to_channels_kernel<T>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(rows), static_cast<T*>(y), O, Lo, n);
   });
 }
 
-cudaError_t conv_transpose1d(const void* x, const void* w, const void* bias, void* y, ElemType t, int64_t B,
-                             int64_t C, int64_t L, int64_t O, int64_t K, int64_t Lo, int64_t stride, int64_t pad,
-                             int64_t groups, cudaStream_t s) {
+cudaError_t conv_transpose1d(const void* x, const void* w, const void* bias, void* y, ElemType t, int64_t B, int64_t C,
+                             int64_t L, int64_t O, int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t groups,
+                             cudaStream_t s) {
   const int64_t n = B * O * Lo;
   if (n == 0) return cudaSuccess;
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    conv_transpose1d_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y), C, L, O,
-        K, Lo, stride, pad, groups, n);
+    conv_transpose1d_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                                  static_cast<const T*>(bias), static_cast<T*>(y), C, L,
+                                                                  O, K, Lo, stride, pad, groups, n);
   });
 }
 
@@ -230,8 +224,8 @@ cudaError_t pad1d(const void* x, void* y, ElemType t, int64_t rows, int64_t L, i
   if (n == 0) return cudaSuccess;
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    pad1d_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), L, left, Lo, mode,
-                                                        n);
+    pad1d_kernel<T>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), L, left, Lo, mode, n);
   });
 }
 
@@ -241,17 +235,17 @@ cudaError_t add_scaled(const void* x, const void* y, const void* scale, void* ou
   if (n == 0) return cudaSuccess;
   using B = __nv_bfloat16;
   if (tx == ElemType::f32 && ty == ElemType::f32)
-    add_scaled_kernel<float, float><<<blocks_for(n), kThreads, 0, s>>>(
-        static_cast<const float*>(x), static_cast<const float*>(y), static_cast<const float*>(scale),
-        static_cast<float*>(out), cols, n);
+    add_scaled_kernel<float, float>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(x), static_cast<const float*>(y),
+                                            static_cast<const float*>(scale), static_cast<float*>(out), cols, n);
   else if (tx == ElemType::f32 && ty == ElemType::bf16)
-    add_scaled_kernel<float, B><<<blocks_for(n), kThreads, 0, s>>>(
-        static_cast<const float*>(x), static_cast<const B*>(y), static_cast<const float*>(scale),
-        static_cast<float*>(out), cols, n);
+    add_scaled_kernel<float, B>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(x), static_cast<const B*>(y),
+                                            static_cast<const float*>(scale), static_cast<float*>(out), cols, n);
   else if (tx == ElemType::bf16 && ty == ElemType::bf16)
     add_scaled_kernel<B, B><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(y),
-                                                                static_cast<const B*>(scale), static_cast<B*>(out),
-                                                                cols, n);
+                                                               static_cast<const B*>(scale), static_cast<B*>(out), cols,
+                                                               n);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
@@ -263,8 +257,8 @@ cudaError_t unpatchify3d(const void* y, void* out, ElemType t, int64_t tt, int64
   if (n == 0) return cudaSuccess;
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    unpatchify3d_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(y), static_cast<T*>(out), tt, h,
-                                                               w, C, pt, r, n);
+    unpatchify3d_kernel<T>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(y), static_cast<T*>(out), tt, h, w, C, pt, r, n);
   });
 }
 
@@ -275,8 +269,8 @@ cudaError_t snake_beta(const void* x, const void* alpha, const void* beta, void*
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
     snake_beta_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(alpha),
-                                                             static_cast<const T*>(beta), static_cast<T*>(y), C, L,
-                                                             gain, n);
+                                                            static_cast<const T*>(beta), static_cast<T*>(y), C, L, gain,
+                                                            n);
   });
 }
 
@@ -285,8 +279,8 @@ cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float di
   if (n == 0) return cudaSuccess;
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    divide_clamp_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), divisor,
-                                                               lo, hi, n);
+    divide_clamp_kernel<T>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), divisor, lo, hi, n);
   });
 }
 
@@ -356,7 +350,8 @@ cudaError_t stitch_frames(const StitchArgs& a, float* out, cudaStream_t s) {
 
 namespace {
 
-// backend/cuda/kernels.cu's rms_norm_kernel with a bf16 store: one block per (row, group), threads stride over the group.
+// backend/cuda/kernels.cu's rms_norm_kernel with a bf16 store: one block per (row, group), threads stride over the
+// group.
 __global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv_bfloat16* y, int64_t cols,
                                             int64_t group, float eps) {
   const int64_t groups = cols / group;
@@ -375,14 +370,12 @@ __global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv
   }
 }
 
-
 // add_scaled_kernel's sum and rms_norm_f32_to_bf16_kernel's norm of it in one pass: the same expressions, the same
 // per-thread column order and the same reduction, the sum kept in registers (kResidualNormMaxPer values a thread)
 // instead of re-read, so both outputs are bitwise those of the two kernels.
 template <typename TY>
-__global__ void add_scaled_rms_norm_kernel(const float* x, const TY* y, const float* scale, float* sum,
-                                           const float* w, __nv_bfloat16* out, int64_t cols, int64_t group,
-                                           float eps) {
+__global__ void add_scaled_rms_norm_kernel(const float* x, const TY* y, const float* scale, float* sum, const float* w,
+                                           __nv_bfloat16* out, int64_t cols, int64_t group, float eps) {
   const int64_t groups = cols / group;
   const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
   const int64_t base = row * cols + g * group;
@@ -416,10 +409,10 @@ __global__ void add_scaled_rms_norm_kernel(const float* x, const TY* y, const fl
 // residual update, stored to `sum`). The separate norm and the fused residual + norm share this kernel, so their
 // reductions (and results) are bitwise the same.
 template <int VPT, typename TY, bool kAdd>
-__global__ void __launch_bounds__(256) f32_row_norm_kernel(const float* __restrict__ x, const TY* __restrict__ y,
-                                                           const float* __restrict__ scale, float* __restrict__ sum,
-                                                           const float* __restrict__ w,
-                                                           __nv_bfloat16* __restrict__ out, int64_t cols, float eps) {
+__global__ void __launch_bounds__(256)
+    f32_row_norm_kernel(const float* __restrict__ x, const TY* __restrict__ y, const float* __restrict__ scale,
+                        float* __restrict__ sum, const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
+                        int64_t cols, float eps) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x, chunks = cols / 4, base = row * cols;
   float v[VPT][4];
@@ -491,8 +484,10 @@ bool f32_row_norm(const float* x, const TY* y, const float* scale, float* sum, c
   const int threads = static_cast<int>(((chunks + vpt - 1) / vpt + 31) / 32 * 32);
   const unsigned blocks = static_cast<unsigned>(rows);
   switch (vpt) {
-#define H3_ROW_NORM_CASE(V) \
-  case V: f32_row_norm_kernel<V, TY, kAdd><<<blocks, threads, 0, s>>>(x, y, scale, sum, w, out, cols, eps); break;
+#define H3_ROW_NORM_CASE(V)                                                                           \
+  case V:                                                                                             \
+    f32_row_norm_kernel<V, TY, kAdd><<<blocks, threads, 0, s>>>(x, y, scale, sum, w, out, cols, eps); \
+    break;
     H3_ROW_NORM_CASE(1)
     H3_ROW_NORM_CASE(2)
     H3_ROW_NORM_CASE(3)
@@ -516,14 +511,14 @@ cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_
     return cudaGetLastError();
   const int64_t blocks = rows * (cols / group);
   const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
-  rms_norm_f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(
-      x, w, static_cast<__nv_bfloat16*>(y), cols, group, eps);
+  rms_norm_f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(x, w, static_cast<__nv_bfloat16*>(y),
+                                                                                cols, group, eps);
   return cudaGetLastError();
 }
 
 cudaError_t add_scaled_rms_norm_to_bf16(const float* x, const void* y, ElemType ty, const float* scale, float* sum,
-                                       const float* w, void* out, int64_t rows, int64_t cols, int64_t group, float eps,
-                                       cudaStream_t s) {
+                                        const float* w, void* out, int64_t rows, int64_t cols, int64_t group, float eps,
+                                        cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
   if (group <= 0 || cols % group != 0 || group > static_cast<int64_t>(threads) * kResidualNormMaxPer)
@@ -534,14 +529,14 @@ cudaError_t add_scaled_rms_norm_to_bf16(const float* x, const void* y, ElemType 
       f32_row_norm<float, true>(x, static_cast<const float*>(y), scale, sum, w, o, rows, cols, group, eps, s))
     return cudaGetLastError();
   if (ty == ElemType::bf16 && f32_row_norm<__nv_bfloat16, true>(x, static_cast<const __nv_bfloat16*>(y), scale, sum, w,
-                                                                  o, rows, cols, group, eps, s))
+                                                                o, rows, cols, group, eps, s))
     return cudaGetLastError();
   if (ty == ElemType::f32)
-    add_scaled_rms_norm_kernel<float><<<blocks, threads, 0, s>>>(x, static_cast<const float*>(y), scale, sum, w, o,
-                                                                  cols, group, eps);
+    add_scaled_rms_norm_kernel<float>
+        <<<blocks, threads, 0, s>>>(x, static_cast<const float*>(y), scale, sum, w, o, cols, group, eps);
   else if (ty == ElemType::bf16)
-    add_scaled_rms_norm_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(
-        x, static_cast<const __nv_bfloat16*>(y), scale, sum, w, o, cols, group, eps);
+    add_scaled_rms_norm_kernel<__nv_bfloat16>
+        <<<blocks, threads, 0, s>>>(x, static_cast<const __nv_bfloat16*>(y), scale, sum, w, o, cols, group, eps);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();

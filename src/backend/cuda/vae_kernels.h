@@ -19,14 +19,14 @@ cudaError_t conv1d_direct(const void* x, const void* w, const void* bias, void* 
                           int64_t groups, cudaStream_t s);
 // im2col for a groups=1 conv1d as a GEMM: cols[b*Lo + j, c*K + k] = x[b, c, j*stride + k*dilation - pad] (0 outside),
 // so that rows = output positions and y_rows = cols * w[O, C*K]^T.
-cudaError_t conv1d_im2col(const void* x, void* cols, ElemType t, int64_t B, int64_t C, int64_t L, int64_t K,
-                          int64_t Lo, int64_t stride, int64_t pad, int64_t dilation, cudaStream_t s);
+cudaError_t conv1d_im2col(const void* x, void* cols, ElemType t, int64_t B, int64_t C, int64_t L, int64_t K, int64_t Lo,
+                          int64_t stride, int64_t pad, int64_t dilation, cudaStream_t s);
 // y[b, o, j] = rows[b*Lo + j, o]: the GEMM's position-major result back to channels-first.
 cudaError_t rows_to_channels(const void* rows, void* y, ElemType t, int64_t B, int64_t O, int64_t Lo, cudaStream_t s);
 // Direct transposed conv1d (PyTorch semantics), x[B,C,L] w[C,O/groups,K] -> y[B,O,Lo].
-cudaError_t conv_transpose1d(const void* x, const void* w, const void* bias, void* y, ElemType t, int64_t B,
-                             int64_t C, int64_t L, int64_t O, int64_t K, int64_t Lo, int64_t stride, int64_t pad,
-                             int64_t groups, cudaStream_t s);
+cudaError_t conv_transpose1d(const void* x, const void* w, const void* bias, void* y, ElemType t, int64_t B, int64_t C,
+                             int64_t L, int64_t O, int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t groups,
+                             cudaStream_t s);
 // Pads the last dim of [rows, L] to [rows, left + L + right]; mode 0 zeros, 1 reflect, 2 replicate (ops::PadMode).
 cudaError_t pad1d(const void* x, void* y, ElemType t, int64_t rows, int64_t L, int64_t left, int64_t right, int mode,
                   cudaStream_t s);
@@ -44,7 +44,8 @@ cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float di
                          cudaStream_t s);
 
 // RMSNorm over groups of `group` channels of f32 x [rows, cols] times an f32 weight (may be null), stored as bf16:
-// the arithmetic of backend/cuda/kernels.cu's rms_norm (same block shape and reduction order), rounded once at the store.
+// the arithmetic of backend/cuda/kernels.cu's rms_norm (same block shape and reduction order), rounded once at the
+// store.
 cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_t rows, int64_t cols, int64_t group,
                                  float eps, cudaStream_t s);
 
@@ -53,8 +54,8 @@ cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_
 // cudaErrorInvalidValue; the caller runs the two ops).
 constexpr int kResidualNormMaxPer = 8;
 cudaError_t add_scaled_rms_norm_to_bf16(const float* x, const void* y, ElemType ty, const float* scale, float* sum,
-                                       const float* w, void* out, int64_t rows, int64_t cols, int64_t group, float eps,
-                                       cudaStream_t s);
+                                        const float* w, void* out, int64_t rows, int64_t cols, int64_t group, float eps,
+                                        cudaStream_t s);
 
 // ops::qk_norm_rope for bf16 heads of 64 channels (x, out [rows, heads * 64], w [64], cos/sin [rows, rot]) with
 // 16-byte accesses: cudaErrorNotSupported unless rot % 16 == 0, rot <= 64 and every pointer is 16-byte aligned (the

@@ -38,14 +38,16 @@ Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps)
   if (b) H3_ASSERT(b->numel() == C, "layer_norm: bias {} for width {}", b->describe(), C);
   const Tensor wd = w ? as(*w, x.dtype()) : Tensor(), bd = b ? as(*b, x.dtype()) : Tensor();
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
-  H3_CUDA(cuda::layer_norm(x.raw(), w ? wd.raw() : nullptr, b ? bd.raw() : nullptr, y.raw(), elem_type(x.dtype()),
-                           rows, C, static_cast<float>(eps), stream()));
+  H3_CUDA(cuda::layer_norm(x.raw(), w ? wd.raw() : nullptr, b ? bd.raw() : nullptr, y.raw(), elem_type(x.dtype()), rows,
+                           C, static_cast<float>(eps), stream()));
   return y;
 }
 
 // Dense convolutions with enough work per output run as im2col + GEMM (cuBLASLt, f32 without TF32 or bf16 with
 // f32 accumulation); small, grouped and depthwise ones as a direct kernel.
-bool conv1d_as_gemm(int64_t groups, int64_t C, int64_t K, int64_t O) { return groups == 1 && C * K >= 16 && O >= 16; }
+bool conv1d_as_gemm(int64_t groups, int64_t C, int64_t K, int64_t O) {
+  return groups == 1 && C * K >= 16 && O >= 16;
+}
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,
               int64_t groups) {
@@ -85,9 +87,9 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stri
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad,
                         int64_t groups) {
   need_act(x, "conv_transpose1d", "x");
-  H3_ASSERT(x.ndim() == 3 && w.ndim() == 3 && w.dim(0) == x.dim(1) && groups > 0 && x.dim(1) % groups == 0 &&
-                stride > 0,
-            "conv_transpose1d: x {} w {} groups {} stride {}", x.describe(), w.describe(), groups, stride);
+  H3_ASSERT(
+      x.ndim() == 3 && w.ndim() == 3 && w.dim(0) == x.dim(1) && groups > 0 && x.dim(1) % groups == 0 && stride > 0,
+      "conv_transpose1d: x {} w {} groups {} stride {}", x.describe(), w.describe(), groups, stride);
   const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), opg = w.dim(1), K = w.dim(2);
   const int64_t O = opg * groups, Lo = (L - 1) * stride - 2 * pad + K;
   H3_ASSERT(Lo > 0 && pad >= 0, "conv_transpose1d: empty output for x {} w {} pad {}", x.describe(), w.describe(), pad);
@@ -119,12 +121,11 @@ Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
   need_act(y, "add_scaled", "y");
   H3_ASSERT(x.ndim() == 2 && y.shape() == x.shape() && scale.numel() == x.dim(1) &&
                 (x.dtype() == y.dtype() || (x.dtype() == DType::f32 && y.dtype() == DType::bf16)),
-            "add_scaled: x {} y {} scale {} (y may be bf16 on an f32 x)", x.describe(), y.describe(),
-            scale.describe());
+            "add_scaled: x {} y {} scale {} (y may be bf16 on an f32 x)", x.describe(), y.describe(), scale.describe());
   const Tensor sd = as(scale, x.dtype());
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
-  H3_CUDA(cuda::add_scaled(x.raw(), y.raw(), sd.raw(), out.raw(), elem_type(x.dtype()), elem_type(y.dtype()),
-                           x.dim(0), x.dim(1), stream()));
+  H3_CUDA(cuda::add_scaled(x.raw(), y.raw(), sd.raw(), out.raw(), elem_type(x.dtype()), elem_type(y.dtype()), x.dim(0),
+                           x.dim(1), stream()));
   return out;
 }
 
@@ -174,7 +175,8 @@ Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
 // f32 -> bf16 in one pass; any other pairing as the two steps it stands for.
 Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) {
   need_act(x, "rms_norm_to", "x");
-  const bool fused = x.dtype() == DType::f32 && out == DType::bf16 && (!w || (w->on_device() && w->dtype() == DType::f32));
+  const bool fused =
+      x.dtype() == DType::f32 && out == DType::bf16 && (!w || (w->on_device() && w->dtype() == DType::f32));
   if (!fused) {
     Tensor y = ops::device_ops("rms_norm").rms_norm(x, w, group, eps);
     return y.dtype() == out ? y : y.to(out);
@@ -242,8 +244,8 @@ Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64
 Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const ops::StitchGrid& g,
                      const std::vector<ops::StitchFrame>& frames) {
   const ops::StitchLayout l = ops::stitch_layout(cur, g, "stitch_frames (GPU)");
-  H3_ASSERT(cur[0].on_device() && cur[0].dtype() == DType::f32, "stitch_frames (GPU): tiles must be f32 GPU tensors, got {}",
-            cur[0].describe());
+  H3_ASSERT(cur[0].on_device() && cur[0].dtype() == DType::f32,
+            "stitch_frames (GPU): tiles must be f32 GPU tensors, got {}", cur[0].describe());
   H3_CHECK(g.rows <= kStitchMaxAxis && g.cols <= kStitchMaxAxis && g.rows * g.cols <= kStitchMaxTiles,
            "video decode stitch on the GPU: a {} x {} tile grid is larger than the kernel's {} x {} ({} tiles); raise "
            "kStitchMaxAxis/kStitchMaxTiles in backend/cuda/vae_kernels.h or use larger tiles",

@@ -5,18 +5,33 @@
 namespace h3 {
 
 void start_gpu_backend(const GpuOptions&) {
-  fail("this h3 was built without the CUDA backend (no CUDA toolkit was found at build time); rebuild on a machine "
-       "with nvcc, or run with --device cpu");
+  fail(
+      "this h3 was built without the CUDA backend (no CUDA toolkit was found at build time); rebuild on a machine "
+      "with nvcc, or run with --device cpu");
 }
-bool gpu_backend_started() { return false; }
-bool gpu_deterministic() { return false; }
-bool gpu_fp8_row_activations() { return false; }
-std::string gpu_description() { return "no GPU backend in this build"; }
-std::string gpu_bus_id() { return ""; }
+bool gpu_backend_started() {
+  return false;
+}
+bool gpu_deterministic() {
+  return false;
+}
+bool gpu_fp8_row_activations() {
+  return false;
+}
+std::string gpu_description() {
+  return "no GPU backend in this build";
+}
+std::string gpu_bus_id() {
+  return "";
+}
 void gpu_synchronize() {}
-size_t gpu_peak_bytes() { return 0; }
+size_t gpu_peak_bytes() {
+  return 0;
+}
 void gpu_reset_peak() {}
-size_t gpu_total_bytes() { return 0; }
+size_t gpu_total_bytes() {
+  return 0;
+}
 GpuPinnedGemms::GpuPinnedGemms() = default;
 GpuPinnedGemms::~GpuPinnedGemms() = default;
 

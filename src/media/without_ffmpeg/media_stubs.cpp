@@ -15,14 +15,30 @@ namespace {
 }  // namespace
 
 struct Mp4Writer::Impl {};
-Mp4Writer::Mp4Writer(const std::string& path, const MediaSpec&) : path_(path) { no_media("mp4 output"); }
+Mp4Writer::Mp4Writer(const std::string& path, const MediaSpec&) : path_(path) {
+  no_media("mp4 output");
+}
 Mp4Writer::~Mp4Writer() = default;
-void Mp4Writer::add_frames(const Tensor&) { no_media("mp4 output"); }
-void Mp4Writer::add_audio(const Tensor&) { no_media("mp4 output"); }
-void Mp4Writer::finish() { no_media("mp4 output"); }
-int64_t Mp4Writer::frames_written() const { return 0; }
-int64_t Mp4Writer::samples_written() const { return 0; }
-void write_wav(const std::string&, const Tensor&, int) { no_media("wav output"); }
-std::vector<std::string> write_png_frames(const std::string&, const Tensor&) { no_media("png output"); }
+void Mp4Writer::add_frames(const Tensor&) {
+  no_media("mp4 output");
+}
+void Mp4Writer::add_audio(const Tensor&) {
+  no_media("mp4 output");
+}
+void Mp4Writer::finish() {
+  no_media("mp4 output");
+}
+int64_t Mp4Writer::frames_written() const {
+  return 0;
+}
+int64_t Mp4Writer::samples_written() const {
+  return 0;
+}
+void write_wav(const std::string&, const Tensor&, int) {
+  no_media("wav output");
+}
+std::vector<std::string> write_png_frames(const std::string&, const Tensor&) {
+  no_media("png output");
+}
 
 }  // namespace h3

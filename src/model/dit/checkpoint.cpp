@@ -18,11 +18,16 @@ namespace fs = std::filesystem;
 
 std::string_view layout_name(DitLayout l) {
   switch (l) {
-    case DitLayout::diffusers: return "diffusers";
-    case DitLayout::official: return "official (released)";
-    case DitLayout::comfy: return "comfy";
-    case DitLayout::golden: return "golden (diffusers names, weight. prefix)";
-    case DitLayout::procedural: return "procedural";
+    case DitLayout::diffusers:
+      return "diffusers";
+    case DitLayout::official:
+      return "official (released)";
+    case DitLayout::comfy:
+      return "comfy";
+    case DitLayout::golden:
+      return "golden (diffusers names, weight. prefix)";
+    case DitLayout::procedural:
+      return "procedural";
   }
   return "?";
 }
@@ -37,7 +42,9 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+bool starts_with(const std::string& s, const std::string& p) {
+  return s.rfind(p, 0) == 0;
+}
 
 // Released/ComfyUI name -> diffusers name. Returns "" for names with no diffusers counterpart.
 std::string official_to_diffusers(const std::string& k) {
@@ -152,8 +159,8 @@ DitConfig infer_config(const std::map<std::string, Shape>& shapes, const std::st
     auto it = shapes.find(k);
     if (it == shapes.end()) fail("{}: cannot infer the config: parameter '{}' is missing", where, k);
     if (it->second.size() != ndim)
-      fail("{}: cannot infer the config: '{}' has shape {}, expected {} dimensions", where, k,
-           shape_str(it->second), ndim);
+      fail("{}: cannot infer the config: '{}' has shape {}, expected {} dimensions", where, k, shape_str(it->second),
+           ndim);
     for (auto d : it->second)
       if (d <= 0 || d > (int64_t{1} << 24))
         fail("{}: cannot infer the config: '{}' has shape {}", where, k, shape_str(it->second));
@@ -168,7 +175,8 @@ DitConfig infer_config(const std::map<std::string, Shape>& shapes, const std::st
   c.freq_dim = static_cast<int>(need("time_embedder.linear_1.weight", 2)[1]);
   c.time_embed_dim = static_cast<int>(need("time_embedder.linear_2.weight", 2)[0]);
   c.attention_head_dim = static_cast<int>(need("transformer_blocks.0.attn.norm_q.weight", 1)[0]);
-  c.num_attention_heads = static_cast<int>(need("transformer_blocks.0.attn.to_out.0.weight", 2)[1] / c.attention_head_dim);
+  c.num_attention_heads =
+      static_cast<int>(need("transformer_blocks.0.attn.to_out.0.weight", 2)[1] / c.attention_head_dim);
   c.ffn_dim = static_cast<int>(need("transformer_blocks.0.ff.net.2.weight", 2)[1]);
   int layers = 0, refiners = 0;
   while (shapes.count("transformer_blocks." + std::to_string(layers) + ".norm1.weight")) ++layers;
@@ -179,14 +187,17 @@ DitConfig infer_config(const std::map<std::string, Shape>& shapes, const std::st
     fail("{}: cannot infer the config: attention width is not a multiple of head_dim {}", where, c.attention_head_dim);
   // rope_freq_dim is not visible in shapes: the released 16 when it fits the heads, else the most that fits.
   c.rope_freq_dim = std::min(16, c.attention_head_dim / 6);
-  if (c.rope_freq_dim < 1) fail("{}: cannot infer the config: head_dim {} is too small for RoPE", where, c.attention_head_dim);
+  if (c.rope_freq_dim < 1)
+    fail("{}: cannot infer the config: head_dim {} is too small for RoPE", where, c.attention_head_dim);
   c.validate(where);
   return c;  // rope_freq_dim cannot be seen in shapes: the released value (16) stays
 }
 
 }  // namespace
 
-std::string dit_official_to_diffusers(const std::string& key) { return official_to_diffusers(key); }
+std::string dit_official_to_diffusers(const std::string& key) {
+  return official_to_diffusers(key);
+}
 
 DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOptions& opt) {
   DitCheckpoint ck;
@@ -264,10 +275,14 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
   bool any_diffusers = false, any_official = false, any_golden = false, any_comfy_prefix = false;
   for (const auto& st : ck.files_) {
     for (const auto& k : st->keys()) {
-      if (starts_with(k, "weight.")) any_golden = true;
-      else if (starts_with(k, "model.diffusion_model.")) any_comfy_prefix = true;
-      else if (starts_with(k, "transformer_blocks.") || starts_with(k, "proj_in.")) any_diffusers = true;
-      else if (starts_with(k, "blocks.") || starts_with(k, "video_patch_proj.")) any_official = true;
+      if (starts_with(k, "weight."))
+        any_golden = true;
+      else if (starts_with(k, "model.diffusion_model."))
+        any_comfy_prefix = true;
+      else if (starts_with(k, "transformer_blocks.") || starts_with(k, "proj_in."))
+        any_diffusers = true;
+      else if (starts_with(k, "blocks.") || starts_with(k, "video_patch_proj."))
+        any_official = true;
     }
   }
   // Quantized weights (io/quant.h): per file, stored weight key -> how to dequantize it.
@@ -319,9 +334,10 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
         order = QkvOrder::blocked;
         why = "single file whose only metadata is 'config' (the Comfy-Org repack, blocked)";
       } else {
-        fail("{}: released/ComfyUI key names, but the qkv_proj row order (per-head interleaved or blocked) cannot "
-             "be told from this file; pass --qkv-layout interleaved|blocked",
-             path);
+        fail(
+            "{}: released/ComfyUI key names, but the qkv_proj row order (per-head interleaved or blocked) cannot "
+            "be told from this file; pass --qkv-layout interleaved|blocked",
+            path);
       }
     }
     ck.layout_ = order == QkvOrder::blocked ? DitLayout::comfy : DitLayout::official;
@@ -337,7 +353,7 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
   for (size_t fi = 0; fi < ck.files_.size(); ++fi) {
     const auto& st = *ck.files_[fi];
     for (const auto& k : st.keys()) {
-      if (any_golden && !starts_with(k, "weight.")) continue;  // inputs and outputs of the golden case
+      if (any_golden && !starts_with(k, "weight.")) continue;      // inputs and outputs of the golden case
       if (is_quant_key(k) || k.ends_with("scaled_fp8")) continue;  // scales ride with their weight (quant[fi])
       if (!strip.empty() && !starts_with(k, strip)) {
         unexpected.push_back(k);
@@ -401,8 +417,10 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
   for (const auto& [k, s] : ck.config_.parameters()) {
     expected.insert(k);
     auto it = shapes.find(k);
-    if (it == shapes.end()) missing.push_back(k);
-    else if (it->second != s) misshaped.push_back(fmt::format("{} {} (expected {})", k, shape_str(it->second), shape_str(s)));
+    if (it == shapes.end())
+      missing.push_back(k);
+    else if (it->second != s)
+      misshaped.push_back(fmt::format("{} {} (expected {})", k, shape_str(it->second), shape_str(s)));
   }
   for (const auto& [k, s] : shapes)
     if (!expected.count(k)) unexpected.push_back(k);
@@ -417,9 +435,9 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
   if (!unexpected.empty()) problems += "\n  unexpected: " + list(unexpected);
   if (!misshaped.empty()) problems += "\n  wrong shape: " + list(misshaped);
   if (!problems.empty())
-    fail("{}: does not match the DiT config from {} ({} layers, {} heads x {}, hidden {}):{}", path,
-         ck.config_source_, ck.config_.num_layers, ck.config_.num_attention_heads, ck.config_.attention_head_dim,
-         ck.config_.hidden_size, problems);
+    fail("{}: does not match the DiT config from {} ({} layers, {} heads x {}, hidden {}):{}", path, ck.config_source_,
+         ck.config_.num_layers, ck.config_.num_attention_heads, ck.config_.attention_head_dim, ck.config_.hidden_size,
+         problems);
   return ck;
 }
 
@@ -469,13 +487,12 @@ Tensor DitCheckpoint::get_base(const std::string& key) const {
   if (src.quant.kind == QuantSpec::nvfp4) {
     const Tensor s2 = files_[src.file]->get(src.quant.scale2_key);
     if (s2.numel() != 1)
-      fail("{}: '{}' is {}, expected one f32 value", files_[src.file]->path(), src.quant.scale2_key,
-           s2.describe());
+      fail("{}: '{}' is {}, expected one f32 value", files_[src.file]->path(), src.quant.scale2_key, s2.describe());
     t = dequantize_nvfp4(t, files_[src.file]->get(src.quant.scale_key), static_cast<float>(s2.get(0)),
                          files_[src.file]->path() + ": '" + src.key + "'");
   } else if (src.quant.kind != QuantSpec::none)
-    t = dequantize_weight(t, files_[src.file]->get(src.quant.scale_key), src.quant, files_[src.file]->path() + ": '" +
-                          src.key + "'");
+    t = dequantize_weight(t, files_[src.file]->get(src.quant.scale_key), src.quant,
+                          files_[src.file]->path() + ": '" + src.key + "'");
   if (src.kind == Source::plain) return t;
   const int64_t rows = t.dim(0), cols = t.dim(1);
   const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype());

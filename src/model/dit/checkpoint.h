@@ -53,7 +53,8 @@ class DitCheckpoint {
   // the same values as the rows / columns of get(key)).
   Tensor get_rows(const std::string& key, int64_t begin, int64_t end) const;
   Tensor get_columns(const std::string& key, int64_t begin, int64_t end) const;
-  // Adds a LoRA merged on every later get() (model/dit/lora.cpp). interleaved_override: -1 detect, 0 blocked, 1 interleaved.
+  // Adds a LoRA merged on every later get() (model/dit/lora.cpp). interleaved_override: -1 detect, 0 blocked, 1
+  // interleaved.
   void add_lora(const std::string& path, double strength, int interleaved_override = -1);
   const std::vector<std::shared_ptr<const LoraFile>>& loras() const { return loras_; }
   // FNV-1a over the LoRAs' applied tensors and scales, in order (the value of an empty list when none).
@@ -69,11 +70,11 @@ class DitCheckpoint {
 
  private:
   struct Source {
-    int file = -1;          // index into files_, -1 for procedural
-    std::string key;        // key inside the file
+    int file = -1;    // index into files_, -1 for procedural
+    std::string key;  // key inside the file
     enum Kind { plain, qkv_part, swap_halves } kind = plain;
-    int part = 0;           // 0 q, 1 k, 2 v for qkv_part
-    QuantSpec quant{};      // quantized weights: dequantized (in stored row order) before the split / swap
+    int part = 0;       // 0 q, 1 k, 2 v for qkv_part
+    QuantSpec quant{};  // quantized weights: dequantized (in stored row order) before the split / swap
   };
   std::string path_;
   DitLayout layout_ = DitLayout::diffusers;

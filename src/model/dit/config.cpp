@@ -114,12 +114,17 @@ std::string DitConfig::to_json_text() const {
 
 void DitConfig::validate(const std::string& where) const {
   // Generous bounds (the released model is far inside them) that keep every size in int range.
-  const std::pair<const char*, int> sizes[] = {
-      {"num_attention_heads", num_attention_heads}, {"attention_head_dim", attention_head_dim},
-      {"hidden_size", hidden_size}, {"ffn_dim", ffn_dim}, {"in_channels", in_channels},
-      {"audio_in_channels", audio_in_channels}, {"text_dim", text_dim}, {"freq_dim", freq_dim},
-      {"time_embed_hidden_dim", time_embed_hidden_dim}, {"time_embed_dim", time_embed_dim},
-      {"rope_freq_dim", rope_freq_dim}};
+  const std::pair<const char*, int> sizes[] = {{"num_attention_heads", num_attention_heads},
+                                               {"attention_head_dim", attention_head_dim},
+                                               {"hidden_size", hidden_size},
+                                               {"ffn_dim", ffn_dim},
+                                               {"in_channels", in_channels},
+                                               {"audio_in_channels", audio_in_channels},
+                                               {"text_dim", text_dim},
+                                               {"freq_dim", freq_dim},
+                                               {"time_embed_hidden_dim", time_embed_hidden_dim},
+                                               {"time_embed_dim", time_embed_dim},
+                                               {"rope_freq_dim", rope_freq_dim}};
   for (const auto& [name, v] : sizes)
     if (v < 1 || v > (1 << 16)) fail("{}: config {} = {} is outside [1, 65536]", where, name, v);
   if (num_layers < 0 || num_layers > 1024 || num_refiner_layers < 0 || num_refiner_layers > 64)

@@ -1,7 +1,7 @@
 #include "model/dit/dit.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -16,14 +16,15 @@ namespace h3 {
 
 namespace {
 
-Tensor columns(const Tensor& t, int64_t b, int64_t e) { return ops::columns(t, b, e); }
+Tensor columns(const Tensor& t, int64_t b, int64_t e) {
+  return ops::columns(t, b, e);
+}
 
 void check_input(const Tensor& t, const char* name, std::initializer_list<DType> dtypes, int ndim) {
   bool ok = false;
   for (DType d : dtypes) ok |= t.dtype() == d;
   if (!t.defined() || !ok || t.ndim() != ndim)
-    fail("DiT input '{}': got {}, expected a {}-D tensor of {}", name, t.describe(), ndim,
-         dtype_name(*dtypes.begin()));
+    fail("DiT input '{}': got {}, expected a {}-D tensor of {}", name, t.describe(), ndim, dtype_name(*dtypes.begin()));
 }
 
 void check_index(const std::vector<int64_t>& v, const char* name, int64_t limit) {
@@ -53,12 +54,15 @@ void DitInputs::validate(const DitConfig& c) const {
   check_input(text, "text (encoder_hidden_states)", {DType::f32, DType::f64}, 2);
   check_input(timestep, "timestep", {DType::f32, DType::f64}, 1);
   check_input(position_ids, "position_ids", {DType::f64, DType::f32}, 2);
-  for (auto [t, n] : {std::pair{&timestep_indices, "timestep_indices"}, {&token_tags, "token_tags"},
-                      {&video_indices, "video_indices"}, {&audio_indices, "audio_indices"},
+  for (auto [t, n] : {std::pair{&timestep_indices, "timestep_indices"},
+                      {&token_tags, "token_tags"},
+                      {&video_indices, "video_indices"},
+                      {&audio_indices, "audio_indices"},
                       {&text_indices, "text_indices"}})
     check_input(*t, n, {DType::i64, DType::i32}, 1);
   const int64_t S = position_ids.dim(0);
-  if (position_ids.dim(1) != 3) fail("DiT input 'position_ids': shape {} must be [S, 3]", shape_str(position_ids.shape()));
+  if (position_ids.dim(1) != 3)
+    fail("DiT input 'position_ids': shape {} must be [S, 3]", shape_str(position_ids.shape()));
   if (video.dim(1) != c.video_patch_dim())
     fail("DiT input 'video': rows of width {} but the model takes {}", video.dim(1), c.video_patch_dim());
   if (audio.dim(1) != c.audio_in_channels)
@@ -76,7 +80,8 @@ void DitInputs::validate(const DitConfig& c) const {
   check_index(index_values(timestep_indices), "timestep_indices", timestep.numel());
   check_index(index_values(token_tags), "token_tags", 3);
   std::vector<uint8_t> used(static_cast<size_t>(S), 0);
-  for (auto [t, name] : {std::pair{&video_indices, "video_indices"}, {&audio_indices, "audio_indices"},
+  for (auto [t, name] : {std::pair{&video_indices, "video_indices"},
+                         {&audio_indices, "audio_indices"},
                          {&text_indices, "text_indices"}}) {
     const std::vector<int64_t> v = index_values(*t);
     check_index(v, name, S);
@@ -137,14 +142,21 @@ void rope_tables(const Tensor& position_ids, const DitConfig& c, DType dt, Tenso
         }
       }
   };
-  if (dt == DType::f64) fill(double{}); else fill(float{});
+  if (dt == DType::f64)
+    fill(double{});
+  else
+    fill(float{});
 }
 
 namespace {
 // Rows [begin, end) as their own tensor.
 // Slices copy; the whole range is the tensor itself (a mapped file stays shared).
-Tensor row_slice(const Tensor& t, Range r) { return r.size() == t.dim(0) ? t : t.rows(r.begin, r.end).clone(); }
-Tensor column_slice(const Tensor& t, Range r) { return r.size() == t.dim(1) ? t : columns(t, r.begin, r.end); }
+Tensor row_slice(const Tensor& t, Range r) {
+  return r.size() == t.dim(0) ? t : t.rows(r.begin, r.end).clone();
+}
+Tensor column_slice(const Tensor& t, Range r) {
+  return r.size() == t.dim(1) ? t : columns(t, r.begin, r.end);
+}
 Tensor concat_rows(const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(a.dtype(), {a.dim(0) + b.dim(0), a.dim(1)}, a.device());
   if (a.on_device()) {
@@ -173,9 +185,10 @@ void check_lora_agreement(const DitCheckpoint& ck, const DistPlan& plan) {
   if (!differ.empty()) {
     std::string files;
     for (const auto& l : ck.loras()) files += fmt::format(" {}:{}", l->path, l->strength);
-    fail("LoRA: ranks disagree with rank 0 (digest {:016x}): {} -- every rank must load the same --lora files and "
-         "strengths in the same order (this is rank {}, LoRAs:{})",
-         all[0], differ, comm.rank(), files.empty() ? " none" : files);
+    fail(
+        "LoRA: ranks disagree with rank 0 (digest {:016x}): {} -- every rank must load the same --lora files and "
+        "strengths in the same order (this is rank {}, LoRAs:{})",
+        all[0], differ, comm.rank(), files.empty() ? " none" : files);
   }
 }
 
@@ -195,27 +208,29 @@ DitShard DitShard::of(const DitConfig& c, DistMode mode, int K, int U, int t, in
   (s.heads_out.size() == heads ? rep : shard) += out;
   (s.ffn.size() == F ? rep : shard) += ffn;
   (s.ada_rows.size() == 18 * H ? rep : shard) += ada;
-  s.replicated_params = c.parameter_count() - static_cast<int64_t>(c.num_layers) *
-                                                  (3 * I * H + H * I + 3 * F * H + 18 * H * (c.time_embed_dim + 1) +
-                                                   norms) +
-                        static_cast<int64_t>(c.num_layers) * rep;
+  s.replicated_params =
+      c.parameter_count() -
+      static_cast<int64_t>(c.num_layers) * (3 * I * H + H * I + 3 * F * H + 18 * H * (c.time_embed_dim + 1) + norms) +
+      static_cast<int64_t>(c.num_layers) * rep;
   s.sharded_params = static_cast<int64_t>(c.num_layers) * shard;
   // Largest activations of one block: the rows attention projects times the q/k/v width, the MLP intermediate.
   const int64_t own = part_of(S, world, t + u * K).size();
   int64_t group = 0;
   for (int j = 0; j < K; ++j) group += part_of(S, world, u * K + j).size();
   const int64_t proj_rows = mode == DistMode::ulysses_ag ? S : group;
-  s.largest_activation_elems = std::max({proj_rows * H, proj_rows * s.heads_qkv.size() * D,
-                                         S * (mode == DistMode::ulysses_ag ? s.heads_qkv.size()
-                                                                           : part_of(s.heads_out.size(), U, u).size()) *
-                                             D,
-                                         (K > 1 ? group : own) * 2 * s.ffn.size()});
+  s.largest_activation_elems =
+      std::max({proj_rows * H, proj_rows * s.heads_qkv.size() * D,
+                S * (mode == DistMode::ulysses_ag ? s.heads_qkv.size() : part_of(s.heads_out.size(), U, u).size()) * D,
+                (K > 1 ? group : own) * 2 * s.ffn.size()});
   return s;
 }
 
 DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device)
-    : config_(ck.config()), precision_(precision), ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
-      dev_(device), plan_(plan) {
+    : config_(ck.config()),
+      precision_(precision),
+      ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
+      dev_(device),
+      plan_(plan) {
   const bool gpu = dev_ != Device::cpu;
   if (gpu && precision_ != Precision::bf16 && precision_ != Precision::fp8)
     fail("DiT on the GPU: precision {} is not supported (use bf16 or fp8; f32 and f64 run on the CPU)",
@@ -224,7 +239,8 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     fail("DiT precision fp8 runs on the GPU only (--device cuda); the CPU runs f64, f32 or bf16");
   const int heads = config_.num_attention_heads;
   const int64_t D = config_.attention_head_dim, H = config_.hidden_size, F = config_.ffn_dim;
-  const DitShard shard = DitShard::of(config_, plan_.mode, plan_.K, plan_.U, plan_.t, plan_.u, plan_.world, plan_.world);
+  const DitShard shard =
+      DitShard::of(config_, plan_.mode, plan_.K, plan_.U, plan_.t, plan_.u, plan_.world, plan_.world);
   heads_out_ = shard.heads_out;
   heads_qkv_ = shard.heads_qkv;
   ffn_ = shard.ffn;
@@ -260,7 +276,8 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       // slice (ulysses-ag, tensor) then gets the same scales, hence the same bits, as the whole weight.
       if (kind == gemm_weight && precision_ == Precision::fp8)
         t = gpu_deterministic() ? ops::quantize_fp8_rows(t) : ops::quantize_fp8(t);
-      else if (kind != f32_layer) t = t.to(DType::bf16);
+      else if (kind != f32_layer)
+        t = t.to(DType::bf16);
     }
     (sharded ? sharded_bytes_ : replicated_bytes_) += t.nbytes();
     return t;
@@ -326,9 +343,9 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     b.ff_out = keep(load_cols(p + "ff.net.2.weight", ffn_), sliced_ffn, gemm_weight);
     const bool sliced_ada = ada_rows_.size() != 18 * H;
     b.adaln_w = keep(load_rows(p + "adaln_proj.linear.weight", ada_rows_), sliced_ada);
-    b.adaln_b = keep(row_slice(load(p + "adaln_proj.linear.bias", true).reshape({18 * H, 1}), ada_rows_)
-                         .reshape({ada_rows_.size()}),
-                     sliced_ada);
+    b.adaln_b = keep(
+        row_slice(load(p + "adaln_proj.linear.bias", true).reshape({18 * H, 1}), ada_rows_).reshape({ada_rows_.size()}),
+        sliced_ada);
     return b;
   };
   for (int r = 0; r < config_.num_refiner_layers; ++r)
@@ -344,8 +361,8 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   audio_out_w_ = rep("audio_proj_out.weight", false);
   audio_out_b_ = rep("audio_proj_out.bias", false);
   H3_ASSERT(rep_params == shard.replicated_params && shard_params == shard.sharded_params,
-            "weights held ({} replicated + {} sharded parameters) differ from the plan's account ({} + {})",
-            rep_params, shard_params, shard.replicated_params, shard.sharded_params);
+            "weights held ({} replicated + {} sharded parameters) differ from the plan's account ({} + {})", rep_params,
+            shard_params, shard.replicated_params, shard.sharded_params);
 }
 
 // CPU: rounds the values through bf16 (the emulated recipe). GPU: bf16 layers hold bf16 tensors, so this converts
@@ -353,7 +370,7 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
 Tensor DitModel::round_if_bf16(Tensor t) const {
   if (t.on_device())  // fp8 tensors carry their scale and stay as they are
     return t.dtype() == DType::bf16 || t.dtype() == DType::fp8_e4m3 || precision_ == Precision::f32 ? t
-                                                                                                   : t.to(DType::bf16);
+                                                                                                    : t.to(DType::bf16);
   if (precision_ == Precision::bf16) ops::round_bf16_(t);
   return t;
 }

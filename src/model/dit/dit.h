@@ -100,7 +100,7 @@ class DitModel {
   DistPlan plan_;
   Range heads_qkv_, heads_out_, ffn_, ada_rows_;
   size_t replicated_bytes_ = 0, sharded_bytes_ = 0;
-  mutable uint64_t op_id_ = 0;  // forwards run so far; agreed between ranks
+  mutable uint64_t op_id_ = 0;     // forwards run so far; agreed between ranks
   mutable uint64_t rope_key_ = 0;  // hash of the positions the cached RoPE tables belong to
   mutable Tensor rope_cos_, rope_sin_;
   struct CachedIndex {

@@ -7,10 +7,15 @@
 
 namespace h3 {
 
-HeadExchange::HeadExchange(Comm& comm, std::vector<Range> row_blocks, std::vector<Range> head_parts,
-                           int64_t head_begin, int64_t head_dim, int chunks, std::string what)
-    : comm_(comm), rows_(std::move(row_blocks)), heads_(std::move(head_parts)), h0_(head_begin), d_(head_dim),
-      chunks_(std::max(1, chunks)), what_(std::move(what)) {
+HeadExchange::HeadExchange(Comm& comm, std::vector<Range> row_blocks, std::vector<Range> head_parts, int64_t head_begin,
+                           int64_t head_dim, int chunks, std::string what)
+    : comm_(comm),
+      rows_(std::move(row_blocks)),
+      heads_(std::move(head_parts)),
+      h0_(head_begin),
+      d_(head_dim),
+      chunks_(std::max(1, chunks)),
+      what_(std::move(what)) {
   H3_ASSERT(static_cast<int>(rows_.size()) == comm_.size() && static_cast<int>(heads_.size()) == comm_.size(),
             "{}: {} row blocks / {} head parts for {} ranks", what_, rows_.size(), heads_.size(), comm_.size());
 }
@@ -21,7 +26,9 @@ Range chunk_heads(const Range& p, int chunks, int c) {
   Range r = part_of(p.size(), chunks, c);
   return {p.begin + r.begin, p.begin + r.end};
 }
-int64_t total_rows(const std::vector<Range>& rows) { return rows.back().end - rows.front().begin; }
+int64_t total_rows(const std::vector<Range>& rows) {
+  return rows.back().end - rows.front().begin;
+}
 
 // `rows` rows of `width` bytes from a pitched source to a pitched destination, in host or device memory.
 void copy_rows(std::byte* dst, size_t dst_pitch, const std::byte* src, size_t src_pitch, size_t width, int64_t rows,
@@ -34,8 +41,12 @@ void copy_rows(std::byte* dst, size_t dst_pitch, const std::byte* src, size_t sr
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, width);
 }
 
-Tensor byte_buffer(int64_t bytes, Device dev) { return Tensor(DType::u8, {std::max<int64_t>(bytes, 1)}, dev); }
-std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.raw()); }
+Tensor byte_buffer(int64_t bytes, Device dev) {
+  return Tensor(DType::u8, {std::max<int64_t>(bytes, 1)}, dev);
+}
+std::byte* bytes_of(const Tensor& t) {
+  return static_cast<std::byte*>(t.raw());
+}
 }  // namespace
 
 void HeadExchange::start_seq_to_head(const Tensor& x) {

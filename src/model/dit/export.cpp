@@ -32,14 +32,12 @@ std::vector<std::string> official_names(const DitConfig& c) {
       n.push_back(p + "adaln_proj.linear.bias");
     }
   };
-  for (int r = 0; r < c.num_refiner_layers; ++r)
-    block("token_refiner.blocks." + std::to_string(r) + ".", false);
+  for (int r = 0; r < c.num_refiner_layers; ++r) block("token_refiner.blocks." + std::to_string(r) + ".", false);
   n.push_back("token_refiner.final_norm.weight");
   for (int b = 0; b < c.num_layers; ++b) block("blocks." + std::to_string(b) + ".", true);
-  for (const char* s :
-       {"final_layer.norm.weight", "final_layer.adaln_proj.linear.weight",
-        "final_layer.adaln_proj.linear.bias", "final_layer.video_out.weight", "final_layer.video_out.bias",
-        "final_layer.audio_out.weight", "final_layer.audio_out.bias"})
+  for (const char* s : {"final_layer.norm.weight", "final_layer.adaln_proj.linear.weight",
+                        "final_layer.adaln_proj.linear.bias", "final_layer.video_out.weight",
+                        "final_layer.video_out.bias", "final_layer.audio_out.weight", "final_layer.audio_out.bias"})
     n.push_back(s);
   return n;
 }
@@ -59,8 +57,7 @@ bool has_input_scale(const std::string& name) {
 }  // namespace
 
 void export_dit(const DitCheckpoint& ck, DType dt, ExportLayout layout, QuantFormat quant,
-                std::vector<std::pair<std::string, Tensor>>& tensors,
-                std::map<std::string, std::string>& metadata) {
+                std::vector<std::pair<std::string, Tensor>>& tensors, std::map<std::string, std::string>& metadata) {
   const DitConfig& c = ck.config();
   auto emit = [&](const std::string& name, Tensor t, const std::string& prefix) {
     if (t.dtype() != DType::f32) t = t.to(DType::f32);
@@ -98,8 +95,7 @@ void export_dit(const DitCheckpoint& ck, DType dt, ExportLayout layout, QuantFor
         if (!interleaved)
           std::memcpy(o + part * inner * rb, in, inner * rb);
         else
-          for (int64_t h = 0; h < inner / D; ++h)
-            std::memcpy(o + (h * 3 * D + part * D) * rb, in + h * D * rb, D * rb);
+          for (int64_t h = 0; h < inner / D; ++h) std::memcpy(o + (h * 3 * D + part * D) * rb, in + h * D * rb, D * rb);
       }
       emit(name, fused, prefix);
       covered += 3;
@@ -115,8 +111,7 @@ void export_dit(const DitCheckpoint& ck, DType dt, ExportLayout layout, QuantFor
       covered += 1;
     }
   }
-  H3_ASSERT(covered == c.parameters().size(), "export: {} of {} parameters written", covered,
-            c.parameters().size());
+  H3_ASSERT(covered == c.parameters().size(), "export: {} of {} parameters written", covered, c.parameters().size());
 }
 
 }  // namespace h3

@@ -18,7 +18,6 @@ ExportLayout export_layout_from_name(const std::string& s);
 // interleaved qkv_proj, fc1 = [gate; value]; comfy: the same, qkv blocked, "model.diffusion_model." prefix),
 // float parameters in `dt`, the blocks' GEMM weights quantized as `quant`. LoRAs of `ck` are baked in.
 void export_dit(const DitCheckpoint& ck, DType dt, ExportLayout layout, QuantFormat quant,
-                std::vector<std::pair<std::string, Tensor>>& tensors,
-                std::map<std::string, std::string>& metadata);
+                std::vector<std::pair<std::string, Tensor>>& tensors, std::map<std::string, std::string>& metadata);
 
 }  // namespace h3

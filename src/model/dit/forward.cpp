@@ -5,15 +5,15 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "backend/backend.h"
 #include "core/log.h"
-#include "dist/control.h"
 #include "core/profile.h"
+#include "dist/control.h"
 #include "model/dit/dit.h"
 #include "model/dit/exchange.h"
 #include "ops/ops.h"
@@ -43,8 +43,10 @@ struct FaultInjection {
     FaultInjection f;
     if (const char* e = std::getenv("H3_DEBUG_FAULT")) {
       char what[16] = {0};
-      if (std::sscanf(e, "%d:%d:%15s", &f.rank, &f.block, what) == 3) f.kill = std::string(what) == "kill";
-      else f.rank = -1;
+      if (std::sscanf(e, "%d:%d:%15s", &f.rank, &f.block, what) == 3)
+        f.kill = std::string(what) == "kill";
+      else
+        f.rank = -1;
     }
     return f;
   }
@@ -56,7 +58,9 @@ struct FaultInjection {
   }
 };
 
-Tensor index_i32(const std::vector<int32_t>& v) { return Tensor::from(v, {static_cast<int64_t>(v.size())}); }
+Tensor index_i32(const std::vector<int32_t>& v) {
+  return Tensor::from(v, {static_cast<int64_t>(v.size())});
+}
 
 // FNV-1a over 8-byte words (the tail bytewise): keys for the caches of per-layout tables.
 uint64_t content_hash(const void* p, size_t bytes) {
@@ -74,9 +78,15 @@ uint64_t content_hash(const void* p, size_t bytes) {
 
 // The MPI communicator moves host memory: device tensors travel through a host copy and come back to the device
 // they started on. A device communicator (NCCL) takes them where they are.
-Tensor host_side(const Tensor& t) { return t.on_device() ? t.cpu() : t; }
-Tensor for_comm(const Comm& c, const Tensor& t) { return c.device_memory() ? t : host_side(t); }
-Tensor back_to(const Tensor& t, Device d) { return t.device() == d ? t : t.to_device(d); }
+Tensor host_side(const Tensor& t) {
+  return t.on_device() ? t.cpu() : t;
+}
+Tensor for_comm(const Comm& c, const Tensor& t) {
+  return c.device_memory() ? t : host_side(t);
+}
+Tensor back_to(const Tensor& t, Device d) {
+  return t.device() == d ? t : t.to_device(d);
+}
 
 // Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order.
 Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>& blocks, const std::string& what) {
@@ -115,8 +125,7 @@ bool fp8_swiglu_rows() {
   static const bool rows = [] {
     const char* e = std::getenv("H3_FP8_SWIGLU");
     const std::string v = e ? e : "";
-    if (!v.empty() && v != "rows" && v != "tensor")
-      fail("H3_FP8_SWIGLU={}: expected rows (the default) or tensor", v);
+    if (!v.empty() && v != "rows" && v != "tensor") fail("H3_FP8_SWIGLU={}: expected rows (the default) or tensor", v);
     return v != "tensor";
   }();
   return rows;
@@ -143,7 +152,7 @@ Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
     // always in deterministic mode), or per tensor with H3_FP8_SWIGLU=tensor (the amax out of the SwiGLU pass).
     profile::Region r("mlp swiglu");
     const bool fp8 = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device();
-    g = !fp8                                       ? ops::swiglu(u, bf16_steps())
+    g = !fp8                                             ? ops::swiglu(u, bf16_steps())
         : gpu_fp8_row_activations() || fp8_swiglu_rows() ? ops::swiglu_fp8_rows(u, bf16_steps())
                                                          : ops::swiglu_fp8(u, bf16_steps());
   }
@@ -386,7 +395,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   {
     profile::Region r("embed video, audio, time");
     for (auto [rows, idx, w, b] : {std::tuple{&in.video, &in.video_indices, &proj_in_w, &proj_in_b},
-                                    std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
+                                   std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
       auto [src, dst] = scatter_own(*idx);
       Tensor mine = upload(all_rows(src, rows->dim(0)) ? *rows : ops::gather_rows(*rows, index_i32(src)));
       ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), device_index(dst));
@@ -435,14 +444,13 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     ops::ResidualNorm r;
     {
       profile::Region pr("residual+norm+modulate");
-      r = ops::residual_norm_modulate(x, pending_gate, st.ada_idx, pending_y, b.norm1, config_.norm_eps, p[0], p[1],
-                                      bf, fp8_attn_in);
+      r = ops::residual_norm_modulate(x, pending_gate, st.ada_idx, pending_y, b.norm1, config_.norm_eps, p[0], p[1], bf,
+                                      fp8_attn_in);
     }
     Tensor y = attention_block(b, r.h, st);
     {
       profile::Region pr("residual+norm+modulate");
-      r = ops::residual_norm_modulate(r.x, p[2], st.ada_idx, y, b.norm2, config_.norm_eps, p[3], p[4], bf,
-                                      fp8_mlp_in);
+      r = ops::residual_norm_modulate(r.x, p[2], st.ada_idx, y, b.norm2, config_.norm_eps, p[3], p[4], bf, fp8_mlp_in);
     }
     x = r.x;
     pending_y = mlp_block(b, r.h, st);
@@ -468,7 +476,8 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
                                     ops::columns(fin3, 0, H), ops::columns(fin3, H, 2 * H), bf)
             .h;
   }
-  if (keep) out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
+  if (keep)
+    out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
   profile::Region heads_region("output heads");
   auto head = [&](const Tensor& idx, const Tensor& w, const Tensor& bias) {
     // Output rows in index order; rank j computes those whose packed row it owns.
@@ -476,18 +485,18 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     const std::vector<int64_t> rows = index_values(idx);
     for (int64_t i = 0; i < idx.numel(); ++i) {
       const int64_t row = rows[i];
-      const int owner = static_cast<int>(std::upper_bound(st.rows.begin(), st.rows.end(), row,
-                                                          [](int64_t v, const Range& r) { return v < r.end; }) -
-                                         st.rows.begin());
+      const int owner = static_cast<int>(
+          std::upper_bound(st.rows.begin(), st.rows.end(), row, [](int64_t v, const Range& r) { return v < r.end; }) -
+          st.rows.begin());
       per_rank[owner].push_back(static_cast<int32_t>(i));
     }
     std::vector<int32_t> local;
     for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
     // The packed layout keeps each modality's rows together: then this rank's rows are one run of h, read in place.
-    const bool run = std::adjacent_find(local.begin(), local.end(), [](int32_t a, int32_t b) { return b != a + 1; }) ==
-                     local.end();
-    const Tensor hin = !local.empty() && run ? h.rows(local.front(), local.back() + 1)
-                                             : ops::gather_rows(h, device_index(local));
+    const bool run =
+        std::adjacent_find(local.begin(), local.end(), [](int32_t a, int32_t b) { return b != a + 1; }) == local.end();
+    const Tensor hin =
+        !local.empty() && run ? h.rows(local.front(), local.back() + 1) : ops::gather_rows(h, device_index(local));
     Tensor mine = to_host(ops::linear(hin, w, &bias));
     const int64_t width = w.dim(0);
     std::vector<int64_t> counts;

@@ -39,8 +39,8 @@ struct FrameGrid {
 
 FrameGrid frame_grid(int64_t latent_h, int64_t latent_w, const char* what) {
   H3_CHECK(latent_h >= kPatch && latent_w >= kPatch && latent_h % kPatch == 0 && latent_w % kPatch == 0,
-           "{}: latent grid {}x{} is not allowed; both sides must be positive and even (patch 2)", what,
-           latent_h, latent_w);
+           "{}: latent grid {}x{} is not allowed; both sides must be positive and even (patch 2)", what, latent_h,
+           latent_w);
   const double sqrt_area = std::sqrt(static_cast<double>(latent_h * latent_w));
   return {spatial_axis(latent_h, sqrt_area), spatial_axis(latent_w, sqrt_area)};
 }
@@ -100,8 +100,7 @@ class LayoutWriter {
     for (size_t i = 0; i < tags.size(); ++i) {
       H3_CHECK(tags[i] == kTagText || tags[i] == kTagVideo,
                "text row {} has tag {}; text rows must be tagged 1 (text) or 0 (vision block)", i, tags[i]);
-      row(static_cast<double>(i), 0.0, 0.0, tags[i],
-          tags[i] == kTagText ? RowKind::text : RowKind::text_vision);
+      row(static_cast<double>(i), 0.0, 0.0, tags[i], tags[i] == kTagText ? RowKind::text : RowKind::text_vision);
       out_.text_indices.push_back(static_cast<int64_t>(i));
     }
   }
@@ -142,8 +141,7 @@ class LayoutWriter {
 
 void check_target(const TargetGrid& t) {
   H3_CHECK(t.latent_frames >= 1, "target has {} latent frames; at least 1 is needed", t.latent_frames);
-  H3_CHECK(t.audio_latents >= 1, "target has {} audio latents per channel; at least 1 is needed",
-           t.audio_latents);
+  H3_CHECK(t.audio_latents >= 1, "target has {} audio latents per channel; at least 1 is needed", t.audio_latents);
 }
 
 }  // namespace
@@ -157,8 +155,8 @@ std::vector<int64_t> text_tags_with_vision(int64_t num_text,
   H3_CHECK(num_text >= 0, "text length must not be negative, got {}", num_text);
   std::vector<int64_t> tags(static_cast<size_t>(num_text), kTagText);
   for (auto [begin, end] : vision_ranges) {
-    H3_CHECK(0 <= begin && begin < end && end <= num_text,
-             "vision rows [{}, {}) do not lie inside the {} text rows", begin, end, num_text);
+    H3_CHECK(0 <= begin && begin < end && end <= num_text, "vision rows [{}, {}) do not lie inside the {} text rows",
+             begin, end, num_text);
     std::fill(tags.begin() + begin, tags.begin() + end, kTagVideo);
   }
   return tags;
@@ -177,8 +175,7 @@ PackedLayout build_fl2va_layout(const std::vector<int64_t>& text_tags, const Tar
   const double origin = static_cast<double>(L);
   for (KeyframeAnchor k : keyframes) {
     double anchor = origin;
-    if (k == KeyframeAnchor::last)
-      anchor = origin + pairwise_clock_span(target.latent_frames) - kFrameRescale;
+    if (k == KeyframeAnchor::last) anchor = origin + pairwise_clock_span(target.latent_frames) - kFrameRescale;
     w.frame(anchor, grid, RowKind::cond_video);
   }
   out.num_condition_video_rows = K * grid.rows();
@@ -202,8 +199,8 @@ PackedLayout build_ref2va_layout(const std::vector<int64_t>& text_tags, const Ta
     const Reference& r = references[i];
     switch (r.kind) {
       case Reference::Kind::image: {
-        H3_CHECK(r.latent_frames == 1,
-                 "reference {} is an image with {} latent frames; images have exactly 1", i, r.latent_frames);
+        H3_CHECK(r.latent_frames == 1, "reference {} is an image with {} latent frames; images have exactly 1", i,
+                 r.latent_frames);
         w.frame(clock, frame_grid(r.latent_h, r.latent_w, "image reference"), RowKind::cond_video);
         clock += 1.0;  // an image takes one integer rotary slot, not a latent frame's 5/3
         break;
@@ -217,8 +214,8 @@ PackedLayout build_ref2va_layout(const std::vector<int64_t>& text_tags, const Ta
       }
       case Reference::Kind::video: {
         H3_CHECK(r.latent_frames >= 1 && r.audio_latents >= 0,
-                 "reference {} is a video with {} latent frames and {} soundtrack latents; needs >= 1 frame",
-                 i, r.latent_frames, r.audio_latents);
+                 "reference {} is a video with {} latent frames and {} soundtrack latents; needs >= 1 frame", i,
+                 r.latent_frames, r.audio_latents);
         const FrameGrid g = frame_grid(r.latent_h, r.latent_w, "video reference");
         if (r.audio_latents > 0) w.audio(r.audio_latents, clock, g.w, RowKind::ref_audio);
         w.video(r.latent_frames, clock, g, RowKind::cond_video);
@@ -251,12 +248,11 @@ RowTimesteps plan_row_timesteps(const PackedLayout& layout, float t_video, float
     }
   };
   RowTimesteps out;
-  for (RowKind k : {RowKind::text, RowKind::text_vision, RowKind::cond_video, RowKind::ref_audio,
-                    RowKind::target_audio, RowKind::target_video}) {
+  for (RowKind k : {RowKind::text, RowKind::text_vision, RowKind::cond_video, RowKind::ref_audio, RowKind::target_audio,
+                    RowKind::target_video}) {
     if (std::find(layout.row_kind.begin(), layout.row_kind.end(), k) == layout.row_kind.end()) continue;
     float v = value_of(k);
-    if (std::find(out.timestep.begin(), out.timestep.end(), v) == out.timestep.end())
-      out.timestep.push_back(v);
+    if (std::find(out.timestep.begin(), out.timestep.end(), v) == out.timestep.end()) out.timestep.push_back(v);
   }
   std::sort(out.timestep.begin(), out.timestep.end());
   int64_t index_of[6];
@@ -279,8 +275,7 @@ namespace {
 // Copies element by element in the dtype's byte size, so every dtype goes through the same index map.
 void copy_elem(const Tensor& src, int64_t si, Tensor& dst, int64_t di) {
   const size_t n = dtype_size(src.dtype());
-  std::memcpy(static_cast<std::byte*>(dst.raw()) + di * n, static_cast<const std::byte*>(src.raw()) + si * n,
-              n);
+  std::memcpy(static_cast<std::byte*>(dst.raw()) + di * n, static_cast<const std::byte*>(src.raw()) + si * n, n);
 }
 
 void check_host(const Tensor& t, const char* what) {
@@ -298,8 +293,7 @@ Tensor patchify_video(const Tensor& latents) {
   }
   H3_CHECK(s.size() == 4, "patchify_video: expected [C, T, H, W] latents, got {}", latents.describe());
   const int64_t C = s[0], T = s[1], H = s[2], W = s[3];
-  H3_CHECK(H % kPatch == 0 && W % kPatch == 0, "patchify_video: latent size {}x{} must be even on both sides",
-           H, W);
+  H3_CHECK(H % kPatch == 0 && W % kPatch == 0, "patchify_video: latent size {}x{} must be even on both sides", H, W);
   const int64_t hp = H / kPatch, wp = W / kPatch;
   Tensor rows(latents.dtype(), {T * hp * wp, C * kPatch * kPatch});
   for (int64_t f = 0; f < T; ++f)
@@ -318,12 +312,12 @@ Tensor patchify_video(const Tensor& latents) {
 
 Tensor unpatchify_video(const Tensor& rows, int64_t channels, int64_t frames, int64_t height, int64_t width) {
   check_host(rows, "unpatchify_video");
-  H3_CHECK(height % kPatch == 0 && width % kPatch == 0, "unpatchify_video: latent size {}x{} must be even",
-           height, width);
+  H3_CHECK(height % kPatch == 0 && width % kPatch == 0, "unpatchify_video: latent size {}x{} must be even", height,
+           width);
   const int64_t hp = height / kPatch, wp = width / kPatch;
   H3_CHECK(rows.ndim() == 2 && rows.dim(0) == frames * hp * wp && rows.dim(1) == channels * 4,
-           "unpatchify_video: rows {} do not match [C={}, T={}, H={}, W={}] (want [{}, {}])", rows.describe(),
-           channels, frames, height, width, frames * hp * wp, channels * 4);
+           "unpatchify_video: rows {} do not match [C={}, T={}, H={}, W={}] (want [{}, {}])", rows.describe(), channels,
+           frames, height, width, frames * hp * wp, channels * 4);
   Tensor out(rows.dtype(), {channels, frames, height, width});
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t f = 0; f < frames; ++f)

@@ -9,8 +9,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/parallel.h"
-#include "model/dit/checkpoint.h"
 #include "io/safetensors.h"
+#include "model/dit/checkpoint.h"
 
 namespace h3 {
 
@@ -71,8 +71,7 @@ std::map<std::string, Resolved> module_table(const DitConfig& c) {
     if (adaln) official.push_back(p + "adaln_proj.linear");
   };
   for (int n = 0; n < c.num_layers; ++n) block("blocks." + std::to_string(n) + ".", true);
-  for (int r = 0; r < c.num_refiner_layers; ++r)
-    block("token_refiner.blocks." + std::to_string(r) + ".", false);
+  for (int r = 0; r < c.num_refiner_layers; ++r) block("token_refiner.blocks." + std::to_string(r) + ".", false);
   for (const auto& o : official) {
     std::string d = dit_official_to_diffusers(o + ".weight");
     H3_ASSERT(!d.empty(), "no diffusers name for '{}'", o);
@@ -116,8 +115,7 @@ std::pair<std::string, double> parse_lora_spec(const std::string& spec) {
   return {spec, 1.0};
 }
 
-LoraFile LoraFile::open(const std::string& path, double strength, const DitConfig& config,
-                        int interleaved_override) {
+LoraFile LoraFile::open(const std::string& path, double strength, const DitConfig& config, int interleaved_override) {
   SafeTensors st = SafeTensors::open(path);
   LoraFile lf;
   lf.path = path;
@@ -128,17 +126,14 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
   for (const auto& k : st.keys()) {
     if (k.find(".lora_down.") != std::string::npos || k.find(".lora_up.") != std::string::npos)
       kohya = true;
-    else if (k.find(".lora_A.default.") != std::string::npos ||
-             k.find(".lora_B.default.") != std::string::npos)
+    else if (k.find(".lora_A.default.") != std::string::npos || k.find(".lora_B.default.") != std::string::npos)
       peft_default = true;
     else if (k.find(".lora_A.") != std::string::npos || k.find(".lora_B.") != std::string::npos)
       plain_ab = true;
     if (starts_with(k, "diffusion_model.")) ai_prefix = true;
   }
   if (int(kohya) + int(plain_ab || peft_default) == 0)
-    fail(
-        "{}: no LoRA keys (expected '<module>.lora_A.weight'/'lora_B.weight' or kohya 'lora_down'/'lora_up')",
-        path);
+    fail("{}: no LoRA keys (expected '<module>.lora_A.weight'/'lora_B.weight' or kohya 'lora_down'/'lora_up')", path);
   if (kohya && (plain_ab || peft_default))
     fail("{}: mixes kohya (lora_down/lora_up) and PEFT (lora_A/lora_B) keys; give one LoRA per file", path);
   lf.layout = kohya          ? LoraLayout::kohya
@@ -207,8 +202,7 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
   fnv.f64(strength);
   for (const auto& [m, p] : modules) {
     if (p.down_key.empty() || p.up_key.empty())
-      fail("{}: module '{}' lacks its {} tensor", path, m,
-           p.down_key.empty() ? "lora_A/lora_down" : "lora_B/lora_up");
+      fail("{}: module '{}' lacks its {} tensor", path, m, p.down_key.empty() ? "lora_A/lora_down" : "lora_B/lora_up");
     // The module's name in the DiT.
     std::string name = m;
     if (kohya) {
@@ -218,8 +212,7 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
       if (it == kohya_names.end()) fail("{}: key '{}' names no module of this DiT", path, p.down_key);
       name = it->second;
     } else {
-      for (const char* pre :
-           {"model.diffusion_model.", "diffusion_model.", "base_model.model.", "transformer."})
+      for (const char* pre : {"model.diffusion_model.", "diffusion_model.", "base_model.model.", "transformer."})
         if (starts_with(name, pre)) {
           name = name.substr(std::strlen(pre));
           break;
@@ -227,27 +220,24 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
     }
     auto it = table.find(name);
     if (it == table.end())
-      fail(
-          "{}: key '{}' targets '{}', which is not a linear layer of this DiT ({} layers, {} refiner layers)",
-          path, p.down_key, name, config.num_layers, config.num_refiner_layers);
+      fail("{}: key '{}' targets '{}', which is not a linear layer of this DiT ({} layers, {} refiner layers)", path,
+           p.down_key, name, config.num_layers, config.num_refiner_layers);
     const Resolved& res = it->second;
     Tensor A = st.get(p.down_key), B = st.get(p.up_key);
     if (A.ndim() != 2 || B.ndim() != 2 || A.dim(0) != B.dim(1) || A.dim(0) <= 0)
-      fail("{}: key '{}' {} and '{}' {}: expected lora_A [rank, in] and lora_B [out, rank] with one rank",
-           path, p.down_key, shape_str(A.shape()), p.up_key, shape_str(B.shape()));
+      fail("{}: key '{}' {} and '{}' {}: expected lora_A [rank, in] and lora_B [out, rank] with one rank", path,
+           p.down_key, shape_str(A.shape()), p.up_key, shape_str(B.shape()));
     const int64_t rank = A.dim(0);
     Shape base = param_shape(config, res.kind == Resolved::qkv ? res.key + "to_q.weight" : res.key);
     const int64_t out_rows = res.kind == Resolved::qkv ? 3 * base[0] : base[0];
     if (A.dim(1) != base[1] || B.dim(0) != out_rows)
-      fail(
-          "{}: key '{}' {} / '{}' {} do not fit '{}' [{}, {}] (lora_A must be [rank, {}], lora_B [{}, rank])",
-          path, p.down_key, shape_str(A.shape()), p.up_key, shape_str(B.shape()), name, out_rows, base[1],
-          base[1], out_rows);
+      fail("{}: key '{}' {} / '{}' {} do not fit '{}' [{}, {}] (lora_A must be [rank, {}], lora_B [{}, rank])", path,
+           p.down_key, shape_str(A.shape()), p.up_key, shape_str(B.shape()), name, out_rows, base[1], base[1],
+           out_rows);
     double alpha = static_cast<double>(rank);
     if (!p.alpha_key.empty()) {
       Tensor a = st.get(p.alpha_key);
-      if (a.numel() != 1)
-        fail("{}: key '{}' {} must hold one value", path, p.alpha_key, shape_str(a.shape()));
+      if (a.numel() != 1) fail("{}: key '{}' {} must hold one value", path, p.alpha_key, shape_str(a.shape()));
       alpha = a.get(0);
     } else if (meta_alpha) {
       alpha = *meta_alpha;
@@ -313,8 +303,8 @@ std::string LoraFile::describe() const {
   return fmt::format(
       "{}: LoRA, layout {}, {} modules ({}), {} adapted parameters, qkv lora_B rows {}, strength {}, "
       "digest {:016x}\n  targets (parameter: count):{}",
-      path, lora_layout_name(layout), modules, r, targets.size(),
-      qkv_interleaved ? "per-head interleaved" : "blocked", strength, digest, tg);
+      path, lora_layout_name(layout), modules, r, targets.size(), qkv_interleaved ? "per-head interleaved" : "blocked",
+      strength, digest, tg);
 }
 
 Tensor lora_merge(const Tensor& base, const std::string& key, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
@@ -324,8 +314,7 @@ Tensor lora_merge(const Tensor& base, const std::string& key, int64_t r0, int64_
     if (auto it = l->targets.find(key); it != l->targets.end()) hits.push_back(&it->second);
   if (hits.empty()) return base;
   H3_ASSERT(base.ndim() == 2 && base.dim(0) == r1 - r0 && base.dim(1) == c1 - c0 && !base.on_device(),
-            "lora_merge: block {} for rows [{}, {}) cols [{}, {}) of '{}'", base.describe(), r0, r1, c0, c1,
-            key);
+            "lora_merge: block {} for rows [{}, {}) cols [{}, {}) of '{}'", base.describe(), r0, r1, c0, c1, key);
   const bool f64 = base.dtype() == DType::f64;
   Tensor out = base.to(f64 ? DType::f64 : DType::f32);
   const int64_t C = c1 - c0;
@@ -352,8 +341,7 @@ Tensor lora_merge(const Tensor& base, const std::string& key, int64_t r0, int64_
               for (int64_t j = 0; j < C; ++j) o[j] = o[j] + t->scale * acc[j];
             } else {
               float* o = out.data<float>() + i * C;
-              for (int64_t j = 0; j < C; ++j)
-                o[j] = static_cast<float>(static_cast<double>(o[j]) + t->scale * acc[j]);
+              for (int64_t j = 0; j < C; ++j) o[j] = static_cast<float>(static_cast<double>(o[j]) + t->scale * acc[j]);
             }
           }
         },
@@ -376,8 +364,7 @@ void add_loras(DitCheckpoint& ck, const std::vector<std::string>& specs, int wor
     const std::string v = e;
     const auto colon = v.find(':');
     if (colon != std::string::npos && v.substr(0, colon) == std::to_string(world_rank)) {
-      spdlog::warn("H3_DEBUG_LORA: rank {} loads '{}' instead of the --lora list", world_rank,
-                   v.substr(colon + 1));
+      spdlog::warn("H3_DEBUG_LORA: rank {} loads '{}' instead of the --lora list", world_rank, v.substr(colon + 1));
       use = {v.substr(colon + 1)};
     }
   }
@@ -391,8 +378,7 @@ void add_loras(DitCheckpoint& ck, const std::vector<std::string>& specs, int wor
 // ---- DitCheckpoint's LoRA side (declared in model/dit/checkpoint.h) ----
 
 void DitCheckpoint::add_lora(const std::string& path, double strength, int interleaved_override) {
-  loras_.push_back(
-      std::make_shared<const LoraFile>(LoraFile::open(path, strength, config_, interleaved_override)));
+  loras_.push_back(std::make_shared<const LoraFile>(LoraFile::open(path, strength, config_, interleaved_override)));
 }
 
 uint64_t DitCheckpoint::lora_digest() const {
@@ -411,16 +397,16 @@ Tensor DitCheckpoint::get(const std::string& key) const {
 
 Tensor DitCheckpoint::get_rows(const std::string& key, int64_t begin, int64_t end) const {
   Tensor t = get_base(key);
-  H3_ASSERT(t.ndim() == 2 && 0 <= begin && begin <= end && end <= t.dim(0), "get_rows('{}', {}, {}) of {}",
-            key, begin, end, t.describe());
+  H3_ASSERT(t.ndim() == 2 && 0 <= begin && begin <= end && end <= t.dim(0), "get_rows('{}', {}, {}) of {}", key, begin,
+            end, t.describe());
   Tensor part = begin == 0 && end == t.dim(0) ? t : t.rows(begin, end);
   return loras_.empty() ? part : lora_merge(part, key, begin, end, 0, t.dim(1), loras_);
 }
 
 Tensor DitCheckpoint::get_columns(const std::string& key, int64_t begin, int64_t end) const {
   Tensor t = get_base(key);
-  H3_ASSERT(t.ndim() == 2 && 0 <= begin && begin <= end && end <= t.dim(1), "get_columns('{}', {}, {}) of {}",
-            key, begin, end, t.describe());
+  H3_ASSERT(t.ndim() == 2 && 0 <= begin && begin <= end && end <= t.dim(1), "get_columns('{}', {}, {}) of {}", key,
+            begin, end, t.describe());
   const int64_t R = t.dim(0), C = end - begin;
   Tensor part = t;
   if (C != t.dim(1)) {

@@ -90,7 +90,9 @@ Tensor resample_axis(const Tensor& img, int64_t out_size, int axis) {
 }
 
 // Python's round() on a double: half to even.
-int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
+int64_t round_half_even(double v) {
+  return static_cast<int64_t>(std::nearbyint(v));
+}
 
 }  // namespace
 
@@ -169,10 +171,10 @@ VlPixels preprocess_frames(const std::vector<Tensor>& frames, const VlPreprocess
   if (frames.empty()) fail("Qwen vision preprocessing: no frames");
   const int64_t H = frames[0].dim(0), W = frames[0].dim(1);
   for (size_t i = 0; i < frames.size(); ++i)
-    if (frames[i].dtype() != DType::u8 || frames[i].ndim() != 3 || frames[i].dim(2) != 3 ||
-        frames[i].dim(0) != H || frames[i].dim(1) != W)
-      fail("Qwen vision preprocessing: frame {} is {}, expected u8[{}, {}, 3] like frame 0", i,
-           frames[i].describe(), H, W);
+    if (frames[i].dtype() != DType::u8 || frames[i].ndim() != 3 || frames[i].dim(2) != 3 || frames[i].dim(0) != H ||
+        frames[i].dim(1) != W)
+      fail("Qwen vision preprocessing: frame {} is {}, expected u8[{}, {}, 3] like frame 0", i, frames[i].describe(), H,
+           W);
   const auto [rh, rw] = smart_resize(H, W, cfg.factor(), cfg.min_pixels, cfg.max_pixels);
   const auto F = static_cast<int64_t>(frames.size());
   Tensor normed(DType::f64, {F, rh, rw, 3});

@@ -22,7 +22,7 @@ namespace h3 {
 struct VlPreprocessConfig {
   int64_t patch = 16, temporal_patch = 2, merge = 2;
   double mean[3] = {0.5, 0.5, 0.5}, std[3] = {0.5, 0.5, 0.5};  // H3's processor config (OFF processor/)
-  int64_t min_pixels = 65536, max_pixels = 16777216;            // images; videos use 4096 / 25165824
+  int64_t min_pixels = 65536, max_pixels = 16777216;           // images; videos use 4096 / 25165824
   int64_t factor() const { return patch * merge; }
   static VlPreprocessConfig video_defaults();
 };
@@ -74,9 +74,9 @@ std::vector<int64_t> qwen3vl_rope_index(const std::vector<int32_t>& ids, const s
 // One reference in H3's prompt, in presentation order.
 struct PromptMedia {
   enum class Kind { image, audio, video } kind = Kind::image;
-  GridThw grid{};                   // image/video: the processor's grid
-  bool video_has_audio = false;     // video: its soundtrack is labelled "<Audio j>: " first
-  std::vector<double> timestamps;   // video: one per temporal patch (temporal_patch_timestamps)
+  GridThw grid{};                  // image/video: the processor's grid
+  bool video_has_audio = false;    // video: its soundtrack is labelled "<Audio j>: " first
+  std::vector<double> timestamps;  // video: one per temporal patch (temporal_patch_timestamps)
 };
 
 // The text H3 tokenises (with literal special tokens): per reference "<Picture i>: " + vision block,

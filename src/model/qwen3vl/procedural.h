@@ -22,8 +22,7 @@ QwenVisionConfig procedural_qwen_vision_config();
 // The text tower's keys and shapes.
 std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c);
 // The vision tower's keys under `prefix` ("visual." as in Qwen3-VL checkpoints).
-std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisionConfig& c,
-                                                                  const std::string& prefix);
+std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisionConfig& c, const std::string& prefix);
 
 // Text and vision towers in one mapped file, with the config.json text in its "config" metadata.
 std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed);

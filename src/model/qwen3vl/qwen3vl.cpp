@@ -54,8 +54,8 @@ Qwen3VlPrepared prepare_qwen3vl(const QwenVisionModel& vision, const Qwen3VlInpu
   };
   out.extras.embeds = joint(n_image ? &out.image.embeds : nullptr, n_video ? &out.video.embeds : nullptr);
   for (size_t k = 0; k < vc.deepstack_indexes.size(); ++k)
-    out.extras.deepstack.push_back(joint(n_image ? &out.image.deepstack[k] : nullptr,
-                                         n_video ? &out.video.deepstack[k] : nullptr));
+    out.extras.deepstack.push_back(
+        joint(n_image ? &out.image.deepstack[k] : nullptr, n_video ? &out.video.deepstack[k] : nullptr));
   return out;
 }
 

@@ -37,8 +37,7 @@ void read_rope(const json& r, QwenTextConfig& c) {
 // cos/sin [N, D] for rotate-half RoPE over the whole head (the D/2 frequencies repeated twice). Frequency j
 // follows position axis a(j): interleaved, j % 3 == 1 (j < 3*sec[1]) is h, j % 3 == 2 (j < 3*sec[2]) is w,
 // all others t; blocked (Qwen2-VL), the first sec[0] are t, the next sec[1] h, the rest w.
-std::pair<Tensor, Tensor> mrope_tables(const QwenTextConfig& c, int64_t n, const std::vector<int64_t>* pos,
-                                       DType dt) {
+std::pair<Tensor, Tensor> mrope_tables(const QwenTextConfig& c, int64_t n, const std::vector<int64_t>* pos, DType dt) {
   const int64_t d = c.head_dim, half = d / 2;
   std::vector<int> axis(half, 0);
   for (int64_t j = 0; j < half; ++j) {
@@ -55,8 +54,7 @@ std::pair<Tensor, Tensor> mrope_tables(const QwenTextConfig& c, int64_t n, const
   // (the f64 run's tables hold those f32 values; the f32 run keeps its own std::cos/std::sin).
   std::vector<float> inv_freq(half);
   for (int64_t j = 0; j < half; ++j)
-    inv_freq[j] =
-        1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * j) / static_cast<float>(d));
+    inv_freq[j] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * j) / static_cast<float>(d));
   if (dt == DType::f64) {
     // The f64 run: transformers' rotary takes `inv_freq.float() @ positions.float()` and cos/sin in f32
     // (autocast off, "Force float32"), then casts the tables to the run's dtype. ATen's f32 cos/sin are
@@ -128,8 +126,8 @@ std::string QwenTextConfig::summary() const {
   return fmt::format(
       "Qwen3-VL text: {} layers, hidden {}, {} heads / {} KV heads x {}, ffn {}, vocab {}, eps {}, "
       "theta {}, mrope [{},{},{}]{}",
-      n_layers, hidden, n_heads, n_kv_heads, head_dim, intermediate, vocab_size, rms_eps, rope_theta,
-      mrope_section[0], mrope_section[1], mrope_section[2], mrope_interleaved ? " interleaved" : "");
+      n_layers, hidden, n_heads, n_kv_heads, head_dim, intermediate, vocab_size, rms_eps, rope_theta, mrope_section[0],
+      mrope_section[1], mrope_section[2], mrope_interleaved ? " interleaved" : "");
 }
 
 std::string qwen_text_prefix(const QwenTextWeights& w) {
@@ -138,9 +136,10 @@ std::string qwen_text_prefix(const QwenTextWeights& w) {
     const std::string p = k.substr(0, k.size() - 19);
     if (w.has(p + "layers.0.self_attn.q_norm.weight")) return p;
   }
-  fail("{}: no Qwen3 text decoder found (no '*embed_tokens.weight' with 'layers.0.self_attn.q_norm.weight' "
-       "next to it)",
-       w.path());
+  fail(
+      "{}: no Qwen3 text decoder found (no '*embed_tokens.weight' with 'layers.0.self_attn.q_norm.weight' "
+      "next to it)",
+      w.path());
 }
 
 std::string qwen_text_prefix(const SafeTensors& f) {
@@ -149,8 +148,8 @@ std::string qwen_text_prefix(const SafeTensors& f) {
 
 QwenTextConfig detect_qwen_text_config(const QwenTextWeights& w) {
   const std::string p = qwen_text_prefix(w);
-  QwenTextConfig c = w.config_json().empty() ? QwenTextConfig{}
-                                             : QwenTextConfig::from_json_text(w.config_json(), w.path());
+  QwenTextConfig c =
+      w.config_json().empty() ? QwenTextConfig{} : QwenTextConfig::from_json_text(w.config_json(), w.path());
   const Shape& emb = w.info(p + "embed_tokens.weight").shape;
   c.vocab_size = emb.at(0);
   c.hidden = emb.at(1);
@@ -170,8 +169,7 @@ QwenTextConfig detect_qwen_text_config(const SafeTensors& f) {
   return detect_qwen_text_config(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)));
 }
 
-QwenTextModel::QwenTextModel(const SafeTensors& f, const QwenTextConfig& cfg, int64_t n_layers,
-                             Precision precision)
+QwenTextModel::QwenTextModel(const SafeTensors& f, const QwenTextConfig& cfg, int64_t n_layers, Precision precision)
     : QwenTextModel(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg, n_layers,
                     QwenTextOptions{precision, Device::cpu, nullptr}) {}
 
@@ -185,14 +183,12 @@ QwenTextModel::QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg
          precision_name(opt.precision));
   dtype_ = opt.precision == Precision::f64 ? DType::f64 : DType::f32;
   if (device_ == Device::cuda && dtype_ != DType::f32)
-    fail("Qwen3-VL text tower: the GPU runs it in f32 only (asked for {}); use --precision f32",
-         dtype_name(dtype_));
+    fail("Qwen3-VL text tower: the GPU runs it in f32 only (asked for {}); use --precision f32", dtype_name(dtype_));
   if (n_layers < 0) n_layers = cfg.n_layers;
   if (n_layers > cfg.n_layers)
     fail("{}: {} decoder layers requested, the model has {}", w.path(), n_layers, cfg.n_layers);
   const int64_t G = cfg.n_kv_heads;
-  if (G < 1 || cfg.n_heads % G != 0)
-    fail("{}: {} query heads do not split over {} KV heads", w.path(), cfg.n_heads, G);
+  if (G < 1 || cfg.n_heads % G != 0) fail("{}: {} query heads do not split over {} KV heads", w.path(), cfg.n_heads, G);
   if (cfg.intermediate < G)
     fail("{}: FFN width {} is smaller than the {} KV heads the units are cut by", w.path(), cfg.intermediate, G);
 
@@ -202,9 +198,10 @@ QwenTextModel::QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg
   if (comm_ && n > tp_size_) {
     tp_comm_ = comm_->split(me < tp_size_ ? 0 : 1, me);
     if (me == 0)
-      spdlog::warn("Qwen3-VL text: {} ranks but {} KV heads: ranks {}..{} hold no text weights and receive the "
-                   "outputs by broadcast",
-                   n, G, tp_size_, n - 1);
+      spdlog::warn(
+          "Qwen3-VL text: {} ranks but {} KV heads: ranks {}..{} hold no text weights and receive the "
+          "outputs by broadcast",
+          n, G, tp_size_, n - 1);
   }
   tp_rank_ = me < tp_size_ ? me : -1;
   for (int r = 0; r < tp_size_; ++r) unit_parts_.push_back(part_of(G, tp_size_, r));
@@ -222,8 +219,7 @@ QwenTextModel::QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg
       return {};
     }
     if (w.info(full).shape != shape) {
-      problems.push_back(
-          fmt::format("{} is {}, expected {}", full, shape_str(w.info(full).shape), shape_str(shape)));
+      problems.push_back(fmt::format("{} is {}, expected {}", full, shape_str(w.info(full).shape), shape_str(shape)));
       return {};
     }
     Tensor t = w.get(full);
@@ -275,8 +271,8 @@ QwenTextModel::QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg
   if (!problems.empty()) {
     std::string list;
     for (const auto& s : problems) list += "\n  " + s;
-    fail("{}: the Qwen3-VL text decoder ({}) does not load: {} problem(s):{}", w.path(), cfg.summary(),
-         problems.size(), list);
+    fail("{}: the Qwen3-VL text decoder ({}) does not load: {} problem(s):{}", w.path(), cfg.summary(), problems.size(),
+         list);
   }
   if (tp_rank_ < 0) layers_.resize(static_cast<size_t>(n_layers));  // layer count for checks; no weights
   if (comm_ && n > 1) spdlog::info("{}", describe_shard());
@@ -288,8 +284,7 @@ std::string QwenTextModel::describe_shard() const {
     return fmt::format("Qwen3-VL text: rank {} holds no weights ({} KV heads over {} ranks)", me, cfg_.n_kv_heads,
                        tp_size_);
   const Range c0 = part_of(cfg_.intermediate, static_cast<int>(cfg_.n_kv_heads), static_cast<int>(units_.begin));
-  const Range c1 =
-      part_of(cfg_.intermediate, static_cast<int>(cfg_.n_kv_heads), static_cast<int>(units_.end - 1));
+  const Range c1 = part_of(cfg_.intermediate, static_cast<int>(cfg_.n_kv_heads), static_cast<int>(units_.end - 1));
   const int64_t qpg = cfg_.n_heads / cfg_.n_kv_heads;
   return fmt::format(
       "Qwen3-VL text: rank {} of {} tensor-parallel: KV heads [{}, {}), query heads [{}, {}), FFN columns "
@@ -305,8 +300,8 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
   int64_t last = 0;
   for (int64_t k : keep) {
     if (k < 0 || k > layers_loaded())
-      fail("Qwen3-VL text: hidden_states[{}] requested, {} layers loaded (0..{} available)", k,
-           layers_loaded(), layers_loaded());
+      fail("Qwen3-VL text: hidden_states[{}] requested, {} layers loaded (0..{} available)", k, layers_loaded(),
+           layers_loaded());
     last = std::max(last, k);
   }
   if (want_normed) {
@@ -317,8 +312,7 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
   }
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
-      fail("Qwen3-VL text: token id {} at position {} is outside the vocabulary [0, {})", ids[i], i,
-           cfg_.vocab_size);
+      fail("Qwen3-VL text: token id {} at position {} is outside the vocabulary [0, {})", ids[i], i, cfg_.vocab_size);
   if (mrope_positions && static_cast<int64_t>(mrope_positions->size()) != 3 * n)
     fail("Qwen3-VL text: {} mRoPE positions for {} tokens (need 3 x N)", mrope_positions->size(), n);
   if (extras) {
@@ -336,8 +330,7 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
     };
     if (extras->embeds.defined() && extras->embeds.numel() > 0) check(extras->embeds, "embeds");
     if (!extras->deepstack.empty() && r == 0) fail("Qwen3-VL text: deepstack features given but no extras rows");
-    for (size_t k = 0; k < extras->deepstack.size(); ++k)
-      check(extras->deepstack[k], fmt::format("deepstack[{}]", k));
+    for (size_t k = 0; k < extras->deepstack.size(); ++k) check(extras->deepstack[k], fmt::format("deepstack[{}]", k));
   }
 
   QwenTextOutputs out;
@@ -349,8 +342,8 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
     order.erase(std::unique(order.begin(), order.end()), order.end());
     if (want_normed) order.push_back(-1);
     for (int64_t k : order) {
-      Tensor t = tp_rank_ >= 0 ? (k < 0 ? out.last_normed : out.hidden_states.at(k)).cpu()
-                               : Tensor(dtype_, {n, cfg_.hidden});
+      Tensor t =
+          tp_rank_ >= 0 ? (k < 0 ? out.last_normed : out.hidden_states.at(k)).cpu() : Tensor(dtype_, {n, cfg_.hidden});
       comm_->broadcast(t.raw(), static_cast<int64_t>(t.nbytes()), 0,
                        fmt::format("Qwen3-VL text output {}", k < 0 ? "normed" : std::to_string(k)));
       if (tp_rank_ < 0) (k < 0 ? out.last_normed : out.hidden_states[k]) = t.to_device(device_);
@@ -360,8 +353,7 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
 }
 
 QwenTextOutputs QwenTextModel::compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
-                                       bool want_normed, int64_t last,
-                                       const std::vector<int64_t>* mrope_positions,
+                                       bool want_normed, int64_t last, const std::vector<int64_t>* mrope_positions,
                                        const TextExtras* extras) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   auto kept = [&](int64_t k) { return std::find(keep.begin(), keep.end(), k) != keep.end(); };

@@ -29,10 +29,10 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "dist/comm.h"
 #include "dist/partition.h"
 #include "io/safetensors.h"
-#include "core/dtype.h"
 #include "model/qwen3vl/weights.h"
 
 namespace h3 {
@@ -63,8 +63,8 @@ QwenTextConfig detect_qwen_text_config(const QwenTextWeights& w);
 // Inputs that replace or add to the residual stream (the Qwen3-VL vision tower's hook). Every tensor is
 // [rows.size(), hidden], any float dtype, host or device; under tensor parallelism every rank passes the same.
 struct TextExtras {
-  std::vector<int64_t> rows;  // token positions, distinct, in [0, N)
-  Tensor embeds;              // [rows.size(), hidden] replace the token embeddings at those rows
+  std::vector<int64_t> rows;      // token positions, distinct, in [0, N)
+  Tensor embeds;                  // [rows.size(), hidden] replace the token embeddings at those rows
   std::vector<Tensor> deepstack;  // deepstack[k] [rows.size(), hidden] is added to the hidden state at `rows`
                                   // after decoder layer k (k = 0..2); hidden_states[k+1] reports the layer's
                                   // output before the addition (as transformers records it)
@@ -132,27 +132,24 @@ class QwenTextModel {
   // normalizes in f32 even in its f64 run (ops_vae.h rms_norm_via_f32, RefNormWeight::kF64ThenWeight); f32
   // and the GPU use ops::rms_norm.
   Tensor norm(const Tensor& x, const Tensor& w, int64_t group) const;
-  Tensor attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
-                           const Tensor& sin) const;
+  Tensor attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos, const Tensor& sin) const;
   Tensor mlp_partial(const Unit& u, const Tensor& h) const;
   // sum over all G units of their partials, folded in unit order (collective over the tensor-parallel group).
   Tensor fold_units(const std::vector<Tensor>& partials, const std::string& what) const;
   QwenTextOutputs compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
-                          int64_t last, const std::vector<int64_t>* mrope_positions,
-                          const TextExtras* extras) const;
+                          int64_t last, const std::vector<int64_t>* mrope_positions, const TextExtras* extras) const;
 
   QwenTextConfig cfg_;
   DType dtype_;
   Device device_ = Device::cpu;
-  Comm* comm_ = nullptr;               // everyone (null: one rank)
-  std::unique_ptr<Comm> tp_comm_;      // the ranks holding units (null when all of comm_ or one rank)
-  int tp_size_ = 1, tp_rank_ = 0;      // T and this rank's place (tp_rank_ = -1 beyond T)
-  Range units_;                        // this rank's units
-  std::vector<Range> unit_parts_;      // units of each tensor-parallel rank
+  Comm* comm_ = nullptr;           // everyone (null: one rank)
+  std::unique_ptr<Comm> tp_comm_;  // the ranks holding units (null when all of comm_ or one rank)
+  int tp_size_ = 1, tp_rank_ = 0;  // T and this rank's place (tp_rank_ = -1 beyond T)
+  Range units_;                    // this rank's units
+  std::vector<Range> unit_parts_;  // units of each tensor-parallel rank
   size_t bytes_replicated_ = 0, bytes_sharded_ = 0;
   Tensor embed_, final_norm_;
   std::vector<Layer> layers_;
 };
-
 
 }  // namespace h3

@@ -1,6 +1,5 @@
-// Tokenizer: see model/qwen3vl/tokenizer.h for the supported tokenizer.json subset. The BPE merge loop always merges the
-// adjacent pair of lowest rank, leftmost first among equal ranks, which is the order Hugging Face's heap
-// pops.
+// Tokenizer: see model/qwen3vl/tokenizer.h for the supported tokenizer.json subset. The BPE merge loop always merges
+// the adjacent pair of lowest rank, leftmost first among equal ranks, which is the order Hugging Face's heap pops.
 #include "model/qwen3vl/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -54,13 +53,12 @@ using Regex = std::shared_ptr<pcre2_code>;
 Regex compile_regex(const std::string& pattern, const std::string& source) {
   int err = 0;
   PCRE2_SIZE off = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &err, &off, nullptr);
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    fail("{}: pre-tokenizer regex does not compile at offset {}: {}", source, off,
-         reinterpret_cast<char*>(msg));
+    fail("{}: pre-tokenizer regex does not compile at offset {}: {}", source, off, reinterpret_cast<char*>(msg));
   }
   pcre2_jit_compile(code,
                     PCRE2_JIT_COMPLETE);  // optional speed-up; the interpreter is used when JIT is absent
@@ -93,8 +91,7 @@ void split_isolated(const pcre2_code* re, std::string_view text, std::vector<std
 }
 
 // GPT-2's own split, used by a ByteLevel pre-tokenizer with use_regex = true.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 struct PreStep {
   Regex regex;                    // null: no split in this step
@@ -142,12 +139,12 @@ size_t first_invalid_utf8(std::string_view s) {
 std::string utf8_nfc(std::string_view text, const std::string& what) {
   if (text.empty()) return {};
   if (size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
-    fail("{}: input is not valid UTF-8 (byte {} of {}, value 0x{:02x}); pass UTF-8 text", what, bad,
-         text.size(), static_cast<unsigned char>(text[bad]));
+    fail("{}: input is not valid UTF-8 (byte {} of {}, value 0x{:02x}); pass UTF-8 text", what, bad, text.size(),
+         static_cast<unsigned char>(text[bad]));
   utf8proc_uint8_t* dst = nullptr;
-  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                    static_cast<utf8proc_ssize_t>(text.size()), &dst,
-                                    static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &dst, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) fail("{}: NFC normalisation failed: {}", what, utf8proc_errmsg(n));
   std::string out(reinterpret_cast<char*>(dst), static_cast<size_t>(n));
   std::free(dst);
@@ -162,7 +159,7 @@ struct Tokenizer::Impl {
   std::unordered_map<int32_t, std::string> id_to_token;
   std::unordered_map<int32_t, bool> id_is_added;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left, right) -> (rank, merged id)
-  std::array<int32_t, 256> byte_id{};  // -1: the byte's character is not in vocab
+  std::array<int32_t, 256> byte_id{};                                // -1: the byte's character is not in vocab
   std::array<std::string, 256> alphabet = byte_alphabet();
   std::unordered_map<std::string, uint8_t> alphabet_inverse;
   std::vector<AddedToken> added;  // longest first, so the first hit at a position is the longest
@@ -227,8 +224,7 @@ void Tokenizer::Impl::load(const json& j) {
   const json& m = j["model"];
   if (json_type(m, source, "model") != "BPE")
     fail("{}: model type \"{}\" is not supported (BPE)", source, m["type"].get<std::string>());
-  if (!m.contains("vocab") || !m["vocab"].is_object())
-    fail("{}: model.vocab is missing or not an object", source);
+  if (!m.contains("vocab") || !m["vocab"].is_object()) fail("{}: model.vocab is missing or not an object", source);
   for (const auto& [tok, id] : m["vocab"].items()) {
     if (!id.is_number_integer()) fail("{}: model.vocab[\"{}\"] is not an integer id", source, tok);
     vocab[tok] = id.get<int32_t>();
@@ -238,13 +234,11 @@ void Tokenizer::Impl::load(const json& j) {
     fail("{}: BPE byte_fallback is not supported", source);
   if (m.contains("unk_token") && m["unk_token"].is_string()) {
     auto it = vocab.find(m["unk_token"].get<std::string>());
-    if (it == vocab.end())
-      fail("{}: unk_token \"{}\" is not in the vocabulary", source, m["unk_token"].dump());
+    if (it == vocab.end()) fail("{}: unk_token \"{}\" is not in the vocabulary", source, m["unk_token"].dump());
     unk_id = it->second;
   }
 
-  if (!m.contains("merges") || !m["merges"].is_array())
-    fail("{}: model.merges is missing or not a list", source);
+  if (!m.contains("merges") || !m["merges"].is_array()) fail("{}: model.merges is missing or not a list", source);
   int32_t rank = 0;
   for (const auto& e : m["merges"]) {
     std::string a, b;
@@ -288,19 +282,16 @@ void Tokenizer::Impl::load(const json& j) {
       id_is_added[a.id] = true;
       added.push_back(std::move(a));
     }
-    std::stable_sort(added.begin(), added.end(), [](const AddedToken& x, const AddedToken& y) {
-      return x.content.size() > y.content.size();
-    });
+    std::stable_sort(added.begin(), added.end(),
+                     [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
   }
 
   if (j.contains("normalizer")) load_normalizer(j["normalizer"]);
   bool have_byte_level = false;
   if (j.contains("pre_tokenizer")) load_pre_tokenizer(j["pre_tokenizer"], have_byte_level);
   if (!have_byte_level) fail("{}: no ByteLevel pre-tokenizer; only byte-level BPE is supported", source);
-  if (j.contains("decoder") && !j["decoder"].is_null() &&
-      json_type(j["decoder"], source, "decoder") != "ByteLevel")
-    fail("{}: decoder type \"{}\" is not supported (ByteLevel)", source,
-         j["decoder"]["type"].get<std::string>());
+  if (j.contains("decoder") && !j["decoder"].is_null() && json_type(j["decoder"], source, "decoder") != "ByteLevel")
+    fail("{}: decoder type \"{}\" is not supported (ByteLevel)", source, j["decoder"]["type"].get<std::string>());
 }
 
 void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) const {
@@ -374,8 +365,8 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   const Impl& m = *impl_;
   if (size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
-    fail("tokenizer ({}): input is not valid UTF-8 (byte {} of {}, value 0x{:02x}); pass UTF-8 text",
-         m.source, bad, text.size(), static_cast<unsigned char>(text[bad]));
+    fail("tokenizer ({}): input is not valid UTF-8 (byte {} of {}, value 0x{:02x}); pass UTF-8 text", m.source, bad,
+         text.size(), static_cast<unsigned char>(text[bad]));
   std::vector<int32_t> out;
   // Cut the raw text at added tokens (leftmost, then longest); the spans between them go through the
   // pipeline.
@@ -409,8 +400,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
     auto it = m.id_to_token.find(id);
-    if (it == m.id_to_token.end())
-      fail("tokenizer ({}): decode: id {} is not in the vocabulary", m.source, id);
+    if (it == m.id_to_token.end()) fail("tokenizer ({}): decode: id {} is not in the vocabulary", m.source, id);
     if (m.id_is_added.count(id)) {
       out += it->second;
       continue;

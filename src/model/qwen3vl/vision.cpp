@@ -57,8 +57,7 @@ void for_each_patch(const std::vector<GridThw>& grids, int64_t m, F f) {
 }
 
 void copy_rows(Tensor& dst, int64_t at, const Tensor& src) {
-  std::memcpy(static_cast<std::byte*>(dst.raw()) + at * dst.dim(1) * dtype_size(dst.dtype()), src.raw(),
-              src.nbytes());
+  std::memcpy(static_cast<std::byte*>(dst.raw()) + at * dst.dim(1) * dtype_size(dst.dtype()), src.raw(), src.nbytes());
 }
 
 }  // namespace
@@ -97,8 +96,8 @@ std::string QwenVisionConfig::summary() const {
   return fmt::format(
       "Qwen3-VL vision: {} blocks, hidden {}, {} heads x {}, ffn {}, patch {}x{}x{} ({} channels), merge {}, "
       "out {}, {} position embeddings, DeepStack after blocks [{}]",
-      depth, hidden, n_heads, head_dim(), intermediate, temporal_patch, patch, patch, in_channels, merge,
-      out_hidden, n_pos, ds);
+      depth, hidden, n_heads, head_dim(), intermediate, temporal_patch, patch, patch, in_channels, merge, out_hidden,
+      n_pos, ds);
 }
 
 namespace {
@@ -131,8 +130,7 @@ template <class Src>
 QwenVisionConfig detect_vision_config_of(const Src& f) {
   const std::string p = vision_prefix_of(f);
   const std::string cfg_text = config_text_of(f);
-  QwenVisionConfig c =
-      cfg_text.empty() ? QwenVisionConfig{} : QwenVisionConfig::from_json_text(cfg_text, f.path());
+  QwenVisionConfig c = cfg_text.empty() ? QwenVisionConfig{} : QwenVisionConfig::from_json_text(cfg_text, f.path());
   const Shape& pw = f.info(p + "patch_embed.proj.weight").shape;
   if (pw.size() != 5 || pw[3] != pw[4])
     fail("{}: {}patch_embed.proj.weight is {}, expected [hidden, C, tp, p, p]", f.path(), p, shape_str(pw));
@@ -186,8 +184,7 @@ QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w) {
   return detect_vision_config_of(w);
 }
 
-QwenVisionModel::QwenVisionModel(const SafeTensors& f, const QwenVisionConfig& cfg, Precision precision)
-    : cfg_(cfg) {
+QwenVisionModel::QwenVisionModel(const SafeTensors& f, const QwenVisionConfig& cfg, Precision precision) : cfg_(cfg) {
   load(f, precision);
 }
 
@@ -211,8 +208,7 @@ void QwenVisionModel::load(const Src& f, Precision precision) {
       return {};
     }
     if (f.info(full).shape != shape) {
-      problems.push_back(
-          fmt::format("{} is {}, expected {}", full, shape_str(f.info(full).shape), shape_str(shape)));
+      problems.push_back(fmt::format("{} is {}, expected {}", full, shape_str(f.info(full).shape), shape_str(shape)));
       return {};
     }
     return f.get(full).to(dtype_);
@@ -256,8 +252,8 @@ void QwenVisionModel::load(const Src& f, Precision precision) {
   if (!problems.empty()) {
     std::string list;
     for (const auto& s : problems) list += "\n  " + s;
-    fail("{}: the Qwen3-VL vision tower ({}) does not load: {} problem(s):{}", f.path(), cfg.summary(),
-         problems.size(), list);
+    fail("{}: the Qwen3-VL vision tower ({}) does not load: {} problem(s):{}", f.path(), cfg.summary(), problems.size(),
+         list);
   }
 }
 
@@ -313,8 +309,8 @@ std::pair<Tensor, Tensor> QwenVisionModel::rotary_tables(const std::vector<GridT
   // inv_freq over a rotary dim of head_dim/2: 1 / theta^(2j / (head_dim/2)), j < head_dim/4, in f32.
   std::vector<float> inv_freq(static_cast<size_t>(quarter));
   for (int64_t j = 0; j < quarter; ++j)
-    inv_freq[j] = 1.0f / std::pow(static_cast<float>(cfg_.rope_theta),
-                                  static_cast<float>(2 * j) / static_cast<float>(half));
+    inv_freq[j] =
+        1.0f / std::pow(static_cast<float>(cfg_.rope_theta), static_cast<float>(2 * j) / static_cast<float>(half));
   const int64_t n = total_rows(grids);
   Tensor cos_t(dtype_, {n, d}), sin_t(dtype_, {n, d});
   auto run = [&]<typename T>(T) {
@@ -350,8 +346,8 @@ QwenVisionOutputs QwenVisionModel::forward(const Tensor& pixels, const std::vect
   const int64_t n = total_rows(grids), m = cfg_.merge, hd = cfg_.head_dim(), h = cfg_.hidden;
   for (const auto& g : grids)
     if (g[0] < 1 || g[1] < m || g[2] < m || g[1] % m || g[2] % m)
-      fail("Qwen3-VL vision: grid ({}, {}, {}) is not a positive multiple of the merge size {} in h and w", g[0],
-           g[1], g[2], m);
+      fail("Qwen3-VL vision: grid ({}, {}, {}) is not a positive multiple of the merge size {} in h and w", g[0], g[1],
+           g[2], m);
   if (pixels.ndim() != 2 || pixels.dim(0) != n || pixels.dim(1) != cfg_.patch_dim())
     fail("Qwen3-VL vision: pixel rows are {}, the grids need [{}, {}]", pixels.describe(), n, cfg_.patch_dim());
   QwenVisionOutputs out;
@@ -373,8 +369,7 @@ QwenVisionOutputs QwenVisionModel::forward(const Tensor& pixels, const std::vect
     const Tensor k = ops::rope(ops::columns(qkv, h, 2 * h), cos, sin, hd, false);
     const Tensor v = ops::columns(qkv, 2 * h, 3 * h);
     Tensor attn(dtype_, {n, h});
-    for (const auto& [b, e] : seqs)
-      copy_rows(attn, b, ops::attention(q.rows(b, e), k.rows(b, e), v.rows(b, e), hd));
+    for (const auto& [b, e] : seqs) copy_rows(attn, b, ops::attention(q.rows(b, e), k.rows(b, e), v.rows(b, e), hd));
     x = ops::add(x, ops::linear(attn, B.proj_w, &B.proj_b));
     const Tensor normed2 = ops::layer_norm(x, &B.n2_w, &B.n2_b, cfg_.ln_eps);
     x = ops::add(x, ops::linear(ops::gelu_tanh(ops::linear(normed2, B.fc1_w, &B.fc1_b)), B.fc2_w, &B.fc2_b));

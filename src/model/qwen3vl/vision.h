@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "core/dtype.h"
+#include "io/safetensors.h"
 #include "model/qwen3vl/weights.h"
 
 namespace h3 {
@@ -63,9 +63,9 @@ QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f);
 QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w);  // config from its config.json
 
 struct QwenVisionOutputs {
-  Tensor embeds;                    // [N/m^2, out_hidden], the merger's output
-  std::vector<Tensor> deepstack;    // one [N/m^2, out_hidden] per DeepStack index
-  std::vector<Tensor> block_out;    // [N, hidden] after each block, when requested
+  Tensor embeds;                  // [N/m^2, out_hidden], the merger's output
+  std::vector<Tensor> deepstack;  // one [N/m^2, out_hidden] per DeepStack index
+  std::vector<Tensor> block_out;  // [N, hidden] after each block, when requested
 };
 
 class QwenVisionModel {

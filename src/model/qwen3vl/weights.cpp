@@ -37,9 +37,10 @@ QwenTextWeights QwenTextWeights::from_file(std::shared_ptr<const SafeTensors> f)
 
 QwenTextWeights QwenTextWeights::open(const std::string& path) {
   if (!fs::exists(path))
-    fail("text encoder {} does not exist: pass a .safetensors file or a transformers folder (config.json + "
-         "model.safetensors.index.json + shards)",
-         path);
+    fail(
+        "text encoder {} does not exist: pass a .safetensors file or a transformers folder (config.json + "
+        "model.safetensors.index.json + shards)",
+        path);
   if (!fs::is_directory(path)) return from_file(std::make_shared<SafeTensors>(SafeTensors::open(path)));
 
   const fs::path dir(path);
@@ -50,8 +51,7 @@ QwenTextWeights QwenTextWeights::open(const std::string& path) {
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.ends_with(".safetensors.index.json")) {
-      if (!index.empty())
-        fail("{}: two shard indexes ({} and {}); keep one", path, index.filename().string(), name);
+      if (!index.empty()) fail("{}: two shard indexes ({} and {}); keep one", path, index.filename().string(), name);
       index = e.path();
     } else if (e.path().extension() == ".safetensors") {
       files.push_back(e.path());
@@ -60,9 +60,10 @@ QwenTextWeights QwenTextWeights::open(const std::string& path) {
 
   if (index.empty()) {
     if (files.size() != 1)
-      fail("{}: {} .safetensors files and no model.safetensors.index.json saying which key lives where; add "
-           "the index or pass one file",
-           path, files.size());
+      fail(
+          "{}: {} .safetensors files and no model.safetensors.index.json saying which key lives where; add "
+          "the index or pass one file",
+          path, files.size());
     QwenTextWeights w = from_file(std::make_shared<SafeTensors>(SafeTensors::open(files[0].string())));
     w.path_ = path;
     if (!config.empty()) w.config_json_ = config;
@@ -82,12 +83,10 @@ QwenTextWeights QwenTextWeights::open(const std::string& path) {
     fail("{}: the shard index has no \"weight_map\" object (key -> shard file)", w.index_path_);
   std::map<std::string, int> shard_ids;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!it.value().is_string())
-      fail("{}: weight_map entry '{}' is not a shard file name", w.index_path_, it.key());
+    if (!it.value().is_string()) fail("{}: weight_map entry '{}' is not a shard file name", w.index_path_, it.key());
     const std::string shard = it.value().get<std::string>();
     if (shard.empty() || shard.find('/') != std::string::npos || shard.find('\\') != std::string::npos)
-      fail("{}: weight_map entry '{}' names '{}', which is not a file of this folder", w.index_path_, it.key(),
-           shard);
+      fail("{}: weight_map entry '{}' names '{}', which is not a file of this folder", w.index_path_, it.key(), shard);
     auto [pos, fresh] = shard_ids.emplace(shard, static_cast<int>(w.shard_paths_.size()));
     if (fresh) w.shard_paths_.push_back((dir / shard).string());
     w.where_[it.key()] = pos->second;
@@ -111,8 +110,8 @@ const SafeTensors& QwenTextWeights::shard_of(const std::string& key) const {
     slot = std::make_shared<SafeTensors>(SafeTensors::open(shard));
   }
   if (!slot->has(key))
-    fail("{}: the index {} puts '{}' in {}, but that shard has no such tensor (index and shards disagree)",
-         path_, index_path_, key, slot->path());
+    fail("{}: the index {} puts '{}' in {}, but that shard has no such tensor (index and shards disagree)", path_,
+         index_path_, key, slot->path());
   return *slot;
 }
 

@@ -41,7 +41,7 @@ class QwenTextWeights {
   std::string path_, index_path_;
   std::vector<std::string> shard_paths_;
   mutable std::vector<std::shared_ptr<const SafeTensors>> shards_;  // mapped on first use
-  std::map<std::string, int> where_;                                 // key -> shard
+  std::map<std::string, int> where_;                                // key -> shard
   std::vector<std::string> keys_;
   std::string config_json_;
 };

@@ -37,7 +37,9 @@ Tensor map_channels(const Tensor& x, F f) {
   return y;
 }
 
-Tensor add_into(const Tensor& a, const Tensor& b) { return ops::add(a, b); }
+Tensor add_into(const Tensor& a, const Tensor& b) {
+  return ops::add(a, b);
+}
 
 // [B, C, L] -> the last `L - 2*crop` samples centred (crop each side).
 Tensor crop_last(const Tensor& x, int64_t left, int64_t right) {
@@ -135,8 +137,8 @@ void AudioVaeConfig::validate(const std::string& where) const {
            "{}: audio VAE resblock kernels/dilations disagree", where);
   H3_CHECK(num_attention_heads > 0 && latent_dim % num_attention_heads == 0,
            "{}: audio VAE latent_dim {} not divisible by {} heads", where, latent_dim, num_attention_heads);
-  H3_CHECK((decoder_dim >> decoder_rates.size()) > 0, "{}: audio VAE decoder_dim {} too small for {} upsamplers",
-           where, decoder_dim, decoder_rates.size());
+  H3_CHECK((decoder_dim >> decoder_rates.size()) > 0, "{}: audio VAE decoder_dim {} too small for {} upsamplers", where,
+           decoder_dim, decoder_rates.size());
   H3_CHECK(latents_mean.size() == latents_std.size() &&
                (latents_mean.empty() || static_cast<int64_t>(latents_mean.size()) == latent_channels),
            "{}: audio VAE latents_mean/std have {}/{} values for {} channels", where, latents_mean.size(),
@@ -144,11 +146,12 @@ void AudioVaeConfig::validate(const std::string& where) const {
 }
 
 std::string AudioVaeConfig::summary() const {
-  return fmt::format("audio VAE: hop {}, latent {} ch, trunk {}, encoder dim {} rates [{}], decoder dim {} rates [{}] "
-                     "kernels [{}], AMP kernels [{}], {} heads, {} Hz",
-                     hop(), latent_channels, latent_dim, encoder_dim, fmt::join(encoder_rates, ","), decoder_dim,
-                     fmt::join(decoder_rates, ","), fmt::join(decoder_kernel_sizes, ","),
-                     fmt::join(resblock_kernel_sizes, ","), num_attention_heads, sampling_rate);
+  return fmt::format(
+      "audio VAE: hop {}, latent {} ch, trunk {}, encoder dim {} rates [{}], decoder dim {} rates [{}] "
+      "kernels [{}], AMP kernels [{}], {} heads, {} Hz",
+      hop(), latent_channels, latent_dim, encoder_dim, fmt::join(encoder_rates, ","), decoder_dim,
+      fmt::join(decoder_rates, ","), fmt::join(decoder_kernel_sizes, ","), fmt::join(resblock_kernel_sizes, ","),
+      num_attention_heads, sampling_rate);
 }
 
 AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
@@ -305,8 +308,8 @@ Tensor AudioVae::activation(const Act& a, const Tensor& x) const {
   const int64_t C = x.dim(1), K = a.up_filter.dim(2), ratio = 2;
   const int64_t pad = K / ratio - 1;
   const int64_t crop_l = pad * ratio + (K - ratio) / 2, crop_r = pad * ratio + (K - ratio + 1) / 2;
-  Tensor up = ops::conv_transpose1d(ops::pad1d(x, pad, pad, ops::PadMode::replicate), a.up_filter, nullptr, ratio, 0,
-                                    C);
+  Tensor up =
+      ops::conv_transpose1d(ops::pad1d(x, pad, pad, ops::PadMode::replicate), a.up_filter, nullptr, ratio, 0, C);
   up = ops::slice_last(up, crop_l, up.dim(2) - crop_r);
   Tensor snake = ops::snake_beta(up, a.alpha, a.beta, static_cast<double>(ratio));
   const int64_t Kd = a.down_filter.dim(2);

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "core/dtype.h"
+#include "io/safetensors.h"
 
 namespace h3 {
 

@@ -72,8 +72,7 @@ std::vector<std::pair<std::string, Shape>> video_vae_decoder_parameters(const Vi
 
 std::vector<std::pair<std::string, Shape>> audio_vae_decoder_parameters(const AudioVaeConfig& c) {
   const int64_t lc = c.latent_channels, ld = c.latent_dim;
-  std::vector<std::pair<std::string, Shape>> p = {{"dec_in_proj.weight", {ld, lc, 1}},
-                                                  {"dec_in_proj.bias", {ld}}};
+  std::vector<std::pair<std::string, Shape>> p = {{"dec_in_proj.weight", {ld, lc, 1}}, {"dec_in_proj.bias", {ld}}};
   auto wn = [&](const std::string& n, const Shape& v) {
     p.push_back({n + ".weight_g", {v[0], 1, 1}});
     p.push_back({n + ".weight_v", v});
@@ -212,9 +211,7 @@ Tensor kaiser_sinc_filter(int64_t taps) {
   const int64_t half = taps / 2;
   const double delta_f = 4 * half_width;
   const double a = 2.285 * static_cast<double>(half - 1) * M_PI * delta_f + 7.95;
-  const double beta = a > 50    ? 0.1102 * (a - 8.7)
-                      : a >= 21 ? 0.5842 * std::pow(a - 21, 0.4) + 0.07886 * (a - 21)
-                                : 0;
+  const double beta = a > 50 ? 0.1102 * (a - 8.7) : a >= 21 ? 0.5842 * std::pow(a - 21, 0.4) + 0.07886 * (a - 21) : 0;
   std::vector<double> f(static_cast<size_t>(taps));
   double sum = 0;
   for (int64_t i = 0; i < taps; ++i) {

@@ -26,11 +26,10 @@ void agree_on_plan(Comm& comm, int64_t n_units, int64_t total, const std::string
   std::vector<int64_t> all(static_cast<size_t>(2 * n));
   comm.allgatherv(mine, all.data(), std::vector<int64_t>(n, 2), DType::i64, what + ": plan agreement");
   for (int r = 0; r < n; ++r)
-    H3_CHECK(
-        all[2 * r] == n_units && all[2 * r + 1] == total,
-        "{}: rank {} ({}) plans {} units / {} elements but rank {} plans {} / {}; every rank must decode the "
-        "same latents",
-        what, comm.rank(), comm.host(), n_units, total, r, all[2 * r], all[2 * r + 1]);
+    H3_CHECK(all[2 * r] == n_units && all[2 * r + 1] == total,
+             "{}: rank {} ({}) plans {} units / {} elements but rank {} plans {} / {}; every rank must decode the "
+             "same latents",
+             what, comm.rank(), comm.host(), n_units, total, r, all[2 * r], all[2 * r + 1]);
 }
 
 // Gathers every rank's units (flattened, in ascending unit order) into all ranks' `recv`, per the layout in
@@ -51,8 +50,8 @@ std::vector<std::byte> gather_units(Comm& comm, const ShardAssignment& as, const
     std::memcpy(send.data() + off, t.raw(), t.nbytes());
     off += t.nbytes();
   }
-  H3_ASSERT(off == static_cast<size_t>(counts[comm.rank()]) * es, "{}: packed {} bytes, expected {}", what,
-            off, counts[comm.rank()] * static_cast<int64_t>(es));
+  H3_ASSERT(off == static_cast<size_t>(counts[comm.rank()]) * es, "{}: packed {} bytes, expected {}", what, off,
+            counts[comm.rank()] * static_cast<int64_t>(es));
   std::vector<std::byte> recv(static_cast<size_t>(total) * es + es);
   comm.allgatherv(send.data(), recv.data(), counts, dt, what);
   return recv;
@@ -177,8 +176,8 @@ Tensor decode_audio_sharded(const AudioVae& vae, const Tensor& latents, Comm& co
                   static_cast<const std::byte*>(latents.raw()) + my_items[i] * item_bytes, item_bytes);
     const Tensor out = vae.decode(part);
     H3_ASSERT(out.dtype() == dt && out.shape() == (Shape{k, 1, A * cfg.hop()}),
-              "audio VAE sharded decode: decoded {}, expected {}[{}, 1, {}]", out.describe(), dtype_name(dt),
-              k, A * cfg.hop());
+              "audio VAE sharded decode: decoded {}, expected {}[{}, 1, {}]", out.describe(), dtype_name(dt), k,
+              A * cfg.hop());
     for (int64_t i = 0; i < k; ++i) {
       Tensor item(dt, shapes[my_items[i]]);
       std::memcpy(item.raw(), static_cast<const std::byte*>(out.raw()) + i * item.nbytes(), item.nbytes());
@@ -193,8 +192,7 @@ Tensor decode_audio_sharded(const AudioVae& vae, const Tensor& latents, Comm& co
   Tensor wave(dt, {B, 1, A * cfg.hop()});
   const std::vector<Tensor> items = unpack_units(recv, as, shapes, dt);
   for (int64_t b = 0; b < B; ++b)
-    std::memcpy(static_cast<std::byte*>(wave.raw()) + b * items[b].nbytes(), items[b].raw(),
-                items[b].nbytes());
+    std::memcpy(static_cast<std::byte*>(wave.raw()) + b * items[b].nbytes(), items[b].raw(), items[b].nbytes());
   if (stats) {
     stats->units = static_cast<int64_t>(my_items.size());
     stats->cost = as.load[comm.rank()];

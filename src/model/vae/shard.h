@@ -60,11 +60,9 @@ struct ShardDecodeStats {
 
 // VideoVae::decode(z) with the units spread over `comm`; returns the whole decode on every rank. Collective:
 // every rank calls it with the same latents.
-Tensor decode_video_sharded(const VideoVae& vae, const Tensor& z, Comm& comm,
-                            ShardDecodeStats* stats = nullptr);
+Tensor decode_video_sharded(const VideoVae& vae, const Tensor& z, Comm& comm, ShardDecodeStats* stats = nullptr);
 // AudioVae::decode(latents) with the batch items spread over `comm`; returns [B, 1, A * hop] on every rank.
 // Collective like the video decode.
-Tensor decode_audio_sharded(const AudioVae& vae, const Tensor& latents, Comm& comm,
-                            ShardDecodeStats* stats = nullptr);
+Tensor decode_audio_sharded(const AudioVae& vae, const Tensor& latents, Comm& comm, ShardDecodeStats* stats = nullptr);
 
 }  // namespace h3

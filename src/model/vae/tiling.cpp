@@ -95,8 +95,8 @@ Tensor blend_dim(const Tensor& a, const Tensor& b, int64_t extent, int dim) {
   int64_t ao, an, ai, bo, bn, bi;
   split_shape(a, dim, ao, an, ai);
   split_shape(b, dim, bo, bn, bi);
-  H3_ASSERT(ao == bo && ai == bi && a.dtype() == b.dtype(), "blend_dim: {} vs {} along {}", a.describe(),
-            b.describe(), dim);
+  H3_ASSERT(ao == bo && ai == bi && a.dtype() == b.dtype(), "blend_dim: {} vs {} along {}", a.describe(), b.describe(),
+            dim);
   const int64_t e = std::min({an, bn, extent});
   Tensor out(b.dtype(), b.shape());  // a copy of b, made by all threads
   {
@@ -125,7 +125,10 @@ Tensor blend_dim(const Tensor& a, const Tensor& b, int64_t extent, int dim) {
       }
     });
   };
-  if (a.dtype() == DType::f32) run(float{}); else run(double{});
+  if (a.dtype() == DType::f32)
+    run(float{});
+  else
+    run(double{});
   return out;
 }
 

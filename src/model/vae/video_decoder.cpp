@@ -31,8 +31,10 @@ void copy_rows_into(Tensor& dst, int64_t row, const Tensor& src) {
             "video VAE decoder: rows {} into {} at {}", src.describe(), dst.describe(), row);
   void* at = dst.rows(row, row + src.dim(0)).raw();
   if (src.nbytes() == 0) return;
-  if (dst.on_device()) device_hooks().copy(at, true, src.raw(), true, src.nbytes());
-  else std::memcpy(at, src.raw(), src.nbytes());
+  if (dst.on_device())
+    device_hooks().copy(at, true, src.raw(), true, src.nbytes());
+  else
+    std::memcpy(at, src.raw(), src.nbytes());
 }
 
 }  // namespace
@@ -84,8 +86,7 @@ void VideoVae::rope_tables(int64_t t, int64_t h, int64_t w, Tensor& cos, Tensor&
   });
 }
 
-void VideoVae::rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType dt, Tensor& cos,
-                               Tensor& sin) const {
+void VideoVae::rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType dt, Tensor& cos, Tensor& sin) const {
   auto stacked = [&](const Tensor& one) {
     if (k == 1) return one;
     Tensor all(one.dtype(), {k * one.dim(0), one.dim(1)});
@@ -113,7 +114,9 @@ void VideoVae::rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType
   sin = it->second.second;
 }
 
-Tensor VideoVae::decode_block(const Tensor& z) const { return decode_blocks({z})[0]; }
+Tensor VideoVae::decode_block(const Tensor& z) const {
+  return decode_blocks({z})[0];
+}
 
 int64_t VideoVae::decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const {
   // The largest set of live activations in one block, per unit, with the allocator's slack: the f32 residual
@@ -188,8 +191,7 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
   // the rest of the decoder in f64 (ops_vae.h, rms_norm_via_f32). The f32 and GPU paths keep their own norms.
   const bool norms_via_f32 = ct_ == DType::f64 && !gpu;
   auto norm = [&](const Tensor& a, const Tensor* weight, int64_t group) {
-    return norms_via_f32 ? ops::rms_norm_via_f32(a, weight, group, eps)
-                         : ops::rms_norm(a, weight, group, eps);
+    return norms_via_f32 ? ops::rms_norm_via_f32(a, weight, group, eps) : ops::rms_norm(a, weight, group, eps);
   };
   // q/k: non-affine RMSNorm per head, then RoPE (fused on the GPU, with a weight of ones).
   auto norm_rope = [&](const Tensor& a) {

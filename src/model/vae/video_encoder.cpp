@@ -17,8 +17,8 @@ ops::PadMode pad_mode(const std::string& m) {
 
 Tensor VideoVae::causal_conv(const Tensor& x, const Tensor& w, const Tensor& b, int64_t spatial_pad) const {
   const int64_t kt = w.dim(2);
-  Tensor xp = ops::pad3d(x, kt - 1, spatial_pad, spatial_pad, spatial_pad, spatial_pad,
-                         pad_mode(cfg_.spatial_padding_mode));
+  Tensor xp =
+      ops::pad3d(x, kt - 1, spatial_pad, spatial_pad, spatial_pad, spatial_pad, pad_mode(cfg_.spatial_padding_mode));
   return ops::conv3d(xp, w, &b, {1, 1, 1});
 }
 

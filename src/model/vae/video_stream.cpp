@@ -108,8 +108,10 @@ void place_frames(Tensor& video, int64_t first, const Tensor& frames) {
   for (int64_t c = 0; c < C; ++c) {
     void* dst = static_cast<std::byte*>(video.raw()) + (c * F + first) * plane;
     const void* src = static_cast<const std::byte*>(frames.raw()) + c * n * plane;
-    if (frames.on_device()) device_hooks().copy(dst, false, src, true, n * plane);
-    else std::memcpy(dst, src, n * plane);
+    if (frames.on_device())
+      device_hooks().copy(dst, false, src, true, n * plane);
+    else
+      std::memcpy(dst, src, n * plane);
   }
 }
 
@@ -126,8 +128,8 @@ Tensor empty_clip(const VideoDecodePlan& plan, const VideoVaeConfig& cfg, DType 
 }  // namespace
 
 Tensor VideoVae::stitch_on_device(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const {
-  H3_CHECK(decoded.size() == plan.units.size(), "video VAE stitch: {} decoded units for a plan of {}",
-           decoded.size(), plan.units.size());
+  H3_CHECK(decoded.size() == plan.units.size(), "video VAE stitch: {} decoded units for a plan of {}", decoded.size(),
+           plan.units.size());
   const auto sched = frame_schedule(plan, cfg_.token_drop > 0);
   const ops::StitchGrid grid = stitch_grid(plan);
   Tensor video = empty_clip(plan, cfg_, ct_);
@@ -147,16 +149,15 @@ Tensor VideoVae::stitch_on_device(const VideoDecodePlan& plan, const std::vector
 
 void VideoVae::stitch_streaming(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded,
                                 const FrameSink& sink) const {
-  H3_CHECK(decoded.size() == plan.units.size(), "video VAE stitch: {} decoded units for a plan of {}",
-           decoded.size(), plan.units.size());
+  H3_CHECK(decoded.size() == plan.units.size(), "video VAE stitch: {} decoded units for a plan of {}", decoded.size(),
+           plan.units.size());
   const auto sched = frame_schedule(plan, cfg_.token_drop > 0);
   const ops::StitchGrid grid = stitch_grid(plan);
   int64_t next = 0;
   const FrameSink to_host = [&](int64_t first, const Tensor& f) { sink(first, f.on_device() ? f.cpu() : f); };
   for (size_t i = 0; i < sched.size(); ++i)
-    emit_chunk_frames(sched[i], chunk_tiles(plan, decoded, i), i > 0 ? chunk_tiles(plan, decoded, i - 1)
-                                                                      : std::vector<Tensor>{},
-                      grid, next, to_host);
+    emit_chunk_frames(sched[i], chunk_tiles(plan, decoded, i),
+                      i > 0 ? chunk_tiles(plan, decoded, i - 1) : std::vector<Tensor>{}, grid, next, to_host);
   H3_ASSERT(next == plan.time.out_frames, "video VAE stitch: {} frames streamed, plan says {}", next,
             plan.time.out_frames);
 }

@@ -1,6 +1,7 @@
 // Video VAE: configuration, weights, the tile/chunk plans, the decode work units and their stitch, and the
-// chunked/tiled encode driver. The ViT decoder is in model/vae/video_decoder.cpp, the CNN encoder in model/vae/video_encoder.cpp,
-// the streamed decode (frame schedule, stacked units, the device stitch) in model/vae/video_stream.cpp.
+// chunked/tiled encode driver. The ViT decoder is in model/vae/video_decoder.cpp, the CNN encoder in
+// model/vae/video_encoder.cpp, the streamed decode (frame schedule, stacked units, the device stitch) in
+// model/vae/video_stream.cpp.
 #include "model/vae/video_vae.h"
 
 #include <algorithm>
@@ -42,8 +43,12 @@ Tensor map_channels(const Tensor& x, F f) {
 
 }  // namespace
 
-int64_t VideoVaeConfig::spatial_ratio() const { return product(spatial_downsample_factors); }
-int64_t VideoVaeConfig::temporal_ratio() const { return product(temporal_downsample_factors); }
+int64_t VideoVaeConfig::spatial_ratio() const {
+  return product(spatial_downsample_factors);
+}
+int64_t VideoVaeConfig::temporal_ratio() const {
+  return product(temporal_downsample_factors);
+}
 int64_t VideoVaeConfig::rope_dim() const {
   return static_cast<int64_t>(static_cast<double>(decoder_attention_head_dim) * decoder_rope_dim_ratio);
 }
@@ -77,7 +82,8 @@ VideoVaeConfig VideoVaeConfig::from_json_text(const std::string& config, const s
       i64("latent_channels", c.latent_channels);
       if (j.contains("block_out_channels")) c.block_out_channels = ints(j["block_out_channels"]);
       i64("layers_per_block", c.layers_per_block);
-      if (j.contains("spatial_downsample_factors")) c.spatial_downsample_factors = ints(j["spatial_downsample_factors"]);
+      if (j.contains("spatial_downsample_factors"))
+        c.spatial_downsample_factors = ints(j["spatial_downsample_factors"]);
       if (j.contains("temporal_downsample_factors"))
         c.temporal_downsample_factors = ints(j["temporal_downsample_factors"]);
       i64("norm_num_groups", c.norm_num_groups);
@@ -129,8 +135,7 @@ void VideoVaeConfig::validate(const std::string& where) const {
   for (int64_t ch : block_out_channels)
     H3_CHECK(norm_num_groups > 0 && ch % norm_num_groups == 0, "{}: video VAE {} channels not divisible by {} groups",
              where, ch, norm_num_groups);
-  H3_CHECK(spatial_padding_mode == "reflect" || spatial_padding_mode == "zeros" ||
-               spatial_padding_mode == "replicate",
+  H3_CHECK(spatial_padding_mode == "reflect" || spatial_padding_mode == "zeros" || spatial_padding_mode == "replicate",
            "{}: video VAE spatial_padding_mode '{}' is not supported (reflect, zeros, replicate)", where,
            spatial_padding_mode);
   H3_CHECK(decoder_num_attention_heads > 0 && decoder_attention_head_dim > 0 && rope_dim() % 6 == 0 &&
@@ -210,14 +215,15 @@ TemporalChunkPlan plan_temporal_chunks(int64_t T, int64_t clip, int64_t drop, in
     for (int64_t j = 0; j < parts; ++j) {
       const int64_t b = j * p.chunk_frames, e = std::min(b + p.chunk_frames, clip_frames);
       const int64_t n = std::max<int64_t>(e - b - p.frame_pre_padding, 0);
-      if (j == 0) frames += n;
-      else if (i + 1 == p.starts.size()) frames += n;
+      if (j == 0)
+        frames += n;
+      else if (i + 1 == p.starts.size())
+        frames += n;
     }
   }
   if (p.pad_tokens > 0) {
     const int64_t tail = clip % q;
-    for (int64_t k = 0; k < p.pad_tokens; ++k)
-      p.trim_frames += (tail && (T + k) % p.chunk_tokens == 0) ? tail : q;
+    for (int64_t k = 0; k < p.pad_tokens; ++k) p.trim_frames += (tail && (T + k) % p.chunk_tokens == 0) ? tail : q;
   }
   p.out_frames = frames - p.trim_frames;
   return p;
@@ -349,8 +355,8 @@ void VideoVae::upload_decoder() {
   // proj_out out of autocast); in bf16 the block GEMMs' weights and biases become bf16.
   const DType gemm_dt = precision_ == Precision::bf16 ? DType::bf16 : DType::f32;
   auto up = [&](Tensor& t, DType dt) { t = t.to_device(dev_).to(dt); };
-  for (Tensor* t : {&pq_w_, &pq_b_, &proj_in_w_, &proj_in_b_, &registers_, &norm_out_w_, &norm_out_b_, &proj_out_w_,
-                    &proj_out_b_})
+  for (Tensor* t :
+       {&pq_w_, &pq_b_, &proj_in_w_, &proj_in_b_, &registers_, &norm_out_w_, &norm_out_b_, &proj_out_w_, &proj_out_b_})
     up(*t, DType::f32);
   for (Block& b : blocks_) {
     for (Tensor* t : {&b.norm1, &b.norm2, &b.scale1, &b.scale2}) up(*t, DType::f32);
@@ -457,8 +463,8 @@ Tensor VideoVae::decode_unit(const Tensor& zp, const VideoDecodeUnit& u) const {
 }
 
 Tensor VideoVae::stitch(const VideoDecodePlan& plan, const std::vector<Tensor>& decoded) const {
-  H3_CHECK(decoded.size() == plan.units.size(), "video VAE stitch: {} decoded units for a plan of {}",
-           decoded.size(), plan.units.size());
+  H3_CHECK(decoded.size() == plan.units.size(), "video VAE stitch: {} decoded units for a plan of {}", decoded.size(),
+           plan.units.size());
   const TemporalChunkPlan& tp = plan.time;
   const size_t rows = plan.rows.starts.size(), cols = plan.cols.starts.size();
   const bool two_parts = cfg_.token_drop > 0;
@@ -552,7 +558,8 @@ Tensor VideoVae::encode_mean(const Tensor& pixels) const {
       x = vae::concat_dim(parts, 1);
     }
     std::vector<Tensor> clips;
-    for (int64_t i = 0; i < x.dim(1) / clip; ++i) clips.push_back(encode_clip(vae::slice_dim(x, 1, i * clip, (i + 1) * clip)));
+    for (int64_t i = 0; i < x.dim(1) / clip; ++i)
+      clips.push_back(encode_clip(vae::slice_dim(x, 1, i * clip, (i + 1) * clip)));
     moments = vae::concat_dim(clips, 1);
     if (cfg_.token_drop > 0) moments = vae::slice_dim(moments, 1, 0, moments.dim(1) - cfg_.token_drop);
   }

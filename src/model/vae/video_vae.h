@@ -17,8 +17,8 @@
 #include <tuple>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "core/dtype.h"
+#include "io/safetensors.h"
 #include "ops/ops_vae.h"
 
 namespace h3 {
@@ -44,7 +44,7 @@ struct VideoVaeConfig {
   int64_t spatial_ratio() const;   // prod(spatial_downsample_factors)
   int64_t temporal_ratio() const;  // prod(temporal_downsample_factors)
   int64_t decoder_dim() const { return decoder_num_attention_heads * decoder_attention_head_dim; }
-  int64_t rope_dim() const;        // int(head_dim * rope_dim_ratio)
+  int64_t rope_dim() const;  // int(head_dim * rope_dim_ratio)
   // The diffusers config JSON plus the optional tiling JSON (tile_sample_min_height, ..._overlap_width).
   static VideoVaeConfig from_json_text(const std::string& config, const std::string& tiling, const std::string& where);
   void validate(const std::string& where) const;
@@ -60,16 +60,16 @@ TileAxis split_tiles(int64_t length, int64_t tile, int64_t min_overlap, int64_t 
 
 // Temporal chunking of the decode (spec §6.5).
 struct TemporalChunkPlan {
-  int64_t latent_frames = 0;      // T requested
-  int64_t pad_tokens = 0;         // latent frames appended by repeating the last one
-  int64_t chunk_tokens = 0;       // n = ceil(clip / q): chunk stride in latent frames
-  int64_t token_overlap = 0;      // o: extra latent frames each chunk decodes past its stride
-  int64_t frame_pre_padding = 0;  // leading pixel frames dropped from each part
-  int64_t frame_overlap = 0;      // pixel frames cross-faded between consecutive chunks
-  int64_t chunk_frames = 0;       // n * q pixel frames per part
-  int64_t trim_frames = 0;        // trailing pixel frames dropped at the end (produced by padding)
-  int64_t out_frames = 0;         // final pixel frames
-  std::vector<int64_t> starts;    // first (padded) latent frame of every chunk
+  int64_t latent_frames = 0;          // T requested
+  int64_t pad_tokens = 0;             // latent frames appended by repeating the last one
+  int64_t chunk_tokens = 0;           // n = ceil(clip / q): chunk stride in latent frames
+  int64_t token_overlap = 0;          // o: extra latent frames each chunk decodes past its stride
+  int64_t frame_pre_padding = 0;      // leading pixel frames dropped from each part
+  int64_t frame_overlap = 0;          // pixel frames cross-faded between consecutive chunks
+  int64_t chunk_frames = 0;           // n * q pixel frames per part
+  int64_t trim_frames = 0;            // trailing pixel frames dropped at the end (produced by padding)
+  int64_t out_frames = 0;             // final pixel frames
+  std::vector<int64_t> starts;        // first (padded) latent frame of every chunk
   int64_t chunk_len(size_t i) const;  // latent frames chunk i decodes (n + o, clamped to the padded length)
 };
 TemporalChunkPlan plan_temporal_chunks(int64_t latent_frames, int64_t clip_length, int64_t token_drop,
@@ -201,7 +201,7 @@ class VideoVae {
   // The tables for a block of t x h x w latents on the VAE's device in `dt` (cached on the GPU: units share shapes).
   // k copies stacked: [k * N, rope_dim].
   void rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType dt, Tensor& cos, Tensor& sin) const;
-  void upload_decoder();  // moves the decoder's weights to dev_ (constructor)
+  void upload_decoder();                           // moves the decoder's weights to dev_ (constructor)
   Tensor decode_into_clip(const Tensor& z) const;  // decode() of a GPU VAE: streamed into one host clip
 
   VideoVaeConfig cfg_;

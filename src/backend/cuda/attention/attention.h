@@ -1,6 +1,7 @@
 // Non-causal multi-head attention on the GPU for q [nq, heads*d], k/v [nk, heads*d] (bf16), softmax scale
-// 1/sqrt(d): our wgmma kernel (backend/cuda/attention/wgmma.h: head_dim 128 on sm_90a; H3_ATTENTION_BF16_KERNEL=auto|wgmma|cudnn),
-// else cuDNN's fused SDPA when the build has cuDNN and it accepts the shape, else a plain kernel.
+// 1/sqrt(d): our wgmma kernel (backend/cuda/attention/wgmma.h: head_dim 128 on sm_90a;
+// H3_ATTENTION_BF16_KERNEL=auto|wgmma|cudnn), else cuDNN's fused SDPA when the build has cuDNN and it accepts the
+// shape, else a plain kernel.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,9 +22,9 @@ bool attention_batched(const void* q, const void* k, const void* v, void* o, DTy
 // the plan if needed.
 std::string attention_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 
-// FP8 attention through our wgmma kernel (backend/cuda/attention/wgmma.h), the arguments as for attention_fp8 below: o bf16,
-// or (o_fp8) e4m3 with its descale written to *o_descale (device). False, nothing written, when it does not run here
-// or H3_ATTENTION_FP8_KERNEL=cudnn; then the caller takes cuDNN's FP8 graph.
+// FP8 attention through our wgmma kernel (backend/cuda/attention/wgmma.h), the arguments as for attention_fp8 below: o
+// bf16, or (o_fp8) e4m3 with its descale written to *o_descale (device). False, nothing written, when it does not run
+// here or H3_ATTENTION_FP8_KERNEL=cudnn; then the caller takes cuDNN's FP8 graph.
 bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                         const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
                         int64_t d);
@@ -38,8 +39,8 @@ std::string attention_fp8_ours_impl(int64_t nq, int64_t nk, int64_t heads, int64
 // The output type the FP8 attention graph is built with: the first that cuDNN accepts (bf16, else fp8 + a dequantize),
 // or only one of them. H3_ATTENTION_FP8_O=bf16|fp8 sets it for `any`.
 enum class Fp8AttentionOut { any, bf16, fp8 };
-// FP8 attention (backend/cuda/attention/cudnn_fp8.cpp): q [nq, heads*d], k/v [nk, heads*d] fp8 e4m3 with per-tensor f32 descales
-// on the device (value = stored * descale; each pointer 16-byte aligned), o bf16 [nq, heads*d], softmax scale
+// FP8 attention (backend/cuda/attention/cudnn_fp8.cpp): q [nq, heads*d], k/v [nk, heads*d] fp8 e4m3 with per-tensor f32
+// descales on the device (value = stored * descale; each pointer 16-byte aligned), o bf16 [nq, heads*d], softmax scale
 // 1/sqrt(d). Returns false when cuDNN
 // refuses every FP8 graph for this shape (logged once with cuDNN's reasons; o may be partly written): the caller
 // then runs the bf16 attention.

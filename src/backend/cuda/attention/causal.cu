@@ -1,5 +1,5 @@
-// The text tower's causal grouped-query attention (backend/cuda/attention/causal.h). A simple kernel: the text tower is a
-// few percent of a job, so one warp walks the keys of one (row, query head) in order.
+// The text tower's causal grouped-query attention (backend/cuda/attention/causal.h). A simple kernel: the text tower is
+// a few percent of a job, so one warp walks the keys of one (row, query head) in order.
 #include <cuda_bf16.h>
 
 #include <cfloat>
@@ -14,7 +14,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxPerLane = 8;  // head_dim <= 32 * 8
-
 
 // Warp w handles query row i = w / heads, head h = w % heads; lane l holds channels l, l+32, ...
 template <typename T>
@@ -54,19 +53,19 @@ __global__ void attention_causal_kernel(const T* q, const T* k, const T* v, T* o
 }
 
 template <typename T>
-void launch(const void* q, const void* k, const void* v, void* o, int64_t n, int64_t heads, int64_t group,
-            int64_t d, cudaStream_t s) {
+void launch(const void* q, const void* k, const void* v, void* o, int64_t n, int64_t heads, int64_t group, int64_t d,
+            cudaStream_t s) {
   const int64_t warps = n * heads;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   attention_causal_kernel<T><<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, s>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), n, heads,
-      group, d, 1.0f / sqrtf(static_cast<float>(d)));
+      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), n, heads, group,
+      d, 1.0f / sqrtf(static_cast<float>(d)));
 }
 
 }  // namespace
 
-cudaError_t attention_causal(const void* q, const void* k, const void* v, void* o, ElemType t, int64_t n,
-                             int64_t heads, int64_t kv_heads, int64_t d, cudaStream_t s) {
+cudaError_t attention_causal(const void* q, const void* k, const void* v, void* o, ElemType t, int64_t n, int64_t heads,
+                             int64_t kv_heads, int64_t d, cudaStream_t s) {
   if (n == 0 || heads == 0) return cudaSuccess;
   if (d <= 0 || d > 32 * kMaxPerLane || kv_heads <= 0 || heads % kv_heads != 0) return cudaErrorInvalidValue;
   if ((n * heads + kWarpsPerBlock - 1) / kWarpsPerBlock > 0x7fffffffLL) return cudaErrorInvalidValue;

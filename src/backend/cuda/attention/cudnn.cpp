@@ -125,8 +125,7 @@ std::unique_ptr<Plan> make_plan(std::vector<DescPtr> keep, const std::vector<cud
             "plan config");
         ok(cudnnBackendFinalize(plan->d), "finalize plan");
         int64_t got = 0;
-        ok(cudnnBackendGetAttribute(plan->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
-                                    &ws),
+        ok(cudnnBackendGetAttribute(plan->d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &ws),
            "plan workspace");
       } catch (const Failed& f) {
         last = f.what;
@@ -178,7 +177,8 @@ void tune(Plan& p, const std::vector<int64_t>& uids, const std::vector<void*>& p
     } catch (const Failed& f) {
       spdlog::debug("{}: {} does not run: {}", what, c.engine, f.what);
     }
-    line += fmt::format("{}{} {}", i ? ", " : "", c.engine, ms < 0 ? std::string("fails") : fmt::format("{:.3f} ms", ms));
+    line +=
+        fmt::format("{}{} {}", i ? ", " : "", c.engine, ms < 0 ? std::string("fails") : fmt::format("{:.3f} ms", ms));
     if (ms >= 0 && (best_ms < 0 || ms < best_ms)) best = i, best_ms = ms;
   }
   cudaEventDestroy(a);
@@ -204,8 +204,7 @@ void execute(const Plan& p, const std::vector<int64_t>& uids, const std::vector<
   ok(cudnnBackendExecute(handle(), p.plan, pack.d), "execute");
 }
 
-int64_t choose_group(int64_t heads, int64_t nq, int64_t nk, const std::function<bool(int64_t)>& run,
-                     const char* what) {
+int64_t choose_group(int64_t heads, int64_t nq, int64_t nk, const std::function<bool(int64_t)>& run, const char* what) {
   if (const char* e = std::getenv("H3_ATTENTION_GROUP")) {
     const int64_t g = std::atoll(e);
     if (g > 0) return std::min(g, heads);

@@ -1,6 +1,6 @@
 // Internal to the CUDA backend's attention files: small owners and builders for cuDNN backend-API descriptors
-// (tensors, operation graphs, execution plans), shared by the bf16 fused SDPA (backend/cuda/attention/dispatch.cpp) and the FP8
-// SDPA graph (backend/cuda/attention/cudnn_fp8.cpp). Only compiled with cuDNN (H3_HAVE_CUDNN).
+// (tensors, operation graphs, execution plans), shared by the bf16 fused SDPA (backend/cuda/attention/dispatch.cpp) and
+// the FP8 SDPA graph (backend/cuda/attention/cudnn_fp8.cpp). Only compiled with cuDNN (H3_HAVE_CUDNN).
 #pragma once
 #if H3_HAVE_CUDNN
 #include <cudnn.h>
@@ -98,11 +98,12 @@ void execute(const Plan& p, const std::vector<int64_t>& uids, const std::vector<
 int64_t fastest_group(int64_t heads, const std::function<bool(int64_t)>& run, const char* what);
 // Whether an attention of nq x nk is long enough for timed choices (head grouping, engine configurations) to pay
 // for their one-time cost: nq * nk >= 2^26.
-inline bool long_attention(int64_t nq, int64_t nk) { return nq * nk >= (int64_t(1) << 26); }
+inline bool long_attention(int64_t nq, int64_t nk) {
+  return nq * nk >= (int64_t(1) << 26);
+}
 // The heads per cuDNN call for this shape: H3_ATTENTION_GROUP when set (tests force a grouping), all heads for a
 // short attention, else fastest_group's choice.
-int64_t choose_group(int64_t heads, int64_t nq, int64_t nk, const std::function<bool(int64_t)>& run,
-                     const char* what);
+int64_t choose_group(int64_t heads, int64_t nq, int64_t nk, const std::function<bool(int64_t)>& run, const char* what);
 
 }  // namespace h3::cuda::dnn
 #endif

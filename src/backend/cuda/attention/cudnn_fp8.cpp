@@ -1,8 +1,8 @@
 // FP8 (e4m3) non-causal attention on Hopper through a cuDNN operation graph written with the backend API.
 //
-// cuDNN's single SDPA operation (used for bf16 in backend/cuda/attention/dispatch.cpp) has no descale inputs, so the FP8 forward is
-// spelled out as the graph that cuDNN's fused FP8 flash-attention engine recognises (the pattern cudnn-frontend's
-// sdpa_fp8 node lowers to). Per group of n heads, over row-major buffers of ld = heads*d values a row:
+// cuDNN's single SDPA operation (used for bf16 in backend/cuda/attention/dispatch.cpp) has no descale inputs, so the
+// FP8 forward is spelled out as the graph that cuDNN's fused FP8 flash-attention engine recognises (the pattern
+// cudnn-frontend's sdpa_fp8 node lowers to). Per group of n heads, over row-major buffers of ld = heads*d values a row:
 //
 // clang-format off
 //   Q  [1, n, nq, d]  strides [nq*ld, d, ld, 1]   fp8        value = stored * dq   (dq, dk, dv: device f32)
@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "backend/cuda/attention/attention.h"
-#include "backend/cuda/common.h"
 #include "backend/cuda/attention/cudnn.h"
+#include "backend/cuda/common.h"
 #include "backend/cuda/kernels.h"
 #include "core/log.h"
 

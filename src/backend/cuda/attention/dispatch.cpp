@@ -12,9 +12,9 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/attention/cudnn.h"
 #include "backend/cuda/attention/wgmma.h"
 #include "backend/cuda/common.h"
-#include "backend/cuda/attention/cudnn.h"
 #include "backend/cuda/kernels.h"
 #include "core/log.h"
 
@@ -114,8 +114,8 @@ Plan* plan_for(int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld, int
       spdlog::warn("cuDNN SDPA unavailable for {} heads x {} x {} (d {}): {}; using the plain attention kernel (slow)",
                    heads, nq, nk, d, f.what);
     else
-      spdlog::warn("cuDNN SDPA refuses a batch of {} ({} heads x {} x {}, d {}): {}; one call per block instead",
-                   batch, heads, nq, nk, d, f.what);
+      spdlog::warn("cuDNN SDPA refuses a batch of {} ({} heads x {} x {}, d {}): {}; one call per block instead", batch,
+                   heads, nq, nk, d, f.what);
   }
   return g_plans.emplace(key, std::move(p)).first->second.get();
 }
@@ -181,8 +181,8 @@ bool attention_batched(const void* q, const void* k, const void* v, void* o, DTy
   if (!p) return false;
   float scale = 1.0f / std::sqrt(static_cast<float>(d));
   try {
-    dnn::execute(*p, {kQ, kK, kV, kO, kScale}, {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o,
-                                               &scale});
+    dnn::execute(*p, {kQ, kK, kV, kO, kScale},
+                 {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o, &scale});
   } catch (const Failed& f) {
     fail("cuDNN SDPA (batch {} x {} heads x {} x {}): {}", batch, heads, n, n, f.what);
   }

@@ -1,5 +1,6 @@
-// Shared by our Hopper attention kernels (backend/cuda/attention/wgmma_bf16.cu bf16, backend/cuda/attention/wgmma_fp8.cu fp8): mbarrier,
-// TMA and wgmma wrappers over inline PTX, and the host side's tensor maps and sm_90a probe. CUDA sources only.
+// Shared by our Hopper attention kernels (backend/cuda/attention/wgmma_bf16.cu bf16,
+// backend/cuda/attention/wgmma_fp8.cu fp8): mbarrier, TMA and wgmma wrappers over inline PTX, and the host side's
+// tensor maps and sm_90a probe. CUDA sources only.
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -22,12 +23,13 @@ const std::string& device_unsupported();
 // A row-major [rows, cols] matrix of `type` with `row_bytes` between rows, read in [box_rows x box_cols] boxes
 // with `swizzle` (box_cols * element size must be the swizzle's span or less); throws std::runtime_error.
 CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int64_t rows, int64_t cols, int64_t row_bytes,
-                       uint32_t box_cols, uint32_t box_rows,
-                       CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
+                       uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
 // Keys per tile from the variable `name`: 128 or `wide` (the default). Read on every call (cheap next to an
 // attention), so that tests can switch it.
 int tile_keys_from_env(const char* name, int wide);
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
 
 #ifdef H3_WGMMA_BODY
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -38,8 +40,7 @@ __device__ __forceinline__ void mbar_init(uint64_t* b, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes)
-               : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* b) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
@@ -50,11 +51,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
   const uint32_t addr = smem_u32(b);
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(addr), "r"(parity)
+                 : "memory");
   } while (!done);
 }
 
@@ -181,8 +181,8 @@ __device__ __forceinline__ void tile_max(float (&s)[N], int c, int valid, float 
 // The second half: scores -> 2^(s scale_log2 - b) in place, and the rows' running sums l0, l1 (this thread's share)
 // carried over with the factors.
 template <int N>
-__device__ __forceinline__ void tile_exp(float (&s)[N], float scale_log2, float b0, float b1, float corr0,
-                                         float corr1, float& l0, float& l1) {
+__device__ __forceinline__ void tile_exp(float (&s)[N], float scale_log2, float b0, float b1, float corr0, float corr1,
+                                         float& l0, float& l1) {
   float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
   for (int i = 0; i < N; i += 4) {

@@ -1,11 +1,11 @@
 // Our own Hopper attention kernels: non-causal softmax(q k^T / sqrt(d)) v for q [nq, ld], k/v [nk, ld],
 // o [nq, ld] with head h in columns [h * 128, (h + 1) * 128), head_dim 128, f32 accumulation; bf16
-// (backend/cuda/attention/wgmma_bf16.cu) and e4m3 (backend/cuda/attention/wgmma_fp8.cu). Tensor-memory-accelerator loads of key tiles
-// (192 keys bf16, 224 FP8, or 128) into a two-stage ring (one producer thread), two consumer warpgroups of 64 query
-// rows each running warpgroup MMAs (S = Q K^T from shared memory, O += P V with P in registers), tile j's S issued together with
-// tile j-1's P V, which then runs during tile j's softmax. Every (128-row query tile, head) is one CTA with a fixed
-// key order, so a head's output does not depend on how many heads a call holds, on nq or on anything but its own
-// q rows and k/v: deterministic. sm_90a only.
+// (backend/cuda/attention/wgmma_bf16.cu) and e4m3 (backend/cuda/attention/wgmma_fp8.cu). Tensor-memory-accelerator
+// loads of key tiles (192 keys bf16, 224 FP8, or 128) into a two-stage ring (one producer thread), two consumer
+// warpgroups of 64 query rows each running warpgroup MMAs (S = Q K^T from shared memory, O += P V with P in registers),
+// tile j's S issued together with tile j-1's P V, which then runs during tile j's softmax. Every (128-row query tile,
+// head) is one CTA with a fixed key order, so a head's output does not depend on how many heads a call holds, on nq or
+// on anything but its own q rows and k/v: deterministic. sm_90a only.
 //
 // No h3 headers here, so that the kernel and bench/attention_wgmma_check.cu build alone with nvcc.
 #pragma once
@@ -18,21 +18,21 @@ namespace h3::cuda {
 
 // "" when attention_wgmma can run this call on the current device, else why not (for a log line and a
 // fallback).
-std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o,
-                                        int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld);
+std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o, int64_t nq,
+                                        int64_t nk, int64_t heads, int64_t d, int64_t ld);
 // Enqueues the attention on `stream`; throws std::runtime_error when attention_wgmma_unsupported says no or a
 // CUDA call fails. Keys per tile: H3_ATTENTION_BF16_TILE=128|192, default 192. Every tile size is deterministic on
 // its own, but the sizes differ in the last bits (where P is rounded).
-void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk,
-                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);
+void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk, int64_t heads,
+                     int64_t d, int64_t ld, cudaStream_t stream);
 
-// FP8 (backend/cuda/attention/wgmma_fp8.cu): q8 [nq, ld], k8 / v8 [nk, ld] e4m3 with per-tensor f32 descales on the device
-// (value = stored * descale), ld = heads * 128. Writes V transposed into vt_scratch (ld x
+// FP8 (backend/cuda/attention/wgmma_fp8.cu): q8 [nq, ld], k8 / v8 [nk, ld] e4m3 with per-tensor f32 descales on the
+// device (value = stored * descale), ld = heads * 128. Writes V transposed into vt_scratch (ld x
 // attention_wgmma_fp8_vt_cols(nk) bytes, 16-byte aligned), then o: bf16 [nq, ld], or (o_fp8) e4m3 [nq, ld] with
 // its per-tensor descale (= dv) written to *o_descale. Softmax weights pass through e4m3 (scaled by 448). Keys per
 // tile: H3_ATTENTION_FP8_TILE=128|224, default 224.
-std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o,
-                                            int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld);
+std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o, int64_t nq,
+                                            int64_t nk, int64_t heads, int64_t d, int64_t ld);
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk);
 // The V^T that attention_wgmma_fp8 writes first: vt[c, k0 + slot] = v8[k0 + key(slot), c] for each group of 32
 // keys k0 (the keys of a group permuted so that S's accumulator is the P operand as it stands), zero past nk;
@@ -40,12 +40,12 @@ int64_t attention_wgmma_fp8_vt_cols(int64_t nk);
 void attention_wgmma_fp8_transpose_v(const void* v8, void* vt, int64_t nk, int64_t cols, cudaStream_t stream);
 // The same from bf16 v, quantized on the way: e4m3(v / s), s = max(*amax / 448, 1e-12) with amax = max|v| on the
 // device (quantize_fp8's bits), s written to *scale_out (the attention's dv).
-void attention_wgmma_fp8_transpose_quantize_v(const void* v, const float* amax, float* scale_out, void* vt,
-                                              int64_t nk, int64_t cols, cudaStream_t stream);
+void attention_wgmma_fp8_transpose_quantize_v(const void* v, const float* amax, float* scale_out, void* vt, int64_t nk,
+                                              int64_t cols, cudaStream_t stream);
 // attention_wgmma_fp8's attention on a V^T already written by one of the two above.
-void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_scratch, const float* dq,
-                               const float* dk, const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq,
-                               int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);
+void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_scratch, const float* dq, const float* dk,
+                               const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk,
+                               int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);
 void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                          const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
                          int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream);

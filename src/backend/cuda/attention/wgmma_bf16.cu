@@ -28,8 +28,8 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kD = 128;          // head dim
-constexpr int kBM = 128;         // query rows per CTA (two consumer warpgroups of 64)
+constexpr int kD = 128;   // head dim
+constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups of 64)
 // Keys per tile (kBN): a template parameter, 192 (the default: ~2 % faster than 128 on an H200; 208 of the 240
 // registers for S, O and P) or 128. K and V stages are [kBN x 128], two [kBN x 64] halves.
 constexpr int kStages = 2;       // K / V ring depth
@@ -54,8 +54,10 @@ struct alignas(1024) Smem {
 // S for a tile of N keys: m64nNk16 with Q and K from shared memory, both K-major (row = m or n, 16 values of k).
 template <int N>
 __device__ __forceinline__ void mma_ss_n(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (N == 128) mma_bf16_ss_n128(d, a, b, accumulate);
-  else mma_bf16_ss_n192(d, a, b, accumulate);
+  if constexpr (N == 128)
+    mma_bf16_ss_n128(d, a, b, accumulate);
+  else
+    mma_bf16_ss_n192(d, a, b, accumulate);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -69,8 +71,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 template <int kBN, bool kPingpong>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                     const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ o, int nq, int nk,
-                     int ld, float scale_log2) {
+                     const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ o, int nq, int nk, int ld,
+                     float scale_log2) {
 #ifndef H3_WGMMA_BODY
   __trap();  // built for another architecture too (PTX for compute_80): this kernel exists only as sm_90a
 #else
@@ -204,8 +206,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (signal) mbar_arrive(&sm.k_empty[s]);
     float c0, c1;
     softmax(j, c0, c1);
-    // Row 0's sums done before P V's wait (backend/cuda/attention/wgmma.cuh: block_boundary_after): about half the softmax runs beside
-    // P V, +3 % (all of it, both sums: up to 4 % slower than without the boundary at 14,908 keys).
+    // Row 0's sums done before P V's wait (backend/cuda/attention/wgmma.cuh: block_boundary_after): about half the
+    // softmax runs beside P V, +3 % (all of it, both sums: up to 4 % slower than without the boundary at 14,908 keys).
     block_boundary_after(l0);
     wg_wait<0>();
     fence_regs(o_acc);
@@ -288,8 +290,7 @@ const std::string& device_unsupported() {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     if (major != 9 || minor != 0) {
-      why = "compute capability " + std::to_string(major) + "." + std::to_string(minor) +
-            " (the kernel is sm_90a)";
+      why = "compute capability " + std::to_string(major) + "." + std::to_string(minor) + " (the kernel is sm_90a)";
       return;
     }
     int* flag = nullptr;
@@ -315,8 +316,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   std::call_once(once, [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-            cudaSuccess &&
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
         q == cudaDriverEntryPointSuccess)
       fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
   });
@@ -330,9 +330,9 @@ CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int64_t rows,
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
   const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("wgmma attention: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
                              ") for a [" + std::to_string(rows) + ", " + std::to_string(cols) + "] matrix, " +
@@ -342,21 +342,20 @@ CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int64_t rows,
 
 }  // namespace wgmma
 
-std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o,
-                                        int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
+std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o, int64_t nq,
+                                        int64_t nk, int64_t heads, int64_t d, int64_t ld) {
   if (d != kD) return "head_dim " + std::to_string(d) + " (the kernel is built for 128)";
   if (nq <= 0 || nk <= 0 || heads <= 0) return "an empty shape";
   if (ld < heads * d || ld % 8 != 0)
     return "row stride " + std::to_string(ld) + " (needs >= heads * 128, a multiple of 8)";
   if (nq > (int64_t{1} << 31) - kBM || nk > (int64_t{1} << 31) - 192 || heads > 65535)
     return "a shape past the grid's range";
-  if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o))
-    return "a pointer not 16-byte aligned";
+  if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(o)) return "a pointer not 16-byte aligned";
   return device_unsupported();
 }
 
-void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk,
-                     int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk, int64_t heads,
+                     int64_t d, int64_t ld, cudaStream_t stream) {
   const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma attention cannot run this call: " + why);
   // [rows x 64 columns] boxes: 128-byte swizzled halves of Q's [128 x 128] tile and of K's and V's [bn x 128].
@@ -397,15 +396,13 @@ void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64
   Kernel kernel = chosen->kernel;
   const int smem = chosen->smem;
   if (attr != cudaSuccess)
-    throw std::runtime_error(std::string("wgmma attention: cudaFuncSetAttribute: ") +
-                             cudaGetErrorString(attr));
+    throw std::runtime_error(std::string("wgmma attention: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
   const dim3 grid(static_cast<unsigned>((nq + kBM - 1) / kBM), static_cast<unsigned>(heads));
   const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
   kernel<<<grid, kThreads, smem, stream>>>(tq, tk, tv, static_cast<__nv_bfloat16*>(o), static_cast<int>(nq),
                                            static_cast<int>(nk), static_cast<int>(ld), scale_log2);
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("wgmma attention launch: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw std::runtime_error(std::string("wgmma attention launch: ") + cudaGetErrorString(e));
 }
 
 }  // namespace h3::cuda

@@ -20,8 +20,8 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "backend/cuda/attention/wgmma.h"
 #include "backend/cuda/attention/wgmma.cuh"
+#include "backend/cuda/attention/wgmma.h"
 #include "backend/cuda/attention/wgmma_mma.cuh"
 
 namespace h3::cuda {
@@ -29,27 +29,26 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kD = 128;          // head dim
-constexpr int kBM = 128;         // query rows per CTA (two consumer warpgroups of 64)
+constexpr int kD = 128;   // head dim
+constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups of 64)
 // Keys per tile (kBN): a template parameter, 224 (the default: 4-6 % faster than 128 on an H200, fewer per-tile
 // steps for the same MMAs; 256 does not fit the registers) or 128. K's stage is [kBN keys x 128] with the 128-byte
 // swizzle. V^T's is a [128 x 128 keys] block with the 128-byte swizzle, then for 224 a [128 x 64 keys] block with
 // the 64-byte one and a [128 x 32 keys] block with the 32-byte one: wgmma reads a K-major operand in rows of its
 // swizzle's span.
-constexpr int kStages = 2;       // K / V ring depth (3 measured no faster with 224-key tiles)
-constexpr int kConsumers = 256;  // threads of the two consumer warpgroups
+constexpr int kStages = 2;                  // K / V ring depth (3 measured no faster with 224-key tiles)
+constexpr int kConsumers = 256;             // threads of the two consumer warpgroups
 constexpr int kThreads = kConsumers + 128;  // and the producer warpgroup
 constexpr int kTile = 128 * 128;            // bytes of a [128 x 128] e4m3 tile: rows of one 128-byte swizzle span
 // The softmax weights (<= 1) times 448, e4m3's largest finite value, as 2^(x - m + log2 448).
 [[maybe_unused]] constexpr float kLog2ScaleP = 8.807354922057604f;
-
 
 template <int kBN>
 struct alignas(1024) Smem {
   uint8_t q[2][kTile];             // this work item's Q tile and the next one's
   uint8_t k[kStages][kBN * 128];   // [kBN keys x 128]
   uint8_t vt[kStages][kBN * 128];  // [128 x 128 keys], [128 x 64 keys], [128 x 32 keys] (see above)
-  uint8_t out[kBM * kD * 2];  // the output tile on its way to global memory
+  uint8_t out[kBM * kD * 2];       // the output tile on its way to global memory
   uint64_t q_full[2], q_empty[2];
   uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
 };
@@ -66,8 +65,10 @@ __host__ __device__ constexpr int key_of_slot(int slot) {
 // S for a tile of N keys: m64nNk32 with q8 and k8 from shared memory, both K-major.
 template <int N>
 __device__ __forceinline__ void mma_ss_n(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (N == 128) mma_e4m3_ss_n128(d, a, b, accumulate);
-  else mma_e4m3_ss_n224(d, a, b, accumulate);
+  if constexpr (N == 128)
+    mma_e4m3_ss_n128(d, a, b, accumulate);
+  else
+    mma_e4m3_ss_n224(d, a, b, accumulate);
 }
 
 // Four floats as e4m3 bytes, the first in the lowest byte (saturating to +-448).
@@ -90,8 +91,7 @@ template <int kBN, bool kOutFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_fp8_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                          const __grid_constant__ CUtensorMap tvt, const __grid_constant__ CUtensorMap tvt64,
-                         const __grid_constant__ CUtensorMap tvt32,
-                         const float* __restrict__ dq,
+                         const __grid_constant__ CUtensorMap tvt32, const float* __restrict__ dq,
                          const float* __restrict__ dk, const float* __restrict__ dv, void* __restrict__ o,
                          float* __restrict__ o_descale, int nq, int nk, int heads, int ld, float scale_log2) {
 #ifndef H3_WGMMA_BODY
@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #else
   extern __shared__ uint8_t raw[];
   static_assert(kBN == 128 || kBN == 224, "tiles of 128 or 224 keys");
-  constexpr int kStageBytes = kBN * 128;  // of K, and of V^T
-  constexpr bool kWide = kBN == 224;  // V^T has its 64- and 32-key blocks
+  constexpr int kStageBytes = kBN * 128;                    // of K, and of V^T
+  constexpr bool kWide = kBN == 224;                        // V^T has its 64- and 32-key blocks
   constexpr int kOff64 = kTile, kOff32 = kTile + 128 * 64;  // where they start in a stage (kWide)
   Smem<kBN>& sm = *reinterpret_cast<Smem<kBN>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   // Work items (128 query rows, head), query tiles fastest, taken every gridDim.x from blockIdx.x: one per CTA
@@ -156,8 +156,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // live in uniform registers: no register-to-uniform moves before each S MMA, and 8 registers free for the softmax.
   // (With a bf16 O, whose epilogue needs more registers, ptxas would then spill 88 bytes, in the loop too: that
   // instantiation keeps Q's descriptors in ordinary registers, and its P V wait where ptxas puts it.)
-  const int g = kOutFp8 ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0)
-                        : static_cast<int>(threadIdx.x / 128);
+  const int g =
+      kOutFp8 ? __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0) : static_cast<int>(threadIdx.x / 128);
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   const int c = lane % 4;
@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 __device__ __forceinline__ void transpose4x4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t (&o)[4]) {
   const uint32_t t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);  // interleave rows 0, 1
   const uint32_t t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);  // and rows 2, 3
-  o[0] = __byte_perm(t0, t2, 0x5410);  // byte 0 of each row
+  o[0] = __byte_perm(t0, t2, 0x5410);                                                 // byte 0 of each row
   o[1] = __byte_perm(t0, t2, 0x7632);
   o[2] = __byte_perm(t1, t3, 0x5410);
   o[3] = __byte_perm(t1, t3, 0x7632);
@@ -357,11 +357,9 @@ constexpr int kTransposeWarps = 8;  // key groups a block
 // kFromBf16: v is bf16 and quantized on the way, q = e4m3(v / scale) with scale = max(*amax / 448, 1e-12) (the
 // bits of quantize_fp8's kernels; the first thread writes scale to *scale_out). Else v is already e4m3.
 template <bool kFromBf16>
-__global__ void __launch_bounds__(kTransposeWarps * 32) transpose_v_kernel(const void* __restrict__ v_raw,
-                                                                           const float* __restrict__ amax,
-                                                                           float* __restrict__ scale_out,
-                                                                           uint8_t* __restrict__ vt, int nk,
-                                                                           int cols, int nkp) {
+__global__ void __launch_bounds__(kTransposeWarps * 32)
+    transpose_v_kernel(const void* __restrict__ v_raw, const float* __restrict__ amax, float* __restrict__ scale_out,
+                       uint8_t* __restrict__ vt, int nk, int cols, int nkp) {
   const int lane = threadIdx.x % 32, c = lane % 4, h = (lane / 4) % 2, chunk = lane / 8;
   const int group = blockIdx.y * kTransposeWarps + threadIdx.x / 32;
   float scale = 1.f;
@@ -387,9 +385,9 @@ __global__ void __launch_bounds__(kTransposeWarps * 32) transpose_v_kernel(const
         const uint4 raw = src[half];
         const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&raw);
         auto pair = [&](int j) {  // columns j, j + 1 of these 8, the first in the low byte
-          return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(
-              make_float2(__bfloat162float(b[j]) / scale, __bfloat162float(b[j + 1]) / scale), __NV_SATFINITE,
-              __NV_E4M3));
+          return static_cast<uint32_t>(
+              __nv_cvt_float2_to_fp8x2(make_float2(__bfloat162float(b[j]) / scale, __bfloat162float(b[j + 1]) / scale),
+                                       __NV_SATFINITE, __NV_E4M3));
         };
         q[2 * half] = pair(0) | pair(2) << 16;
         q[2 * half + 1] = pair(4) | pair(6) << 16;
@@ -406,8 +404,7 @@ __global__ void __launch_bounds__(kTransposeWarps * 32) transpose_v_kernel(const
     uint32_t o[4];
     transpose4x4(word(row[0], w), word(row[1], w), word(row[2], w), word(row[3], w), o);
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      *reinterpret_cast<uint32_t*>(vt + out0 + static_cast<int64_t>(4 * w + j) * nkp) = o[j];
+    for (int j = 0; j < 4; ++j) *reinterpret_cast<uint32_t*>(vt + out0 + static_cast<int64_t>(4 * w + j) * nkp) = o[j];
   }
 }
 
@@ -421,22 +418,23 @@ bool persistent_from_env() {
 
 }  // namespace
 
-int64_t attention_wgmma_fp8_vt_cols(int64_t nk) { return (nk + 31) / 32 * 32; }
+int64_t attention_wgmma_fp8_vt_cols(int64_t nk) {
+  return (nk + 31) / 32 * 32;
+}
 
 namespace {
 void transpose_v(const void* v, const float* amax, float* scale_out, void* vt, int64_t nk, int64_t cols,
                  cudaStream_t stream) {
-  if (cols % 64 || nk <= 0 || nk > (int64_t{1} << 30) || cols > (int64_t{1} << 30) || !aligned16(v) ||
-      !aligned16(vt))
-    throw std::runtime_error("wgmma FP8 attention: V^T transpose needs columns in whole 64s, 16-byte alignment "
-                             "and fewer than 2^30 keys and columns");
+  if (cols % 64 || nk <= 0 || nk > (int64_t{1} << 30) || cols > (int64_t{1} << 30) || !aligned16(v) || !aligned16(vt))
+    throw std::runtime_error(
+        "wgmma FP8 attention: V^T transpose needs columns in whole 64s, 16-byte alignment "
+        "and fewer than 2^30 keys and columns");
   const int64_t nkp = attention_wgmma_fp8_vt_cols(nk), groups = nkp / 32;
   const dim3 grid(static_cast<unsigned>(cols / 64),
                   static_cast<unsigned>((groups + kTransposeWarps - 1) / kTransposeWarps));
   auto kernel = amax ? transpose_v_kernel<true> : transpose_v_kernel<false>;
-  kernel<<<grid, kTransposeWarps * 32, 0, stream>>>(v, amax, scale_out, static_cast<uint8_t*>(vt),
-                                                     static_cast<int>(nk), static_cast<int>(cols),
-                                                     static_cast<int>(nkp));
+  kernel<<<grid, kTransposeWarps * 32, 0, stream>>>(v, amax, scale_out, static_cast<uint8_t*>(vt), static_cast<int>(nk),
+                                                    static_cast<int>(cols), static_cast<int>(nkp));
 }
 }  // namespace
 
@@ -444,14 +442,14 @@ void attention_wgmma_fp8_transpose_v(const void* v8, void* vt, int64_t nk, int64
   transpose_v(v8, nullptr, nullptr, vt, nk, cols, stream);
 }
 
-void attention_wgmma_fp8_transpose_quantize_v(const void* v, const float* amax, float* scale_out, void* vt,
-                                              int64_t nk, int64_t cols, cudaStream_t stream) {
+void attention_wgmma_fp8_transpose_quantize_v(const void* v, const float* amax, float* scale_out, void* vt, int64_t nk,
+                                              int64_t cols, cudaStream_t stream) {
   if (!amax || !scale_out) throw std::runtime_error("wgmma FP8 attention: V quantization without amax / scale");
   transpose_v(v, amax, scale_out, vt, nk, cols, stream);
 }
 
-std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o,
-                                            int64_t nq, int64_t nk, int64_t heads, int64_t d, int64_t ld) {
+std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o, int64_t nq,
+                                            int64_t nk, int64_t heads, int64_t d, int64_t ld) {
   if (d != kD) return "head_dim " + std::to_string(d) + " (the kernel is built for 128)";
   if (nq <= 0 || nk <= 0 || heads <= 0) return "an empty shape";
   if (ld != heads * d) return "row stride " + std::to_string(ld) + " (needs heads * 128)";
@@ -471,9 +469,9 @@ void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const f
   attention_wgmma_fp8_on_vt(q8, k8, vt_scratch, dq, dk, dv, o, o_fp8, o_descale, nq, nk, heads, d, ld, stream);
 }
 
-void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_scratch, const float* dq,
-                               const float* dk, const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq,
-                               int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_scratch, const float* dq, const float* dk,
+                               const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk,
+                               int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
   const std::string why = attention_wgmma_fp8_unsupported(q8, k8, vt_scratch, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma FP8 attention cannot run this call: " + why);
   if (o_fp8 && !o_descale) throw std::runtime_error("wgmma FP8 attention: fp8 output without a descale pointer");
@@ -488,8 +486,8 @@ void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_sc
                                        CU_TENSOR_MAP_SWIZZLE_64B),
                     tvt32 = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 32, 128,
                                        CU_TENSOR_MAP_SWIZZLE_32B);
-  using Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, const float*,
-                          const float*, const float*, void*, float*, int, int, int, int, float);
+  using Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, const float*, const float*,
+                          const float*, void*, float*, int, int, int, int, float);
   struct Variant {
     int bn;
     bool o_fp8;
@@ -521,18 +519,17 @@ void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_sc
   int64_t ctas = items;
   if (persistent_from_env()) {
     int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) ==
-                                                   cudaSuccess && sms > 0)
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
       ctas = std::min<int64_t>(items, sms);
   }
   if ((items + ctas - 1) / ctas * ((nk + bn - 1) / bn) >= (int64_t{1} << 31))
     throw std::runtime_error("wgmma FP8 attention: " + std::to_string(items) + " work items of " + std::to_string(nk) +
                              " keys on " + std::to_string(ctas) + " CTAs count 2^31 key tiles or more a CTA");
   const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
-  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(tq, tk, tvt, tvt64, tvt32, dq, dk, dv, o,
-                                                                  o_descale, static_cast<int>(nq),
-                                                                  static_cast<int>(nk), static_cast<int>(heads),
-                                                                  static_cast<int>(ld), scale_log2);
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(
+      tq, tk, tvt, tvt64, tvt32, dq, dk, dv, o, o_descale, static_cast<int>(nq), static_cast<int>(nk),
+      static_cast<int>(heads), static_cast<int>(ld), scale_log2);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("wgmma FP8 attention launch: ") + cudaGetErrorString(e));
 }
