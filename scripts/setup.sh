@@ -8,7 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
-  libcpp-httplib-dev libsqlite3-dev python3 chromium clang-format
+  libmicrohttpd-dev libsqlite3-dev python3 chromium clang-format
 )
 # Intel MKL's VML from Debian non-free, unpacked beside the system (optional; see scripts/setup-mkl.sh).
 "$(dirname "$0")/setup-mkl.sh"
