@@ -1,6 +1,7 @@
 // The h3 CLI's subcommands; each registers its options on the app and returns a runner.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <functional>
 #include <string>
 
@@ -11,6 +12,26 @@ inline int g_ranks = 1;
 // The global --device (cpu or cuda) and --deterministic values; the GPU backend is started before the command runs.
 inline std::string g_device = "cpu";
 inline bool g_deterministic = false;
+
+// A number within [lo, hi]; unlike CLI::Range it refuses nan and inf (every comparison with nan is false).
+inline CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        double d = 0;
+        try {
+          size_t used = 0;
+          d = std::stod(v, &used);
+          if (used != v.size()) return "not a number: " + v;
+        } catch (const std::exception&) {
+          return "not a number: " + v;
+        }
+        if (!std::isfinite(d) || d < lo || d > hi)
+          return "must be a finite number in [" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) +
+                 "], got " + v;
+        return "";
+      },
+      "FINITE in [" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) + "]");
+}
 
 using Runner = std::function<int()>;
 Runner add_verify(CLI::App& app);
@@ -27,5 +48,6 @@ Runner add_generate(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_serve_worker(CLI::App& app);
 Runner add_decode(CLI::App& app);
+Runner add_probe_media(CLI::App& app);
 
 }  // namespace h3::cli

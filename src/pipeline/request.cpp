@@ -243,7 +243,7 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
   return r;
 }
 
-ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
+ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, const MediaScanner& scan) {
   ResolvedRequest r;
   // Prompt: non-empty text (the tokenizer refuses invalid UTF-8 later; refuse it here, before any work).
   {
@@ -269,14 +269,15 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
     const double ratio = static_cast<double>(w) / static_cast<double>(h);
     H3_CHECK(ratio >= 0.25 && ratio <= 4.0, "size {}x{} has aspect {:.3f}; allowed 1:4 .. 4:1 (0.25 .. 4)", w, h,
              ratio);
-    H3_CHECK(w * h <= lim.max_canvas_pixels,
+    // Each side is bounded first, so the product cannot overflow (a 2^32 x 2^32 request wraps to 0).
+    H3_CHECK(w <= lim.max_canvas_pixels && h <= lim.max_canvas_pixels && w * h <= lim.max_canvas_pixels,
              "size {}x{} has {} pixels; at most {} are allowed (e.g. 1344x768 or 768x1344)", w, h, w * h,
              lim.max_canvas_pixels);
     r.width = w;
     r.height = h;
   } else {
     // fl2va without a size: the first keyframe's aspect (scanning the file refuses a bad one here).
-    const std::string keyframe_aspect = condition_aspect(req, lim);
+    const std::string keyframe_aspect = condition_aspect(req, lim, scan);
     const std::string aspect = keyframe_aspect.empty() ? req.aspect : keyframe_aspect;
     const auto [aw, ah] = parse_aspect(aspect);
     const CanvasSize c = resolve_canvas_size(aw, ah);  // throws outside 1:4 .. 4:1
@@ -359,7 +360,7 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
   }
 
   // Keyframes / references: every file scanned and checked, their geometry fixed.
-  resolve_conditions(req, r, lim);
+  resolve_conditions(req, r, lim, scan);
   return r;
 }
 
