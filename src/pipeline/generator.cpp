@@ -14,6 +14,7 @@
 // Every rank decodes (units sharded over the whole group) and ends with the same latents and media; rank 0
 // writes.
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -60,6 +61,20 @@ bool ModelPaths::all_procedural() const {
 }
 
 namespace {
+
+int64_t count_non_finite(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return 0;
+  const Tensor f = t.dtype() == DType::f64 ? t : t.to(DType::f32);
+  int64_t n = 0;
+  if (f.dtype() == DType::f64) {
+    const double* p = f.data<double>();
+    for (int64_t i = 0; i < f.numel(); ++i) n += std::isfinite(p[i]) ? 0 : 1;
+  } else {
+    const float* p = f.data<float>();
+    for (int64_t i = 0; i < f.numel(); ++i) n += std::isfinite(p[i]) ? 0 : 1;
+  }
+  return n;
+}
 
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t0) {
@@ -556,6 +571,7 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   }
   if (comm.size() > 1 && !everyone_encodes) bcast_tensor(comm, embeds, src, "prompt embeddings");
   if (comm.size() > 1 && !everyone_encodes) prompt_extra = bcast_string(comm, prompt_extra, src, "prompt vision rows");
+  check_cancel("after encoding the prompt");
   res.prompt_tokens = embeds.dim(0);
   std::vector<std::pair<int64_t, int64_t>> vision_ranges;
   if (!prompt_extra.empty()) {
@@ -582,6 +598,7 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
     if (comm.size() > 1 && layout->num_condition_audio_rows > 0)
       bcast_tensor(comm, cond.audio, 0, "reference audio rows");
   }
+  check_cancel("after encoding the keyframes / references");
   phase_done("encode", t0);
   report("encode", 1, 1, 0, w_encode);
 
@@ -636,6 +653,15 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   res.video_latents = t2va_video_latents(rows, spec, dc.in_channels);
   res.audio_latent_rows = rows.audio.to(DType::f32);
   phase_done("denoise", t0);
+  // NaN/Inf in the final latents (non-finite weights in the checkpoint or a LoRA, bad precomputed inputs, a
+  // diverged run) fail the request with the reason instead of writing a video of garbage. Rank 0 counts and
+  // every rank gets the verdict, so all fail alike.
+  int64_t non_finite = root ? count_non_finite(res.video_latents) + count_non_finite(res.audio_latent_rows) : 0;
+  if (comm.size() > 1) comm.broadcast(&non_finite, sizeof(non_finite), 0, "non-finite latents");
+  H3_CHECK(non_finite == 0,
+           "the final latents hold {} non-finite values (NaN or Inf): the checkpoint, a LoRA or the precomputed inputs "
+           "hold non-finite numbers, or the run diverged; nothing was written (check the weights with `h3 info`)",
+           non_finite);
 
   // 4. Decode (every rank; units sharded over the group).
   check_cancel("before the video decode");

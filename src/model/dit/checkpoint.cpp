@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/files.h"
+#include "core/json_limits.h"
 #include "io/procedural.h"
 
 namespace h3 {
@@ -35,11 +37,7 @@ std::string_view layout_name(DitLayout l) {
 namespace {
 
 std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) fail("{}: cannot read", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_text_file_checked(p.string(), "config");
 }
 
 bool starts_with(const std::string& s, const std::string& p) {
@@ -106,18 +104,26 @@ std::map<std::string, QuantSpec> collect_quant(const SafeTensors& st) {
       if (b.dtype() != DType::u8 && b.dtype() != DType::i8)
         fail("{}: '{}' is {}, expected U8 bytes of JSON", st.path(), k, b.describe());
       std::string text(static_cast<const char*>(b.raw()), static_cast<size_t>(b.numel()));
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(text);
-      } catch (const std::exception& e) {
-        fail("{}: '{}' is not JSON ({}): {}", st.path(), k, e.what(), text);
-      }
-      const std::string format = j.value("format", "");
+      const nlohmann::json j = parse_json_bounded(text, st.path() + ": '" + k + "'", 4);
+      H3_CHECK(j.is_object() && j.contains("format") && j["format"].is_string(),
+               "{}: '{}' must be a JSON object with a string \"format\"; got {}", st.path(), k, text.substr(0, 200));
+      const std::string format = j["format"].get<std::string>();
       if (format == "float8_e4m3fn") {
         q.kind = QuantSpec::fp8;
       } else if (format == "int8_tensorwise") {
         q.kind = QuantSpec::int8;
-        if (j.value("convrot", false)) q.convrot_group = j.value("convrot_groupsize", 256);
+        H3_CHECK(!j.contains("convrot") || j["convrot"].is_boolean(), "{}: '{}': \"convrot\" must be true or false",
+                 st.path(), k);
+        if (j.value("convrot", false)) {
+          const nlohmann::json g = j.contains("convrot_groupsize") ? j["convrot_groupsize"] : nlohmann::json(256);
+          // A group that is no power of two in 2 .. 65536 rotates nothing sensible (and 0 would silently skip
+          // the rotation the weights were stored with).
+          H3_CHECK(g.is_number_integer() && g.get<int64_t>() >= 2 && g.get<int64_t>() <= 65536 &&
+                       (g.get<int64_t>() & (g.get<int64_t>() - 1)) == 0,
+                   "{}: '{}': convrot_groupsize {} must be a power of two in 2 .. 65536", st.path(), k,
+                   g.dump().substr(0, 40));
+          q.convrot_group = static_cast<int>(g.get<int64_t>());
+        }
       } else if (format == "mxfp8") {
         q.kind = QuantSpec::mxfp8;
       } else if (format == "nvfp4") {
@@ -236,7 +242,7 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
     if (!index.empty()) {
       nlohmann::json j;
       try {
-        j = nlohmann::json::parse(read_text(index));
+        j = parse_json_bounded(read_text(index), index.string());
       } catch (const std::exception& e) {
         fail("{}: index is not valid JSON: {}", index.string(), e.what());
       }
@@ -493,6 +499,11 @@ Tensor DitCheckpoint::get_base(const std::string& key) const {
   } else if (src.quant.kind != QuantSpec::none)
     t = dequantize_weight(t, files_[src.file]->get(src.quant.scale_key), src.quant,
                           files_[src.file]->path() + ": '" + src.key + "'");
+  // An integer tensor where a float weight belongs would be read as numbers it never meant.
+  H3_CHECK(dtype_is_float(t.dtype()),
+           "{}: weight '{}' is stored as {}; DiT weights must be float (F32, F16, BF16, F64) or a quantized format "
+           "with its scales: is this the right file?",
+           files_[src.file]->path(), src.key, dtype_safetensors_name(t.dtype()));
   if (src.kind == Source::plain) return t;
   const int64_t rows = t.dim(0), cols = t.dim(1);
   const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype());

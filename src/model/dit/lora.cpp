@@ -1,6 +1,7 @@
 #include "model/dit/lora.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -116,6 +117,7 @@ std::pair<std::string, double> parse_lora_spec(const std::string& spec) {
 }
 
 LoraFile LoraFile::open(const std::string& path, double strength, const DitConfig& config, int interleaved_override) {
+  if (!std::isfinite(strength)) fail("LoRA {}: strength {} is not a finite number", path, strength);
   SafeTensors st = SafeTensors::open(path);
   LoraFile lf;
   lf.path = path;
@@ -242,9 +244,22 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
     } else if (meta_alpha) {
       alpha = *meta_alpha;
     }
+    // Non-finite numbers are refused here, where they enter: merged, they would turn every output into NaN.
+    if (!std::isfinite(alpha))
+      fail("{}: module '{}' has alpha {}; a LoRA's alpha must be a finite number", path, m, alpha);
+    for (const auto& [key, t] : {std::pair<const std::string&, const Tensor&>{p.down_key, A}, {p.up_key, B}})
+      if (!dtype_is_float(t.dtype()))
+        fail("{}: key '{}' is stored as {}; LoRA weights must be float (F32, F16, BF16)", path, key,
+             dtype_safetensors_name(t.dtype()));
     const double scale = strength * alpha / static_cast<double>(rank);
     A = A.to(DType::f32);
     B = B.to(DType::f32);
+    for (const auto& [key, t] : {std::pair<const std::string&, const Tensor&>{p.down_key, A}, {p.up_key, B}}) {
+      const float* v = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i)
+        if (!std::isfinite(v[i]))
+          fail("{}: key '{}' holds a non-finite value (NaN or Inf) at element {}; the LoRA is damaged", path, key, i);
+    }
     lf.ranks[rank] += 1;
     lf.modules += 1;
     auto add = [&](const std::string& key, Tensor up) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/ref_math.h"
@@ -98,7 +99,7 @@ std::pair<Tensor, Tensor> mrope_tables(const QwenTextConfig& c, int64_t n, const
 QwenTextConfig QwenTextConfig::from_json_text(const std::string& text, const std::string& where) {
   QwenTextConfig c;
   try {
-    json j = json::parse(text);
+    json j = parse_json_bounded(text, where);
     if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
     read_if(j, "vocab_size", c.vocab_size);
     read_if(j, "hidden_size", c.hidden);

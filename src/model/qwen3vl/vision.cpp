@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/json_limits.h"
 #include "model/qwen3vl/weights.h"
 #include "ops/ops.h"
 #include "ops/ops_act.h"
@@ -65,7 +66,7 @@ void copy_rows(Tensor& dst, int64_t at, const Tensor& src) {
 QwenVisionConfig QwenVisionConfig::from_json_text(const std::string& text, const std::string& where) {
   QwenVisionConfig c;
   try {
-    json j = json::parse(text);
+    json j = parse_json_bounded(text, where);
     if (j.contains("vision_config") && j["vision_config"].is_object()) j = j["vision_config"];
     read_if(j, "depth", c.depth);
     read_if(j, "hidden_size", c.hidden);

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_limits.h"
 
 namespace h3 {
 
@@ -14,11 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_text(const fs::path& p, const char* what) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("{}: cannot read the {}", p.string(), what);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_text_file_checked(p.string(), std::string("the ") + what);
 }
 
 }  // namespace
@@ -75,7 +73,7 @@ QwenTextWeights QwenTextWeights::open(const std::string& path) {
   w.index_path_ = index.string();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text(index, "shard index"));
+    j = parse_json_bounded(read_text(index, "shard index"), index.string() + ": the shard index");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: the shard index is not valid JSON ({})", w.index_path_, e.what());
   }

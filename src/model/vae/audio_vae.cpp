@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "core/json_limits.h"
 #include "model/vae/weights.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
@@ -94,8 +95,8 @@ AudioVaeConfig AudioVaeConfig::from_json_text(const std::string& text, const std
   AudioVaeConfig c;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
+    j = parse_json_bounded(text, where + ": audio VAE config");
+  } catch (const nlohmann::json::exception& e) {
     fail("{}: audio VAE config is not valid JSON: {}", where, e.what());
   }
   auto ints = [](const nlohmann::json& a) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "core/json_limits.h"
 #include "model/vae/tiling.h"
 #include "model/vae/weights.h"
 
@@ -58,8 +59,8 @@ VideoVaeConfig VideoVaeConfig::from_json_text(const std::string& config, const s
   VideoVaeConfig c;
   auto parse = [&](const std::string& text, const char* what) {
     try {
-      return nlohmann::json::parse(text);
-    } catch (const std::exception& e) {
+      return parse_json_bounded(text, where + ": video VAE " + what);
+    } catch (const nlohmann::json::exception& e) {
       fail("{}: video VAE {} is not valid JSON: {}", where, what, e.what());
     }
   };
