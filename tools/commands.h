@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <string>
 
@@ -15,8 +16,13 @@ inline bool g_deterministic = false;
 
 // A number within [lo, hi]; unlike CLI::Range it refuses nan and inf (every comparison with nan is false).
 inline CLI::Validator finite_range(double lo, double hi) {
+  auto str = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%g", v);
+    return std::string(b);
+  };
   return CLI::Validator(
-      [lo, hi](std::string& v) -> std::string {
+      [lo, hi, str](std::string& v) -> std::string {
         double d = 0;
         try {
           size_t used = 0;
@@ -26,11 +32,10 @@ inline CLI::Validator finite_range(double lo, double hi) {
           return "not a number: " + v;
         }
         if (!std::isfinite(d) || d < lo || d > hi)
-          return "must be a finite number in [" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) +
-                 "], got " + v;
+          return "must be a finite number in [" + str(lo) + ", " + str(hi) + "], got " + v;
         return "";
       },
-      "FINITE in [" + CLI::detail::to_string(lo) + ", " + CLI::detail::to_string(hi) + "]");
+      "FINITE in [" + str(lo) + ", " + str(hi) + "]");
 }
 
 using Runner = std::function<int()>;

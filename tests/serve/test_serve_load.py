@@ -14,7 +14,7 @@ CLIENTS = 200
 def run(h3):
     duration = float(sys.argv[2]) if len(sys.argv) > 2 else 20
     s = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "100", "--fake-load-ms", "0",
-                                  "--http-threads", "512"]).start()
+                                  "--http-threads", "16"]).start()
     try:
         ids = []
         for i in range(4):
