@@ -34,6 +34,7 @@ TEST(JsonLimits, DuplicateKeysAndGarbageAreRefused) {
   EXPECT_THROW(h3::parse_json_bounded(R"({"x": {"a": 1, "b": [{"a": 1, "a": 1}]}})", "dup"), h3::Error);
   EXPECT_NO_THROW(h3::parse_json_bounded(R"({"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}]})", "same key, other objects"));
   EXPECT_NO_THROW(h3::parse_json_bounded(R"({"a": 1, "a": 2})", "allowed", 64, false));
-  for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "nul", "\xff"}) EXPECT_THROW(h3::parse_json_bounded(bad, "bad"), h3::Error);
+  for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "nul", "\xff"})
+    EXPECT_THROW(h3::parse_json_bounded(bad, "bad"), h3::Error);
   EXPECT_EQ(h3::parse_json_bounded(R"({"a": [1, 2]})", "ok")["a"][1], 2);
 }

@@ -36,9 +36,10 @@ void check_output_file(const std::string& path, const std::string& what) {
   if (path.empty()) fail("{}: no output path given", what);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    fail("{} {} exists and is {}: the output is written to a new file and renamed over this path, which would "
-         "replace it; give a regular file path (to stream the result, write a file and copy it)",
-         what, path, kind_of(st.st_mode));
+    fail(
+        "{} {} exists and is {}: the output is written to a new file and renamed over this path, which would "
+        "replace it; give a regular file path (to stream the result, write a file and copy it)",
+        what, path, kind_of(st.st_mode));
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec))

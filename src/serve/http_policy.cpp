@@ -137,8 +137,7 @@ RangeAnswer parse_range(std::string_view header, uint64_t size) {
 bool key_matches(std::string_view presented, std::string_view key) {
   if (key.empty()) return false;
   unsigned char diff = presented.size() == key.size() ? 0 : 1;
-  for (size_t i = 0; i < presented.size(); ++i)
-    diff |= static_cast<unsigned char>(presented[i] ^ key[i % key.size()]);
+  for (size_t i = 0; i < presented.size(); ++i) diff |= static_cast<unsigned char>(presented[i] ^ key[i % key.size()]);
   return diff == 0;
 }
 

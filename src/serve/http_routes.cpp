@@ -130,8 +130,8 @@ void content(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
   } else if (a.kind == RangeAnswer::unsatisfiable) {
     ::close(fd);
     res.file_fd = -1;
-    res.error(416, "range_not_satisfiable", fmt::format("the range '{}' lies outside the {} bytes of the video",
-                                                        range.substr(0, 100), size));
+    res.error(416, "range_not_satisfiable",
+              fmt::format("the range '{}' lies outside the {} bytes of the video", range.substr(0, 100), size));
     res.headers.emplace_back("Content-Range", fmt::format("bytes */{}", size));
   }
 }
@@ -179,9 +179,8 @@ std::vector<Route> make_routes(Supervisor& sup) {
       },
       json_body);
   add("GET", "/v1/videos", W::api, [&sup](const HttpRequest& req, HttpResponse& res) { list(sup, req, res); });
-  add("GET", R"(/v1/videos/([^/]+))", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
-    res.json(sup.job_json(sup.get(req.matches.at(0))));
-  });
+  add("GET", R"(/v1/videos/([^/]+))", W::api,
+      [&sup](const HttpRequest& req, HttpResponse& res) { res.json(sup.job_json(sup.get(req.matches.at(0)))); });
   add("DELETE", R"(/v1/videos/([^/]+))", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
     const std::string id = req.matches.at(0);
     sup.remove(id);

@@ -28,8 +28,14 @@ MediaInfo probe_media(const std::string& self_exe, const std::string& path, int6
     ::close(out[1]);
     fail("media probe: pipe(): {}", std::strerror(errno));
   }
-  std::vector<std::string> args = {self_exe,        "--log-level",  "error",     "probe-media", path,
-                                   "--max-frames", std::to_string(max_frames), "--max-samples",
+  std::vector<std::string> args = {self_exe,
+                                   "--log-level",
+                                   "error",
+                                   "probe-media",
+                                   path,
+                                   "--max-frames",
+                                   std::to_string(max_frames),
+                                   "--max-samples",
                                    std::to_string(max_samples)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -76,7 +82,8 @@ MediaInfo probe_media(const std::string& self_exe, const std::string& path, int6
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(lim.wall_s);
   bool timed_out = false;
   while (open[0] || open[1]) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;

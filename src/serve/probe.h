@@ -11,9 +11,9 @@
 namespace h3::serve {
 
 struct ProbeLimits {
-  double wall_s = 60;                   // the child is killed after this long
-  int cpu_s = 60;                       // CPU seconds (RLIMIT_CPU)
-  uint64_t memory_bytes = 3ull << 30;   // address space (RLIMIT_AS)
+  double wall_s = 60;                  // the child is killed after this long
+  int cpu_s = 60;                      // CPU seconds (RLIMIT_CPU)
+  uint64_t memory_bytes = 3ull << 30;  // address space (RLIMIT_AS)
 };
 
 // Runs `self_exe probe-media PATH` and returns what it found; throws h3::Error with the scan's own message

@@ -50,12 +50,44 @@ void run_one(const Bytes& in) {
   g_current = nullptr;
 }
 
-const char* const kTokens[] = {"{",   "}",     "[",          "]",          "\"",        ",",         ":",
-                               "0",   "-1",    "4294967296", "1e999",      "NaN",       "null",      "true",
-                               "\\u", "\\\\",  "\"dtype\"",  "\"shape\"",  "\"F32\"",   "\"I8\"",    "\"U8\"",
-                               "\"data_offsets\"",           "\"__metadata__\"",        "\"format\"", "\"prompt\"",
-                               "\"size\"", "\"seconds\"",    "\"frames\"", "\"steps\"", "\"seed\"",  "18446744073709551616",
-                               "\xff\xfe", "\x00",           "IHDR",       "IDAT",      "RIFF",      "fmt ",      "data"};
+const char* const kTokens[] = {"{",
+                               "}",
+                               "[",
+                               "]",
+                               "\"",
+                               ",",
+                               ":",
+                               "0",
+                               "-1",
+                               "4294967296",
+                               "1e999",
+                               "NaN",
+                               "null",
+                               "true",
+                               "\\u",
+                               "\\\\",
+                               "\"dtype\"",
+                               "\"shape\"",
+                               "\"F32\"",
+                               "\"I8\"",
+                               "\"U8\"",
+                               "\"data_offsets\"",
+                               "\"__metadata__\"",
+                               "\"format\"",
+                               "\"prompt\"",
+                               "\"size\"",
+                               "\"seconds\"",
+                               "\"frames\"",
+                               "\"steps\"",
+                               "\"seed\"",
+                               "18446744073709551616",
+                               "\xff\xfe",
+                               "\x00",
+                               "IHDR",
+                               "IDAT",
+                               "RIFF",
+                               "fmt ",
+                               "data"};
 
 Bytes mutate(const Bytes& a, const Bytes& b, std::mt19937_64& rng, size_t max_len) {
   Bytes out = a;
@@ -84,7 +116,8 @@ Bytes mutate(const Bytes& a, const Bytes& b, std::mt19937_64& rng, size_t max_le
       case 4:  // repeat a range (nesting, long runs)
         if (n) {
           const size_t at = rng() % n, len = 1 + rng() % std::min<size_t>(n - at, 16), times = 1 + rng() % 64;
-          Bytes piece(out.begin() + static_cast<std::ptrdiff_t>(at), out.begin() + static_cast<std::ptrdiff_t>(at + len));
+          Bytes piece(out.begin() + static_cast<std::ptrdiff_t>(at),
+                      out.begin() + static_cast<std::ptrdiff_t>(at + len));
           for (size_t t = 0; t < times; ++t)
             out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), piece.begin(), piece.end());
         }

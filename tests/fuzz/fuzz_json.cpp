@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (h3::json_nesting_depth(text) > 32) std::abort();  // the guard let a deeper text through
-  (void)j.dump();                                        // recursive: safe only because the depth is bounded
+  (void)j.dump();                                       // recursive: safe only because the depth is bounded
   if (!j.is_object()) return 0;
   // Files named by the input are not opened: media and LoRA fields are dropped (their own targets cover them).
   for (const char* k : {"first_image", "last_image", "references", "loras"}) j.erase(k);
