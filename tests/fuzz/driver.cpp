@@ -7,6 +7,7 @@
 // usage: fuzz_TARGET [--seconds S] [--max-len N] [--rng N] SEED_FILE_OR_DIR...
 // Prints "fuzz TARGET: N executions in S s, 0 failures". An exception other than the target's own rejection
 // escaping, or a crash, fails the run; the input is saved first as ./fuzz-crash-TARGET.bin.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
