@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
 #include "io/procedural.h"
@@ -31,13 +32,7 @@ extern "C" void on_sigint(int) {
 }
 
 uint64_t tensor_hash(const Tensor& t) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = static_cast<const unsigned char*>(t.raw());
-  for (size_t i = 0; i < t.nbytes(); ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a(t.raw(), t.nbytes());
 }
 
 Tensor pick_tensor(const SafeTensors& f, std::initializer_list<const char*> names, const char* what) {

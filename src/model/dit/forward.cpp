@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/profile.h"
 #include "dist/control.h"
@@ -60,20 +61,6 @@ struct FaultInjection {
 
 Tensor index_i32(const std::vector<int32_t>& v) {
   return Tensor::from(v, {static_cast<int64_t>(v.size())});
-}
-
-// FNV-1a over 8-byte words (the tail bytewise): keys for the caches of per-layout tables.
-uint64_t content_hash(const void* p, size_t bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* b = static_cast<const uint8_t*>(p);
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, b + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
-  }
-  for (; i < bytes; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
 }
 
 // The MPI communicator moves host memory: device tensors travel through a host copy and come back to the device
@@ -319,7 +306,7 @@ std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
 
 Tensor DitModel::device_index(const std::vector<int32_t>& v) const {
   if (dev_ == Device::cpu) return index_i32(v);
-  const uint64_t key = content_hash(v.data(), v.size() * sizeof(int32_t)) ^ static_cast<uint64_t>(v.size());
+  const uint64_t key = fnv1a_words(v.data(), v.size() * sizeof(int32_t)) ^ static_cast<uint64_t>(v.size());
   auto it = index_cache_.find(key);
   if (it != index_cache_.end() && it->second.host == v) return it->second.dev;
   if (index_cache_.size() >= 64) index_cache_.clear();  // a new request's layout: the old entries go
@@ -367,7 +354,7 @@ void DitModel::prepare_step(const DitInputs& in, Step& st) const {
   const Range att_rows = plan_.mode == DistMode::ulysses_ag ? Range{0, st.S} : st.group_rows[plan_.u];
   // Every step of a request has the same positions: the tables are built once and kept while they match.
   const Tensor pos = in.position_ids.rows(att_rows.begin, att_rows.end);
-  const uint64_t rope_key = content_hash(pos.raw(), pos.nbytes()) ^ static_cast<uint64_t>(pos.numel());
+  const uint64_t rope_key = fnv1a_words(pos.raw(), pos.nbytes()) ^ static_cast<uint64_t>(pos.numel());
   if (rope_key != rope_key_ || !rope_cos_.defined() || rope_cos_.dim(0) != pos.dim(0)) {
     rope_tables(pos, config_, ct_, st.cos, st.sin);
     if (dev_ != Device::cpu) {
