@@ -6,6 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/ref_math.h"
@@ -17,11 +18,6 @@ namespace h3 {
 namespace {
 
 using json = nlohmann::json;
-
-template <typename T>
-void read_if(const json& j, const char* key, T& out) {
-  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
-}
 
 void read_rope(const json& r, QwenTextConfig& c) {
   if (!r.is_object()) return;

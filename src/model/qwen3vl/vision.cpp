@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "model/qwen3vl/weights.h"
 #include "ops/ops.h"
 #include "ops/ops_act.h"
@@ -15,11 +16,6 @@ namespace h3 {
 namespace {
 
 using json = nlohmann::json;
-
-template <typename T>
-void read_if(const json& j, const char* key, T& out) {
-  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
-}
 
 // torch.linspace(0, end, steps) in f32 as ATen's CPU kernel computes it: the first half counts up from the start,
 // the second half down from the end, with a step rounded to f32.
