@@ -54,11 +54,6 @@ std::string procedural_models_notice() {
          "--video-vae, --audio-vae, --text-encoder and --tokenizer.";
 }
 
-bool ModelPaths::all_procedural() const {
-  auto proc = [](const std::string& s) { return s.empty() || s.starts_with("procedural:"); };
-  return model_dir.empty() && proc(dit) && proc(video_vae) && proc(audio_vae) && proc(text_encoder) && proc(tokenizer);
-}
-
 namespace {
 
 using clock_type = std::chrono::steady_clock;

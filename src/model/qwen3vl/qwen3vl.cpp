@@ -59,13 +59,4 @@ Qwen3VlPrepared prepare_qwen3vl(const QwenVisionModel& vision, const Qwen3VlInpu
   return out;
 }
 
-QwenTextOutputs run_qwen3vl(const QwenVisionModel& vision, const QwenTextModel& text, const Qwen3VlInputs& in,
-                            const std::vector<int64_t>& keep, bool want_normed, const VisionTokenIds& tok) {
-  if (vision.config().out_hidden != text.config().hidden)
-    fail("Qwen3-VL: the vision tower's output width {} is not the text decoder's hidden size {}",
-         vision.config().out_hidden, text.config().hidden);
-  const Qwen3VlPrepared prep = prepare_qwen3vl(vision, in, tok);
-  return text.forward(in.ids, keep, want_normed, &prep.positions, prep.extras.rows.empty() ? nullptr : &prep.extras);
-}
-
 }  // namespace h3

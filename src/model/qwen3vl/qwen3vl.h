@@ -29,8 +29,5 @@ struct Qwen3VlPrepared {
 // Runs the vision tower and builds the text decoder's extra inputs. Throws when the placeholder counts and the
 // grids disagree.
 Qwen3VlPrepared prepare_qwen3vl(const QwenVisionModel& vision, const Qwen3VlInputs& in, const VisionTokenIds& tok = {});
-// prepare_qwen3vl, then the text decoder: the requested hidden states (H3 conditions on index 50).
-QwenTextOutputs run_qwen3vl(const QwenVisionModel& vision, const QwenTextModel& text, const Qwen3VlInputs& in,
-                            const std::vector<int64_t>& keep, bool want_normed, const VisionTokenIds& tok = {});
 
 }  // namespace h3

@@ -97,9 +97,7 @@ class QwenTextModel {
   int64_t layers_loaded() const { return static_cast<int64_t>(layers_.size()); }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
-  // Tensor-parallel degree T (ranks holding units; 1 without a communicator) and this rank's units [g0, g1)
-  // (empty on ranks beyond T).
-  int tp_size() const { return tp_size_; }
+  // This rank's units [g0, g1) of the tensor-parallel split (empty on ranks beyond its degree).
   Range units() const { return units_; }
   // Bytes of weights this rank holds: replicated (embeddings, norms) and its units' slices.
   size_t bytes_replicated() const { return bytes_replicated_; }
