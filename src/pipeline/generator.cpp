@@ -448,12 +448,12 @@ struct Generator::Impl {
 
   // The denoise phase: seeded noise (CPU generator, seeded per request: the same on every rank and for every rank
   // count), then the Euler loop on the denoise ranks; every rank ends with the final rows and latents in `res`.
-  T2vaSpec denoise(Run& run, const Encoded& enc, T2vaRows& rows) const {
+  SamplingSpec denoise(Run& run, const Encoded& enc, SamplingRows& rows) const {
     Comm& comm = run.comm;
     const bool root = run.root;
     const PrecomputedInputs* pre = run.pre;
     const ResolvedRequest& req = run.res.request;
-    T2vaSpec spec;
+    SamplingSpec spec;
     spec.latent_frames = req.latent_frames;
     spec.latent_h = req.latent_h;
     spec.latent_w = req.latent_w;
@@ -484,38 +484,38 @@ struct Generator::Impl {
     bool cancelled = false;
     const int calls = req.model_calls;
     if (denoiser) {
-      auto on_step = [&](int step, int total, const T2vaRows&) {
+      auto on_step = [&](int step, int total, const SamplingRows&) {
         run.report("denoise", step + 1, total, Run::w_encode, Run::w_denoise);
       };
       auto want_cancel = [&]() { return run.cancel && run.cancel->load(); };
       run.report("denoise", 0, calls, Run::w_encode, Run::w_denoise);
-      rows = denoise_t2va(*dit, spec, enc.embeds, vnoise, anoise, comm, want_cancel, on_step, &cancelled);
+      rows = denoise_loop(*dit, spec, enc.embeds, vnoise, anoise, comm, want_cancel, on_step, &cancelled);
     } else {
-      cancelled = follow_t2va_denoise(spec, comm);
+      cancelled = follow_denoise_loop(spec, comm);
     }
     if (cancelled) throw Cancelled(fmt::format("request cancelled during denoising"));
     if (opt.encoder_ranks > 0) {  // the encoder ranks take the rows from rank 0
       bcast_tensor(comm, rows.video, 0, "final video rows");
       bcast_tensor(comm, rows.audio, 0, "final audio rows");
     }
-    run.res.video_latents = t2va_video_latents(rows, spec, dc.in_channels);
+    run.res.video_latents = rows_to_video_latents(rows, spec, dc.in_channels);
     run.res.audio_latent_rows = rows.audio.to(DType::f32);
     run.phase_done("denoise", t0);
     return spec;
   }
 
   // The decode phase (every rank; units sharded over the group).
-  void decode(Run& run, const T2vaRows& rows, const T2vaSpec& spec, Tensor& pixels, Tensor& wave) const {
+  void decode(Run& run, const SamplingRows& rows, const SamplingSpec& spec, Tensor& pixels, Tensor& wave) const {
     Comm* group = run.comm.size() > 1 ? &run.comm : nullptr;
     run.check_cancel("before the video decode");
     auto t0 = clock_type::now();
     run.report("decode_video", 0, 1, Run::w_encode + Run::w_denoise, Run::w_video);
-    pixels = decode_t2va_video(*vvae, run.res.video_latents, group);
+    pixels = decode_video_latents(*vvae, run.res.video_latents, group);
     run.phase_done("decode_video", t0);
     run.check_cancel("before the audio decode");
     t0 = clock_type::now();
     run.report("decode_audio", 0, 1, Run::w_encode + Run::w_denoise + Run::w_video, Run::w_audio);
-    wave = decode_t2va_audio(*avae, t2va_audio_latents(rows, spec), group);
+    wave = decode_audio_latents(*avae, rows_to_audio_latents(rows, spec), group);
     run.phase_done("decode_audio", t0);
     run.check_cancel("before writing");
   }
@@ -746,8 +746,8 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   m.take_request(run, req_in);
   m.switch_loras(run);
   const Impl::Encoded enc = m.encode(run);
-  T2vaRows rows;
-  const T2vaSpec spec = m.denoise(run, enc, rows);
+  SamplingRows rows;
+  const SamplingSpec spec = m.denoise(run, enc, rows);
   Tensor pixels, wave;
   m.decode(run, rows, spec, pixels, wave);
   m.write(run, out_path, pixels, wave);

@@ -328,11 +328,11 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
   r.steps = req.steps;
   r.shift = req.shift;
   r.audio_shift = req.audio_shift;
-  T2vaSpec spec;
+  SamplingSpec spec;
   spec.steps = r.steps;
   spec.shift = r.shift;
   spec.audio_shift = r.audio_shift;
-  r.model_calls = t2va_model_calls(spec);  // throws when the two grids collapse differently
+  r.model_calls = sampling_model_calls(spec);  // throws when the two grids collapse differently
 
   if (req.seed) {
     r.seed = *req.seed;
