@@ -20,8 +20,8 @@ void place_rows(Tensor& dst, const Tensor& src, const std::vector<int64_t>& slot
 
 }  // namespace
 
-Qwen3VlPrepared prepare_qwen3vl(const QwenVisionModel& vision, const Qwen3VlInputs& in, const VisionTokenIds& tok) {
-  const QwenVisionConfig& vc = vision.config();
+Qwen3VlPrepared prepare_qwen3vl(const Qwen3VlVisionModel& vision, const Qwen3VlInputs& in, const VisionTokenIds& tok) {
+  const Qwen3VlVisionConfig& vc = vision.config();
   Qwen3VlPrepared out;
   out.positions = qwen3vl_rope_index(in.ids, in.image_grids, in.video_grids, vc.merge, tok);
   if (!in.image_grids.empty()) out.image = vision.forward(in.image_pixels, in.image_grids);
