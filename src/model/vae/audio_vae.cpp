@@ -442,28 +442,32 @@ Tensor AudioVae::encode_mean(const Tensor& waveform) const {
   return ops::conv1d(transpose12(y), mean_w_, &mean_b_, 1, 0, 1, 1);
 }
 
-Tensor AudioVae::denormalize(const Tensor& z) const {
-  H3_CHECK(z.ndim() == 3 && z.dim(1) == cfg_.latent_channels, "audio VAE: latents must be [batch, {}, frames], got {}",
-           cfg_.latent_channels, z.describe());
-  Tensor x = z.to(ct_);
-  if (!lat_mean_.defined() || lat_mean_.numel() == 0) return x;
+namespace {
+
+// The latents' per-channel statistics applied (z * std + mean) or removed ((z - mean) / std) in the compute dtype
+// `ct`; without statistics the latents pass unchanged.
+Tensor channel_stats(const Tensor& z, const Tensor& mean, const Tensor& stdev, int64_t channels, DType ct,
+                     bool remove) {
+  H3_CHECK(z.ndim() == 3 && z.dim(1) == channels, "audio VAE: latents must be [batch, {}, frames], got {}", channels,
+           z.describe());
+  Tensor x = z.to(ct);
+  if (!mean.defined() || mean.numel() == 0) return x;
   return dispatch(x, [&]<typename T>(T) {
-    const T* m = lat_mean_.data<T>();
-    const T* s = lat_std_.data<T>();
+    const T* m = mean.data<T>();
+    const T* s = stdev.data<T>();
+    if (remove) return map_channels(x, [&](int64_t c, T v) { return (v - m[c]) / s[c]; });
     return map_channels(x, [&](int64_t c, T v) { return v * s[c] + m[c]; });
   });
 }
 
+}  // namespace
+
+Tensor AudioVae::denormalize(const Tensor& z) const {
+  return channel_stats(z, lat_mean_, lat_std_, cfg_.latent_channels, ct_, false);
+}
+
 Tensor AudioVae::normalize(const Tensor& z) const {
-  H3_CHECK(z.ndim() == 3 && z.dim(1) == cfg_.latent_channels, "audio VAE: latents must be [batch, {}, frames], got {}",
-           cfg_.latent_channels, z.describe());
-  Tensor x = z.to(ct_);
-  if (!lat_mean_.defined() || lat_mean_.numel() == 0) return x;
-  return dispatch(x, [&]<typename T>(T) {
-    const T* m = lat_mean_.data<T>();
-    const T* s = lat_std_.data<T>();
-    return map_channels(x, [&](int64_t c, T v) { return (v - m[c]) / s[c]; });
-  });
+  return channel_stats(z, lat_mean_, lat_std_, cfg_.latent_channels, ct_, true);
 }
 
 }  // namespace h3
