@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/compare.h"
+#include "error_of.h"
 #include "golden.h"
 #include "model/qwen3vl/text.h"
 #include "ops/ops.h"
@@ -34,14 +35,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return d.shape_ok && d.max_abs == 0.0;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using h3::test::error_of;
 
 // Rows `rows` of x as a new tensor.
 Tensor pick_rows(const Tensor& x, const std::vector<int64_t>& rows) {
