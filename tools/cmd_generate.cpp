@@ -91,12 +91,7 @@ Runner add_generate(CLI::App& app) {
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
       ->envname("H3_PRECISION")
       ->capture_default_str();
-  cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
-      ->envname("H3_MODE")
-      ->capture_default_str();
-  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
+  add_dist_options(cmd, o->mode, o->tp, o->chunks);
   cmd->add_option("--encoder-ranks", o->encoder_ranks,
                   "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
       ->check(CLI::Range(0, 4096))
