@@ -1,5 +1,6 @@
 """Helpers for the `h3 serve` tests: start/stop a server on a free port, JSON over HTTP, SSE reading.
 Standard library only."""
+import contextlib
 import http.client
 import json
 import os
@@ -141,6 +142,21 @@ class Server:
     def cleanup(self):
         self.stop()
         shutil.rmtree(self.store, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(server, *remove):
+    """The started `server` for a with-block: its log is printed when the block fails; afterwards it is stopped and
+    its store removed, and so are the folders in `remove`."""
+    try:
+        yield server
+    except Exception:
+        server.dump_log()
+        raise
+    finally:
+        server.cleanup()
+        for d in remove:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def sse_events(server, path, until=None, timeout=60):

@@ -6,14 +6,13 @@ usage: test_serve_generate.py H3_BINARY"""
 import json
 import os
 import struct
-import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from serve_common import Server, check, log, main_wrapper, sse_events
+from serve_common import Server, check, log, main_wrapper, running, sse_events
 
 REQ = {"prompt": "a red kite over the dunes", "width": 64, "height": 64, "frames": 124, "steps": 4}
 
@@ -70,9 +69,8 @@ def run(h3):
         log("SKIPPED LOUDLY: `h3 generate` itself fails in this build (the pipeline, issue #6), so there is no "
             "reference to compare the server with")
         sys.exit(77)
-    s = Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--debug-faults",
-                                  "--stall-timeout", "120"]).start(timeout=600)
-    try:
+    with running(Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--debug-faults",
+                                           "--stall-timeout", "120"]).start(timeout=600), work) as s:
         ids = []
         for i in range(5):
             body = dict(REQ, seed=500 + i)
@@ -113,12 +111,6 @@ def run(h3):
                   (k, ", ".join("%s %s" % (n, a[n][1]) for n in sorted(a))))
         st, h = s.json("GET", "/health")
         check(st == 200 and h["restarts"] >= 1, "group recreated after the kill, server ready")
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

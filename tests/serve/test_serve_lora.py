@@ -7,13 +7,12 @@ another LoRA (H3_DEBUG_LORA) fails the job naming that rank.
 usage: test_serve_lora.py H3_BINARY [extra serve args, e.g. --mode ulysses-ag]"""
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
 import tempfile
 
-from serve_common import Server, check, log, main_wrapper
+from serve_common import Server, check, log, main_wrapper, running
 
 REQ = {"prompt": "a kite over the dunes", "width": 64, "height": 64, "frames": 124, "steps": 3, "seed": 91}
 HIDDEN, INNER, FFN, RANK = 96, 448, 160, 4  # the procedural mini DiT (model/dit/config.cpp "mini")
@@ -78,9 +77,8 @@ def run(h3):
     plain = generate(h3, work, "plain", [])
     with_x = generate(h3, work, "with-x", ["--lora", x + ":0.8"])
     check(plain != with_x, "the LoRA changes the latents")
-    s = Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--lora-dir", loras] + extra).start(
-        timeout=600)
-    try:
+    with running(Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--lora-dir", loras] + extra)
+                 .start(timeout=600)) as s:
         st, m = s.json("GET", "/v1/models")
         check(st == 200 and m["data"][0]["loras"] == ["x.safetensors"], "GET /v1/models lists the LoRA folder: %s" %
               m["data"][0].get("loras"))
@@ -115,28 +113,16 @@ def run(h3):
               "re-merged exactly when the set changed: %s" % remerged)
         check(got["A"][1].get("lora_digest") == got["C"][1].get("lora_digest") and "lora_digest" not in got["B"][1],
               "the agreed digest is reported: %s" % got["A"][1].get("lora_digest"))
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
 
     log("a rank that loads another LoRA fails the job, named")
-    s = Server(h3, ranks=2, args=["--runner", "generator", "--lora-dir", loras],
-               env={"H3_DEBUG_LORA": "1:" + y}).start(timeout=600)
-    try:
+    with running(Server(h3, ranks=2, args=["--runner", "generator", "--lora-dir", loras],
+                        env={"H3_DEBUG_LORA": "1:" + y}).start(timeout=600), work) as s:
         st, j = s.json("POST", "/v1/videos", dict(REQ, loras=[{"name": "x.safetensors"}]))
         check(st == 202, "job accepted")
         done = s.wait_job(j["id"], timeout=600)
         err = (done.get("error") or {}).get("message", "")
         check(done["status"] == "failed" and "ranks disagree" in err and "rank 1" in err,
               "failed naming rank 1: %s" % err[:300])
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

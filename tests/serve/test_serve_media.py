@@ -6,7 +6,6 @@ usage: test_serve_media.py H3_BINARY"""
 import base64
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import time
 import wave
 import zlib
 
-from serve_common import Server, check, log, main_wrapper
+from serve_common import Server, check, log, main_wrapper, running
 
 REQ = {"prompt": "a lighthouse in the fog", "width": 64, "height": 64, "frames": 124, "steps": 2}
 
@@ -84,9 +83,8 @@ def run(h3):
     audio = wav(os.path.join(work, "ref.wav"), 0.75)
     ref_fl = generate(h3, work, "fl2va", 71, ["--first", first, "--last", last])
     ref_rf = generate(h3, work, "ref2va", 72, ["--ref-audio", audio, "--ref-image", last])
-    s = Server(h3, ranks=1, args=["--runner", "generator", "--write-latents", "--max-body", "4000000"]).start(
-        timeout=600)
-    try:
+    with running(Server(h3, ranks=1, args=["--runner", "generator", "--write-latents", "--max-body", "4000000"])
+                 .start(timeout=600), work) as s:
         # Refusals first: nothing may be left in uploads/ by them.
         bad = [
             (dict(REQ, first_image={"path": first}), "never reads files named by the client"),
@@ -124,12 +122,6 @@ def run(h3):
                   "job %s latents bitwise equal to h3 generate with the same files" % j["id"])
         st, _ = s.json("DELETE", "/v1/videos/" + j1["id"])
         check(st == 200 and len(uploads(s.store)) == 1, "deleting a job removes its uploads: %s" % uploads(s.store))
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
