@@ -8,11 +8,10 @@ usage: test_serve_lora.py H3_BINARY [extra serve args, e.g. --mode ulysses-ag]""
 import json
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
-from serve_common import Server, check, log, main_wrapper, running
+from serve_common import Server, check, h3_generate, log, main_wrapper, running, safetensors_tensors
 
 REQ = {"prompt": "a kite over the dunes", "width": 64, "height": 64, "frames": 124, "steps": 3, "seed": 91}
 HIDDEN, INNER, FFN, RANK = 96, 448, 160, 4  # the procedural mini DiT (model/dit/config.cpp "mini")
@@ -44,27 +43,11 @@ def lora(path, seed):
     return write_safetensors(path, t)
 
 
-def latents_bytes(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
-            for k, v in header.items() if k != "__metadata__"}
-
-
 def generate(h3, work, name, extra):
-    out = os.path.join(work, name + ".mp4")
-    cmd = [h3, "--log-level", "warn", "generate", "--prompt", REQ["prompt"], "--width", str(REQ["width"]),
-           "--height", str(REQ["height"]), "--frames", str(REQ["frames"]), "--steps", str(REQ["steps"]),
-           "--seed", str(REQ["seed"]), "--latents", "-o", out] + extra
-    env = dict(os.environ)
-    env.pop("H3_RANKS", None)
-    r = subprocess.run(cmd, capture_output=True, timeout=600, env=env)
-    if r.returncode:
-        log(r.stdout.decode("utf-8", "replace")[-2000:], r.stderr.decode("utf-8", "replace")[-2000:])
+    latents = h3_generate(h3, work, name, REQ, extra)
+    if latents is None:
         raise AssertionError("h3 generate %s failed" % name)
-    return latents_bytes(os.path.join(work, name + ".latents.safetensors"))
+    return safetensors_tensors(latents)
 
 
 def run(h3):
@@ -102,7 +85,7 @@ def run(h3):
         for name, _ in sets:
             done = s.wait_job(ids[name], timeout=600)
             check(done["status"] == "completed", "job %s completed: %s" % (name, done.get("error")))
-            got[name] = (latents_bytes(os.path.join(s.store, "outputs", ids[name] + ".latents.safetensors")),
+            got[name] = (safetensors_tensors(os.path.join(s.store, "outputs", ids[name] + ".latents.safetensors")),
                          done.get("result", {}))
         check(got["A"][0] == with_x, "job A (LoRA X) = h3 generate --lora X, bitwise")
         check(got["B"][0] == plain, "job B (no LoRA) = h3 generate without a LoRA: the delta was removed, bitwise")
