@@ -4,9 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_limits.h"
 
 namespace h3 {
 
@@ -15,11 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_text(const fs::path& p, const std::string& what) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("{}: cannot read the {}", p.string(), what);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_text_file_checked(p.string(), "the " + what);
 }
 
 }  // namespace
@@ -92,7 +89,7 @@ std::shared_ptr<WeightFiles> WeightFiles::open(const std::string& path, const st
   w->index_path_ = index.string();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text(index, what + " shard index"));
+    j = parse_json_bounded(read_text(index, what + " shard index"), index.string() + ": the shard index");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: the shard index is not valid JSON ({})", w->index_path_, e.what());
   }
@@ -186,8 +183,10 @@ void write_sharded_safetensors(const std::string& dir, const std::string& stem,
     for (const auto& [key, t] : shards[i]) index["weight_map"][key] = name;
   }
   const fs::path ip = fs::path(dir) / (stem + ".safetensors.index.json");
-  std::ofstream(ip) << index.dump(2) << "\n";
-  if (!fs::exists(ip)) fail("{}: cannot write the shard index", ip.string());
+  check_output_file(ip.string(), "shard index");
+  std::ofstream out(ip);
+  out << index.dump(2) << "\n";
+  if (!out.good()) fail("{}: cannot write the shard index (disk full?)", ip.string());
 }
 
 }  // namespace h3

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -545,9 +546,9 @@ std::optional<DitCheckpoint::StoredRead> DitCheckpoint::stored_read(const std::s
     if (ti.dtype != DType::fp8_e4m3 || s.numel() != 1 || !dtype_is_float(s.dtype()))
       return std::nullopt;  // the host path reports what is wrong
     out.fp8_scale = static_cast<float>(s.get(0));
-    if (!(out.fp8_scale > 0)) return std::nullopt;
-  } else if (src.quant.kind != QuantSpec::none) {
-    return std::nullopt;
+    if (!(out.fp8_scale > 0) || !std::isfinite(out.fp8_scale)) return std::nullopt;
+  } else if (src.quant.kind != QuantSpec::none || !dtype_is_float(ti.dtype)) {
+    return std::nullopt;  // the host path dequantizes, or refuses an integer tensor where a float weight belongs
   }
   if (ti.shape.empty()) return std::nullopt;
   // The parameter's row i is stored row row_of(i) of the file's tensor (index equations at get_base).
