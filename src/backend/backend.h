@@ -12,6 +12,8 @@ struct GpuOptions {
 
 // Selects the GPU, creates the stream and library handles and registers the device hooks and ops. Idempotent.
 void start_gpu_backend(const GpuOptions& options);
+// NVIDIA GPUs this process could use (0 without the CUDA backend, a driver or a visible GPU); starts nothing.
+int gpu_count();
 bool gpu_backend_started();
 // Whether the started GPU backend runs in deterministic mode (false without one).
 bool gpu_deterministic();

@@ -29,6 +29,7 @@ struct DeviceOps {
   void (*set_columns)(Tensor& dst, int64_t begin, const Tensor& src) = nullptr;
   Tensor (*quantize_fp8)(const Tensor& w) = nullptr;
   Tensor (*quantize_fp8_rows)(const Tensor& x) = nullptr;
+  Tensor (*dequantize_fp8)(const Tensor& q) = nullptr;
   ResidualNorm (*residual_norm_modulate)(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                          const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
                                          bool bf16, Fp8Out fp8) = nullptr;

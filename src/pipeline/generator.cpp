@@ -32,6 +32,7 @@
 #include "model/qwen3vl/tokenizer.h"
 #include "model/qwen3vl/vision.h"
 #include "model/vae/audio_vae.h"
+#include "model/vae/open.h"
 #include "model/vae/procedural.h"
 #include "model/vae/video_vae.h"
 #include "pipeline/conditions.h"
@@ -76,14 +77,6 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-std::string read_text_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  H3_CHECK(in.good(), "cannot read {} {}", what, path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A component path: explicit, else the first existing subfolder of model_dir, else procedural.
 std::string pick(const std::string& explicit_path, const std::string& model_dir,
                  std::initializer_list<const char*> subdirs) {
@@ -108,35 +101,6 @@ void use_procedural_reference_sizes(ModelLimits& lim) {
   lim.ref_image_short_edge = 64;
   lim.ref_video_short_edge = 64;
   lim.ref_video_max_pixels = 64 * 128;
-}
-
-// A safetensors component given as a file or a folder holding exactly one *.safetensors (plus config.json).
-struct ComponentFile {
-  std::shared_ptr<SafeTensors> file;
-  std::string config_json;  // folder config.json, or the file's "config" metadata
-  std::string extra_json;   // video VAE tiling metadata
-};
-
-ComponentFile open_component(const std::string& path, const char* what) {
-  ComponentFile c;
-  if (fs::is_directory(path)) {
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(path))
-      if (e.path().extension() == ".safetensors") files.push_back(e.path());
-    H3_CHECK(files.size() == 1,
-             "{} folder {} holds {} .safetensors files; this version reads exactly one (merge shards with h3 "
-             "convert or pass the file)",
-             what, path, files.size());
-    c.file = std::make_shared<SafeTensors>(SafeTensors::open(files[0].string()));
-    const fs::path cfg = fs::path(path) / "config.json";
-    if (fs::exists(cfg)) c.config_json = read_text_file(cfg.string(), std::string(what) + " config");
-  } else {
-    H3_CHECK(fs::exists(path), "{} {} does not exist", what, path);
-    c.file = std::make_shared<SafeTensors>(SafeTensors::open(path));
-  }
-  if (c.config_json.empty()) c.config_json = c.file->meta("config");
-  c.extra_json = c.file->meta("tiling");
-  return c;
 }
 
 void bcast_tensor(Comm& comm, Tensor& t, int root, const std::string& what) {
@@ -229,7 +193,6 @@ struct Generator::Impl {
   // switch, which forces the next request to rebuild.
   std::vector<GenerateRequest::LoraRef> loras_merged;
   uint64_t lora_digest = 0;
-  std::shared_ptr<SafeTensors> vvae_file, avae_file;
   std::shared_ptr<Qwen3VlTextWeights> text_weights;
   std::unique_ptr<VideoVae> vvae;
   std::unique_ptr<AudioVae> avae;
@@ -625,35 +588,13 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
   m.any_procedural |= m.ckpt->layout() == DitLayout::procedural;
   m.described.push_back(fmt::format("dit          {}: {}", m.dit_path, m.ckpt->detection_summary()));
 
-  // Video VAE.
-  if (is_procedural(m.vvae_path)) {
-    m.vvae_file = procedural_video_vae_file(procedural_mini_seed(m.vvae_path, "--video-vae"));
-    m.vvae =
-        std::make_unique<VideoVae>(*m.vvae_file, "", procedural_video_vae_config(), m.vae_precision(), m.vae_device());
-    m.any_procedural = true;
-  } else {
-    ComponentFile c = open_component(m.vvae_path, "video VAE");
-    m.vvae_file = c.file;
-    const VideoVaeConfig cfg = VideoVaeConfig::from_json_text(c.config_json, c.extra_json, m.vvae_path);
-    const std::string prefix = c.file->has("weight.post_quant_conv.weight") ? "weight." : "";
-    m.vvae = std::make_unique<VideoVae>(*c.file, prefix, cfg, m.vae_precision(), m.vae_device());
-  }
+  // Video and audio VAEs: a file, a folder (one file or an index and its shards) or procedural:mini|full
+  // (model/vae/open.h).
+  m.vvae = open_video_vae(m.vvae_path, m.vae_precision(), m.vae_device());
+  m.any_procedural |= is_procedural(m.vvae_path);
   m.described.push_back(fmt::format("video VAE    {}: {}", m.vvae_path, m.vvae->config().summary()));
-
-  // Audio VAE.
-  if (is_procedural(m.avae_path)) {
-    m.avae_file = procedural_audio_vae_file(procedural_mini_seed(m.avae_path, "--audio-vae"));
-    m.avae =
-        std::make_unique<AudioVae>(*m.avae_file, "", procedural_audio_vae_config(), m.vae_precision(), m.vae_device());
-    m.any_procedural = true;
-  } else {
-    ComponentFile c = open_component(m.avae_path, "audio VAE");
-    m.avae_file = c.file;
-    const AudioVaeConfig cfg =
-        c.config_json.empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(c.config_json, m.avae_path);
-    const std::string prefix = c.file->has("weight.dec_in_proj.weight") ? "weight." : "";
-    m.avae = std::make_unique<AudioVae>(*c.file, prefix, cfg, m.vae_precision(), m.vae_device());
-  }
+  m.avae = open_audio_vae(m.avae_path, m.vae_precision(), m.vae_device());
+  m.any_procedural |= is_procedural(m.avae_path);
   m.described.push_back(fmt::format("audio VAE    {}: {}", m.avae_path, m.avae->config().summary()));
 
   // The components must fit together.
@@ -745,8 +686,7 @@ ModelLimits Generator::limits_for(const ModelPaths& paths) {
     use_procedural_reference_sizes(lim);
     return lim;
   }
-  ComponentFile c = open_component(v, "video VAE");
-  const VideoVaeConfig cfg = VideoVaeConfig::from_json_text(c.config_json, c.extra_json, v);
+  const VideoVaeConfig cfg = video_vae_config_of(v);
   lim.vae_spatial_ratio = cfg.spatial_ratio();
   lim.canvas_multiple = lim.vae_spatial_ratio * kPatch;
   return lim;

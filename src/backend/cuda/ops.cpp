@@ -600,6 +600,7 @@ void register_ops() {
   t.set_columns = set_columns;
   t.quantize_fp8 = quantize_fp8;
   t.quantize_fp8_rows = quantize_fp8_rows;
+  t.dequantize_fp8 = dequantize_rows;
   t.residual_norm_modulate = residual_norm_modulate;
   t.swiglu_fp8_rows = swiglu_fp8_rows;
   t.swiglu_fp8 = swiglu_fp8;

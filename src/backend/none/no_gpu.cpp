@@ -9,6 +9,9 @@ void start_gpu_backend(const GpuOptions&) {
       "this h3 was built without the CUDA backend (no CUDA toolkit was found at build time); rebuild on a machine "
       "with nvcc, or run with --device cpu");
 }
+int gpu_count() {
+  return 0;
+}
 bool gpu_backend_started() {
   return false;
 }

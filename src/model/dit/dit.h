@@ -65,6 +65,8 @@ class DitModel {
   // Bytes of weights this rank holds, split into replicated and sharded parts.
   size_t replicated_bytes() const { return replicated_bytes_; }
   size_t sharded_bytes() const { return sharded_bytes_; }
+  // How the weights were loaded (io/device_loader.h: bytes read, seconds, GB/s; tensors generated in place).
+  const LoadReport& load_report() const { return load_report_; }
 
   struct Block {
     Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;
@@ -106,6 +108,7 @@ class DitModel {
   DistPlan plan_;
   Range heads_qkv_, heads_out_, ffn_, ada_rows_;
   size_t replicated_bytes_ = 0, sharded_bytes_ = 0;
+  LoadReport load_report_;
   mutable uint64_t op_id_ = 0;     // forwards run so far; agreed between ranks
   mutable uint64_t rope_key_ = 0;  // hash of the positions the cached RoPE tables belong to
   mutable Tensor rope_cos_, rope_sin_;

@@ -32,6 +32,9 @@ class Qwen3VlTextWeights {
   const std::vector<std::string>& keys() const { return keys_; }
   // config.json's text, else the file's "config" metadata, else "".
   const std::string& config_json() const { return config_json_; }
+  // The mapped shard holding `key` (mapped now if it was not yet): for staged reads to the device,
+  // DeviceLoader::load(read_rows(file_of(key), key, rows), dtype) (io/device_loader.h).
+  const SafeTensors& file_of(const std::string& key) const { return shard_of(key); }
   // Shards named by the index (one entry for a single file) and how many were mapped so far.
   size_t shard_count() const { return shard_paths_.size(); }
   size_t shards_opened() const;
