@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/log.h"
 #include "core/ref_math.h"
+#include "model/dit/fp8_layers.h"
 #include "model/dit/lora.h"
 #include "ops/fp8_bound.h"
 #include "ops/ops.h"
@@ -247,6 +250,15 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   ada_rows_ = shard.ada_rows;
   const Range qkv_rows{heads_qkv_.begin * D, heads_qkv_.end * D}, out_cols{heads_out_.begin * D, heads_out_.end * D};
 
+  // FP8: the block GEMMs whose weights an FP8 GEMM cannot take stay in bf16 (model/dit/fp8_layers.h), said once.
+  if (gpu && precision_ == Precision::fp8) {
+    fp8_layers_ = dit_fp8_layers(config_, plan_.mode, plan_.K, plan_.U);
+    static std::mutex reported_mu;
+    static std::set<std::string> reported;
+    std::lock_guard lock(reported_mu);
+    if (!fp8_layers_.all_fp8() && reported.insert(fp8_layers_.summary()).second)
+      spdlog::warn("DiT precision fp8: {}", fp8_layers_.summary());
+  }
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
   check_lora_agreement(ck, plan_);
   auto finish = [&](Tensor t, bool bf16_layer) {
@@ -322,10 +334,11 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       return b;
     }
     const bool sliced_qkv = heads_qkv_.size() != heads, sliced_out = heads_out_.size() != heads;
-    b.to_q = keep(load_rows(p + "attn.to_q.weight", qkv_rows), sliced_qkv, gemm_weight);
-    b.to_k = keep(load_rows(p + "attn.to_k.weight", qkv_rows), sliced_qkv, gemm_weight);
-    b.to_v = keep(load_rows(p + "attn.to_v.weight", qkv_rows), sliced_qkv, gemm_weight);
-    b.to_out = keep(load_cols(p + "attn.to_out.0.weight", out_cols), sliced_out, gemm_weight);
+    auto gemm = [&](bool fp8_ok) { return fp8_ok ? gemm_weight : bf16_layer; };
+    b.to_q = keep(load_rows(p + "attn.to_q.weight", qkv_rows), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_k = keep(load_rows(p + "attn.to_k.weight", qkv_rows), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_v = keep(load_rows(p + "attn.to_v.weight", qkv_rows), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_out = keep(load_cols(p + "attn.to_out.0.weight", out_cols), sliced_out, gemm(fp8_layers_.out));
     // ff.net.0.proj rows are [value (F); gate (F)]: keep the value and gate rows of this rank's columns.
     const std::string ff_key = p + "ff.net.0.proj.weight";
     const bool sliced_ffn = ffn_.size() != F;
@@ -339,8 +352,8 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     } else {
       ff_in = concat_rows(load_rows(ff_key, ffn_), load_rows(ff_key, gate_rows));
     }
-    b.ff_in = keep(ff_in, sliced_ffn, gemm_weight);
-    b.ff_out = keep(load_cols(p + "ff.net.2.weight", ffn_), sliced_ffn, gemm_weight);
+    b.ff_in = keep(ff_in, sliced_ffn, gemm(fp8_layers_.ff_in));
+    b.ff_out = keep(load_cols(p + "ff.net.2.weight", ffn_), sliced_ffn, gemm(fp8_layers_.ff_out));
     const bool sliced_ada = ada_rows_.size() != 18 * H;
     b.adaln_w = keep(load_rows(p + "adaln_proj.linear.weight", ada_rows_), sliced_ada);
     b.adaln_b = keep(
