@@ -276,15 +276,16 @@ struct Generator::Impl {
     return p;
   }
 
-  // Collective over the denoise ranks (DitModel checks that every rank merged the same LoRAs).
-  void load_dit(const std::vector<GenerateRequest::LoraRef>& want, Precision precision) {
+  // Collective over the denoise ranks (DitModel checks that every rank merged the same LoRAs). `for_request`: the
+  // request's LoRAs are merged (the constructor's pristine DiT merges none).
+  void load_dit(const std::vector<GenerateRequest::LoraRef>& want, Precision precision, bool for_request = true) {
     dit.reset();  // free the old weights before the new ones are built
     loras_merged.clear();
     lora_digest = 0;
     auto ck = std::make_unique<DitCheckpoint>(DitCheckpoint::open(src.dit_path));
     std::vector<std::string> specs;
     for (const auto& l : want) specs.push_back(fmt::format("{}:{}", l.path, l.strength));
-    add_loras(*ck, specs, comm->world_rank(comm->rank()));
+    if (for_request) add_loras(*ck, specs, comm->world_rank(comm->rank()));
     dit = std::make_unique<DitModel>(*ck, precision, plan, dit_device());
     ckpt = std::move(ck);
     loras_merged = want;
@@ -404,7 +405,7 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
     }
   }
   if (m.denoiser && m.dit_resident)
-    m.timed_load("dit", m.src.dit_file_bytes, [&] { m.load_dit({}, options.precision); });
+    m.timed_load("dit", m.src.dit_file_bytes, [&] { m.load_dit({}, options.precision, false); });
   if (m.vae_resident) m.load_vaes();
   // The text tower stays on dedicated encoder ranks, or on every rank when the plan keeps it.
   if (K > 0 && m.encoder && m.src.text_problem.empty()) m.text = m.load_text(K > 1 ? m.role_comm.get() : nullptr);
