@@ -57,12 +57,13 @@ Runner add_verify(CLI::App& app) {
       po.precision = precision_from_name(o->precision == "f64" && !cmd->count("--precision") ? "f32" : o->precision);
       if (o->tol > 0) po.tolerance = o->tol;
       po.dit_weights = o->weights;
+      po.device = g_device == "cuda" ? Device::cuda : Device::cpu;
       if (!o->mode.empty() || world().size() > 1)
         po.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks, ""};
       const bool root = world().rank() == 0;
       if (root)
-        std::printf("verify %s: t2va pipeline set, precision %s, %d rank(s)\n", o->file.c_str(),
-                    precision_name(po.precision).data(), world().size());
+        std::printf("verify %s: t2va pipeline set, precision %s, %d rank(s) on the %s\n", o->file.c_str(),
+                    precision_name(po.precision).data(), world().size(), g_device == "cuda" ? "GPU" : "CPU");
       VerifyReport rep = verify_pipeline_file(f, po);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;

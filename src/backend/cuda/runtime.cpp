@@ -306,8 +306,21 @@ size_t gpu_peak_bytes() {
 void gpu_reset_peak() {
   cuda::state().peak = cuda::state().in_use;
 }
+size_t gpu_in_use_bytes() {
+  return cuda::state().in_use;
+}
 size_t gpu_total_bytes() {
   return cuda::state().started ? cuda::state().prop.totalGlobalMem : 0;
+}
+
+void gpu_release_cached() {
+  cuda::State& s = cuda::state();
+  if (!s.started) return;
+  H3_CUDA(cudaStreamSynchronize(s.stream));
+  std::lock_guard lock(s.mu);
+  for (auto& [bytes, p] : s.cache) cudaFree(p);
+  s.cache.clear();
+  s.cached = 0;
 }
 
 }  // namespace h3

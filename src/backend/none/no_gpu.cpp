@@ -32,9 +32,13 @@ size_t gpu_peak_bytes() {
   return 0;
 }
 void gpu_reset_peak() {}
+size_t gpu_in_use_bytes() {
+  return 0;
+}
 size_t gpu_total_bytes() {
   return 0;
 }
+void gpu_release_cached() {}
 GpuPinnedGemms::GpuPinnedGemms() = default;
 GpuPinnedGemms::~GpuPinnedGemms() = default;
 

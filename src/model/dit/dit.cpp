@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/log.h"
 #include "core/ref_math.h"
+#include "model/dit/fp8_layers.h"
 #include "model/dit/lora.h"
 #include "ops/fp8_bound.h"
 #include "ops/ops.h"
@@ -247,6 +250,15 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   ada_rows_ = shard.ada_rows;
   const Range qkv_rows{heads_qkv_.begin * D, heads_qkv_.end * D}, out_cols{heads_out_.begin * D, heads_out_.end * D};
 
+  // FP8: the block GEMMs whose weights an FP8 GEMM cannot take stay in bf16 (model/dit/fp8_layers.h), said once.
+  if (gpu && precision_ == Precision::fp8) {
+    fp8_layers_ = dit_fp8_layers(config_, plan_.mode, plan_.K, plan_.U);
+    static std::mutex reported_mu;
+    static std::set<std::string> reported;
+    std::lock_guard lock(reported_mu);
+    if (!fp8_layers_.all_fp8() && reported.insert(fp8_layers_.summary()).second)
+      spdlog::warn("DiT precision fp8: {}", fp8_layers_.summary());
+  }
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
   check_lora_agreement(ck, plan_);
   auto finish = [&](Tensor t, bool bf16_layer) {
@@ -361,23 +373,27 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     auto cols_or = [&](const std::string& key, int64_t n_rows, Range c, Kind kind) {
       return either(direct(key, whole(n_rows), {c.begin, c.end}, kind), [&] { return load_cols(key, c); });
     };
-    b.to_q = keep(rows_or(p + "attn.to_q.weight", qkv_rows, gemm_weight), sliced_qkv, gemm_weight);
-    b.to_k = keep(rows_or(p + "attn.to_k.weight", qkv_rows, gemm_weight), sliced_qkv, gemm_weight);
-    b.to_v = keep(rows_or(p + "attn.to_v.weight", qkv_rows, gemm_weight), sliced_qkv, gemm_weight);
-    b.to_out = keep(cols_or(p + "attn.to_out.0.weight", H, out_cols, gemm_weight), sliced_out, gemm_weight);
+    // A GEMM whose dimensions an FP8 GEMM cannot take stays bf16 (fp8_layers_).
+    auto gemm = [&](bool fp8_ok) { return fp8_ok ? gemm_weight : bf16_layer; };
+    b.to_q = keep(rows_or(p + "attn.to_q.weight", qkv_rows, gemm(fp8_layers_.qkv)), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_k = keep(rows_or(p + "attn.to_k.weight", qkv_rows, gemm(fp8_layers_.qkv)), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_v = keep(rows_or(p + "attn.to_v.weight", qkv_rows, gemm(fp8_layers_.qkv)), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_out = keep(cols_or(p + "attn.to_out.0.weight", H, out_cols, gemm(fp8_layers_.out)), sliced_out,
+                    gemm(fp8_layers_.out));
     // ff.net.0.proj rows are [value (F); gate (F)]: keep the value and gate rows of this rank's columns.
     const std::string ff_key = p + "ff.net.0.proj.weight";
     const bool sliced_ffn = ffn_.size() != F;
     const Range gate_rows{F + ffn_.begin, F + ffn_.end};
     Tensor ff_in =
-        either(direct(ff_key, {{ffn_.begin, ffn_.end}, {gate_rows.begin, gate_rows.end}}, {}, gemm_weight), [&] {
+        either(direct(ff_key, {{ffn_.begin, ffn_.end}, {gate_rows.begin, gate_rows.end}}, {}, gemm(fp8_layers_.ff_in)), [&] {
           if (!sliced_ffn) return load(ff_key, true);
           if (!ck.loras().empty()) return concat_rows(load_rows(ff_key, ffn_), load_rows(ff_key, gate_rows));
           const Tensor all = load(ff_key, true);
           return concat_rows(row_slice(all, ffn_), row_slice(all, gate_rows));
         });
-    b.ff_in = keep(ff_in, sliced_ffn, gemm_weight);
-    b.ff_out = keep(cols_or(p + "ff.net.2.weight", H, ffn_, gemm_weight), sliced_ffn, gemm_weight);
+    b.ff_in = keep(ff_in, sliced_ffn, gemm(fp8_layers_.ff_in));
+    b.ff_out = keep(cols_or(p + "ff.net.2.weight", H, ffn_, gemm(fp8_layers_.ff_out)), sliced_ffn,
+                  gemm(fp8_layers_.ff_out));
     const bool sliced_ada = ada_rows_.size() != 18 * H;
     b.adaln_w = keep(rows_or(p + "adaln_proj.linear.weight", ada_rows_, bf16_layer), sliced_ada);
     b.adaln_b = keep(either(direct(p + "adaln_proj.linear.bias", rows_of(ada_rows_), {}, bf16_layer),

@@ -400,25 +400,29 @@ void add_decode_units(VideoDecodePlan& p, int64_t r) {
       }
 }
 
-VideoDecodePlan VideoVae::plan_decode(const Shape& shape) const {
-  H3_CHECK(shape.size() == 4 && shape[0] == cfg_.latent_channels && shape[1] > 0 && shape[2] > 0 && shape[3] > 0,
-           "video VAE decode: latents must be [{}, frames, height, width], got {}", cfg_.latent_channels,
+VideoDecodePlan video_decode_plan(const VideoVaeConfig& c, const Shape& shape) {
+  H3_CHECK(shape.size() == 4 && shape[0] == c.latent_channels && shape[1] > 0 && shape[2] > 0 && shape[3] > 0,
+           "video VAE decode: latents must be [{}, frames, height, width], got {}", c.latent_channels,
            shape_str(shape));
   VideoDecodePlan p;
   p.latent_frames = shape[1];
   p.latent_height = shape[2];
   p.latent_width = shape[3];
-  p.time = plan_temporal_chunks(shape[1], cfg_.clip_length, cfg_.token_drop, cfg_.temporal_ratio());
-  const int64_t r = cfg_.spatial_ratio(), H = shape[2] * r, W = shape[3] * r;
-  if (cfg_.tiling) {
-    p.rows = split_tiles(H, cfg_.tile_height, cfg_.tile_overlap_height, r);
-    p.cols = split_tiles(W, cfg_.tile_width, cfg_.tile_overlap_width, r);
+  p.time = plan_temporal_chunks(shape[1], c.clip_length, c.token_drop, c.temporal_ratio());
+  const int64_t r = c.spatial_ratio(), H = shape[2] * r, W = shape[3] * r;
+  if (c.tiling) {
+    p.rows = split_tiles(H, c.tile_height, c.tile_overlap_height, r);
+    p.cols = split_tiles(W, c.tile_width, c.tile_overlap_width, r);
   } else {
     p.rows = {{0}, {H}, {}};
     p.cols = {{0}, {W}, {}};
   }
   add_decode_units(p, r);
   return p;
+}
+
+VideoDecodePlan VideoVae::plan_decode(const Shape& shape) const {
+  return video_decode_plan(cfg_, shape);
 }
 
 Tensor VideoVae::pad_latents(const Tensor& z, const VideoDecodePlan& plan) const {

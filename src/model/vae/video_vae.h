@@ -102,6 +102,10 @@ ops::StitchGrid stitch_grid(const VideoDecodePlan& plan);
 // r is the spatial ratio (pixels per latent). Unit index = (chunk * rows + row) * cols + col.
 void add_decode_units(VideoDecodePlan& plan, int64_t spatial_ratio);
 
+// VideoVae::plan_decode and VideoVae::decoder_unit_bytes of a VAE with config `c` (no weights needed: memory plans).
+VideoDecodePlan video_decode_plan(const VideoVaeConfig& c, const Shape& latent_shape);
+int64_t video_decoder_unit_bytes(const VideoVaeConfig& c, Precision p, int64_t t, int64_t h, int64_t w);
+
 class VideoVae {
  public:
   // Loads the weights under `prefix` ("weight." in golden files, "" in a diffusers checkpoint) in the compute
