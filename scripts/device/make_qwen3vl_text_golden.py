@@ -5,7 +5,7 @@
 # by the engine, so the file holds inputs and outputs only). Run on the device machine (torch, transformers 5.x,
 # one GPU; no network):
 #
-#     python3 scripts/device/make_qwen3vl_text_golden.py OUT.safetensors
+#     python3 scripts/device/make_qwen3vl_text_golden.py OUT.safetensors [qwen3vl-text-mini.safetensors]
 #
 # and commit OUT.safetensors as tests/reference/qwen3vl-text-fullwidth.safetensors; `h3 --device cuda verify` checks
 # it (bf16 within 1.5x of transformers' own bf16 error, f32 within 1e-5).
@@ -21,6 +21,9 @@
 # mRoPE grid positions, 6 text tokens). Stored per case: input_ids, position_ids [3, N], and the f64 run's
 # hidden_states.K for K in STATES (decoder layer K-1's output, before any final norm) rounded to f32 (1e-7
 # relative, far below the bf16 error it is compared with).
+# With the golden qwen3vl-text-mini.safetensors (shared/golden) as second argument, transformers' bf16 run of that
+# model is measured against its f64 states too (metadata mini_bf16_rel_l2_vs_f64): the bound of the engine's bf16
+# path on the mini tower (tests/CMakeLists.txt, 1.5x).
 import json
 import math
 import sys
@@ -33,9 +36,10 @@ def die(msg):
     sys.exit(2)
 
 
-if len(sys.argv) != 2:
-    die("usage: make_qwen3vl_text_golden.py OUT.safetensors")
+if len(sys.argv) not in (2, 3):
+    die("usage: make_qwen3vl_text_golden.py OUT.safetensors [qwen3vl-text-mini.safetensors]")
 OUT = sys.argv[1]
+MINI = sys.argv[2] if len(sys.argv) == 3 else None
 
 try:
     import torch
@@ -282,6 +286,52 @@ for (c, prec), states in results.items():
         errors[prec][f"{c}.hidden_states.{k}"] = err
         print(f"{prec} vs f64 {c} hidden_states.{k}: rel_l2 {err:.3e}")
 
+# ---------------------------------------------------------------- the mini tower's bf16 error (optional)
+mini_errors = {}
+if MINI:
+    del model
+    torch.cuda.empty_cache()
+    from safetensors import safe_open
+    with safe_open(MINI, "pt") as f:
+        mini_meta = f.metadata()
+        mini = {k: f.get_tensor(k) for k in f.keys()}
+    mc = json.loads(mini_meta["config"])
+    keep = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps",
+            "rope_parameters", "attention_bias")
+    mcfg = Qwen3VLTextConfig(**{k: mc[k] for k in keep if k in mc})
+    mcfg._attn_implementation = "sdpa"
+    with torch.device(dev):
+        mmodel = mq.Qwen3VLTextModel(mcfg)
+    mmodel.eval()
+    with torch.no_grad():
+        for name, p in mmodel.named_parameters():
+            p.copy_(mini["weight." + name].to(p.dtype))
+    mrot = mmodel.rotary_emb
+    minv = mrot.inv_freq.detach().clone()
+    mmodel.to(torch.bfloat16)
+    mrot.inv_freq = minv
+    if hasattr(mrot, "original_inv_freq"):
+        mrot.original_inv_freq = mrot.inv_freq
+    mcap = {}
+    mh = [layer.register_forward_hook(
+        lambda _m, _i, out, k=i + 1: mcap.__setitem__(k, (out[0] if isinstance(out, tuple) else out).detach()))
+        for i, layer in enumerate(mmodel.layers)]
+    for case in sorted({k.split(".")[0] for k in mini if k.endswith(".input_ids")}):
+        ids = mini[f"{case}.input_ids"].to(torch.int64).view(1, -1).to(dev)
+        mcap.clear()
+        with torch.no_grad():
+            last = mmodel(input_ids=ids, use_cache=False).last_hidden_state[0]
+        for name in [k for k in mini if k.startswith(case + ".") and not k.endswith("input_ids")]:
+            what = name[len(case) + 1:]
+            got = last if what == "last_hidden_state_normed" else mcap[int(what.rsplit("_", 1)[1])][0]
+            ref = mini[name].double().view(got.shape)
+            err = ((got.double().cpu() - ref).norm() / ref.norm()).item()
+            mini_errors[name] = err
+            print(f"mini bf16 vs f64 {name}: rel_l2 {err:.3e}")
+    for h in mh:
+        h.remove()
+
 config = {k: v for k, v in text_cfg.items() if k != "rope_scaling"}
 meta = {
     "format": "qwen3vl-text-procedural/1",
@@ -291,6 +341,7 @@ meta = {
                            "layers": LAYERS, "vocab_rows": VOCAB}),
     "states": json.dumps(STATES),
     "reference_rel_l2_vs_f64": json.dumps(errors),
+    "mini_bf16_rel_l2_vs_f64": json.dumps(mini_errors),
     "torch": torch.__version__,
     "transformers": transformers.__version__,
     "gpu": torch.cuda.get_device_name(0),
