@@ -1,5 +1,6 @@
 #include "model/qwen3vl/procedural.h"
 
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "io/procedural.h"
@@ -92,8 +93,10 @@ std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextCo
   return p;
 }
 
-std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
-  const QwenTextConfig c = procedural_qwen_text_config();
+namespace {
+
+// config.json of a Qwen3-VL with these towers (transformers' names).
+std::string qwen3vl_config_json(const QwenTextConfig& c, const QwenVisionConfig& v) {
   nlohmann::json cfg = {{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden},
                         {"intermediate_size", c.intermediate},
@@ -108,7 +111,6 @@ std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
                           {"mrope_interleaved", c.mrope_interleaved},
                           {"rope_theta", c.rope_theta}}}};
   // The vision tower sits beside the decoder as in a Qwen3-VL checkpoint ("visual." next to the text keys).
-  const QwenVisionConfig v = procedural_qwen_vision_config();
   cfg["vision_config"] = {{"depth", v.depth},
                           {"hidden_size", v.hidden},
                           {"intermediate_size", v.intermediate},
@@ -121,9 +123,46 @@ std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
                           {"num_position_embeddings", v.n_pos},
                           {"deepstack_visual_indexes", v.deepstack_indexes},
                           {"hidden_act", "gelu_pytorch_tanh"}};
+  return cfg.dump();
+}
+
+std::vector<std::pair<std::string, Shape>> qwen3vl_parameters(const QwenTextConfig& c, const QwenVisionConfig& v) {
   auto params = qwen_text_parameters(c);
   for (auto& q : qwen_vision_parameters(v, "visual.")) params.push_back(std::move(q));
-  return procedural_safetensors(params, {{"config", cfg.dump()}}, seed, "procedural-qwen3-vl");
+  return params;
+}
+
+}  // namespace
+
+std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
+  const QwenTextConfig c = procedural_qwen_text_config();
+  const QwenVisionConfig v = procedural_qwen_vision_config();
+  return procedural_safetensors(qwen3vl_parameters(c, v), {{"config", qwen3vl_config_json(c, v)}}, seed,
+                                "procedural-qwen3-vl");
+}
+
+QwenTextWeights procedural_qwen3vl_full(uint64_t seed) {
+  const QwenTextConfig c;    // the released text tower
+  const QwenVisionConfig v;  // and vision tower
+  return QwenTextWeights::procedural(qwen3vl_parameters(c, v), qwen3vl_config_json(c, v), seed,
+                                     fmt::format("procedural:full:seed={}", seed));
+}
+
+QwenTextWeights procedural_qwen3vl(const std::string& spec, const char* what) {
+  if (!spec.starts_with("procedural:"))
+    fail("{} '{}': not a procedural spec (procedural:mini or procedural:full, optionally :seed=N)", what, spec);
+  std::string name = spec.substr(11);
+  uint64_t seed = kDefaultProceduralSeed;
+  if (const auto k = name.find(":seed="); k != std::string::npos) {
+    const std::string s = name.substr(k + 6);
+    name = name.substr(0, k);
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), seed);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+      fail("{} '{}': the seed '{}' is not a non-negative integer below 2^64", what, spec, s);
+  }
+  if (name == "mini") return QwenTextWeights::from_file(procedural_qwen_text_file(seed));
+  if (name == "full") return procedural_qwen3vl_full(seed);
+  fail("{} '{}': unknown procedural model '{}' (known: mini, full)", what, spec, name);
 }
 
 std::string builtin_tokenizer_json() {
