@@ -10,6 +10,7 @@
 #include "io/procedural.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/text.h"
+#include "model/qwen3vl/vision.h"
 #include "model/qwen3vl/weights.h"
 #include "ops/ops.h"
 
@@ -107,6 +108,28 @@ TEST(QwenWeights, ProceduralSpecsNameMiniOrFullWithASeed) {
     EXPECT_NE(error_of([&] { (void)procedural_qwen3vl(bad, "--text-encoder"); }).find("--text-encoder"),
               std::string::npos)
         << bad;
+}
+
+TEST(QwenWeights, EachDeviceRunsItsPrecisions) {
+  const QwenTextWeights w = QwenTextWeights::from_file(procedural_qwen_text_file(kDefaultProceduralSeed));
+  const QwenTextConfig c = detect_qwen_text_config(w);
+  EXPECT_NE(error_of([&] {
+              QwenTextModel m(w, c, 1, QwenTextOptions{Precision::bf16, Device::cpu, nullptr});
+            }).find("bf16 runs on the GPU only"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              QwenTextModel m(w, c, 1, QwenTextOptions{Precision::f64, Device::cuda, nullptr});
+            }).find("f64 runs on the CPU only"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              QwenTextModel m(w, c, 1, QwenTextOptions{Precision::fp8, Device::cpu, nullptr});
+            }).find("fp8"),
+            std::string::npos);
+  const QwenVisionConfig v = detect_qwen_vision_config(w);
+  EXPECT_NE(error_of([&] {
+              QwenVisionModel m(w, v, QwenVisionOptions{Precision::bf16, Device::cpu});
+            }).find("bf16 runs on the GPU only"),
+            std::string::npos);
 }
 
 }  // namespace

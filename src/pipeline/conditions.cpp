@@ -438,7 +438,8 @@ PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, 
   out.embeds = text.forward(in.ids, {layer}, false, in.positions.empty() ? nullptr : &in.positions,
                             vision ? &in.extras : nullptr)
                    .hidden_states.at(layer)
-                   .to(DType::f32);
+                   .to(DType::f32)
+                   .cpu();
   out.vision_ranges = in.vision_ranges;
   out.vision_rows = static_cast<int64_t>(in.extras.rows.size());
   return out;
