@@ -143,11 +143,12 @@ TEST(CudaText, TextMiniInBf16OnTheGpuFollowsTheF32Run) {
   const QwenTextOutputs a = bf.forward(ids, {1, 50}, true), b = f32.forward(ids, {1, 50}, true);
   for (int64_t k : {1, 50}) {
     ASSERT_EQ(a.hidden_states.at(k).dtype(), DType::bf16);
-    // bf16 keeps ~3 significant digits per step; 50 layers stay within a few percent of the f32 states (the bound
-    // against f64 is the CTest entry's, from transformers' own bf16 error).
-    EXPECT_LE(compare(a.hidden_states.at(k).cpu(), b.hidden_states.at(k).cpu()).rel_l2, k == 1 ? 1e-2 : 5e-2) << k;
+    // Near the f32 states: 1.5x the largest error transformers' own bf16 run has on this set after layer 0 (1.46e-2)
+    // and after layer 49 (3.92e-2; normed 4.10e-2; tests/reference/qwen3vl-text-mini-bf16-errors.json). The bound
+    // against f64 per output is the CTest entry gpu.verify.qwen-text.bf16.
+    EXPECT_LE(compare(a.hidden_states.at(k).cpu(), b.hidden_states.at(k).cpu()).rel_l2, k == 1 ? 2.2e-2 : 5.9e-2) << k;
   }
-  EXPECT_LE(compare(a.last_normed.cpu(), b.last_normed.cpu()).rel_l2, 5e-2);
+  EXPECT_LE(compare(a.last_normed.cpu(), b.last_normed.cpu()).rel_l2, 6.2e-2);
   // Deterministic: the same run twice gives the same bits.
   EXPECT_EQ(compare(bf.forward(ids, {50}, false).hidden_states.at(50).cpu(), a.hidden_states.at(50).cpu()).max_abs,
             0.0);
@@ -161,7 +162,8 @@ TEST(CudaText, VisionMiniOnTheGpuMatchesTheCpu) {
   const QwenVisionModel g32(w, vc, QwenVisionOptions{Precision::f32, Device::cuda});
   const QwenVisionModel g16(w, vc, QwenVisionOptions{Precision::bf16, Device::cuda});
   EXPECT_EQ(2 * g16.bytes(), g32.bytes());
-  // One picture and a two-frame-pair video: three attention sequences.
+  // One picture and a two-frame-pair video: three attention sequences. bf16 within 3x transformers' own bf16 error
+  // on its tiny tower (<= 9.7e-3 on these outputs, qwen3vl-vision-mini.log).
   const std::vector<GridThw> grids = {{1, 4, 6}, {2, 2, 4}};
   const Tensor px = test::bf16_exact_normal({24 + 16, vc.patch_dim()}, 11, 3, 0.5);
   const QwenVisionOutputs want = cpu.forward(px, grids);
@@ -192,8 +194,9 @@ TEST(CudaText, ProceduralFullLoadsOnTheDeviceAndRuns) {
       0.0);
   const QwenTextModel f32(w, c, 2, QwenTextOptions{Precision::f32, Device::cuda, nullptr});
   const std::vector<int32_t> ids = {151643, 9707, 11, 1879, 0, 77, 151935, 42, 5};
+  // 1.5x transformers' own bf16 error after 3 released-width layers (1.6e-2, qwen3vl-text-fullwidth.log).
   const Tensor a = bf.hidden_state(ids, 2), b = f32.hidden_state(ids, 2);
-  EXPECT_LE(compare(a.cpu(), b.cpu()).rel_l2, 2e-2);
+  EXPECT_LE(compare(a.cpu(), b.cpu()).rel_l2, 2.4e-2);
 }
 
 }  // namespace
