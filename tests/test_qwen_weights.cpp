@@ -32,18 +32,18 @@ std::string error_of(F f) {
 }
 
 TEST(QwenWeights, BlocksOfStoredAndProceduralTensorsAreTheSliceOfTheWhole) {
-  const QwenTextWeights file = QwenTextWeights::from_file(procedural_qwen_text_file(kDefaultProceduralSeed));
+  const Qwen3VlTextWeights file = Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(kDefaultProceduralSeed));
   // The same parameters as a procedural source: nothing stored, generated per load.
-  const QwenTextConfig c = procedural_qwen_text_config();
-  const QwenTextWeights proc =
-      QwenTextWeights::procedural(qwen_text_parameters(c), "", kDefaultProceduralSeed, "procedural test");
+  const Qwen3VlTextConfig c = procedural_qwen3vl_text_config();
+  const Qwen3VlTextWeights proc =
+      Qwen3VlTextWeights::procedural(qwen3vl_text_parameters(c), "", kDefaultProceduralSeed, "procedural test");
   ASSERT_TRUE(proc.procedural());
   ASSERT_FALSE(file.procedural());
   const std::string key = "layers.3.self_attn.o_proj.weight";  // [64, 64]
   const Tensor whole = file.get(key);
   ASSERT_EQ(whole.shape(), (Shape{c.hidden, c.n_heads * c.head_dim}));
   EXPECT_TRUE(same_bits(proc.get(key), whole)) << "procedural source == procedural file";
-  for (const QwenTextWeights* w : {&file, &proc}) {
+  for (const Qwen3VlTextWeights* w : {&file, &proc}) {
     SCOPED_TRACE(w->procedural() ? "procedural" : "file");
     EXPECT_TRUE(same_bits(w->load(key, DType::f32, Device::cpu), whole));
     EXPECT_TRUE(same_bits(w->load(key, DType::f32, Device::cpu, {5, 17}), whole.rows(5, 17).clone()));
@@ -69,34 +69,34 @@ TEST(QwenWeights, BlocksOfStoredAndProceduralTensorsAreTheSliceOfTheWhole) {
 }
 
 TEST(QwenWeights, ProceduralSourceGivesTheSameTowerAsTheProceduralFile) {
-  const QwenTextWeights file = QwenTextWeights::from_file(procedural_qwen_text_file(7));
-  const QwenTextConfig c = detect_qwen_text_config(file);
-  const QwenTextWeights proc = QwenTextWeights::procedural(qwen_text_parameters(c), file.config_json(), 7, "proc");
-  EXPECT_EQ(detect_qwen_text_config(proc).summary(), c.summary());
-  const QwenTextModel a(file, c, 6, QwenTextOptions{});
-  const QwenTextModel b(proc, c, 6, QwenTextOptions{});
+  const Qwen3VlTextWeights file = Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(7));
+  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(file);
+  const Qwen3VlTextWeights proc = Qwen3VlTextWeights::procedural(qwen3vl_text_parameters(c), file.config_json(), 7, "proc");
+  EXPECT_EQ(detect_qwen3vl_text_config(proc).summary(), c.summary());
+  const Qwen3VlTextModel a(file, c, 6, Qwen3VlTextOptions{});
+  const Qwen3VlTextModel b(proc, c, 6, Qwen3VlTextOptions{});
   const std::vector<int32_t> ids = {5, 77, 3, 200, 41, 9, 13};
   EXPECT_TRUE(same_bits(a.hidden_state(ids, 6), b.hidden_state(ids, 6)));
 }
 
 TEST(QwenWeights, ProceduralSpecsNameMiniOrFullWithASeed) {
-  const QwenTextWeights mini = procedural_qwen3vl("procedural:mini", "--text-encoder");
-  EXPECT_EQ(detect_qwen_text_config(mini).hidden, 64);
+  const Qwen3VlTextWeights mini = procedural_qwen3vl("procedural:mini", "--text-encoder");
+  EXPECT_EQ(detect_qwen3vl_text_config(mini).hidden, 64);
   EXPECT_TRUE(same_bits(procedural_qwen3vl("procedural:mini:seed=7", "--text-encoder").get("norm.weight"),
-                        QwenTextWeights::from_file(procedural_qwen_text_file(7)).get("norm.weight")));
+                        Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(7)).get("norm.weight")));
   // procedural:full describes the released towers without generating anything.
-  const QwenTextWeights full = procedural_qwen3vl("procedural:full:seed=3", "--text-encoder");
+  const Qwen3VlTextWeights full = procedural_qwen3vl("procedural:full:seed=3", "--text-encoder");
   ASSERT_TRUE(full.procedural());
-  const QwenTextConfig t = detect_qwen_text_config(full);
-  const QwenTextConfig released;
+  const Qwen3VlTextConfig t = detect_qwen3vl_text_config(full);
+  const Qwen3VlTextConfig released;
   EXPECT_EQ(t.summary(), released.summary());
   EXPECT_EQ(t.n_layers, 64);
   EXPECT_EQ(t.hidden, 5120);
   EXPECT_EQ(t.intermediate, 25600);
   EXPECT_EQ(t.vocab_size, 151936);
-  ASSERT_TRUE(has_qwen_vision(full));
-  const QwenVisionConfig v = detect_qwen_vision_config(full);
-  EXPECT_EQ(v.summary(), QwenVisionConfig{}.summary());
+  ASSERT_TRUE(has_qwen3vl_vision(full));
+  const Qwen3VlVisionConfig v = detect_qwen3vl_vision_config(full);
+  EXPECT_EQ(v.summary(), Qwen3VlVisionConfig{}.summary());
   EXPECT_EQ(full.info("layers.49.mlp.down_proj.weight").shape, (Shape{5120, 25600}));
   // A block of a full-size tensor without the rest of it: rows 1000..1002 of the 151936 x 5120 embedding are its
   // values 1000 * 5120 ... of the formula.
@@ -111,23 +111,23 @@ TEST(QwenWeights, ProceduralSpecsNameMiniOrFullWithASeed) {
 }
 
 TEST(QwenWeights, EachDeviceRunsItsPrecisions) {
-  const QwenTextWeights w = QwenTextWeights::from_file(procedural_qwen_text_file(kDefaultProceduralSeed));
-  const QwenTextConfig c = detect_qwen_text_config(w);
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(kDefaultProceduralSeed));
+  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(w);
   EXPECT_NE(error_of([&] {
-              QwenTextModel m(w, c, 1, QwenTextOptions{Precision::bf16, Device::cpu, nullptr});
+              Qwen3VlTextModel m(w, c, 1, Qwen3VlTextOptions{Precision::bf16, Device::cpu, nullptr});
             }).find("bf16 runs on the GPU only"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              QwenTextModel m(w, c, 1, QwenTextOptions{Precision::f64, Device::cuda, nullptr});
+              Qwen3VlTextModel m(w, c, 1, Qwen3VlTextOptions{Precision::f64, Device::cuda, nullptr});
             }).find("f64 runs on the CPU only"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              QwenTextModel m(w, c, 1, QwenTextOptions{Precision::fp8, Device::cpu, nullptr});
+              Qwen3VlTextModel m(w, c, 1, Qwen3VlTextOptions{Precision::fp8, Device::cpu, nullptr});
             }).find("fp8"),
             std::string::npos);
-  const QwenVisionConfig v = detect_qwen_vision_config(w);
+  const Qwen3VlVisionConfig v = detect_qwen3vl_vision_config(w);
   EXPECT_NE(error_of([&] {
-              QwenVisionModel m(w, v, QwenVisionOptions{Precision::bf16, Device::cpu});
+              Qwen3VlVisionModel m(w, v, QwenVisionOptions{Precision::bf16, Device::cpu});
             }).find("bf16 runs on the GPU only"),
             std::string::npos);
 }

@@ -220,12 +220,12 @@ struct Generator::Impl {
   std::vector<GenerateRequest::LoraRef> loras_merged;
   uint64_t lora_digest = 0;
   std::shared_ptr<SafeTensors> vvae_file, avae_file;
-  std::shared_ptr<QwenTextWeights> text_weights;
+  std::shared_ptr<Qwen3VlTextWeights> text_weights;
   std::unique_ptr<VideoVae> vvae;
   std::unique_ptr<AudioVae> avae;
-  QwenTextConfig text_cfg;
+  Qwen3VlTextConfig text_cfg;
   std::string text_cfg_problem;         // why the text tower cannot feed this DiT ("" = fine)
-  std::unique_ptr<QwenTextModel> text;  // kept only on dedicated encoder ranks
+  std::unique_ptr<Qwen3VlTextModel> text;  // kept only on dedicated encoder ranks
   std::unique_ptr<Tokenizer> tokenizer;
   ModelLimits limits;
   std::vector<std::string> described;
@@ -242,16 +242,16 @@ struct Generator::Impl {
     bool visual = false;
     for (const ConditionMedia& c : r.media) visual |= c.visual();
     if (!visual) return h3::prepare_prompt(r, *tokenizer, nullptr);
-    H3_CHECK(has_qwen_vision(*text_weights),
+    H3_CHECK(has_qwen3vl_vision(*text_weights),
              "{} with pictures or videos needs Qwen3-VL's vision tower, but the text encoder {} holds none (no "
              "'*patch_embed.proj.weight'; e.g. a text-only truncated encoder): pass the full Qwen3-VL "
              "text_encoder folder with --text-encoder",
              r.mode, text_path);
-    const QwenVisionConfig vc = detect_qwen_vision_config(*text_weights);
+    const Qwen3VlVisionConfig vc = detect_qwen3vl_vision_config(*text_weights);
     H3_CHECK(vc.out_hidden == text_cfg.hidden,
              "the vision tower in {} gives {}-wide rows but its text decoder is {} wide: the file mixes models",
              text_path, vc.out_hidden, text_cfg.hidden);
-    const QwenVisionModel vision(*text_weights, vc, vae_precision());
+    const Qwen3VlVisionModel vision(*text_weights, vc, vae_precision());
     return h3::prepare_prompt(r, *tokenizer, &vision);
   }
 
@@ -271,10 +271,10 @@ struct Generator::Impl {
   }
 
   // Collective over `tp` (null: this rank alone).
-  std::unique_ptr<QwenTextModel> load_text(Comm* tp) const {
+  std::unique_ptr<Qwen3VlTextModel> load_text(Comm* tp) const {
     H3_CHECK(text_cfg_problem.empty(), "{}", text_cfg_problem);
-    return std::make_unique<QwenTextModel>(*text_weights, text_cfg, kConditioningLayer,
-                                           QwenTextOptions{vae_precision(), Device::cpu, tp});
+    return std::make_unique<Qwen3VlTextModel>(*text_weights, text_cfg, kConditioningLayer,
+                                           Qwen3VlTextOptions{vae_precision(), Device::cpu, tp});
   }
 };
 
@@ -362,14 +362,14 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
 
   // Text tower: only its header here (weights are loaded where and when they are used).
   if (is_procedural(m.text_path)) {
-    m.text_weights = std::make_shared<QwenTextWeights>(
-        QwenTextWeights::from_file(procedural_qwen_text_file(procedural_mini_seed(m.text_path, "--text-encoder"))));
+    m.text_weights = std::make_shared<Qwen3VlTextWeights>(
+        Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(procedural_mini_seed(m.text_path, "--text-encoder"))));
     m.any_procedural = true;
   } else {
     // A file, or a transformers folder (config.json + index + shards): only the text layers are read.
-    m.text_weights = std::make_shared<QwenTextWeights>(QwenTextWeights::open(m.text_path));
+    m.text_weights = std::make_shared<Qwen3VlTextWeights>(Qwen3VlTextWeights::open(m.text_path));
   }
-  m.text_cfg = detect_qwen_text_config(*m.text_weights);
+  m.text_cfg = detect_qwen3vl_text_config(*m.text_weights);
   if (m.text_cfg.hidden != dc.text_dim)
     m.text_cfg_problem = fmt::format(
         "the text encoder ({}) is {} wide but the DiT reads {}-wide prompt embeddings: pass the matching "
@@ -545,7 +545,7 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
       H3_CHECK(have_pre_embeds, "rank 0 passed precomputed embeddings but this rank did not");
       embeds = pre->prompt_embeds.to(DType::f32);
     } else {
-      std::unique_ptr<QwenTextModel> tower = m.text ? nullptr : m.load_text(comm.size() > 1 ? &comm : nullptr);
+      std::unique_ptr<Qwen3VlTextModel> tower = m.text ? nullptr : m.load_text(comm.size() > 1 ? &comm : nullptr);
       PromptEncoding pe = encode_prompt(prompt, m.text ? *m.text : *tower, kConditioningLayer);
       embeds = pe.embeds;
       prompt_extra =

@@ -15,7 +15,7 @@ namespace h3 {
 
 namespace {
 
-std::vector<std::string> qwen_cases(const SafeTensors& f) {
+std::vector<std::string> qwen3vl_text_cases(const SafeTensors& f) {
   std::vector<std::string> cases;
   for (const auto& k : f.keys())
     if (k.ends_with(".input_ids")) cases.push_back(k.substr(0, k.size() - 10));
@@ -49,14 +49,14 @@ std::string preview(const std::string& s) {
 
 }  // namespace
 
-bool looks_like_qwen_text_golden(const SafeTensors& f) {
+bool looks_like_qwen3vl_text_golden(const SafeTensors& f) {
   if (!f.has("weight.embed_tokens.weight") || !f.has("weight.layers.0.self_attn.q_norm.weight")) return false;
   for (const auto& k : f.keys())
     if (k.ends_with(".input_ids")) return true;
   return false;
 }
 
-VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Comm* comm, Device device,
+VerifyReport verify_qwen3vl_text_file(const SafeTensors& f, Precision precision, Comm* comm, Device device,
                                    double tolerance, const std::string& bf16_errors) {
   nlohmann::json errors;
   if (precision == Precision::bf16 && tolerance <= 0) {
@@ -79,20 +79,20 @@ VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Co
            name);
     return 1.5 * errors[name].get<double>();
   };
-  const QwenTextConfig cfg = detect_qwen_text_config(f);
+  const Qwen3VlTextConfig cfg = detect_qwen3vl_text_config(f);
   const bool root = !comm || comm->rank() == 0;
   const bool distributed = comm && comm->size() > 1;
   if (root) spdlog::info("{}: {}", f.path(), cfg.summary());
-  const QwenTextWeights weights = QwenTextWeights::from_file(std::make_shared<SafeTensors>(f));
-  const QwenTextModel model(weights, cfg, -1, QwenTextOptions{precision, device, distributed ? comm : nullptr});
+  const Qwen3VlTextWeights weights = Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f));
+  const Qwen3VlTextModel model(weights, cfg, -1, Qwen3VlTextOptions{precision, device, distributed ? comm : nullptr});
   // The 1-rank rerun (rank 0 only, no communicator).
-  std::unique_ptr<QwenTextModel> single;
+  std::unique_ptr<Qwen3VlTextModel> single;
   if (distributed && root)
-    single = std::make_unique<QwenTextModel>(weights, cfg, -1, QwenTextOptions{precision, device, nullptr});
+    single = std::make_unique<Qwen3VlTextModel>(weights, cfg, -1, Qwen3VlTextOptions{precision, device, nullptr});
   const double tol = tolerance > 0 ? tolerance : precision == Precision::f64 ? 1e-6 : 1e-5;
   const double tol_ranks = 1e-6;
   VerifyReport rep;
-  for (const auto& c : qwen_cases(f)) {
+  for (const auto& c : qwen3vl_text_cases(f)) {
     const Tensor ids_t = f.get(c + ".input_ids");
     std::vector<int32_t> ids(static_cast<size_t>(ids_t.numel()));
     for (int64_t i = 0; i < ids_t.numel(); ++i) ids[i] = static_cast<int32_t>(ids_t.get(i));
@@ -102,8 +102,8 @@ VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Co
       if (k.starts_with(hs)) keep.push_back(std::stoll(k.substr(hs.size())));
     std::sort(keep.begin(), keep.end());
     const bool normed = f.has(c + ".last_hidden_state_normed");
-    QwenTextOutputs out = model.forward(ids, keep, normed);
-    QwenTextOutputs one;
+    Qwen3VlTextOutputs out = model.forward(ids, keep, normed);
+    Qwen3VlTextOutputs one;
     if (single) one = single->forward(ids, keep, normed);
     auto add = [&](const std::string& what, const Tensor& got, const Tensor& ref, const Tensor* got_one) {
       Diff d = compare(got.cpu(), ref);
@@ -131,7 +131,7 @@ bool looks_like_qwen_text_procedural_reference(const SafeTensors& f) {
 VerifyReport verify_qwen_text_procedural(const SafeTensors& f, Precision precision, Comm* comm, Device device,
                                          double tolerance) {
   using json = nlohmann::json;
-  QwenTextConfig cfg = QwenTextConfig::from_json_text(f.meta("config"), f.path());
+  Qwen3VlTextConfig cfg = Qwen3VlTextConfig::from_json_text(f.meta("config"), f.path());
   json weights, errors;
   std::vector<int64_t> keep;
   try {
@@ -148,14 +148,14 @@ VerifyReport verify_qwen_text_procedural(const SafeTensors& f, Precision precisi
   const bool root = !comm || comm->rank() == 0;
   const bool distributed = comm && comm->size() > 1;
   if (root) spdlog::info("{}: {}, procedural weights seed {}", f.path(), cfg.summary(), seed);
-  // Weights named as the engine's procedural towers name them (qwen_text_parameters), which are transformers'
+  // Weights named as the engine's procedural towers name them (qwen3vl_text_parameters), which are transformers'
   // Qwen3VLTextModel keys, generated where they are loaded.
-  const QwenTextWeights w = QwenTextWeights::procedural(qwen_text_parameters(cfg), f.meta("config"), seed,
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::procedural(qwen3vl_text_parameters(cfg), f.meta("config"), seed,
                                                         fmt::format("procedural (seed {}) for {}", seed, f.path()));
-  const QwenTextModel model(w, cfg, -1, QwenTextOptions{precision, device, distributed ? comm : nullptr});
-  std::unique_ptr<QwenTextModel> single;
+  const Qwen3VlTextModel model(w, cfg, -1, Qwen3VlTextOptions{precision, device, distributed ? comm : nullptr});
+  std::unique_ptr<Qwen3VlTextModel> single;
   if (distributed && root)
-    single = std::make_unique<QwenTextModel>(w, cfg, -1, QwenTextOptions{precision, device, nullptr});
+    single = std::make_unique<Qwen3VlTextModel>(w, cfg, -1, Qwen3VlTextOptions{precision, device, nullptr});
   VerifyReport rep;
   std::vector<std::string> cases;
   for (const auto& k : f.keys())
@@ -167,8 +167,8 @@ VerifyReport verify_qwen_text_procedural(const SafeTensors& f, Precision precisi
     for (int64_t i = 0; i < ids_t.numel(); ++i) ids[i] = static_cast<int32_t>(ids_t.get(i));
     std::vector<int64_t> pos(static_cast<size_t>(pos_t.numel()));
     for (int64_t i = 0; i < pos_t.numel(); ++i) pos[i] = static_cast<int64_t>(pos_t.get(i));
-    const QwenTextOutputs out = model.forward(ids, keep, false, &pos);
-    QwenTextOutputs one;
+    const Qwen3VlTextOutputs out = model.forward(ids, keep, false, &pos);
+    Qwen3VlTextOutputs one;
     if (single) one = single->forward(ids, keep, false, &pos);
     for (int64_t k : keep) {
       const std::string name = fmt::format("{}.hidden_states.{}", c, k);

@@ -10,7 +10,7 @@
 namespace h3 {
 
 // A file with a Qwen3 text decoder under "weight." and at least one "<case>.input_ids".
-bool looks_like_qwen_text_golden(const SafeTensors& f);
+bool looks_like_qwen3vl_text_golden(const SafeTensors& f);
 // Runs every case ("<case>.input_ids") and compares each stored "<case>.hidden_states_K" and
 // "<case>.last_hidden_state_normed" with the engine's at rel-L2 1e-5 (f32) or 1e-6 (f64). The file stores the
 // weights and the f64 reference's outputs as f32; the f32-rounded weights put a floor of ~3e-7 under any
@@ -21,7 +21,7 @@ bool looks_like_qwen_text_golden(const SafeTensors& f);
 // pass `bf16_errors`, a JSON file {"bf16": {"<case>.<output>": rel_l2}} of transformers' own bf16 errors on it
 // (tests/reference/qwen3vl-text-mini-bf16-errors.json, measured by scripts/device/make_qwen3vl_text_golden.py): each
 // output is then held to 1.5x its own. `tolerance` > 0 overrides every bound.
-VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Comm* comm = nullptr,
+VerifyReport verify_qwen3vl_text_file(const SafeTensors& f, Precision precision, Comm* comm = nullptr,
                                    Device device = Device::cpu, double tolerance = -1,
                                    const std::string& bf16_errors = "");
 

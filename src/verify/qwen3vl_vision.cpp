@@ -49,8 +49,8 @@ bool looks_like_qwen3vl_vision_golden(const SafeTensors& f) {
 }
 
 VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precision, Device device, double tolerance) {
-  const QwenVisionConfig vcfg = detect_qwen_vision_config(f);
-  const QwenTextConfig tcfg = detect_qwen_text_config(f);
+  const Qwen3VlVisionConfig vcfg = detect_qwen3vl_vision_config(f);
+  const Qwen3VlTextConfig tcfg = detect_qwen3vl_text_config(f);
   spdlog::info("{}: {}", f.path(), vcfg.summary());
   spdlog::info("{}: {}", f.path(), tcfg.summary());
   VisionTokenIds tok;
@@ -77,9 +77,9 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     fail("{}: unreadable config/preprocess metadata: {}", f.path(), e.what());
   }
 
-  const QwenTextWeights w = QwenTextWeights::from_file(std::make_shared<SafeTensors>(f));
-  const QwenVisionModel vision(w, vcfg, QwenVisionOptions{precision, device});
-  const QwenTextModel text(w, tcfg, -1, QwenTextOptions{precision, device, nullptr});
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f));
+  const Qwen3VlVisionModel vision(w, vcfg, QwenVisionOptions{precision, device});
+  const Qwen3VlTextModel text(w, tcfg, -1, Qwen3VlTextOptions{precision, device, nullptr});
   // bf16: 1.5x transformers' own bf16 error on each output (metadata reference_rel_l2_vs_f64, from the generator's
   // run on a GPU); f32 1e-5, f64 1e-6; `tolerance` > 0 overrides.
   nlohmann::json bf16_errors;
@@ -143,7 +143,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     add_exact("vl mRoPE position_ids (" + f.meta("position_ids_source") + ")", same);
   }
   const std::string out = "vl.output.f64.";
-  auto add_vision = [&](const char* which, const QwenVisionOutputs& o) {
+  auto add_vision = [&](const char* which, const Qwen3VlVisionOutputs& o) {
     const std::string wh = which;
     if (!f.has(out + wh + "_embeds")) return;
     add("vl " + wh + "_embeds", o.embeds, f.get(out + wh + "_embeds"), tol_of(wh + "_embeds"));
@@ -156,7 +156,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
 
   std::vector<int64_t> keep;
   for (int64_t k = 0; f.has(out + "hidden_states." + std::to_string(k)); ++k) keep.push_back(k);
-  const QwenTextOutputs hs =
+  const Qwen3VlTextOutputs hs =
       text.forward(in.ids, keep, false, &prep.positions, prep.extras.rows.empty() ? nullptr : &prep.extras);
   for (int64_t k : keep)
     add("vl text hidden_states." + std::to_string(k), hs.hidden_states.at(k),
@@ -193,7 +193,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     for (size_t k = 0; k < ref_rows.deepstack.size(); ++k)
       ref_rows.deepstack[k] =
           reference_rows("image_deepstack." + std::to_string(k), "video_deepstack." + std::to_string(k));
-    const QwenTextOutputs hr = text.forward(in.ids, keep, false, &prep.positions, &ref_rows);
+    const Qwen3VlTextOutputs hr = text.forward(in.ids, keep, false, &prep.positions, &ref_rows);
     for (int64_t k : keep)
       add("vl text hidden_states." + std::to_string(k) + " (reference vision rows)", hr.hidden_states.at(k),
           f.get(out + "hidden_states." + std::to_string(k)), tol_of("hidden_states." + std::to_string(k)));

@@ -7,8 +7,8 @@
 
 namespace h3 {
 
-QwenTextConfig procedural_qwen_text_config() {
-  QwenTextConfig c;
+Qwen3VlTextConfig procedural_qwen3vl_text_config() {
+  Qwen3VlTextConfig c;
   c.vocab_size = 260;  // the built-in byte-level tokenizer: 256 bytes + 4 vision tokens
   c.hidden = 64;       // = text_dim of the mini DiT
   c.intermediate = 128;
@@ -20,8 +20,8 @@ QwenTextConfig procedural_qwen_text_config() {
   return c;
 }
 
-QwenVisionConfig procedural_qwen_vision_config() {
-  QwenVisionConfig c;
+Qwen3VlVisionConfig procedural_qwen3vl_vision_config() {
+  Qwen3VlVisionConfig c;
   // The released patch sizes (16 x 16 x 2, merge 2: the processor's grids are the released ones) with tiny
   // widths; three blocks, each feeding one DeepStack merger, so the injection into LM layers 0-2 is
   // exercised.
@@ -29,13 +29,13 @@ QwenVisionConfig procedural_qwen_vision_config() {
   c.hidden = 32;
   c.intermediate = 64;
   c.n_heads = 2;  // head dim 16 (the 2-D rotary needs a multiple of 4)
-  c.out_hidden = procedural_qwen_text_config().hidden;
+  c.out_hidden = procedural_qwen3vl_text_config().hidden;
   c.n_pos = 16;  // a 4 x 4 learned position table, bilinearly sampled
   c.deepstack_indexes = {0, 1, 2};
   return c;
 }
 
-std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisionConfig& c,
+std::vector<std::pair<std::string, Shape>> qwen3vl_vision_parameters(const Qwen3VlVisionConfig& c,
                                                                   const std::string& prefix) {
   const int64_t h = c.hidden, ff = c.intermediate, mh = h * c.merge * c.merge, out = c.out_hidden;
   std::vector<std::pair<std::string, Shape>> p = {
@@ -72,7 +72,7 @@ std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisi
   return p;
 }
 
-std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c) {
+std::vector<std::pair<std::string, Shape>> qwen3vl_text_parameters(const Qwen3VlTextConfig& c) {
   const int64_t H = c.hidden, I = c.intermediate, hd = c.head_dim;
   std::vector<std::pair<std::string, Shape>> p = {{"embed_tokens.weight", {c.vocab_size, H}}};
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -96,7 +96,7 @@ std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextCo
 namespace {
 
 // config.json of a Qwen3-VL with these towers (transformers' names).
-std::string qwen3vl_config_json(const QwenTextConfig& c, const QwenVisionConfig& v) {
+std::string qwen3vl_config_json(const Qwen3VlTextConfig& c, const Qwen3VlVisionConfig& v) {
   nlohmann::json cfg = {{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden},
                         {"intermediate_size", c.intermediate},
@@ -126,29 +126,29 @@ std::string qwen3vl_config_json(const QwenTextConfig& c, const QwenVisionConfig&
   return cfg.dump();
 }
 
-std::vector<std::pair<std::string, Shape>> qwen3vl_parameters(const QwenTextConfig& c, const QwenVisionConfig& v) {
-  auto params = qwen_text_parameters(c);
-  for (auto& q : qwen_vision_parameters(v, "visual.")) params.push_back(std::move(q));
+std::vector<std::pair<std::string, Shape>> qwen3vl_parameters(const Qwen3VlTextConfig& c, const Qwen3VlVisionConfig& v) {
+  auto params = qwen3vl_text_parameters(c);
+  for (auto& q : qwen3vl_vision_parameters(v, "visual.")) params.push_back(std::move(q));
   return params;
 }
 
 }  // namespace
 
-std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
-  const QwenTextConfig c = procedural_qwen_text_config();
-  const QwenVisionConfig v = procedural_qwen_vision_config();
+std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed) {
+  const Qwen3VlTextConfig c = procedural_qwen3vl_text_config();
+  const Qwen3VlVisionConfig v = procedural_qwen3vl_vision_config();
   return procedural_safetensors(qwen3vl_parameters(c, v), {{"config", qwen3vl_config_json(c, v)}}, seed,
                                 "procedural-qwen3-vl");
 }
 
-QwenTextWeights procedural_qwen3vl_full(uint64_t seed) {
-  const QwenTextConfig c;    // the released text tower
-  const QwenVisionConfig v;  // and vision tower
-  return QwenTextWeights::procedural(qwen3vl_parameters(c, v), qwen3vl_config_json(c, v), seed,
+Qwen3VlTextWeights procedural_qwen3vl_full(uint64_t seed) {
+  const Qwen3VlTextConfig c;    // the released text tower
+  const Qwen3VlVisionConfig v;  // and vision tower
+  return Qwen3VlTextWeights::procedural(qwen3vl_parameters(c, v), qwen3vl_config_json(c, v), seed,
                                      fmt::format("procedural:full:seed={}", seed));
 }
 
-QwenTextWeights procedural_qwen3vl(const std::string& spec, const char* what) {
+Qwen3VlTextWeights procedural_qwen3vl(const std::string& spec, const char* what) {
   if (!spec.starts_with("procedural:"))
     fail("{} '{}': not a procedural spec (procedural:mini or procedural:full, optionally :seed=N)", what, spec);
   std::string name = spec.substr(11);
@@ -160,7 +160,7 @@ QwenTextWeights procedural_qwen3vl(const std::string& spec, const char* what) {
     if (s.empty() || ec != std::errc() || end != s.data() + s.size())
       fail("{} '{}': the seed '{}' is not a non-negative integer below 2^64", what, spec, s);
   }
-  if (name == "mini") return QwenTextWeights::from_file(procedural_qwen_text_file(seed));
+  if (name == "mini") return Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(seed));
   if (name == "full") return procedural_qwen3vl_full(seed);
   fail("{} '{}': unknown procedural model '{}' (known: mini, full)", what, spec, name);
 }

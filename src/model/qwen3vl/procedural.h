@@ -17,26 +17,26 @@
 
 namespace h3 {
 
-QwenTextConfig procedural_qwen_text_config();
-QwenVisionConfig procedural_qwen_vision_config();
+Qwen3VlTextConfig procedural_qwen3vl_text_config();
+Qwen3VlVisionConfig procedural_qwen3vl_vision_config();
 
 // The text tower's keys and shapes.
-std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c);
+std::vector<std::pair<std::string, Shape>> qwen3vl_text_parameters(const Qwen3VlTextConfig& c);
 // The vision tower's keys under `prefix` ("visual." as in Qwen3-VL checkpoints).
-std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisionConfig& c, const std::string& prefix);
+std::vector<std::pair<std::string, Shape>> qwen3vl_vision_parameters(const Qwen3VlVisionConfig& c, const std::string& prefix);
 
 // Text and vision towers in one mapped file, with the config.json text in its "config" metadata.
-std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed);
+std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed);
 
-// Qwen3-VL-32B's towers at the released shapes (QwenTextConfig{}: 64 decoder layers of width 5120, 64 query / 8 KV
-// heads x 128, FFN 25600, vocabulary 151936; QwenVisionConfig{}: 27 blocks of width 1152, DeepStack after 8, 16,
+// Qwen3-VL-32B's towers at the released shapes (Qwen3VlTextConfig{}: 64 decoder layers of width 5120, 64 query / 8 KV
+// heads x 128, FFN 25600, vocabulary 151936; Qwen3VlVisionConfig{}: 27 blocks of width 1152, DeepStack after 8, 16,
 // 24), procedural weights under the same names as the mini towers (text keys bare, the vision tower under
-// "visual."). Nothing is generated here: each tensor is generated where it is loaded (QwenTextWeights::load, on the
+// "visual."). Nothing is generated here: each tensor is generated where it is loaded (Qwen3VlTextWeights::load, on the
 // GPU for a GPU model), so no host copy of the towers ever exists. ~33 G values; H3 loads the first 50 layers.
-QwenTextWeights procedural_qwen3vl_full(uint64_t seed);
-// The text encoder a "procedural:NAME[:seed=N]" spec names: mini (procedural_qwen_text_file) or full
+Qwen3VlTextWeights procedural_qwen3vl_full(uint64_t seed);
+// The text encoder a "procedural:NAME[:seed=N]" spec names: mini (procedural_qwen3vl_text_file) or full
 // (procedural_qwen3vl_full). `what` names the flag in errors (e.g. "--text-encoder").
-QwenTextWeights procedural_qwen3vl(const std::string& spec, const char* what);
+Qwen3VlTextWeights procedural_qwen3vl(const std::string& spec, const char* what);
 // tokenizer.json text of the built-in byte-level tokenizer (Qwen2 format, read by model/qwen3vl/tokenizer.h).
 std::string builtin_tokenizer_json();
 

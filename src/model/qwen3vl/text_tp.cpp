@@ -30,7 +30,7 @@
 
 namespace h3 {
 
-Tensor QwenTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) const {
+Tensor Qwen3VlTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) const {
   if (dtype_ == DType::f64)
     return ops::rms_norm_via_f32(x, &w, group, cfg_.rms_eps, ops::RefNormWeight::kF64ThenWeight);
   if (dtype_ == DType::bf16) return ops::rms_norm_rounded(x, w, group, cfg_.rms_eps);
@@ -40,7 +40,7 @@ Tensor QwenTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) cons
 // bf16 (transformers' bf16 model): every projection, the q/k norms, the rotation (q*cos, rotate_half(q)*sin and their
 // sum each rounded) and SwiGLU's silu(gate) and product are rounded to bf16; the output projections of a unit keep
 // their f32 sums (linear_acc) so that the fold rounds the whole projection once.
-Tensor QwenTextModel::attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
+Tensor Qwen3VlTextModel::attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
                                         const Tensor& sin) const {
   const int64_t D = cfg_.head_dim;
   const bool bf = dtype_ == DType::bf16;
@@ -51,13 +51,13 @@ Tensor QwenTextModel::attention_partial(const Unit& u, const Tensor& h, const La
   return bf ? ops::linear_acc(a, u.o) : ops::linear(a, u.o);
 }
 
-Tensor QwenTextModel::mlp_partial(const Unit& u, const Tensor& h) const {
+Tensor Qwen3VlTextModel::mlp_partial(const Unit& u, const Tensor& h) const {
   const bool bf = dtype_ == DType::bf16;
   const Tensor s = ops::swiglu(ops::linear(h, u.up_gate), bf);
   return bf ? ops::linear_acc(s, u.down) : ops::linear(s, u.down);
 }
 
-Tensor QwenTextModel::fold_units(const std::vector<Tensor>& partials, const std::string& what) const {
+Tensor Qwen3VlTextModel::fold_units(const std::vector<Tensor>& partials, const std::string& what) const {
   H3_ASSERT(!partials.empty() && static_cast<int64_t>(partials.size()) == units_.size(),
             "Qwen3-VL text: {} partials for units [{}, {})", partials.size(), units_.begin, units_.end);
   if (tp_size_ == 1) {

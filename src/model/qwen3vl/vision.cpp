@@ -60,8 +60,8 @@ void for_each_patch(const std::vector<GridThw>& grids, int64_t m, F f) {
 
 }  // namespace
 
-QwenVisionConfig QwenVisionConfig::from_json_text(const std::string& text, const std::string& where) {
-  QwenVisionConfig c;
+Qwen3VlVisionConfig Qwen3VlVisionConfig::from_json_text(const std::string& text, const std::string& where) {
+  Qwen3VlVisionConfig c;
   try {
     json j = json::parse(text);
     if (j.contains("vision_config") && j["vision_config"].is_object()) j = j["vision_config"];
@@ -85,7 +85,7 @@ QwenVisionConfig QwenVisionConfig::from_json_text(const std::string& text, const
   return c;
 }
 
-std::string QwenVisionConfig::summary() const {
+std::string Qwen3VlVisionConfig::summary() const {
   std::string ds;
   for (int64_t i : deepstack_indexes) {
     if (!ds.empty()) ds += ',';
@@ -105,7 +105,7 @@ namespace {
 std::string config_text_of(const SafeTensors& f) {
   return f.meta("config");
 }
-std::string config_text_of(const QwenTextWeights& w) {
+std::string config_text_of(const Qwen3VlTextWeights& w) {
   return w.config_json();
 }
 
@@ -125,10 +125,10 @@ bool has_vision_of(const Src& f) {
 }
 
 template <class Src>
-QwenVisionConfig detect_vision_config_of(const Src& f) {
+Qwen3VlVisionConfig detect_vision_config_of(const Src& f) {
   const std::string p = vision_prefix_of(f);
   const std::string cfg_text = config_text_of(f);
-  QwenVisionConfig c = cfg_text.empty() ? QwenVisionConfig{} : QwenVisionConfig::from_json_text(cfg_text, f.path());
+  Qwen3VlVisionConfig c = cfg_text.empty() ? Qwen3VlVisionConfig{} : Qwen3VlVisionConfig::from_json_text(cfg_text, f.path());
   const Shape& pw = f.info(p + "patch_embed.proj.weight").shape;
   if (pw.size() != 5 || pw[3] != pw[4])
     fail("{}: {}patch_embed.proj.weight is {}, expected [hidden, C, tp, p, p]", f.path(), p, shape_str(pw));
@@ -163,39 +163,39 @@ QwenVisionConfig detect_vision_config_of(const Src& f) {
 
 }  // namespace
 
-std::string qwen_vision_prefix(const SafeTensors& f) {
+std::string qwen3vl_vision_prefix(const SafeTensors& f) {
   return vision_prefix_of(f);
 }
-std::string qwen_vision_prefix(const QwenTextWeights& w) {
+std::string qwen3vl_vision_prefix(const Qwen3VlTextWeights& w) {
   return vision_prefix_of(w);
 }
-bool has_qwen_vision(const SafeTensors& f) {
+bool has_qwen3vl_vision(const SafeTensors& f) {
   return has_vision_of(f);
 }
-bool has_qwen_vision(const QwenTextWeights& w) {
+bool has_qwen3vl_vision(const Qwen3VlTextWeights& w) {
   return has_vision_of(w);
 }
-QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f) {
+Qwen3VlVisionConfig detect_qwen3vl_vision_config(const SafeTensors& f) {
   return detect_vision_config_of(f);
 }
-QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w) {
+Qwen3VlVisionConfig detect_qwen3vl_vision_config(const Qwen3VlTextWeights& w) {
   return detect_vision_config_of(w);
 }
 
-QwenVisionModel::QwenVisionModel(const SafeTensors& f, const QwenVisionConfig& cfg, Precision precision)
-    : QwenVisionModel(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg,
+Qwen3VlVisionModel::Qwen3VlVisionModel(const SafeTensors& f, const Qwen3VlVisionConfig& cfg, Precision precision)
+    : Qwen3VlVisionModel(Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg,
                       QwenVisionOptions{precision, Device::cpu}) {}
 
-QwenVisionModel::QwenVisionModel(const QwenTextWeights& w, const QwenVisionConfig& cfg, Precision precision)
-    : QwenVisionModel(w, cfg, QwenVisionOptions{precision, Device::cpu}) {}
+Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, Precision precision)
+    : Qwen3VlVisionModel(w, cfg, QwenVisionOptions{precision, Device::cpu}) {}
 
-QwenVisionModel::QwenVisionModel(const QwenTextWeights& w, const QwenVisionConfig& cfg, const QwenVisionOptions& opt)
+Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, const QwenVisionOptions& opt)
     : cfg_(cfg) {
   load(w, opt);
 }
 
-void QwenVisionModel::load(const QwenTextWeights& f, const QwenVisionOptions& opt) {
-  const QwenVisionConfig& cfg = cfg_;
+void Qwen3VlVisionModel::load(const Qwen3VlTextWeights& f, const QwenVisionOptions& opt) {
+  const Qwen3VlVisionConfig& cfg = cfg_;
   device_ = opt.device;
   switch (opt.precision) {
     case Precision::fp8:
@@ -280,7 +280,7 @@ void QwenVisionModel::load(const QwenTextWeights& f, const QwenVisionOptions& op
   }
 }
 
-Tensor QwenVisionModel::position_embeddings(const std::vector<GridThw>& grids) const {
+Tensor Qwen3VlVisionModel::position_embeddings(const std::vector<GridThw>& grids) const {
   const int64_t g = static_cast<int64_t>(std::sqrt(static_cast<double>(cfg_.n_pos)));
   const int64_t h = cfg_.hidden;
   const bool bf = dtype_ == DType::bf16;  // computed in f32 with every product and sum rounded to bf16
@@ -332,7 +332,7 @@ Tensor QwenVisionModel::position_embeddings(const std::vector<GridThw>& grids) c
   return bf ? out.to(DType::bf16) : out;
 }
 
-std::pair<Tensor, Tensor> QwenVisionModel::rotary_tables(const std::vector<GridThw>& grids) const {
+std::pair<Tensor, Tensor> Qwen3VlVisionModel::rotary_tables(const std::vector<GridThw>& grids) const {
   const int64_t d = cfg_.head_dim(), quarter = d / 4, half = d / 2;
   // inv_freq over a rotary dim of head_dim/2: 1 / theta^(2j / (head_dim/2)), j < head_dim/4, in f32.
   std::vector<float> inv_freq(static_cast<size_t>(quarter));
@@ -361,7 +361,7 @@ std::pair<Tensor, Tensor> QwenVisionModel::rotary_tables(const std::vector<GridT
   return {cos_t, sin_t};
 }
 
-Tensor QwenVisionModel::merge(const Merger& m, const Tensor& x) const {
+Tensor Qwen3VlVisionModel::merge(const Merger& m, const Tensor& x) const {
   const int64_t mm = cfg_.merge * cfg_.merge, wide = cfg_.hidden * mm;
   Tensor rows = m.post_shuffle_norm
                     ? ops::layer_norm(x.reshape({x.dim(0) / mm, wide}), &m.norm_w, &m.norm_b, cfg_.ln_eps)
@@ -393,7 +393,7 @@ void put_rows(Tensor& dst, int64_t at, const Tensor& src) {
 
 }  // namespace
 
-QwenVisionOutputs QwenVisionModel::forward(const Tensor& pixels, const std::vector<GridThw>& grids,
+Qwen3VlVisionOutputs Qwen3VlVisionModel::forward(const Tensor& pixels, const std::vector<GridThw>& grids,
                                            bool keep_blocks) const {
   const int64_t n = total_rows(grids), m = cfg_.merge, hd = cfg_.head_dim(), h = cfg_.hidden;
   for (const auto& g : grids)
@@ -402,7 +402,7 @@ QwenVisionOutputs QwenVisionModel::forward(const Tensor& pixels, const std::vect
            g[2], m);
   if (pixels.ndim() != 2 || pixels.dim(0) != n || pixels.dim(1) != cfg_.patch_dim())
     fail("Qwen3-VL vision: pixel rows are {}, the grids need [{}, {}]", pixels.describe(), n, cfg_.patch_dim());
-  QwenVisionOutputs out;
+  Qwen3VlVisionOutputs out;
   if (n == 0) return out;
 
   const bool bf = dtype_ == DType::bf16;

@@ -24,17 +24,17 @@ struct Slice {
   bool all() const { return end < 0; }
 };
 
-class QwenTextWeights {
+class Qwen3VlTextWeights {
  public:
   // A file already open (shares its mapping).
-  static QwenTextWeights from_file(std::shared_ptr<const SafeTensors> f);
+  static Qwen3VlTextWeights from_file(std::shared_ptr<const SafeTensors> f);
   // A .safetensors file, or a folder: with model.safetensors.index.json its shards (a shard the index names
   // must exist when one of its keys is read; the error names shard, key and index), else exactly one
   // .safetensors file. config.json (flat or with "text_config") supplies the config when present.
-  static QwenTextWeights open(const std::string& path);
+  static Qwen3VlTextWeights open(const std::string& path);
   // Procedural weights for `params` (key = the formula's name, f32 values): nothing is generated until a tensor is
   // loaded. `label` is what path() reports.
-  static QwenTextWeights procedural(const std::vector<std::pair<std::string, Shape>>& params, std::string config_json,
+  static Qwen3VlTextWeights procedural(const std::vector<std::pair<std::string, Shape>>& params, std::string config_json,
                                     uint64_t seed, std::string label);
 
   const std::string& path() const { return path_; }
