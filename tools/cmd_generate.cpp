@@ -124,7 +124,9 @@ Runner add_generate(CLI::App& app) {
                   "VAE decoders: bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
       ->envname("H3_VAE_PRECISION");
-  cmd->add_option("--text-precision", o->text_precision, "text tower: f32 (default) or f64 (CPU)")
+  cmd->add_option(
+         "--text-precision", o->text_precision,
+         "text tower (and vision tower): bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
       ->envname("H3_TEXT_PRECISION");
   cmd->add_option("--text-device", o->text_device,
@@ -226,6 +228,8 @@ Runner add_generate(CLI::App& app) {
     if (!o->vae_precision.empty()) go.vae_precision = precision_from_name(o->vae_precision);
     if (!o->text_precision.empty()) go.text_precision = precision_from_name(o->text_precision);
     if (!o->text_device.empty()) go.text_device = o->text_device == "cuda" ? Device::cuda : Device::cpu;
+    // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
+    if (go.text_device == Device::cpu && o->text_precision.empty()) go.text_precision = Precision::f32;
     go.memory = memory_policy_from_name(o->memory);
     go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, device == Device::cuda ? gpu_bus_id() : ""};
     go.encoder_ranks = o->encoder_ranks;

@@ -38,7 +38,9 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
   cmd->add_option("--vae-precision", r.vae_precision, "VAE decoders: bf16 (GPU default) or f32; f32 or f64 on the CPU")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
       ->envname("H3_VAE_PRECISION");
-  cmd->add_option("--text-precision", r.text_precision, "text tower: f32 (default) or f64 (CPU)")
+  cmd->add_option(
+         "--text-precision", r.text_precision,
+         "text tower (and vision tower): bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
       ->envname("H3_TEXT_PRECISION");
   cmd->add_option("--text-device", r.text_device, "where the text tower runs: cuda (default with --device cuda) or cpu")

@@ -132,7 +132,7 @@ Runner add_verify(CLI::App& app) {
             "verify %s: Qwen3-VL text tower reference (procedural weights), precision %s on the %s, %d rank(s)\n",
             o->file.c_str(), o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU", world().size());
       VerifyReport rep = verify_qwen3vl_text_procedural(f, precision_from_name(o->precision), comm,
-                                                     g_device == "cuda" ? Device::cuda : Device::cpu, o->tol);
+                                                        g_device == "cuda" ? Device::cuda : Device::cpu, o->tol);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
@@ -144,8 +144,9 @@ Runner add_verify(CLI::App& app) {
             "verify %s: Qwen3-VL text decoder golden set, precision %s on the %s, %d rank(s) "
             "tensor-parallel\n",
             o->file.c_str(), o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU", world().size());
-      VerifyReport rep = verify_qwen3vl_text_file(f, precision_from_name(o->precision), comm,
-                                               g_device == "cuda" ? Device::cuda : Device::cpu, o->tol, o->bf16_errors);
+      VerifyReport rep =
+          verify_qwen3vl_text_file(f, precision_from_name(o->precision), comm,
+                                   g_device == "cuda" ? Device::cuda : Device::cpu, o->tol, o->bf16_errors);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }

@@ -6,12 +6,12 @@
 #include <sstream>
 
 #include "io/procedural.h"
+#include "io/weight_files.h"
 #include "model/dit/checkpoint.h"
 #include "model/dit/layout.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/vae/open.h"
 #include "model/vae/procedural.h"
-#include "io/weight_files.h"
 #include "pipeline/geometry.h"
 
 namespace h3 {
@@ -139,27 +139,18 @@ ModelSources open_model_sources(const ModelPaths& paths) {
     use_procedural_reference_sizes(m.limits);
 
   // Text tower: only its header here (weights are loaded where and when they are used).
+  // procedural:mini is a mapped file; procedural:full (Qwen3-VL-32B's towers) generates each tensor where it is loaded
+  // (on the GPU for a GPU tower), so no host copy of the 25 B parameters is ever made (model/qwen3vl/procedural.h).
   if (is_procedural(m.text_path)) {
-    const ProceduralSpec p = parse_procedural(m.text_path, "--text-encoder");
+    m.text_weights = std::make_shared<Qwen3VlTextWeights>(procedural_qwen3vl(m.text_path, "--text-encoder"));
     m.text_procedural = true;
     m.any_procedural = true;
-    if (p.name == "mini") {
-      m.text_weights = std::make_shared<Qwen3VlTextWeights>(Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(p.seed)));
-    } else {
-      m.text_config = Qwen3VlTextConfig{};
-      m.text_config.n_layers = kConditioningLayer;
-      m.text_problem = fmt::format(
-          "the text encoder {} (the full-size Qwen3-VL tower generated on the device) is not in this build yet: "
-          "give precomputed prompt embeddings (--embeddings) or a real --text-encoder",
-          m.text_path);
-    }
   } else {
     // A file, or a transformers folder (config.json + index + shards): only the text layers are read.
     m.text_weights = std::make_shared<Qwen3VlTextWeights>(Qwen3VlTextWeights::open(m.text_path));
   }
-  if (m.text_weights) m.text_config = detect_qwen3vl_text_config(*m.text_weights);
-  if (!m.text_problem.empty()) {
-  } else if (m.text_config.hidden != dc.text_dim) {
+  m.text_config = detect_qwen3vl_text_config(*m.text_weights);
+  if (m.text_config.hidden != dc.text_dim) {
     m.text_problem = fmt::format(
         "the text encoder ({}) is {} wide but the DiT reads {}-wide prompt embeddings: pass the matching "
         "--text-encoder (or --embeddings)",

@@ -35,7 +35,7 @@ struct ModelSources {
   AudioVaeConfig avae_config;
   int64_t vvae_file_bytes = 0, avae_file_bytes = 0;  // 0: procedural
 
-  std::shared_ptr<Qwen3VlTextWeights> text_weights;  // null when no tower is available
+  std::shared_ptr<Qwen3VlTextWeights> text_weights;
   Qwen3VlTextConfig text_config;
   std::string text_problem;  // why the text tower cannot feed this DiT ("" = fine)
   bool text_procedural = false;

@@ -396,8 +396,7 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
       // The normalized reference video: 24 fps, cut to the target's frame count (not the VAE's 17n+5), on its own
       // canvas; its 2 fps samples go to the processor.
       // Only the frame count up to the target's is needed: stop after the frames the request reads.
-      const MediaInfo info =
-          scan_media(m.path, static_cast<int>(kFps), 32000, std::max<int64_t>(r.frames, 1) + 1, 1);
+      const MediaInfo info = scan_media(m.path, static_cast<int>(kFps), 32000, std::max<int64_t>(r.frames, 1) + 1, 1);
       const std::vector<int64_t> idx =
           sample_frame_indices(std::min(info.frames, r.frames), static_cast<double>(kFps), 2.0);
       H3_CHECK(!idx.empty(), "{}: no frames to sample at 2 fps", m.path);

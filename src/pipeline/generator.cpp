@@ -38,6 +38,7 @@
 #include "media/mp4_writer.h"
 #include "model/dit/checkpoint.h"
 #include "model/dit/lora.h"
+#include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/text.h"
 #include "model/qwen3vl/tokenizer.h"
 #include "model/qwen3vl/vision.h"
@@ -71,7 +72,7 @@ GenerateOptions default_generate_options(Device device, const std::string& preci
   if (device == Device::cuda) {
     o.precision = precision.empty() ? Precision::bf16 : precision_from_name(precision);
     o.vae_precision = Precision::bf16;
-    o.text_precision = Precision::f32;
+    o.text_precision = Precision::bf16;  // the released recipe (transformers' bf16 model), on the GPU
     o.text_device = Device::cuda;
   } else {
     o.precision = precision.empty() ? Precision::f32 : precision_from_name(precision);
@@ -91,11 +92,14 @@ void check_generate_options(const GenerateOptions& o) {
            "--vae-precision bf16 runs on the GPU only (--device cuda); the CPU decodes in f32 or f64");
   H3_CHECK(!gpu || o.vae_precision != Precision::f64,
            "--vae-precision f64 runs on the CPU only; on the GPU the VAEs decode in bf16 or f32");
-  H3_CHECK(o.text_precision == Precision::f32 || o.text_precision == Precision::f64,
-           "--text-precision {}: the text tower runs in f32 (or f64 on the CPU)", precision_name(o.text_precision));
+  H3_CHECK(o.text_precision != Precision::fp8,
+           "--text-precision fp8: the text tower runs in bf16 or f32 on the GPU, f32 or f64 on the CPU");
   H3_CHECK(gpu || o.text_device == Device::cpu, "--text-device cuda needs --device cuda");
-  H3_CHECK(o.text_device == Device::cpu || o.text_precision == Precision::f32,
-           "--text-precision f64 runs on the CPU only (--text-device cpu)");
+  H3_CHECK(o.text_device == Device::cuda || o.text_precision != Precision::bf16,
+           "--text-precision bf16 runs on the GPU only (--text-device cuda); the CPU runs the text tower in f32 or "
+           "f64");
+  H3_CHECK(o.text_device == Device::cpu || o.text_precision != Precision::f64,
+           "--text-precision f64 runs on the CPU only (--text-device cpu); on the GPU use bf16 or f32");
 }
 
 double GenerateResult::time_to_mp4() const {
@@ -170,6 +174,14 @@ MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, co
       std::min<int64_t>(o.encoder_ranks > 0 ? o.encoder_ranks : world, std::max<int64_t>(s.text_config.n_kv_heads, 1)));
   in.text_on_gpu = o.device == Device::cuda && o.text_device == Device::cuda && s.text_problem.empty();
   in.text_elsewhere = o.encoder_ranks > 0;
+  // The vision tower (rank 0, beside the text tower) for requests with pictures or videos.
+  bool visual = false;
+  for (const ConditionMedia& c : r.media) visual |= c.visual();
+  if (visual && in.text_on_gpu && has_qwen3vl_vision(*s.text_weights)) {
+    const Qwen3VlVisionConfig vc = detect_qwen3vl_vision_config(*s.text_weights);
+    for (const auto& [key, shape] : qwen3vl_vision_parameters(vc, ""))
+      in.vision_bytes += shape_numel(shape) * (o.text_precision == Precision::bf16 ? 2 : 4);
+  }
   // Prompt rows: the prompt's tokens and the chat template, and a vision row per 32 x 32 pixels of each picture.
   int64_t tokens = static_cast<int64_t>(s.tokenizer->encode(r.prompt).size()) + 64;
   for (const ConditionMedia& c : r.media)
@@ -312,8 +324,9 @@ struct Generator::Impl {
     return t;
   }
 
-  // The prompt of `r` (rank 0): the vision tower (on the CPU) is loaded for requests with pictures or videos and
-  // freed when the prompt is built (it is small next to the LM; its rows are all the LM needs).
+  // The prompt of `r` (rank 0): the vision tower (where the text tower runs, in its precision) is loaded for requests
+  // with pictures or videos and freed when the prompt is built (it is small next to the LM; its rows are all the LM
+  // needs).
   PromptInputs prepare_prompt(const ResolvedRequest& r) {
     bool visual = false;
     for (const ConditionMedia& c : r.media) visual |= c.visual();
@@ -327,9 +340,11 @@ struct Generator::Impl {
     H3_CHECK(vc.out_hidden == src.text_config.hidden,
              "the vision tower in {} gives {}-wide rows but its text decoder is {} wide: the file mixes models",
              src.text_path, vc.out_hidden, src.text_config.hidden);
-    const Precision vp = opt.text_precision == Precision::f64 ? Precision::f64 : Precision::f32;
     std::unique_ptr<Qwen3VlVisionModel> vision;
-    timed_load("vision", 0, [&] { vision = std::make_unique<Qwen3VlVisionModel>(*src.text_weights, vc, vp); });
+    timed_load("vision", 0, [&] {
+      vision = std::make_unique<Qwen3VlVisionModel>(*src.text_weights, vc,
+                                                    Qwen3VlVisionOptions{opt.text_precision, text_device()});
+    });
     return h3::prepare_prompt(r, *src.tokenizer, vision.get());
   }
 
@@ -628,8 +643,8 @@ struct Generator::Impl {
   // The decode phase (every rank; units sharded over the group). The VAEs load with the video decode when not
   // resident. One rank with a GPU VAE streams the finished frames to the MP4's encoder (a CPU thread) while the GPU
   // decodes on.
-  void decode(Run& run, const SamplingRows& rows, const SamplingSpec& spec, const std::string& out_path,
-              Tensor& pixels, Tensor& wave, std::unique_ptr<StreamingMp4>& mp4) {
+  void decode(Run& run, const SamplingRows& rows, const SamplingSpec& spec, const std::string& out_path, Tensor& pixels,
+              Tensor& wave, std::unique_ptr<StreamingMp4>& mp4) {
     Comm& comm = run.comm;
     Comm* group = comm.size() > 1 ? &comm : nullptr;
     run.check_cancel("before the video decode");

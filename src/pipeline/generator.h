@@ -52,12 +52,13 @@ struct ModelPaths {
 
 struct GenerateOptions {
   // Where the models run. Device::cuda (the GPU backend must be running): the DiT in bf16 or fp8, the VAE decoders
-  // and (text_device) the Qwen3-VL text tower on the GPU, loaded by the memory plan (pipeline/memory_plan.h); the VAE
-  // encoders (fl2va / ref2va conditions) and the vision tower stay on the CPU. Device::cpu: everything on the CPU.
+  // and (text_device) the Qwen3-VL text and vision towers on the GPU, loaded by the memory plan
+  // (pipeline/memory_plan.h); the VAE encoders (fl2va / ref2va conditions) stay on the CPU. Device::cpu: everything
+  // on the CPU.
   Device device = Device::cpu;
   Precision precision = Precision::f32;       // DiT: f64, f32, bf16 (CPU: emulated), fp8 (GPU only)
   Precision vae_precision = Precision::f32;   // video VAE decoder: f64 / f32 on the CPU, f32 / bf16 on the GPU
-  Precision text_precision = Precision::f32;  // text tower: f64 / f32 on the CPU, f32 on the GPU
+  Precision text_precision = Precision::f32;  // text and vision towers: f64 / f32 on the CPU, bf16 / f32 on the GPU
   Device text_device = Device::cpu;           // where the text tower runs (cuda needs `device` cuda)
   // GPU: which models stay loaded between requests (memory_plan.h). h3 generate runs one request and takes phases
   // (the smallest peak); h3 serve takes auto (the most residency that fits its largest request).
@@ -73,7 +74,7 @@ struct GenerateOptions {
 };
 
 // The defaults above for a device: cpu f32 everywhere (f64 VAEs and text with an f64 DiT); cuda the DiT in bf16
-// (the released recipe), the VAE decoders in bf16, the text tower on the GPU (f32), policy phases.
+// (the released recipe), the VAE decoders in bf16, the text and vision towers on the GPU in bf16, policy phases.
 GenerateOptions default_generate_options(Device device, const std::string& precision = "");
 // Throws naming the flag when a combination cannot run (fp8 or bf16 VAEs on the CPU, f64 VAEs on the GPU, ...).
 void check_generate_options(const GenerateOptions& o);

@@ -44,6 +44,8 @@ class GeneratorRunner : public JobRunner {
     if (!o.vae_precision.empty()) g.vae_precision = precision_from_name(o.vae_precision);
     if (!o.text_precision.empty()) g.text_precision = precision_from_name(o.text_precision);
     if (!o.text_device.empty()) g.text_device = o.text_device == "cuda" ? Device::cuda : Device::cpu;
+    // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
+    if (g.text_device == Device::cpu && o.text_precision.empty()) g.text_precision = Precision::f32;
     g.memory = memory_policy_from_name(o.memory);
     check_generate_options(g);
     g.dist.mode = dist_mode_from_name(o.mode);

@@ -50,7 +50,7 @@ bool looks_like_qwen3vl_text_golden(const SafeTensors& f) {
 }
 
 VerifyReport verify_qwen3vl_text_file(const SafeTensors& f, Precision precision, Comm* comm, Device device,
-                                   double tolerance, const std::string& bf16_errors) {
+                                      double tolerance, const std::string& bf16_errors) {
   nlohmann::json errors;
   if (precision == Precision::bf16 && tolerance <= 0) {
     if (bf16_errors.empty())
@@ -122,7 +122,7 @@ bool looks_like_qwen3vl_text_procedural_reference(const SafeTensors& f) {
 }
 
 VerifyReport verify_qwen3vl_text_procedural(const SafeTensors& f, Precision precision, Comm* comm, Device device,
-                                         double tolerance) {
+                                            double tolerance) {
   using json = nlohmann::json;
   Qwen3VlTextConfig cfg = Qwen3VlTextConfig::from_json_text(f.meta("config"), f.path());
   json weights, errors;
@@ -143,8 +143,8 @@ VerifyReport verify_qwen3vl_text_procedural(const SafeTensors& f, Precision prec
   if (root) spdlog::info("{}: {}, procedural weights seed {}", f.path(), cfg.summary(), seed);
   // Weights named as the engine's procedural towers name them (qwen3vl_text_parameters), which are transformers'
   // Qwen3VLTextModel keys, generated where they are loaded.
-  const Qwen3VlTextWeights w = Qwen3VlTextWeights::procedural(qwen3vl_text_parameters(cfg), f.meta("config"), seed,
-                                                        fmt::format("procedural (seed {}) for {}", seed, f.path()));
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::procedural(
+      qwen3vl_text_parameters(cfg), f.meta("config"), seed, fmt::format("procedural (seed {}) for {}", seed, f.path()));
   const Qwen3VlTextModel model(w, cfg, -1, Qwen3VlTextOptions{precision, device, distributed ? comm : nullptr});
   std::unique_ptr<Qwen3VlTextModel> single;
   if (distributed && root)

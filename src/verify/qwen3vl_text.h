@@ -22,8 +22,8 @@ bool looks_like_qwen3vl_text_golden(const SafeTensors& f);
 // (tests/reference/qwen3vl-text-mini-bf16-errors.json, measured by scripts/device/make_qwen3vl_text_golden.py): each
 // output is then held to 1.5x its own. `tolerance` > 0 overrides every bound.
 VerifyReport verify_qwen3vl_text_file(const SafeTensors& f, Precision precision, Comm* comm = nullptr,
-                                   Device device = Device::cpu, double tolerance = -1,
-                                   const std::string& bf16_errors = "");
+                                      Device device = Device::cpu, double tolerance = -1,
+                                      const std::string& bf16_errors = "");
 
 // A reference of the text tower at the released width made by scripts/device/make_qwen3vl_text_golden.py (metadata
 // "format": "qwen3vl-text-procedural/1"): inputs and f64 outputs only, the weights regenerated from the procedural
@@ -33,7 +33,7 @@ bool looks_like_qwen3vl_text_procedural_reference(const SafeTensors& f);
 // error for bf16 (metadata reference_rel_l2_vs_f64, per case and state), 1e-5 for f32, 1e-6 for f64 (`tolerance` > 0
 // overrides). With `comm` of N > 1 ranks: tensor-parallel, plus rank 0's 1-rank rerun ("vs 1 rank" lines, 1e-6).
 VerifyReport verify_qwen3vl_text_procedural(const SafeTensors& f, Precision precision, Comm* comm = nullptr,
-                                         Device device = Device::cpu, double tolerance = -1);
+                                            Device device = Device::cpu, double tolerance = -1);
 // One line per case of `cases_json` ({"cases": [{"text", "ids", optional "decode": true}]}): rel_l2 0 when
 // the ids are exactly the expected ones, 1 otherwise, tolerance 0. Cases with "decode": true (or a "decoded"
 // string) get a second line for decode(ids) == text (or == decoded). Throws h3::Error naming the file on bad

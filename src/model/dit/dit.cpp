@@ -384,16 +384,16 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     const std::string ff_key = p + "ff.net.0.proj.weight";
     const bool sliced_ffn = ffn_.size() != F;
     const Range gate_rows{F + ffn_.begin, F + ffn_.end};
-    Tensor ff_in =
-        either(direct(ff_key, {{ffn_.begin, ffn_.end}, {gate_rows.begin, gate_rows.end}}, {}, gemm(fp8_layers_.ff_in)), [&] {
+    Tensor ff_in = either(
+        direct(ff_key, {{ffn_.begin, ffn_.end}, {gate_rows.begin, gate_rows.end}}, {}, gemm(fp8_layers_.ff_in)), [&] {
           if (!sliced_ffn) return load(ff_key, true);
           if (!ck.loras().empty()) return concat_rows(load_rows(ff_key, ffn_), load_rows(ff_key, gate_rows));
           const Tensor all = load(ff_key, true);
           return concat_rows(row_slice(all, ffn_), row_slice(all, gate_rows));
         });
     b.ff_in = keep(ff_in, sliced_ffn, gemm(fp8_layers_.ff_in));
-    b.ff_out = keep(cols_or(p + "ff.net.2.weight", H, ffn_, gemm(fp8_layers_.ff_out)), sliced_ffn,
-                  gemm(fp8_layers_.ff_out));
+    b.ff_out =
+        keep(cols_or(p + "ff.net.2.weight", H, ffn_, gemm(fp8_layers_.ff_out)), sliced_ffn, gemm(fp8_layers_.ff_out));
     const bool sliced_ada = ada_rows_.size() != 18 * H;
     b.adaln_w = keep(rows_or(p + "adaln_proj.linear.weight", ada_rows_, bf16_layer), sliced_ada);
     b.adaln_b = keep(either(direct(p + "adaln_proj.linear.bias", rows_of(ada_rows_), {}, bf16_layer),

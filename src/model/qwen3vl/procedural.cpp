@@ -125,7 +125,8 @@ std::string qwen3vl_config_json(const Qwen3VlTextConfig& c, const Qwen3VlVisionC
   return cfg.dump();
 }
 
-std::vector<std::pair<std::string, Shape>> qwen3vl_parameters(const Qwen3VlTextConfig& c, const Qwen3VlVisionConfig& v) {
+std::vector<std::pair<std::string, Shape>> qwen3vl_parameters(const Qwen3VlTextConfig& c,
+                                                              const Qwen3VlVisionConfig& v) {
   auto params = qwen3vl_text_parameters(c);
   for (auto& q : qwen3vl_vision_parameters(v, "visual.")) params.push_back(std::move(q));
   return params;
@@ -144,7 +145,7 @@ Qwen3VlTextWeights procedural_qwen3vl_full(uint64_t seed) {
   const Qwen3VlTextConfig c;    // the released text tower
   const Qwen3VlVisionConfig v;  // and vision tower
   return Qwen3VlTextWeights::procedural(qwen3vl_parameters(c, v), qwen3vl_config_json(c, v), seed,
-                                     fmt::format("procedural:full:seed={}", seed));
+                                        fmt::format("procedural:full:seed={}", seed));
 }
 
 Qwen3VlTextWeights procedural_qwen3vl(const std::string& spec, const char* what) {

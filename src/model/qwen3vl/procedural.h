@@ -23,7 +23,8 @@ Qwen3VlVisionConfig procedural_qwen3vl_vision_config();
 // The text tower's keys and shapes.
 std::vector<std::pair<std::string, Shape>> qwen3vl_text_parameters(const Qwen3VlTextConfig& c);
 // The vision tower's keys under `prefix` ("visual." as in Qwen3-VL checkpoints).
-std::vector<std::pair<std::string, Shape>> qwen3vl_vision_parameters(const Qwen3VlVisionConfig& c, const std::string& prefix);
+std::vector<std::pair<std::string, Shape>> qwen3vl_vision_parameters(const Qwen3VlVisionConfig& c,
+                                                                     const std::string& prefix);
 
 // Text and vision towers in one mapped file, with the config.json text in its "config" metadata.
 std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed);

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "core/json.h"
 #include "core/json_limits.h"
-#include "core/device.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/ref_math.h"
@@ -169,9 +169,10 @@ Qwen3VlTextConfig detect_qwen3vl_text_config(const SafeTensors& f) {
   return detect_qwen3vl_text_config(Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f)));
 }
 
-Qwen3VlTextModel::Qwen3VlTextModel(const SafeTensors& f, const Qwen3VlTextConfig& cfg, int64_t n_layers, Precision precision)
+Qwen3VlTextModel::Qwen3VlTextModel(const SafeTensors& f, const Qwen3VlTextConfig& cfg, int64_t n_layers,
+                                   Precision precision)
     : Qwen3VlTextModel(Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg, n_layers,
-                    Qwen3VlTextOptions{precision, Device::cpu, nullptr}) {}
+                       Qwen3VlTextOptions{precision, Device::cpu, nullptr}) {}
 
 Qwen3VlTextModel::~Qwen3VlTextModel() = default;
 
@@ -196,7 +197,7 @@ Tensor stack_rows(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTextConfig& cfg, int64_t n_layers,
-                             const Qwen3VlTextOptions& opt)
+                                   const Qwen3VlTextOptions& opt)
     : cfg_(cfg), device_(opt.device), comm_(opt.comm) {
   switch (opt.precision) {
     case Precision::fp8:
@@ -238,6 +239,10 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
 
   const std::string p = qwen3vl_text_prefix(w);
   std::vector<std::string> problems;
+  // On the GPU every block goes through one staging loader (io/device_loader.h): reads and copies overlapped, the
+  // bytes and the rate reported per tower.
+  std::unique_ptr<DeviceLoader> loader =
+      device_ == Device::cuda ? std::make_unique<DeviceLoader>(device_, "Qwen3-VL text tower") : nullptr;
   // Checks the whole stored shape, then reads rows or columns of it (the rest is never read), in the compute dtype
   // on the model's device (Qwen3VlTextWeights::load: converted where it lands).
   auto load = [&](const std::string& key, const Shape& shape, Slice rows = {}, Slice cols = {}) -> Tensor {
@@ -251,7 +256,7 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
       return {};
     }
     if (!problems.empty()) return {};  // the load fails anyway: read nothing more
-    return w.load(full, dtype_, device_, rows, cols);
+    return w.load(full, dtype_, device_, rows, cols, loader.get());
   };
   auto count = [&](const Tensor& t, bool sharded) -> Tensor {
     if (t.defined() && t.numel() > 0) (sharded ? bytes_sharded_ : bytes_replicated_) += t.nbytes();
@@ -292,6 +297,7 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
     fail("{}: the Qwen3-VL text decoder ({}) does not load: {} problem(s):{}", w.path(), cfg.summary(), problems.size(),
          list);
   }
+  if (loader) load_report_ = loader->finish();
   if (tp_rank_ < 0) layers_.resize(static_cast<size_t>(n_layers));  // layer count for checks; no weights
   if (comm_ && n > 1) spdlog::info("{}", describe_shard());
 }

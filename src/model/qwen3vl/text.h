@@ -94,7 +94,8 @@ class Qwen3VlTextModel {
   // compute dtype where they land (on the GPU: the stored bytes go over, one tensor at a time); loads the final norm
   // only when every layer is loaded. Under tensor parallelism each rank reads only its units' slices (collective
   // over opt.comm). Throws listing every missing or mis-shaped key, or for a precision the device does not run.
-  Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTextConfig& cfg, int64_t n_layers, const Qwen3VlTextOptions& opt);
+  Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTextConfig& cfg, int64_t n_layers,
+                   const Qwen3VlTextOptions& opt);
   Qwen3VlTextModel(const SafeTensors& f, const Qwen3VlTextConfig& cfg, int64_t n_layers, Precision precision);
   ~Qwen3VlTextModel();
   Qwen3VlTextModel(const Qwen3VlTextModel&) = delete;
@@ -109,6 +110,8 @@ class Qwen3VlTextModel {
   // Bytes of weights this rank holds: replicated (embeddings, norms) and its units' slices.
   size_t bytes_replicated() const { return bytes_replicated_; }
   size_t bytes_sharded() const { return bytes_sharded_; }
+  // What the GPU load read and how fast (empty on the CPU).
+  const LoadReport& load_report() const { return load_report_; }
   std::string describe_shard() const;
 
   // Runs the layers needed for the requested hidden states (indices 0..layers_loaded()); collective over the
@@ -153,6 +156,7 @@ class Qwen3VlTextModel {
   Range units_;                    // this rank's units
   std::vector<Range> unit_parts_;  // units of each tensor-parallel rank
   size_t bytes_replicated_ = 0, bytes_sharded_ = 0;
+  LoadReport load_report_;
   Tensor embed_, final_norm_;
   std::vector<Layer> layers_;
 };

@@ -41,7 +41,7 @@ Tensor Qwen3VlTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) c
 // sum each rounded) and SwiGLU's silu(gate) and product are rounded to bf16; the output projections of a unit keep
 // their f32 sums (linear_acc) so that the fold rounds the whole projection once.
 Tensor Qwen3VlTextModel::attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
-                                        const Tensor& sin) const {
+                                           const Tensor& sin) const {
   const int64_t D = cfg_.head_dim;
   const bool bf = dtype_ == DType::bf16;
   const Tensor q = ops::rope(norm(ops::linear(h, u.q), L.q_norm, D), cos, sin, D, bf);

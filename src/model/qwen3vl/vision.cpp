@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
+#include "core/device.h"
 #include "core/json.h"
 #include "core/json_limits.h"
-#include "core/device.h"
 #include "model/qwen3vl/weights.h"
 #include "ops/ops.h"
 #include "ops/ops_act.h"
@@ -182,12 +182,13 @@ Qwen3VlVisionConfig detect_qwen3vl_vision_config(const Qwen3VlTextWeights& w) {
 
 Qwen3VlVisionModel::Qwen3VlVisionModel(const SafeTensors& f, const Qwen3VlVisionConfig& cfg, Precision precision)
     : Qwen3VlVisionModel(Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg,
-                      Qwen3VlVisionOptions{precision, Device::cpu}) {}
+                         Qwen3VlVisionOptions{precision, Device::cpu}) {}
 
 Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, Precision precision)
     : Qwen3VlVisionModel(w, cfg, Qwen3VlVisionOptions{precision, Device::cpu}) {}
 
-Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, const Qwen3VlVisionOptions& opt)
+Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg,
+                                       const Qwen3VlVisionOptions& opt)
     : cfg_(cfg) {
   load(w, opt);
 }
@@ -392,7 +393,7 @@ void put_rows(Tensor& dst, int64_t at, const Tensor& src) {
 }  // namespace
 
 Qwen3VlVisionOutputs Qwen3VlVisionModel::forward(const Tensor& pixels, const std::vector<GridThw>& grids,
-                                           bool keep_blocks) const {
+                                                 bool keep_blocks) const {
   const int64_t n = total_rows(grids), m = cfg_.merge, hd = cfg_.head_dim(), h = cfg_.hidden;
   for (const auto& g : grids)
     if (g[0] < 1 || g[1] < m || g[2] < m || g[1] % m || g[2] % m)

@@ -101,7 +101,7 @@ Qwen3VlTextWeights Qwen3VlTextWeights::open(const std::string& path) {
 }
 
 Qwen3VlTextWeights Qwen3VlTextWeights::procedural(const std::vector<std::pair<std::string, Shape>>& params,
-                                            std::string config_json, uint64_t seed, std::string label) {
+                                                  std::string config_json, uint64_t seed, std::string label) {
   Qwen3VlTextWeights w;
   w.path_ = std::move(label);
   w.config_json_ = std::move(config_json);
@@ -177,7 +177,8 @@ Tensor procedural_block(const ProceduralRule& rule, int64_t first, const Shape& 
 
 }  // namespace
 
-Tensor Qwen3VlTextWeights::load(const std::string& key, DType dt, Device device, Slice rows, Slice cols) const {
+Tensor Qwen3VlTextWeights::load(const std::string& key, DType dt, Device device, Slice rows, Slice cols,
+                                DeviceLoader* loader) const {
   const Shape& shape = info(key).shape;
   auto check = [&](const Slice& s, int axis) {
     if (s.all()) return;
@@ -203,7 +204,16 @@ Tensor Qwen3VlTextWeights::load(const std::string& key, DType dt, Device device,
     t = procedural_block(rule, first, block, device);
     if (!cols.all())
       t = device == Device::cpu ? host_columns(t, cols.begin, cols.end) : ops::columns(t, cols.begin, cols.end);
-    return t.dtype() == dt ? t : t.to(dt);
+    if (t.dtype() != dt) t = t.to(dt);
+    if (loader) loader->note_generated(t);
+    return t;
+  }
+  if (loader && device != Device::cpu) {
+    if (loader->device() != device) fail("{}: '{}' asked on another device than its loader's", path_, key);
+    const SafeTensors& f = shard_of(key);
+    if (rows.all() && cols.all()) return loader->load(read_tensor(f, key), dt);
+    const std::vector<RowRange> rr = {rows.all() ? RowRange{0, shape[0]} : RowRange{rows.begin, rows.end}};
+    return loader->load(read_rows(f, key, rr, cols.all() ? RowRange{} : RowRange{cols.begin, cols.end}), dt);
   }
   t = get(key);
   if (!rows.all()) t = t.rows(rows.begin, rows.end);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/device_loader.h"
 #include "io/safetensors.h"
 
 namespace h3 {
@@ -34,8 +35,8 @@ class Qwen3VlTextWeights {
   static Qwen3VlTextWeights open(const std::string& path);
   // Procedural weights for `params` (key = the formula's name, f32 values): nothing is generated until a tensor is
   // loaded. `label` is what path() reports.
-  static Qwen3VlTextWeights procedural(const std::vector<std::pair<std::string, Shape>>& params, std::string config_json,
-                                    uint64_t seed, std::string label);
+  static Qwen3VlTextWeights procedural(const std::vector<std::pair<std::string, Shape>>& params,
+                                       std::string config_json, uint64_t seed, std::string label);
 
   const std::string& path() const { return path_; }
   bool has(const std::string& key) const { return where_.count(key) != 0; }
@@ -45,7 +46,10 @@ class Qwen3VlTextWeights {
   // Rows `rows` and then columns `cols` (2-D tensors) of the tensor, in dtype `dt` on `device`, reading only that
   // block: on the GPU the stored bytes of the block go over and are converted there, so the host never holds a
   // converted copy; a procedural block is generated on the target itself. Throws when the slices are out of range.
-  Tensor load(const std::string& key, DType dt, Device device, Slice rows = {}, Slice cols = {}) const;
+  // With `loader` (its device must be `device`, a GPU), a file's block is read through its pinned staging buffers
+  // (reads and copies overlapped, io/device_loader.h) and counted in its report, as is a generated block.
+  Tensor load(const std::string& key, DType dt, Device device, Slice rows = {}, Slice cols = {},
+              DeviceLoader* loader = nullptr) const;
   bool procedural() const { return procedural_; }
   // Every key, in index (or file) order.
   const std::vector<std::string>& keys() const { return keys_; }
