@@ -71,7 +71,8 @@ TEST(QwenWeights, BlocksOfStoredAndProceduralTensorsAreTheSliceOfTheWhole) {
 TEST(QwenWeights, ProceduralSourceGivesTheSameTowerAsTheProceduralFile) {
   const Qwen3VlTextWeights file = Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(7));
   const Qwen3VlTextConfig c = detect_qwen3vl_text_config(file);
-  const Qwen3VlTextWeights proc = Qwen3VlTextWeights::procedural(qwen3vl_text_parameters(c), file.config_json(), 7, "proc");
+  const Qwen3VlTextWeights proc =
+      Qwen3VlTextWeights::procedural(qwen3vl_text_parameters(c), file.config_json(), 7, "proc");
   EXPECT_EQ(detect_qwen3vl_text_config(proc).summary(), c.summary());
   const Qwen3VlTextModel a(file, c, 6, Qwen3VlTextOptions{});
   const Qwen3VlTextModel b(proc, c, 6, Qwen3VlTextOptions{});

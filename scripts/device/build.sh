@@ -5,8 +5,9 @@
 # they need: scripts/device/fetch_debs.sh builds the folder) travel as .deb files in $H3_DEBS and are unpacked
 # under /tmp; the build requires all of them (-DH3_REQUIRE_FULL=ON; H3_REQUIRE_FULL=OFF builds without media/serve).
 # Usage (from the checkout's root there): H3_DEBS=path/to/debs [H3_BENCH=ON] scripts/device/build.sh [build-dir]
-# (H3_BENCH=ON also builds the bench/ programs, e.g. attention_fp8_check; H3_TARGETS="h3 h3_tests" builds only those;
-# H3_DEBS_EXTRA=folder supplies spdlog/fmt/json/CLI11/gtest .debs, unpacked only when the image lacks their headers.)
+# (H3_GOLDEN=DIR: the golden files' folder; H3_BENCH=ON also builds the bench/ programs, e.g. attention_fp8_check;
+# H3_TARGETS="h3 h3_tests" builds only those; H3_DEBS_EXTRA=folder supplies spdlog/fmt/json/CLI11/gtest .debs,
+# unpacked only when the image lacks their headers.)
 # The last line printed is the `export LD_LIBRARY_PATH=...` that running the binaries needs.
 set -euo pipefail
 build=${1:-build-gpu}
@@ -19,8 +20,13 @@ if [ -e "$deps/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h" ]; then
 fi
 nv=$(python3 -c "import nvidia, os; print(nvidia.__path__[0])")
 export LD_LIBRARY_PATH="$nv/cudnn/lib:$nv/nccl/lib:${LD_LIBRARY_PATH:-}"
+# The golden files: ../shared/golden beside the checkout, else a carried copy (.golden, or $H3_GOLDEN); the GPU tests
+# that need them are registered when a later configure finds them (cmake "$build" again once they are there).
+golden=${H3_GOLDEN:-}
+[ -n "$golden" ] || { [ -d ../shared/golden ] && golden=$(realpath ../shared/golden) || golden=$PWD/.golden; }
+# The H200 only (sm_90a): no PTX for other GPUs, half the device code to compile (H3_CUDA_ARCHS overrides).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3_BENCH=${H3_BENCH:-OFF} \
-  -DH3_REQUIRE_FULL=${H3_REQUIRE_FULL:-ON} \
+  -DH3_REQUIRE_FULL=${H3_REQUIRE_FULL:-ON} -DH3_GOLDEN="$golden" -DCMAKE_CUDA_ARCHITECTURES="${H3_CUDA_ARCHS:-90a}" \
   -DCMAKE_PREFIX_PATH="$deps/usr" \
   ${blas_inc:+-DOPENBLAS_INCLUDE_DIR="$blas_inc"} \
   -DCUDNN_INCLUDE_DIR="$nv/cudnn/include" -DCUDNN_LIBRARY="$nv/cudnn/lib/libcudnn.so.9" \
