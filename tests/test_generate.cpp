@@ -20,6 +20,7 @@
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/tokenizer.h"
 #include "model/vae/procedural.h"
+#include "pipeline/components.h"
 #include "pipeline/generator.h"
 #include "scratch_dir.h"
 #include "verify/pipeline.h"
@@ -369,6 +370,30 @@ TEST(GenerateCli, JsonRecordSplitsTheTimeByPhase) {
   EXPECT_EQ(j.at("latents_fnv1a").at("video").get<std::string>().size(), 16u);
 }
 
+// procedural:full names every component at the released shapes (h3-model-spec: Qwen3-VL-32B's text tower, 64 layers
+// of width 5120, feeding a DiT that reads 5120-wide embeddings; the video VAE's 36-layer ViT decoder). Opening it reads
+// configs and headers only (nothing is generated on the CPU here), and its text tower is usable: the job runs with no
+// download and no --embeddings.
+TEST(ProceduralModels, FullOpensEveryComponentAtTheReleasedShapes) {
+  h3::ModelPaths paths;
+  paths.model_dir = "procedural:full";
+  const h3::ModelSources s = h3::open_model_sources(paths);
+  EXPECT_EQ(s.text_problem, "");
+  EXPECT_TRUE(s.text_procedural);
+  EXPECT_TRUE(s.any_procedural);
+  EXPECT_EQ(s.text_config.hidden, 5120);
+  EXPECT_EQ(s.text_config.n_layers, 64);
+  EXPECT_EQ(s.dit_config.text_dim, 5120);
+  EXPECT_EQ(s.vvae_config.decoder_num_layers, 36);
+  EXPECT_EQ(h3::text_file_bytes(s, 50), 0);  // generated, not read
+  // A seed travels to every component; a bad spec is refused naming the flag.
+  paths.model_dir = "procedural:full:seed=9";
+  EXPECT_EQ(h3::open_model_sources(paths).text_problem, "");
+  paths.model_dir = "";
+  paths.text_encoder = "procedural:huge";
+  EXPECT_NE(error_of([&] { (void)h3::open_model_sources(paths); }).find("--text-encoder"), std::string::npos);
+}
+
 // The options each device starts from, and the combinations refused before anything loads.
 TEST(GenerateOptions, DefaultsPerDeviceAndRefusals) {
   const h3::GenerateOptions cpu = h3::default_generate_options(h3::Device::cpu);
@@ -382,6 +407,7 @@ TEST(GenerateOptions, DefaultsPerDeviceAndRefusals) {
   EXPECT_EQ(gpu.precision, h3::Precision::bf16);
   EXPECT_EQ(gpu.vae_precision, h3::Precision::bf16);
   EXPECT_EQ(gpu.text_device, h3::Device::cuda);
+  EXPECT_EQ(gpu.text_precision, h3::Precision::bf16);  // the released recipe for the towers on the GPU
   EXPECT_EQ(gpu.memory, h3::MemoryPolicy::phases);
   EXPECT_EQ(h3::default_generate_options(h3::Device::cuda, "fp8").precision, h3::Precision::fp8);
   EXPECT_NO_THROW(h3::check_generate_options(cpu));
@@ -392,6 +418,19 @@ TEST(GenerateOptions, DefaultsPerDeviceAndRefusals) {
   bad = cpu;
   bad.precision = h3::Precision::fp8;
   EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("fp8 runs on the GPU only"), std::string::npos);
+  // The towers: bf16 on the GPU only, f64 on the CPU only, never fp8.
+  bad = gpu;
+  bad.text_device = h3::Device::cpu;  // bf16 kept: refused
+  EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("--text-precision bf16 runs on the GPU only"),
+            std::string::npos);
+  bad.text_precision = h3::Precision::f32;
+  EXPECT_NO_THROW(h3::check_generate_options(bad));
+  bad = gpu;
+  bad.text_precision = h3::Precision::f64;
+  EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("--text-precision f64 runs on the CPU only"),
+            std::string::npos);
+  bad.text_precision = h3::Precision::fp8;
+  EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("--text-precision fp8"), std::string::npos);
 }
 
 // The generator's own record of a CPU run: every phase timed, the constructor's loads reported once.

@@ -6,30 +6,31 @@
 # FP8 <= 45 s, bf16 <= 72 s; 768p bf16 peak <= 100 GB in every phase) -- and `h3 serve` with FP8 resident.
 #
 # Every step runs under its own time limit, so a failing or slow step cannot stop the others; each writes its raw
-# output to $OUT/<step>.log (folded into $OUT/all-logs.txt at the end: the tool brings back 8 files) and a line to
-# $OUT/summary.txt; $OUT/summary.json holds every step (rc, seconds), every run record and the verdicts.
-# Steps (seconds: what each took or is expected to take on the H200, 16 cores):
-#   build         unpack the carried .debs (H3_DEBS, default .debs), build h3 and h3_tests for sm_90a only     ~150
-#   checks        the Done-when's correctness checks, each its own ctest entry or command:                      ~250
-#                 gpu.fp8_layers, gpu.verify.pipeline_t2va.{bf16,f32}, gpu.generate.ranks (1-3 ranks sharing the
-#                 GPU, byte-identical latents, bf16 and FP8), gpu.verify.qwen-text.f32 (qwen3vl-text-mini f32 on the
-#                 GPU within 1e-5), gpu.verify.qwen-text-fullwidth.{bf16,f32,bf16.n2} (the text tower at the
-#                 released width, bf16 within 1.5x transformers' own error), gpu.verify.qwen3vl-vision.*,
-#                 gpu.cuda_text; the loader tests (CudaLoader.*); media (ldd, a mini prompt to MP4 on the GPU)
-#   smoke         procedural:full prompt to MP4 at 480p, 22 frames, 2 steps, bf16: every full-size model loads
-#                 and the job writes its MP4 before the long runs spend their minutes                         ~60
-#   gen768-fp8    768p FP8                                                                                  ~200-230
-#   gen768-bf16   768p bf16                                                                                 ~290-320
-#   gen480-fp8    h3 convert procedural:full to an FP8 checkpoint on the local disk (on the GPU), the page
-#                 cache dropped when allowed, 480p FP8 with the DiT loaded from it (load seconds and GB/s)    ~150
-#   gen480-bf16   480p bf16                                                                                 ~90-110
-#   serve         h3 serve --precision fp8 (memory plan auto: models resident), two short 480p jobs (39
-#                 frames, 10 steps): the second job's timings hold no load                                   ~120
-#   gpu-ctest     every other GPU ctest entry (ctest -L gpu), as long as its limit allows                     <=300
+# output (folded into $OUT/all-logs.txt as soon as it ends: the tool brings back 8 files) and a line to
+# $OUT/summary.txt; $OUT/summary.json holds every step (rc, seconds), every run record and the verdicts, and
+# $OUT/matrix.txt the table, both rewritten after each step so a command cut short still returns what it finished.
+# Steps (seconds: expected on the H200 with 16 cores; each bounded by its own limit):
+#   build          unpack the carried .debs (H3_DEBS, default .debs), build h3 and h3_tests for sm_90a only    ~150-200
+#   checks         the Done-when checks needing no golden file: gpu.fp8_layers, gpu.generate.ranks (1-3 ranks
+#                  sharing the GPU, byte-identical latents, bf16 and FP8), gpu.verify.qwen-text-fullwidth.{bf16,
+#                  f32,bf16.n2} (the text tower at the released width: bf16 within 1.5x transformers' own error,
+#                  f32 within 1e-5), gpu.verify.qwen3vl-vision.*, gpu.cuda_text; CudaLoader.* (staged loads, the
+#                  DiT/VAEs read to the GPU, convert on the GPU); media (ldd, a mini prompt to MP4 on the GPU)   ~250
+#   golden-checks  the checks on golden files (carried .golden; reconfigures to register them):
+#                  gpu.verify.pipeline_t2va.{bf16,f32}, gpu.verify.qwen-text.f32 (qwen3vl-text-mini f32, 1e-5)  ~60-90
+#   smoke          procedural:full prompt to MP4 at 480p, 22 frames, 2 steps, bf16 (optional insurance)        ~60
+#   gen768-fp8     768p FP8                                                                                  ~200-230
+#   gen768-bf16    768p bf16                                                                                 ~290-320
+#   gen480-fp8     h3 convert procedural:full to an FP8 checkpoint on the local disk (on the GPU), the page
+#                  cache dropped when allowed, 480p FP8 with the DiT loaded from it (load seconds and GB/s)  ~120-150
+#   gen480-bf16    480p bf16                                                                                 ~90-110
+#   serve          h3 serve --precision fp8 (memory plan auto: models resident), two short 480p jobs (39
+#                  frames, 10 steps): the second job's timings hold no load                                 ~70-100
+#   gpu-ctest      every GPU ctest entry (ctest -L gpu), as long as its limit allows                       <=300
 # A device command is at most 600 s and the machine stays warm (its build kept) only when the next command follows
-# at once, so: build checks smoke | gen768-fp8 gen480-fp8 serve | gen768-bf16 gen480-bf16 (device-requests/gpu-1.md).
-# The golden files (tests needing them are registered when the configure finds them): ../shared/golden, else a
-# carried folder .golden (H3_GOLDEN overrides).
+# at once: three calls back to back, (1) `build checks serve` carrying .debs (scripts/device/fetch_debs.sh),
+# (2) `golden-checks gen768-fp8 gen480-fp8` carrying .golden (a copy of shared/golden: the tree, the .debs and the
+# golden files together pass the 64 MiB a call carries), (3) `gen768-bf16 gen480-bf16` carrying nothing.
 # Usage, from the checkout's root there: scripts/device/pipeline_matrix.sh STEP...
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
@@ -54,6 +55,11 @@ step() {  # step NAME LIMIT_S COMMAND...: runs it bounded, logs it, records rc a
   printf '{"step": "%s", "rc": %d, "seconds": %d.%03d, "limit_s": %d}\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) \
     "$limit" >> "$out/steps.jsonl"
   tail -n "${TAIL:-8}" "$out/$name.log" | cut -c1-220
+  # Folded in now, so that what a step leaves is complete even if the device command is cut short later: the log
+  # into all-logs.txt, the step and any run record into summary.json (the tool brings back 8 files).
+  { echo "######## $name (rc $rc)"; cat "$out/$name.log"; } >> "$out/all-logs.txt"
+  rm -f "$out/$name.log"
+  python3 scripts/device/pipeline_matrix_summary.py "$out" > "$out/matrix.txt" 2>&1
   return $rc
 }
 prompt='a red kite over a windy beach at dusk, waves breaking, gulls calling'
@@ -73,20 +79,21 @@ for s in "$@"; do
     build)
       TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_GOLDEN="$golden" H3_TARGETS="h3 h3_tests" \
         scripts/device/build.sh "$bdir" ;;
-    checks)
-      [ -d "$golden" ] || echo "NOTE: no golden folder ($golden): the golden-file checks are not registered" |
-        tee -a "$out/summary.txt"
-      cmake "$bdir" > "$out/reconfigure.log" 2>&1  # registers the golden-file tests carried since the build
-      TAIL=12 ctest_step check-pipeline 200 '^gpu\.(fp8_layers|verify\.pipeline_t2va\.(bf16|f32))$'
-      TAIL=20 ctest_step check-generate-ranks 200 '^gpu\.generate\.ranks$'
-      TAIL=20 ctest_step check-text 240 \
-        '^gpu\.(verify\.qwen-text\.f32|verify\.qwen-text-fullwidth\..*|verify\.qwen3vl-vision\..*|cuda_text)$'
+    checks)  # the Done-when checks that need no golden file (the build call carries .debs, no room for .golden)
+      TAIL=12 ctest_step check-fp8-layers 120 '^gpu\.fp8_layers$'
+      TAIL=20 ctest_step check-generate-ranks 240 '^gpu\.generate\.ranks$'
+      TAIL=20 ctest_step check-text 240 '^gpu\.(verify\.qwen-text-fullwidth\..*|verify\.qwen3vl-vision\..*|cuda_text)$'
       TAIL=20 step check-loader 180 "$bdir/bin/h3_tests" --gtest_filter='CudaLoader.*'
       TAIL=6 step media-ldd 30 bash -c "ldd $h3 | grep -E 'not found|libav|libsw|x264|microhttpd'; ! ldd $h3 | grep -q 'not found'"
       TAIL=16 step media-generate 120 "$h3" --device cuda generate --prompt "a red fox in fresh snow" --width 256 \
         --height 256 --steps 2 --seed 5 --json "$out/media-generate.json" -o "$out/mini.mp4"
       TAIL=3 step media-mp4 30 python3 -c "import sys; b=open('$out/mini.mp4','rb').read(); print(len(b), 'bytes', b[4:8]); sys.exit(b[4:8] != b'ftyp')"
       rm -f "$out/mini.mp4" ;;
+    golden-checks)  # the checks on golden files (carried as .golden): registered by a configure that finds them
+      [ -d "$golden" ] || echo "NOTE: no golden folder ($golden): these checks are not registered" |
+        tee -a "$out/summary.txt"
+      cmake "$bdir" > "$out/reconfigure.log" 2>&1
+      TAIL=24 ctest_step check-golden 240 '^gpu\.(verify\.pipeline_t2va\.(bf16|f32)|verify\.qwen-text\.f32)$' ;;
     smoke)
       FRAMES=22 STEPS=2 gen smoke-full-480-bf16 240 832 480 bf16 ;;
     gen768-fp8)
@@ -120,13 +127,5 @@ for s in "$@"; do
     *) echo "unknown step $s" | tee -a "$out/summary.txt" ;;
   esac
 done
-python3 scripts/device/pipeline_matrix_summary.py "$out" | tee "$out/matrix.txt"
-# The device tool brings back at most 8 files: the logs travel as one (each under its step's header), the records
-# inside summary.json.
-for f in "$out"/*.log; do
-  [ -e "$f" ] || continue
-  { echo "######## $(basename "$f" .log)"; cat "$f"; } >> "$out/all-logs.txt"
-  rm -f "$f"
-done
-rm -f "$out/steps.jsonl"
-cat "$out/summary.txt"
+python3 scripts/device/pipeline_matrix_summary.py "$out" > "$out/matrix.txt" 2>&1
+cat "$out/matrix.txt"

@@ -18,6 +18,13 @@ def main(out):
     bad = 0
     seen = 0
     summary = {"steps": [], "runs": {}, "verdicts": {}}
+    # Incremental: runs folded in by an earlier call (this device command's or the previous one's) stay.
+    prev_path = os.path.join(out, "summary.json")
+    if os.path.exists(prev_path):
+        try:
+            summary["runs"] = json.load(open(prev_path)).get("runs", {})
+        except ValueError:
+            pass
     steps_path = os.path.join(out, "steps.jsonl")
     if os.path.exists(steps_path):
         for line in open(steps_path):
@@ -30,11 +37,12 @@ def main(out):
     print("%-12s %8s %7s %5s  %s" % ("run", "to MP4 s", "target", "ok", "phases (s) | loads | peak GB by phase"))
     for name, target in TARGETS.items():
         path = os.path.join(out, name + ".json")
-        if not os.path.exists(path):
+        if os.path.exists(path):
+            summary["runs"][name] = json.load(open(path))
+        if name not in summary["runs"]:
             continue
         seen += 1
-        r = json.load(open(path))
-        summary["runs"][name] = r
+        r = summary["runs"][name]
         t = r["timings"]
         ttm = r["time_to_mp4_s"]
         ok = ttm <= target
@@ -55,9 +63,10 @@ def main(out):
                 "", plan.get("policy"), plan.get("peak_bytes", 0) / 1e9, plan.get("device_bytes", 0) / 1e9))
     serve = os.path.join(out, "serve-fp8.json")
     if os.path.exists(serve):
+        summary["runs"]["serve-fp8"] = json.load(open(serve))
+    if "serve-fp8" in summary["runs"]:
         seen += 1
-        s = json.load(open(serve))
-        summary["runs"]["serve-fp8"] = s
+        s = summary["runs"]["serve-fp8"]
         for i, j in enumerate(s.get("jobs", [])):
             res = j.get("result") or {}
             print("serve job %d: %s, to MP4 %.2f s, timings %s, loads %s" % (
@@ -71,7 +80,7 @@ def main(out):
     # Records of other runs (the smoke run, the media check) travel inside summary.json too.
     for f in sorted(os.listdir(out)):
         name = f[:-5]
-        if f.endswith(".json") and f != "summary.json" and name not in summary["runs"]:
+        if f.endswith(".json") and f != "summary.json":
             try:
                 summary["runs"][name] = json.load(open(os.path.join(out, f)))
             except ValueError as e:
