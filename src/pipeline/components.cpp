@@ -1,9 +1,6 @@
 #include "pipeline/components.h"
 
-#include <charconv>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "io/procedural.h"
 #include "io/weight_files.h"
