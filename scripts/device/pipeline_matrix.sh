@@ -72,7 +72,7 @@ gen() {  # gen NAME LIMIT_S W H PRECISION [more generate flags]: one whole job, 
   rm -f "$out/$name.mp4"  # the record says whether the MP4 was written; the file need not travel back
 }
 ctest_step() {  # ctest_step NAME LIMIT_S REGEX
-  TAIL=${TAIL:-40} step "$1" "$2" ctest --test-dir "$bdir" -L gpu -R "$3" --timeout 300 --output-on-failure
+  TAIL=${TAIL:-40} step "$1" "$2" ctest --test-dir "$bdir" -L gpu -R "$3" --timeout 300 --no-tests=error --output-on-failure
 }
 for s in "$@"; do
   case $s in

@@ -21,6 +21,9 @@ fi
 # pkg-config files name /usr in prefix=, and FFmpeg's also in libdir= / includedir=: all point under $deps.
 for pc in "$deps"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$deps"/usr/share/pkgconfig/*.pc; do
   if [ -e "$pc" ]; then sed -i -E "s#^([A-Za-z_]+)=/usr(/|\$)#\1=$deps/usr\2#" "$pc"; fi
+  # Requires.private matters only to static links, and pkg-config refuses a module whose private requirement has
+  # no .pc here (libmicrohttpd names gnutls; the image has libgnutls.so.30 but not its -dev package).
+  if [ -e "$pc" ]; then sed -i -E "/^Requires\.private:/d" "$pc"; fi
 done
 # A -dev package's libX.so links to its runtime library by file name; where the image has that library (same
 # soname) instead of the .debs, point the link at the image's copy.
