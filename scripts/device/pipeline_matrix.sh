@@ -24,8 +24,8 @@
 #   gen480-fp8     h3 convert procedural:full to an FP8 checkpoint on the local disk (on the GPU), the page
 #                  cache dropped when allowed, 480p FP8 with the DiT loaded from it (load seconds and GB/s)  ~120-150
 #   gen480-bf16    480p bf16                                                                                 ~90-110
-#   serve          h3 serve --precision fp8 (memory plan auto: models resident), two short 480p jobs (39
-#                  frames, 10 steps): the second job's timings hold no load                                 ~70-100
+#   serve          h3 serve --precision fp8 (memory plan auto: models resident), two short 480p jobs (124
+#                  frames, 3 steps): the second job's timings hold no load                                 ~70-100
 #   gpu-ctest      every GPU ctest entry (ctest -L gpu), as long as its limit allows                       <=300
 # A device command is at most 600 s and the machine stays warm (its build kept) only when the next command follows
 # at once: three calls back to back, (1) `build checks serve` carrying .debs (scripts/device/fetch_debs.sh),
@@ -119,8 +119,8 @@ for s in "$@"; do
     gen480-bf16)
       gen gen480-bf16 180 832 480 bf16 ;;
     serve)
-      TAIL=20 step serve-fp8 300 python3 scripts/device/serve_two_jobs.py "$h3" "$out/serve-fp8.json" --frames 39 \
-        --steps 10 --model-dir procedural:full --precision fp8 --memory-plan auto ;;
+      TAIL=20 step serve-fp8 300 python3 scripts/device/serve_two_jobs.py "$h3" "$out/serve-fp8.json" --frames 124 \
+        --steps 3 --model-dir procedural:full --precision fp8 --memory-plan auto ;;
     gpu-ctest)
       TAIL=60 step gpu-ctest "${GPU_CTEST_LIMIT:-300}" ctest --test-dir "$bdir" -L gpu --timeout 240 \
         --output-on-failure ;;
