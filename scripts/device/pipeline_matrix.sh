@@ -26,6 +26,7 @@
 #   gen480-bf16    480p bf16                                                                                 ~90-110
 #   serve          h3 serve --precision fp8 (memory plan auto: models resident), two short 480p jobs (124
 #                  frames, 3 steps): the second job's timings hold no load                                 ~70-100
+#   bench          h3 --device cuda bench at 480p / 768p, bf16 / FP8, median of 3 (docs/performance.md)   ~90
 #   gpu-ctest      every GPU ctest entry (ctest -L gpu), as long as its limit allows                       <=300
 # A device command is at most 600 s and the machine stays warm (its build kept) only when the next command follows
 # at once: three calls back to back, (1) `build checks serve` carrying .debs (scripts/device/fetch_debs.sh),
@@ -121,6 +122,9 @@ for s in "$@"; do
     serve)
       TAIL=20 step serve-fp8 300 python3 scripts/device/serve_two_jobs.py "$h3" "$out/serve-fp8.json" --frames 124 \
         --steps 3 --model-dir procedural:full --precision fp8 --memory-plan auto ;;
+    bench)  # the full DiT per forward (median of 3) at 480p and 768p, bf16 and FP8: docs/performance.md's table
+      TAIL=40 step bench 300 "$h3" --device cuda bench --res 480p 768p --precision bf16 fp8 --reps 3 \
+        --json "$out/bench.json" ;;
     gpu-ctest)
       TAIL=60 step gpu-ctest "${GPU_CTEST_LIMIT:-300}" ctest --test-dir "$bdir" -L gpu --timeout 240 \
         --output-on-failure ;;
