@@ -16,6 +16,7 @@
 // and resumed with the answer. A full pool answers 503 at once.
 #include "serve/http.h"
 
+#include <fmt/ranges.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -335,7 +336,7 @@ struct HttpServer::Impl {
       if (std::find(ok.begin(), ok.end(), type) == ok.end())
         return refuse(call, 415, "unsupported_media_type",
                       ok.empty() ? std::string("this route takes no body")
-                                 : fmt::format("the body must be {} (got Content-Type '{}')", ok.front(),
+                                 : fmt::format("the body must be {} (got Content-Type '{}')", fmt::join(ok, " or "),
                                                q.header("content-type").substr(0, 100)));
     }
     if (!length.empty()) {

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "serve/http.h"
 #include "serve/http_policy.h"
+#include "serve/multipart.h"
 #include "serve/previews.h"
 
 namespace h3::serve {
@@ -113,7 +114,8 @@ void content(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
   std::string path = sup.store().output_path(r.id);
   if (variant != "video" && std::filesystem::is_regular_file(path)) {
     try {
-      path = ensure_preview(path, variant, r.resolved.value("width", int64_t{0}), r.resolved.value("height", int64_t{0}));
+      path =
+          ensure_preview(path, variant, r.resolved.value("width", int64_t{0}), r.resolved.value("height", int64_t{0}));
     } catch (const std::exception& e) {
       spdlog::warn("serve: the {} of {}: {}", variant, r.id, e.what());
       throw ApiError{500, "preview_failed", fmt::format("the {} could not be made from the video", variant)};
@@ -178,21 +180,27 @@ std::vector<Route> make_routes(Supervisor& sup) {
     res.body = sup.metrics();
   });
   add("GET", "/v1/models", W::api, [&sup](const HttpRequest&, HttpResponse& res) { res.json(sup.models()); });
-  add(
-      "POST", "/v1/videos", W::submit,
+  // JSON, or multipart/form-data: what the OpenAI SDKs send (serve/multipart.h). Both are bounded by --max-body
+  // before they get here; a form is the Origin-checked kind of body the front allows (serve/http_policy.h).
+  add("POST", "/v1/videos", W::submit,
       [&sup](const HttpRequest& req, HttpResponse& res) {
-        if (req.body.empty()) throw ApiError{400, "invalid_request", "the body must be a JSON object"};
+        const std::string& type = req.header("content-type");
         nlohmann::json body;
-        try {
-          body = parse_json_bounded(req.body, "the body", kMaxRequestDepth);
-        } catch (const Error& e) {
-          throw ApiError{400, "invalid_json", e.what()};
+        if (media_type(type) == "multipart/form-data") {
+          body = form_to_request(parse_multipart(req.body, multipart_boundary(type)));
+        } else {
+          if (req.body.empty()) throw ApiError{400, "invalid_request", "the body must be a JSON object"};
+          try {
+            body = parse_json_bounded(req.body, "the body", kMaxRequestDepth);
+          } catch (const Error& e) {
+            throw ApiError{400, "invalid_json", e.what()};
+          }
         }
         JobRecord rec = sup.submit(body);
         res.headers.emplace_back("Location", "/v1/videos/" + rec.id);
         res.json(sup.job_json(rec), 202);
       },
-      json_body);
+      {"application/json", "multipart/form-data"});
   add("GET", "/v1/videos", W::api, [&sup](const HttpRequest& req, HttpResponse& res) { list(sup, req, res); });
   add("GET", R"(/v1/videos/([^/]+))", W::api,
       [&sup](const HttpRequest& req, HttpResponse& res) { res.json(sup.job_json(sup.get(req.matches.at(0)))); });

@@ -5,7 +5,7 @@
 //     cancel, delete, download;
 //   - a form: prompt, size and duration, presets of steps with the time each would take (scaled from the last
 //     job the server measured, GET /v1/models "measured"), seed, keyframes and references (drag and drop or
-//     choose; sent as base64 like any JSON client), LoRAs of the server's --lora-dir;
+//     choose; sent as multipart/form-data like the OpenAI SDKs), LoRAs of the server's --lora-dir;
 //   - defaults for the server's device (GET /v1/models "defaults": small and short on a CPU, 768p on a GPU) and
 //     a banner when the models are procedural or the runner is fake.
 // `/#selftest` drives the page itself (fill the form with a keyframe made on a canvas, submit, cancel, watch,
@@ -94,9 +94,11 @@ function headers(extra) {
   if (keyInput.value) h["Authorization"] = "Bearer " + keyInput.value;
   return h;
 }
+// A body is JSON, or a FormData sent as multipart/form-data (the browser writes its boundary).
 async function api(method, path, body) {
-  const r = await fetch(path, {method, headers: headers(body ? {"Content-Type": "application/json"} : {}),
-                               body: body ? JSON.stringify(body) : undefined});
+  const form = body instanceof FormData;
+  const r = await fetch(path, {method, headers: headers(body && !form ? {"Content-Type": "application/json"} : {}),
+                               body: form ? body : body ? JSON.stringify(body) : undefined});
   const text = await r.text();
   let j = null;
   try { j = JSON.parse(text); } catch (e) { j = {error: {message: text}}; }
@@ -299,16 +301,8 @@ function dropZone(zone, input, onFiles) {
 dropZone($("drop-first"), $("file-first"), (f) => f.length && setKeyframe("first_image", f[0]));
 dropZone($("drop-last"), $("file-last"), (f) => f.length && setKeyframe("last_image", f[0]));
 dropZone($("drop-refs"), $("file-refs"), addReferences);
-function base64(file) {
-  return new Promise((ok, bad) => {
-    const r = new FileReader();
-    r.onload = () => ok(String(r.result).replace(/^data:[^,]*,/, ""));
-    r.onerror = () => bad(new Error("cannot read " + file.name));
-    r.readAsDataURL(file);
-  });
-}
 // ---- the request
-async function readForm() {
+async function readForm() {  // JSON, or a FormData when files go with it
   const body = {prompt: $("prompt").value};
   const size = $("size").value.trim();
   if (size) body.size = size; else body.aspect = $("aspect").value;
@@ -319,15 +313,18 @@ async function readForm() {
     ({name: c.dataset.lora, strength: Number(document.querySelector('input[data-strength="' + c.dataset.lora + '"]').value || 1)}));
   if (loras.length) body.loras = loras;
   const files = [media.first_image, media.last_image, ...media.references.map((r) => r.file)].filter(Boolean);
+  if (!files.length) return body;
+  // With files: a multipart form, as the OpenAI SDKs send it (docs/api.md "The OpenAI SDKs").
   const bytes = files.reduce((n, f) => n + f.size, 0);
-  if (files.length && model && bytes * 4 / 3 + 4096 > model.max_body_bytes)
+  if (model && bytes + 8192 > model.max_body_bytes)
     throw new Error("the files are " + Math.ceil(bytes / 1024) + " KiB; this server takes request bodies up to " +
                     Math.floor(model.max_body_bytes / 1024) + " KiB (start it with a larger --max-body)");
-  for (const role of ["first_image", "last_image"])
-    if (media[role]) body[role] = {filename: media[role].name, data: await base64(media[role])};
-  if (media.references.length)
-    body.references = await Promise.all(media.references.map(async (r) => ({kind: r.kind, filename: r.file.name, data: await base64(r.file)})));
-  return body;
+  const form = new FormData();
+  for (const [k, v] of Object.entries(body)) if (k !== "loras") form.append(k, String(v));
+  for (const l of body.loras || []) { form.append("loras[][name]", l.name); form.append("loras[][strength]", String(l.strength)); }
+  for (const role of ["first_image", "last_image"]) if (media[role]) form.append(role, media[role], media[role].name);
+  for (const r of media.references) { form.append("references[][kind]", r.kind); form.append("references[][data]", r.file, r.file.name); }
+  return form;
 }
 let lastSubmitted = null;
 $("form").onsubmit = async (ev) => {
