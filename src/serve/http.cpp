@@ -249,6 +249,8 @@ struct HttpServer::Impl {
       call.res = HttpResponse{};
       call.res.error(e.status, e.code, e.message);
       if (e.status == 503) call.res.headers.emplace_back("Retry-After", "5");
+      // A conflict (not ready, running, not cancellable) does not resolve within the OpenAI SDKs' retry backoff.
+      if (e.status == 409) call.res.headers.emplace_back("x-should-retry", "false");
     } catch (const std::exception& e) {
       // The details (which may name server paths) go to the log only.
       spdlog::error("serve: {} {} failed: {}", call.req.method, call.req.path.substr(0, 200), e.what());
