@@ -85,7 +85,7 @@ def chromium():
 
 
 def run(h3):
-    node_dir, shots = sys.argv[2], sys.argv[3]
+    node_dir, shots = os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
     binary = chromium()
     if not binary:
         log("SKIPPED LOUDLY: no chromium on this machine (apt-get install chromium; scripts/setup-test.sh does)")
