@@ -20,7 +20,7 @@
 #include <cudnn_version.h>
 #endif
 #if H3_HAVE_SERVE
-#include <httplib.h>
+#include <microhttpd.h>
 #include <sqlite3.h>
 #endif
 
@@ -69,9 +69,9 @@ std::string version_text() {
   MPI_Get_library_version(mpi, &len);  // may be called before MPI_Init
   s += "MPI: " + first_clause(std::string(mpi, static_cast<size_t>(len))) + "\n";
 #if H3_HAVE_SERVE
-  s += "serve: yes (cpp-httplib " CPPHTTPLIB_VERSION ", SQLite " + std::string(sqlite3_libversion()) + ")";
+  s += "serve: yes (libmicrohttpd " + std::string(MHD_get_version()) + ", SQLite " + sqlite3_libversion() + ")";
 #else
-  s += "serve: no (built without cpp-httplib and SQLite)";
+  s += "serve: no (built without libmicrohttpd and SQLite)";
 #endif
   return s;
 }
