@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/hash.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
 #include "io/procedural.h"
@@ -41,13 +42,7 @@ extern "C" void on_sigint(int) {
 }
 
 uint64_t tensor_hash(const Tensor& t) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = static_cast<const unsigned char*>(t.raw());
-  for (size_t i = 0; i < t.nbytes(); ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a(t.raw(), t.nbytes());
 }
 
 Tensor pick_tensor(const SafeTensors& f, std::initializer_list<const char*> names, const char* what) {
@@ -138,12 +133,7 @@ Runner add_generate(CLI::App& app) {
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
       ->envname("H3_PRECISION")
       ->capture_default_str();
-  cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
-      ->envname("H3_MODE")
-      ->capture_default_str();
-  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
+  add_dist_options(cmd, o->mode, o->tp, o->chunks);
   cmd->add_option("--encoder-ranks", o->encoder_ranks,
                   "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
       ->check(CLI::Range(0, 4096))

@@ -38,6 +38,16 @@ inline CLI::Validator finite_range(double lo, double hi) {
       "FINITE in [" + str(lo) + ", " + str(hi) + "]");
 }
 
+// --mode (or H3_MODE), --tp and --chunks: how a command spreads the DiT over --ranks N (dist/plan.h).
+inline void add_dist_options(CLI::App* cmd, std::string& mode, int& tp, int& chunks) {
+  cmd->add_option("--mode", mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
+      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
+      ->envname("H3_MODE")
+      ->capture_default_str();
+  cmd->add_option("--tp", tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
+  cmd->add_option("--chunks", chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
+}
+
 using Runner = std::function<int()>;
 Runner add_verify(CLI::App& app);
 Runner add_info(CLI::App& app);

@@ -32,9 +32,6 @@ std::string_view transport_name(Transport t) {
 void set_device_transport(Transport t) {
   g_transport = t;
 }
-Transport device_transport() {
-  return g_transport;
-}
 
 Transport pick_device_transport(Comm& host, const std::string& gpu_bus) {
   // One rank needs no transport, except when NCCL is asked for explicitly (it then checks the NCCL path itself).

@@ -21,7 +21,6 @@ Transport transport_from_name(const std::string& s);  // "auto", "mpi", "nccl"
 std::string_view transport_name(Transport t);
 // The process-wide choice for device tensors (h3 --transport); default automatic.
 void set_device_transport(Transport t);
-Transport device_transport();
 
 // Whether this build has NCCL.
 bool nccl_built();

@@ -362,7 +362,7 @@ std::vector<PromptMedia> prompt_media(const ResolvedRequest& r, const std::vecto
   return out;
 }
 
-PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const QwenVisionModel* vision) {
+PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const Qwen3VlVisionModel* vision) {
   PromptInputs in;
   bool visual = false;
   for (const ConditionMedia& m : r.media) visual |= m.visual();
@@ -379,7 +379,7 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
              "vision tokens itself: remove it from the prompt",
              t);
   const VisionTokenIds tok_ids = vision_token_ids(tok);
-  const QwenVisionConfig& vc = vision->config();
+  const Qwen3VlVisionConfig& vc = vision->config();
   VlPreprocessConfig image_cfg, video_cfg = VlPreprocessConfig::video_defaults();
   for (VlPreprocessConfig* c : {&image_cfg, &video_cfg}) {
     c->patch = vc.patch;
@@ -437,7 +437,7 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
   return in;
 }
 
-PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, int64_t layer) {
+PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer) {
   PromptEncoding out;
   H3_CHECK(!in.ids.empty(), "the prompt gives no tokens");
   const bool vision = !in.extras.rows.empty();

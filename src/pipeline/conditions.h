@@ -110,7 +110,7 @@ std::vector<PromptMedia> prompt_media(const ResolvedRequest& r, const std::vecto
 VisionTokenIds vision_token_ids(const Tokenizer& tok);
 // `vision` may be null only when r has no pictures or videos. Throws (what, which file, what to do) on
 // unreadable media, a prompt that itself holds vision tokens, or a tower that does not fit the LM.
-PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const QwenVisionModel* vision);
+PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const Qwen3VlVisionModel* vision);
 
 struct PromptEncoding {
   Tensor embeds;                                           // [L, text_dim] f32
@@ -122,6 +122,6 @@ struct PromptEncoding {
 // tests).
 std::string prompt_text_without_vision(const ResolvedRequest& r);
 // hidden_states[layer] of the prompt (collective over the text model's tensor-parallel group).
-PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, int64_t layer);
+PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer);
 
 }  // namespace h3

@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 
+#include "core/json.h"
 #include "model/dit/lora.h"
 #include "model/qwen3vl/tokenizer.h"
 #include "pipeline/geometry.h"
@@ -217,8 +218,8 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
     r.seed = j.at("seed").get<uint64_t>();
     r.shift = j.at("shift").get<double>();
     r.audio_shift = j.at("audio_shift").get<double>();
-    if (j.contains("notes")) r.notes = j["notes"].get<std::vector<std::string>>();
-    if (j.contains("mode")) r.mode = j["mode"].get<std::string>();
+    read_if(j, "notes", r.notes);
+    read_if(j, "mode", r.mode);
     if (j.contains("loras"))
       for (const json& e : j["loras"])
         r.loras.push_back({e.at("path").get<std::string>(), e.at("strength").get<double>()});
@@ -328,11 +329,11 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, cons
   r.steps = req.steps;
   r.shift = req.shift;
   r.audio_shift = req.audio_shift;
-  T2vaSpec spec;
+  SamplingSpec spec;
   spec.steps = r.steps;
   spec.shift = r.shift;
   spec.audio_shift = r.audio_shift;
-  r.model_calls = t2va_model_calls(spec);  // throws when the two grids collapse differently
+  r.model_calls = sampling_model_calls(spec);  // throws when the two grids collapse differently
 
   if (req.seed) {
     r.seed = *req.seed;

@@ -7,7 +7,7 @@ import random
 import socket
 import time
 
-from serve_common import Server, check, log, main_wrapper
+from serve_common import Server, check, log, main_wrapper, running
 
 GOOD = {"prompt": "a lighthouse at dusk", "seconds": 5, "steps": 4}
 
@@ -231,9 +231,8 @@ def auth(h3):
 
 
 def run(h3):
-    s = Server(h3, args=["--runner", "fake", "--fake-step-ms", "150", "--fake-load-ms", "0", "--max-queue", "4",
-                         "--max-body", "65536"]).start()
-    try:
+    with running(Server(h3, args=["--runner", "fake", "--fake-step-ms", "150", "--fake-load-ms", "0",
+                                  "--max-queue", "4", "--max-body", "65536"]).start()) as s:
         st, h = s.json("GET", "/health")
         check(st == 200 and h["status"] == "ok", "health 200 once ready")
         validation(s)
@@ -242,11 +241,6 @@ def run(h3):
         t = time.time()
         fuzz(s)
         log("  fuzz took %.1f s" % (time.time() - t))
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
     auth(h3)
 
 

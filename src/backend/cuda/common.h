@@ -19,7 +19,6 @@ namespace h3::cuda {
 
 cudaStream_t stream();
 bool deterministic();
-int sm_count();
 // Device scratch of at least `bytes`, valid until the next call on the stream that asks for more.
 void* workspace(size_t bytes);
 // Device memory from the backend's caching allocator.

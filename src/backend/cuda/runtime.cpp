@@ -154,9 +154,6 @@ cudaStream_t stream() {
 bool deterministic() {
   return state().deterministic;
 }
-int sm_count() {
-  return state().sms;
-}
 
 void* device_alloc(size_t bytes) {
   State& s = state();

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "io/safetensors.h"
@@ -37,19 +38,6 @@ bool ends_with(const std::string& s, const std::string& e) {
 bool starts_with(const std::string& s, const std::string& p) {
   return s.rfind(p, 0) == 0;
 }
-
-struct Fnv {
-  uint64_t h = 0xcbf29ce484222325ull;
-  void bytes(const void* p, size_t n) {
-    const auto* c = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) {
-      h ^= c[i];
-      h *= 0x100000001b3ull;
-    }
-  }
-  void str(const std::string& s) { bytes(s.data(), s.size() + 1); }
-  void f64(double v) { bytes(&v, sizeof(v)); }
-};
 
 // Where a module's delta goes: one diffusers parameter, the released fused qkv (cut into thirds), or the
 // released fc1 ([gate; value] -> [value; gate]).
@@ -200,7 +188,7 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
         "lora_down/lora_up/alpha)",
         path, unknown.front(), unknown.size());
 
-  Fnv fnv;
+  Fnv1a fnv;
   fnv.f64(strength);
   for (const auto& [m, p] : modules) {
     if (p.down_key.empty() || p.up_key.empty())
@@ -397,7 +385,7 @@ void DitCheckpoint::add_lora(const std::string& path, double strength, int inter
 }
 
 uint64_t DitCheckpoint::lora_digest() const {
-  Fnv f;
+  Fnv1a f;
   const uint64_t n = loras_.size();
   f.bytes(&n, sizeof(n));
   for (const auto& l : loras_) f.bytes(&l->digest, sizeof(l->digest));
