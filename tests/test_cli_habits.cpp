@@ -46,6 +46,7 @@ TEST(CliHabits, MisspeltCommandsAndOptionsGetASuggestionAndStatus2) {
       {"--rank 2 generate --prompt x", "did you mean '--ranks'?"},
       {"generate --prompt x --devise cuda", "did you mean '--device'?"},
       {"info procedural:mini --qkv-layuot blocked", "did you mean '--qkv-layout'?"},
+      {"--verison", "did you mean '--version'?"},
   };
   for (const auto& [args, hint] : cases) {
     const CliResult r = run_h3(args);

@@ -84,6 +84,35 @@ TEST(ServeMultipart, BracketsNestAsTheSdksWriteThem) {
   EXPECT_EQ(r["steps"], "many") << "not a number: left for the request check to refuse by name";
 }
 
+// The Python SDK (httpx) sends a form's parts grouped by name: all `loras[][name]`, then all `loras[][strength]`.
+TEST(ServeMultipart, ThePythonSdksGroupedPartsMakeTheSameElements) {
+  const json grouped = request_of({{"prompt", "", "", "a"},
+                                   {"loras[][name]", "", "", "x.safetensors"},
+                                   {"loras[][name]", "", "", "y.safetensors"},
+                                   {"loras[][strength]", "", "", "0.5"},
+                                   {"loras[][strength]", "", "", "1"}});
+  const json interleaved = request_of({{"prompt", "", "", "a"},
+                                       {"loras[][name]", "", "", "x.safetensors"},
+                                       {"loras[][strength]", "", "", "0.5"},
+                                       {"loras[][name]", "", "", "y.safetensors"},
+                                       {"loras[][strength]", "", "", "1"}});
+  const json want = json::parse(R"([{"name": "x.safetensors", "strength": 0.5}, {"name": "y.safetensors",
+                                    "strength": 1}])");
+  EXPECT_EQ(grouped["loras"], want) << grouped.dump();
+  EXPECT_EQ(interleaved["loras"], want) << interleaved.dump();
+  // Elements with different fields in the grouped order cannot be told apart: refused, naming the field.
+  try {
+    request_of({{"loras[][name]", "", "", "x.safetensors"},
+                {"loras[][name]", "", "", "y.safetensors"},
+                {"loras[][strength]", "", "", "0.5"}});
+    ADD_FAILURE() << "an ambiguous grouped form was taken";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(e.message.find("'loras'"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("same fields"), std::string::npos) << e.message;
+  }
+}
+
 TEST(ServeMultipart, MalformedBodiesAre400) {
   using h3::serve::parse_multipart;
   EXPECT_EQ(status_of([] { h3::serve::multipart_boundary("multipart/form-data"); }), 400);

@@ -116,7 +116,7 @@ int exit_on_parse_error(const CLI::App& app, const CLI::ParseError& e, int argc,
   const CLI::App* cmd = nullptr;
   for (int i = 1; i < argc && !cmd; ++i) cmd = command_named(app, argv[i]);
   if (!cmd && std::string(e.what()).find("subcommand is required") != std::string::npos) {
-    std::cerr << "error: give a command (h3 --help lists them, h3 COMMAND --help their options)\n";
+    std::cerr << "error: give a command (h3 --help lists them, h3 COMMAND --help their options)\n" << hints;
     return kUsageError;
   }
   std::cerr << "error: " << e.what() << "\n"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include "serve/supervisor.h"
 
@@ -125,6 +126,50 @@ nlohmann::json::json_pointer place(nlohmann::json& node, const std::vector<std::
   return ptr() / seg / place(node[seg], segs, at + 1, std::move(value), name);
 }
 
+// The element of `FIELD[]` that each `FIELD[][MEMBER]` part belongs to (-1 for parts of another shape). The
+// JavaScript SDK writes the elements one after the other (name, strength, name, strength); the Python SDK's
+// httpx groups a form's parts by name (name, name, strength, strength). When every member appears equally often
+// both orders give the k-th MEMBER part to element k. When the counts differ (elements with different members)
+// only the first order can be read, an element starting where its member repeats; a member twice in a row then
+// cannot be told apart from the grouped order and is refused.
+std::vector<int> element_indices(const std::vector<std::vector<std::string>>& paths,
+                                 const std::vector<FormPart>& parts) {
+  std::vector<int> index(paths.size(), -1);
+  std::map<std::string, std::vector<size_t>> by_field;  // parts of each FIELD[][MEMBER] array, in order
+  for (size_t i = 0; i < paths.size(); ++i)
+    if (paths[i].size() >= 3 && paths[i][1].empty() && !paths[i][2].empty()) by_field[paths[i][0]].push_back(i);
+  for (const auto& [field, at] : by_field) {
+    std::map<std::string, int> count;
+    bool repeats_in_a_row = false;
+    for (size_t k = 0; k < at.size(); ++k) {
+      const std::string& member = paths[at[k]][2];
+      ++count[member];
+      if (k > 0 && paths[at[k - 1]][2] == member && paths[at[k]].size() == 3) repeats_in_a_row = true;
+    }
+    const bool same_counts =
+        std::all_of(count.begin(), count.end(), [&](const auto& c) { return c.second == count.begin()->second; });
+    if (same_counts) {
+      std::map<std::string, int> seen;
+      for (size_t i : at) index[i] = seen[paths[i][2]]++;
+      continue;
+    }
+    if (repeats_in_a_row)
+      throw bad(fmt::format(
+          "the elements of '{}' have different fields and their parts come grouped by name ('{}' twice in a row), "
+          "so which part belongs to which element is ambiguous: give every element the same fields",
+          field.substr(0, 100), parts[at[0]].name.substr(0, 100)));
+    int element = -1;
+    std::map<std::string, int> last;  // the element each member was last placed in
+    for (size_t i : at) {
+      const std::string& member = paths[i][2];
+      if (element < 0 || (last.count(member) && last[member] == element)) ++element;
+      last[member] = element;
+      index[i] = element;
+    }
+  }
+  return index;
+}
+
 // Numbers travel as text in a form: the engine's numeric fields are numbers again (text that is not a number is
 // left as it is, for the request's own check to refuse by name).
 void numbers_back(nlohmann::json& v) {
@@ -202,16 +247,32 @@ nlohmann::json form_to_request(const std::vector<FormPart>& parts) {
   nlohmann::json out = nlohmann::json::object();
   // `references[][data]` files: their element takes the file's name unless a `filename` part gives one.
   std::vector<std::pair<nlohmann::json::json_pointer, std::string>> names;
-  for (const FormPart& p : parts) {
-    const std::vector<std::string> segs = name_path(p.name);
+  std::vector<std::vector<std::string>> paths;
+  for (const FormPart& p : parts) paths.push_back(name_path(p.name));
+  const std::vector<int> element = element_indices(paths, parts);
+  // Places a part's value: `FIELD[][MEMBER]` parts in the element chosen above, others by the rule of place().
+  auto put = [&](size_t i, nlohmann::json value) {
+    const std::vector<std::string>& segs = paths[i];
+    if (element[i] < 0) return place(out, segs, 0, std::move(value), parts[i].name);
+    nlohmann::json& list = out[segs[0]];
+    if (list.is_null()) list = nlohmann::json::array();
+    if (!list.is_array()) throw bad(fmt::format("part '{}' mixes a list and an object", parts[i].name.substr(0, 100)));
+    const size_t e = static_cast<size_t>(element[i]);
+    if (e >= kMaxParts) throw bad("too many list elements");
+    while (list.size() <= e) list.push_back(nlohmann::json::object());
+    return nlohmann::json::json_pointer() / segs[0] / e / place(list[e], segs, 2, std::move(value), parts[i].name);
+  };
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const FormPart& p = parts[i];
+    const std::vector<std::string>& segs = paths[i];
     if (!p.is_file) {
-      place(out, segs, 0, std::string(p.data), p.name);
+      put(i, std::string(p.data));
       continue;
     }
     if (p.data.empty()) throw bad(fmt::format("file '{}' is empty", p.name.substr(0, 100)));
     const std::string filename = p.filename.empty() ? "upload" : p.filename.substr(0, 200);
     if (segs.back() == "data" && segs.size() > 1) {
-      names.emplace_back(place(out, segs, 0, base64(p.data), p.name).parent_pointer(), filename);
+      names.emplace_back(put(i, base64(p.data)).parent_pointer(), filename);
       continue;
     }
     nlohmann::json file = {{"data", base64(p.data)}, {"filename", filename}};
@@ -220,7 +281,7 @@ nlohmann::json form_to_request(const std::vector<FormPart>& parts) {
       if (t.starts_with("image/") || t.starts_with("video/") || t.starts_with("audio/"))
         file["kind"] = t.substr(0, t.find('/'));
     }
-    place(out, segs, 0, std::move(file), p.name);
+    put(i, std::move(file));
   }
   for (const auto& [where, filename] : names)
     if (out[where].is_object() && !out[where].contains("filename")) out[where]["filename"] = filename;

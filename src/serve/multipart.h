@@ -1,7 +1,9 @@
 // multipart/form-data bodies (RFC 7578), the encoding the official OpenAI SDKs use for `POST /v1/videos`, and
 // their translation into the JSON request the API takes (docs/api.md "multipart/form-data"):
 //   - a text part is a field; bracketed names nest as the SDKs write them: `a[b]` an object member, `a[]` an
-//     array element, `a[][b]` a member of an array element (a new element starts when the member repeats);
+//     array element, `a[][b]` a member of an array element: the k-th `a[][b]` belongs to element k when every
+//     member appears equally often (the JavaScript SDK writes elements one after the other, the Python SDK
+//     groups parts by name), else a new element starts where a member repeats (one after the other only);
 //   - numbers arrive as text, so the engine's numeric fields (steps, seed, width, ...) are converted back;
 //   - a file part becomes {"data": BASE64, "filename": NAME} at its place (`first_image`, `input_reference`,
 //     `references[][data]` merged into its element, a bare `references[]` file gets its kind from its type).

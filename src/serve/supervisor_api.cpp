@@ -402,7 +402,7 @@ nlohmann::json Supervisor::models() {
              {"notice", notice_.empty() ? nlohmann::json() : nlohmann::json(notice_)},
              {"loras", loras},
              {"limits", limits_},
-             {"max_body_bytes", o_.max_body_bytes},
+             {"max_body_bytes", o_.http.max_body},
              {"max_upload_bytes", kMaxUploadBytes},
              {"defaults", defaults},
              {"presets", presets},

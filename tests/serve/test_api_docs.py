@@ -16,7 +16,7 @@ import re
 import subprocess
 import tempfile
 
-from serve_common import Server, check, log, main_wrapper
+from serve_common import Server, running, check, log, main_wrapper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = ["docs/api.md", "README.md", "examples/README.md"]
@@ -133,16 +133,16 @@ def probes(h3):
     log("4. limits and mappings, probed on a live server")
     api = read("docs/api.md")
     loras = tempfile.mkdtemp(prefix="h3-docs-loras-")
-    s = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "0", "--fake-load-ms", "0", "--lora-dir", loras,
-                                  "--max-queue", "1000"]).start()
-    try:
+    server = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "0", "--fake-load-ms", "0",
+                                       "--lora-dir", loras, "--max-queue", "1000"])
+    with running(server.start(), loras) as s:
         st, models = s.json("GET", "/v1/models")
         m = models["data"][0]
         n = int(find(r"`prompt` \| string \| required \| non-empty, at most (\d+) bytes", api, "the prompt limit").group(1))
         st, _ = s.json("POST", "/v1/videos", {"prompt": "a" * n, "steps": 2})
         st2, e = s.json("POST", "/v1/videos", {"prompt": "a" * (n + 1), "steps": 2})
         check(st == 202 and st2 == 400, "prompts of %d bytes pass, %d are refused" % (n, n + 1))
-        depth = int(find(r"JSON nesting to (\d+) levels", api, "the nesting limit").group(1))
+        depth = int(find(r"\| JSON nesting \| (\d+) levels", api, "the nesting limit").group(1))
         nest = lambda d: '{"prompt": "a", "x": ' + "[" * (d - 1) + "]" * (d - 1) + "}"
         st, e = s.json("POST", "/v1/videos", raw=nest(depth + 1).encode())
         check(st == 400 and e["error"]["code"] == "invalid_json", "nesting %d is refused as JSON" % (depth + 1))
@@ -168,8 +168,9 @@ def probes(h3):
         names = find(r"presets \[\{name, steps\}\] \((\w+) (\d+), (\w+) (\d+), (\w+) (\d+)\)", api, "the presets").groups()
         check(m["presets"] == [{"name": names[i], "steps": int(names[i + 1])} for i in (0, 2, 4)], "the presets")
         previews = read("src/serve/previews.h")
-        thumb = find(r"a PNG at\s+most (\d+) pixels wide", api, "the thumbnail width").group(1)
-        tiles, tile_w, cols = find(r"up to (\d+)\) as (\d+)-pixel\s+tiles in rows of (\d+)", api, "the sprite sheet").groups()
+        thumb = find(r"a PNG\s+at\s+most\s+(\d+)\s+pixels\s+wide", api, "the thumbnail width").group(1)
+        tiles, tile_w, cols = find(r"up\s+to\s+(\d+)\)\s+as\s+(\d+)-pixel\s+tiles\s+in\s+rows\s+of\s+(\d+)", api,
+                                   "the sprite sheet").groups()
         for name, value in (("kThumbnailWidth", thumb), ("kTileWidth", tile_w), ("kSheetColumns", cols),
                             ("kSheetTiles", tiles)):
             check(re.search(r"\b%s = %s\b" % (name, value), previews), "%s = %s (serve/previews.h)" % (name, value))
@@ -189,12 +190,6 @@ def probes(h3):
                 want = find(r"(\d+x\d+)", made, "the default size").group(1)
                 st, j = s.json("POST", "/v1/videos", {"prompt": "a", "steps": 2})
                 check(st == 202 and j["size"] == want, "no size -> %s" % want)
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        os.rmdir(loras)
 
 
 def run(h3):

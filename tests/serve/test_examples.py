@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 import node_packages
-from serve_common import SKIP, Server, check, log, main_wrapper
+from serve_common import SKIP, Server, running, check, log, main_wrapper
 
 ROOT = node_packages.ROOT
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -41,8 +41,8 @@ def command(kind, node_dir, work):
 def run(h3):
     kind, node_dir = sys.argv[2], os.path.abspath(sys.argv[3])
     work = tempfile.mkdtemp(prefix="h3-example-%s-" % kind)
-    s = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "20", "--fake-load-ms", "0"]).start()
-    try:
+    server = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "20", "--fake-load-ms", "0"])
+    with running(server.start(), work) as s:
         cmd = command(kind, node_dir, work)
         env = dict(os.environ, H3_URL="http://127.0.0.1:%d" % s.port, H3_OUT=work, H3_STEPS="6")
         log("running:", " ".join(cmd))
@@ -57,12 +57,6 @@ def run(h3):
             pngs = glob.glob(os.path.join(work, "video_*.thumbnail.png"))
             check(len(mp4s) == 2 and len(pngs) == 2, "two videos and two posters downloaded")
             check(l["data"] == [], "the example deleted its jobs")
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

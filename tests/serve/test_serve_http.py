@@ -171,7 +171,8 @@ def security(s):
     # multipart/form-data is the OpenAI SDKs' encoding: taken (a JSON body under that type is a malformed form),
     # and refused from another origin like any state-changing request.
     st, _, p = s.request("POST", "/v1/videos", raw=body, headers={"Content-Type": "multipart/form-data; boundary=x"})
-    check(st == 400 and b"multipart/form-data body" in p, "a JSON body sent as multipart/form-data: 400 naming the form")
+    check(st == 400 and b"multipart/form-data body" in p,
+          "a JSON body sent as multipart/form-data: 400 naming the form")
     form = (b'--x\r\nContent-Disposition: form-data; name="prompt"\r\n\r\na form\r\n'
             b'--x\r\nContent-Disposition: form-data; name="steps"\r\n\r\n2\r\n--x--\r\n')
     st, _, p = s.request("POST", "/v1/videos", raw=form, headers={"Content-Type": "multipart/form-data; boundary=x",

@@ -15,7 +15,7 @@ import tempfile
 import zlib
 
 import node_packages
-from serve_common import SKIP, Server, check, log, main_wrapper
+from serve_common import SKIP, Server, running, check, log, main_wrapper
 
 IMAGE = os.path.join(node_packages.ROOT, "examples", "first-frame.png")
 
@@ -97,9 +97,9 @@ def run(h3):
     os.makedirs(shots)
     loras = tempfile.mkdtemp(prefix="h3-page-loras-")
     write_lora(os.path.join(loras, "sunset-style.safetensors"))
-    s = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "250", "--fake-load-ms", "0",
-                                  "--lora-dir", loras]).start()
-    try:
+    server = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "250", "--fake-load-ms", "0",
+                                       "--lora-dir", loras])
+    with running(server.start(), loras) as s:
         r = subprocess.run(["node", script, "http://127.0.0.1:%d/" % s.port, shots, IMAGE, "sunset-style.safetensors"],
                            capture_output=True, text=True, timeout=400,
                            env=dict(os.environ, H3_CHROMIUM=binary))
@@ -133,12 +133,6 @@ def run(h3):
         st, j = s.json("GET", "/v1/videos/" + report["deleted"])
         check(st == 404, "the deleted job is gone (404)")
         log("screenshots in " + shots)
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        shutil.rmtree(loras, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from serve_common import SKIP, Server, check, log, main_wrapper
+from serve_common import SKIP, Server, running, check, log, main_wrapper
 
 
 def chromium():
@@ -51,8 +51,8 @@ def run(h3):
     try:
         attempts = 3
         for attempt in range(1, attempts + 1):
-            s = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "100", "--fake-load-ms", "0"]).start()
-            try:
+            server = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "100", "--fake-load-ms", "0"])
+            with running(server.start()) as s:
                 url = "http://127.0.0.1:%d/#selftest" % s.port
                 r = subprocess.run(chrome_cmd(binary, profile, ["--virtual-time-budget=120000", "--dump-dom", url]),
                                    capture_output=True, timeout=240)
@@ -79,11 +79,6 @@ def run(h3):
                       l["data"][0]["request"]["first_image"]["filename"] == "key.png",
                       "the server agrees (one completed job, made with the keyframe)")
                 break
-            except Exception:
-                s.dump_log()
-                raise
-            finally:
-                s.cleanup()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
 
