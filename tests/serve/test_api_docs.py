@@ -121,6 +121,23 @@ def command_lines(h3, top):
             check(rng and rng[0] <= float(value) <= rng[1], "%s: `%s %s` within %s" % (rel, name, value, rng))
 
 
+def cli_summary(h3):
+    log("2b. the README's CLI habits against the binary")
+    readme = read("README.md")
+    flags = find(r"Short\s+flags:(.*?)\.\s", readme, "the short flags").group(1)
+    gen = Help(h3, "generate")
+    shorts = re.findall(r"`(-[a-zA-Z])`", flags)
+    check(len(shorts) >= 6, "%d short flags named" % len(shorts))
+    for f in shorts:
+        check(gen.has(f), "README: short flag %s is an option of h3 generate" % f)
+    parts = find(r"`h3 --version` what was compiled in \((.*?)\)", readme, "what --version says").group(1)
+    r = subprocess.run([h3, "--version"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, "h3 --version exits 0")
+    for part in [p.strip() for p in parts.split(",")]:
+        word = {"git revision": "(git ", "CUDA architectures": "CUDA: "}.get(part, part)
+        check(word in r.stdout, "README: h3 --version names %s" % part)
+
+
 def ports(serve):
     log("3. local URLs use the default port")
     port = serve.default("--port")
@@ -198,6 +215,7 @@ def run(h3):
     check("serve" in top.commands and "generate" in top.commands, "h3 --help lists the commands")
     options_table(h3, serve, top)
     command_lines(h3, top)
+    cli_summary(h3)
     ports(serve)
     probes(h3)
 
