@@ -32,7 +32,7 @@ def command(kind, node_dir, work):
     if kind == "curl":
         for tool in ("curl", "jq"):
             if not shutil.which(tool):
-                log("SKIPPED LOUDLY: %s missing (apt-get install %s; scripts/setup.sh does)" % (tool, tool))
+                log("SKIPPED LOUDLY: %s missing (apt-get install %s; scripts/setup-test.sh does)" % (tool, tool))
                 sys.exit(SKIP)
         return ["bash", os.path.join(EXAMPLES, "curl.sh"), IMAGE]
     raise SystemExit("unknown example kind " + kind)
