@@ -189,7 +189,7 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--precision", o->precisions, "bf16 and/or fp8")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
-  cmd->add_option("--model", o->model, "DiT weights (default: the released config with procedural weights)")
+  cmd->add_option("-m,--model", o->model, "DiT weights (default: the released config with procedural weights)")
       ->capture_default_str();
   cmd->add_option("--reps", o->reps, "timed forwards (median) after one warm-up")
       ->check(CLI::Range(1, 100))

@@ -24,7 +24,8 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
       ->check(CLI::IsMember({"generator", "fake"}))
       ->envname("H3_RUNNER")
       ->capture_default_str();
-  cmd->add_option("--model-dir", r.paths.model_dir, "released/diffusers folder supplying every component")
+  cmd->add_option("-m,--model-dir,--model", r.paths.model_dir,
+                  "released/diffusers folder supplying every component (as generate --model)")
       ->envname("H3_MODEL_DIR");
   cmd->add_option("--dit", r.paths.dit, "DiT checkpoint (file, folder or procedural:NAME)")->envname("H3_DIT");
   cmd->add_option("--video-vae", r.paths.video_vae, "video VAE")->envname("H3_VIDEO_VAE");
@@ -189,6 +190,7 @@ Runner add_serve(CLI::App& app) {
     o->ranks = g_ranks;
     o->runner.device = g_device;
     o->runner.deterministic = g_deterministic;
+    o->device = g_device;
     o->self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
     if (const char* m = std::getenv("H3_MPIRUN")) o->mpirun = m;
     o->rank_timeout_s = world().timeout_s;

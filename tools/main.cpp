@@ -1,8 +1,11 @@
-// h3: the command-line front end. Every flag also reads an environment variable H3_<FLAG>.
+// h3: the command-line front end. Every flag also reads an environment variable H3_<FLAG>. Usage errors exit 2
+// with a "did you mean" for misspelt commands and options; `h3 --version` says what was compiled in
+// (cli_habits.h).
 #include <cstdio>
 #include <map>
 
 #include "backend/backend.h"
+#include "cli_habits.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -13,6 +16,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"h3-engine: MiniMax-H3 video+audio generation on CPUs and GPUs (version " H3_VERSION ")"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", h3::cli::version_text, "print the version, git revision and what was compiled in");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
@@ -62,10 +66,14 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_serve_worker);
   reg(h3::cli::add_decode);
   reg(h3::cli::add_probe_media);
+  // The global options each command's --help lists (a command not named here uses all of them).
+  h3::cli::add_global_option_footers(
+      app,
+      {{"info", {"--log-level", "--ranks"}}, {"convert", {"--log-level"}}, {"serve-worker", {}}, {"probe-media", {}}});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return h3::cli::exit_on_parse_error(app, e, argc, argv);
   }
   try {
     // `info --ranks N` only reports what N ranks would hold; it never starts them.
@@ -74,7 +82,7 @@ int main(int argc, char** argv) {
     if (!report_only) h3::relaunch_under_mpi_if_needed(ranks, argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return h3::cli::kUsageError;
   }
   h3::Comm& world = h3::world();
   world.timeout_s = timeout;

@@ -425,4 +425,15 @@ void Mp4Writer::finish() {
   }
 }
 
+std::string media_library_versions() {
+  auto v = [](const char* name, unsigned version) {
+    return fmt::format("{} {}.{}.{}", name, AV_VERSION_MAJOR(version), AV_VERSION_MINOR(version),
+                       AV_VERSION_MICRO(version));
+  };
+  std::string s = v("libavcodec", avcodec_version()) + ", " + v("libavformat", avformat_version()) + ", " +
+                  v("libavutil", avutil_version()) + ", " + v("libswresample", swresample_version());
+  s += avcodec_find_encoder_by_name("libx264") ? ", H.264 by libx264" : ", no libx264 (MP4 output will fail)";
+  return s;
+}
+
 }  // namespace h3

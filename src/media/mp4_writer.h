@@ -66,9 +66,15 @@ class Mp4Writer {
 // WAV: 16-bit signed PCM, interleaved, little-endian (RIFF/WAVE, format 1); wave [channels, N] in [-1, 1].
 void write_wav(const std::string& path, const Tensor& wave, int sample_rate);
 
+// The FFmpeg libraries this build runs with, e.g. "libavcodec 59.37.100, libavformat 59.27.100, libswscale 6.7.100,
+// H.264 by libx264", or "" when h3 was built without them (`h3 --version` prints it).
+std::string media_library_versions();
+
 // PNG frames (libavcodec's png encoder, 8-bit RGB): `dir_or_pattern` is either a printf-style pattern holding
 // one integer conversion (e.g. "out/frame_%05d.png") or a directory (created if missing; frames go to
 // dir/frame_00000.png, ...). Frames are numbered from 0. Each file is written atomically. Returns the paths.
 std::vector<std::string> write_png_frames(const std::string& dir_or_pattern, const Tensor& pixels);
+// One picture [3, H, W] (or [3, 1, H, W]) in the layout above as a PNG file, written atomically.
+void write_png(const std::string& path, const Tensor& picture);
 
 }  // namespace h3

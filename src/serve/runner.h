@@ -33,6 +33,9 @@ class JobRunner {
   virtual ~JobRunner() = default;
   virtual ModelLimits limits() const = 0;
   virtual nlohmann::json describe() const = 0;  // what was loaded, for /v1/models
+  // Why the videos mean nothing (procedural models, the fake runner), or "" for real weights: the web page's
+  // banner.
+  virtual std::string notice() const = 0;
   // Runs one resolved request collectively. Rank 0 writes `out_path`. Throws Cancelled or h3::Error.
   virtual nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
                              const std::atomic<bool>* cancel) = 0;

@@ -18,6 +18,7 @@ class GeneratorRunner : public JobRunner {
     if (gen_.procedural()) d.push_back(procedural_models_notice());
     return d;
   }
+  std::string notice() const override { return gen_.procedural() ? procedural_models_notice() : ""; }
   nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
                      const std::atomic<bool>* cancel) override {
     GenerateResult r = gen_.run(req, out_path, progress, cancel);
