@@ -2,6 +2,8 @@
 
 #include <fmt/ranges.h>
 
+#include "core/finite.h"
+
 namespace h3 {
 
 Tensor VaeWeightReader::get(const std::string& name, const Shape& shape) {
@@ -15,6 +17,12 @@ Tensor VaeWeightReader::get(const std::string& name, const Shape& shape) {
     misshaped_.push_back(fmt::format("{} is {}, expected {}", key, shape_str(t.shape()), shape_str(shape)));
     return Tensor(ct_, shape);
   }
+  // NaN / Inf are refused where they enter (a decode would write a "completed" video of garbage).
+  if (const NonFinite bad = find_non_finite(t); bad.count > 0)
+    fail(
+        "{}: {} weight '{}' holds {} non-finite values (NaN or Inf), the first at element {}; the file is damaged "
+        "(download or convert it again)",
+        f_.path(), what_, key, bad.count, bad.first);
   return t.to(ct_);
 }
 
