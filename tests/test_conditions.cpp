@@ -226,6 +226,38 @@ TEST(MediaRead, AudioIsResampledAndMonoDuplicated) {
   EXPECT_EQ(h3::read_audio(wav, 32000, 777).dim(1), 777);
 }
 
+// Audio of any channel count the limits allow is read, also in no layout libswresample names (a WAV of 9 or 25..64
+// channels): the even-numbered channels averaged to the left, the odd-numbered ones to the right.
+TEST(MediaRead, ManyChannelsInNoNamedLayoutAreMixedToStereo) {
+  h3::test::ScratchDir dir;
+  for (const int channels : {9, 25, 64}) {
+    SCOPED_TRACE(channels);
+    const int rate = 32000, frames = 3200;
+    std::string pcm;
+    for (int t = 0; t < frames; ++t)
+      for (int c = 0; c < channels; ++c) {
+        const int16_t v = static_cast<int16_t>(400 * (c + 1));  // channel c holds 400 (c + 1) throughout
+        pcm.append(reinterpret_cast<const char*>(&v), 2);
+      }
+    auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+    auto u16 = [](uint16_t v) { return std::string(reinterpret_cast<const char*>(&v), 2); };
+    const std::string wav = (dir / ("c" + std::to_string(channels) + ".wav")).string();
+    std::ofstream(wav, std::ios::binary) << "RIFF" << u32(static_cast<uint32_t>(36 + pcm.size())) << "WAVEfmt "
+                                         << u32(16) << u16(1) << u16(static_cast<uint16_t>(channels)) << u32(rate)
+                                         << u32(static_cast<uint32_t>(rate * 2 * channels))
+                                         << u16(static_cast<uint16_t>(2 * channels)) << u16(16) << "data"
+                                         << u32(static_cast<uint32_t>(pcm.size())) << pcm;
+    const Tensor a = h3::read_audio(wav, rate, 0);
+    ASSERT_EQ(a.dim(0), 2);
+    ASSERT_EQ(a.dim(1), frames);
+    double left = 0, right = 0;  // the expected means, as fractions of full scale
+    for (int c = 0; c < channels; c += 2) left += 400.0 * (c + 1) / 32768 / ((channels + 1) / 2);
+    for (int c = 1; c < channels; c += 2) right += 400.0 * (c + 1) / 32768 / (channels / 2);
+    EXPECT_NEAR(a.get(frames / 2), left, 1e-3);
+    EXPECT_NEAR(a.get(frames + frames / 2), right, 1e-3);
+  }
+}
+
 TEST(MediaRead, ErrorsNameTheFileAndWhatToDo) {
   h3::test::ScratchDir dir;
   EXPECT_NE(error_of([&] { h3::scan_media((dir / "nope.png").string()); }).find("does not exist"), std::string::npos);
