@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli_run.h"
 #include "core/compare.h"
@@ -259,6 +261,44 @@ TEST(Generator, CancelStopsAtAStepAndWritesNothing) {
   EXPECT_NO_THROW(gen.run(req, "", {}, &cancel));
 }
 
+// A cancel asked as each phase starts stops the run inside that phase or at its end (never after the next one
+// has run), writes nothing, and leaves the generator usable. The prompt encoding stops before its first text
+// layer (one control word per layer), the write within one frame.
+TEST(Generator, CancelReachesEveryPhase) {
+  h3::Generator& gen = proc_gen().gen;
+  const h3::ResolvedRequest req = small_request(3);
+  h3::test::ScratchDir dir;
+  const std::string out = (dir.path() / "cancel.mp4").string();
+  const std::pair<const char*, const char*> cases[] = {
+      {"encode", "while encoding the prompt (before text layer 1 of 50)"},
+      {"denoise", "during denoising"},
+      {"decode_video", "before the audio decode"},
+      {"decode_audio", "before writing"},
+      {"write", "while writing the video"},
+  };
+  for (const auto& [phase, expected] : cases) {
+    std::atomic<bool> cancel{false};
+    std::vector<std::string> phases;
+    auto progress = [&](const h3::GenerateProgress& p) {
+      if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
+      if (p.phase == phase && p.step == 0) cancel = true;
+    };
+    std::string message;
+    try {
+      (void)gen.run(req, out, progress, &cancel);
+    } catch (const h3::Cancelled& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(expected), std::string::npos) << phase << ": " << message;
+    EXPECT_EQ(phases.back(), phase) << "the run went on past " << phase;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << phase << ": a file was left";
+  }
+  // Still usable, and a run without a cancel writes its video.
+  std::atomic<bool> cancel{false};
+  EXPECT_NO_THROW(gen.run(req, out, {}, &cancel));
+  EXPECT_TRUE(std::filesystem::exists(out));
+}
+
 // `h3 generate` end to end through the binary.
 namespace {
 
@@ -337,6 +377,37 @@ TEST(GenerateCli, BadRequestsAreRefusedBeforeAnyWorkAndLeaveNoFile) {
     EXPECT_NE(r.out.find(expect), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("dit "), std::string::npos) << "no model may be loaded for a bad request:\n" << r.out;
     EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << r.out;
+  }
+}
+
+// A checkpoint holding a NaN (or an Inf) is refused when the weights load, before any step runs, naming the file,
+// the weight and the element; nothing is written.
+TEST(GenerateCli, NonFiniteCheckpointWeightsAreRefusedBeforeTheRun) {
+  h3::test::ScratchDir dir;
+  const std::string base = (dir.path() / "mini.safetensors").string();
+  const CliResult conv = run_h3("--log-level warn convert procedural:mini -o " + base);
+  ASSERT_EQ(conv.status, 0) << conv.out;
+  const h3::SafeTensors f = h3::SafeTensors::open(base);
+  const std::string victim = "transformer_blocks.1.attn.to_k.weight";
+  ASSERT_TRUE(f.has(victim));
+  for (const double bad : {std::nan(""), -HUGE_VAL}) {
+    std::vector<std::pair<std::string, h3::Tensor>> w;
+    for (const auto& k : f.keys()) {
+      h3::Tensor t = f.get(k).to(h3::DType::f32);  // a copy
+      if (k == victim) t.data<float>()[17] = static_cast<float>(bad);
+      w.emplace_back(k, t);
+    }
+    const std::string damaged = (dir.path() / "damaged.safetensors").string();
+    h3::write_safetensors(damaged, w, f.metadata());
+    const std::string out = (dir.path() / "nan.mp4").string();
+    const CliResult r = run_h3("--log-level warn generate --dit " + damaged +
+                               " --prompt x --width 128 --height 64 --steps 2 -o " + out);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(damaged), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("'" + victim + "' holds 1 non-finite value"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("element 17"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("progress:"), std::string::npos) << "refused before the run:\n" << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out));
   }
 }
 

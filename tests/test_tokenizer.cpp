@@ -159,6 +159,11 @@ TEST(Tokenizer, MalformedFilesAreErrorsNamingTheFile) {
   expect_error(j.replace(j.find("\"merges\":["), 10, "\"merges\":[7,"), "merge 0");
   std::string k = tiny_tokenizer(true);
   expect_error(k.replace(k.find("\"a b\""), 5, "\"a z\""), "missing from the vocabulary");
+  // The bounded parser (core/json_limits.h): nesting 100 000 deep is refused without recursing over it, and a
+  // key given twice in one object (which one would the vocabulary keep?) is refused.
+  expect_error(R"({"model": )" + std::string(100000, '[') + std::string(100000, ']') + "}", "nested deeper");
+  std::string d = tiny_tokenizer(false);
+  expect_error(d.replace(d.find("\"model\""), 0, R"("version": "1.0", "version": "2.0", )"), "appears twice");
   try {
     (void)Tokenizer::from_file("/nonexistent/tokenizer.json");
     ADD_FAILURE();

@@ -352,7 +352,7 @@ int64_t Mp4Writer::samples_written() const {
   return impl_->samples_in;
 }
 
-void Mp4Writer::add_frames(const Tensor& pixels) {
+bool Mp4Writer::add_frames(const Tensor& pixels, const std::function<bool()>& stop) {
   Impl& m = *impl_;
   H3_CHECK(!m.finished, "mp4 {}: add_frames() after finish()", path_);
   H3_CHECK(!m.broken, "mp4 {}: an earlier error left this writer unusable; start a new one", path_);
@@ -361,11 +361,18 @@ void Mp4Writer::add_frames(const Tensor& pixels) {
            "mp4 {}: frames are {} x {} (H x W) but the file was opened for {} x {}; pixels must be [3, T, H, W]", path_,
            v.height, v.width, m.spec.height, m.spec.width);
   try {
-    for (int64_t t = 0; t < v.frames; ++t) m.encode_frame_yuv(v, t);
+    for (int64_t t = 0; t < v.frames; ++t) {
+      if (stop && stop()) {
+        m.broken = true;
+        return false;
+      }
+      m.encode_frame_yuv(v, t);
+    }
   } catch (...) {
     m.broken = true;
     throw;
   }
+  return true;
 }
 
 void Mp4Writer::add_audio(const Tensor& wave) {

@@ -13,6 +13,7 @@
 // wrong shapes).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,8 +46,10 @@ class Mp4Writer {
   Mp4Writer(const Mp4Writer&) = delete;
   Mp4Writer& operator=(const Mp4Writer&) = delete;
 
-  // pixels [3, T, H, W] (see above) with H, W equal to the spec's.
-  void add_frames(const Tensor& pixels);
+  // pixels [3, T, H, W] (see above) with H, W equal to the spec's. `stop` (optional) is asked before each frame;
+  // when it answers true nothing more is encoded, the writer is left unusable (destroy it: the partial file goes)
+  // and add_frames returns false (a cancelled request stops within one frame's encode).
+  bool add_frames(const Tensor& pixels, const std::function<bool()>& stop = {});
   // wave [channels, N] (see above).
   void add_audio(const Tensor& wave);
   // Flushes the encoders, writes the trailer (faststart) and renames the file onto `path`.

@@ -443,7 +443,8 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
   return in;
 }
 
-PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer) {
+PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer,
+                             const TextLayerHook& before_layer) {
   PromptEncoding out;
   H3_CHECK(!in.ids.empty(), "the prompt gives no tokens");
   const bool vision = !in.extras.rows.empty();
@@ -453,7 +454,7 @@ PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& tex
              "LM come from different models",
              in.extras.embeds.defined() ? in.extras.embeds.dim(1) : 0, text.config().hidden);
   out.embeds = text.forward(in.ids, {layer}, false, in.positions.empty() ? nullptr : &in.positions,
-                            vision ? &in.extras : nullptr)
+                            vision ? &in.extras : nullptr, before_layer)
                    .hidden_states.at(layer)
                    .to(DType::f32)
                    .cpu();

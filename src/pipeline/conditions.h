@@ -125,7 +125,9 @@ struct PromptEncoding {
 // The text the tokenizer sees when no vision rows are needed (t2va, audio-only references; exposed for
 // tests).
 std::string prompt_text_without_vision(const ResolvedRequest& r);
-// hidden_states[layer] of the prompt (collective over the text model's tensor-parallel group).
-PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer);
+// hidden_states[layer] of the prompt (collective over the text model's tensor-parallel group); `before_layer`
+// runs before each of the `layer` decoder layers (the generator's cancellation check).
+PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer,
+                             const TextLayerHook& before_layer = {});
 
 }  // namespace h3

@@ -383,11 +383,22 @@ struct Generator::Impl {
                                                                   : -1.0;
       progress(p);
     }
+    ControlWord root_word() const {
+      return root && cancel && cancel->load() ? ControlWord::cancel : ControlWord::proceed;
+    }
     // One agreed control word outside the denoise loop (between phases).
     void check_cancel(const char* where) const {
-      const bool want = root && cancel && cancel->load();
-      if (step_control(comm, want ? ControlWord::cancel : ControlWord::proceed) == ControlWord::cancel)
+      if (step_control(comm, root_word()) == ControlWord::cancel)
         throw Cancelled(fmt::format("request cancelled {}", where));
+    }
+    // Inside the prompt encoding: one word per text-tower layer on every rank of the group (the encoder ranks
+    // before each layer, the others in step with them), so a cancel stops the encoding within one layer (a layer
+    // of the released tower is ~1/36 of the encode). Synced: with encoder ranks, rank 0 has no layers of its own
+    // to pace it.
+    void check_cancel_layer(int64_t layer, int64_t layers) const {
+      if (synced_control(comm, root_word()) == ControlWord::cancel)
+        throw Cancelled(
+            fmt::format("request cancelled while encoding the prompt (before text layer {} of {})", layer + 1, layers));
     }
   };
 
@@ -492,7 +503,8 @@ struct Generator::Impl {
         embeds = pre->prompt_embeds.to(DType::f32);
       } else {
         std::unique_ptr<Qwen3VlTextModel> tower = text ? nullptr : load_text(comm.size() > 1 ? &comm : nullptr);
-        PromptEncoding pe = encode_prompt(prompt, text ? *text : *tower, kConditioningLayer);
+        PromptEncoding pe = encode_prompt(prompt, text ? *text : *tower, kConditioningLayer,
+                                          [&run](int64_t li, int64_t n) { run.check_cancel_layer(li, n); });
         embeds = pe.embeds.on_device() ? pe.embeds.cpu().to(DType::f32) : pe.embeds;
         prompt_extra =
             json{{"vision_ranges", pe.vision_ranges}, {"vision_rows", pe.vision_rows}, {"warnings", pe.warnings}}
@@ -500,6 +512,8 @@ struct Generator::Impl {
       }  // a per-request tower is freed here, before denoising
       H3_CHECK(embeds.ndim() == 2 && embeds.dim(1) == src.dit_config.text_dim,
                "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()), src.dit_config.text_dim);
+    } else if (!from_pre) {  // a rank outside the encoder ranks: the per-layer control words, in step with them
+      for (int64_t li = 0; li < kConditioningLayer; ++li) run.check_cancel_layer(li, kConditioningLayer);
     }
     if (comm.size() > 1 && !everyone_encodes) bcast_tensor(comm, embeds, src_rank, "prompt embeddings");
     if (comm.size() > 1 && !everyone_encodes)
@@ -702,7 +716,10 @@ struct Generator::Impl {
         streamed->finish(wave);
       } else {
         Mp4Writer w(out_path, media_spec(req));
-        w.add_frames(pixels);
+        // Rank 0 alone writes, so its own flag decides here: a cancel stops within one frame's encode, and the
+        // destroyed writer removes its partial file.
+        if (!w.add_frames(pixels, [&run] { return run.cancel && run.cancel->load(); }))
+          throw Cancelled("request cancelled while writing the video");
         w.add_audio(wave);
         w.finish();
       }

@@ -109,6 +109,8 @@ class Supervisor {
   void finish_job(const std::string& id, const std::string& status, const std::string& code, const std::string& message,
                   int64_t bytes, const nlohmann::json& result);
   void retry_pending();
+  // Overlays a job end held in pending_ on a stored record (get() and list() show the same); mu_ held.
+  void show_pending(JobRecord& r) const;
   void post(nlohmann::json message);
   void wake();
 

@@ -212,21 +212,33 @@ JobRecord Supervisor::get(const std::string& id) {
   auto r = valid_job_id(id) ? store_->get(id) : std::nullopt;
   if (!r) throw ApiError{404, "not_found", "no video with this id"};
   std::lock_guard lock(mu_);
-  // An end the store could not record yet (disk full) is shown as it happened.
-  if (auto p = pending_.find(id); p != pending_.end()) {
-    r->status = p->second.status;
-    r->error_code = p->second.code;
-    r->error = p->second.message;
-    r->output_bytes = p->second.bytes;
-    r->result = p->second.result;
-    r->finished_at = unix_now();
-  }
+  show_pending(*r);
   return *r;
+}
+
+void Supervisor::show_pending(JobRecord& r) const {
+  // An end the store could not record yet (disk full) is shown as it happened.
+  if (auto p = pending_.find(r.id); p != pending_.end()) {
+    r.status = p->second.status;
+    r.error_code = p->second.code;
+    r.error = p->second.message;
+    r.output_bytes = p->second.bytes;
+    r.result = p->second.result;
+    r.finished_at = unix_now();
+  }
 }
 
 std::vector<JobRecord> Supervisor::list(int64_t limit, std::optional<int64_t> after_seq, bool descending,
                                         const std::string& status) {
-  return store_->list(limit, after_seq, descending, status);
+  std::vector<JobRecord> rows = store_->list(limit, after_seq, descending, status);
+  std::lock_guard lock(mu_);
+  if (pending_.empty()) return rows;
+  // The list shows what get() shows; a row the filter took for its stored status, now another, is left out.
+  for (JobRecord& r : rows) show_pending(r);
+  if (!status.empty())
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const JobRecord& r) { return r.status != status; }),
+               rows.end());
+  return rows;
 }
 
 JobRecord Supervisor::cancel(const std::string& id) {

@@ -19,7 +19,7 @@ Mp4Writer::Mp4Writer(const std::string& path, const MediaSpec&) : path_(path) {
   no_media("mp4 output");
 }
 Mp4Writer::~Mp4Writer() = default;
-void Mp4Writer::add_frames(const Tensor&) {
+bool Mp4Writer::add_frames(const Tensor&, const std::function<bool()>&) {
   no_media("mp4 output");
 }
 void Mp4Writer::add_audio(const Tensor&) {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/files.h"
+#include "core/finite.h"
 #include "core/json_limits.h"
 #include "io/procedural.h"
 
@@ -539,6 +540,12 @@ Tensor DitCheckpoint::get_base(const std::string& key) const {
            "{}: weight '{}' is stored as {}; DiT weights must be float (F32, F16, BF16, F64) or a quantized format "
            "with its scales: is this the right file?",
            files_[src.file]->path(), src.key, dtype_safetensors_name(t.dtype()));
+  // NaN / Inf are refused where they enter: in a run they turn every output into NaN, found only at its end.
+  if (const NonFinite bad = find_non_finite(t); bad.count > 0)
+    fail(
+        "{}: weight '{}' holds {} non-finite values (NaN or Inf), the first at element {}; the checkpoint is "
+        "damaged (download or convert it again)",
+        files_[src.file]->path(), src.key, bad.count, bad.first);
   if (src.kind == Source::plain) return t;
   const int64_t rows = t.dim(0), cols = t.dim(1);
   const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype());

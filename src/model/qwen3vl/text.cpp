@@ -319,7 +319,7 @@ std::string Qwen3VlTextModel::describe_shard() const {
 
 Qwen3VlTextOutputs Qwen3VlTextModel::forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
                                              bool want_normed, const std::vector<int64_t>* mrope_positions,
-                                             const TextExtras* extras) const {
+                                             const TextExtras* extras, const TextLayerHook& before_layer) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   int64_t last = 0;
   for (int64_t k : keep) {
@@ -358,7 +358,11 @@ Qwen3VlTextOutputs Qwen3VlTextModel::forward(const std::vector<int32_t>& ids, co
   }
 
   Qwen3VlTextOutputs out;
-  if (tp_rank_ >= 0) out = compute(ids, keep, want_normed, last, mrope_positions, extras);
+  if (tp_rank_ >= 0) {
+    out = compute(ids, keep, want_normed, last, mrope_positions, extras, before_layer);
+  } else if (before_layer && n > 0) {  // nothing to compute here: the hook's calls in the same order
+    for (int64_t li = 0; li < last; ++li) before_layer(li, last);
+  }
   if (comm_ && comm_->size() > tp_size_) {
     // Ranks beyond T take every output from rank 0, in a fixed order (sorted keep, then the normed state).
     std::vector<int64_t> order(keep.begin(), keep.end());
@@ -378,8 +382,8 @@ Qwen3VlTextOutputs Qwen3VlTextModel::forward(const std::vector<int32_t>& ids, co
 
 Qwen3VlTextOutputs Qwen3VlTextModel::compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
                                              bool want_normed, int64_t last,
-                                             const std::vector<int64_t>* mrope_positions,
-                                             const TextExtras* extras) const {
+                                             const std::vector<int64_t>* mrope_positions, const TextExtras* extras,
+                                             const TextLayerHook& before_layer) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   auto kept = [&](int64_t k) { return std::find(keep.begin(), keep.end(), k) != keep.end(); };
   auto on_dev = [&](const Tensor& t) {
@@ -407,6 +411,7 @@ Qwen3VlTextOutputs Qwen3VlTextModel::compute(const std::vector<int32_t>& ids, co
   auto [cos_h, sin_h] = mrope_tables(cfg_, n, mrope_positions, dtype_ == DType::bf16 ? DType::f32 : dtype_);
   const Tensor cos = on_dev(cos_h), sin = on_dev(sin_h);
   for (int64_t li = 0; li < last; ++li) {
+    if (before_layer) before_layer(li, last);
     const Layer& L = layers_[static_cast<size_t>(li)];
     const std::string name = "layer " + std::to_string(li);
     std::vector<Tensor> parts;

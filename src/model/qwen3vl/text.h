@@ -31,6 +31,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -83,6 +84,12 @@ struct Qwen3VlTextOptions {
   Comm* comm = nullptr;  // tensor-parallel group (all its ranks construct and call forward together); null = 1
 };
 
+// Called by forward() before each decoder layer it runs, with the layer's index and the number of layers the call
+// runs, on every rank of the communicator (ranks beyond T call it in the same order, with nothing to compute
+// between the calls). It may throw to end the forward (cancellation between layers); any agreement between ranks
+// is the hook's own business (the generator's makes one collective control word per layer).
+using TextLayerHook = std::function<void(int64_t layer, int64_t layers)>;
+
 struct Qwen3VlTextOutputs {
   std::map<int64_t, Tensor> hidden_states;  // the requested indices only, each [N, hidden]
   Tensor last_normed;                       // final norm of the last layer's output, when requested
@@ -117,10 +124,11 @@ class Qwen3VlTextModel {
   // Runs the layers needed for the requested hidden states (indices 0..layers_loaded()); collective over the
   // communicator, every rank gets every output (host tensors on the CPU, device tensors on the GPU).
   // `mrope_positions` is [3 * N] (t row, then h, then w); null means text positions (every axis = token
-  // index). `extras` (optional) replaces embedding rows and adds DeepStack features (TextExtras).
+  // index). `extras` (optional) replaces embedding rows and adds DeepStack features (TextExtras). `before_layer`
+  // (optional) runs before each layer (TextLayerHook).
   Qwen3VlTextOutputs forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
-                             const std::vector<int64_t>* mrope_positions = nullptr,
-                             const TextExtras* extras = nullptr) const;
+                             const std::vector<int64_t>* mrope_positions = nullptr, const TextExtras* extras = nullptr,
+                             const TextLayerHook& before_layer = {}) const;
   // hidden_states[k] (k = 50 is the H3 conditioning).
   Tensor hidden_state(const std::vector<int32_t>& ids, int64_t k) const;
 
@@ -145,7 +153,8 @@ class Qwen3VlTextModel {
   // sum over all G units of their partials, folded in unit order (collective over the tensor-parallel group).
   Tensor fold_units(const std::vector<Tensor>& partials, const std::string& what) const;
   Qwen3VlTextOutputs compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
-                             int64_t last, const std::vector<int64_t>* mrope_positions, const TextExtras* extras) const;
+                             int64_t last, const std::vector<int64_t>* mrope_positions, const TextExtras* extras,
+                             const TextLayerHook& before_layer) const;
 
   Qwen3VlTextConfig cfg_;
   DType dtype_;

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace h3 {
 
@@ -107,7 +108,7 @@ struct AddedToken {
 
 json parse_json(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    return parse_json_bounded(text, source);  // nesting and duplicate keys bounded (core/json_limits.h)
   } catch (const json::exception& e) {
     fail("{}: not valid JSON ({}); expected a Hugging Face tokenizer.json", source, e.what());
   }

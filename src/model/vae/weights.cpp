@@ -2,6 +2,8 @@
 
 #include <fmt/ranges.h>
 
+#include "core/finite.h"
+
 namespace h3 {
 
 bool VaeWeightReader::check(const std::string& key, const Shape& shape) {
@@ -17,10 +19,22 @@ bool VaeWeightReader::check(const std::string& key, const Shape& shape) {
   return true;
 }
 
+// NaN / Inf are refused where they enter (a decode would write a "completed" video of garbage); host tensors only
+// (a GPU decoder's weights, read straight to the device, are not scanned).
+void VaeWeightReader::refuse_non_finite(const std::string& key, const Tensor& t) const {
+  if (const NonFinite bad = find_non_finite(t); bad.count > 0)
+    fail(
+        "{}: {} weight '{}' holds {} non-finite values (NaN or Inf), the first at element {}; the file is damaged "
+        "(download or convert it again)",
+        f_.path(), what_, key, bad.count, bad.first);
+}
+
 Tensor VaeWeightReader::get(const std::string& name, const Shape& shape) {
   const std::string key = prefix_ + name;
   if (!check(key, shape)) return Tensor(ct_, shape);
-  return f_.load(host_, key, ct_);
+  Tensor t = f_.load(host_, key, ct_);
+  refuse_non_finite(key, t);
+  return t;
 }
 
 Tensor VaeWeightReader::load(DeviceLoader& loader, const std::string& name, const Shape& shape, DType dtype,
@@ -34,7 +48,9 @@ Tensor VaeWeightReader::load(DeviceLoader& loader, const std::string& name, cons
     }
     return Tensor(dtype, s, loader.device());
   }
-  return f_.load(loader, key, dtype, rows);
+  Tensor t = f_.load(loader, key, dtype, rows);
+  if (t.device() == Device::cpu) refuse_non_finite(key, t);
+  return t;
 }
 
 void VaeWeightReader::finish() const {

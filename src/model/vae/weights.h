@@ -29,6 +29,7 @@ class VaeWeightReader {
 
  private:
   bool check(const std::string& key, const Shape& shape);
+  void refuse_non_finite(const std::string& key, const Tensor& t) const;
   const TensorSource& f_;
   std::string prefix_;
   DType ct_;
