@@ -82,6 +82,7 @@ Runner add_generate(CLI::App& app) {
     CLI::Option *width_opt = nullptr, *height_opt = nullptr, *frames_opt = nullptr, *seconds_opt = nullptr;
     std::string precision = "f32", mode = "ulysses";
     int tp = 1, chunks = 1, encoder_ranks = 0;
+    std::string encoder_at = "last";
     ModelPaths paths;
     std::string embeddings, noise;
     bool latents = false;
@@ -122,6 +123,12 @@ Runner add_generate(CLI::App& app) {
                   "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
       ->check(CLI::Range(0, 4096))
       ->envname("H3_ENCODER_RANKS");
+  cmd->add_option("--encoder-at", o->encoder_at,
+                  "which world ranks are the K encoder ranks: last (default) or first (the first host's ranks "
+                  "when K is its rank count; rank K then writes the output)")
+      ->check(CLI::IsMember({"first", "last"}))
+      ->envname("H3_ENCODER_AT")
+      ->capture_default_str();
   cmd->add_option("--model", o->paths.model_dir,
                   "released/diffusers folder (transformer/, vae/, audio_vae/, text_encoder/, tokenizer/)")
       ->envname("H3_MODEL_DIR");
@@ -145,7 +152,14 @@ Runner add_generate(CLI::App& app) {
   o->ref_audio_opt =
       cmd->add_option("--ref-audio", o->ref_audio, "ref2va: reference audio (repeatable)")->allow_extra_args(false);
   return [o, cmd]() -> int {
-    Comm& w = world();
+    Comm& world_comm = world();
+    // --encoder-at first: the group is the world rotated so that world ranks [0, K) are its last K ranks (the
+    // generator's encoder ranks) and world rank K its rank 0.
+    std::unique_ptr<Comm> rotated;
+    const int n_world = world_comm.size(), K = o->encoder_ranks;
+    if (o->encoder_at == "first" && K > 0 && K < n_world)
+      rotated = world_comm.split(0, (world_comm.rank() + n_world - K) % n_world);
+    Comm& w = rotated ? *rotated : world_comm;
     const bool root = w.rank() == 0;
     GenerateRequest req = o->req;
     if (!o->prompt_file.empty()) {
@@ -201,6 +215,7 @@ Runner add_generate(CLI::App& app) {
     go.precision = precision_from_name(o->precision);
     go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, ""};
     go.encoder_ranks = o->encoder_ranks;
+    go.comm = &w;
     go.write_latents = o->latents;
     go.vae_device = g_device == "cuda" ? Device::cuda : Device::cpu;
     if (root) {

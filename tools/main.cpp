@@ -9,6 +9,7 @@
 #include "dist/comm.h"
 #include "dist/comm_device.h"
 #include "dist/launch.h"
+#include "dist/placement.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"h3-engine: MiniMax-H3 video+audio generation on CPUs and GPUs (version " H3_VERSION ")"};
@@ -87,7 +88,14 @@ int main(int argc, char** argv) {
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
   int status = 2;
   try {
-    if (device == "cuda" && !app.got_subcommand("info")) h3::start_gpu_backend({world.rank(), deterministic});
+    if (device == "cuda" && !app.got_subcommand("info")) h3::start_gpu_backend({h3::local_rank(world), deterministic});
+    if (world.size() > 1) {
+      // What runs where, per host (docs/multi-host.md: reading the placement printout).
+      const std::string dev = h3::gpu_backend_started() ? "GPU " + h3::gpu_bus_id() : "cpu";
+      const auto places = h3::gather_placement(world, dev);
+      if (world.rank() == 0)
+        for (const auto& line : h3::placement_lines(places)) spdlog::info("{}", line);
+    }
     for (auto& [sub, run] : runners)
       if (sub->parsed()) status = run();
   } catch (const std::exception& e) {

@@ -23,6 +23,7 @@
 
 #include "core/log.h"
 #include "dist/control.h"
+#include "dist/placement.h"
 #include "io/procedural.h"
 #include "media/mp4_writer.h"
 #include "model/dit/checkpoint.h"
@@ -729,6 +730,13 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
             : fmt::format("encoder      tensor-parallel over {} of {} rank(s), loaded per request and freed "
                           "before denoising",
                           std::min<int64_t>(n, m.text_cfg.n_kv_heads), n));
+  if (n > 1) {  // by host (several hosts: which one encodes, which ones denoise)
+    std::vector<int> enc, den;
+    for (int r = 0; r < n; ++r) (r < n - K ? den : enc).push_back(comm.world_rank(r));
+    if (K > 0) m.described.push_back("placement    encoder: " + hosts_of_ranks(enc));
+    m.described.push_back(std::string("placement    ") + (K > 0 ? "denoise: " : "encoder and denoise: ") +
+                          hosts_of_ranks(den));
+  }
   m.load_s = seconds_since(t0);
 }
 
