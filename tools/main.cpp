@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
                  "share a GPU) or auto (nccl when every rank has its own GPU)")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
       ->envname("H3_TRANSPORT");
+  bool report_placement = false;
+  app.add_flag("--report-placement", report_placement,
+               "rank 0 writes 'h3-placement: RANK HOST' lines to stderr (added by h3 --ranks N for itself)")
+      ->group("");
   app.fallthrough();
   std::map<CLI::App*, h3::cli::Runner> runners;
   auto reg = [&](h3::cli::Runner (*add)(CLI::App&)) {
@@ -95,6 +99,10 @@ int main(int argc, char** argv) {
       const auto places = h3::gather_placement(world, dev);
       if (world.rank() == 0)
         for (const auto& line : h3::placement_lines(places)) spdlog::info("{}", line);
+      if (world.rank() == 0 && report_placement) {
+        for (const auto& p : places) std::fprintf(stderr, "h3-placement: %d %s\n", p.rank, p.host.c_str());
+        std::fflush(stderr);
+      }
     }
     for (auto& [sub, run] : runners)
       if (sub->parsed()) status = run();

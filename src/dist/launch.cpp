@@ -13,9 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/comm.h"
 
 extern char** environ;
@@ -50,6 +53,70 @@ int status_of(int wait_status) {
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
   return 1;
 }
+
+// mpirun's stderr on its way to ours: shown as it comes, except rank 0's placement report (kept, not shown); a
+// failure line starts the teardown clock; a lost host's daemon is translated into the ranks it ran.
+class LauncherOutput {
+ public:
+  void feed(const char* p, size_t n) {
+    pending_.append(p, n);
+    size_t nl;
+    while ((nl = pending_.find('\n')) != std::string::npos) {
+      line(pending_.substr(0, nl + 1), shown_);
+      pending_.erase(0, nl + 1);
+      shown_ = 0;
+    }
+    // A partial line (a progress bar) is shown now unless it may still become a placement report.
+    const size_t k = std::min(pending_.size(), kPlacementTag.size());
+    if (pending_.size() > shown_ && pending_.compare(0, k, kPlacementTag, 0, k) != 0) {
+      write_all(2, pending_.data() + shown_, pending_.size() - shown_);
+      shown_ = pending_.size();
+    }
+  }
+  double deadline() const { return deadline_; }
+  const std::string& first_failure() const { return first_failure_; }
+
+ private:
+  // `with_nl`: one line and its newline, of which the first `shown` bytes were written already.
+  void line(const std::string& with_nl, size_t shown) {
+    const std::string l = with_nl.substr(0, with_nl.size() - 1);
+    if (l.rfind(kPlacementTag, 0) == 0) {  // "h3-placement: RANK HOST"
+      std::istringstream in(l.substr(kPlacementTag.size()));
+      int rank = -1;
+      std::string host;
+      if (in >> rank >> host) ranks_of_[host].push_back(rank);
+      return;
+    }
+    write_all(2, with_nl.data() + shown, with_nl.size() - shown);
+    if (deadline_ == 0 && is_job_failure_line(l)) {
+      first_failure_ = l;
+      deadline_ = now_s() + kTeardownGraceS;
+    }
+    // mpirun: "  Remote daemon: [[24423,0],1] on node simhost1" after "ORTE has lost communication ..."
+    const auto at = l.find("Remote daemon");
+    const auto on = l.find(" on node ");
+    if (at != std::string::npos && on != std::string::npos) {
+      std::string host = l.substr(on + 9);
+      while (!host.empty() && (host.back() == ' ' || host.back() == '\r')) host.pop_back();
+      std::string ranks;
+      for (int r : ranks_of_[host]) ranks += fmt::format("{}rank {} ({})", ranks.empty() ? "" : ", ", r, host);
+      const std::string msg =
+          fmt::format("error: lost host {}{}{} -- its daemon stopped answering (host down, network cut, or its "
+                      "processes killed); the job ends\n",
+                      host, ranks.empty() ? "" : ": ", ranks);
+      write_all(2, msg.data(), msg.size());
+      if (deadline_ == 0) {
+        first_failure_ = msg;
+        deadline_ = now_s() + kTeardownGraceS;
+      }
+    }
+  }
+  static inline const std::string kPlacementTag = "h3-placement: ";
+  std::string pending_, first_failure_;
+  size_t shown_ = 0;  // bytes of pending_ already written
+  double deadline_ = 0;
+  std::map<std::string, std::vector<int>> ranks_of_;
+};
 
 // Runs mpirun (argv) in its own process group with stderr through a pipe; returns the parent's exit status.
 [[noreturn]] void run_launcher(const std::vector<std::string>& args, int ranks) {
@@ -94,27 +161,13 @@ int status_of(int wait_status) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
   ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
 
-  std::string pending, first_failure;
-  double deadline = 0;  // 0: no failure seen yet
+  LauncherOutput out;
   int wait_status = 0;
   bool exited = false;
   auto pump = [&] {
     char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(err_pipe[0], buf, sizeof(buf));
-      if (n <= 0) return;
-      write_all(2, buf, static_cast<size_t>(n));
-      pending.append(buf, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = pending.find('\n')) != std::string::npos) {
-        const std::string line = pending.substr(0, nl);
-        pending.erase(0, nl + 1);
-        if (deadline == 0 && is_job_failure_line(line)) {
-          first_failure = line;
-          deadline = now_s() + kTeardownGraceS;
-        }
-      }
-    }
+    ssize_t n;
+    while ((n = ::read(err_pipe[0], buf, sizeof(buf))) > 0) out.feed(buf, static_cast<size_t>(n));
   };
   while (!exited) {
     pollfd p{err_pipe[0], POLLIN, 0};
@@ -122,20 +175,18 @@ int status_of(int wait_status) {
     pump();
     const pid_t w = ::waitpid(pid, &wait_status, WNOHANG);
     if (w == pid) exited = true;
-    if (!exited && deadline > 0 && now_s() > deadline) {
+    if (!exited && out.deadline() > 0 && now_s() > out.deadline()) {
       std::fprintf(stderr,
                    "error: --ranks: mpirun did not end the failed job within %.0f s; stopping its processes here "
                    "(processes on hosts that cannot be reached stay until they time out or their host returns)\n",
                    kTeardownGraceS);
-      ::kill(-pid, SIGTERM);
-      const double until = now_s() + 2;
-      while (now_s() < until && ::waitpid(pid, &wait_status, WNOHANG) != pid)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // SIGKILL: mpirun had its chance to end the job cleanly; a SIGTERM now sends it into PMIx_Finalize, which
+      // waits on (or crashes for) the daemons it cannot reach.
       ::kill(-pid, SIGKILL);
       ::waitpid(pid, &wait_status, 0);
       pump();
       std::fflush(stderr);
-      std::_Exit(teardown_status(first_failure));
+      std::_Exit(teardown_status(out.first_failure()));
     }
   }
   pump();  // what is already in the pipe (daemons of other hosts may hold its write end open: no wait for EOF)
@@ -191,6 +242,7 @@ void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv) {
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   for (auto& a : mpirun_forward_args(env)) args.push_back(std::move(a));
   args.push_back(self);
+  args.emplace_back("--report-placement");  // rank 0 tells this parent which host runs which ranks
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
   run_launcher(args, ranks);
 }

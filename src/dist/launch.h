@@ -8,7 +8,7 @@
 // Bounded teardown: mpirun cannot always finish an abort (a host whose link is cut leaves it waiting for that
 // host's daemon). The parent forwards mpirun's stderr; once a rank reports an error ("error: ...") or mpirun
 // reports a lost daemon, mpirun gets kTeardownGraceS to exit by itself, after which its process group is
-// terminated (SIGTERM, then SIGKILL) and the parent returns non-zero.
+// killed and the parent returns non-zero.
 #pragma once
 #include <string>
 #include <vector>
