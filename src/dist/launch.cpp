@@ -100,10 +100,10 @@ class LauncherOutput {
       while (!host.empty() && (host.back() == ' ' || host.back() == '\r')) host.pop_back();
       std::string ranks;
       for (int r : ranks_of_[host]) ranks += fmt::format("{}rank {} ({})", ranks.empty() ? "" : ", ", r, host);
-      const std::string msg =
-          fmt::format("error: lost host {}{}{} -- its daemon stopped answering (host down, network cut, or its "
-                      "processes killed); the job ends\n",
-                      host, ranks.empty() ? "" : ": ", ranks);
+      const std::string msg = fmt::format(
+          "error: lost host {}{}{} -- its daemon stopped answering (host down, network cut, or its "
+          "processes killed); the job ends\n",
+          host, ranks.empty() ? "" : ": ", ranks);
       write_all(2, msg.data(), msg.size());
       if (deadline_ == 0) {
         first_failure_ = msg;

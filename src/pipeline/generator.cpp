@@ -725,11 +725,12 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
   }
   if (K > 0 && m.encoder && m.text_cfg_problem.empty()) m.text = m.load_text(K > 1 ? m.role_comm.get() : nullptr);
   m.described.push_back(
-      K > 0 ? fmt::format("encoder      {} dedicated rank(s) {}..{}, tensor-parallel over {}, the tower stays loaded",
-                          K, comm.world_rank(n - K), comm.world_rank(n - 1), std::min<int64_t>(K, m.text_cfg.n_kv_heads))
-            : fmt::format("encoder      tensor-parallel over {} of {} rank(s), loaded per request and freed "
-                          "before denoising",
-                          std::min<int64_t>(n, m.text_cfg.n_kv_heads), n));
+      K > 0
+          ? fmt::format("encoder      {} dedicated rank(s) {}..{}, tensor-parallel over {}, the tower stays loaded", K,
+                        comm.world_rank(n - K), comm.world_rank(n - 1), std::min<int64_t>(K, m.text_cfg.n_kv_heads))
+          : fmt::format("encoder      tensor-parallel over {} of {} rank(s), loaded per request and freed "
+                        "before denoising",
+                        std::min<int64_t>(n, m.text_cfg.n_kv_heads), n));
   if (n > 1) {  // by host (several hosts: which one encodes, which ones denoise)
     std::vector<int> enc, den;
     for (int r = 0; r < n; ++r) (r < n - K ? den : enc).push_back(comm.world_rank(r));
