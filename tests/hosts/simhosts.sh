@@ -68,6 +68,18 @@ ip netns add "${P}probe" 2>/dev/null || skip "cannot create a network namespace 
 ip netns del "${P}probe"
 unshare --uts true 2>/dev/null || skip "cannot create a UTS namespace (unshare --uts failed)"
 
+# Namespaces of an earlier run that was killed outright (SIGKILL: no trap ran) are removed here.
+for n in $(ip netns list | awk '{print $1}' | grep -E '^h3s[0-9]+(sw|h[0-9]+)$'); do
+  owner=${n#h3s}
+  owner=${owner%%[!0-9]*}
+  if [ ! -d "/proc/$owner" ]; then
+    echo "removing $n, left by run $owner"
+    kill_ns "$n"
+    ip netns del "$n" 2>/dev/null
+    rm -rf "/etc/netns/$n"
+  fi
+done
+
 # --- the hosts ---
 DIR=$(mktemp -d /tmp/h3-simhosts.XXXXXX)
 ip netns add "$SW" || fail "ip netns add $SW"
