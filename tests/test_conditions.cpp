@@ -395,7 +395,7 @@ TEST(ConditionCli, Fl2vaOneTwoAndThreeRanksWriteTheSameLatents) {
   const std::string first = write_png(dir.path(), "first", 64, 128);
   const std::string last = write_png(dir.path(), "last", 80, 80, 2.f);
   expect_same_latents_on_1_2_3_ranks(dir.path(), "--first " + first + " --last " + last,
-                                     "(vision rows 136 in 2 blocks)");
+                                     "(vision rows 144 in 2 blocks)");
   // The condition rows matter: another last keyframe changes the result.
   const std::string other = write_png(dir.path(), "other", 80, 80, 0.f);
   const auto a = run_h3(
@@ -409,9 +409,11 @@ TEST(ConditionCli, Fl2vaOneTwoAndThreeRanksWriteTheSameLatents) {
   ASSERT_EQ(a.status, 0) << a.out;
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_NE(slurp(dir / "a.latents.safetensors"), slurp(dir / "b.latents.safetensors"));
-  // The keyframes are in the prompt: 64x128 -> 72 and 80x80 -> 64 vision rows (smart_resize to at least
-  // 65,536 pixels, 32-pixel merged tokens), and nothing warns about missing vision rows.
-  EXPECT_NE(a.out.find("(vision rows 136 in 2 blocks)"), std::string::npos) << a.out;
+  // The keyframes are in the prompt as the processor sees them on the 128x64 canvas (the reference's pipeline puts
+  // them there first): smart_resize lifts 128x64 to the 65,536-pixel minimum, beta = sqrt(65536 / 8192), sides
+  // ceil(64 * beta / 32) * 32 = 192 and ceil(128 * beta / 32) * 32 = 384, 12 x 24 patches = 72 rows each (the files'
+  // own sizes gave 72 and 64); nothing warns about missing vision rows.
+  EXPECT_NE(a.out.find("(vision rows 144 in 2 blocks)"), std::string::npos) << a.out;
   EXPECT_EQ(a.out.find("warning:"), std::string::npos) << a.out;
 }
 

@@ -22,8 +22,7 @@ TEST(Launch, FailureLinesStartTheTeardown) {
 TEST(Launch, ForwardsOurSettingsToOtherHosts) {
   const auto args = h3::mpirun_forward_args(
       {"H3_THREADS=2", "NCCL_SOCKET_IFNAME=eth0", "HOME=/root", "OPENBLAS_NUM_THREADS=2", "PATH=/usr/bin"});
-  const std::vector<std::string> want = {"-x", "H3_THREADS", "-x", "NCCL_SOCKET_IFNAME", "-x",
-                                         "OPENBLAS_NUM_THREADS"};
+  const std::vector<std::string> want = {"-x", "H3_THREADS", "-x", "NCCL_SOCKET_IFNAME", "-x", "OPENBLAS_NUM_THREADS"};
   EXPECT_EQ(args, want);
 }
 

@@ -13,6 +13,8 @@ struct GpuOptions {
 
 // Selects the GPU, creates the stream and library handles and registers the device hooks and ops. Idempotent.
 void start_gpu_backend(const GpuOptions& options);
+// NVIDIA GPUs this process could use (0 without the CUDA backend, a driver or a visible GPU); starts nothing.
+int gpu_count();
 bool gpu_backend_started();
 // Whether the started GPU backend runs in deterministic mode (false without one).
 bool gpu_deterministic();
@@ -28,8 +30,13 @@ void gpu_synchronize();
 // Peak device bytes allocated since the last reset (the caching allocator's high-water mark).
 size_t gpu_peak_bytes();
 void gpu_reset_peak();
+// Device bytes h3 holds allocated now.
+size_t gpu_in_use_bytes();
 // Total device memory of this process's GPU (0 without one).
 size_t gpu_total_bytes();
+// Hands the caching allocator's free blocks back to the device (between a pipeline's phases, so that the next
+// phase's model finds the memory the last one freed); waits for queued work first. A no-op without a GPU.
+void gpu_release_cached();
 
 // While one is alive, GEMMs issued by this thread on the GPU choose their cuBLASLt algorithm as deterministic mode
 // does (one per weight shape, picked at a fixed reference row count, no split-K), so a row's result does not depend

@@ -29,6 +29,7 @@ struct DeviceOps {
   void (*set_columns)(Tensor& dst, int64_t begin, const Tensor& src) = nullptr;
   Tensor (*quantize_fp8)(const Tensor& w) = nullptr;
   Tensor (*quantize_fp8_rows)(const Tensor& x) = nullptr;
+  Tensor (*dequantize_fp8)(const Tensor& q) = nullptr;
   ResidualNorm (*residual_norm_modulate)(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                          const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
                                          bool bf16, Fp8Out fp8) = nullptr;
@@ -63,8 +64,13 @@ struct DeviceOps {
                              int64_t blocks) = nullptr;
   Tensor (*stitch_frames)(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const StitchGrid& g,
                           const std::vector<StitchFrame>& frames) = nullptr;
-  // The text tower's causal grouped-query attention (ops_conv.h); backend/cuda/text_ops.cpp fills it.
+  // The Qwen3-VL towers' ops (ops_conv.h attention_causal, ops_act.h, ops_text.h); backend/cuda/text_ops.cpp fills
+  // them.
   Tensor (*attention_causal)(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) = nullptr;
+  Tensor (*gelu_tanh)(const Tensor& x) = nullptr;
+  Tensor (*gelu_erf)(const Tensor& x) = nullptr;
+  Tensor (*rms_norm_rounded)(const Tensor& x, const Tensor& w, int64_t group, double eps) = nullptr;
+  Tensor (*linear_acc)(const Tensor& x, const Tensor& w) = nullptr;
 };
 
 void register_device_ops(const DeviceOps& ops);

@@ -16,7 +16,11 @@ namespace h3::serve {
 struct RunnerOptions {
   std::string kind = "generator";  // "generator" or "fake"
   ModelPaths paths;
-  std::string precision = "f32";
+  std::string device = "cpu";  // the rank group's --device (cuda: the models on the GPU)
+  bool deterministic = false;  // the rank group's --deterministic
+  std::string precision;       // DiT; "" = the device's default (generator.h: default_generate_options)
+  std::string vae_precision, text_precision, text_device;  // "" = the device's defaults
+  std::string memory = "auto";                             // GPU memory plan: auto, resident or phases
   std::string mode = "ulysses";
   int tp = 1, chunks = 1, encoder_ranks = 0;
   bool write_latents = false;  // generator: "<out>.latents.safetensors" beside each MP4

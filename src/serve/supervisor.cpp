@@ -242,13 +242,13 @@ bool Supervisor::launch_group() {
                                      fmt::format("{}", o_.rank_timeout_s),
                                      "--ranks",
                                      std::to_string(o_.ranks),
+                                     "--device",
+                                     r.device,
                                      "serve-worker",
                                      "--control",
                                      sock,
                                      "--runner",
                                      r.kind,
-                                     "--precision",
-                                     r.precision,
                                      "--mode",
                                      r.mode,
                                      "--tp",
@@ -262,6 +262,18 @@ bool Supervisor::launch_group() {
                                      "--fake-load-ms",
                                      std::to_string(r.fake_load_ms)};
   if (r.write_latents) worker.push_back("--write-latents");
+  if (r.deterministic) worker.insert(worker.begin() + 1, "--deterministic");  // a global flag: before the command
+  worker.push_back("--memory-plan");
+  worker.push_back(r.memory);
+  const std::pair<const char*, const std::string*> numerics[] = {{"--precision", &r.precision},
+                                                                 {"--vae-precision", &r.vae_precision},
+                                                                 {"--text-precision", &r.text_precision},
+                                                                 {"--text-device", &r.text_device}};
+  for (const auto& [flag, value] : numerics)
+    if (!value->empty()) {
+      worker.push_back(flag);
+      worker.push_back(*value);
+    }
   const std::pair<const char*, const std::string*> paths[] = {
       {"--model-dir", &r.paths.model_dir},       {"--dit", &r.paths.dit},
       {"--video-vae", &r.paths.video_vae},       {"--audio-vae", &r.paths.audio_vae},

@@ -77,8 +77,8 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
   if (!body.is_object()) throw bad("the body must be a JSON object");
   nlohmann::json gen = nlohmann::json::object();
   nlohmann::json accepted = nlohmann::json::object();
-  static const std::vector<std::string> passthrough = {"prompt",  "width", "height", "aspect", "frames",
-                                                       "seconds", "steps", "seed",   "shift",  "audio_shift"};
+  static const std::vector<std::string> passthrough = {
+      "prompt", "width", "height", "aspect", "frames", "seconds", "steps", "seed", "shift", "audio_shift", "precision"};
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& k = it.key();
     const nlohmann::json& v = it.value();

@@ -1,8 +1,9 @@
-// CPU activations of ops_act.h.
+// CPU activations of ops_act.h (device tensors go to the GPU backend's).
 #include <cmath>
 #include <numbers>
 
 #include "backend/cpu/checks.h"
+#include "ops/device_ops.h"
 #include "ops/ops_act.h"
 
 namespace h3::ops {
@@ -28,6 +29,7 @@ Tensor map_elements(const Tensor& x, const char* op, F f) {
 }  // namespace
 
 Tensor gelu_tanh(const Tensor& x) {
+  H3_DEVICE_DISPATCH(x, gelu_tanh, x);
   return map_elements(x, "gelu_tanh", []<typename T>(T v) {
     const T k = static_cast<T>(std::sqrt(2.0 / std::numbers::pi));
     const T inner = k * (v + static_cast<T>(0.044715) * v * v * v);
@@ -36,6 +38,7 @@ Tensor gelu_tanh(const Tensor& x) {
 }
 
 Tensor gelu_erf(const Tensor& x) {
+  H3_DEVICE_DISPATCH(x, gelu_erf, x);
   return map_elements(x, "gelu_erf", []<typename T>(T v) {
     return static_cast<T>(0.5) * v * (T(1) + std::erf(v * static_cast<T>(std::numbers::sqrt2 / 2)));
   });

@@ -4,18 +4,37 @@
 
 namespace h3 {
 
-Tensor VaeWeightReader::get(const std::string& name, const Shape& shape) {
-  const std::string key = prefix_ + name;
+bool VaeWeightReader::check(const std::string& key, const Shape& shape) {
   if (!f_.has(key)) {
     missing_.push_back(key);
-    return Tensor(ct_, shape);
+    return false;
   }
-  Tensor t = f_.get(key);
-  if (!shape.empty() && t.shape() != shape) {
-    misshaped_.push_back(fmt::format("{} is {}, expected {}", key, shape_str(t.shape()), shape_str(shape)));
-    return Tensor(ct_, shape);
+  const Shape stored = f_.shape(key);
+  if (!shape.empty() && stored != shape) {
+    misshaped_.push_back(fmt::format("{} is {}, expected {}", key, shape_str(stored), shape_str(shape)));
+    return false;
   }
-  return t.to(ct_);
+  return true;
+}
+
+Tensor VaeWeightReader::get(const std::string& name, const Shape& shape) {
+  const std::string key = prefix_ + name;
+  if (!check(key, shape)) return Tensor(ct_, shape);
+  return f_.load(host_, key, ct_);
+}
+
+Tensor VaeWeightReader::load(DeviceLoader& loader, const std::string& name, const Shape& shape, DType dtype,
+                             const std::vector<RowRange>& rows) {
+  const std::string key = prefix_ + name;
+  if (!check(key, shape)) {
+    Shape s = shape;
+    if (!rows.empty() && !s.empty()) {
+      s[0] = 0;
+      for (const RowRange& r : rows) s[0] += r.size();
+    }
+    return Tensor(dtype, s, loader.device());
+  }
+  return f_.load(loader, key, dtype, rows);
 }
 
 void VaeWeightReader::finish() const {
