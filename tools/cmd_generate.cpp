@@ -101,6 +101,7 @@ Runner add_generate(CLI::App& app) {
     std::string precision, vae_precision, text_precision, text_device, memory = "phases", mode = "ulysses";
     std::string json_out;
     int tp = 1, chunks = 1, encoder_ranks = 0;
+    std::string encoder_at = "last";
     ModelPaths paths;
     std::string embeddings, noise;
     bool latents = false;
@@ -163,6 +164,12 @@ Runner add_generate(CLI::App& app) {
                   "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
       ->check(CLI::Range(0, 4096))
       ->envname("H3_ENCODER_RANKS");
+  cmd->add_option("--encoder-at", o->encoder_at,
+                  "which world ranks are the K encoder ranks: last (default) or first (the first host's ranks "
+                  "when K is its rank count; rank K then writes the output)")
+      ->check(CLI::IsMember({"first", "last"}))
+      ->envname("H3_ENCODER_AT")
+      ->capture_default_str();
   cmd->add_option("-m,--model", o->paths.model_dir,
                   "released/diffusers folder (transformer/, vae/, audio_vae/, text_encoder/, tokenizer/)")
       ->envname("H3_MODEL_DIR");
@@ -186,7 +193,14 @@ Runner add_generate(CLI::App& app) {
   o->ref_audio_opt =
       cmd->add_option("--ref-audio", o->ref_audio, "ref2va: reference audio (repeatable)")->allow_extra_args(false);
   return [o, cmd]() -> int {
-    Comm& w = world();
+    Comm& world_comm = world();
+    // --encoder-at first: the group is the world rotated so that world ranks [0, K) are its last K ranks (the
+    // generator's encoder ranks) and world rank K its rank 0.
+    std::unique_ptr<Comm> rotated;
+    const int n_world = world_comm.size(), K = o->encoder_ranks;
+    if (o->encoder_at == "first" && K > 0 && K < n_world)
+      rotated = world_comm.split(0, (world_comm.rank() + n_world - K) % n_world);
+    Comm& w = rotated ? *rotated : world_comm;
     const bool root = w.rank() == 0;
     GenerateRequest req = o->req;
     if (!o->prompt_file.empty()) {
@@ -249,6 +263,7 @@ Runner add_generate(CLI::App& app) {
     go.memory = memory_policy_from_name(o->memory);
     go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, device == Device::cuda ? gpu_bus_id() : ""};
     go.encoder_ranks = o->encoder_ranks;
+    go.comm = &w;
     go.write_latents = o->latents;
     check_generate_options(go);
     if (root) {

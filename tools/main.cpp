@@ -12,6 +12,7 @@
 #include "dist/comm.h"
 #include "dist/comm_device.h"
 #include "dist/launch.h"
+#include "dist/placement.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"h3-engine: MiniMax-H3 video+audio generation on CPUs and GPUs (version " H3_VERSION ")"};
@@ -44,6 +45,10 @@ int main(int argc, char** argv) {
                  "share a GPU) or auto (nccl when every rank has its own GPU)")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
       ->envname("H3_TRANSPORT");
+  bool report_placement = false;
+  app.add_flag("--report-placement", report_placement,
+               "rank 0 writes 'h3-placement: RANK HOST' lines to stderr (added by h3 --ranks N for itself)")
+      ->group("");
   app.fallthrough();
   std::map<CLI::App*, h3::cli::Runner> runners;
   auto reg = [&](h3::cli::Runner (*add)(CLI::App&)) {
@@ -95,7 +100,18 @@ int main(int argc, char** argv) {
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
   int status = 2;
   try {
-    if (device == "cuda" && !app.got_subcommand("info")) h3::start_gpu_backend({world.rank(), deterministic});
+    if (device == "cuda" && !app.got_subcommand("info")) h3::start_gpu_backend({h3::local_rank(world), deterministic});
+    if (world.size() > 1) {
+      // What runs where, per host (docs/multi-host.md: reading the placement printout).
+      const std::string dev = h3::gpu_backend_started() ? "GPU " + h3::gpu_bus_id() : "cpu";
+      const auto places = h3::gather_placement(world, dev);
+      if (world.rank() == 0)
+        for (const auto& line : h3::placement_lines(places)) spdlog::info("{}", line);
+      if (world.rank() == 0 && report_placement) {
+        for (const auto& p : places) std::fprintf(stderr, "h3-placement: %d %s\n", p.rank, p.host.c_str());
+        std::fflush(stderr);
+      }
+    }
     for (auto& [sub, run] : runners)
       if (sub->parsed()) status = run();
   } catch (const std::exception& e) {

@@ -6,7 +6,8 @@
 namespace h3 {
 
 struct GpuOptions {
-  int rank = 0;                // MPI rank: picks the GPU (rank % visible GPUs), so several ranks may share one
+  int rank = 0;  // the rank's local rank on its host: picks the GPU (local rank % visible GPUs), so several ranks may
+                 // share one; the launcher's own local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID) wins
   bool deterministic = false;  // fixed GEMM and attention choices, independent of a rank's row or head count
 };
 

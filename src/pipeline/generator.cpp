@@ -34,6 +34,7 @@
 #include "backend/backend.h"
 #include "core/log.h"
 #include "dist/control.h"
+#include "dist/placement.h"
 #include "io/procedural.h"
 #include "media/mp4_writer.h"
 #include "model/dit/checkpoint.h"
@@ -809,11 +810,19 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
   if (K == 0 && m.text_resident && m.src.text_problem.empty()) m.text = m.load_text(n > 1 ? &comm : nullptr);
   m.described.push_back(
       K > 0 ? fmt::format("encoder      {} dedicated rank(s) {}..{}, tensor-parallel over {}, the tower stays loaded",
-                          K, n - K, n - 1, std::min<int64_t>(K, m.src.text_config.n_kv_heads))
+                          K, comm.world_rank(n - K), comm.world_rank(n - 1),
+                          std::min<int64_t>(K, m.src.text_config.n_kv_heads))
             : fmt::format("encoder      tensor-parallel over {} of {} rank(s), text tower on the {}, {}",
                           std::min<int64_t>(n, m.src.text_config.n_kv_heads), n,
                           m.text_device() == Device::cuda ? "GPU" : "CPU",
                           m.text ? "resident" : "loaded per request and freed before denoising"));
+  if (n > 1) {  // by host (several hosts: which one encodes, which ones denoise)
+    std::vector<int> enc, den;
+    for (int r = 0; r < n; ++r) (r < n - K ? den : enc).push_back(comm.world_rank(r));
+    if (K > 0) m.described.push_back("placement    encoder: " + hosts_of_ranks(enc));
+    m.described.push_back(std::string("placement    ") + (K > 0 ? "denoise: " : "encoder and denoise: ") +
+                          hosts_of_ranks(den));
+  }
   if (m.gpu)
     m.described.push_back(
         fmt::format("memory       {} GiB of GPU memory per rank; resident: {}{}{}{}", m.device_bytes / kGiB,

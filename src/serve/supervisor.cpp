@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "dist/launch.h"
 #include "serve/channel.h"
 
 extern char** environ;
@@ -298,6 +299,10 @@ bool Supervisor::launch_group() {
   if (!std::getenv("H3_THREADS")) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     env.push_back("H3_THREADS=" + std::to_string(std::max(1u, cores / static_cast<unsigned>(o_.ranks))));
+  }
+  if (o_.ranks > 1) {  // the group's settings reach ranks on other hosts too
+    const auto forward = mpirun_forward_args(env);
+    args.insert(args.begin() + 1, forward.begin(), forward.end());
   }
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
