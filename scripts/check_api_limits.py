@@ -147,11 +147,13 @@ def code_claims(root, doc, c):
 def help_options(text):
     """{option: (default or None, env or None)} from CLI11's help."""
     out = {}
-    for m in re.finditer(r"^\s+(?:-\w,)?(--[a-z0-9-]+)([^\n]*)", text, re.M):
+    # An option's names as CLI11 lists them: "-m,--model-dir,--model TEXT" gives --model-dir and --model.
+    for m in re.finditer(r"^\s+(?:-\w,)?(--[a-z0-9-]+(?:,--[a-z0-9-]+)*)([^\n]*)", text, re.M):
         rest = m.group(2)
         d = re.search(r"=(\S+)", rest.split("(Env:")[0])
         e = re.search(r"\(Env:(\w+)\)", rest)
-        out[m.group(1)] = (d.group(1) if d else None, e.group(1) if e else None)
+        for name in m.group(1).split(","):
+            out[name] = (d.group(1) if d else None, e.group(1) if e else None)
     return out
 
 
