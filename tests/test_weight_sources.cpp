@@ -105,8 +105,11 @@ TEST(WeightSources, FullVaeConfigsAreTheReleasedOnes) {
   EXPECT_EQ(a.decoder_dim, 1024);
   EXPECT_EQ(a.hop(), 800);
   int64_t video = 0, audio = 0;
-  for (const auto& [n, s] : procedural_video_vae_weights(v, 1, true, "v")->params()) video += shape_numel(s);
-  for (const auto& [n, s] : procedural_audio_vae_weights(a, 1, true, "a")->params()) audio += shape_numel(s);
+  // The sources held in locals: a range-for over a member of a temporary would read it after its destruction.
+  const auto vw = procedural_video_vae_weights(v, 1, true, "v");
+  const auto aw = procedural_audio_vae_weights(a, 1, true, "a");
+  for (const auto& [n, s] : vw->params()) video += shape_numel(s);
+  for (const auto& [n, s] : aw->params()) audio += shape_numel(s);
   std::printf("procedural:full parameters: video VAE %.3f B, audio VAE %.3f B\n", video / 1e9, audio / 1e9);
   EXPECT_GT(video, int64_t{2} * 1000 * 1000 * 1000);  // 36 blocks of 16 x 2048^2 GEMM weights alone: 2.4 B
   EXPECT_NE(video_vae_config_of("procedural:full").decoder_num_layers,
