@@ -326,12 +326,14 @@ async function readForm() {  // JSON, or a FormData when files go with it
   for (const r of media.references) { form.append("references[][kind]", r.kind); form.append("references[][data]", r.file, r.file.name); }
   return form;
 }
-let lastSubmitted = null;
-$("form").onsubmit = async (ev) => {
+let submitting = null;  // the last submission's promise: the job, or {error}
+$("form").onsubmit = (ev) => {
   ev.preventDefault();
   $("formmsg").textContent = "";
-  try { const j = await api("POST", "/v1/videos", await readForm()); lastSubmitted = j; upsert(j); }
-  catch (e) { $("formmsg").textContent = e.message; lastSubmitted = {error: e.message}; }
+  submitting = (async () => {
+    try { const j = await api("POST", "/v1/videos", await readForm()); upsert(j); return j; }
+    catch (e) { $("formmsg").textContent = e.message; return {error: e.message}; }
+  })();
 };
 for (const id of ["size", "aspect", "seconds", "steps"])
   $(id).addEventListener("input", () => { localStorage.setItem("h3_form_touched", "1"); estimate(); });
@@ -427,11 +429,11 @@ async function selftest() {
   const submitVia = async (prompt, keyframe) => {
     $("prompt").value = prompt; $("size").value = "320x192"; $("seconds").value = "5"; $("steps").value = "6"; $("seed").value = "7";
     setKeyframe("first_image", keyframe || null);
-    lastSubmitted = null;
-    $("submit").click();
-    for (let i = 0; i < 200 && !lastSubmitted; ++i) await api("GET", "/health").catch(() => 0);
-    if (!lastSubmitted || !lastSubmitted.id) throw new Error("submit failed: " + JSON.stringify(lastSubmitted));
-    return lastSubmitted.id;
+    submitting = null;
+    $("submit").click();  // dispatches the form's submit event at once, which starts the request
+    const j = submitting ? await submitting : null;
+    if (!j || !j.id) throw new Error("submit failed: " + JSON.stringify(j));
+    return j.id;
   };
   // Headless Chromium's virtual time only stands still while a request is in flight, so wait by asking back to
   // back; then read the job's event stream (finite once the job is over) through the page's own SSE parser.
