@@ -3,6 +3,7 @@
 // smaller than a tensor, every error naming file and key. The GPU side is in test_cuda_loader.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,41 @@ TEST(DeviceLoader, ConvertsOnLoadAsTensorToDoes) {
   EXPECT_TRUE(same_bytes(loader.load(f, "bf16", DType::bf16), bf16));
   // FP8 is quantized on the GPU only.
   EXPECT_NE(error_of([&] { (void)loader.load(f, "f32", DType::fp8_e4m3); }).find("GPU"), std::string::npos);
+}
+
+// NaN and Inf are found in the bytes as they are read (each parallel piece on its own) and refused naming the file,
+// the loader's component, the key, the count and the first bad element of the stored tensor; a read that leaves
+// the bad rows out passes, integers are never "non-finite", and the loader works on after a refusal.
+TEST(DeviceLoader, RefusesNonFiniteValuesNamingFileKeyAndElement) {
+  ScratchDir dir;
+  Tensor w = counting({37, 29}, 1.0f);
+  w.data<float>()[30 * 29 + 1] = -HUGE_VALF;
+  w.data<float>()[5 * 29 + 3] = std::nanf("");
+  Tensor ints(DType::i32, {3, 5});
+  for (int64_t i = 0; i < ints.numel(); ++i) ints.data<int32_t>()[i] = 0x7f800000 + static_cast<int32_t>(i);
+  const std::string path = (dir / "nan.safetensors").string();
+  write_safetensors(path, {{"w", w}, {"w16", w.to(DType::bf16)}, {"h", w.to(DType::f16)}, {"ints", ints}});
+  const SafeTensors f = SafeTensors::open(path);
+  // Pieces of 1 KiB: the bad values lie in different pieces, read by different threads.
+  DeviceLoader loader(Device::cpu, "test VAE", {4096, 2, 1024});
+  for (const char* key : {"w", "w16", "h"}) {
+    const std::string e = error_of([&] { (void)loader.load(f, key, DType::f32); });
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("test VAE weight '") + key + "' holds 2 non-finite values"), std::string::npos) << e;
+    EXPECT_NE(e.find("the first at element 148;"), std::string::npos) << e;  // row 5, column 3
+  }
+  // Rows 30 then 5: the first bad element is still counted in the stored tensor.
+  const std::string e = error_of([&] { (void)loader.load(read_rows(f, "w16", {{30, 31}, {5, 6}}), DType::bf16); });
+  EXPECT_NE(e.find("holds 2 non-finite values (NaN or Inf), the first at element 148;"), std::string::npos) << e;
+  const std::string one = error_of([&] { (void)loader.load(read_rows(f, "w", {{29, 31}}, {1, 9}), DType::f32); });
+  EXPECT_NE(one.find("holds 1 non-finite value (NaN or Inf), the first at element 871;"), std::string::npos) << one;
+  // Without rows 5 and 30 the values are clean; integers with float-looking bits load.
+  const Tensor clean = loader.load(read_rows(f, "w", {{0, 5}, {6, 30}, {31, 37}}), DType::f32);
+  EXPECT_EQ(clean.dim(0), 35);
+  EXPECT_TRUE(same_bytes(loader.load(f, "ints", DType::i32), ints));
+  // Turned off, the values pass as they are.
+  DeviceLoader lenient(Device::cpu, "lenient", {4096, 2, 1024, false});
+  EXPECT_TRUE(same_bytes(lenient.load(f, "w", DType::f32), w));
 }
 
 TEST(DeviceLoader, ReadsFromFilesWhoseNameIsGone) {
