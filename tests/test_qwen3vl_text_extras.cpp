@@ -206,11 +206,22 @@ TEST(Qwen3VlTextFolder, MissingShardsKeysAndIndexAreNamed) {
     EXPECT_NE(e.find("missing model.language_model.layers.7.mlp.down_proj.weight"), std::string::npos) << e;
   }
   {
+    // Without the index the shards still say which key lives where (no key in two files): the same tensors.
     test::ScratchDir scratch;
     write_folder(f, scratch.path());
     fs::remove(scratch.path() / "model.safetensors.index.json");
+    const Qwen3VlTextWeights w = Qwen3VlTextWeights::open(scratch.path().string());
+    EXPECT_EQ(w.shard_count(), 3u);
+    size_t stored = 2;  // the vision tensor and lm_head
+    for (const auto& k : f.keys()) stored += k.starts_with("weight.");
+    EXPECT_EQ(w.keys().size(), stored);
+    EXPECT_TRUE(same_bits(w.get("model.language_model.layers.7.mlp.down_proj.weight"),
+                          f.get("weight.layers.7.mlp.down_proj.weight")));
+    // A key in two files is ambiguous without an index: refused naming both.
+    fs::copy_file(scratch.path() / "model-00002-of-00003.safetensors", scratch.path() / "copy.safetensors");
     const std::string e = error_of([&] { (void)Qwen3VlTextWeights::open(scratch.path().string()); });
-    EXPECT_NE(e.find("no model.safetensors.index.json"), std::string::npos) << e;
+    EXPECT_NE(e.find("must not repeat keys"), std::string::npos) << e;
+    EXPECT_NE(e.find("copy.safetensors"), std::string::npos) << e;
   }
 }
 

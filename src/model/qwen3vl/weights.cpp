@@ -1,102 +1,28 @@
 #include "model/qwen3vl/weights.h"
 
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
-#include "core/files.h"
-#include "core/json_limits.h"
 #include "io/procedural.h"
 #include "ops/device_ops.h"
 #include "ops/ops.h"
 
 namespace h3 {
 
-namespace fs = std::filesystem;
-
-namespace {
-
-std::string read_text(const fs::path& p, const char* what) {
-  return read_text_file_checked(p.string(), std::string("the ") + what);
-}
-
-}  // namespace
-
 Qwen3VlTextWeights Qwen3VlTextWeights::from_file(std::shared_ptr<const SafeTensors> f) {
   H3_ASSERT(f != nullptr, "Qwen3VlTextWeights::from_file: no file");
   Qwen3VlTextWeights w;
-  w.path_ = f->path();
-  w.shard_paths_ = {f->path()};
-  w.shards_ = {f};
-  w.keys_ = f->keys();
-  for (const auto& k : w.keys_) w.where_[k] = 0;
-  w.config_json_ = f->meta("config");
+  w.files_ = WeightFiles::of(std::move(f));
+  w.path_ = w.files_->path();
+  w.config_json_ = w.files_->config_json();
   return w;
 }
 
 Qwen3VlTextWeights Qwen3VlTextWeights::open(const std::string& path) {
-  if (!fs::exists(path))
-    fail(
-        "text encoder {} does not exist: pass a .safetensors file or a transformers folder (config.json + "
-        "model.safetensors.index.json + shards)",
-        path);
-  if (!fs::is_directory(path)) return from_file(std::make_shared<SafeTensors>(SafeTensors::open(path)));
-
-  const fs::path dir(path);
-  std::string config;
-  if (fs::exists(dir / "config.json")) config = read_text(dir / "config.json", "text encoder config");
-  fs::path index;
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.ends_with(".safetensors.index.json")) {
-      if (!index.empty()) fail("{}: two shard indexes ({} and {}); keep one", path, index.filename().string(), name);
-      index = e.path();
-    } else if (e.path().extension() == ".safetensors") {
-      files.push_back(e.path());
-    }
-  }
-
-  if (index.empty()) {
-    if (files.size() != 1)
-      fail(
-          "{}: {} .safetensors files and no model.safetensors.index.json saying which key lives where; add "
-          "the index or pass one file",
-          path, files.size());
-    Qwen3VlTextWeights w = from_file(std::make_shared<SafeTensors>(SafeTensors::open(files[0].string())));
-    w.path_ = path;
-    if (!config.empty()) w.config_json_ = config;
-    return w;
-  }
-
   Qwen3VlTextWeights w;
+  w.files_ = WeightFiles::open(path, "text encoder");
   w.path_ = path;
-  w.index_path_ = index.string();
-  nlohmann::json j;
-  try {
-    j = parse_json_bounded(read_text(index, "shard index"), index.string() + ": the shard index");
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: the shard index is not valid JSON ({})", w.index_path_, e.what());
-  }
-  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    fail("{}: the shard index has no \"weight_map\" object (key -> shard file)", w.index_path_);
-  std::map<std::string, int> shard_ids;
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!it.value().is_string()) fail("{}: weight_map entry '{}' is not a shard file name", w.index_path_, it.key());
-    const std::string shard = it.value().get<std::string>();
-    if (shard.empty() || shard.find('/') != std::string::npos || shard.find('\\') != std::string::npos)
-      fail("{}: weight_map entry '{}' names '{}', which is not a file of this folder", w.index_path_, it.key(), shard);
-    auto [pos, fresh] = shard_ids.emplace(shard, static_cast<int>(w.shard_paths_.size()));
-    if (fresh) w.shard_paths_.push_back((dir / shard).string());
-    w.where_[it.key()] = pos->second;
-    w.keys_.push_back(it.key());
-  }
-  if (w.keys_.empty()) fail("{}: the shard index lists no tensors", w.index_path_);
-  w.shards_.resize(w.shard_paths_.size());
-  w.config_json_ = config;
+  w.config_json_ = w.files_->config_json();
   return w;
 }
 
@@ -110,27 +36,22 @@ Qwen3VlTextWeights Qwen3VlTextWeights::procedural(const std::vector<std::pair<st
   for (const auto& [name, shape] : params) {
     if (!w.procedural_infos_.emplace(name, TensorInfo{DType::f32, shape}).second)
       fail("{}: procedural parameter '{}' listed twice", w.path_, name);
-    w.keys_.push_back(name);
-    w.where_[name] = 0;
+    w.procedural_keys_.push_back(name);
   }
   return w;
 }
 
-const SafeTensors& Qwen3VlTextWeights::shard_of(const std::string& key) const {
-  const auto it = where_.find(key);
-  if (it == where_.end()) fail("{}: no tensor '{}'", path_, key);
-  auto& slot = shards_[static_cast<size_t>(it->second)];
-  if (!slot) {
-    const std::string& shard = shard_paths_[static_cast<size_t>(it->second)];
-    if (!fs::exists(shard))
-      fail("{}: shard {} is missing (the index {} puts '{}' there); download the whole folder", path_, shard,
-           index_path_, key);
-    slot = std::make_shared<SafeTensors>(SafeTensors::open(shard));
-  }
-  if (!slot->has(key))
-    fail("{}: the index {} puts '{}' in {}, but that shard has no such tensor (index and shards disagree)", path_,
-         index_path_, key, slot->path());
-  return *slot;
+bool Qwen3VlTextWeights::has(const std::string& key) const {
+  return procedural_ ? procedural_infos_.count(key) != 0 : files_->has(key);
+}
+
+const std::vector<std::string>& Qwen3VlTextWeights::keys() const {
+  return procedural_ ? procedural_keys_ : files_->keys();
+}
+
+const SafeTensors& Qwen3VlTextWeights::file_of(const std::string& key) const {
+  if (procedural_) fail("{}: '{}' is generated, not stored in a file", path_, key);
+  return files_->file_of(key);
 }
 
 const TensorInfo& Qwen3VlTextWeights::info(const std::string& key) const {
@@ -139,12 +60,12 @@ const TensorInfo& Qwen3VlTextWeights::info(const std::string& key) const {
     if (it == procedural_infos_.end()) fail("{}: no tensor '{}'", path_, key);
     return it->second;
   }
-  return shard_of(key).info(key);
+  return files_->info(key);
 }
 
 Tensor Qwen3VlTextWeights::get(const std::string& key) const {
   if (procedural_) return procedural_tensor(key, info(key).shape, seed_);
-  return shard_of(key).get(key);
+  return files_->get(key);
 }
 
 namespace {
@@ -210,7 +131,7 @@ Tensor Qwen3VlTextWeights::load(const std::string& key, DType dt, Device device,
   }
   if (loader && device != Device::cpu) {
     if (loader->device() != device) fail("{}: '{}' asked on another device than its loader's", path_, key);
-    const SafeTensors& f = shard_of(key);
+    const SafeTensors& f = file_of(key);
     if (rows.all() && cols.all()) return loader->load(read_tensor(f, key), dt);
     const std::vector<RowRange> rr = {rows.all() ? RowRange{0, shape[0]} : RowRange{rows.begin, rows.end}};
     return loader->load(read_rows(f, key, rr, cols.all() ? RowRange{} : RowRange{cols.begin, cols.end}), dt);
@@ -221,12 +142,6 @@ Tensor Qwen3VlTextWeights::load(const std::string& key, DType dt, Device device,
   if (device == Device::cpu) return t.to(dt);  // a copy (also of a view of the mapped file)
   t = t.to_device(device);                     // the stored bytes of the block
   return t.dtype() == dt ? t : t.to(dt);
-}
-
-size_t Qwen3VlTextWeights::shards_opened() const {
-  size_t n = 0;
-  for (const auto& s : shards_) n += s != nullptr;
-  return n;
 }
 
 }  // namespace h3

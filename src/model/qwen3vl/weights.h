@@ -1,10 +1,11 @@
 // Where the Qwen3-VL text decoder's tensors come from: one safetensors file (golden sets, procedural weights,
 // ComfyUI's truncated text encoder) or a transformers folder (config.json with "text_config",
-// model.safetensors.index.json and its shards; the released Qwen3-VL layout). Only headers are read when the
-// source opens; a shard is mapped the first time one of its keys is asked for, so shards holding only the
-// vision tower or lm_head are never touched, and tensor data is read only for the keys the model loads
-// (embeddings, the decoder layers it runs, the final norm). A procedural source (procedural(), the formula of
-// shared/golden/README.md) has keys and shapes but no file: its tensors are generated where they are loaded.
+// model.safetensors.index.json and its shards; the released Qwen3-VL layout), opened as io/weight_files.h does
+// for every component. Only headers are read when the source opens; a shard is mapped the first time one of its
+// keys is asked for, so shards holding only the vision tower or lm_head are never touched, and tensor data is read
+// only for the keys the model loads (embeddings, the decoder layers it runs, the final norm). A procedural source
+// (procedural(), the formula of shared/golden/README.md) has keys and shapes but no file: its tensors are generated
+// where they are loaded.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -16,6 +17,7 @@
 #include "core/tensor.h"
 #include "io/device_loader.h"
 #include "io/safetensors.h"
+#include "io/weight_files.h"
 
 namespace h3 {
 
@@ -30,8 +32,8 @@ class Qwen3VlTextWeights {
   // A file already open (shares its mapping).
   static Qwen3VlTextWeights from_file(std::shared_ptr<const SafeTensors> f);
   // A .safetensors file, or a folder: with model.safetensors.index.json its shards (a shard the index names
-  // must exist when one of its keys is read; the error names shard, key and index), else exactly one
-  // .safetensors file. config.json (flat or with "text_config") supplies the config when present.
+  // must exist when one of its keys is read; the error names shard, key and index), else its .safetensors files
+  // (no key in two of them). config.json (flat or with "text_config") supplies the config when present.
   static Qwen3VlTextWeights open(const std::string& path);
   // Procedural weights for `params` (key = the formula's name, f32 values): nothing is generated until a tensor is
   // loaded. `label` is what path() reports.
@@ -39,7 +41,7 @@ class Qwen3VlTextWeights {
                                        std::string config_json, uint64_t seed, std::string label);
 
   const std::string& path() const { return path_; }
-  bool has(const std::string& key) const { return where_.count(key) != 0; }
+  bool has(const std::string& key) const;
   const TensorInfo& info(const std::string& key) const;
   // A zero-copy view of the stored tensor (its stored dtype); procedural sources generate it on the host in f32.
   Tensor get(const std::string& key) const;
@@ -52,24 +54,21 @@ class Qwen3VlTextWeights {
               DeviceLoader* loader = nullptr) const;
   bool procedural() const { return procedural_; }
   // Every key, in index (or file) order.
-  const std::vector<std::string>& keys() const { return keys_; }
+  const std::vector<std::string>& keys() const;
   // config.json's text, else the file's "config" metadata, else "".
   const std::string& config_json() const { return config_json_; }
   // The mapped shard holding `key` (mapped now if it was not yet): for staged reads to the device,
   // DeviceLoader::load(read_rows(file_of(key), key, rows), dtype) (io/device_loader.h).
-  const SafeTensors& file_of(const std::string& key) const { return shard_of(key); }
+  const SafeTensors& file_of(const std::string& key) const;
   // Shards named by the index (one entry for a single file) and how many were mapped so far.
-  size_t shard_count() const { return shard_paths_.size(); }
-  size_t shards_opened() const;
+  size_t shard_count() const { return files_ ? files_->shard_paths().size() : 0; }
+  size_t shards_opened() const { return files_ ? files_->shards_opened() : 0; }
 
  private:
-  const SafeTensors& shard_of(const std::string& key) const;
-  std::string path_, index_path_;
-  std::vector<std::string> shard_paths_;
-  mutable std::vector<std::shared_ptr<const SafeTensors>> shards_;  // mapped on first use
-  std::map<std::string, int> where_;                                // key -> shard
-  std::vector<std::string> keys_;
+  std::string path_;
+  std::shared_ptr<const WeightFiles> files_;  // file sources
   std::string config_json_;
+  std::vector<std::string> procedural_keys_;
   std::map<std::string, TensorInfo> procedural_infos_;  // procedural sources: key -> (f32, shape)
   bool procedural_ = false;
   uint64_t seed_ = 0;
