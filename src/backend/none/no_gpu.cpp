@@ -12,11 +12,11 @@ void start_gpu_backend(const GpuOptions&) {
 bool gpu_backend_started() {
   return false;
 }
-bool gpu_deterministic() {
-  return false;
+Numerics gpu_numerics() {
+  return {};
 }
-bool gpu_fp8_row_activations() {
-  return false;
+void set_gpu_numerics(const Numerics&) {
+  fail("set_gpu_numerics: this h3 was built without the CUDA backend");
 }
 std::string gpu_description() {
   return "no GPU backend in this build";
@@ -32,7 +32,5 @@ void gpu_reset_peak() {}
 size_t gpu_total_bytes() {
   return 0;
 }
-GpuPinnedGemms::GpuPinnedGemms() = default;
-GpuPinnedGemms::~GpuPinnedGemms() = default;
 
 }  // namespace h3
