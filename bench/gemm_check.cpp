@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/knobs.h"
 #include "core/tensor.h"
 #include "normal_gpu.h"
 #include "ops/ops.h"
@@ -58,7 +59,10 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    start_gpu_backend({});
+    GpuOptions gpu;  // the knobs' numerics and GEMM tuning (H3_FP8_FAST_ACCUM, H3_GEMM_TUNE), as h3 has them
+    gpu.numerics = numerics_from_knobs(false);
+    gpu.gemm_tune = knobs().gemm_tune;
+    start_gpu_backend(gpu);
     std::printf("gemm_check: %s, median of %d\n", gpu_description().c_str(), reps);
     struct W {
       const char* name;

@@ -4,6 +4,9 @@
 #include <functional>
 #include <string>
 
+#include "core/numerics.h"
+#include "dist/comm_device.h"
+
 namespace h3::cli {
 
 // The global --ranks value (for commands that report on a world size without starting it).
@@ -11,6 +14,9 @@ inline int g_ranks = 1;
 // The global --device (cpu or cuda) and --deterministic values; the GPU backend is started before the command runs.
 inline std::string g_device = "cpu";
 inline bool g_deterministic = false;
+// The numerics (core/numerics.h) the GPU backend was started with, for the models' options, and --transport.
+inline Numerics g_numerics;
+inline Transport g_transport = Transport::automatic;
 
 using Runner = std::function<int()>;
 Runner add_verify(CLI::App& app);

@@ -13,10 +13,10 @@
 
 namespace h3 {
 
-void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv) {
+void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv, const std::string& mpirun) {
   if (ranks <= 1 || in_mpi_job()) return;
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const char* launcher = std::getenv("H3_MPIRUN") ? std::getenv("H3_MPIRUN") : "mpirun";
+  const char* launcher = mpirun.c_str();
   std::vector<std::string> args = {
       launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(ranks), self};
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);

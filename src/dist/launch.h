@@ -7,7 +7,8 @@
 
 namespace h3 {
 
-// Returns only if no relaunch is needed; otherwise execs mpirun (or throws h3::Error if it cannot).
-void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv);
+// Returns only if no relaunch is needed; otherwise execs the launcher `mpirun` (the mpirun knob; throws h3::Error
+// if it cannot).
+void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv, const std::string& mpirun);
 
 }  // namespace h3

@@ -17,6 +17,7 @@
 #include <regex>
 #include <thread>
 
+#include "core/knobs.h"
 #include "core/log.h"
 #include "serve/channel.h"
 
@@ -123,8 +124,8 @@ Supervisor::Supervisor(ServeOptions options) : o_(std::move(options)) {
   if (::pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) fail("serve: pipe(): {}", std::strerror(errno));
   // The control socket lives in a private folder with a short path (Unix socket paths are limited to 107
   // bytes).
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/h3serve-XXXXXX";
+  const std::string& tmp = knobs().tmpdir;
+  std::string tmpl = (tmp.empty() ? std::string("/tmp") : tmp) + "/h3serve-XXXXXX";
   if (tmpl.size() > 80) tmpl = "/tmp/h3serve-XXXXXX";
   if (!::mkdtemp(tmpl.data())) fail("serve: cannot create a folder for the control socket: {}", std::strerror(errno));
   run_dir_ = tmpl;
@@ -254,16 +255,18 @@ bool Supervisor::launch_group() {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
-    if (kv.rfind("H3_SERVE_TOKEN=", 0) == 0 || kv.rfind("H3_DEBUG_FAULT=", 0) == 0) continue;
+    if (kv.rfind("H3_SERVE_TOKEN=", 0) == 0 || kv.rfind("H3_DEBUG_FAULT=", 0) == 0 || kv.rfind("H3_THREADS=", 0) == 0)
+      continue;
     env.push_back(kv);
   }
   env.push_back("H3_SERVE_TOKEN=" + token);
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-  if (!std::getenv("H3_THREADS")) {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    env.push_back("H3_THREADS=" + std::to_string(std::max(1u, cores / static_cast<unsigned>(o_.ranks))));
-  }
+  // The threads knob as this process has it (--threads or H3_THREADS), else the cores shared out between the ranks.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = knobs().threads > 0 ? static_cast<unsigned>(knobs().threads)
+                                               : std::max(1u, cores / static_cast<unsigned>(o_.ranks));
+  env.push_back("H3_THREADS=" + std::to_string(threads));
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

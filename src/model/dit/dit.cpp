@@ -5,7 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/backend.h"
 #include "core/log.h"
 #include "core/ref_math.h"
 #include "model/dit/lora.h"
@@ -225,11 +224,13 @@ DitShard DitShard::of(const DitConfig& c, DistMode mode, int K, int U, int t, in
   return s;
 }
 
-DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device)
+DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device,
+                   const Numerics& numerics)
     : config_(ck.config()),
       precision_(precision),
       ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
       dev_(device),
+      numerics_(numerics),
       plan_(plan) {
   const bool gpu = dev_ != Device::cpu;
   if (gpu && precision_ != Precision::bf16 && precision_ != Precision::fp8)
@@ -275,7 +276,7 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       // FP8 weight scales per tensor (fast GEMMs), or per output row in deterministic mode: a rank holding a row
       // slice (ulysses-ag, tensor) then gets the same scales, hence the same bits, as the whole weight.
       if (kind == gemm_weight && precision_ == Precision::fp8)
-        t = gpu_deterministic() ? ops::quantize_fp8_rows(t) : ops::quantize_fp8(t);
+        t = numerics_.fp8_row_scales() ? ops::quantize_fp8_rows(t) : ops::quantize_fp8(t);
       else if (kind != f32_layer)
         t = t.to(DType::bf16);
     }
