@@ -3,7 +3,7 @@
 # cuDNN and NCCL inside its Python's `nvidia` packages, and no network. The few Debian packages it lacks
 # (PCRE2 and utf8proc headers, OpenBLAS headers) travel as .deb files in $H3_DEBS and are unpacked under /tmp.
 # Usage (from the checkout's root there): H3_DEBS=path/to/debs [H3_BENCH=ON] scripts/device/build.sh [build-dir]
-# (H3_BENCH=ON also builds the bench/ programs, e.g. attention_fp8_check; H3_TARGETS="h3 h3_tests" builds only those;
+# (H3_BENCH=ON also builds the bench/ programs, e.g. attention_wgmma_check; H3_TARGETS="h3 h3_tests" builds only those;
 # H3_DEBS_EXTRA=folder supplies spdlog/fmt/json/CLI11/gtest .debs, unpacked only when the image lacks their headers.)
 set -euo pipefail
 build=${1:-build-gpu}

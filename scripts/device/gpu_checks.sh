@@ -3,8 +3,8 @@
 # $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
-# Steps: probe build smi power tests gpu-ctest fp8attn wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
-#        bench-bf16 bench-fp8 anchor decode decode-profile decode-attn-ab vae
+# Steps: probe build smi power tests gpu-ctest wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
+#        bench-bf16 bench-fp8 anchor decode decode-profile vae
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
 mkdir -p "$out"
@@ -28,7 +28,7 @@ for s in "$@"; do
     probe)
       step probe 60 bash -c 'nvidia-smi; ls /usr/include | grep -E "spdlog|fmt|nlohmann|CLI|gtest" ; nproc' ;;
     build)
-      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check attention_wgmma_check gemm_check power_phase" \
+      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_wgmma_check gemm_check power_phase" \
         scripts/device/build.sh build-gpu ;;
     smi)  # clocks, power and throttle reasons every 250 ms while the later steps run
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -46,8 +46,6 @@ for s in "$@"; do
       TAIL=25 step tests 240 build-gpu/bin/h3_tests --gtest_filter='Cuda*:VideoVaeGolden*:AudioVae*' ;;
     wgmma-attn)  # our attention kernels (bf16, FP8 with bf16 O, FP8 with e4m3 O): checks and TFLOPS
       TAIL=34 step wgmma-attn 200 build-gpu/bin/attention_wgmma_check --reps 5 ;;
-    fp8attn)
-      TAIL=20 step fp8attn 180 env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr build-gpu/bin/attention_fp8_check --reps 5 ;;
     verify)
       for p in bf16 fp8; do
         for f in dit-mini dit-fullwidth-1block; do
@@ -103,9 +101,6 @@ for s in "$@"; do
     decode-profile)  # 768p bf16, one more whole decode with the decoder's profile regions
       TAIL=40 step decode-profile 200 "$h3" --device cuda bench-decode --res 768p --precision bf16 --split 1 \
         --no-audio --profile --json "$out/decode-profile.json" ;;
-    decode-attn-ab)  # the same with attention back to one cuDNN call per unit (the batched call's gain)
-      TAIL=24 step decode-attn-ab 200 env H3_VAE_ATTENTION_PER_BLOCK=1 "$h3" --device cuda bench-decode --res 768p \
-        --precision bf16 --split 1 --no-audio --profile --json "$out/decode-attn-ab.json" ;;
     *) echo "unknown step $s" ;;
   esac
 done
