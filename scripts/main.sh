@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DH3_REQUIRE_FULL=ON >/dev/null
+# Only the h3 program: the tests and benchmarks (and what they need, scripts/setup-test.sh) are the test command's.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DH3_REQUIRE_FULL=ON -DH3_TESTS=OFF -DH3_BENCH=OFF >/dev/null
 cmake --build build -j"$(nproc)" --target h3
 # Prompt to MP4 on the procedural mini models (no download) over 2 CPU ranks; any arguments replace these.
 if [ $# -eq 0 ]; then

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
+
+#include "io/safetensors.h"
 
 namespace h3::test {
 
@@ -19,3 +22,24 @@ inline std::string golden(const std::string& name) {
       GTEST_SKIP() << "SKIPPED LOUDLY: golden file missing: " << (path)                         \
                    << " (the reference tensors live in ../shared/golden next to the checkout)"; \
   } while (0)
+
+namespace h3::test {
+
+// The fixture of a suite whose tests read one golden file: SetUp skips loudly when the file is absent, else opens
+// it (file()). A suite declares `class Suite : public GoldenFileTest { ... Suite() : GoldenFileTest(name) {} };`.
+class GoldenFileTest : public ::testing::Test {
+ protected:
+  explicit GoldenFileTest(const std::string& name) : path_(golden(name)) {}
+  void SetUp() override {
+    H3_REQUIRE_GOLDEN(path_);
+    file_ = std::make_unique<SafeTensors>(SafeTensors::open(path_));
+  }
+  const std::string& path() const { return path_; }
+  const SafeTensors& file() const { return *file_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<SafeTensors> file_;
+};
+
+}  // namespace h3::test

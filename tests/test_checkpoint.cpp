@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
 #include "model/dit/checkpoint.h"
@@ -565,8 +567,31 @@ TEST(CheckpointProcedural, ReferenceArithmeticMatchesKnownVectors) {
   EXPECT_EQ(mix_ref(0x3c6ef372fe94f82aull), 0x06c45d188009454full);
   // ... and the library's own helpers agree.
   for (const char* s : {"", "a", "foobar", "transformer_blocks.0.attn.to_q.weight"})
-    EXPECT_EQ(fnv1a64(s), fnv1a64_ref(s)) << s;
+    EXPECT_EQ(fnv1a(s), fnv1a64_ref(s)) << s;
   for (uint64_t z : {0ull, 1ull, 20261129ull, 0xffffffffffffffffull}) EXPECT_EQ(splitmix64(z), mix_ref(z)) << z;
+}
+
+TEST(CheckpointProcedural, HashVariantsFollowTheirDefinitions) {
+  // core/hash.h's record digest: each string with its NUL, in turn.
+  Fnv1a rec;
+  rec.str("ab");
+  rec.str("c");
+  EXPECT_EQ(rec.h, fnv1a64_ref(std::string_view("ab\0c\0", 5)));
+  double v = 1.5;
+  Fnv1a num;
+  num.f64(v);
+  EXPECT_EQ(num.h, fnv1a64_ref(std::string_view(reinterpret_cast<const char*>(&v), sizeof(v))));
+  // The word-wise variant: whole 8-byte words in host order, then the tail byte-wise.
+  const std::string s = "abcdefghi";
+  uint64_t w = 0;
+  for (int k = 0; k < 8; ++k) {
+    const int shift = std::endian::native == std::endian::little ? 8 * k : 8 * (7 - k);
+    w |= static_cast<uint64_t>(static_cast<unsigned char>(s[k])) << shift;
+  }
+  const uint64_t want =
+      ((14695981039346656037ull ^ w) * 1099511628211ull ^ static_cast<uint64_t>('i')) * 1099511628211ull;
+  EXPECT_EQ(fnv1a_words(s.data(), s.size()), want);
+  EXPECT_EQ(fnv1a_words("abc", 3), fnv1a64_ref("abc"));  // shorter than a word: byte-wise
 }
 
 TEST(CheckpointProcedural, ValuesComputedOutsideTheEngine) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cli_run.h"
+#include "error_of.h"
 #include "golden.h"
 #include "io/safetensors.h"
 #include "media/media_read.h"
@@ -28,15 +29,7 @@ namespace fs = std::filesystem;
 using h3::Shape;
 using h3::Tensor;
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const h3::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using h3::test::error_of;
 
 // A picture whose channels vary differently along x and y, so scaling and cropping mistakes show.
 Tensor test_picture(int64_t frames, int64_t h, int64_t w, float shift = 0.f) {

@@ -63,10 +63,10 @@ std::string mp4_with_sound(const fs::path& path, int64_t frames, int64_t h, int6
 // The procedural mini conditioner: built-in tokenizer, 50-layer text tower and its vision tower (one file).
 struct MiniConditioner {
   h3::Tokenizer tok = h3::Tokenizer::from_json_text(h3::builtin_tokenizer_json(), "built-in");
-  h3::QwenTextWeights weights =
-      h3::QwenTextWeights::from_file(h3::procedural_qwen_text_file(h3::kDefaultProceduralSeed));
-  h3::QwenVisionModel vision{weights, h3::detect_qwen_vision_config(weights), h3::Precision::f32};
-  h3::QwenTextModel text{weights, h3::detect_qwen_text_config(weights), 50, h3::QwenTextOptions{}};
+  h3::Qwen3VlTextWeights weights =
+      h3::Qwen3VlTextWeights::from_file(h3::procedural_qwen3vl_text_file(h3::kDefaultProceduralSeed));
+  h3::Qwen3VlVisionModel vision{weights, h3::detect_qwen3vl_vision_config(weights), h3::Precision::f32};
+  h3::Qwen3VlTextModel text{weights, h3::detect_qwen3vl_text_config(weights), 50, h3::Qwen3VlTextOptions{}};
 };
 
 MiniConditioner& mini() {

@@ -24,17 +24,17 @@ TEST(CudaText, TextMiniOnTheGpuMatchesTheCpuAndTheGolden) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  const QwenTextConfig c = detect_qwen_text_config(f);
-  const QwenTextWeights w = QwenTextWeights::from_file(std::make_shared<SafeTensors>(f));
-  const QwenTextModel cpu(w, c, -1, QwenTextOptions{Precision::f32, Device::cpu, nullptr});
-  const QwenTextModel gpu(w, c, -1, QwenTextOptions{Precision::f32, Device::cuda, nullptr});
+  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(f);
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f));
+  const Qwen3VlTextModel cpu(w, c, -1, Qwen3VlTextOptions{Precision::f32, Device::cpu, nullptr});
+  const Qwen3VlTextModel gpu(w, c, -1, Qwen3VlTextOptions{Precision::f32, Device::cuda, nullptr});
   EXPECT_EQ(gpu.bytes_replicated() + gpu.bytes_sharded(), cpu.bytes_replicated() + cpu.bytes_sharded());
   for (const char* cs : {"L1", "L13", "L40"}) {
     SCOPED_TRACE(cs);
     const Tensor ids_t = f.get(std::string(cs) + ".input_ids");
     std::vector<int32_t> ids;
     for (int64_t i = 0; i < ids_t.numel(); ++i) ids.push_back(static_cast<int32_t>(ids_t.get(i)));
-    const QwenTextOutputs g = gpu.forward(ids, {1, 50}, true), h = cpu.forward(ids, {1, 50}, true);
+    const Qwen3VlTextOutputs g = gpu.forward(ids, {1, 50}, true), h = cpu.forward(ids, {1, 50}, true);
     ASSERT_TRUE(g.hidden_states.at(50).on_device());
     for (int64_t k : {1, 50}) {
       EXPECT_LE(compare(g.hidden_states.at(k).cpu(), h.hidden_states.at(k)).rel_l2, 2e-6) << k;
@@ -52,7 +52,7 @@ TEST(CudaText, TextMiniOnTheGpuMatchesTheCpuAndTheGolden) {
           h.hidden_states.count(0) ? h.hidden_states.at(0) : cpu.forward(ids, {0}, false).hidden_states.at(0),
           Tensor::from(std::vector<int32_t>{1, 3}, {2}));
       ex.deepstack = {Tensor(DType::f32, {2, c.hidden})};
-      const QwenTextOutputs e = gpu.forward(ids, {50}, false, nullptr, &ex);
+      const Qwen3VlTextOutputs e = gpu.forward(ids, {50}, false, nullptr, &ex);
       EXPECT_EQ(compare(e.hidden_states.at(50).cpu(), g.hidden_states.at(50).cpu()).max_abs, 0.0);
     }
   }

@@ -20,30 +20,30 @@ double worst(const VerifyReport& r, const std::string& needle = "") {
   return w;
 }
 
-VerifyReport run(const std::string& file, Precision p, const std::string& weights = "") {
-  SafeTensors f = SafeTensors::open(file);
+VerifyReport run(const SafeTensors& f, Precision p, const std::string& weights = "") {
   VerifyOptions o;
   o.precision = p;
   o.weights = weights;
   return verify_dit_file(f, o);
 }
 
+class DitGolden : public test::GoldenFileTest {
+ protected:
+  DitGolden() : GoldenFileTest("dit-mini.safetensors") {}
+};
+
 }  // namespace
 
-TEST(DitGolden, MiniF32MatchesReferenceWithinOneMillionth) {
-  const auto file = test::golden("dit-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  VerifyReport r = run(file, Precision::f32);
+TEST_F(DitGolden, MiniF32MatchesReferenceWithinOneMillionth) {
+  VerifyReport r = run(file(), Precision::f32);
   r.print(stdout);
   ASSERT_EQ(r.lines.size(), 14u);  // 2 cases x (video, audio, refiner, 3 blocks, norm_out)
   EXPECT_TRUE(r.pass());
   EXPECT_LE(worst(r), 1e-6);
 }
 
-TEST(DitGolden, MiniBf16WithinOneAndAHalfTimesTheReferenceOwnError) {
-  const auto file = test::golden("dit-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  VerifyReport r = run(file, Precision::bf16);
+TEST_F(DitGolden, MiniBf16WithinOneAndAHalfTimesTheReferenceOwnError) {
+  VerifyReport r = run(file(), Precision::bf16);
   r.print(stdout);
   EXPECT_TRUE(r.pass());
 }
@@ -51,13 +51,11 @@ TEST(DitGolden, MiniBf16WithinOneAndAHalfTimesTheReferenceOwnError) {
 // The f64 path against the reference at the 1e-10. The reference computes the f32 sinusoid with PyTorch's
 // CPU kernels, i.e. Intel MKL VML (HA), which rounds a few cosines to the other neighbouring float; with VML loaded
 // (src/core/ref_math.h) the engine takes the same bits and every output and activation is at ~1e-15.
-TEST(DitGolden, MiniF64MatchesReferenceWithTheReferenceVectorMath) {
-  const auto file = test::golden("dit-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
+TEST_F(DitGolden, MiniF64MatchesReferenceWithTheReferenceVectorMath) {
   if (!ref_math::backend().vml)
     GTEST_SKIP() << "SKIPPED LOUDLY: Intel MKL VML not loaded (" << ref_math::backend().why
                  << "): the f64 DiT cannot reach 1e-10 with libm's cosines; run scripts/setup-mkl.sh";
-  VerifyReport r = run(file, Precision::f64);
+  VerifyReport r = run(file(), Precision::f64);
   r.print(stdout);
   ASSERT_EQ(r.lines.size(), 14u);
   EXPECT_TRUE(r.pass());
@@ -66,19 +64,15 @@ TEST(DitGolden, MiniF64MatchesReferenceWithTheReferenceVectorMath) {
 
 // Whatever the vector math: the token refiner (which does not see the timestep) matches at 1e-15, and a 1-ulp
 // difference in the f32 embedding moves the blocks by at most ~1e-8 (libm; docs/notes.md).
-TEST(DitGolden, MiniF64ExactButForTheTimestepEmbeddingUlp) {
-  const auto file = test::golden("dit-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  VerifyReport r = run(file, Precision::f64);
+TEST_F(DitGolden, MiniF64ExactButForTheTimestepEmbeddingUlp) {
+  VerifyReport r = run(file(), Precision::f64);
   r.print(stdout);
   EXPECT_LE(worst(r, "act.token_refiner"), 1e-14);
   EXPECT_LE(worst(r), 2e-8);
 }
 
-TEST(DitGolden, OfficialAndComfyLayoutsGiveBitwiseTheSameOutputs) {
-  const auto file = test::golden("dit-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(DitGolden, OfficialAndComfyLayoutsGiveBitwiseTheSameOutputs) {
+  const SafeTensors& f = file();
   for (Precision p : {Precision::f64, Precision::f32}) {
     DitModel base(dit_golden_weights(f, ""), p);
     for (const char* layout : {"dit-mini-official-layout.safetensors", "dit-mini-comfy-layout.safetensors"}) {
@@ -95,20 +89,18 @@ TEST(DitGolden, OfficialAndComfyLayoutsGiveBitwiseTheSameOutputs) {
   }
 }
 
-TEST(DitGolden, FullWidthOneBlockF32) {
-  const auto file = test::golden("dit-fullwidth-1block.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  VerifyReport r = run(file, Precision::f32);
+TEST_F(DitGolden, FullWidthOneBlockF32) {
+  const auto wide = test::golden("dit-fullwidth-1block.safetensors");
+  H3_REQUIRE_GOLDEN(wide);
+  VerifyReport r = run(SafeTensors::open(wide), Precision::f32);
   r.print(stdout);
   ASSERT_EQ(r.lines.size(), 2u);
   EXPECT_TRUE(r.pass());
   EXPECT_LE(worst(r), 1e-5);
 }
 
-TEST(DitGolden, BadInputsAreRefusedWithTheirName) {
-  const auto file = test::golden("dit-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(DitGolden, BadInputsAreRefusedWithTheirName) {
+  const SafeTensors& f = file();
   DitModel m(dit_golden_weights(f, ""), Precision::f32);
   DitInputs in = dit_golden_inputs(f, "t2va");
   DitInputs bad = in;

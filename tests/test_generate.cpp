@@ -13,6 +13,7 @@
 
 #include "cli_run.h"
 #include "core/compare.h"
+#include "error_of.h"
 #include "golden.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
@@ -28,16 +29,7 @@ namespace {
 using h3::GenerateRequest;
 using json = nlohmann::json;
 
-// The message of the h3::Error `fn` throws ("" when it does not throw).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const h3::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using h3::test::error_of;
 
 GenerateRequest good_request() {
   GenerateRequest r;

@@ -23,25 +23,14 @@
 #include "model/dit/export.h"
 #include "model/dit/lora.h"
 #include "pipeline/synthetic.h"
+#include "scratch_dir.h"
 
 using namespace h3;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    dir = fs::temp_directory_path() / ("h3_lora_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-  std::string operator/(const std::string& n) const { return (dir / n).string(); }
-};
+using h3::test::ScratchDir;
 
 using Weights = std::vector<std::pair<std::string, Tensor>>;
 
@@ -89,7 +78,7 @@ TEST(Lora, EveryLayoutMergesTheRightRows) {
   DitCheckpoint base = mini();
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    Scratch dir;
+    ScratchDir dir;
     const int64_t rank = 3;
     struct Mod {
       std::string name;
@@ -155,7 +144,7 @@ TEST(Lora, EveryLayoutMergesTheRightRows) {
 }
 
 TEST(Lora, DiffusersNamesAndMetadataAlpha) {
-  Scratch dir;
+  ScratchDir dir;
   Tensor A = seeded_normal({2, kH}, 3, 1), B = seeded_normal({kI, 2}, 3, 2);
   const std::string path = dir / "d.safetensors";
   write_safetensors(path,
@@ -171,7 +160,7 @@ TEST(Lora, DiffusersNamesAndMetadataAlpha) {
 
 // A rank's row / column slice is bitwise the same block of the full merge, whatever the slice.
 TEST(Lora, SlicesAreBitwiseTheFullMerge) {
-  Scratch dir;
+  ScratchDir dir;
   Weights w;
   for (const char* m : {"blocks.0.attn.qkv_proj", "blocks.0.attn.out_proj", "blocks.0.mlp.fc2"}) {
     const bool qkv = std::string(m).find("qkv") != std::string::npos,
@@ -201,7 +190,7 @@ TEST(Lora, SlicesAreBitwiseTheFullMerge) {
 }
 
 TEST(Lora, ErrorsNameTheFileAndKey) {
-  Scratch dir;
+  ScratchDir dir;
   auto expect_error = [&](const Weights& w, const std::vector<std::string>& needles) {
     const std::string p = dir / "bad.safetensors";
     write_safetensors(p, w);
@@ -233,7 +222,7 @@ TEST(Lora, ErrorsNameTheFileAndKey) {
 }
 
 TEST(Lora, DigestFollowsContentAndStrengthNotThePath) {
-  Scratch dir;
+  ScratchDir dir;
   Weights w = {{"blocks.0.mlp.fc2.lora_A.weight", seeded_normal({2, kF}, 5, 1)},
                {"blocks.0.mlp.fc2.lora_B.weight", seeded_normal({kH, 2}, 5, 2)}};
   write_safetensors(dir / "a.safetensors", w);
@@ -298,9 +287,9 @@ bool bitwise(const Tensor& a, const Tensor& b) {
 
 // Writes the multi-rank tests' LoRA files into $H3_LORA_OUT (a CTest fixture), or a scratch folder.
 TEST(LoraFiles, WriteFixtures) {
-  Scratch dir;
+  ScratchDir dir;
   const char* env = std::getenv("H3_LORA_OUT");
-  const std::string out = env ? env : dir.dir.string();
+  const std::string out = env ? env : dir.path().string();
   fs::create_directories(out);
   write_mini_loras(out);
   DitCheckpoint ck = mini();
@@ -314,8 +303,8 @@ TEST(LoraFiles, WriteFixtures) {
 // The LoRA merged on load gives bitwise the outputs of the same LoRA baked in offline (h3 convert), on 1 rank
 // in process and on 3 ranks through the CLI.
 TEST(Lora, MergedOnLoadEqualsBakedOffline) {
-  Scratch dir;
-  write_mini_loras(dir.dir.string());
+  ScratchDir dir;
+  write_mini_loras(dir.path().string());
   const std::string la = dir / "mini-lora-a.safetensors", lb = dir / "mini-lora-b.safetensors";
   DitCheckpoint ck = mini();
   ck.add_lora(la, 0.8);
@@ -336,16 +325,16 @@ TEST(Lora, MergedOnLoadEqualsBakedOffline) {
   // The CLI: convert bakes, forward merges on load on 3 ranks (tensor mode slices every LoRA'd matrix).
   int st = 0;
   std::string out = run_h3("--log-level warn convert procedural:mini --lora " + la + ":0.8 --lora " + lb + " -o " +
-                               (dir / "cli-baked.safetensors"),
+                               (dir / "cli-baked.safetensors").string(),
                            st);
   ASSERT_EQ(st, 0) << out;
-  out = run_h3("--log-level warn forward --model " + (dir / "cli-baked.safetensors") + " --dump-output " +
-                   (dir / "o1.safetensors"),
+  out = run_h3("--log-level warn forward --model " + (dir / "cli-baked.safetensors").string() + " --dump-output " +
+                   (dir / "o1.safetensors").string(),
                st);
   ASSERT_EQ(st, 0) << out;
   for (const char* mode : {"ulysses", "tensor"}) {
     out = run_h3(std::string("--log-level warn forward --ranks 3 --mode ") + mode + " --lora " + la + ":0.8 --lora " +
-                     lb + " --dump-output " + (dir / "o3.safetensors"),
+                     lb + " --dump-output " + (dir / "o3.safetensors").string(),
                  st);
     ASSERT_EQ(st, 0) << out;
     SafeTensors o1 = SafeTensors::open(dir / "o1.safetensors"), o3 = SafeTensors::open(dir / "o3.safetensors");

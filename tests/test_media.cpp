@@ -701,7 +701,7 @@ TEST(Media, DecodeCommandErrorsExitNonZeroAndLeaveNothing) {
       // Fails inside the decode, after the MP4 was opened: its partial file must go.
       {short_t.string() + " -o " + out.string(), "temporal chunk"},
       {good.string() + " --no-audio -o " + (dir / "missing" / "x.mp4").string(), "does not exist"},
-      {good.string() + " --no-audio -o " + dir.path().string(), "directory"},
+      {good.string() + " --no-audio -o " + dir.path().string(), "is a folder"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_h3("--log-level warn decode " + c.args + " --video-vae " + vvae);

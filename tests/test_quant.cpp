@@ -19,22 +19,14 @@
 #include "model/dit/export.h"
 #include "model/dit/lora.h"
 #include "pipeline/synthetic.h"
+#include "scratch_dir.h"
 
 using namespace h3;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    static int n = 0;
-    dir = fs::temp_directory_path() / ("h3_quant_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  std::string operator/(const std::string& n) const { return (dir / n).string(); }
-};
+using h3::test::ScratchDir;
 
 std::string write_quant(const DitCheckpoint& ck, QuantFormat q, ExportLayout layout, const std::string& path) {
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -61,7 +53,7 @@ bool is_gemm(const std::string& k) {
 
 // A checkpoint whose block weights have rows of very different magnitude (a rank-1 LoRA with B[i] growing
 // with i), so a per-row scale that lands on the wrong row breaks the per-row bound.
-DitCheckpoint uneven_rows(const Scratch& dir) {
+DitCheckpoint uneven_rows(const ScratchDir& dir) {
   const DitConfig c = *DitConfig::named("mini");
   std::vector<std::pair<std::string, Tensor>> w;
   for (int n = 0; n < c.num_layers; ++n) {
@@ -107,7 +99,7 @@ TEST(Quant, HadamardIsOrthonormalAndItsOwnInverse) {
 // <= scale * 2^-10 below it); int8 per row: |err| <= s_i / 2 with s_i = amax_i / 127; convrot: the same bound
 // holds for the rotated row, so the row's L2 error is <= sqrt(in) * s_i / 2.
 TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
-  Scratch dir;
+  ScratchDir dir;
   DitCheckpoint ref = uneven_rows(dir);
   struct Case {
     QuantFormat q;
@@ -199,7 +191,7 @@ TEST(Quant, EveryFormatRoundTripsWithinItsBound) {
 
 // The quantized model against the f32 model: output rel-L2 within the stated tolerance (docs/notes.md).
 TEST(Quant, ForwardWithinToleranceOfF32) {
-  Scratch dir;
+  ScratchDir dir;
   DitCheckpoint ref = DitCheckpoint::open("procedural:mini");
   DitInputs in = make_synthetic_inputs(ref.config(), SyntheticRequest{});
   DitOutputs want = DitModel(ref, Precision::f32).forward(in);
@@ -220,7 +212,7 @@ TEST(Quant, ForwardWithinToleranceOfF32) {
 }
 
 TEST(Quant, UnsupportedFormatsAreNamed) {
-  Scratch dir;
+  ScratchDir dir;
   DitCheckpoint ref = DitCheckpoint::open("procedural:mini");
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::map<std::string, std::string> meta;

@@ -34,6 +34,16 @@ AudioVae open_audio(const SafeTensors& f, Precision p) {
   return AudioVae(f, "weight.", AudioVaeConfig::from_json_text(f.meta("config"), f.path()), p);
 }
 
+class VideoVaeGolden : public test::GoldenFileTest {
+ protected:
+  VideoVaeGolden() : GoldenFileTest(kVideo) {}
+};
+
+class AudioVaeGolden : public test::GoldenFileTest {
+ protected:
+  AudioVaeGolden() : GoldenFileTest(kAudio) {}
+};
+
 }  // namespace
 
 // ---- plans (no files needed) ----
@@ -99,26 +109,20 @@ TEST(VideoVaeChunks, FrameCountsFollowTheEncoderGeometry) {
 // f64: the encode and both decodes at ~4e-16. The decodes need the reference's precision flow: diffusers' ViT
 // decoder runs its block and q/k RMSNorms on x.float() even in the f64 run (ops_vae.h, rms_norm_via_f32);
 // with f64 norms they sat at 3.4e-8 on every pixel (docs/notes.md, 2026-12-01).
-TEST(VideoVaeGolden, AllCasesF64) {
-  const auto file = test::golden(kVideo);
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(VideoVaeGolden, AllCasesF64) {
+  const SafeTensors& f = file();
   ASSERT_TRUE(looks_like_video_vae_golden(f));
   ASSERT_FALSE(looks_like_audio_vae_golden(f));
   expect_all_within(verify_video_vae_file(f, Precision::f64), 5, 1e-9);
 }
 
-TEST(VideoVaeGolden, AllCasesF32) {
-  const auto file = test::golden(kVideo);
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(VideoVaeGolden, AllCasesF32) {
+  const SafeTensors& f = file();
   expect_all_within(verify_video_vae_file(f, Precision::f32), 5, 1e-5);
 }
 
-TEST(VideoVaeGolden, DecodeUnitsAreIndependentAndStitchIsDeterministic) {
-  const auto file = test::golden(kVideo);
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(VideoVaeGolden, DecodeUnitsAreIndependentAndStitchIsDeterministic) {
+  const SafeTensors& f = file();
   VideoVae vae = open_video(f, Precision::f32);
   Tensor z = vae.denormalize(f.get("decode_39x48x80.input.latents_normalized"));
   VideoDecodePlan plan = vae.plan_decode(z.shape());
@@ -135,10 +139,8 @@ TEST(VideoVaeGolden, DecodeUnitsAreIndependentAndStitchIsDeterministic) {
   EXPECT_EQ(vae.decode(Tensor(DType::f32, {24, 10, 8, 13})).shape(), (Shape{3, 34, 32, 52}));
 }
 
-TEST(VideoVaeGolden, BadLatentsThrowClearErrors) {
-  const auto file = test::golden(kVideo);
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(VideoVaeGolden, BadLatentsThrowClearErrors) {
+  const SafeTensors& f = file();
   VideoVae vae = open_video(f, Precision::f32);
   try {
     vae.decode(Tensor(DType::f32, {16, 7, 8, 8}));
@@ -163,26 +165,20 @@ TEST(VideoVaeGolden, BadLatentsThrowClearErrors) {
   }
 }
 
-TEST(AudioVaeGolden, AllCasesF64) {
-  const auto file = test::golden(kAudio);
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(AudioVaeGolden, AllCasesF64) {
+  const SafeTensors& f = file();
   ASSERT_TRUE(looks_like_audio_vae_golden(f));
   ASSERT_FALSE(looks_like_video_vae_golden(f));
   expect_all_within(verify_audio_vae_file(f, Precision::f64), 2, 1e-9);
 }
 
-TEST(AudioVaeGolden, AllCasesF32) {
-  const auto file = test::golden(kAudio);
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(AudioVaeGolden, AllCasesF32) {
+  const SafeTensors& f = file();
   expect_all_within(verify_audio_vae_file(f, Precision::f32), 2, 1e-5);
 }
 
-TEST(AudioVaeGolden, ShapesAndBadInputs) {
-  const auto file = test::golden(kAudio);
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+TEST_F(AudioVaeGolden, ShapesAndBadInputs) {
+  const SafeTensors& f = file();
   AudioVae vae = open_audio(f, Precision::f32);
   EXPECT_EQ(vae.config().hop(), 8);
   Tensor w = vae.decode(Tensor(DType::f32, {2, 32, 5}));

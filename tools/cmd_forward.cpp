@@ -46,12 +46,7 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--width", o->req.width, "pixels, a multiple of 32")->capture_default_str();
   cmd->add_option("--text-tokens", o->req.num_text, "prompt rows")->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--seed", o->req.seed, "seed of the random rows")->capture_default_str();
-  cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
-      ->envname("H3_MODE")
-      ->capture_default_str();
-  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
+  add_dist_options(cmd, o->mode, o->tp, o->chunks);
   cmd->add_option("--lora", o->loras, "LoRA merged on load, FILE[:STRENGTH] (repeatable)")->envname("H3_LORA");
   cmd->add_option("--dump-output", o->dump, "write the outputs to this .safetensors file (rank 0)");
   cmd->add_option("--reps", o->reps,

@@ -14,6 +14,8 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/files.h"
+#include "core/hash.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
 #include "io/procedural.h"
@@ -25,19 +27,22 @@ namespace h3::cli {
 
 namespace {
 
+// The first Ctrl-C asks for a clean stop at the next check (every phase has one: before and after encoding,
+// each denoising step, around each decode, before writing); a second one stops at once (a long phase such as
+// the prompt encoding on CPU may not reach its next check soon).
 std::atomic<bool> g_cancel{false};
 extern "C" void on_sigint(int) {
-  g_cancel.store(true);
+  if (g_cancel.exchange(true)) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+    return;
+  }
+  const char msg[] = "\ncancelling at the next step; press Ctrl-C again to stop at once\n";
+  [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof(msg) - 1);
 }
 
 uint64_t tensor_hash(const Tensor& t) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = static_cast<const unsigned char*>(t.raw());
-  for (size_t i = 0; i < t.nbytes(); ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a(t.raw(), t.nbytes());
 }
 
 Tensor pick_tensor(const SafeTensors& f, std::initializer_list<const char*> names, const char* what) {
@@ -46,6 +51,15 @@ Tensor pick_tensor(const SafeTensors& f, std::initializer_list<const char*> name
   std::string list;
   for (const char* n : names) list += (list.empty() ? "" : ", ") + std::string(n);
   fail("{}: no {} tensor (looked for {})", f.path(), what, list);
+}
+
+// --seed: an integer 0 .. 2^64 - 1, refused (not wrapped, not taken as "random") otherwise.
+uint64_t parse_seed(const std::string& s) {
+  const bool digits = !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+  const bool fits = digits && (s.size() < 20 || s <= "18446744073709551615");
+  H3_CHECK(fits, "--seed {}: give an integer 0 .. 18446744073709551615 (or leave it out for a random seed)",
+           s.substr(0, 40));
+  return std::stoull(s);
 }
 
 std::string eta_str(double s) {
@@ -64,7 +78,8 @@ Runner add_generate(CLI::App& app) {
     std::string prompt_file, out = "h3-out.mp4";
     int64_t width = 0, height = 0, frames = 0;
     double seconds = 0;
-    int64_t seed = -1;
+    std::string seed;
+    CLI::Option *width_opt = nullptr, *height_opt = nullptr, *frames_opt = nullptr, *seconds_opt = nullptr;
     std::string precision = "f32", mode = "ulysses";
     int tp = 1, chunks = 1, encoder_ranks = 0;
     ModelPaths paths;
@@ -79,29 +94,30 @@ Runner add_generate(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--prompt", o->req.prompt, "what to generate (text)")->envname("H3_PROMPT");
   cmd->add_option("--prompt-file", o->prompt_file, "read the prompt from a UTF-8 file");
-  cmd->add_option("--width", o->width, "pixels, a multiple of 32 (with --height)");
-  cmd->add_option("--height", o->height, "pixels, a multiple of 32 (with --width)");
+  o->width_opt = cmd->add_option("--width", o->width, "pixels, a multiple of 32 (with --height)");
+  o->height_opt = cmd->add_option("--height", o->height, "pixels, a multiple of 32 (with --width)");
   cmd->add_option("--aspect", o->req.aspect, "W:H when no --width/--height (1:4 .. 4:1; short edge 768)")
       ->capture_default_str();
-  cmd->add_option("--frames", o->frames, "frames at 24 fps, snapped up to 17n+5 (124..345); default 124");
-  cmd->add_option("--seconds", o->seconds, "duration instead of --frames (5..15 s)");
+  o->frames_opt =
+      cmd->add_option("--frames", o->frames, "frames at 24 fps, snapped up to 17n+5 (124..345); default 124");
+  o->seconds_opt = cmd->add_option("--seconds", o->seconds, "duration instead of --frames (5..15 s)")
+                       ->check(finite_range(-1e300, 1e300));
   cmd->add_option("--steps", o->req.steps, "schedule grid points (N-1 DiT calls)")
       ->capture_default_str()
       ->envname("H3_STEPS");
   cmd->add_option("--seed", o->seed, "noise seed (default: random, printed and stored in the file)");
-  cmd->add_option("--shift", o->req.shift, "video schedule shift")->capture_default_str();
-  cmd->add_option("--audio-shift", o->req.audio_shift, "audio schedule shift")->capture_default_str();
+  cmd->add_option("--shift", o->req.shift, "video schedule shift")
+      ->check(finite_range(-1e300, 1e300))
+      ->capture_default_str();
+  cmd->add_option("--audio-shift", o->req.audio_shift, "audio schedule shift")
+      ->check(finite_range(-1e300, 1e300))
+      ->capture_default_str();
   cmd->add_option("-o,--output", o->out, "output MP4 path")->capture_default_str();
   cmd->add_option("--precision", o->precision, "f32, f64 or bf16 (DiT; VAEs and text tower f32/f64)")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
       ->envname("H3_PRECISION")
       ->capture_default_str();
-  cmd->add_option("--mode", o->mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
-      ->envname("H3_MODE")
-      ->capture_default_str();
-  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunks", o->chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
+  add_dist_options(cmd, o->mode, o->tp, o->chunks);
   cmd->add_option("--encoder-ranks", o->encoder_ranks,
                   "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
       ->check(CLI::Range(0, 4096))
@@ -134,20 +150,16 @@ Runner add_generate(CLI::App& app) {
     GenerateRequest req = o->req;
     if (!o->prompt_file.empty()) {
       H3_CHECK(req.prompt.empty(), "give --prompt or --prompt-file, not both");
-      std::ifstream in(o->prompt_file, std::ios::binary);
-      H3_CHECK(in.good(), "cannot read the prompt file {}", o->prompt_file);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      req.prompt = ss.str();
+      req.prompt = read_text_file_checked(o->prompt_file, "--prompt-file", 1 << 20);
       while (!req.prompt.empty() && (req.prompt.back() == '\n' || req.prompt.back() == '\r')) req.prompt.pop_back();
     }
     if (req.prompt.empty() && !o->embeddings.empty()) req.prompt = "(precomputed embeddings " + o->embeddings + ")";
-    if (o->width) req.width = o->width;
-    if (o->height) req.height = o->height;
-    if (o->frames) req.frames = o->frames;
-    if (o->seconds != 0) req.seconds = o->seconds;
-    if (o->seed >= 0) req.seed = static_cast<uint64_t>(o->seed);
-    H3_CHECK(!(o->width < 0 || o->height < 0 || o->frames < 0), "sizes and frames must be positive");
+    // Every value given is passed on, 0 included, so resolve() refuses it with the allowed range.
+    if (o->width_opt->count()) req.width = o->width;
+    if (o->height_opt->count()) req.height = o->height;
+    if (o->frames_opt->count()) req.frames = o->frames;
+    if (o->seconds_opt->count()) req.seconds = o->seconds;
+    if (!o->seed.empty()) req.seed = parse_seed(o->seed);
     for (const auto& spec : o->loras) {
       const auto [file, strength] = parse_lora_spec(spec);
       req.loras.push_back({file, strength});
@@ -170,12 +182,10 @@ Runner add_generate(CLI::App& app) {
     // Everything about the request is checked before any model is loaded.
     const ResolvedRequest resolved = resolve(req, Generator::limits_for(o->paths));
     H3_CHECK(!o->out.empty(), "-o needs a path");
-    {
-      const std::filesystem::path parent = std::filesystem::path(o->out).parent_path();
-      H3_CHECK(parent.empty() || std::filesystem::is_directory(parent),
-               "-o {}: the folder {} does not exist (create it first)", o->out, parent.string());
-      H3_CHECK(!std::filesystem::is_directory(o->out), "-o {} is a folder; give a file name such as out.mp4", o->out);
-    }
+    H3_CHECK(!std::filesystem::is_directory(o->out), "-o {} is a folder; give a file name such as out.mp4", o->out);
+    check_output_file(o->out, "-o");
+    if (o->latents)
+      check_output_file(std::filesystem::path(o->out).replace_extension(".latents.safetensors").string(), "--latents");
 
     PrecomputedInputs pre;
     if (!o->embeddings.empty())

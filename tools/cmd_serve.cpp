@@ -1,8 +1,10 @@
 // h3 serve: the HTTP job server (src/serve). h3 serve-worker: one rank of its rank group (started by serve).
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -52,6 +54,35 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
       ->envname("H3_FAKE_LOAD_MS");
 }
 
+// The first line of a key file, without surrounding white space; refused when not a small regular file.
+std::string read_key_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  H3_CHECK(fs::is_regular_file(path, ec), "--api-key-file {}: not a regular file", path);
+  H3_CHECK(fs::file_size(path, ec) <= 4096, "--api-key-file {}: larger than 4 KiB; it should hold one key", path);
+  std::ifstream in(path);
+  std::string key;
+  std::getline(in, key);
+  const auto b = key.find_first_not_of(" \t\r"), e = key.find_last_not_of(" \t\r");
+  key = b == std::string::npos ? "" : key.substr(b, e - b + 1);
+  H3_CHECK(!key.empty(), "--api-key-file {}: the first line is empty", path);
+  return key;
+}
+
+// Every connection holds a descriptor: the soft limit is raised toward the hard one (a common 1024 default
+// would refuse connections long before --max-connections).
+void raise_file_limit(unsigned connections) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(connections) + 256;
+  if (rl.rlim_cur >= want) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_cur < want)
+    spdlog::warn("serve: open-file limit {} is below --max-connections {} + 256; raise `ulimit -n`", rl.rlim_cur,
+                 connections);
+}
+
 serve::HttpServer* g_http = nullptr;
 serve::Supervisor* g_sup = nullptr;
 int g_signal_pipe[2] = {-1, -1};
@@ -77,26 +108,47 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--store", o->store_dir, "folder of the job database and the videos (created)")
       ->envname("H3_STORE")
       ->required();
-  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on the API")->envname("H3_API_KEY");
+  cmd->add_option("--api-key", o->api_key,
+                  "require 'Authorization: Bearer KEY' on the API (on the command line the key shows in ps: prefer "
+                  "--api-key-file or the environment variable)")
+      ->envname("H3_API_KEY");
+  auto key_file = std::make_shared<std::string>();
+  cmd->add_option("--api-key-file", *key_file, "read the API key from this file (its first line)")
+      ->envname("H3_API_KEY_FILE");
+  cmd->add_option("--allowed-host", o->allowed_hosts,
+                  "a host name the server may be reached by besides IP addresses and localhost (repeatable; '*' "
+                  "turns the DNS-rebinding check off)")
+      ->envname("H3_ALLOWED_HOST");
   cmd->add_option("--max-queue", o->max_queue, "queued jobs accepted before 429")
       ->check(CLI::Range(1, 1000000))
       ->envname("H3_MAX_QUEUE")
       ->capture_default_str();
-  cmd->add_option("--max-body", o->max_body_bytes, "largest request body in bytes before 413")
-      ->check(CLI::Range(1024, 16 << 20))
+  cmd->add_option("--max-body", o->http.max_body, "largest request body in bytes before 413 (chunked too)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
       ->envname("H3_MAX_BODY")
       ->capture_default_str();
-  cmd->add_option("--http-threads", o->http_threads, "connections served at once (each SSE stream holds one)")
-      ->check(CLI::Range(8, 8192))
+  cmd->add_option("--http-threads", o->http.api_threads,
+                  "threads running API requests (the connections themselves are served by an event loop)")
+      ->check(CLI::Range(1, 256))
       ->envname("H3_HTTP_THREADS")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->http.max_connections,
+                  "open connections at once (idle, slow and event-stream ones included)")
+      ->check(CLI::Range(16, 65536))
+      ->envname("H3_MAX_CONNECTIONS")
+      ->capture_default_str();
+  cmd->add_option("--http-idle-timeout", o->http.idle_timeout_s,
+                  "seconds a connection may send or take nothing before it is closed")
+      ->check(CLI::Range(1, 3600))
+      ->envname("H3_HTTP_IDLE_TIMEOUT")
       ->capture_default_str();
   cmd->add_option("--stall-timeout", o->stall_timeout_s,
                   "seconds without a word from the group while a job runs before it is recreated (0: 2 x --timeout "
                   "+ 30)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(finite_range(0, 1e7))
       ->envname("H3_STALL_TIMEOUT");
   cmd->add_option("--startup-timeout", o->startup_timeout_s, "seconds the group may take to load the models")
-      ->check(CLI::PositiveNumber)
+      ->check(finite_range(0.001, 1e7))
       ->envname("H3_STARTUP_TIMEOUT")
       ->capture_default_str();
   cmd->add_option("--max-attempts", o->max_attempts, "runs of a job interrupted by server restarts")
@@ -114,7 +166,11 @@ Runner add_serve(CLI::App& app) {
   cmd->add_flag("--debug-faults", o->debug_faults, "accept the x_debug_fault request field (tests only)")
       ->envname("H3_DEBUG_FAULTS");
   add_runner_options(cmd, o->runner);
-  return [o, &app]() -> int {
+  return [o, key_file, &app]() -> int {
+    if (!key_file->empty()) {
+      H3_CHECK(o->api_key.empty(), "give --api-key or --api-key-file, not both");
+      o->api_key = read_key_file(*key_file);
+    }
     o->ranks = g_ranks;
     o->self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
     o->mpirun = knobs().mpirun;
@@ -123,6 +179,7 @@ Runner add_serve(CLI::App& app) {
     if (o->host != "127.0.0.1" && o->host != "::1" && o->host != "localhost" && o->api_key.empty())
       spdlog::warn("serve: listening on {} without --api-key: anyone who can reach it can submit jobs", o->host);
     ::signal(SIGPIPE, SIG_IGN);
+    raise_file_limit(o->http.max_connections);
     if (::pipe(g_signal_pipe) != 0) fail("serve: pipe(): {}", std::strerror(errno));
     serve::Supervisor sup(*o);
     serve::HttpServer http(sup);

@@ -119,7 +119,7 @@ Runner add_verify(CLI::App& app) {
       rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
-    if (looks_like_qwen_text_golden(f)) {
+    if (looks_like_qwen3vl_text_golden(f)) {
       Comm* comm = world().size() > 1 ? &world() : nullptr;
       const bool root = world().rank() == 0;
       if (root)
@@ -127,8 +127,8 @@ Runner add_verify(CLI::App& app) {
             "verify %s: Qwen3-VL text decoder golden set, precision %s on the %s, %d rank(s) "
             "tensor-parallel\n",
             o->file.c_str(), o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU", world().size());
-      VerifyReport rep = verify_qwen_text_file(f, precision_from_name(o->precision), comm,
-                                               g_device == "cuda" ? Device::cuda : Device::cpu);
+      VerifyReport rep = verify_qwen3vl_text_file(f, precision_from_name(o->precision), comm,
+                                                  g_device == "cuda" ? Device::cuda : Device::cpu);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }

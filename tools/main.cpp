@@ -16,14 +16,16 @@ int main(int argc, char** argv) {
   CLI::App app{"h3-engine: MiniMax-H3 video+audio generation on CPUs and GPUs (version " H3_VERSION ")"};
   app.require_subcommand(1);
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "debug, info, warn or error")->envname("H3_LOG_LEVEL");
+  app.add_option("--log-level", log_level, "debug, info, warn or error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->envname("H3_LOG_LEVEL");
   int ranks = 1;
   double timeout = 120;
   app.add_option("--ranks", ranks, "run on N ranks (relaunches under mpirun unless already in an MPI job)")
       ->check(CLI::Range(1, 4096))
       ->envname("H3_RANKS");
   app.add_option("--timeout", timeout, "seconds a rank waits for a peer before failing the job")
-      ->check(CLI::PositiveNumber)
+      ->check(h3::cli::finite_range(0.001, 1e7))
       ->envname("H3_TIMEOUT");
   std::string device = "cpu";
   bool deterministic = false;
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_serve);
   reg(h3::cli::add_serve_worker);
   reg(h3::cli::add_decode);
+  reg(h3::cli::add_probe_media);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

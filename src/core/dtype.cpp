@@ -46,11 +46,6 @@ std::optional<DType> dtype_from_safetensors(std::string_view s) {
     if (i.st_name == s) return i.t;
   return std::nullopt;
 }
-std::optional<DType> dtype_from_name(std::string_view s) {
-  for (const auto& i : kInfo)
-    if (i.name == s || i.st_name == s) return i.t;
-  return std::nullopt;
-}
 bool dtype_is_float(DType t) {
   return t == DType::f64 || t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::fp8_e4m3;
 }

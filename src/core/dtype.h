@@ -15,7 +15,6 @@ size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);                             // "f32", "bf16", ...
 std::string_view dtype_safetensors_name(DType t);                 // "F32", "BF16", "F8_E4M3", ...
 std::optional<DType> dtype_from_safetensors(std::string_view s);  // nullopt for unknown names
-std::optional<DType> dtype_from_name(std::string_view s);         // accepts both spellings
 bool dtype_is_float(DType t);
 
 float bf16_to_f32(uint16_t b);

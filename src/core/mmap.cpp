@@ -13,12 +13,16 @@
 namespace h3 {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO given as a checkpoint must be refused now, not wait for a writer in open().
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("{}: not a regular file", path);
+    fail("{}: not a regular file ({}); give a file", path,
+         S_ISDIR(st.st_mode)    ? "a folder"
+         : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                : "a device or socket");
   }
   auto f = std::shared_ptr<MappedFile>(new MappedFile());
   f->path_ = path;

@@ -106,7 +106,7 @@ Vml load() {
     if (v.info.why.empty()) v.info.why = why;
     spdlog::info(
         "f32 exp/sin/cos of the reference's f32 steps: libm (Intel MKL VML not loaded: {}); f64 DiT "
-        "runs then differ from the reference by ~1e-8 (scripts/setup.sh installs it)",
+        "runs then differ from the reference by ~1e-8 (scripts/setup-mkl.sh installs it)",
         v.info.why);
   }
   return v;

@@ -22,6 +22,19 @@ int64_t ragged(int r, int n, int64_t base) {
   return base + (r * 7 + n) % 5 - (base < 4 && r == n - 1 ? base : 0);
 }
 
+// Every rank's ragged block of a gather or scatter: the counts, their total and rank `me`'s offset.
+struct RaggedBlocks {
+  std::vector<int64_t> counts;
+  int64_t total = 0, my_off = 0;
+  RaggedBlocks(int n, int me, int64_t base) : counts(n) {
+    for (int j = 0; j < n; ++j) {
+      counts[j] = ragged(j, n, base);
+      if (j < me) my_off += counts[j];
+      total += counts[j];
+    }
+  }
+};
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -85,13 +98,9 @@ std::vector<CommCheckRow> run_comm_checks(Comm& comm, int64_t base) {
     }
     // all-gather, out of place and in place (send aliases this rank's block of recv).
     for (bool in_place : {false, true}) {
-      std::vector<int64_t> counts(n);
-      int64_t total = 0, my_off = 0;
-      for (int j = 0; j < n; ++j) {
-        counts[j] = ragged(j, n, b);
-        if (j < me) my_off += counts[j];
-        total += counts[j];
-      }
+      const RaggedBlocks blocks(n, me, b);
+      const std::vector<int64_t>& counts = blocks.counts;
+      const int64_t total = blocks.total, my_off = blocks.my_off;
       std::vector<float> recv_v(total, -1.0f), send_v(counts[me]);
       for (int64_t i = 0; i < counts[me]; ++i) send_v[i] = pattern(me, 0, i);
       if (in_place) std::memcpy(recv_v.data() + my_off, send_v.data(), send_v.size() * sizeof(float));
@@ -107,14 +116,9 @@ std::vector<CommCheckRow> run_comm_checks(Comm& comm, int64_t base) {
     }
     // reduce-scatter (sum in rank order), out of place and in place (recv aliases the start of send).
     for (bool in_place : {false, true}) {
-      std::vector<int64_t> counts(n);
-      int64_t total = 0, my_off = 0;
-      for (int j = 0; j < n; ++j) {
-        counts[j] = ragged(j, n, b);
-        if (j < me) my_off += counts[j];
-        total += counts[j];
-      }
-      std::vector<double> send_v(total);
+      const RaggedBlocks blocks(n, me, b);
+      const std::vector<int64_t>& counts = blocks.counts;
+      std::vector<double> send_v(blocks.total);
       for (int j = 0, o = 0; j < n; ++j)
         for (int64_t i = 0; i < counts[j]; ++i) send_v[o++] = pattern(me, j, i);
       Buf<double> send(comm, send_v), out(comm, std::vector<double>(counts[me], -1.0));

@@ -23,9 +23,11 @@
 
 namespace h3 {
 
+#if H3_HAVE_NCCL
 namespace cuda {
 ElemType elem_type(DType t);  // backend/cuda/runtime.cpp
 }
+#endif
 
 bool nccl_built() {
 #if H3_HAVE_NCCL

@@ -3,16 +3,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace h3 {
 
 uint64_t shape_hash(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a(s);
 }
 
 void agree(Comm& comm, uint64_t op_id, uint64_t hash, const std::string& what) {

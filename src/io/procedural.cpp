@@ -7,19 +7,11 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
 
 namespace h3 {
-
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
@@ -30,7 +22,7 @@ uint64_t splitmix64(uint64_t z) {
 
 ProceduralRule procedural_rule(const std::string& name, const Shape& shape, uint64_t seed) {
   ProceduralRule r;
-  r.base = seed ^ fnv1a64(name);
+  r.base = seed ^ fnv1a(name);
   if (shape.size() >= 2) {
     int64_t fan_in = 1;
     for (size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];

@@ -1,6 +1,6 @@
 // Procedural weights (formula in shared/golden/README.md): any tensor of any model can be regenerated from its
 // name, shape and a seed, so tests and benchmarks need no checkpoint file.
-//   u(name, i) = ((splitmix64((seed ^ fnv1a64(name)) + i) >> 11) * 2^-53) * 2 - 1, i row-major
+//   u(name, i) = ((splitmix64((seed ^ fnv1a(name)) + i) >> 11) * 2^-53) * 2 - 1, i row-major (fnv1a: core/hash.h)
 //   ndim >= 2: u * sqrt(3 / prod(shape[1:]));  1-D with "norm" in the name: 1 + 0.1 u;  other 1-D: 0.05 u
 // computed in f64 and rounded to f32.
 #pragma once
@@ -21,7 +21,6 @@ namespace h3 {
 constexpr uint64_t kDefaultProceduralSeed = 20261129;
 inline constexpr const char* kProceduralMini = "procedural:mini";
 
-uint64_t fnv1a64(const std::string& s);
 uint64_t splitmix64(uint64_t z);
 // Fills an f32 tensor of `shape` for parameter `name`.
 Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed);

@@ -169,6 +169,7 @@ Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& 
     if (scale.numel() != 1)
       fail("{}: fp8 scale '{}' is {}, expected one value", where, spec.scale_key, scale.describe());
     const float s = static_cast<float>(scale.get(0));
+    if (!std::isfinite(s)) fail("{}: fp8 scale '{}' is {}, not a finite number", where, spec.scale_key, s);
     for (int64_t i = 0; i < w.numel(); ++i) p[i] *= s;
     return w;
   }
@@ -178,6 +179,8 @@ Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& 
     fail("{}: int8 scale '{}' is {}, expected [{}, 1] or one value", where, spec.scale_key, scale.describe(), rows);
   for (int64_t i = 0; i < rows; ++i) {
     const float s = static_cast<float>(scale.get(per_row ? i : 0));
+    if (!std::isfinite(s))
+      fail("{}: int8 scale '{}' of row {} is {}, not a finite number", where, spec.scale_key, per_row ? i : 0, s);
     for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= s;
   }
   if (spec.convrot_group > 0) {

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_limits.h"
 
 namespace h3 {
 
@@ -29,13 +31,9 @@ void safetensors_parse(const std::string& path, const std::byte* bytes, size_t s
   std::memcpy(&n, bytes, 8);  // little-endian hosts only (x86-64, aarch64)
   if (n > kMaxHeader || n > size - 8)
     fail("{}: header length {} exceeds the file ({} bytes) -- truncated or not a safetensors file", path, n, size);
-  nlohmann::json header;
-  try {
-    header =
-        nlohmann::json::parse(reinterpret_cast<const char*>(bytes) + 8, reinterpret_cast<const char*>(bytes) + 8 + n);
-  } catch (const std::exception& e) {
-    fail("{}: header is not valid JSON: {}", path, e.what());
-  }
+  // Bounded: a header nested deeper than a real one (3 levels) or naming a tensor twice is refused.
+  const nlohmann::json header = parse_json_bounded(
+      std::string_view(reinterpret_cast<const char*>(bytes) + 8, static_cast<size_t>(n)), path + ": header", 16);
   if (!header.is_object()) fail("{}: header must be a JSON object", path);
   data_offset = 8 + static_cast<size_t>(n);
   size_t data_size = size - data_offset;
@@ -161,6 +159,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
   std::string text = header.dump();
   while ((text.size() + 8) % 8 != 0) text.push_back(' ');
+  check_output_file(path, "safetensors output");
   std::string tmp = path + ".partial";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("{}: cannot create: {}", tmp, std::strerror(errno));
@@ -174,6 +173,12 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     fail("{}: write failed (disk full?)", path);
   }
   std::error_code ec;
+  try {
+    check_output_file(path, "safetensors output");  // again: the path may have changed while writing
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::remove(tmp.c_str());

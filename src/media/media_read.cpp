@@ -13,7 +13,9 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -28,10 +30,57 @@ using media::av_error_text;
 
 namespace {
 
+// Errors libav logs while this thread decodes (a truncated JPEG is only reported through the log).
+thread_local std::vector<std::string>* t_av_errors = nullptr;
+
+void log_to_collector(void* avcl, int level, const char* fmt, va_list vl) {
+  if (t_av_errors && level <= AV_LOG_ERROR) {
+    char line[512];
+    int prefix = 1;
+    av_log_format_line(avcl, level, fmt, vl, line, sizeof(line), &prefix);
+    std::string l(line);
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+    if (t_av_errors->size() < 8) t_av_errors->push_back(l);
+    return;
+  }
+  av_log_default_callback(avcl, level, fmt, vl);
+}
+
 void quiet_libav() {
   static std::once_flag once;
-  std::call_once(once,
-                 [] { av_log_set_level(spdlog::get_level() <= spdlog::level::debug ? AV_LOG_INFO : AV_LOG_ERROR); });
+  std::call_once(once, [] {
+    av_log_set_level(spdlog::get_level() <= spdlog::level::debug ? AV_LOG_INFO : AV_LOG_ERROR);
+    av_log_set_callback(&log_to_collector);
+  });
+}
+
+// Collects what libav logs as errors on this thread while alive.
+class AvErrors {
+ public:
+  AvErrors() : prev_(t_av_errors) { t_av_errors = &errors_; }
+  ~AvErrors() { t_av_errors = prev_; }
+  AvErrors(const AvErrors&) = delete;
+  AvErrors& operator=(const AvErrors&) = delete;
+  const std::vector<std::string>& errors() const { return errors_; }
+
+ private:
+  std::vector<std::string> errors_;
+  std::vector<std::string>* prev_;
+};
+
+void check_picture_size(const std::string& path, int64_t w, int64_t h, const char* how) {
+  H3_CHECK(w > 0 && h > 0, "{}: {} a picture of {}x{} pixels; the file is damaged", path, how, w, h);
+  H3_CHECK(w <= kMaxMediaSide && h <= kMaxMediaSide && w * h <= kMaxMediaPixels,
+           "{}: {} {}x{} pixels; at most {} a side and {} in all are read (scale it down first)", path, how, w, h,
+           kMaxMediaSide, kMaxMediaPixels);
+}
+
+void check_audio_format(const std::string& path, int64_t rate, int64_t channels, const char* how) {
+  H3_CHECK(rate >= kMinSampleRate && rate <= kMaxSampleRate,
+           "{}: {} audio at {} Hz; sample rates {} .. {} Hz are read (resample it first)", path, how, rate,
+           kMinSampleRate, kMaxSampleRate);
+  H3_CHECK(channels >= 1 && channels <= kMaxAudioChannels, "{}: {} {} audio channels; 1 .. {} are read", path, how,
+           channels, kMaxAudioChannels);
 }
 
 struct FrameDeleter {
@@ -52,6 +101,12 @@ class Demuxer {
              av_error_text(ret));
     ret = avformat_find_stream_info(fc_, nullptr);
     H3_CHECK(ret >= 0, "{}: cannot read its stream information ({}); is the file complete?", path, av_error_text(ret));
+    const std::string fmt_name = format();
+    image_ = fmt_name == "image2" || fmt_name.ends_with("_pipe");
+    if (fc_->duration != AV_NOPTS_VALUE && fc_->duration > 0)
+      H3_CHECK(static_cast<double>(fc_->duration) / AV_TIME_BASE <= kMaxMediaSeconds,
+               "{}: declares {:.0f} s; at most {:.0f} s of media are read", path,
+               static_cast<double>(fc_->duration) / AV_TIME_BASE, kMaxMediaSeconds);
     if (want_video) vidx_ = open_decoder(AVMEDIA_TYPE_VIDEO, &vdec_);
     if (want_audio) aidx_ = open_decoder(AVMEDIA_TYPE_AUDIO, &adec_);
   }
@@ -69,6 +124,10 @@ class Demuxer {
   AVCodecContext* vdec() const { return vdec_; }
   AVCodecContext* adec() const { return adec_; }
   std::string format() const { return fc_->iformat ? fc_->iformat->name : "?"; }
+  // An image file (one picture by its format), decoded strictly: any damage is an error.
+  bool image() const { return image_; }
+  // Damage the decoders reported (frames flagged corrupt, errors logged while decoding).
+  const std::vector<std::string>& damage() const { return damage_; }
 
   // Decodes every packet of the opened streams in file order; a callback returning false stops that stream.
   void run(const std::function<bool(AVFrame*)>& on_video, const std::function<bool(AVFrame*)>& on_audio) {
@@ -76,12 +135,27 @@ class Demuxer {
     FramePtr frame(av_frame_alloc());
     H3_CHECK(pkt && frame, "{}: out of memory allocating a decode frame", path_);
     bool video_on = has_video() && on_video, audio_on = has_audio() && on_audio;
+    AvErrors logged;
+    int64_t video_frames = 0;
     auto drain = [&](AVCodecContext* dec, bool& on, const std::function<bool(AVFrame*)>& cb) {
       while (on) {
         const int r = avcodec_receive_frame(dec, frame.get());
         if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return;
         H3_CHECK(r >= 0, "{}: decoding failed ({}); the file may be damaged", path_, av_error_text(r));
-        on = cb(frame.get());
+        AVFrame* f = frame.get();
+        if (f->decode_error_flags || (f->flags & AV_FRAME_FLAG_CORRUPT)) note_damage("a frame decoded with errors");
+        for (const auto& e : logged.errors()) note_damage(e);
+        if (dec == vdec_) {
+          check_picture_size(path_, f->width, f->height, "holds");
+          H3_CHECK(++video_frames <= kMaxScanSourceFrames,
+                   "{}: more than {} video frames would have to be decoded; give a shorter or lower-rate video", path_,
+                   kMaxScanSourceFrames);
+        } else {
+          check_audio_format(path_, f->sample_rate, f->ch_layout.nb_channels, "holds");
+          H3_CHECK(f->nb_samples <= (1 << 20), "{}: an audio frame of {} samples; the file is damaged", path_,
+                   f->nb_samples);
+        }
+        on = cb(f);
         av_frame_unref(frame.get());
       }
     };
@@ -92,9 +166,11 @@ class Demuxer {
         H3_CHECK(r >= 0, "{}: reading failed ({}); the file may be damaged", path_, av_error_text(r));
         if (pkt->stream_index == vidx_ && video_on) {
           const int s = avcodec_send_packet(vdec_, pkt);
+          if (s < 0 && s != AVERROR(EAGAIN)) note_damage("a packet the decoder refused (" + av_error_text(s) + ")");
           if (s >= 0 || s == AVERROR(EAGAIN)) drain(vdec_, video_on, on_video);
         } else if (pkt->stream_index == aidx_ && audio_on) {
           const int s = avcodec_send_packet(adec_, pkt);
+          if (s < 0 && s != AVERROR(EAGAIN)) note_damage("a packet the decoder refused (" + av_error_text(s) + ")");
           if (s >= 0 || s == AVERROR(EAGAIN)) drain(adec_, audio_on, on_audio);
         }
         av_packet_unref(pkt);
@@ -107,6 +183,7 @@ class Demuxer {
         avcodec_send_packet(adec_, nullptr);
         drain(adec_, audio_on, on_audio);
       }
+      for (const auto& e : logged.errors()) note_damage(e);
     } catch (...) {
       av_packet_free(&pkt);
       throw;
@@ -126,6 +203,24 @@ class Demuxer {
         other |= static_cast<int>(i) != idx && fc_->streams[i]->codecpar->codec_type == AVMEDIA_TYPE_AUDIO;
       if (other) return -1;
     }
+    const AVCodecParameters* par = st->codecpar;
+    if (type == AVMEDIA_TYPE_VIDEO) {
+      check_picture_size(path_, par->width, par->height, "declares");
+      if (image_) {
+        std::error_code ec;
+        const auto bytes = static_cast<int64_t>(std::filesystem::file_size(path_, ec));
+        const int64_t budget = std::max<int64_t>(kStillFloorPixels, kStillPixelsPerByte * (ec ? 0 : bytes));
+        H3_CHECK(int64_t{par->width} * par->height <= budget,
+                 "{}: a {}-byte picture declares {}x{} pixels, more than any image codec packs into so few bytes "
+                 "(a decompression bomb?); re-encode it as PNG or JPEG",
+                 path_, bytes, par->width, par->height);
+      }
+      for (const AVRational r : {st->avg_frame_rate, st->r_frame_rate})
+        H3_CHECK(!(r.num > 0 && r.den > 0 && av_q2d(r) > kMaxFrameRate),
+                 "{}: declares {:.0f} frames per second; at most {:.0f} are read", path_, av_q2d(r), kMaxFrameRate);
+    } else {
+      check_audio_format(path_, par->sample_rate, par->ch_layout.nb_channels, "declares");
+    }
     const AVCodec* codec = avcodec_find_decoder(st->codecpar->codec_id);
     H3_CHECK(codec,
              "{}: this libavcodec has no decoder for its {} stream ({}); convert the file (e.g. to PNG / "
@@ -134,15 +229,27 @@ class Demuxer {
     *dec = avcodec_alloc_context3(codec);
     H3_CHECK(*dec, "{}: out of memory allocating a decoder", path_);
     int ret = avcodec_parameters_to_context(*dec, st->codecpar);
+    if (image_ && type == AVMEDIA_TYPE_VIDEO) {
+      // One thread, so every error the decoder logs is seen (and stopped at) by this thread.
+      (*dec)->thread_count = 1;
+      (*dec)->err_recognition |= AV_EF_CRCCHECK | AV_EF_BITSTREAM | AV_EF_BUFFER | AV_EF_EXPLODE;
+    }
     if (ret >= 0) ret = avcodec_open2(*dec, codec, nullptr);
     H3_CHECK(ret >= 0, "{}: cannot open the {} decoder ({})", path_, codec->name, av_error_text(ret));
     return idx;
+  }
+
+  void note_damage(const std::string& what) {
+    H3_CHECK(!image_, "{}: the picture is damaged ({}); give a complete PNG, JPEG or WebP file", path_, what);
+    if (damage_.size() < 8 && std::find(damage_.begin(), damage_.end(), what) == damage_.end()) damage_.push_back(what);
   }
 
   std::string path_;
   AVFormatContext* fc_ = nullptr;
   AVCodecContext *vdec_ = nullptr, *adec_ = nullptr;
   int vidx_ = -1, aidx_ = -1;
+  bool image_ = false;
+  std::vector<std::string> damage_;
 };
 
 // Frame holding to a constant rate: `emit(frame)` is called once per output frame with the source frame shown
@@ -163,6 +270,8 @@ class FrameHolder {
       return !full();
     }
     const double rel = std::max(t - t0_, cur_t_);  // out-of-order stamps never go back in time
+    H3_CHECK(rel <= kMaxMediaSeconds, "a frame is stamped {:.0f} s after the first; at most {:.0f} s are read", rel,
+             kMaxMediaSeconds);
     emit_until(rel);
     last_delta_ = rel - cur_t_;
     cur_.reset(av_frame_clone(f));
@@ -173,7 +282,7 @@ class FrameHolder {
     if (!cur_ || full()) return;
     const AVRational r = st_->avg_frame_rate;
     double dur = r.num > 0 && r.den > 0 ? av_q2d(av_inv_q(r)) : last_delta_ > 0 ? last_delta_ : 1.0 / fps_;
-    emit_until(cur_t_ + dur);
+    emit_until(std::min(cur_t_ + dur, kMaxMediaSeconds));
     if (emitted_ == 0) {  // a picture shorter than one output frame still gives one frame
       emit_(cur_.get());
       ++emitted_;
@@ -181,9 +290,9 @@ class FrameHolder {
   }
   int64_t emitted() const { return emitted_; }
   int64_t source_frames() const { return source_frames_; }
+  bool full() const { return max_out_ > 0 && emitted_ >= max_out_; }
 
  private:
-  bool full() const { return max_out_ > 0 && emitted_ >= max_out_; }
   double time_of(const AVFrame* f) {
     const int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
     if (ts == AV_NOPTS_VALUE) {
@@ -213,8 +322,9 @@ class FrameHolder {
 // Audio to planar f32 stereo at a fixed rate; mono is duplicated, more channels are mixed down by swr.
 class AudioCollector {
  public:
-  AudioCollector(std::string path, int rate, int64_t max_samples)
-      : path_(std::move(path)), rate_(rate), max_(max_samples) {}
+  // `keep` false: samples are only counted (a scan), never stored.
+  AudioCollector(std::string path, int rate, int64_t max_samples, bool keep = true)
+      : path_(std::move(path)), rate_(rate), max_(max_samples), keep_(keep) {}
   ~AudioCollector() {
     swr_free(&swr_);
     av_channel_layout_uninit(&out_layout_);
@@ -229,11 +339,14 @@ class AudioCollector {
   }
   void finish() {
     if (swr_ && !full()) convert(nullptr, 0);
-    if (max_ > 0)
+    if (max_ > 0) {
       for (auto& c : ch_)
         if (static_cast<int64_t>(c.size()) > max_) c.resize(static_cast<size_t>(max_));
+      counted_ = std::min(counted_, max_);
+    }
   }
-  int64_t samples() const { return static_cast<int64_t>(ch_[0].size()); }
+  int64_t samples() const { return keep_ ? static_cast<int64_t>(ch_[0].size()) : counted_; }
+  bool full() const { return max_ > 0 && samples() >= max_; }
   Tensor tensor() const {
     const int64_t n = samples();
     Tensor t(DType::f32, {2, n});
@@ -243,7 +356,6 @@ class AudioCollector {
   }
 
  private:
-  bool full() const { return max_ > 0 && samples() >= max_; }
   void init(const AVFrame* f) {
     in_channels_ = f->ch_layout.nb_channels;
     H3_CHECK(in_channels_ >= 1, "{}: the audio stream has no channels", path_);
@@ -264,6 +376,10 @@ class AudioCollector {
     uint8_t* out[2] = {reinterpret_cast<uint8_t*>(a.data()), reinterpret_cast<uint8_t*>(b.data())};
     const int got = swr_convert(swr_, out, cap, const_cast<const uint8_t**>(in), n_in);
     H3_CHECK(got >= 0, "{}: resampling failed ({})", path_, av_error_text(got));
+    if (!keep_) {
+      counted_ += got;
+      return;
+    }
     const bool mono = out_layout_.nb_channels == 1;
     ch_[0].insert(ch_[0].end(), a.begin(), a.begin() + got);
     ch_[1].insert(ch_[1].end(), (mono ? a : b).begin(), (mono ? a : b).begin() + got);
@@ -272,6 +388,8 @@ class AudioCollector {
   std::string path_;
   int rate_;
   int64_t max_;
+  bool keep_ = true;
+  int64_t counted_ = 0;
   SwrContext* swr_ = nullptr;
   AVChannelLayout out_layout_{};
   int in_channels_ = 0;
@@ -331,7 +449,7 @@ void check_canvas_args(const std::string& path, int64_t width, int64_t height) {
 
 }  // namespace
 
-MediaInfo scan_media(const std::string& path, int fps, int sample_rate) {
+MediaInfo scan_media(const std::string& path, int fps, int sample_rate, int64_t max_frames, int64_t max_samples) {
   Demuxer d(path, true, true);
   H3_CHECK(d.has_video() || d.has_audio(), "{} holds neither pictures nor sound that this FFmpeg can decode", path);
   MediaInfo info;
@@ -344,12 +462,13 @@ MediaInfo scan_media(const std::string& path, int fps, int sample_rate) {
     info.width = d.vdec()->width;
     info.height = d.vdec()->height;
     info.video_codec = d.vdec()->codec->name;
-    holder = std::make_unique<FrameHolder>(fps, 0, d.video_stream(), [](const AVFrame*) {});
+    holder =
+        std::make_unique<FrameHolder>(fps, std::max<int64_t>(max_frames, 0), d.video_stream(), [](const AVFrame*) {});
   }
   std::unique_ptr<AudioCollector> audio;
   if (d.has_audio()) {
     info.audio_codec = d.adec()->codec->name;
-    audio = std::make_unique<AudioCollector>(path, sample_rate, 0);
+    audio = std::make_unique<AudioCollector>(path, sample_rate, std::max<int64_t>(max_samples, 0), false);
   }
   d.run(
       [&](AVFrame* f) {
@@ -358,7 +477,11 @@ MediaInfo scan_media(const std::string& path, int fps, int sample_rate) {
         return holder->push(f);
       },
       [&](AVFrame* f) { return audio->push(f); });
+  info.truncated = (holder && holder->full()) || (audio && audio->full());
+  info.warnings = d.damage();
   if (holder) {
+    // A still needs a second frame decoded to be told from a video; a truncated scan of a video has one.
+    if (max_frames > 0 && holder->full() && holder->source_frames() == 1) info.truncated = false;
     holder->finish();
     info.frames = holder->emitted();
     info.still = holder->source_frames() == 1;

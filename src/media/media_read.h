@@ -14,7 +14,19 @@
 // channels, more than two channels are mixed down to stereo by libswresample.
 //
 // Errors throw h3::Error naming the file and what to do (missing, not a media file, no picture / no sound,
-// a codec this libavcodec lacks, empty streams).
+// a codec this libavcodec lacks, empty streams, damaged data).
+//
+// Limits (checked on what a file declares before anything is decoded, and again on every decoded frame), so
+// that no input costs more than it weighs (docs/api.md "Limits"):
+//   pictures and video frames at most kMaxMediaSide pixels a side and kMaxMediaPixels in all; a still
+//     picture also at most max(kStillFloorPixels, kStillPixelsPerByte x its file size) pixels (no real image
+//     codec packs more; a "decompression bomb" does);
+//   audio at kMinSampleRate .. kMaxSampleRate Hz with at most kMaxAudioChannels channels (a 1 Hz stream
+//     resampled to 32 kHz would cost 32,000 samples per sample read);
+//   durations and timestamps at most kMaxMediaSeconds; declared frame rates at most kMaxFrameRate;
+//   a scan decodes at most kMaxScanSourceFrames video frames and stops once it has what was asked for.
+// Picture data the decoder reports as damaged (a truncated JPEG, a PNG with a bad checksum) is an error;
+// damage inside a video or audio stream is reported in MediaInfo::warnings.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,6 +35,14 @@
 #include "core/tensor.h"
 
 namespace h3 {
+
+inline constexpr int64_t kMaxMediaSide = 16384;
+inline constexpr int64_t kMaxMediaPixels = 8192 * 8192;
+inline constexpr int64_t kStillFloorPixels = 4096 * 4096;
+inline constexpr int64_t kStillPixelsPerByte = 1100;  // deflate's ceiling is 1032 bytes per byte
+inline constexpr int kMinSampleRate = 1000, kMaxSampleRate = 384000, kMaxAudioChannels = 64;
+inline constexpr double kMaxMediaSeconds = 4 * 3600, kMaxFrameRate = 1000;
+inline constexpr int64_t kMaxScanSourceFrames = 8192;
 
 // What a file holds, found by decoding it once (cheap next to the models; used to validate a request and fix
 // its geometry before any heavy work).
@@ -34,8 +54,16 @@ struct MediaInfo {
   int64_t frames = 0;             // frames at the scan's fps (holding frames; see above)
   int64_t audio_samples = 0;      // samples per channel at the scan's sample rate
   std::string video_codec, audio_codec, format;
+  bool truncated = false;             // the scan stopped at max_frames / max_samples (counts are lower bounds)
+  std::vector<std::string> warnings;  // damage the decoders reported in video or audio streams
 };
-MediaInfo scan_media(const std::string& path, int fps = 24, int sample_rate = 32000);
+// `max_frames` / `max_samples` (> 0): stop once that many frames / samples are counted (a request never reads
+// more than its own duration, so the rest of a long file is not decoded).
+MediaInfo scan_media(const std::string& path, int fps = 24, int sample_rate = 32000, int64_t max_frames = 0,
+                     int64_t max_samples = 0);
+// The same scan as JSON (for a probe run in another process) and back.
+std::string media_info_to_json(const MediaInfo& info);
+MediaInfo media_info_from_json(const std::string& json);
 
 // How a picture is fitted to a canvas.
 enum class FitMode : uint8_t {

@@ -8,11 +8,15 @@ extern "C" {
 #include <filesystem>
 #include <system_error>
 
+#include "core/files.h"
+
 namespace h3::media {
 
 namespace fs = std::filesystem;
 
-PartialFile::PartialFile(std::string final_path) : final_(std::move(final_path)), partial_(final_ + ".partial") {}
+PartialFile::PartialFile(std::string final_path) : final_(std::move(final_path)), partial_(final_ + ".partial") {
+  check_output_file(final_, "output");
+}
 
 PartialFile::~PartialFile() {
   if (!committed_) discard();
@@ -25,6 +29,7 @@ void PartialFile::discard() noexcept {
 
 void PartialFile::commit() {
   H3_ASSERT(!committed_, "commit() twice on {}", final_);
+  check_output_file(final_, "output");  // again: the path may have become a device or FIFO meanwhile
   std::error_code ec;
   fs::rename(partial_, final_, ec);
   if (ec)
@@ -39,6 +44,7 @@ void check_output_path(const std::string& path, const char* what) {
   H3_CHECK(!path.empty(), "{} output: empty path; give a file name", what);
   std::error_code ec;
   H3_CHECK(!fs::is_directory(path, ec), "{} output {} is a directory; give a file name inside it", what, path);
+  check_output_file(path, std::string(what) + " output");
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty())
     H3_CHECK(fs::is_directory(parent, ec), "{} output {}: folder {} does not exist; create it first", what, path,

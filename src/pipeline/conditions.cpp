@@ -44,17 +44,23 @@ void check_aspect(const MediaInfo& info, const std::string& what) {
            "{} {} is {}x{}; its aspect must lie in 1:4 .. 4:1", what, info.path, info.width, info.height);
 }
 
-// scan_media with the condition named in its errors ("reference 2 (video): ...").
-MediaInfo scan_as(const std::string& path, const std::string& what) {
+// scan_media (or the caller's scanner) with the condition named in its errors ("reference 2 (video): ...").
+// A scan reads no more than the longest request can use: max_frames + 1 frames (one more tells a video from a
+// still), as many audio samples as max_frames last.
+MediaInfo scan_as(const std::string& path, const std::string& what, const ModelLimits& lim, const MediaScanner& scan) {
+  const int64_t frames = lim.max_frames + 1;
+  const int64_t samples = lim.max_frames * lim.audio_sample_rate / kFps + lim.audio_hop;
   try {
-    return scan_media(path);
+    return scan ? scan(path, frames, samples)
+                : scan_media(path, static_cast<int>(kFps), lim.audio_sample_rate, frames, samples);
   } catch (const Error& e) {
     fail("{}: {}", what, e.what());
   }
 }
 
-MediaInfo scan_picture(const std::string& path, const std::string& what) {
-  const MediaInfo info = scan_as(path, what);
+MediaInfo scan_picture(const std::string& path, const std::string& what, const ModelLimits& lim,
+                       const MediaScanner& scan) {
+  const MediaInfo info = scan_as(path, what, lim, scan);
   H3_CHECK(info.has_video, "{} {} holds no picture (give a PNG, JPEG or WebP image)", what, path);
   H3_CHECK(info.still, "{} {} is a video of {} frames; give a single picture (PNG, JPEG or WebP)", what, path,
            info.frames);
@@ -101,14 +107,16 @@ Tensor imagenet_normalize(const Tensor& rgb01) {
 
 }  // namespace
 
-std::string condition_aspect(const GenerateRequest& req, const ModelLimits&) {
+std::string condition_aspect(const GenerateRequest& req, const ModelLimits& lim, const MediaScanner& scan) {
   const std::string& kf = !req.first_image.empty() ? req.first_image : req.last_image;
   if (kf.empty() || !req.references.empty()) return "";
-  const MediaInfo info = scan_picture(kf, req.first_image.empty() ? "the last keyframe" : "the first keyframe");
+  const MediaInfo info =
+      scan_picture(kf, req.first_image.empty() ? "the last keyframe" : "the first keyframe", lim, scan);
   return fmt::format("{}:{}", info.width, info.height);
 }
 
-void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const ModelLimits& lim) {
+void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const ModelLimits& lim,
+                        const MediaScanner& scan) {
   const bool keyframes = !req.first_image.empty() || !req.last_image.empty();
   H3_CHECK(!(keyframes && !req.references.empty()),
            "keyframes (first/last image) and references cannot be combined: fl2va and ref2va are different "
@@ -119,7 +127,7 @@ void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const Mo
     for (const auto& [role, path] : {std::pair<std::string, std::string>{"first", req.first_image},
                                      std::pair<std::string, std::string>{"last", req.last_image}}) {
       if (path.empty()) continue;
-      scan_picture(path, "the " + role + " keyframe");
+      scan_picture(path, "the " + role + " keyframe", lim, scan);
       ConditionMedia m;
       m.role = role;
       m.path = path;
@@ -149,7 +157,7 @@ void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const Mo
     m.role = ref.kind;
     m.path = ref.path;
     if (ref.kind == "image") {
-      const MediaInfo info = scan_picture(ref.path, what);
+      const MediaInfo info = scan_picture(ref.path, what, lim, scan);
       ++counts[0];
       // Short edge to ref_image_short_edge (rounded to the canvas multiple), either way, no area cap.
       const double s =
@@ -159,7 +167,8 @@ void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const Mo
       m.frames = 1;
       m.latent_frames = 1;
     } else if (ref.kind == "video") {
-      const MediaInfo info = scan_as(ref.path, what);
+      const MediaInfo info = scan_as(ref.path, what, lim, scan);
+      for (const auto& w : info.warnings) r.notes.push_back(fmt::format("{}: damaged data ({})", what, w));
       H3_CHECK(info.has_video, "{} {} holds no pictures; give a video file (or use kind audio)", what, ref.path);
       H3_CHECK(!info.still, "{} {} is a single picture; give it as an image reference", what, ref.path);
       check_aspect(info, what);
@@ -168,8 +177,8 @@ void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const Mo
       H3_CHECK(avail >= 5, "{} {} has {} frames at 24 fps; at least 5 are needed", what, ref.path, info.frames);
       m.frames = (avail - 5) / kFramesPerChunk * kFramesPerChunk + 5;  // snapped down to 17n+5
       if (m.frames != info.frames)
-        r.notes.push_back(fmt::format("{}: {} frames at 24 fps, {} used (17n+5, at most the target's {})", what,
-                                      info.frames, m.frames, r.frames));
+        r.notes.push_back(fmt::format("{}: {}{} frames at 24 fps, {} used (17n+5, at most the target's {})", what,
+                                      info.truncated ? "at least " : "", info.frames, m.frames, r.frames));
       const auto [w, h] = canvas_of(info.width, info.height, lim.ref_video_short_edge, lim.ref_video_max_pixels, mult);
       m.width = w;
       m.height = h;
@@ -179,7 +188,8 @@ void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const Mo
         m.audio_latents = ceil_div(m.audio_samples, lim.audio_hop);
       }
     } else {
-      const MediaInfo info = scan_as(ref.path, what);
+      const MediaInfo info = scan_as(ref.path, what, lim, scan);
+      for (const auto& w : info.warnings) r.notes.push_back(fmt::format("{}: damaged data ({})", what, w));
       H3_CHECK(info.has_audio, "{} {} holds no sound; give an audio file (WAV, FLAC, MP3, AAC, ...)", what, ref.path);
       ++counts[2];
       m.audio_samples = std::min(info.audio_samples, max_samples);
@@ -352,7 +362,7 @@ std::vector<PromptMedia> prompt_media(const ResolvedRequest& r, const std::vecto
   return out;
 }
 
-PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const QwenVisionModel* vision) {
+PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const Qwen3VlVisionModel* vision) {
   PromptInputs in;
   bool visual = false;
   for (const ConditionMedia& m : r.media) visual |= m.visual();
@@ -369,7 +379,7 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
              "vision tokens itself: remove it from the prompt",
              t);
   const VisionTokenIds tok_ids = vision_token_ids(tok);
-  const QwenVisionConfig& vc = vision->config();
+  const Qwen3VlVisionConfig& vc = vision->config();
   VlPreprocessConfig image_cfg, video_cfg = VlPreprocessConfig::video_defaults();
   for (VlPreprocessConfig* c : {&image_cfg, &video_cfg}) {
     c->patch = vc.patch;
@@ -382,7 +392,8 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
   std::vector<std::vector<double>> stamps;
   for (const ConditionMedia& m : r.media) {
     if (!m.visual()) continue;
-    const MediaInfo info = scan_media(m.path);
+    // Only the size is needed: stop after the frames the request reads.
+    const MediaInfo info = scan_media(m.path, static_cast<int>(kFps), 32000, std::max<int64_t>(m.frames, 1) + 1, 1);
     if (m.role == "video") {
       const std::vector<int64_t> idx = sample_frame_indices(m.frames, static_cast<double>(kFps), 2.0);
       H3_CHECK(!idx.empty(), "{}: no frames to sample at 2 fps", m.path);
@@ -426,7 +437,7 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
   return in;
 }
 
-PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, int64_t layer) {
+PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer) {
   PromptEncoding out;
   H3_CHECK(!in.ids.empty(), "the prompt gives no tokens");
   const bool vision = !in.extras.rows.empty();

@@ -21,11 +21,13 @@
 // rank count draws the same values.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+#include "media/media_read.h"
 #include "model/dit/layout.h"
 #include "model/qwen3vl/preprocess.h"
 #include "model/qwen3vl/text.h"
@@ -54,12 +56,18 @@ struct ConditionMedia {
   bool visual() const { return role != "audio"; }
 };
 
+// How resolve() learns what a keyframe/reference file holds: scan_media() in this process when empty; the
+// server passes a probe that runs the scan in a separate, resource-limited process (serve/probe.h), so an
+// upload can cost the server neither memory nor a crash. Arguments as scan_media's.
+using MediaScanner = std::function<MediaInfo(const std::string& path, int64_t max_frames, int64_t max_samples)>;
+
 // Scans the request's keyframe/reference files and checks them against the mode rules; called by resolve()
 // before the canvas is chosen. Returns the aspect "W:H" of the first keyframe when the request gives no size
 // ("" otherwise).
-std::string condition_aspect(const GenerateRequest& req, const ModelLimits& lim);
+std::string condition_aspect(const GenerateRequest& req, const ModelLimits& lim, const MediaScanner& scan = {});
 // Fills r.mode and r.media from the request (r's canvas and frames must be resolved already).
-void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const ModelLimits& lim);
+void resolve_conditions(const GenerateRequest& req, ResolvedRequest& r, const ModelLimits& lim,
+                        const MediaScanner& scan = {});
 
 // The packed layout of a resolved request with `text_tags` (its L rows).
 PackedLayout request_layout(const ResolvedRequest& r, const std::vector<int64_t>& text_tags);
@@ -102,7 +110,7 @@ std::vector<PromptMedia> prompt_media(const ResolvedRequest& r, const std::vecto
 VisionTokenIds vision_token_ids(const Tokenizer& tok);
 // `vision` may be null only when r has no pictures or videos. Throws (what, which file, what to do) on
 // unreadable media, a prompt that itself holds vision tokens, or a tower that does not fit the LM.
-PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const QwenVisionModel* vision);
+PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, const Qwen3VlVisionModel* vision);
 
 struct PromptEncoding {
   Tensor embeds;                                           // [L, text_dim] f32
@@ -114,6 +122,6 @@ struct PromptEncoding {
 // tests).
 std::string prompt_text_without_vision(const ResolvedRequest& r);
 // hidden_states[layer] of the prompt (collective over the text model's tensor-parallel group).
-PromptEncoding encode_prompt(const PromptInputs& in, const QwenTextModel& text, int64_t layer);
+PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer);
 
 }  // namespace h3

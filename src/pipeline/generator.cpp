@@ -14,6 +14,7 @@
 // Every rank decodes (units sharded over the whole group) and ends with the same latents and media; rank 0
 // writes.
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -54,12 +55,21 @@ std::string procedural_models_notice() {
          "--video-vae, --audio-vae, --text-encoder and --tokenizer.";
 }
 
-bool ModelPaths::all_procedural() const {
-  auto proc = [](const std::string& s) { return s.empty() || s.starts_with("procedural:"); };
-  return model_dir.empty() && proc(dit) && proc(video_vae) && proc(audio_vae) && proc(text_encoder) && proc(tokenizer);
-}
-
 namespace {
+
+int64_t count_non_finite(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return 0;
+  const Tensor f = t.dtype() == DType::f64 ? t : t.to(DType::f32);
+  int64_t n = 0;
+  if (f.dtype() == DType::f64) {
+    const double* p = f.data<double>();
+    for (int64_t i = 0; i < f.numel(); ++i) n += std::isfinite(p[i]) ? 0 : 1;
+  } else {
+    const float* p = f.data<float>();
+    for (int64_t i = 0; i < f.numel(); ++i) n += std::isfinite(p[i]) ? 0 : 1;
+  }
+  return n;
+}
 
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t0) {
@@ -220,12 +230,12 @@ struct Generator::Impl {
   std::vector<GenerateRequest::LoraRef> loras_merged;
   uint64_t lora_digest = 0;
   std::shared_ptr<SafeTensors> vvae_file, avae_file;
-  std::shared_ptr<QwenTextWeights> text_weights;
+  std::shared_ptr<Qwen3VlTextWeights> text_weights;
   std::unique_ptr<VideoVae> vvae;
   std::unique_ptr<AudioVae> avae;
-  QwenTextConfig text_cfg;
-  std::string text_cfg_problem;         // why the text tower cannot feed this DiT ("" = fine)
-  std::unique_ptr<QwenTextModel> text;  // kept only on dedicated encoder ranks
+  Qwen3VlTextConfig text_cfg;
+  std::string text_cfg_problem;            // why the text tower cannot feed this DiT ("" = fine)
+  std::unique_ptr<Qwen3VlTextModel> text;  // kept only on dedicated encoder ranks
   std::unique_ptr<Tokenizer> tokenizer;
   ModelLimits limits;
   std::vector<std::string> described;
@@ -242,16 +252,16 @@ struct Generator::Impl {
     bool visual = false;
     for (const ConditionMedia& c : r.media) visual |= c.visual();
     if (!visual) return h3::prepare_prompt(r, *tokenizer, nullptr);
-    H3_CHECK(has_qwen_vision(*text_weights),
+    H3_CHECK(has_qwen3vl_vision(*text_weights),
              "{} with pictures or videos needs Qwen3-VL's vision tower, but the text encoder {} holds none (no "
              "'*patch_embed.proj.weight'; e.g. a text-only truncated encoder): pass the full Qwen3-VL "
              "text_encoder folder with --text-encoder",
              r.mode, text_path);
-    const QwenVisionConfig vc = detect_qwen_vision_config(*text_weights);
+    const Qwen3VlVisionConfig vc = detect_qwen3vl_vision_config(*text_weights);
     H3_CHECK(vc.out_hidden == text_cfg.hidden,
              "the vision tower in {} gives {}-wide rows but its text decoder is {} wide: the file mixes models",
              text_path, vc.out_hidden, text_cfg.hidden);
-    const QwenVisionModel vision(*text_weights, vc, vae_precision());
+    const Qwen3VlVisionModel vision(*text_weights, vc, vae_precision());
     return h3::prepare_prompt(r, *tokenizer, &vision);
   }
 
@@ -271,10 +281,315 @@ struct Generator::Impl {
   }
 
   // Collective over `tp` (null: this rank alone).
-  std::unique_ptr<QwenTextModel> load_text(Comm* tp) const {
+  std::unique_ptr<Qwen3VlTextModel> load_text(Comm* tp) const {
     H3_CHECK(text_cfg_problem.empty(), "{}", text_cfg_problem);
-    return std::make_unique<QwenTextModel>(*text_weights, text_cfg, kConditioningLayer,
-                                           QwenTextOptions{vae_precision(), Device::cpu, tp});
+    return std::make_unique<Qwen3VlTextModel>(*text_weights, text_cfg, kConditioningLayer,
+                                              Qwen3VlTextOptions{vae_precision(), Device::cpu, tp});
+  }
+
+  // One request on its way through the phases of run(): where it runs, how it reports, what it has produced.
+  struct Run {
+    Run(Comm& c, const ProgressFn& progress_fn, const std::atomic<bool>* cancel_flag, const PrecomputedInputs* inputs)
+        : comm(c), root(c.rank() == 0), progress(progress_fn), cancel(cancel_flag), pre(inputs) {}
+    Comm& comm;
+    bool root = false;
+    clock_type::time_point t_start = clock_type::now();
+    const ProgressFn& progress;
+    const std::atomic<bool>* cancel = nullptr;
+    const PrecomputedInputs* pre = nullptr;
+    GenerateResult res;
+
+    // Progress: fixed shares of the whole request per phase; ETA from the elapsed time and the share done.
+    static constexpr double w_encode = 3, w_denoise = 85, w_video = 8, w_audio = 3, w_write = 1;
+    void report(const std::string& phase, int step, int steps, double done_before, double share) const {
+      if (!root || !progress) return;
+      GenerateProgress p;
+      p.phase = phase;
+      p.step = step;
+      p.steps = steps;
+      p.percent = done_before + (steps > 0 ? share * step / steps : 0.0);
+      const double el = seconds_since(t_start);
+      p.eta_s = p.percent > 0.5 && phase == "denoise" && step > 0 ? el / p.percent * (100 - p.percent)
+                : phase == "done"                                 ? 0.0
+                                                                  : -1.0;
+      progress(p);
+    }
+    // One agreed control word outside the denoise loop (between phases).
+    void check_cancel(const char* where) const {
+      const bool want = root && cancel && cancel->load();
+      if (step_control(comm, want ? ControlWord::cancel : ControlWord::proceed) == ControlWord::cancel)
+        throw Cancelled(fmt::format("request cancelled {}", where));
+    }
+    void phase_done(const char* name, clock_type::time_point t0) { res.timings.push_back({name, seconds_since(t0)}); }
+  };
+
+  // What the encode phase hands to the denoise phase.
+  struct Encoded {
+    Tensor embeds;  // [L, text_dim] f32 on every rank
+    std::shared_ptr<const PackedLayout> layout;
+    ConditionRows cond;
+  };
+
+  // Rank 0's request is the one that runs; it must fit these models.
+  void take_request(Run& run, const ResolvedRequest& req_in) const {
+    Comm& comm = run.comm;
+    run.res.request = comm.size() > 1 ? ResolvedRequest::from_json(json::parse(bcast_string(
+                                            comm, run.root ? req_in.to_json().dump() : "", 0, "generate request")))
+                                      : req_in;
+    const ResolvedRequest& req = run.res.request;
+    H3_CHECK(req.height % limits.canvas_multiple == 0 && req.width % limits.canvas_multiple == 0 &&
+                 req.latent_h * limits.vae_spatial_ratio == req.height &&
+                 req.latent_w * limits.vae_spatial_ratio == req.width,
+             "request {}x{} does not fit these models (multiples of {}, VAE stride {}): resolve it with the "
+             "generator's limits()",
+             req.width, req.height, limits.canvas_multiple, limits.vae_spatial_ratio);
+  }
+
+  // LoRAs: the denoise ranks re-merge from the pristine weights when the set changes (every rank sees the same
+  // request, so all decide alike; the DitModel's digest agreement names a rank that merged otherwise).
+  void switch_loras(Run& run) {
+    const ResolvedRequest& req = run.res.request;
+    if (denoiser && (!dit || req.loras != loras_merged)) {
+      const auto t_lora = clock_type::now();
+      merge_loras(req.loras, run.comm.world_rank(run.comm.rank()));
+      run.res.lora_remerged = true;
+      run.res.timings.push_back({"lora_merge", seconds_since(t_lora)});
+    }
+    run.res.lora_digest = lora_digest;
+  }
+
+  // The encode phase: prompt embeddings, the packed layout, and the keyframe / reference rows.
+  Encoded encode(Run& run) const {
+    run.check_cancel("before encoding");
+    run.report("encode", 0, 1, 0, Run::w_encode);
+    const auto t0 = clock_type::now();
+    Encoded enc;
+    std::vector<std::pair<int64_t, int64_t>> vision_ranges;
+    enc.embeds = prompt_embeddings(run, vision_ranges);
+    const ResolvedRequest& req = run.res.request;
+    enc.layout = std::make_shared<const PackedLayout>(
+        request_layout(req, text_tags_with_vision(enc.embeds.dim(0), vision_ranges)));
+    enc.cond = condition_rows(run, *enc.layout);
+    run.phase_done("encode", t0);
+    run.report("encode", 1, 1, 0, Run::w_encode);
+    return enc;
+  }
+
+  // Prompt embeddings on every rank, from the text tower or precomputed; `vision_ranges` gets the prompt rows the
+  // vision tower fed.
+  Tensor prompt_embeddings(Run& run, std::vector<std::pair<int64_t, int64_t>>& vision_ranges) const {
+    Comm& comm = run.comm;
+    const bool root = run.root;
+    const PrecomputedInputs* pre = run.pre;
+    const ResolvedRequest& req = run.res.request;
+    GenerateResult& res = run.res;
+    Tensor embeds;
+    std::string prompt_extra;  // JSON {vision_ranges, warnings} from the encoding rank
+    const bool have_pre_embeds = pre && pre->prompt_embeds.defined() && pre->prompt_embeds.numel() > 0;
+    // Rank 0 decides where the embeddings come from (precomputed ones are taken from rank 0).
+    int32_t from_pre = have_pre_embeds ? 1 : 0;
+    if (comm.size() > 1) comm.broadcast(&from_pre, sizeof(from_pre), 0, "embeddings source");
+    int src = from_pre ? 0 : encoder_root;
+    // Every encoder rank runs the (tensor-parallel) tower; with K = 0 that is every rank, and all end with the
+    // embeddings.
+    const bool everyone_encodes = !from_pre && opt.encoder_ranks == 0;
+    // Rank 0 (which holds the keyframe / reference files) builds the prompt: tokens, and for pictures and
+    // videos the vision tower's rows and the mRoPE positions; the encoder ranks get it by broadcast. An error
+    // there (bad file, missing tower) travels too, so every rank fails the request with rank 0's message.
+    PromptInputs prompt;
+    if (!from_pre) {
+      std::string failure;
+      if (root) {
+        try {
+          prompt = prepare_prompt(req);
+        } catch (const Error& e) {
+          failure = e.what();
+        }
+      }
+      if (comm.size() > 1) failure = bcast_string(comm, failure, 0, "prompt preparation status");
+      if (!failure.empty()) {
+        if (root) fail("{}", failure);
+        fail("rank 0 could not prepare the prompt: {}", failure);
+      }
+      if (comm.size() > 1) bcast_prompt(comm, prompt, 0);
+    }
+    if (comm.rank() == src || (!from_pre && encoder)) {
+      if (from_pre) {
+        H3_CHECK(have_pre_embeds, "rank 0 passed precomputed embeddings but this rank did not");
+        embeds = pre->prompt_embeds.to(DType::f32);
+      } else {
+        std::unique_ptr<Qwen3VlTextModel> tower = text ? nullptr : load_text(comm.size() > 1 ? &comm : nullptr);
+        PromptEncoding pe = encode_prompt(prompt, text ? *text : *tower, kConditioningLayer);
+        embeds = pe.embeds;
+        prompt_extra =
+            json{{"vision_ranges", pe.vision_ranges}, {"vision_rows", pe.vision_rows}, {"warnings", pe.warnings}}
+                .dump();
+      }  // the per-request tower is freed here, before denoising
+      H3_CHECK(embeds.ndim() == 2 && embeds.dim(1) == dit_config.text_dim,
+               "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()), dit_config.text_dim);
+    }
+    if (comm.size() > 1 && !everyone_encodes) bcast_tensor(comm, embeds, src, "prompt embeddings");
+    if (comm.size() > 1 && !everyone_encodes)
+      prompt_extra = bcast_string(comm, prompt_extra, src, "prompt vision rows");
+    run.check_cancel("after encoding the prompt");
+    res.prompt_tokens = embeds.dim(0);
+    if (!prompt_extra.empty()) {
+      const json pj = json::parse(prompt_extra);
+      vision_ranges = pj.at("vision_ranges").get<std::vector<std::pair<int64_t, int64_t>>>();
+      res.vision_rows = pj.at("vision_rows").get<int64_t>();
+      res.vision_blocks = static_cast<int64_t>(vision_ranges.size());
+      res.warnings = pj.at("warnings").get<std::vector<std::string>>();
+    } else if (!req.media.empty()) {
+      res.warnings.push_back("precomputed prompt embeddings: no vision rows for the keyframes / references");
+    }
+    return embeds;
+  }
+
+  // Keyframes / references: rank 0 reads and encodes them, every rank gets the rows (pipeline/conditions.h).
+  ConditionRows condition_rows(Run& run, const PackedLayout& layout) const {
+    Comm& comm = run.comm;
+    const ResolvedRequest& req = run.res.request;
+    ConditionRows cond;
+    if (req.media.empty()) return cond;
+    H3_CHECK(vvae->has_encoder() && avae->has_encoder(),
+             "{} needs the VAE encoders but {} has none: pass a video VAE / audio VAE with encoder weights", req.mode,
+             vvae->has_encoder() ? avae_path : vvae_path);
+    if (run.root) cond = encode_conditions(req, *vvae, *avae);
+    if (comm.size() > 1 && layout.num_condition_video_rows > 0)
+      bcast_tensor(comm, cond.video, 0, "condition video rows");
+    if (comm.size() > 1 && layout.num_condition_audio_rows > 0)
+      bcast_tensor(comm, cond.audio, 0, "reference audio rows");
+    run.check_cancel("after encoding the keyframes / references");
+    return cond;
+  }
+
+  // The denoise phase: seeded noise (CPU generator, seeded per request: the same on every rank and for every rank
+  // count), then the Euler loop on the denoise ranks; every rank ends with the final rows and latents in `res`.
+  SamplingSpec denoise(Run& run, const Encoded& enc, SamplingRows& rows) const {
+    Comm& comm = run.comm;
+    const bool root = run.root;
+    const PrecomputedInputs* pre = run.pre;
+    const ResolvedRequest& req = run.res.request;
+    SamplingSpec spec;
+    spec.latent_frames = req.latent_frames;
+    spec.latent_h = req.latent_h;
+    spec.latent_w = req.latent_w;
+    spec.audio_latents = req.audio_latents;
+    spec.num_text = enc.embeds.dim(0);
+    spec.steps = req.steps;
+    spec.shift = req.shift;
+    spec.audio_shift = req.audio_shift;
+    spec.layout = enc.layout;
+    spec.cond_video_rows = enc.cond.video;
+    spec.cond_audio_rows = enc.cond.audio;
+    const DitConfig& dc = dit_config;
+    const Shape vshape{dc.in_channels, req.latent_frames, req.latent_h, req.latent_w};
+    const Shape ashape{2 * req.audio_latents, dc.audio_in_channels};
+    // Precomputed noise is taken from rank 0 (broadcast), so only rank 0 needs it.
+    auto noise = [&](const Tensor* given, const Shape& shape, uint64_t stream, const char* what) {
+      int32_t use = root && given && given->defined() && given->numel() > 0 ? 1 : 0;
+      if (comm.size() > 1) comm.broadcast(&use, sizeof(use), 0, std::string(what) + " source");
+      if (!use) return seeded_normal(shape, req.seed, stream);
+      Tensor t = root ? given->to(DType::f32) : Tensor();
+      if (comm.size() > 1) bcast_tensor(comm, t, 0, what);
+      return t;
+    };
+    Tensor vnoise = noise(pre ? &pre->video_noise : nullptr, vshape, 0, "video noise");
+    Tensor anoise = noise(pre ? &pre->audio_noise_rows : nullptr, ashape, 1, "audio noise rows");
+
+    const auto t0 = clock_type::now();
+    bool cancelled = false;
+    const int calls = req.model_calls;
+    if (denoiser) {
+      auto on_step = [&](int step, int total, const SamplingRows&) {
+        run.report("denoise", step + 1, total, Run::w_encode, Run::w_denoise);
+      };
+      auto want_cancel = [&]() { return run.cancel && run.cancel->load(); };
+      run.report("denoise", 0, calls, Run::w_encode, Run::w_denoise);
+      rows = denoise_loop(*dit, spec, enc.embeds, vnoise, anoise, comm, want_cancel, on_step, &cancelled);
+    } else {
+      cancelled = follow_denoise_loop(spec, comm);
+    }
+    if (cancelled) throw Cancelled(fmt::format("request cancelled during denoising"));
+    if (opt.encoder_ranks > 0) {  // the encoder ranks take the rows from rank 0
+      bcast_tensor(comm, rows.video, 0, "final video rows");
+      bcast_tensor(comm, rows.audio, 0, "final audio rows");
+    }
+    run.res.video_latents = rows_to_video_latents(rows, spec, dc.in_channels);
+    run.res.audio_latent_rows = rows.audio.to(DType::f32);
+    run.phase_done("denoise", t0);
+    // NaN/Inf in the final latents (non-finite weights in the checkpoint or a LoRA, bad precomputed inputs, a
+    // diverged run) fail the request with the reason instead of writing a video of garbage. Rank 0 counts and
+    // every rank gets the verdict, so all fail alike.
+    int64_t non_finite =
+        run.root ? count_non_finite(run.res.video_latents) + count_non_finite(run.res.audio_latent_rows) : 0;
+    if (comm.size() > 1) comm.broadcast(&non_finite, sizeof(non_finite), 0, "non-finite latents");
+    H3_CHECK(non_finite == 0,
+             "the final latents hold {} non-finite values (NaN or Inf): the checkpoint, a LoRA or the precomputed "
+             "inputs hold non-finite numbers, or the run diverged; nothing was written (check the weights with "
+             "`h3 info`)",
+             non_finite);
+    return spec;
+  }
+
+  // The decode phase (every rank; units sharded over the group).
+  void decode(Run& run, const SamplingRows& rows, const SamplingSpec& spec, Tensor& pixels, Tensor& wave) const {
+    Comm* group = run.comm.size() > 1 ? &run.comm : nullptr;
+    run.check_cancel("before the video decode");
+    auto t0 = clock_type::now();
+    run.report("decode_video", 0, 1, Run::w_encode + Run::w_denoise, Run::w_video);
+    pixels = decode_video_latents(*vvae, run.res.video_latents, group);
+    run.phase_done("decode_video", t0);
+    run.check_cancel("before the audio decode");
+    t0 = clock_type::now();
+    run.report("decode_audio", 0, 1, Run::w_encode + Run::w_denoise + Run::w_video, Run::w_audio);
+    wave = decode_audio_latents(*avae, rows_to_audio_latents(rows, spec), group);
+    run.phase_done("decode_audio", t0);
+    run.check_cancel("before writing");
+  }
+
+  // The write phase (rank 0). The MP4 writer and write_safetensors are atomic; a failure removes what this
+  // request wrote.
+  void write(Run& run, const std::string& out_path, const Tensor& pixels, const Tensor& wave) const {
+    GenerateResult& res = run.res;
+    const ResolvedRequest& req = res.request;
+    const auto t0 = clock_type::now();
+    run.report("write", 0, 1, 100 - Run::w_write, Run::w_write);
+    if (run.root && !out_path.empty()) {
+      const std::string latents_path = fs::path(out_path).replace_extension(".latents.safetensors").string();
+      std::map<std::string, std::string> md = {{"request", req.to_json().dump()}, {"generator", "h3 generate"}};
+      auto write_latents = [&]() {
+        write_safetensors(latents_path,
+                          {{"video_latents", res.video_latents}, {"audio_latent_rows", res.audio_latent_rows}}, md);
+      };
+      MediaSpec ms;
+      ms.width = req.width;
+      ms.height = req.height;
+      ms.fps = static_cast<int>(kFps);
+      ms.sample_rate = static_cast<int>(avae->config().sampling_rate);
+      ms.channels = 2;
+      ms.metadata["comment"] = req.to_json().dump();
+      ms.metadata["title"] = req.prompt.substr(0, 200);
+      ms.metadata["h3_seed"] = std::to_string(req.seed);
+      {
+        Mp4Writer w(out_path, ms);
+        w.add_frames(pixels);
+        w.add_audio(wave);
+        w.finish();
+      }
+      res.wrote_mp4 = true;
+      res.out_path = out_path;
+      if (opt.write_latents) {
+        try {
+          write_latents();
+        } catch (...) {
+          std::error_code ec;
+          fs::remove(out_path, ec);
+          throw;
+        }
+      }
+    }
+    run.phase_done("write", t0);
   }
 };
 
@@ -362,14 +677,14 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
 
   // Text tower: only its header here (weights are loaded where and when they are used).
   if (is_procedural(m.text_path)) {
-    m.text_weights = std::make_shared<QwenTextWeights>(
-        QwenTextWeights::from_file(procedural_qwen_text_file(procedural_mini_seed(m.text_path, "--text-encoder"))));
+    m.text_weights = std::make_shared<Qwen3VlTextWeights>(Qwen3VlTextWeights::from_file(
+        procedural_qwen3vl_text_file(procedural_mini_seed(m.text_path, "--text-encoder"))));
     m.any_procedural = true;
   } else {
     // A file, or a transformers folder (config.json + index + shards): only the text layers are read.
-    m.text_weights = std::make_shared<QwenTextWeights>(QwenTextWeights::open(m.text_path));
+    m.text_weights = std::make_shared<Qwen3VlTextWeights>(Qwen3VlTextWeights::open(m.text_path));
   }
-  m.text_cfg = detect_qwen_text_config(*m.text_weights);
+  m.text_cfg = detect_qwen3vl_text_config(*m.text_weights);
   if (m.text_cfg.hidden != dc.text_dim)
     m.text_cfg_problem = fmt::format(
         "the text encoder ({}) is {} wide but the DiT reads {}-wide prompt embeddings: pass the matching "
@@ -452,249 +767,24 @@ double Generator::load_seconds() const {
 GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& out_path, const ProgressFn& progress,
                               const std::atomic<bool>* cancel, const PrecomputedInputs* pre) {
   Impl& m = *impl_;
-  Comm& comm = *m.comm;
-  const bool root = comm.rank() == 0;
-  const auto t_start = clock_type::now();
-  GenerateResult res;
+  Impl::Run run(*m.comm, progress, cancel, pre);
+  GenerateResult& res = run.res;
   if (m.first_run) res.timings.push_back({"load", m.load_s});
   m.first_run = false;
-
-  // Rank 0's request is the one that runs.
-  res.request = comm.size() > 1 ? ResolvedRequest::from_json(json::parse(
-                                      bcast_string(comm, root ? req_in.to_json().dump() : "", 0, "generate request")))
-                                : req_in;
-  const ResolvedRequest& req = res.request;
-  H3_CHECK(req.height % m.limits.canvas_multiple == 0 && req.width % m.limits.canvas_multiple == 0 &&
-               req.latent_h * m.limits.vae_spatial_ratio == req.height &&
-               req.latent_w * m.limits.vae_spatial_ratio == req.width,
-           "request {}x{} does not fit these models (multiples of {}, VAE stride {}): resolve it with the "
-           "generator's limits()",
-           req.width, req.height, m.limits.canvas_multiple, m.limits.vae_spatial_ratio);
-
-  // Progress: fixed shares of the whole request per phase; ETA from the elapsed time and the share done.
-  const double w_encode = 3, w_denoise = 85, w_video = 8, w_audio = 3, w_write = 1;
-  auto report = [&](const std::string& phase, int step, int steps, double done_before, double share) {
-    if (!root || !progress) return;
-    GenerateProgress p;
-    p.phase = phase;
-    p.step = step;
-    p.steps = steps;
-    p.percent = done_before + (steps > 0 ? share * step / steps : 0.0);
-    const double el = seconds_since(t_start);
-    p.eta_s = p.percent > 0.5 && phase == "denoise" && step > 0 ? el / p.percent * (100 - p.percent)
-              : phase == "done"                                 ? 0.0
-                                                                : -1.0;
-    progress(p);
-  };
-  // One agreed control word outside the denoise loop (between phases).
-  auto check_cancel = [&](const char* where) {
-    const bool want = root && cancel && cancel->load();
-    if (step_control(comm, want ? ControlWord::cancel : ControlWord::proceed) == ControlWord::cancel)
-      throw Cancelled(fmt::format("request cancelled {}", where));
-  };
-  auto phase_done = [&](const char* name, clock_type::time_point t0) {
-    res.timings.push_back({name, seconds_since(t0)});
-  };
-
-  // 0. LoRAs: the denoise ranks re-merge from the pristine weights when the set changes (every rank sees the
-  // same request, so all decide alike; the DitModel's digest agreement names a rank that merged otherwise).
-  if (m.denoiser && (!m.dit || req.loras != m.loras_merged)) {
-    const auto t_lora = clock_type::now();
-    m.merge_loras(req.loras, comm.world_rank(comm.rank()));
-    res.lora_remerged = true;
-    res.timings.push_back({"lora_merge", seconds_since(t_lora)});
-  }
-  res.lora_digest = m.lora_digest;
-
-  // 1. Prompt embeddings.
-  check_cancel("before encoding");
-  report("encode", 0, 1, 0, w_encode);
-  auto t0 = clock_type::now();
-  Tensor embeds;
-  std::string prompt_extra;  // JSON {vision_ranges, warnings} from the encoding rank
-  const bool have_pre_embeds = pre && pre->prompt_embeds.defined() && pre->prompt_embeds.numel() > 0;
-  // Rank 0 decides where the embeddings come from (precomputed ones are taken from rank 0).
-  int32_t from_pre = have_pre_embeds ? 1 : 0;
-  if (comm.size() > 1) comm.broadcast(&from_pre, sizeof(from_pre), 0, "embeddings source");
-  int src = from_pre ? 0 : m.encoder_root;
-  // Every encoder rank runs the (tensor-parallel) tower; with K = 0 that is every rank, and all end with the
-  // embeddings.
-  const bool everyone_encodes = !from_pre && m.opt.encoder_ranks == 0;
-  // Rank 0 (which holds the keyframe / reference files) builds the prompt: tokens, and for pictures and
-  // videos the vision tower's rows and the mRoPE positions; the encoder ranks get it by broadcast. An error
-  // there (bad file, missing tower) travels too, so every rank fails the request with rank 0's message.
-  PromptInputs prompt;
-  if (!from_pre) {
-    std::string failure;
-    if (root) {
-      try {
-        prompt = m.prepare_prompt(req);
-      } catch (const Error& e) {
-        failure = e.what();
-      }
-    }
-    if (comm.size() > 1) failure = bcast_string(comm, failure, 0, "prompt preparation status");
-    if (!failure.empty()) {
-      if (root) fail("{}", failure);
-      fail("rank 0 could not prepare the prompt: {}", failure);
-    }
-    if (comm.size() > 1) bcast_prompt(comm, prompt, 0);
-  }
-  if (comm.rank() == src || (!from_pre && m.encoder)) {
-    if (from_pre) {
-      H3_CHECK(have_pre_embeds, "rank 0 passed precomputed embeddings but this rank did not");
-      embeds = pre->prompt_embeds.to(DType::f32);
-    } else {
-      std::unique_ptr<QwenTextModel> tower = m.text ? nullptr : m.load_text(comm.size() > 1 ? &comm : nullptr);
-      PromptEncoding pe = encode_prompt(prompt, m.text ? *m.text : *tower, kConditioningLayer);
-      embeds = pe.embeds;
-      prompt_extra =
-          json{{"vision_ranges", pe.vision_ranges}, {"vision_rows", pe.vision_rows}, {"warnings", pe.warnings}}.dump();
-    }  // the per-request tower is freed here, before denoising
-    H3_CHECK(embeds.ndim() == 2 && embeds.dim(1) == m.dit_config.text_dim,
-             "prompt embeddings are {}, the DiT needs [L, {}]", shape_str(embeds.shape()), m.dit_config.text_dim);
-  }
-  if (comm.size() > 1 && !everyone_encodes) bcast_tensor(comm, embeds, src, "prompt embeddings");
-  if (comm.size() > 1 && !everyone_encodes) prompt_extra = bcast_string(comm, prompt_extra, src, "prompt vision rows");
-  res.prompt_tokens = embeds.dim(0);
-  std::vector<std::pair<int64_t, int64_t>> vision_ranges;
-  if (!prompt_extra.empty()) {
-    const json pj = json::parse(prompt_extra);
-    vision_ranges = pj.at("vision_ranges").get<std::vector<std::pair<int64_t, int64_t>>>();
-    res.vision_rows = pj.at("vision_rows").get<int64_t>();
-    res.vision_blocks = static_cast<int64_t>(vision_ranges.size());
-    res.warnings = pj.at("warnings").get<std::vector<std::string>>();
-  } else if (!req.media.empty()) {
-    res.warnings.push_back("precomputed prompt embeddings: no vision rows for the keyframes / references");
-  }
-
-  // Keyframes / references: rank 0 reads and encodes them, every rank gets the rows (pipeline/conditions.h).
-  auto layout =
-      std::make_shared<const PackedLayout>(request_layout(req, text_tags_with_vision(embeds.dim(0), vision_ranges)));
-  ConditionRows cond;
-  if (!req.media.empty()) {
-    H3_CHECK(m.vvae->has_encoder() && m.avae->has_encoder(),
-             "{} needs the VAE encoders but {} has none: pass a video VAE / audio VAE with encoder weights", req.mode,
-             m.vvae->has_encoder() ? m.avae_path : m.vvae_path);
-    if (root) cond = encode_conditions(req, *m.vvae, *m.avae);
-    if (comm.size() > 1 && layout->num_condition_video_rows > 0)
-      bcast_tensor(comm, cond.video, 0, "condition video rows");
-    if (comm.size() > 1 && layout->num_condition_audio_rows > 0)
-      bcast_tensor(comm, cond.audio, 0, "reference audio rows");
-  }
-  phase_done("encode", t0);
-  report("encode", 1, 1, 0, w_encode);
-
-  // 2. Noise (CPU generator, seeded per request: the same on every rank and for every rank count).
-  T2vaSpec spec;
-  spec.latent_frames = req.latent_frames;
-  spec.latent_h = req.latent_h;
-  spec.latent_w = req.latent_w;
-  spec.audio_latents = req.audio_latents;
-  spec.num_text = embeds.dim(0);
-  spec.steps = req.steps;
-  spec.shift = req.shift;
-  spec.audio_shift = req.audio_shift;
-  spec.layout = layout;
-  spec.cond_video_rows = cond.video;
-  spec.cond_audio_rows = cond.audio;
-  const DitConfig& dc = m.dit_config;
-  const Shape vshape{dc.in_channels, req.latent_frames, req.latent_h, req.latent_w};
-  const Shape ashape{2 * req.audio_latents, dc.audio_in_channels};
-  // Precomputed noise is taken from rank 0 (broadcast), so only rank 0 needs it.
-  auto noise = [&](const Tensor* given, const Shape& shape, uint64_t stream, const char* what) {
-    int32_t use = root && given && given->defined() && given->numel() > 0 ? 1 : 0;
-    if (comm.size() > 1) comm.broadcast(&use, sizeof(use), 0, std::string(what) + " source");
-    if (!use) return seeded_normal(shape, req.seed, stream);
-    Tensor t = root ? given->to(DType::f32) : Tensor();
-    if (comm.size() > 1) bcast_tensor(comm, t, 0, what);
-    return t;
-  };
-  Tensor vnoise = noise(pre ? &pre->video_noise : nullptr, vshape, 0, "video noise");
-  Tensor anoise = noise(pre ? &pre->audio_noise_rows : nullptr, ashape, 1, "audio noise rows");
-
-  // 3. Denoise.
-  t0 = clock_type::now();
-  T2vaRows rows;
-  bool cancelled = false;
-  const int calls = req.model_calls;
-  if (m.denoiser) {
-    auto on_step = [&](int step, int total, const T2vaRows&) {
-      report("denoise", step + 1, total, w_encode, w_denoise);
-    };
-    auto want_cancel = [&]() { return cancel && cancel->load(); };
-    report("denoise", 0, calls, w_encode, w_denoise);
-    rows = denoise_t2va(*m.dit, spec, embeds, vnoise, anoise, comm, want_cancel, on_step, &cancelled);
-  } else {
-    cancelled = follow_t2va_denoise(spec, comm);
-  }
-  if (cancelled) throw Cancelled(fmt::format("request cancelled during denoising"));
-  if (m.opt.encoder_ranks > 0) {  // the encoder ranks take the rows from rank 0
-    bcast_tensor(comm, rows.video, 0, "final video rows");
-    bcast_tensor(comm, rows.audio, 0, "final audio rows");
-  }
-  res.video_latents = t2va_video_latents(rows, spec, dc.in_channels);
-  res.audio_latent_rows = rows.audio.to(DType::f32);
-  phase_done("denoise", t0);
-
-  // 4. Decode (every rank; units sharded over the group).
-  check_cancel("before the video decode");
-  t0 = clock_type::now();
-  report("decode_video", 0, 1, w_encode + w_denoise, w_video);
-  Tensor pixels = decode_t2va_video(*m.vvae, res.video_latents, comm.size() > 1 ? &comm : nullptr);
-  phase_done("decode_video", t0);
-  check_cancel("before the audio decode");
-  t0 = clock_type::now();
-  report("decode_audio", 0, 1, w_encode + w_denoise + w_video, w_audio);
-  Tensor wave = decode_t2va_audio(*m.avae, t2va_audio_latents(rows, spec), comm.size() > 1 ? &comm : nullptr);
-  phase_done("decode_audio", t0);
-  check_cancel("before writing");
-
-  // 5. Write (rank 0). The MP4 writer and write_safetensors are atomic; a failure removes what this request
-  // wrote.
-  t0 = clock_type::now();
-  report("write", 0, 1, 100 - w_write, w_write);
-  if (root && !out_path.empty()) {
-    const std::string latents_path = fs::path(out_path).replace_extension(".latents.safetensors").string();
-    std::map<std::string, std::string> md = {{"request", req.to_json().dump()}, {"generator", "h3 generate"}};
-    auto write_latents = [&]() {
-      write_safetensors(latents_path,
-                        {{"video_latents", res.video_latents}, {"audio_latent_rows", res.audio_latent_rows}}, md);
-    };
-    MediaSpec ms;
-    ms.width = req.width;
-    ms.height = req.height;
-    ms.fps = static_cast<int>(kFps);
-    ms.sample_rate = sample_rate();
-    ms.channels = 2;
-    ms.metadata["comment"] = req.to_json().dump();
-    ms.metadata["title"] = req.prompt.substr(0, 200);
-    ms.metadata["h3_seed"] = std::to_string(req.seed);
-    {
-      Mp4Writer w(out_path, ms);
-      w.add_frames(pixels);
-      w.add_audio(wave);
-      w.finish();
-    }
-    res.wrote_mp4 = true;
-    res.out_path = out_path;
-    if (m.opt.write_latents) {
-      try {
-        write_latents();
-      } catch (...) {
-        std::error_code ec;
-        fs::remove(out_path, ec);
-        throw;
-      }
-    }
-  }
-  phase_done("write", t0);
+  m.take_request(run, req_in);
+  m.switch_loras(run);
+  const Impl::Encoded enc = m.encode(run);
+  SamplingRows rows;
+  const SamplingSpec spec = m.denoise(run, enc, rows);
+  Tensor pixels, wave;
+  m.decode(run, rows, spec, pixels, wave);
+  m.write(run, out_path, pixels, wave);
   if (m.opt.keep_media) {
     res.pixels01 = pixels;
     res.waveform = wave;
   }
-  report("done", 1, 1, 100, 0);
-  return res;
+  run.report("done", 1, 1, 100, 0);
+  return std::move(res);
 }
 
 }  // namespace h3

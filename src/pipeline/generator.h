@@ -47,7 +47,6 @@ class Cancelled : public Error {
 struct ModelPaths {
   std::string model_dir;
   std::string dit, video_vae, audio_vae, text_encoder, tokenizer;
-  bool all_procedural() const;  // true when every component resolves to a procedural model
 };
 
 struct GenerateOptions {

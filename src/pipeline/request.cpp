@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 
+#include "core/json.h"
 #include "model/dit/lora.h"
 #include "model/qwen3vl/tokenizer.h"
 #include "pipeline/geometry.h"
@@ -217,8 +218,8 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
     r.seed = j.at("seed").get<uint64_t>();
     r.shift = j.at("shift").get<double>();
     r.audio_shift = j.at("audio_shift").get<double>();
-    if (j.contains("notes")) r.notes = j["notes"].get<std::vector<std::string>>();
-    if (j.contains("mode")) r.mode = j["mode"].get<std::string>();
+    read_if(j, "notes", r.notes);
+    read_if(j, "mode", r.mode);
     if (j.contains("loras"))
       for (const json& e : j["loras"])
         r.loras.push_back({e.at("path").get<std::string>(), e.at("strength").get<double>()});
@@ -243,7 +244,7 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
   return r;
 }
 
-ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
+ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, const MediaScanner& scan) {
   ResolvedRequest r;
   // Prompt: non-empty text (the tokenizer refuses invalid UTF-8 later; refuse it here, before any work).
   {
@@ -269,14 +270,15 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
     const double ratio = static_cast<double>(w) / static_cast<double>(h);
     H3_CHECK(ratio >= 0.25 && ratio <= 4.0, "size {}x{} has aspect {:.3f}; allowed 1:4 .. 4:1 (0.25 .. 4)", w, h,
              ratio);
-    H3_CHECK(w * h <= lim.max_canvas_pixels,
+    // Each side is bounded first, so the product cannot overflow (a 2^32 x 2^32 request wraps to 0).
+    H3_CHECK(w <= lim.max_canvas_pixels && h <= lim.max_canvas_pixels && w * h <= lim.max_canvas_pixels,
              "size {}x{} has {} pixels; at most {} are allowed (e.g. 1344x768 or 768x1344)", w, h, w * h,
              lim.max_canvas_pixels);
     r.width = w;
     r.height = h;
   } else {
     // fl2va without a size: the first keyframe's aspect (scanning the file refuses a bad one here).
-    const std::string keyframe_aspect = condition_aspect(req, lim);
+    const std::string keyframe_aspect = condition_aspect(req, lim, scan);
     const std::string aspect = keyframe_aspect.empty() ? req.aspect : keyframe_aspect;
     const auto [aw, ah] = parse_aspect(aspect);
     const CanvasSize c = resolve_canvas_size(aw, ah);  // throws outside 1:4 .. 4:1
@@ -327,11 +329,11 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
   r.steps = req.steps;
   r.shift = req.shift;
   r.audio_shift = req.audio_shift;
-  T2vaSpec spec;
+  SamplingSpec spec;
   spec.steps = r.steps;
   spec.shift = r.shift;
   spec.audio_shift = r.audio_shift;
-  r.model_calls = t2va_model_calls(spec);  // throws when the two grids collapse differently
+  r.model_calls = sampling_model_calls(spec);  // throws when the two grids collapse differently
 
   if (req.seed) {
     r.seed = *req.seed;
@@ -359,7 +361,7 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim) {
   }
 
   // Keyframes / references: every file scanned and checked, their geometry fixed.
-  resolve_conditions(req, r, lim);
+  resolve_conditions(req, r, lim, scan);
   return r;
 }
 

@@ -91,6 +91,8 @@ struct ResolvedRequest {
 // Validates everything that can be checked without loading or computing anything; throws h3::Error with the
 // allowed range (size not a multiple of 32, aspect beyond 4:1, duration outside 5-15 s, empty prompt, steps
 // out of range, ...). Deterministic except for an absent seed.
-ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& limits = ModelLimits::released());
+// `scan` reads keyframes/references (pipeline/conditions.h; empty: scan_media in this process).
+ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& limits = ModelLimits::released(),
+                        const MediaScanner& scan = {});
 
 }  // namespace h3

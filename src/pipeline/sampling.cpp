@@ -7,13 +7,13 @@
 
 namespace h3 {
 
-PackedLayout t2va_layout(const T2vaSpec& spec) {
+PackedLayout t2va_layout(const SamplingSpec& spec) {
   H3_CHECK(spec.num_text >= 1, "t2va: the prompt has no tokens (an empty prompt embedding)");
   const TargetGrid grid{spec.latent_frames, spec.latent_h, spec.latent_w, spec.audio_latents};
   return build_fl2va_layout(text_tags_with_vision(spec.num_text, {}), grid, {});
 }
 
-void t2va_schedules(const T2vaSpec& spec, FlowSchedule& video, FlowSchedule& audio) {
+void sampling_schedules(const SamplingSpec& spec, FlowSchedule& video, FlowSchedule& audio) {
   video = make_flow_schedule(spec.steps, spec.shift);
   audio = make_flow_schedule(spec.steps, spec.audio_shift);
   // Both schedulers advance with the same step index; a grid whose f32 values collide under one shift but not
@@ -24,9 +24,9 @@ void t2va_schedules(const T2vaSpec& spec, FlowSchedule& video, FlowSchedule& aud
            spec.steps, spec.shift, spec.audio_shift, video.num_steps(), audio.num_steps());
 }
 
-int t2va_model_calls(const T2vaSpec& spec) {
+int sampling_model_calls(const SamplingSpec& spec) {
   FlowSchedule v, a;
-  t2va_schedules(spec, v, a);
+  sampling_schedules(spec, v, a);
   return static_cast<int>(v.num_steps());
 }
 
@@ -49,27 +49,27 @@ Tensor concat_rows(const Tensor& a, const Tensor& b) {
 }
 
 void check_shape(const Tensor& t, const Shape& want, const char* what) {
-  H3_CHECK(t.shape() == want, "t2va: {} is {}, expected {}", what, shape_str(t.shape()), shape_str(want));
+  H3_CHECK(t.shape() == want, "sampling: {} is {}, expected {}", what, shape_str(t.shape()), shape_str(want));
 }
 
 }  // namespace
 
-T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& prompt_embeds, const Tensor& video_noise,
-                      const Tensor& audio_noise_rows, Comm& control, const T2vaCancelFn& cancel,
-                      const T2vaStepFn& on_step, bool* cancelled) {
+SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const Tensor& prompt_embeds,
+                          const Tensor& video_noise, const Tensor& audio_noise_rows, Comm& control,
+                          const SamplingCancelFn& cancel, const SamplingStepFn& on_step, bool* cancelled) {
   const DitConfig& c = dit.config();
   if (cancelled) *cancelled = false;
   const PackedLayout layout = spec.layout ? *spec.layout : t2va_layout(spec);
   H3_CHECK(layout.num_text == spec.num_text && layout.target.latent_frames == spec.latent_frames &&
                layout.target.latent_h == spec.latent_h && layout.target.latent_w == spec.latent_w &&
                layout.target.audio_latents == spec.audio_latents,
-           "t2va: the packed layout (L {}, T {}, {}x{}, A {}) does not match the spec (L {}, T {}, {}x{}, A {})",
+           "sampling: the packed layout (L {}, T {}, {}x{}, A {}) does not match the spec (L {}, T {}, {}x{}, A {})",
            layout.num_text, layout.target.latent_frames, layout.target.latent_h, layout.target.latent_w,
            layout.target.audio_latents, spec.num_text, spec.latent_frames, spec.latent_h, spec.latent_w,
            spec.audio_latents);
   const int64_t ncv = layout.num_condition_video_rows, nca = layout.num_condition_audio_rows;
   FlowSchedule vs, as;
-  t2va_schedules(spec, vs, as);
+  sampling_schedules(spec, vs, as);
 
   Tensor vnoise = video_noise;
   if (vnoise.ndim() == 5 && vnoise.dim(0) == 1)
@@ -82,10 +82,10 @@ T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& p
   const int64_t na = static_cast<int64_t>(layout.audio_indices.size());
   if (ncv > 0) check_shape(spec.cond_video_rows, {ncv, c.in_channels * kPatch * kPatch}, "condition video rows");
   if (nca > 0) check_shape(spec.cond_audio_rows, {nca, c.audio_in_channels}, "reference audio rows");
-  T2vaRows x;
+  SamplingRows x;
   x.video = f32_copy(patchify_video(f32_copy(vnoise)));
   x.audio = f32_copy(audio_noise_rows);
-  H3_ASSERT(x.video.dim(0) == nv - ncv && x.audio.dim(0) == na - nca, "t2va rows {} / {} vs layout {} / {}",
+  H3_ASSERT(x.video.dim(0) == nv - ncv && x.audio.dim(0) == na - nca, "sampling rows {} / {} vs layout {} / {}",
             x.video.dim(0), x.audio.dim(0), nv - ncv, na - nca);
 
   // Everything but the rows and the timesteps is the same at every step.
@@ -119,7 +119,7 @@ T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& p
     const DitOutputs out = dit.forward(in);
     // Fresh buffers for the next rows: the forward may keep views of its inputs only for its own duration,
     // and the callback may hold on to the rows it was given.
-    T2vaRows next{x.video.clone(), x.audio.clone()};
+    SamplingRows next{x.video.clone(), x.audio.clone()};
     const Tensor v_video = target_part(out.video, ncv), v_audio = target_part(out.audio, nca);
     euler_step(vs, i, next.video.span<float>(), cspan(v_video));
     euler_step(as, i, next.audio.span<float>(), cspan(v_audio));
@@ -129,28 +129,28 @@ T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& p
   return x;
 }
 
-bool follow_t2va_denoise(const T2vaSpec& spec, Comm& control) {
-  const int calls = t2va_model_calls(spec);
+bool follow_denoise_loop(const SamplingSpec& spec, Comm& control) {
+  const int calls = sampling_model_calls(spec);
   for (int i = 0; i < calls; ++i)
     if (step_control(control, ControlWord::proceed) == ControlWord::cancel) return true;
   return false;
 }
 
-Tensor t2va_video_latents(const T2vaRows& rows, const T2vaSpec& spec, int64_t channels) {
+Tensor rows_to_video_latents(const SamplingRows& rows, const SamplingSpec& spec, int64_t channels) {
   return f32_copy(unpatchify_video(rows.video, channels, spec.latent_frames, spec.latent_h, spec.latent_w));
 }
 
-Tensor t2va_audio_latents(const T2vaRows& rows, const T2vaSpec& spec) {
+Tensor rows_to_audio_latents(const SamplingRows& rows, const SamplingSpec& spec) {
   return f32_copy(unpack_audio(rows.audio, spec.audio_latents));
 }
 
-Tensor decode_t2va_video(const VideoVae& vae, const Tensor& video_latents, Comm* comm) {
+Tensor decode_video_latents(const VideoVae& vae, const Tensor& video_latents, Comm* comm) {
   const Tensor z = vae.denormalize(video_latents.to(vae.compute_dtype()));
   const Tensor dec = comm && comm->size() > 1 ? decode_video_sharded(vae, z, *comm) : vae.decode(z);
   return VideoVae::to_pixels01(dec);
 }
 
-Tensor decode_t2va_audio(const AudioVae& vae, const Tensor& audio_latents, Comm* comm) {
+Tensor decode_audio_latents(const AudioVae& vae, const Tensor& audio_latents, Comm* comm) {
   const Tensor z = vae.denormalize(audio_latents.to(vae.compute_dtype()));
   return comm && comm->size() > 1 ? decode_audio_sharded(vae, z, *comm) : vae.decode(z);
 }

@@ -1,17 +1,16 @@
-// The t2va sampling loop (h3-model-spec §3.3, §4): packed layout -> the two flow schedules (video shift,
-// audio shift, same grid) -> for each step one DiT forward and one Euler update of the video rows and of the
-// audio rows
-// -> unpatchify -> video VAE decode + audio VAE decode.
+// The sampling loop of every mode (t2va, fl2va, ref2va; h3-model-spec §3.3, §4): packed layout -> the two flow
+// schedules (video shift, audio shift, same grid) -> for each step one DiT forward and one Euler update of the
+// video rows and of the audio rows -> unpatchify -> video VAE decode + audio VAE decode.
 //
-// Rows (the DiT's own layout, model/dit/layout.h): video rows [T*(h/2)*(w/2), C*4] (patchified latents, no
-// condition rows in t2va), audio rows [2A, C_a] with row = ch*A + a. Latents stay f32 for the whole loop; the
-// DiT runs in its precision and returns f32 velocities (f64 runs are rounded to f32 before the update, like
-// the reference's f32 latents).
+// Rows (the DiT's own layout, model/dit/layout.h): video rows [T*(h/2)*(w/2), C*4] (patchified latents; fl2va /
+// ref2va put their fixed condition rows first), audio rows [2A, C_a] with row = ch*A + a. Latents stay f32 for the
+// whole loop; the DiT runs in its precision and returns f32 velocities (f64 runs are rounded to f32 before the update,
+// like the reference's f32 latents).
 //
 // Distribution: the DiT forward runs on the model's plan (the denoise ranks); every rank of `control` (a
 // superset: the whole group, encoder ranks included) takes part in one step-control broadcast per step, so a
 // cancel on rank 0 of `control` stops every rank at the same step. Ranks outside the denoise group call
-// follow_t2va_denoise() instead of denoise_t2va(). Results are identical on every rank.
+// follow_denoise_loop() instead of denoise_loop(). Results are identical on every rank.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,7 +26,7 @@
 
 namespace h3 {
 
-struct T2vaSpec {
+struct SamplingSpec {
   int64_t latent_frames = 0, latent_h = 0, latent_w = 0;  // T, h, w of the video latents
   int64_t audio_latents = 0;                              // A per stereo channel
   int64_t num_text = 0;                                   // L prompt rows
@@ -41,39 +40,39 @@ struct T2vaSpec {
   Tensor cond_audio_rows;  // [layout->num_condition_audio_rows, C_a] f32
 };
 
-struct T2vaRows {
+struct SamplingRows {
   Tensor video;  // [T*(h/2)*(w/2), C*4] f32
   Tensor audio;  // [2A, C_a] f32
 };
 
 // Called after every Euler update (step = 0 .. calls-1) with the current rows.
-using T2vaStepFn = std::function<void(int step, int calls, const T2vaRows& rows)>;
+using SamplingStepFn = std::function<void(int step, int calls, const SamplingRows& rows)>;
 // Asked once per step on rank 0 of the control group before the step; true = cancel.
-using T2vaCancelFn = std::function<bool()>;
+using SamplingCancelFn = std::function<bool()>;
 
 // The packed t2va layout of a spec (text tags all 1, no conditions).
-PackedLayout t2va_layout(const T2vaSpec& spec);
+PackedLayout t2va_layout(const SamplingSpec& spec);
 // The schedules of a spec; throws when the two grids do not have the same number of model calls.
-void t2va_schedules(const T2vaSpec& spec, FlowSchedule& video, FlowSchedule& audio);
-int t2va_model_calls(const T2vaSpec& spec);
+void sampling_schedules(const SamplingSpec& spec, FlowSchedule& video, FlowSchedule& audio);
+int sampling_model_calls(const SamplingSpec& spec);
 
 // Runs the loop on the denoise ranks. `prompt_embeds` [L, text_dim], `video_noise` [C, T, h, w] (or
 // [1, C, T, h, w]), `audio_noise_rows` [2A, C_a], all f32. Returns the final rows; returns early with
 // `*cancelled = true` (identically on every rank) when the control word says so.
-T2vaRows denoise_t2va(const DitModel& dit, const T2vaSpec& spec, const Tensor& prompt_embeds, const Tensor& video_noise,
-                      const Tensor& audio_noise_rows, Comm& control, const T2vaCancelFn& cancel,
-                      const T2vaStepFn& on_step, bool* cancelled);
+SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const Tensor& prompt_embeds,
+                          const Tensor& video_noise, const Tensor& audio_noise_rows, Comm& control,
+                          const SamplingCancelFn& cancel, const SamplingStepFn& on_step, bool* cancelled);
 // What a rank outside the denoise group does meanwhile: the same control broadcasts, nothing else. Returns
 // true when cancelled.
-bool follow_t2va_denoise(const T2vaSpec& spec, Comm& control);
+bool follow_denoise_loop(const SamplingSpec& spec, Comm& control);
 
 // Final rows -> latents: video [C, T, h, w] and audio [2, C_a, A] (both f32).
-Tensor t2va_video_latents(const T2vaRows& rows, const T2vaSpec& spec, int64_t channels);
-Tensor t2va_audio_latents(const T2vaRows& rows, const T2vaSpec& spec);
+Tensor rows_to_video_latents(const SamplingRows& rows, const SamplingSpec& spec, int64_t channels);
+Tensor rows_to_audio_latents(const SamplingRows& rows, const SamplingSpec& spec);
 
 // Latents -> media. Video: denormalize, decode (sharded over `comm` when given), clamp to [0, 1] pixels
 // [3, frames, H, W]. Audio: denormalize, decode -> waveform [2, 1, A*hop] in [-1, 1]. Collective over `comm`.
-Tensor decode_t2va_video(const VideoVae& vae, const Tensor& video_latents, Comm* comm);
-Tensor decode_t2va_audio(const AudioVae& vae, const Tensor& audio_latents, Comm* comm);
+Tensor decode_video_latents(const VideoVae& vae, const Tensor& video_latents, Comm* comm);
+Tensor decode_audio_latents(const AudioVae& vae, const Tensor& audio_latents, Comm* comm);
 
 }  // namespace h3

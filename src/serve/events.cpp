@@ -26,6 +26,12 @@ std::vector<Event> EventHub::wait_after(uint64_t after, int timeout_ms, bool* sk
   return out;
 }
 
+uint64_t EventHub::wait_seq(uint64_t after, int timeout_ms) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return seq_ > after || closed_; });
+  return seq_;
+}
+
 uint64_t EventHub::last_seq() {
   std::lock_guard lock(mu_);
   return seq_;

@@ -27,6 +27,8 @@ class EventHub {
   // lost.
   std::vector<Event> wait_after(uint64_t after, int timeout_ms, bool* skipped = nullptr);
   uint64_t last_seq();
+  // Waits up to `timeout_ms` for an event after `after` (or the hub closing); returns the last seq.
+  uint64_t wait_seq(uint64_t after, int timeout_ms);
   // Wakes every waiter (shutdown).
   void close();
   bool closed();

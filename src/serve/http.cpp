@@ -1,356 +1,618 @@
+// The HTTP front of `h3 serve` on GNU libmicrohttpd (Debian: libmicrohttpd-dev).
+//
+// Why libmicrohttpd: the front must stay responsive while hundreds of clients are connected and idle, slow
+// (a byte every few seconds) or streaming events. A thread-per-connection server (cpp-httplib, used before)
+// gives each such client a thread until its read timeout, so N + 1 slow clients hold every thread and
+// /health stops answering. libmicrohttpd polls every connection from a few event threads (epoll), bounds
+// each connection's memory (headers and buffers in a fixed pool: oversized headers get 431 / 414), closes
+// connections idle for --http-idle-timeout, caps the number of connections, handles chunked bodies, sets
+// SO_REUSEADDR but never SO_REUSEPORT (a second server on the same port fails to bind), and lets a request
+// be suspended while another thread works on it, which is how event streams wait for events and how API
+// requests run off the event threads.
+//
+// Threads: the event threads only parse, check (serve/http_policy.h) and answer the routes that never block
+// (/health, the page, the event streams' framing). Store reads and writes run on the API pool, job submission
+// (body parsing, upload decoding, media probing) on the submit pool; the connection is suspended meanwhile
+// and resumed with the answer. A full pool answers 503 at once.
 #include "serve/http.h"
 
-#include <httplib.h>
+#include <microhttpd.h>
+#include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "serve/http_policy.h"
+#include "serve/http_routes.h"
 
 namespace h3::serve {
 
 namespace {
 
-constexpr int kMaxJsonDepth = 32;
 constexpr int kSseHeartbeatS = 5;
+constexpr unsigned kEventThreads = 2;
 
-std::string error_body(int status, const std::string& code, const std::string& message) {
-  const char* type = status == 401   ? "authentication_error"
-                     : status == 404 ? "not_found_error"
-                     : status == 429 ? "rate_limit_error"
-                     : status >= 500 ? "server_error"
-                                     : "invalid_request_error";
-  return dump_json({{"error", {{"message", message}, {"type", type}, {"code", code}}}});
-}
-
-void send_error(httplib::Response& res, int status, const std::string& code, const std::string& message) {
-  res.status = status;
-  res.set_content(error_body(status, code, message), "application/json");
-}
-
-void send_json(httplib::Response& res, const nlohmann::json& j, int status = 200) {
-  res.status = status;
-  res.set_content(dump_json(j), "application/json");
-}
-
-// Deepest nesting of arrays/objects in a JSON text (outside strings); the parser is never given a deep bomb.
-int json_depth(const std::string& s) {
-  int depth = 0, worst = 0;
-  bool in_string = false, escaped = false;
-  for (char c : s) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"')
-      in_string = true;
-    else if (c == '[' || c == '{')
-      worst = std::max(worst, ++depth);
-    else if (c == ']' || c == '}')
-      --depth;
+// A fixed set of threads with a bounded queue; post() refuses when full or stopped.
+class WorkPool {
+ public:
+  void start(unsigned threads, size_t max_pending) {
+    max_pending_ = max_pending;
+    for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
   }
-  return worst;
+  bool post(std::function<void()> f) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_ || queue_.size() >= max_pending_) return false;
+      queue_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+    return true;
+  }
+  // Runs what is queued, then joins.
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        f = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      f();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::thread> threads_;
+  size_t max_pending_ = 0;
+  bool stopping_ = false;
+};
+
+bool has_body_method(const std::string& m) {
+  return m == "POST" || m == "PUT" || m == "PATCH";
 }
 
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-  return diff == 0 && !b.empty();
+bool changes_state(const std::string& m) {
+  return m != "GET" && m != "HEAD" && m != "OPTIONS";
 }
 
 }  // namespace
 
-// cpp-httplib 0.11 (Debian 12) listens with a backlog of 5, compiled in; a burst of new connections (hundreds
-// of pollers, one connection per request) would overflow it and stall clients in SYN retries. listen() again
-// on the bound socket widens the backlog.
-class BacklogServer : public httplib::Server {
- public:
-  void widen_backlog() { ::listen(svr_sock_, SOMAXCONN); }
+// One request on its way through the front.
+struct Call {
+  HttpRequest req;
+  const Route* route = nullptr;
+  HttpResponse res;
+  bool decided = false;      // `res` is the answer (a refusal or the handler's result)
+  bool too_large = false;    // the body passed --max-body: it is discarded and 413 answered
+  bool over_budget = false;  // the bodies of all requests passed max_body_total: discarded, 503 answered
+  size_t counted = 0;        // body bytes this request holds in the front's budget
+  size_t discarded = 0;      // body bytes read and dropped
+  bool dispatched = false;   // handed to a pool; the connection is suspended until `finished`
+  std::atomic<bool> finished{false};
+};
+
+// One server-sent-event stream (the response's content reader).
+struct Stream {
+  HttpServer::Impl* impl = nullptr;
+  MHD_Connection* conn = nullptr;
+  std::string job;  // "" = every event
+  uint64_t after = 0;
+  std::string pending;
+  size_t sent = 0;
+  bool ended = false;
+  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
 struct HttpServer::Impl {
   Supervisor& sup;
-  BacklogServer svr;
+  HttpLimits lim;
+  std::vector<std::string> allowed_hosts;
+  std::vector<Route> routes;
+  MHD_Daemon* daemon = nullptr;
   int port = 0;
+  WorkPool api_pool, submit_pool;
+  std::atomic<size_t> body_bytes{0};  // held by all requests' bodies
 
-  explicit Impl(Supervisor& s) : sup(s) {}
+  std::mutex log_mu;
+  std::string last_log;
 
-  template <typename F>
-  httplib::Server::Handler guard(F f) {
-    return [this, f](const httplib::Request& req, httplib::Response& res) {
-      try {
-        f(req, res);
-      } catch (const ApiError& e) {
-        if (e.status == 503) res.set_header("Retry-After", "5");
-        send_error(res, e.status, e.code, e.message);
-      } catch (const std::exception& e) {
-        spdlog::error("serve: {} {} failed: {}", req.method, req.path, e.what());
-        send_error(res, 500, "internal_error", std::string("internal error: ") + e.what());
+  // Streams waiting for events (their connections suspended); the notifier resumes them.
+  std::mutex sse_mu;
+  std::vector<Stream*> parked;
+  bool sse_stopping = false;
+  std::atomic<unsigned> streams{0};
+  std::thread notifier;
+
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stopped = false;
+
+  explicit Impl(Supervisor& s) : sup(s), lim(s.options().http), allowed_hosts(s.options().allowed_hosts) {
+    routes = make_routes(sup);
+  }
+
+  // ---- answering
+
+  void count(int status) {
+    if (status >= 500)
+      ++sup.http_5xx;
+    else if (status >= 400)
+      ++sup.http_4xx;
+  }
+
+  MHD_Result send(MHD_Connection* c, Call& call) {
+    HttpResponse& r = call.res;
+    MHD_Response* resp = nullptr;
+    if (r.stream && r.status == 200 && call.req.method != "HEAD") {
+      if (streams.load() >= lim.max_streams) {
+        r.stream = false;
+        r.error(503, "too_many_streams",
+                fmt::format("{} event streams are open (the server's limit); retry later", lim.max_streams));
+        r.headers.emplace_back("Retry-After", "5");
+      } else {
+        auto* s = new Stream;
+        s->impl = this;
+        s->conn = c;
+        s->job = r.stream_job;
+        s->after = r.stream_after;
+        s->pending = r.body;
+        s->ended = r.stream_ended;
+        ++streams;
+        ++sup.sse_streams;
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, &Impl::sse_read, s, &Impl::sse_free);
+        r.content_type = "text/event-stream";
+        r.headers.emplace_back("X-Accel-Buffering", "no");
       }
-    };
-  }
-
-  static std::string path_id(const httplib::Request& req) { return req.matches.size() > 1 ? req.matches[1].str() : ""; }
-
-  void routes() {
-    const ServeOptions& o = sup.options();
-    svr.set_payload_max_length(o.max_body_bytes);
-    // One request per connection: cpp-httplib 0.11 waits for the next request of a kept-alive connection by
-    // polling the socket every 10 ms on the connection's thread, so hundreds of idle keep-alive clients cost
-    // a core; and a client whose reused connection timed out meanwhile sees it closed under its next request.
-    // A connection per request costs a loopback handshake, and SSE streams hold their connection anyway.
-    svr.set_keep_alive_max_count(1);
-    svr.set_keep_alive_timeout(5);
-    svr.set_read_timeout(10);
-    svr.set_write_timeout(10);
-    const size_t threads = static_cast<size_t>(std::max(8, o.http_threads));
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-
-    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      ++sup.http_requests;
-      res.set_header("X-Content-Type-Options", "nosniff");
-      res.set_header("Cache-Control", "no-store");
-      const std::string& key = sup.options().api_key;
-      if (key.empty() || req.path == "/" || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-      const std::string auth = req.get_header_value("Authorization");
-      const std::string prefix = "Bearer ";
-      if (auth.rfind(prefix, 0) == 0 && constant_time_equal(auth.substr(prefix.size()), key))
-        return httplib::Server::HandlerResponse::Unhandled;
-      res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer KEY')");
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    svr.set_error_handler(
-        httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-          if (res.status >= 500)
-            ++sup.http_5xx;
-          else if (res.status >= 400)
-            ++sup.http_4xx;
-          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          std::string msg = res.status == 404   ? "no such route: " + req.method + " " + req.path.substr(0, 200)
-                            : res.status == 413 ? fmt::format("the request body is larger than {} bytes (--max-body)",
-                                                              sup.options().max_body_bytes)
-                            : res.status == 405 ? "method not allowed"
-                                                : "bad request";
-          std::string code = res.status == 404 ? "not_found" : res.status == 413 ? "too_large" : "bad_request";
-          res.set_content(error_body(res.status, code, msg), "application/json");
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-      send_error(res, 500, "internal_error", "internal error");
-    });
-
-    svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
-      res.set_header("Content-Security-Policy",
-                     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
-                     "media-src blob:; img-src data:; base-uri 'none'; form-action 'none'");
-      res.set_content(web_page_html(), "text/html; charset=utf-8");
-    });
-    svr.Get("/health", guard([this](const httplib::Request&, httplib::Response& res) {
-              send_json(res, sup.health(), sup.ready() ? 200 : 503);
-            }));
-    svr.Get("/metrics", guard([this](const httplib::Request&, httplib::Response& res) {
-              res.set_content(sup.metrics(), "text/plain; version=0.0.4; charset=utf-8");
-            }));
-    svr.Get("/v1/models",
-            guard([this](const httplib::Request&, httplib::Response& res) { send_json(res, sup.models()); }));
-    svr.Post("/v1/videos", guard([this](const httplib::Request& req, httplib::Response& res) {
-               if (req.body.empty()) throw ApiError{400, "invalid_request", "the body must be a JSON object"};
-               if (json_depth(req.body) > kMaxJsonDepth)
-                 throw ApiError{400, "invalid_json", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth)};
-               auto body = nlohmann::json::parse(req.body, nullptr, false);
-               if (body.is_discarded()) throw ApiError{400, "invalid_json", "the body is not valid JSON"};
-               JobRecord r = sup.submit(body);
-               res.set_header("Location", "/v1/videos/" + r.id);
-               send_json(res, sup.job_json(r), 202);
-             }));
-    svr.Get("/v1/videos", guard([this](const httplib::Request& req, httplib::Response& res) { list(req, res); }));
-    svr.Get(R"(/v1/videos/([^/]+))", guard([this](const httplib::Request& req, httplib::Response& res) {
-              send_json(res, sup.job_json(sup.get(path_id(req))));
-            }));
-    svr.Delete(R"(/v1/videos/([^/]+))", guard([this](const httplib::Request& req, httplib::Response& res) {
-                 const std::string id = path_id(req);
-                 sup.remove(id);
-                 send_json(res, {{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
-               }));
-    svr.Post(R"(/v1/videos/([^/]+)/cancel)", guard([this](const httplib::Request& req, httplib::Response& res) {
-               send_json(res, sup.job_json(sup.cancel(path_id(req))));
-             }));
-    svr.Get(R"(/v1/videos/([^/]+)/content)",
-            guard([this](const httplib::Request& req, httplib::Response& res) { content(req, res); }));
-    svr.Get(R"(/v1/videos/([^/]+)/events)", guard([this](const httplib::Request& req, httplib::Response& res) {
-              JobRecord r = sup.get(path_id(req));
-              events(res, r.id);
-            }));
-    svr.Get("/v1/events", guard([this](const httplib::Request&, httplib::Response& res) { events(res, ""); }));
-  }
-
-  void list(const httplib::Request& req, httplib::Response& res) {
-    int64_t limit = 20;
-    if (req.has_param("limit")) {
-      const std::string v = req.get_param_value("limit");
-      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos || std::stoll(v) < 1 ||
-          std::stoll(v) > 100)
-        throw ApiError{400, "invalid_request", "'limit' must be an integer 1 .. 100"};
-      limit = std::stoll(v);
     }
-    bool desc = true;
-    if (req.has_param("order")) {
-      const std::string v = req.get_param_value("order");
-      if (v != "asc" && v != "desc") throw ApiError{400, "invalid_request", "'order' must be asc or desc"};
-      desc = v == "desc";
+    if (!resp && r.file_fd >= 0) {
+      resp = MHD_create_response_from_fd_at_offset64(r.file_length, r.file_fd, r.file_offset);
+      if (resp) r.file_fd = -1;  // owned by the response now
     }
-    std::string status;
-    if (req.has_param("status")) {
-      status = req.get_param_value("status");
-      if (status != kQueued && status != kRunning && status != kCompleted && status != kFailed && status != kCancelled)
-        throw ApiError{400, "invalid_request", "'status' must be queued, in_progress, completed, failed or cancelled"};
-    }
-    std::optional<int64_t> after;
-    if (req.has_param("after")) {
-      const std::string v = req.get_param_value("after");
-      if (!valid_job_id(v)) throw ApiError{400, "invalid_request", "'after' must be a video id"};
-      auto r = sup.store().get(v);
-      if (!r) throw ApiError{404, "not_found", "'after': no video with this id"};
-      after = r->seq;
-    }
-    auto rows = sup.store().list(limit + 1, after, desc, status);
-    const bool more = static_cast<int64_t>(rows.size()) > limit;
-    if (more) rows.pop_back();
-    nlohmann::json data = nlohmann::json::array();
-    for (const auto& r : rows) data.push_back(sup.job_json(r));
-    send_json(res, {{"object", "list"},
-                    {"data", data},
-                    {"first_id", rows.empty() ? nlohmann::json() : nlohmann::json(rows.front().id)},
-                    {"last_id", rows.empty() ? nlohmann::json() : nlohmann::json(rows.back().id)},
-                    {"has_more", more}});
-  }
-
-  void content(const httplib::Request& req, httplib::Response& res) {
-    JobRecord r = sup.get(path_id(req));
-    if (req.has_param("variant") && req.get_param_value("variant") != "video")
-      throw ApiError{400, "invalid_request", "'variant' must be video"};
-    if (r.status != kCompleted || r.output_bytes <= 0)
-      throw ApiError{409, "not_ready", fmt::format("the video is {}; content exists once it is completed", r.status)};
-    // The path comes from the store and the server's own id, never from the request.
-    const std::string path = sup.store().output_path(r.id);
-    auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
-    if (!*file) throw ApiError{410, "gone", "the video file is missing from the store"};
-    file->seekg(0, std::ios::end);
-    const auto size = static_cast<size_t>(file->tellg());
-    res.set_header("Content-Disposition", "inline; filename=\"" + r.id + ".mp4\"");
-    res.set_content_provider(size, "video/mp4", [file](size_t offset, size_t length, httplib::DataSink& sink) {
-      char buf[65536];
-      file->clear();
-      file->seekg(static_cast<std::streamoff>(offset));
-      while (length > 0) {
-        const size_t n = std::min(length, sizeof(buf));
-        file->read(buf, static_cast<std::streamsize>(n));
-        if (file->gcount() <= 0) return false;
-        if (!sink.write(buf, static_cast<size_t>(file->gcount()))) return false;
-        length -= static_cast<size_t>(file->gcount());
+    if (!resp) {
+      if (r.file_fd >= 0) {
+        ::close(r.file_fd);
+        r.file_fd = -1;
       }
-      return true;
-    });
+      resp = MHD_create_response_from_buffer(r.body.size(), r.body.data(), MHD_RESPMEM_MUST_COPY);
+    }
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", r.content_type.c_str());
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "Cross-Origin-Resource-Policy", "same-origin");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    for (const auto& [k, v] : r.headers) MHD_add_response_header(resp, k.c_str(), v.c_str());
+    count(r.status);
+    const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned>(r.status), resp);
+    MHD_destroy_response(resp);
+    return ok;
   }
 
-  // A server-sent-event stream of every event (job_id empty) or of one job (ends after its final state).
-  void events(httplib::Response& res, const std::string& job_id) {
-    struct Stream {
-      uint64_t after = 0;
-      bool started = false;
-      std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
-    };
-    auto st = std::make_shared<Stream>();
-    st->after = sup.events().last_seq();
-    res.set_header("X-Accel-Buffering", "no");
-    ++sup.sse_streams;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, st, job_id](size_t, httplib::DataSink& sink) {
-          auto write = [&](const std::string& s) {
-            st->last_write = std::chrono::steady_clock::now();
-            return sink.write(s.data(), s.size());
-          };
-          if (!st->started) {
-            st->started = true;
-            // First the current state, so a client needs no separate GET.
-            Event snap;
-            snap.seq = st->after;
-            if (job_id.empty()) {
-              snap.type = "group";
-              snap.data = sup.health();
-            } else {
-              auto r = sup.store().get(job_id);
-              if (!r) {
-                sink.done();
-                return true;
-              }
-              snap.type = "video";
-              snap.job_id = job_id;
-              snap.data = sup.job_json(*r);
-              if (!write("retry: 2000\n\n" + sse_frame(snap))) return false;
-              if (is_terminal(r->status)) sink.done();
-              return true;
-            }
-            return write("retry: 2000\n\n" + sse_frame(snap));
-          }
-          if (sup.events().closed()) {
-            sink.done();
-            return true;
-          }
-          bool skipped = false;
-          auto evs = sup.events().wait_after(st->after, 1000, &skipped);
-          for (const auto& e : evs) {
-            st->after = e.seq;
-            if (!job_id.empty() && e.job_id != job_id) continue;
-            if (!write(sse_frame(e))) return false;
-            if (!job_id.empty() &&
-                (e.data.value("deleted", false) || is_terminal(e.data.value("status", std::string())))) {
-              sink.done();
-              return true;
-            }
-          }
-          if (std::chrono::steady_clock::now() - st->last_write > std::chrono::seconds(kSseHeartbeatS))
-            return write(": keep-alive\n\n");
-          return true;
+  void refuse(Call& call, int status, const std::string& code, const std::string& message) {
+    call.res = HttpResponse{};
+    call.res.error(status, code, message);
+    call.decided = true;
+  }
+
+  void run_handler(Call& call) {
+    try {
+      call.route->handler(call.req, call.res);
+      if (call.res.stream) {
+        // The stream's first frames: the current state, so a client needs no separate GET. The stream
+        // continues after the event seen before the snapshot was taken, so nothing is missed.
+        const uint64_t after = sup.events().last_seq();
+        std::string first = "retry: 2000\n\n";
+        Event snap;
+        snap.seq = after;
+        bool ended = false;
+        if (call.res.stream_job.empty()) {
+          snap.type = "group";
+          snap.data = sup.health();
+        } else {
+          const JobRecord r = sup.get(call.res.stream_job);
+          snap.type = "video";
+          snap.job_id = r.id;
+          snap.data = sup.job_json(r);
+          ended = is_terminal(r.status);
+        }
+        call.res.body = first + sse_frame(snap);
+        call.res.stream_after = after;
+        call.res.stream_ended = ended;
+      }
+    } catch (const ApiError& e) {
+      call.res = HttpResponse{};
+      call.res.error(e.status, e.code, e.message);
+      if (e.status == 503) call.res.headers.emplace_back("Retry-After", "5");
+    } catch (const std::exception& e) {
+      // The details (which may name server paths) go to the log only.
+      spdlog::error("serve: {} {} failed: {}", call.req.method, call.req.path.substr(0, 200), e.what());
+      call.res = HttpResponse{};
+      call.res.error(500, "internal_error", "internal error (the server log has the details)");
+    }
+    call.decided = true;
+  }
+
+  // ---- the request's first call: everything known from the request line and headers
+
+  void begin(Call& call, MHD_Connection* c, const char* url, const char* method) {
+    HttpRequest& q = call.req;
+    q.method = method ? method : "";
+    q.path = url ? url : "";
+    ++sup.http_requests;
+    MHD_get_connection_values(
+        c, MHD_HEADER_KIND,
+        [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
+          auto* req = static_cast<HttpRequest*>(cls);
+          std::string name = k ? k : "";
+          for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+          req->headers.emplace_back(std::move(name), v ? v : "");
+          return MHD_YES;
         },
-        [this](bool) { --sup.sse_streams; });
+        &q);
+    MHD_get_connection_values(
+        c, MHD_GET_ARGUMENT_KIND,
+        [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
+          static_cast<HttpRequest*>(cls)->query.emplace(k ? k : "", v ? v : "");
+          return MHD_YES;
+        },
+        &q);
+    const MHD_ConnectionInfo* hs = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (q.headers.size() > lim.max_headers || (hs && hs->header_size > lim.max_header_bytes))
+      return refuse(call, 431, "headers_too_large",
+                    fmt::format("the request has more than {} header fields or {} bytes of headers", lim.max_headers,
+                                lim.max_header_bytes));
+    const std::string& host = q.header("host");
+    if (!host_allowed(host, allowed_hosts))
+      return refuse(call, 421, "host_not_allowed",
+                    fmt::format("Host '{}' is not an address of this server (DNS rebinding protection): use an IP "
+                                "address or localhost, or start the server with --allowed-host NAME",
+                                host.substr(0, 100)));
+    // The route: HEAD is answered as GET (without a body).
+    const std::string m = q.method == "HEAD" ? "GET" : q.method;
+    std::string allow;
+    std::smatch sm;
+    for (const Route& r : routes) {
+      if (!std::regex_match(q.path, sm, r.pattern)) continue;
+      if (r.method == m) {
+        call.route = &r;
+        for (size_t i = 1; i < sm.size(); ++i) q.matches.push_back(sm[i].str());
+        break;
+      }
+      allow += (allow.empty() ? "" : ", ") + r.method;
+    }
+    if (!call.route) {
+      if (allow.empty())
+        return refuse(call, 404, "not_found", "no such route: " + q.method.substr(0, 20) + " " + q.path.substr(0, 200));
+      refuse(call, 405, "method_not_allowed",
+             fmt::format("{} is not allowed here (allowed: {})", q.method.substr(0, 20), allow));
+      call.res.headers.emplace_back("Allow", allow);
+      return;
+    }
+    const std::string& key = sup.options().api_key;
+    if (!key.empty() && !call.route->public_route) {
+      const std::string& auth = q.header("authorization");
+      if (!(auth.rfind("Bearer ", 0) == 0 && key_matches(std::string_view(auth).substr(7), key))) {
+        refuse(call, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer KEY')");
+        call.res.headers.emplace_back("WWW-Authenticate", "Bearer");
+        return;
+      }
+    }
+    if (changes_state(q.method) && !same_origin_or_absent(q.header("origin"), q.header("sec-fetch-site"), host))
+      return refuse(call, 403, "cross_origin",
+                    "cross-site requests are refused (the Origin is not this server's own); use the API from "
+                    "the server's page or from a client that is not a browser");
+    const std::string& length = q.header("content-length");
+    const bool chunked = !q.header("transfer-encoding").empty();
+    const bool body = chunked || (!length.empty() && length != "0");
+    if (body && has_body_method(q.method)) {
+      const std::string type = media_type(q.header("content-type"));
+      const auto& ok = call.route->body_types;
+      if (std::find(ok.begin(), ok.end(), type) == ok.end())
+        return refuse(call, 415, "unsupported_media_type",
+                      ok.empty() ? std::string("this route takes no body")
+                                 : fmt::format("the body must be {} (got Content-Type '{}')", ok.front(),
+                                               q.header("content-type").substr(0, 100)));
+    }
+    if (!length.empty()) {
+      const bool digits = length.size() <= 19 && length.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoull(length) > lim.max_body) {
+        // A body a little over the limit is read and dropped, so that a client that sends the whole body before it
+        // reads the answer (Python's http.client, most SDKs) gets the 413 instead of a reset connection; one far
+        // over it (the bound of the chunked rule below) is refused at once and the connection closed.
+        if (digits && std::stoull(length) <= 4 * lim.max_body + (1u << 20)) {
+          call.too_large = true;
+          return;
+        }
+        return refuse(call, 413, "too_large",
+                      fmt::format("the request body is larger than {} bytes (--max-body)", lim.max_body));
+      }
+    }
+  }
+
+  // ---- MHD callbacks
+
+  static MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
+                               const char* upload_data, size_t* upload_size, void** con_cls) {
+    auto* self = static_cast<Impl*>(cls);
+    auto* call = static_cast<Call*>(*con_cls);
+    if (!call) {
+      call = new Call;
+      *con_cls = call;
+      self->begin(*call, c, url, method);
+      return call->decided ? self->send(c, *call) : MHD_YES;
+    }
+    if (*upload_size > 0) {
+      if (!call->too_large && call->req.body.size() + *upload_size > self->lim.max_body) {
+        call->too_large = true;
+        self->release(*call);
+      }
+      const size_t budget = std::max(self->lim.max_body_total, self->lim.max_body);
+      if (!call->too_large && !call->over_budget && self->body_bytes.fetch_add(*upload_size) + *upload_size > budget) {
+        self->body_bytes -= *upload_size;
+        call->over_budget = true;
+        self->release(*call);
+      }
+      if (call->too_large || call->over_budget) {
+        call->discarded += *upload_size;
+        // A chunked body far beyond the limit is not read to its end: the connection is closed.
+        if (call->discarded > 4 * self->lim.max_body + (1u << 20)) return MHD_NO;
+      } else {
+        call->req.body.append(upload_data, *upload_size);
+        call->counted += *upload_size;
+      }
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    if (call->dispatched) return call->finished ? self->send(c, *call) : MHD_YES;
+    if (call->too_large) {
+      self->refuse(*call, 413, "too_large",
+                   fmt::format("the request body is larger than {} bytes (--max-body)", self->lim.max_body));
+      return self->send(c, *call);
+    }
+    if (call->over_budget) {
+      self->refuse(*call, 503, "busy", "the server is receiving too many large bodies at once; retry in a moment");
+      call->res.headers.emplace_back("Retry-After", "5");
+      return self->send(c, *call);
+    }
+    if (call->route->where == Route::Where::event) {
+      self->run_handler(*call);
+      return self->send(c, *call);
+    }
+    WorkPool& pool = call->route->where == Route::Where::submit ? self->submit_pool : self->api_pool;
+    call->dispatched = true;
+    MHD_suspend_connection(c);
+    const bool queued = pool.post([self, call, c] {
+      self->run_handler(*call);
+      call->finished = true;
+      MHD_resume_connection(c);  // the last touch of `call` from this thread
+    });
+    if (!queued) {
+      self->refuse(*call, 503, "busy", "the server is busy (too many requests waiting); retry in a moment");
+      call->res.headers.emplace_back("Retry-After", "2");
+      call->finished = true;
+      MHD_resume_connection(c);
+    }
+    return MHD_YES;
+  }
+
+  // Drops a request's body and its share of the budget.
+  void release(Call& call) {
+    body_bytes -= call.counted;
+    call.counted = 0;
+    std::string().swap(call.req.body);
+  }
+
+  static void on_completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+    auto* call = static_cast<Call*>(*con_cls);
+    if (call) static_cast<Impl*>(cls)->release(*call);
+    if (call && call->res.file_fd >= 0) ::close(call->res.file_fd);
+    delete call;
+    *con_cls = nullptr;
+  }
+
+  static void on_log(void* cls, const char* fmt_str, va_list ap) {
+    auto* self = static_cast<Impl*>(cls);
+    char buf[512];
+    std::vsnprintf(buf, sizeof(buf), fmt_str, ap);
+    std::string line(buf);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    spdlog::debug("serve: http: {}", line);
+    std::lock_guard lock(self->log_mu);
+    self->last_log = line;
+  }
+
+  // ---- event streams
+
+  // New frames for `s` without blocking: events after its position, a heartbeat after 5 s of silence.
+  void fill(Stream& s) {
+    if (sup.events().closed()) {
+      s.ended = true;
+      return;
+    }
+    bool skipped = false;
+    for (const Event& e : sup.events().wait_after(s.after, 0, &skipped)) {
+      s.after = e.seq;
+      if (!s.job.empty() && e.job_id != s.job) continue;
+      s.pending += sse_frame(e);
+      if (!s.job.empty() && (e.data.value("deleted", false) || is_terminal(e.data.value("status", std::string())))) {
+        s.ended = true;
+        break;
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (s.pending.empty() && !s.ended && now - s.last_write > std::chrono::seconds(kSseHeartbeatS))
+      s.pending = ": keep-alive\n\n";
+    if (!s.pending.empty()) s.last_write = now;
+  }
+
+  // Suspends `s` until the notifier resumes it; false when it must not wait (new events, or shutting down).
+  // Suspending under the lock the notifier resumes under: no resume can come before its suspend.
+  bool park(Stream* s) {
+    std::lock_guard lock(sse_mu);
+    if (sse_stopping) {
+      s->ended = true;
+      return false;
+    }
+    if (sup.events().last_seq() > s->after) return false;
+    MHD_suspend_connection(s->conn);
+    parked.push_back(s);
+    return true;
+  }
+
+  static ssize_t sse_read(void* cls, uint64_t, char* buf, size_t max) {
+    auto* s = static_cast<Stream*>(cls);
+    for (;;) {
+      if (s->sent < s->pending.size()) {
+        const size_t n = std::min(max, s->pending.size() - s->sent);
+        std::memcpy(buf, s->pending.data() + s->sent, n);
+        s->sent += n;
+        if (s->sent == s->pending.size()) {
+          s->pending.clear();
+          s->sent = 0;
+        }
+        return static_cast<ssize_t>(n);
+      }
+      if (s->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+      s->impl->fill(*s);
+      if (!s->pending.empty() || s->ended) continue;
+      if (s->impl->park(s)) return 0;
+    }
+  }
+
+  static void sse_free(void* cls) {
+    auto* s = static_cast<Stream*>(cls);
+    Impl* self = s->impl;
+    {
+      std::lock_guard lock(self->sse_mu);
+      self->parked.erase(std::remove(self->parked.begin(), self->parked.end(), s), self->parked.end());
+    }
+    --self->streams;
+    --self->sup.sse_streams;
+    delete s;
+  }
+
+  void notify_loop() {
+    uint64_t seen = sup.events().last_seq();
+    for (;;) {
+      // An event, or a second for heartbeats and departed clients (a suspended connection notices nothing).
+      const uint64_t now = sup.events().wait_seq(seen, 1000);
+      if (now == seen && sup.events().closed()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      seen = now;
+      std::lock_guard lock(sse_mu);
+      for (Stream* s : parked) MHD_resume_connection(s->conn);
+      parked.clear();
+      if (sse_stopping) return;
+    }
   }
 };
 
-HttpServer::HttpServer(Supervisor& sup) : impl_(std::make_unique<Impl>(sup)) {
-  impl_->routes();
+HttpServer::HttpServer(Supervisor& sup) : impl_(std::make_unique<Impl>(sup)) {}
+
+HttpServer::~HttpServer() {
+  stop();
 }
-HttpServer::~HttpServer() = default;
 
 void HttpServer::bind() {
-  const auto& o = impl_->sup.options();
-  if (o.port == 0) {
-    impl_->port = impl_->svr.bind_to_any_port(o.host);
-    if (impl_->port <= 0) fail("serve: cannot listen on {} (any port)", o.host);
-  } else {
-    if (!impl_->svr.bind_to_port(o.host, o.port))
-      fail("serve: cannot listen on {}:{} (in use, or not an address of this machine); choose --host/--port", o.host,
-           o.port);
-    impl_->port = o.port;
+  Impl& m = *impl_;
+  const ServeOptions& o = m.sup.options();
+  addrinfo hints{}, *ai = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  const int gai = ::getaddrinfo(o.host.c_str(), std::to_string(o.port).c_str(), &hints, &ai);
+  if (gai != 0 || !ai)
+    fail("serve: --host {}: not an address this machine can listen on ({})", o.host, gai_strerror(gai));
+  sockaddr_storage addr{};
+  std::memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+  const bool v6 = ai->ai_family == AF_INET6;
+  ::freeaddrinfo(ai);
+  m.api_pool.start(m.lim.api_threads, m.lim.max_pending);
+  m.submit_pool.start(m.lim.submit_threads, 64);
+  const size_t pool_bytes = std::max<size_t>(32768, 2 * m.lim.max_header_bytes);
+  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  if (v6) flags |= MHD_USE_IPv6;
+  m.daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::on_request, &m, MHD_OPTION_SOCK_ADDR,
+                              reinterpret_cast<sockaddr*>(&addr), MHD_OPTION_THREAD_POOL_SIZE, kEventThreads,
+                              MHD_OPTION_CONNECTION_LIMIT, m.lim.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                              m.lim.idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes,
+                              MHD_OPTION_NOTIFY_COMPLETED, &Impl::on_completed, &m, MHD_OPTION_EXTERNAL_LOGGER,
+                              &Impl::on_log, &m, MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_END);
+  if (!m.daemon) {
+    m.api_pool.stop();
+    m.submit_pool.stop();
+    std::string why;
+    {
+      std::lock_guard lock(m.log_mu);
+      why = m.last_log;
+    }
+    fail("serve: cannot listen on {}:{} ({}); is another server using the port? choose --host/--port", o.host, o.port,
+         why.empty() ? "in use, or not an address of this machine" : why);
   }
-  impl_->svr.widen_backlog();
+  const MHD_DaemonInfo* info = MHD_get_daemon_info(m.daemon, MHD_DAEMON_INFO_BIND_PORT);
+  m.port = info ? info->port : o.port;
+  m.notifier = std::thread([&m] { m.notify_loop(); });
 }
 
 void HttpServer::listen() {
-  impl_->svr.listen_after_bind();
+  std::unique_lock lock(impl_->stop_mu);
+  impl_->stop_cv.wait(lock, [&] { return impl_->stopped; });
 }
+
 void HttpServer::stop() {
-  impl_->svr.stop();
+  Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.stop_mu);
+    if (m.stopped || !m.daemon) {
+      m.stopped = true;
+      m.stop_cv.notify_all();
+      return;
+    }
+  }
+  const MHD_socket listen_fd = MHD_quiesce_daemon(m.daemon);
+  // Streams end (their next read sees the flag), queued API work finishes and resumes its connections; only
+  // then may the daemon stop (it must hold no suspended connection).
+  {
+    std::lock_guard lock(m.sse_mu);
+    m.sse_stopping = true;
+    for (Stream* s : m.parked) MHD_resume_connection(s->conn);
+    m.parked.clear();
+  }
+  if (m.notifier.joinable()) m.notifier.join();
+  m.api_pool.stop();
+  m.submit_pool.stop();
+  MHD_stop_daemon(m.daemon);
+  if (listen_fd != MHD_INVALID_SOCKET) ::close(listen_fd);
+  m.daemon = nullptr;
+  std::lock_guard lock(m.stop_mu);
+  m.stopped = true;
+  m.stop_cv.notify_all();
 }
+
 int HttpServer::port() const {
   return impl_->port;
 }

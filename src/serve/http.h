@@ -1,5 +1,6 @@
-// The HTTP front of `h3 serve` (cpp-httplib, a Debian package): routes, authentication, request limits, JSON
-// errors, server-sent events and the web page. docs/api.md documents every route and field.
+// The HTTP front of `h3 serve` (GNU libmicrohttpd, a Debian package; why: serve/http.cpp): connection and
+// request limits, the security rules (serve/http_policy.h), the routes (serve/http_routes.h), server-sent
+// events and the web page. docs/api.md documents every route, limit and rule.
 #pragma once
 #include <memory>
 
@@ -11,9 +12,11 @@ class HttpServer {
  public:
   explicit HttpServer(Supervisor& sup);
   ~HttpServer();
-  // Binds (throws h3::Error naming the address when it cannot) and serves until stop().
+  // Binds and starts serving (throws h3::Error naming the address when it cannot bind).
   void bind();
+  // Waits until stop().
   void listen();
+  // Stops accepting, ends the event streams, finishes queued requests, closes every connection.
   void stop();
   int port() const;
 

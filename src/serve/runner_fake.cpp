@@ -145,11 +145,14 @@ class FakeRunner : public JobRunner {
     put32(f, static_cast<uint32_t>(8 + latents.size() * sizeof(float)));
     f += "mdat";
     f.append(reinterpret_cast<const char*>(latents.data()), latents.size() * sizeof(float));
-    const std::string tmp = path + ".part";
+    const std::string tmp = path + ".partial";
     std::ofstream os(tmp, std::ios::binary);
     os.write(f.data(), static_cast<std::streamsize>(f.size()));
     os.close();
-    if (!os || std::rename(tmp.c_str(), path.c_str()) != 0) fail("fake runner: cannot write {}", path);
+    if (!os || std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      fail("fake runner: cannot write {} (is the disk full?)", path);
+    }
   }
   RunnerOptions o_;
   Comm& comm_;

@@ -1,13 +1,16 @@
 #include "serve/store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace h3::serve {
 
@@ -59,10 +62,16 @@ std::string text_col(sqlite3_stmt* st, int i) {
   return t ? reinterpret_cast<const char*>(t) : "";
 }
 
-nlohmann::json json_col(sqlite3_stmt* st, int i) {
+// A JSON column; `damaged` names the column when its text does not parse (the row stays readable).
+nlohmann::json json_col(sqlite3_stmt* st, int i, const char* name, std::string& damaged) {
   std::string s = text_col(st, i);
   if (s.empty()) return nlohmann::json::object();
-  return nlohmann::json::parse(s, nullptr, false);
+  try {
+    return h3::parse_json_bounded(s, name, 64, false);
+  } catch (const h3::Error&) {
+    if (damaged.empty()) damaged = name;
+    return nlohmann::json::object();
+  }
 }
 
 }  // namespace
@@ -71,15 +80,55 @@ JobStore::JobStore(const std::string& dir) : dir_(dir) {
   std::error_code ec;
   fs::create_directories(fs::path(dir) / "outputs", ec);
   if (ec) fail("--store {}: cannot create the folder: {}", dir, ec.message());
+  // One server per store: an advisory lock held while the store is open (released by the kernel when the
+  // process dies, so a crashed server leaves nothing to clean up).
+  const std::string lock_path = (fs::path(dir) / "lock").string();
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) fail("--store {}: cannot create {}: {}", dir, lock_path, std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    [[maybe_unused]] ssize_t n = ::pread(lock_fd_, pid, sizeof(pid) - 1, 0);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    fail("--store {}: another h3 serve{} is using this store; stop it first, or give this server its own --store", dir,
+         pid[0] ? fmt::format(" (pid {})", std::string(pid).substr(0, std::string(pid).find('\n'))) : "");
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) == 0) {
+    [[maybe_unused]] ssize_t n = ::pwrite(lock_fd_, me.data(), me.size(), 0);
+  }
   const std::string db = (fs::path(dir) / "jobs.sqlite3").string();
+  const std::string advice = fmt::format(
+      "move it aside (mv {0} {0}.damaged) to start with an empty queue (the videos in outputs/ are kept), or "
+      "restore it from a backup",
+      db);
   if (sqlite3_open_v2(db.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
       SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
     if (db_) sqlite3_close(db_);
     db_ = nullptr;
+    ::close(lock_fd_);
     fail("--store {}: cannot open {}: {}", dir, db, msg);
   }
   sqlite3_busy_timeout(db_, 5000);
+  // A damaged database is refused here, with what to do, rather than failing requests one by one later.
+  {
+    sqlite3_stmt* st = nullptr;
+    std::string verdict;
+    if (sqlite3_prepare_v2(db_, "PRAGMA quick_check", -1, &st, nullptr) == SQLITE_OK) {
+      const int rc = sqlite3_step(st);
+      verdict = rc == SQLITE_ROW ? text_col(st, 0) : sqlite3_errmsg(db_);
+    } else {
+      verdict = sqlite3_errmsg(db_);
+    }
+    if (st) sqlite3_finalize(st);
+    if (verdict != "ok") {
+      sqlite3_close(db_);
+      db_ = nullptr;
+      ::close(lock_fd_);
+      fail("--store {}: the job database {} is damaged ({}); {}", dir, db, verdict.substr(0, 300), advice);
+    }
+  }
   exec("PRAGMA journal_mode=WAL");
   exec("PRAGMA synchronous=NORMAL");
   exec(
@@ -98,6 +147,27 @@ JobStore::JobStore(const std::string& dir) : dir_(dir) {
 
 JobStore::~JobStore() {
   if (db_) sqlite3_close(db_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+int JobStore::remove_partials(const std::string& id) {
+  std::error_code ec;
+  const std::string base = output_path(id);
+  int n = 0;
+  for (const std::string& p : {base + ".partial", base + ".tmp",
+                               fs::path(base).replace_extension(".latents.safetensors").string() + ".partial"})
+    n += fs::remove(p, ec) ? 1 : 0;
+  return n;
+}
+
+int JobStore::sweep_partials() {
+  std::error_code ec;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(dir_) / "outputs", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".partial") || name.ends_with(".mp4.tmp")) n += fs::remove(e.path(), ec) ? 1 : 0;
+  }
+  return n;
 }
 
 std::string JobStore::output_path(const std::string& id) const {
@@ -145,11 +215,12 @@ std::vector<JobRecord> JobStore::query(const std::string& sql, const std::vector
     if (rc != SQLITE_ROW) fail("job store: '{}' failed: {}", sql, sqlite3_errmsg(db_));
     if (sqlite3_column_count(s.st) < 19) continue;
     JobRecord r;
+    std::string damaged;
     r.seq = sqlite3_column_int64(s.st, 0);
     r.id = text_col(s.st, 1);
     r.status = text_col(s.st, 2);
-    r.request = json_col(s.st, 3);
-    r.resolved = json_col(s.st, 4);
+    r.request = json_col(s.st, 3, "request", damaged);
+    r.resolved = json_col(s.st, 4, "resolved", damaged);
     r.phase = text_col(s.st, 5);
     r.progress = sqlite3_column_double(s.st, 6);
     r.eta_s = sqlite3_column_double(s.st, 7);
@@ -163,7 +234,8 @@ std::vector<JobRecord> JobStore::query(const std::string& sql, const std::vector
     r.started_at = sqlite3_column_double(s.st, 15);
     r.finished_at = sqlite3_column_double(s.st, 16);
     r.output_bytes = sqlite3_column_int64(s.st, 17);
-    r.result = json_col(s.st, 18);
+    r.result = json_col(s.st, 18, "result", damaged);
+    r.damaged = damaged;
     out.push_back(std::move(r));
   }
   return out;
@@ -297,8 +369,8 @@ bool JobStore::remove(const std::string& id) {
   std::error_code ec;
   const std::string base = output_path(id);
   fs::remove(base, ec);
-  fs::remove(base + ".tmp", ec);
   fs::remove(fs::path(base).replace_extension(".latents.safetensors"), ec);
+  remove_partials(id);
   return true;
 }
 
@@ -307,8 +379,7 @@ std::vector<std::string> JobStore::recover(int max_attempts) {
   std::vector<std::string> ids;
   for (auto& r : query(std::string("SELECT ") + kColumns + " FROM jobs WHERE status = 'in_progress'", {})) {
     ids.push_back(r.id);
-    std::error_code ec;
-    fs::remove(output_path(r.id) + ".tmp", ec);
+    remove_partials(r.id);
     if (r.cancel_requested) {
       changes(
           "UPDATE jobs SET status = 'cancelled', finished_at = ?, error_code = 'cancelled', error = ? WHERE "

@@ -40,11 +40,15 @@ struct JobRecord {
   double created_at = 0, started_at = 0, finished_at = 0;  // unix seconds, 0 = not yet
   int64_t output_bytes = 0;                                // > 0 when the MP4 is in the store
   nlohmann::json result;                                   // timings, tokens, latents file (completed jobs)
+  std::string damaged;  // non-empty when a stored JSON column did not parse (which one); the job cannot run
 };
 
 class JobStore {
  public:
-  // Opens (creating) DIR/jobs.sqlite3 and DIR/outputs. Throws h3::Error naming the file on failure.
+  // Opens (creating) DIR/jobs.sqlite3 and DIR/outputs, holding DIR/lock for the store's life: a second server
+  // on the same store is refused. A damaged database is refused with what to do. Throws h3::Error naming the
+  // file on failure. Every later operation throws h3::Error when SQLite fails (disk full, I/O error): the
+  // caller decides what that means for the job; the store stays usable.
   explicit JobStore(const std::string& dir);
   ~JobStore();
   JobStore(const JobStore&) = delete;
@@ -53,6 +57,10 @@ class JobStore {
   const std::string& dir() const { return dir_; }
   // Where a job's files live: outputs/<id>.mp4 (and <id>.latents.safetensors beside it with --write-latents).
   std::string output_path(const std::string& id) const;
+  // Removes a job's unfinished files (`.partial` of the MP4 and the latents) and returns how many there were.
+  int remove_partials(const std::string& id);
+  // Removes every `.partial` file in outputs/ (at start-up nothing is being written).
+  int sweep_partials();
 
   // Inserts a queued job unless `max_queued` jobs are already queued (then returns nullopt).
   std::optional<JobRecord> insert(const nlohmann::json& request, const nlohmann::json& resolved, int64_t max_queued);
@@ -93,6 +101,7 @@ class JobStore {
   int changes(const std::string& sql, const std::vector<Arg>& args);
   std::string dir_;
   sqlite3* db_ = nullptr;
+  int lock_fd_ = -1;
   std::mutex mu_;
 };
 

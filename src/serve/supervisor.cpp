@@ -106,8 +106,15 @@ Supervisor::Supervisor(ServeOptions options) : o_(std::move(options)) {
     auto r = store_->get(id);
     if (r) spdlog::warn("job {} was running when the server stopped: now {}", id, r->status);
   }
-  if (auto l = store_->get_meta("limits")) limits_ = nlohmann::json::parse(*l, nullptr, false);
-  if (auto m = store_->get_meta("models")) models_ = nlohmann::json::parse(*m, nullptr, false);
+  if (const int n = store_->sweep_partials()) spdlog::info("serve: removed {} unfinished output file(s)", n);
+  auto meta_json = [&](const char* key, nlohmann::json fallback) {
+    auto v = store_->get_meta(key);
+    if (!v) return fallback;
+    auto j = nlohmann::json::parse(*v, nullptr, false);
+    return j.is_discarded() ? fallback : j;
+  };
+  limits_ = meta_json("limits", nlohmann::json());
+  models_ = meta_json("models", nlohmann::json::array());
   // Requests can be checked before the group has loaded anything: the fake runner keeps the released rules,
   // the generator reads them from the paths alone (at most the video VAE's config).
   if (o_.runner.kind == "fake") {
@@ -177,7 +184,12 @@ void Supervisor::set_state(State s, const std::string& error) {
 }
 
 void Supervisor::publish_job(const std::string& id) {
-  if (auto r = store_->get(id)) events_.publish("video", id, job_json(*r));
+  try {
+    events_.publish("video", id, job_json(get(id)));
+  } catch (const ApiError&) {
+  } catch (const std::exception& e) {
+    spdlog::error("serve: cannot read job {} back from the store: {}", id, e.what());
+  }
 }
 
 // ---- the group thread
@@ -187,7 +199,16 @@ void Supervisor::group_loop() {
   double backoff = 1;
   while (!stopping_) {
     const double started = steady_now();
-    if (launch_group()) run_group();
+    try {
+      if (launch_group()) run_group();
+    } catch (const std::exception& e) {
+      // Nothing the group thread meets (a store write on a full disk, a broken pipe) may end the server: the
+      // group is recreated, the running job failed with the reason.
+      spdlog::error("serve: rank group {}: {}", generation_, e.what());
+      kill_group("internal error");
+      fail_running("generation_failed", std::string("the server failed while running this job: ") + e.what());
+      set_state(State::restarting, e.what());
+    }
     if (stopping_) break;
     {
       std::lock_guard lock(mu_);
@@ -405,7 +426,16 @@ void Supervisor::run_group() {
     }
     for (auto& m : out)
       if (!channel_->send(m)) break;
-    if (loaded) dispatch_next();
+    retry_pending();
+    if (loaded) {
+      try {
+        dispatch_next();
+      } catch (const std::exception& e) {
+        const double now = steady_now();
+        if (now - last_store_error_ > 30) spdlog::error("serve: cannot start the next job: {}", e.what());
+        last_store_error_ = now;
+      }
+    }
 
     pollfd p[2] = {{channel_->fd(), POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
     ::poll(p, 2, 250);
@@ -427,14 +457,22 @@ void Supervisor::run_group() {
             last_load_s_ = m->value("load_s", 0.0);
             last_error_.clear();
           }
-          store_->put_meta("limits", dump_json(limits_));
-          store_->put_meta("models", dump_json(models_));
+          try {
+            store_->put_meta("limits", dump_json(limits_));
+            store_->put_meta("models", dump_json(models_));
+          } catch (const std::exception& e) {
+            spdlog::error("serve: cannot keep the model limits in the store: {}", e.what());
+          }
           spdlog::info("serve: rank group {} ready ({:.1f} s to load the models)", generation_, last_load_s_);
           set_state(State::ready);
         } else if (type == "fatal") {
           death = m->value("error", "the rank group failed to start");
         } else {
-          on_message(*m);
+          try {
+            on_message(*m);
+          } catch (const std::exception& e) {
+            spdlog::error("serve: the store failed while recording a message of the rank group: {}", e.what());
+          }
         }
       }
       if (channel_->eof()) {
@@ -481,9 +519,13 @@ void Supervisor::run_group() {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     kill_group("server shutting down");
-    if (!running.empty() && store_->requeue(running)) {
-      spdlog::warn("serve: job {} was running; it goes back to the queue", running);
-      publish_job(running);
+    try {
+      if (!running.empty() && store_->requeue(running)) {
+        spdlog::warn("serve: job {} was running; it goes back to the queue", running);
+        publish_job(running);
+      }
+    } catch (const std::exception& e) {
+      spdlog::error("serve: cannot requeue job {} ({}); the next start requeues it", running, e.what());
     }
     return;
   }
@@ -500,10 +542,42 @@ void Supervisor::fail_running(const std::string& code, const std::string& messag
     id.swap(running_);
   }
   if (id.empty()) return;
-  std::error_code ec;
-  fs::remove(store_->output_path(id) + ".tmp", ec);
-  if (store_->finish(id, kFailed, code, message, 0, nlohmann::json::object())) {
-    ++jobs_failed_;
+  store_->remove_partials(id);
+  ++jobs_failed_;
+  finish_job(id, kFailed, code, message, 0, nlohmann::json::object());
+}
+
+void Supervisor::finish_job(const std::string& id, const std::string& status, const std::string& code,
+                            const std::string& message, int64_t bytes, const nlohmann::json& result) {
+  try {
+    store_->finish(id, status, code, message, bytes, result);
+  } catch (const std::exception& e) {
+    // The record cannot be written now (disk full): kept here and retried, and shown by the API meanwhile.
+    spdlog::error("serve: cannot record job {} as {} ({}); retrying", id, status, e.what());
+    std::lock_guard lock(mu_);
+    pending_[id] = PendingFinish{status, code, message, bytes, result};
+  }
+  publish_job(id);
+}
+
+void Supervisor::retry_pending() {
+  std::map<std::string, PendingFinish> todo;
+  {
+    std::lock_guard lock(mu_);
+    if (pending_.empty()) return;
+    todo = pending_;
+  }
+  for (const auto& [id, p] : todo) {
+    try {
+      store_->finish(id, p.status, p.code, p.message, p.bytes, p.result);
+    } catch (const std::exception&) {
+      continue;
+    }
+    {
+      std::lock_guard lock(mu_);
+      pending_.erase(id);
+    }
+    spdlog::info("serve: job {} recorded as {}", id, p.status);
     publish_job(id);
   }
 }
@@ -514,7 +588,19 @@ void Supervisor::dispatch_next() {
     if (!running_.empty() || state_ != State::ready) return;
   }
   auto next = store_->next_queued();
-  if (!next || !store_->mark_running(next->id)) return;
+  if (!next) return;
+  if (!next->damaged.empty()) {
+    // A row whose parameters do not parse cannot run; it fails with the reason and the queue goes on.
+    if (store_->mark_running(next->id)) {
+      ++jobs_failed_;
+      finish_job(next->id, kFailed, "generation_failed",
+                 fmt::format("the job's record in the store is damaged (its {} did not parse); submit it again",
+                             next->damaged),
+                 0, nlohmann::json::object());
+    }
+    return;
+  }
+  if (!store_->mark_running(next->id)) return;
   {
     std::lock_guard lock(mu_);
     running_ = next->id;
@@ -560,21 +646,28 @@ void Supervisor::on_message(const nlohmann::json& m) {
       }
     }
     const std::string code = st == kCompleted ? "" : st == kCancelled ? "cancelled" : "generation_failed";
-    auto rec = store_->get(id);
-    store_->finish(id, st, code, error, bytes, m.value("result", nlohmann::json::object()));
+    if (st != kCompleted) store_->remove_partials(id);
+    std::optional<JobRecord> rec;
+    try {
+      rec = store_->get(id);
+    } catch (const std::exception&) {
+    }
+    {
+      std::lock_guard lock(mu_);
+      running_.clear();
+    }
+    finish_job(id, st, code, error, bytes, m.value("result", nlohmann::json::object()));
     if (st == kCompleted)
       ++jobs_completed_;
     else if (st == kCancelled)
       ++jobs_cancelled_;
     else
       ++jobs_failed_;
-    {
+    if (rec) {
       std::lock_guard lock(mu_);
-      running_.clear();
-      if (rec) job_seconds_sum_ += unix_now() - rec->started_at;
+      job_seconds_sum_ += unix_now() - rec->started_at;
     }
     spdlog::info("serve: job {} {}{}", id, st, error.empty() ? "" : ": " + error);
-    publish_job(id);
     set_state(State::ready);
   }
 }

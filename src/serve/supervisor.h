@@ -10,14 +10,17 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "serve/events.h"
+#include "serve/http_policy.h"
 #include "serve/runner.h"
 #include "serve/store.h"
 
@@ -31,15 +34,15 @@ struct ServeOptions {
   std::string store_dir;
   std::string api_key;  // empty: no authentication
   int ranks = 1;
-  double rank_timeout_s = 120;      // the ranks' collective timeout (h3 --timeout)
-  double stall_timeout_s = 0;       // no word from rank 0 while running a job; 0 = 2 x rank timeout + 30 s
-  double startup_timeout_s = 1800;  // to connect and load the models
-  int64_t max_queue = 64;           // queued jobs; more -> 429
-  size_t max_body_bytes = 65536;    // request bodies; more -> 413
-  int http_threads = 512;           // concurrent connections served (SSE streams hold one each)
-  int max_attempts = 2;             // a job interrupted by server restarts runs at most this often
-  bool debug_faults = false;        // accept the "x_debug_fault" request field (tests only)
-  std::string lora_dir;             // LoRA files a job may name ("loras": [{"name", "strength"}]); "" = none
+  double rank_timeout_s = 120;             // the ranks' collective timeout (h3 --timeout)
+  double stall_timeout_s = 0;              // no word from rank 0 while running a job; 0 = 2 x rank timeout + 30 s
+  double startup_timeout_s = 1800;         // to connect and load the models
+  int64_t max_queue = 64;                  // queued jobs; more -> 429
+  HttpLimits http;                         // the HTTP front's limits (serve/http_policy.h)
+  std::vector<std::string> allowed_hosts;  // Host names served besides IP literals and localhost ("*": any)
+  int max_attempts = 2;                    // a job interrupted by server restarts runs at most this often
+  bool debug_faults = false;               // accept the "x_debug_fault" request field (tests only)
+  std::string lora_dir;                    // LoRA files a job may name ("loras": [{"name", "strength"}]); "" = none
   std::string model_id = "minimax-h3";
   std::string log_level = "info";
   std::string self_exe;  // this binary (for the worker command)
@@ -70,12 +73,19 @@ class Supervisor {
   JobRecord cancel(const std::string& id);
   void remove(const std::string& id);
   JobRecord get(const std::string& id);
+  std::vector<JobRecord> list(int64_t limit, std::optional<int64_t> after_seq, bool descending,
+                              const std::string& status);
 
   nlohmann::json job_json(const JobRecord& r);
   nlohmann::json health();
   nlohmann::json models();
   std::string metrics();
   bool ready();
+
+  // Text shown to clients, with the server's file paths replaced by symbolic names (<store>, <lora-dir>,
+  // <model>) or, for any other absolute path, by its last component.
+  std::string scrub(std::string text) const;
+  nlohmann::json client_parameters(const nlohmann::json& resolved) const;
 
   // Counters the HTTP layer feeds.
   std::atomic<int64_t> http_requests{0}, http_4xx{0}, http_5xx{0}, sse_streams{0};
@@ -93,6 +103,10 @@ class Supervisor {
   void dispatch_next();
   void on_message(const nlohmann::json& m);
   void fail_running(const std::string& code, const std::string& message);
+  // Records a job's end; a store failure keeps it in pending_ (retried by retry_pending, shown meanwhile).
+  void finish_job(const std::string& id, const std::string& status, const std::string& code, const std::string& message,
+                  int64_t bytes, const nlohmann::json& result);
+  void retry_pending();
   void post(nlohmann::json message);
   void wake();
 
@@ -116,6 +130,13 @@ class Supervisor {
   double last_load_s_ = 0;
   std::atomic<int64_t> jobs_submitted_{0}, jobs_completed_{0}, jobs_failed_{0}, jobs_cancelled_{0};
   double job_seconds_sum_ = 0;
+  struct PendingFinish {
+    std::string status, code, message;
+    int64_t bytes = 0;
+    nlohmann::json result;
+  };
+  std::map<std::string, PendingFinish> pending_;  // job ends the store could not record yet
+  double last_store_error_ = 0;
 
   // Group-thread state.
   std::unique_ptr<LineChannel> channel_;

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include <regex>
+
 #include "core/log.h"
+#include "serve/probe.h"
 #include "serve/supervisor.h"
 #include "serve/uploads.h"
 
@@ -155,17 +158,31 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
                    "the models are still loading for the first time, so the request limits are not "
                    "known yet; retry in a few seconds"};
   const std::string upload_dir = store_uploads(body, gen, accepted, o_.store_dir);
+  // Uploads are probed in a resource-limited child process (serve/probe.h), never decoded here.
+  MediaScanner scan;
+  if (!o_.self_exe.empty())
+    scan = [this](const std::string& path, int64_t frames, int64_t samples) {
+      return probe_media(o_.self_exe, path, frames, samples);
+    };
   nlohmann::json resolved;
   try {
-    resolved = resolve(GenerateRequest::from_json(gen), limits_from_json(limits)).to_json();
+    resolved = resolve(GenerateRequest::from_json(gen), limits_from_json(limits), scan).to_json();
   } catch (const nlohmann::json::exception& e) {
     remove_uploads(upload_dir);
-    throw bad(std::string("request: ") + e.what());
+    throw bad(scrub(std::string("request: ") + e.what()));
   } catch (const std::exception& e) {
     remove_uploads(upload_dir);
-    throw bad(e.what());
+    throw bad(scrub(e.what()));
   }
-  auto rec = store_->insert(accepted, resolved, o_.max_queue);
+  std::optional<JobRecord> rec;
+  try {
+    rec = store_->insert(accepted, resolved, o_.max_queue);
+  } catch (const std::exception& e) {
+    remove_uploads(upload_dir);
+    spdlog::error("serve: cannot queue a job: {}", e.what());
+    throw ApiError{503, "store_unavailable",
+                   "the server cannot write its job store now (is its disk full?); retry later"};
+  }
   if (!rec) {
     remove_uploads(upload_dir);
     throw ApiError{429, "queue_full",
@@ -181,7 +198,22 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
 JobRecord Supervisor::get(const std::string& id) {
   auto r = valid_job_id(id) ? store_->get(id) : std::nullopt;
   if (!r) throw ApiError{404, "not_found", "no video with this id"};
+  std::lock_guard lock(mu_);
+  // An end the store could not record yet (disk full) is shown as it happened.
+  if (auto p = pending_.find(id); p != pending_.end()) {
+    r->status = p->second.status;
+    r->error_code = p->second.code;
+    r->error = p->second.message;
+    r->output_bytes = p->second.bytes;
+    r->result = p->second.result;
+    r->finished_at = unix_now();
+  }
   return *r;
+}
+
+std::vector<JobRecord> Supervisor::list(int64_t limit, std::optional<int64_t> after_seq, bool descending,
+                                        const std::string& status) {
+  return store_->list(limit, after_seq, descending, status);
 }
 
 JobRecord Supervisor::cancel(const std::string& id) {
@@ -212,9 +244,40 @@ void Supervisor::remove(const std::string& id) {
   events_.publish("video", id, {{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
 }
 
+std::string Supervisor::scrub(std::string s) const {
+  namespace fs = std::filesystem;
+  auto replace_all = [&s](const std::string& from, const std::string& to) {
+    if (from.size() < 2) return;
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+      s.replace(at, from.size(), to);
+  };
+  std::vector<std::pair<std::string, std::string>> known;
+  auto add = [&](const std::string& path, const std::string& name) {
+    if (path.empty()) return;
+    std::error_code ec;
+    for (std::string p :
+         {path, fs::absolute(path, ec).lexically_normal().string(), fs::weakly_canonical(path, ec).string()}) {
+      while (p.size() > 1 && p.back() == '/') p.pop_back();
+      if (p.size() > 1) known.emplace_back(p, name);
+    }
+  };
+  add(o_.store_dir, "<store>");
+  add(o_.lora_dir, "<lora-dir>");
+  add(run_dir_, "<run>");
+  const ModelPaths& m = o_.runner.paths;
+  for (const auto* p : {&m.model_dir, &m.dit, &m.video_vae, &m.audio_vae, &m.text_encoder, &m.tokenizer})
+    if (p->find('/') != std::string::npos) add(*p, "<model>");
+  // Longest first, so a folder inside another is named by the inner one.
+  std::sort(known.begin(), known.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (const auto& [from, to] : known) replace_all(from, to);
+  // Any other absolute path keeps only its last component.
+  static const std::regex other(R"((^|[\s'"(=\[])/(?:[^\s'"()\[\],;:]+/)+([^\s'"()\[\],;:/]*))");
+  return std::regex_replace(s, other, "$1.../$2");
+}
+
 nlohmann::json Supervisor::job_json(const JobRecord& r) {
   auto time_or_null = [](double t) { return t > 0 ? nlohmann::json(static_cast<int64_t>(t)) : nlohmann::json(); };
-  const auto& res = r.resolved;
+  const auto& res = client_parameters(r.resolved);
   nlohmann::json j = {
       {"id", r.id},
       {"object", "video"},
@@ -232,12 +295,13 @@ nlohmann::json Supervisor::job_json(const JobRecord& r) {
       {"prompt", res.value("prompt", "")},
       {"size", fmt::format("{}x{}", res.value("width", 0), res.value("height", 0))},
       {"seconds", fmt::format("{:g}", res.value("seconds", 0.0))},
-      {"request", r.request},
+      {"request", r.request.is_object() ? r.request : nlohmann::json::object()},
       {"parameters", res},
       {"attempts", r.attempts},
       {"cancel_requested", r.cancel_requested},
-      {"error", r.error.empty() && r.error_code.empty() ? nlohmann::json()
-                                                        : nlohmann::json{{"code", r.error_code}, {"message", r.error}}},
+      {"error", r.error.empty() && r.error_code.empty()
+                    ? nlohmann::json()
+                    : nlohmann::json{{"code", r.error_code}, {"message", scrub(r.error)}}},
   };
   if (r.status == kQueued) j["queue_position"] = store_->queue_position(r.seq);
   if (r.status == kCompleted && r.output_bytes > 0) {
@@ -253,6 +317,30 @@ bool Supervisor::ready() {
   return state_ == State::ready || state_ == State::busy;
 }
 
+// The resolved parameters as a client sees them: stored uploads by their place in the store, LoRAs by name,
+// notes without server paths.
+nlohmann::json Supervisor::client_parameters(const nlohmann::json& resolved) const {
+  if (!resolved.is_object()) return nlohmann::json::object();
+  nlohmann::json p = resolved;
+  namespace fs = std::filesystem;
+  if (p.contains("media") && p["media"].is_array())
+    for (auto& m : p["media"])
+      if (m.is_object() && m.contains("path") && m["path"].is_string()) {
+        const fs::path path(m["path"].get<std::string>());
+        m["path"] = (fs::path("uploads") / path.parent_path().filename() / path.filename()).string();
+      }
+  if (p.contains("loras") && p["loras"].is_array())
+    for (auto& l : p["loras"])
+      if (l.is_object() && l.contains("path") && l["path"].is_string()) {
+        l["name"] = fs::path(l["path"].get<std::string>()).filename().string();
+        l.erase("path");
+      }
+  if (p.contains("notes") && p["notes"].is_array())
+    for (auto& n : p["notes"])
+      if (n.is_string()) n = scrub(n.get<std::string>());
+  return p;
+}
+
 nlohmann::json Supervisor::health() {
   std::lock_guard lock(mu_);
   nlohmann::json j = {{"status", state_ == State::ready || state_ == State::busy ? "ok" : "unavailable"},
@@ -262,7 +350,7 @@ nlohmann::json Supervisor::health() {
                       {"restarts", restarts_},
                       {"running", running_.empty() ? nlohmann::json() : nlohmann::json(running_)},
                       {"load_seconds", last_load_s_},
-                      {"last_error", last_error_.empty() ? nlohmann::json() : nlohmann::json(last_error_)}};
+                      {"last_error", last_error_.empty() ? nlohmann::json() : nlohmann::json(scrub(last_error_))}};
   return j;
 }
 

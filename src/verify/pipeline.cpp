@@ -15,20 +15,20 @@ namespace h3 {
 namespace {
 
 struct ChainOutputs {
-  std::vector<T2vaRows> steps;
+  std::vector<SamplingRows> steps;
   Tensor video_latents, pixels01, waveform;
 };
 
-ChainOutputs run_chain(const DitModel& dit, const VideoVae& vvae, const AudioVae& avae, const T2vaSpec& spec,
+ChainOutputs run_chain(const DitModel& dit, const VideoVae& vvae, const AudioVae& avae, const SamplingSpec& spec,
                        const SafeTensors& f, Comm& control, Comm* decode_comm) {
   ChainOutputs out;
   bool cancelled = false;
-  const T2vaRows last = denoise_t2va(
+  const SamplingRows last = denoise_loop(
       dit, spec, f.get("input.prompt_embeds"), f.get("input.video_noise"), f.get("input.audio_noise_rows"), control, {},
-      [&](int, int, const T2vaRows& r) { out.steps.push_back(r); }, &cancelled);
-  out.video_latents = t2va_video_latents(last, spec, dit.config().in_channels);
-  out.pixels01 = decode_t2va_video(vvae, out.video_latents, decode_comm);
-  out.waveform = decode_t2va_audio(avae, t2va_audio_latents(last, spec), decode_comm);
+      [&](int, int, const SamplingRows& r) { out.steps.push_back(r); }, &cancelled);
+  out.video_latents = rows_to_video_latents(last, spec, dit.config().in_channels);
+  out.pixels01 = decode_video_latents(vvae, out.video_latents, decode_comm);
+  out.waveform = decode_audio_latents(avae, rows_to_audio_latents(last, spec), decode_comm);
   return out;
 }
 
@@ -75,7 +75,7 @@ VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOpti
   }
   const Tensor embeds = f.get("input.prompt_embeds");
   const Tensor vnoise = f.get("input.video_noise");
-  T2vaSpec spec;
+  SamplingSpec spec;
   try {
     spec.num_text = embeds.dim(0);
     spec.latent_frames = info.at("latent_frames").get<int64_t>();

@@ -14,7 +14,7 @@ namespace h3 {
 
 namespace {
 
-std::vector<std::string> qwen_cases(const SafeTensors& f) {
+std::vector<std::string> qwen3vl_text_cases(const SafeTensors& f) {
   std::vector<std::string> cases;
   for (const auto& k : f.keys())
     if (k.ends_with(".input_ids")) cases.push_back(k.substr(0, k.size() - 10));
@@ -48,28 +48,28 @@ std::string preview(const std::string& s) {
 
 }  // namespace
 
-bool looks_like_qwen_text_golden(const SafeTensors& f) {
+bool looks_like_qwen3vl_text_golden(const SafeTensors& f) {
   if (!f.has("weight.embed_tokens.weight") || !f.has("weight.layers.0.self_attn.q_norm.weight")) return false;
   for (const auto& k : f.keys())
     if (k.ends_with(".input_ids")) return true;
   return false;
 }
 
-VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Comm* comm, Device device) {
-  const QwenTextConfig cfg = detect_qwen_text_config(f);
+VerifyReport verify_qwen3vl_text_file(const SafeTensors& f, Precision precision, Comm* comm, Device device) {
+  const Qwen3VlTextConfig cfg = detect_qwen3vl_text_config(f);
   const bool root = !comm || comm->rank() == 0;
   const bool distributed = comm && comm->size() > 1;
   if (root) spdlog::info("{}: {}", f.path(), cfg.summary());
-  const QwenTextWeights weights = QwenTextWeights::from_file(std::make_shared<SafeTensors>(f));
-  const QwenTextModel model(weights, cfg, -1, QwenTextOptions{precision, device, distributed ? comm : nullptr});
+  const Qwen3VlTextWeights weights = Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f));
+  const Qwen3VlTextModel model(weights, cfg, -1, Qwen3VlTextOptions{precision, device, distributed ? comm : nullptr});
   // The 1-rank rerun (rank 0 only, no communicator).
-  std::unique_ptr<QwenTextModel> single;
+  std::unique_ptr<Qwen3VlTextModel> single;
   if (distributed && root)
-    single = std::make_unique<QwenTextModel>(weights, cfg, -1, QwenTextOptions{precision, device, nullptr});
+    single = std::make_unique<Qwen3VlTextModel>(weights, cfg, -1, Qwen3VlTextOptions{precision, device, nullptr});
   const double tol = precision == Precision::f64 ? 1e-6 : 1e-5;
   const double tol_ranks = 1e-6;
   VerifyReport rep;
-  for (const auto& c : qwen_cases(f)) {
+  for (const auto& c : qwen3vl_text_cases(f)) {
     const Tensor ids_t = f.get(c + ".input_ids");
     std::vector<int32_t> ids(static_cast<size_t>(ids_t.numel()));
     for (int64_t i = 0; i < ids_t.numel(); ++i) ids[i] = static_cast<int32_t>(ids_t.get(i));
@@ -79,8 +79,8 @@ VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Co
       if (k.starts_with(hs)) keep.push_back(std::stoll(k.substr(hs.size())));
     std::sort(keep.begin(), keep.end());
     const bool normed = f.has(c + ".last_hidden_state_normed");
-    QwenTextOutputs out = model.forward(ids, keep, normed);
-    QwenTextOutputs one;
+    Qwen3VlTextOutputs out = model.forward(ids, keep, normed);
+    Qwen3VlTextOutputs one;
     if (single) one = single->forward(ids, keep, normed);
     auto add = [&](const std::string& what, const Tensor& got, const Tensor& ref, const Tensor* got_one) {
       Diff d = compare(got.cpu(), ref);

@@ -10,7 +10,7 @@
 namespace h3 {
 
 // A file with a Qwen3 text decoder under "weight." and at least one "<case>.input_ids".
-bool looks_like_qwen_text_golden(const SafeTensors& f);
+bool looks_like_qwen3vl_text_golden(const SafeTensors& f);
 // Runs every case ("<case>.input_ids") and compares each stored "<case>.hidden_states_K" and
 // "<case>.last_hidden_state_normed" with the engine's at rel-L2 1e-5 (f32) or 1e-6 (f64). The file stores the
 // weights and the f64 reference's outputs as f32; the f32-rounded weights put a floor of ~3e-7 under any
@@ -18,8 +18,8 @@ bool looks_like_qwen_text_golden(const SafeTensors& f);
 // With `comm` of N > 1 ranks the tower runs tensor-parallel over it (model/qwen3vl/text.h), and rank 0 also reruns
 // every case on one rank: a line per output "vs 1 rank" at rel-L2 1e-6 (the design gives identical bits; max_abs shows
 // it). `device` Device::cuda runs on the GPU (f32).
-VerifyReport verify_qwen_text_file(const SafeTensors& f, Precision precision, Comm* comm = nullptr,
-                                   Device device = Device::cpu);
+VerifyReport verify_qwen3vl_text_file(const SafeTensors& f, Precision precision, Comm* comm = nullptr,
+                                      Device device = Device::cpu);
 // One line per case of `cases_json` ({"cases": [{"text", "ids", optional "decode": true}]}): rel_l2 0 when
 // the ids are exactly the expected ones, 1 otherwise, tolerance 0. Cases with "decode": true (or a "decoded"
 // string) get a second line for decode(ids) == text (or == decoded). Throws h3::Error naming the file on bad

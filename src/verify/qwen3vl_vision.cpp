@@ -49,8 +49,8 @@ bool looks_like_qwen3vl_vision_golden(const SafeTensors& f) {
 }
 
 VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precision) {
-  const QwenVisionConfig vcfg = detect_qwen_vision_config(f);
-  const QwenTextConfig tcfg = detect_qwen_text_config(f);
+  const Qwen3VlVisionConfig vcfg = detect_qwen3vl_vision_config(f);
+  const Qwen3VlTextConfig tcfg = detect_qwen3vl_text_config(f);
   spdlog::info("{}: {}", f.path(), vcfg.summary());
   spdlog::info("{}: {}", f.path(), tcfg.summary());
   VisionTokenIds tok;
@@ -77,8 +77,8 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     fail("{}: unreadable config/preprocess metadata: {}", f.path(), e.what());
   }
 
-  const QwenVisionModel vision(f, vcfg, precision);
-  const QwenTextModel text(f, tcfg, -1, precision);
+  const Qwen3VlVisionModel vision(f, vcfg, precision);
+  const Qwen3VlTextModel text(f, tcfg, -1, precision);
   const double tol = precision == Precision::f64 ? 1e-6 : 1e-5;
   VerifyReport rep;
   auto add = [&](const std::string& what, const Tensor& got, const Tensor& ref, double t) {
@@ -123,7 +123,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     add_exact("vl mRoPE position_ids (" + f.meta("position_ids_source") + ")", same);
   }
   const std::string out = "vl.output.f64.";
-  auto add_vision = [&](const char* which, const QwenVisionOutputs& o) {
+  auto add_vision = [&](const char* which, const Qwen3VlVisionOutputs& o) {
     const std::string w = which;
     if (!f.has(out + w + "_embeds")) return;
     add("vl " + w + "_embeds", o.embeds, f.get(out + w + "_embeds"), tol);
@@ -136,7 +136,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
 
   std::vector<int64_t> keep;
   for (int64_t k = 0; f.has(out + "hidden_states." + std::to_string(k)); ++k) keep.push_back(k);
-  const QwenTextOutputs hs =
+  const Qwen3VlTextOutputs hs =
       text.forward(in.ids, keep, false, &prep.positions, prep.extras.rows.empty() ? nullptr : &prep.extras);
   for (int64_t k : keep)
     add("vl text hidden_states." + std::to_string(k), hs.hidden_states.at(k),
@@ -173,7 +173,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     for (size_t k = 0; k < ref_rows.deepstack.size(); ++k)
       ref_rows.deepstack[k] =
           reference_rows("image_deepstack." + std::to_string(k), "video_deepstack." + std::to_string(k));
-    const QwenTextOutputs hr = text.forward(in.ids, keep, false, &prep.positions, &ref_rows);
+    const Qwen3VlTextOutputs hr = text.forward(in.ids, keep, false, &prep.positions, &ref_rows);
     for (int64_t k : keep)
       add("vl text hidden_states." + std::to_string(k) + " (reference vision rows)", hr.hidden_states.at(k),
           f.get(out + "hidden_states." + std::to_string(k)), tol);

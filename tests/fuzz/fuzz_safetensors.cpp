@@ -1,6 +1,6 @@
-// libFuzzer harness for the safetensors header parser: every input must either parse into tensors that lie
-// inside the data region or throw h3::Error. Any other exception escapes and libFuzzer reports it as a crash;
-// a broken invariant aborts. Not part of the CMake build: see README.md next to this file.
+// Fuzz target: the safetensors header parser. Every input must either parse into tensors that lie inside the
+// data region or throw h3::Error; anything else (another exception, a broken invariant, a sanitizer report) is
+// a bug. Run by tests/fuzz/driver.cpp in CI, or by libFuzzer (tests/fuzz/README.md).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

@@ -1,11 +1,13 @@
 """Helpers for the `h3 serve` tests: start/stop a server on a free port, JSON over HTTP, SSE reading.
 Standard library only."""
+import contextlib
 import http.client
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -143,6 +145,21 @@ class Server:
         shutil.rmtree(self.store, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def running(server, *remove):
+    """The started `server` for a with-block: its log is printed when the block fails; afterwards it is stopped and
+    its store removed, and so are the folders in `remove`."""
+    try:
+        yield server
+    except Exception:
+        server.dump_log()
+        raise
+    finally:
+        server.cleanup()
+        for d in remove:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def sse_events(server, path, until=None, timeout=60):
     """Reads an SSE stream; yields (event, data) until the server closes it, until(ev, data) is true, or timeout."""
     c = server.conn(timeout)
@@ -174,6 +191,36 @@ def sse_events(server, path, until=None, timeout=60):
                 data += line[6:]
     finally:
         c.close()
+
+
+def safetensors_tensors(path):
+    """The tensors of a .safetensors file as {name: (dtype, shape, bytes)}, its metadata left out (a latents file's
+    names the request's file paths, which differ between runs)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    return {k: (v["dtype"], tuple(v["shape"]), data[base + v["data_offsets"][0]:base + v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+
+
+def h3_generate(h3, work, name, req, extra=(), ranks=1, timeout=600):
+    """`h3 --ranks RANKS generate --latents` of `req` (prompt, width, height, frames, steps, seed) into
+    WORK/NAME.mp4 (H3_RANKS is not passed on). Returns the latents file, or None when it fails (its output logged)."""
+    out = os.path.join(work, name + ".mp4")
+    cmd = [h3, "--ranks", str(ranks), "--log-level", "warn", "generate", "--prompt", req["prompt"],
+           "--width", str(req["width"]), "--height", str(req["height"]), "--frames", str(req["frames"]),
+           "--steps", str(req["steps"]), "--seed", str(req["seed"]), "--latents", "-o", out] + list(extra)
+    env = dict(os.environ)
+    env.pop("H3_RANKS", None)
+    t = time.time()
+    r = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env)
+    log("  h3 generate %s: status %d in %.0f s" % (name, r.returncode, time.time() - t))
+    if r.returncode:
+        log(r.stdout.decode("utf-8", "replace")[-2000:], r.stderr.decode("utf-8", "replace")[-2000:])
+        return None
+    return os.path.join(work, name + ".latents.safetensors")
 
 
 def check(cond, msg):

@@ -7,7 +7,7 @@ import random
 import socket
 import time
 
-from serve_common import Server, check, log, main_wrapper
+from serve_common import Server, check, log, main_wrapper, running
 
 GOOD = {"prompt": "a lighthouse at dusk", "seconds": 5, "steps": 4}
 
@@ -200,7 +200,9 @@ def fuzz(s, n=5000):
             k.shutdown(socket.SHUT_WR)
             resp = k.recv(200)
             k.close()
-            if resp.startswith(b"HTTP/1.1 5"):
+            # 505 is the right answer to a request line of an HTTP version the server does not speak (RFC 9110
+            # 15.6.6); any other 5xx would be the server failing.
+            if resp.startswith(b"HTTP/1.1 5") and not (b"HTTP/9.9" in g and resp.startswith(b"HTTP/1.1 505")):
                 raise AssertionError("garbage %r -> %r" % (g[:30], resp[:60]))
         except OSError:
             pass
@@ -229,9 +231,8 @@ def auth(h3):
 
 
 def run(h3):
-    s = Server(h3, args=["--runner", "fake", "--fake-step-ms", "150", "--fake-load-ms", "0", "--max-queue", "4",
-                         "--max-body", "65536"]).start()
-    try:
+    with running(Server(h3, args=["--runner", "fake", "--fake-step-ms", "150", "--fake-load-ms", "0",
+                                  "--max-queue", "4", "--max-body", "65536"]).start()) as s:
         st, h = s.json("GET", "/health")
         check(st == 200 and h["status"] == "ok", "health 200 once ready")
         validation(s)
@@ -240,11 +241,6 @@ def run(h3):
         t = time.time()
         fuzz(s)
         log("  fuzz took %.1f s" % (time.time() - t))
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
     auth(h3)
 
 

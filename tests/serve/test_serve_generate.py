@@ -3,34 +3,15 @@
 mid-denoise, one whose rank 1 is killed inside the DiT - and the others' MP4s valid and their final latents
 bitwise equal to `h3 generate` with the same request.
 usage: test_serve_generate.py H3_BINARY"""
-import json
 import os
 import struct
-import shutil
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 
-from serve_common import Server, check, log, main_wrapper, sse_events
+from serve_common import Server, check, h3_generate, log, main_wrapper, running, safetensors_tensors, sse_events
 
 REQ = {"prompt": "a red kite over the dunes", "width": 64, "height": 64, "frames": 124, "steps": 4}
-
-
-def safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = (v["dtype"], tuple(v["shape"]), data[base + a:base + b])
-    return out
 
 
 def mp4_boxes(data):
@@ -46,33 +27,16 @@ def mp4_boxes(data):
     return boxes, off == len(data)
 
 
-def reference(h3, work, seed):
-    """`h3 generate --ranks 2 --latents` for the same request: the latents every job must equal."""
-    out = os.path.join(work, "ref-%d.mp4" % seed)
-    cmd = [h3, "--ranks", "2", "--log-level", "warn", "generate", "--prompt", REQ["prompt"], "--width",
-           str(REQ["width"]), "--height", str(REQ["height"]), "--frames", str(REQ["frames"]), "--steps",
-           str(REQ["steps"]), "--seed", str(seed), "--latents", "-o", out]
-    env = dict(os.environ)
-    env.pop("H3_RANKS", None)
-    t = time.time()
-    r = subprocess.run(cmd, capture_output=True, timeout=900, env=env)
-    log("  h3 generate (seed %d): status %d in %.0f s" % (seed, r.returncode, time.time() - t))
-    if r.returncode:
-        log(r.stdout.decode("utf-8", "replace")[-1500:], r.stderr.decode("utf-8", "replace")[-1500:])
-        return None
-    return os.path.join(work, "ref-%d.latents.safetensors" % seed)
-
-
 def run(h3):
     work = tempfile.mkdtemp(prefix="h3serve-gen-")
-    refs = {k: reference(h3, work, 500 + k) for k in (0, 3, 4)}
+    refs = {k: h3_generate(h3, work, "ref-%d" % (500 + k), dict(REQ, seed=500 + k), ranks=2, timeout=900)
+            for k in (0, 3, 4)}
     if not all(refs.values()):
         log("SKIPPED LOUDLY: `h3 generate` itself fails in this build (the pipeline, issue #6), so there is no "
             "reference to compare the server with")
         sys.exit(77)
-    s = Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--debug-faults",
-                                  "--stall-timeout", "120"]).start(timeout=600)
-    try:
+    with running(Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--debug-faults",
+                                           "--stall-timeout", "120"]).start(timeout=600), work) as s:
         ids = []
         for i in range(5):
             body = dict(REQ, seed=500 + i)
@@ -107,18 +71,12 @@ def run(h3):
                       "job %d MP4 is well formed (%s, %d bytes)" % (k, boxes, len(p)))
             else:
                 raise AssertionError("job %d has no MP4 (result %s)" % (k, j.get("result")))
-            a, b = safetensors(latents), safetensors(refs[k])
+            a, b = safetensors_tensors(latents), safetensors_tensors(refs[k])
             check(a.keys() == b.keys() and all(a[n] == b[n] for n in a),
                   "job %d final latents bitwise equal to h3 generate's (%s)" %
                   (k, ", ".join("%s %s" % (n, a[n][1]) for n in sorted(a))))
         st, h = s.json("GET", "/health")
         check(st == 200 and h["restarts"] >= 1, "group recreated after the kill, server ready")
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

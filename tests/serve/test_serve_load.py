@@ -6,16 +6,15 @@ import sys
 import threading
 import time
 
-from serve_common import Server, check, log, main_wrapper
+from serve_common import Server, check, log, main_wrapper, running
 
 CLIENTS = 200
 
 
 def run(h3):
     duration = float(sys.argv[2]) if len(sys.argv) > 2 else 20
-    s = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "100", "--fake-load-ms", "0",
-                                  "--http-threads", "512"]).start()
-    try:
+    with running(Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "100", "--fake-load-ms", "0",
+                                           "--http-threads", "16"]).start()) as s:
         ids = []
         for i in range(4):
             st, j = s.json("POST", "/v1/videos", {"prompt": "load %d" % i, "seconds": 5, "steps": 30, "seed": i})
@@ -82,11 +81,6 @@ def run(h3):
         check(st == 200, "server healthy afterwards")
         for jid in ids:
             s.request("POST", "/v1/videos/%s/cancel" % jid)
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
 
 
 if __name__ == "__main__":

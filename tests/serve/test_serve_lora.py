@@ -7,13 +7,11 @@ another LoRA (H3_DEBUG_LORA) fails the job naming that rank.
 usage: test_serve_lora.py H3_BINARY [extra serve args, e.g. --mode ulysses-ag]"""
 import json
 import os
-import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
-from serve_common import Server, check, log, main_wrapper
+from serve_common import Server, check, h3_generate, log, main_wrapper, running, safetensors_tensors
 
 REQ = {"prompt": "a kite over the dunes", "width": 64, "height": 64, "frames": 124, "steps": 3, "seed": 91}
 HIDDEN, INNER, FFN, RANK = 96, 448, 160, 4  # the procedural mini DiT (model/dit/config.cpp "mini")
@@ -45,27 +43,11 @@ def lora(path, seed):
     return write_safetensors(path, t)
 
 
-def latents_bytes(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    return {k: data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
-            for k, v in header.items() if k != "__metadata__"}
-
-
 def generate(h3, work, name, extra):
-    out = os.path.join(work, name + ".mp4")
-    cmd = [h3, "--log-level", "warn", "generate", "--prompt", REQ["prompt"], "--width", str(REQ["width"]),
-           "--height", str(REQ["height"]), "--frames", str(REQ["frames"]), "--steps", str(REQ["steps"]),
-           "--seed", str(REQ["seed"]), "--latents", "-o", out] + extra
-    env = dict(os.environ)
-    env.pop("H3_RANKS", None)
-    r = subprocess.run(cmd, capture_output=True, timeout=600, env=env)
-    if r.returncode:
-        log(r.stdout.decode("utf-8", "replace")[-2000:], r.stderr.decode("utf-8", "replace")[-2000:])
+    latents = h3_generate(h3, work, name, REQ, extra)
+    if latents is None:
         raise AssertionError("h3 generate %s failed" % name)
-    return latents_bytes(os.path.join(work, name + ".latents.safetensors"))
+    return safetensors_tensors(latents)
 
 
 def run(h3):
@@ -78,9 +60,8 @@ def run(h3):
     plain = generate(h3, work, "plain", [])
     with_x = generate(h3, work, "with-x", ["--lora", x + ":0.8"])
     check(plain != with_x, "the LoRA changes the latents")
-    s = Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--lora-dir", loras] + extra).start(
-        timeout=600)
-    try:
+    with running(Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--lora-dir", loras] + extra)
+                 .start(timeout=600)) as s:
         st, m = s.json("GET", "/v1/models")
         check(st == 200 and m["data"][0]["loras"] == ["x.safetensors"], "GET /v1/models lists the LoRA folder: %s" %
               m["data"][0].get("loras"))
@@ -104,7 +85,7 @@ def run(h3):
         for name, _ in sets:
             done = s.wait_job(ids[name], timeout=600)
             check(done["status"] == "completed", "job %s completed: %s" % (name, done.get("error")))
-            got[name] = (latents_bytes(os.path.join(s.store, "outputs", ids[name] + ".latents.safetensors")),
+            got[name] = (safetensors_tensors(os.path.join(s.store, "outputs", ids[name] + ".latents.safetensors")),
                          done.get("result", {}))
         check(got["A"][0] == with_x, "job A (LoRA X) = h3 generate --lora X, bitwise")
         check(got["B"][0] == plain, "job B (no LoRA) = h3 generate without a LoRA: the delta was removed, bitwise")
@@ -115,28 +96,16 @@ def run(h3):
               "re-merged exactly when the set changed: %s" % remerged)
         check(got["A"][1].get("lora_digest") == got["C"][1].get("lora_digest") and "lora_digest" not in got["B"][1],
               "the agreed digest is reported: %s" % got["A"][1].get("lora_digest"))
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
 
     log("a rank that loads another LoRA fails the job, named")
-    s = Server(h3, ranks=2, args=["--runner", "generator", "--lora-dir", loras],
-               env={"H3_DEBUG_LORA": "1:" + y}).start(timeout=600)
-    try:
+    with running(Server(h3, ranks=2, args=["--runner", "generator", "--lora-dir", loras],
+                        env={"H3_DEBUG_LORA": "1:" + y}).start(timeout=600), work) as s:
         st, j = s.json("POST", "/v1/videos", dict(REQ, loras=[{"name": "x.safetensors"}]))
         check(st == 202, "job accepted")
         done = s.wait_job(j["id"], timeout=600)
         err = (done.get("error") or {}).get("message", "")
         check(done["status"] == "failed" and "ranks disagree" in err and "rank 1" in err,
               "failed naming rank 1: %s" % err[:300])
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

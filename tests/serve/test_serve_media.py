@@ -4,18 +4,15 @@ procedural mini models give the same final latents as `h3 generate` with the sam
 base64, files of the wrong kind and oversize bodies are refused with 400/413 and leave no upload behind.
 usage: test_serve_media.py H3_BINARY"""
 import base64
-import json
 import os
-import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 import wave
 import zlib
 
-from serve_common import Server, check, log, main_wrapper
+from serve_common import Server, check, h3_generate, main_wrapper, running, safetensors_tensors
 
 REQ = {"prompt": "a lighthouse in the fog", "width": 64, "height": 64, "frames": 124, "steps": 2}
 
@@ -48,28 +45,11 @@ def b64(path):
         return base64.b64encode(f.read()).decode()
 
 
-def latents_bytes(path):
-    """The tensors of a latents file (its metadata names the request's file paths, which differ)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    return {k: (v["dtype"], v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in header.items() if k != "__metadata__"}
-
-
 def generate(h3, work, name, seed, media_args):
-    out = os.path.join(work, name + ".mp4")
-    cmd = [h3, "--log-level", "warn", "generate", "--prompt", REQ["prompt"], "--width", str(REQ["width"]),
-           "--height", str(REQ["height"]), "--frames", str(REQ["frames"]), "--steps", str(REQ["steps"]),
-           "--seed", str(seed), "--latents", "-o", out] + media_args
-    env = dict(os.environ)
-    env.pop("H3_RANKS", None)
-    r = subprocess.run(cmd, capture_output=True, timeout=600, env=env)
-    if r.returncode:
-        log(r.stdout.decode("utf-8", "replace")[-2000:], r.stderr.decode("utf-8", "replace")[-2000:])
+    latents = h3_generate(h3, work, name, dict(REQ, seed=seed), media_args)
+    if latents is None:
         raise AssertionError("h3 generate %s failed" % name)
-    return os.path.join(work, name + ".latents.safetensors")
+    return latents
 
 
 def uploads(store):
@@ -84,9 +64,8 @@ def run(h3):
     audio = wav(os.path.join(work, "ref.wav"), 0.75)
     ref_fl = generate(h3, work, "fl2va", 71, ["--first", first, "--last", last])
     ref_rf = generate(h3, work, "ref2va", 72, ["--ref-audio", audio, "--ref-image", last])
-    s = Server(h3, ranks=1, args=["--runner", "generator", "--write-latents", "--max-body", "4000000"]).start(
-        timeout=600)
-    try:
+    with running(Server(h3, ranks=1, args=["--runner", "generator", "--write-latents", "--max-body", "4000000"])
+                 .start(timeout=600), work) as s:
         # Refusals first: nothing may be left in uploads/ by them.
         bad = [
             (dict(REQ, first_image={"path": first}), "never reads files named by the client"),
@@ -120,16 +99,10 @@ def run(h3):
             check(done["status"] == "completed", "job %s completed: %s" % (j["id"], done.get("error")))
             got = os.path.join(s.store, "outputs", j["id"] + ".latents.safetensors")
             check(os.path.exists(got), "latents kept")
-            check(latents_bytes(got) == latents_bytes(ref),
+            check(safetensors_tensors(got) == safetensors_tensors(ref),
                   "job %s latents bitwise equal to h3 generate with the same files" % j["id"])
         st, _ = s.json("DELETE", "/v1/videos/" + j1["id"])
         check(st == 200 and len(uploads(s.store)) == 1, "deleting a job removes its uploads: %s" % uploads(s.store))
-    except Exception:
-        s.dump_log()
-        raise
-    finally:
-        s.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def chrome_cmd(binary, profile, extra):
 def run(h3):
     binary = chromium()
     if not binary:
-        log("SKIPPED LOUDLY: no chromium on this machine (apt-get install chromium; scripts/setup.sh does)")
+        log("SKIPPED LOUDLY: no chromium on this machine (apt-get install chromium; scripts/setup-test.sh does)")
         sys.exit(SKIP)
     profile = tempfile.mkdtemp(prefix="h3serve-chromium-")
     try:

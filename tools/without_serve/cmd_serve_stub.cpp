@@ -1,16 +1,16 @@
-// `h3 serve` when cpp-httplib or SQLite was not found at configure time: the commands exist and say what is missing.
+// `h3 serve` when libmicrohttpd or SQLite was not found at configure time: the commands exist and say what is missing.
 #include "commands.h"
 #include "core/error.h"
 
 namespace h3::cli {
 namespace {
 Runner missing(CLI::App& app, const char* name) {
-  auto* cmd = app.add_subcommand(name, "HTTP job server (not built: cpp-httplib and SQLite were not found)");
+  auto* cmd = app.add_subcommand(name, "HTTP job server (not built: libmicrohttpd and SQLite were not found)");
   cmd->allow_extras();
   return [name = std::string(name)]() -> int {
     throw Error("h3 " + name +
-                ": this h3 was built without cpp-httplib and SQLite; install them (scripts/setup.sh installs the "
-                "Debian packages libcpp-httplib-dev and libsqlite3-dev) and rebuild");
+                ": this h3 was built without libmicrohttpd and SQLite; install them (scripts/setup.sh installs the "
+                "Debian packages libmicrohttpd-dev and libsqlite3-dev) and rebuild");
   };
 }
 }  // namespace

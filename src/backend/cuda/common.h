@@ -23,7 +23,6 @@ cudaStream_t stream();
 bool deterministic();
 const Numerics& numerics();
 bool gemm_tune();
-int sm_count();
 // Device scratch of at least `bytes`, valid until the next call on the stream that asks for more.
 void* workspace(size_t bytes);
 // Device memory from the backend's caching allocator.

@@ -161,9 +161,6 @@ const Numerics& numerics() {
 bool gemm_tune() {
   return state().gemm_tune;
 }
-int sm_count() {
-  return state().sms;
-}
 
 void* device_alloc(size_t bytes) {
   State& s = state();

@@ -14,7 +14,7 @@ namespace {
 }
 }  // namespace
 
-MediaInfo scan_media(const std::string& path, int, int) {
+MediaInfo scan_media(const std::string& path, int, int, int64_t, int64_t) {
   no_media_input(path);
 }
 Tensor read_picture(const std::string& path, int64_t, int64_t, FitMode) {

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/files.h"
+#include "core/json_limits.h"
 #include "io/procedural.h"
 
 namespace h3 {
@@ -35,11 +37,7 @@ std::string_view layout_name(DitLayout l) {
 namespace {
 
 std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) fail("{}: cannot read", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_text_file_checked(p.string(), "config");
 }
 
 bool starts_with(const std::string& s, const std::string& p) {
@@ -106,18 +104,26 @@ std::map<std::string, QuantSpec> collect_quant(const SafeTensors& st) {
       if (b.dtype() != DType::u8 && b.dtype() != DType::i8)
         fail("{}: '{}' is {}, expected U8 bytes of JSON", st.path(), k, b.describe());
       std::string text(static_cast<const char*>(b.raw()), static_cast<size_t>(b.numel()));
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(text);
-      } catch (const std::exception& e) {
-        fail("{}: '{}' is not JSON ({}): {}", st.path(), k, e.what(), text);
-      }
-      const std::string format = j.value("format", "");
+      const nlohmann::json j = parse_json_bounded(text, st.path() + ": '" + k + "'", 4);
+      H3_CHECK(j.is_object() && j.contains("format") && j["format"].is_string(),
+               "{}: '{}' must be a JSON object with a string \"format\"; got {}", st.path(), k, text.substr(0, 200));
+      const std::string format = j["format"].get<std::string>();
       if (format == "float8_e4m3fn") {
         q.kind = QuantSpec::fp8;
       } else if (format == "int8_tensorwise") {
         q.kind = QuantSpec::int8;
-        if (j.value("convrot", false)) q.convrot_group = j.value("convrot_groupsize", 256);
+        H3_CHECK(!j.contains("convrot") || j["convrot"].is_boolean(), "{}: '{}': \"convrot\" must be true or false",
+                 st.path(), k);
+        if (j.value("convrot", false)) {
+          const nlohmann::json g = j.contains("convrot_groupsize") ? j["convrot_groupsize"] : nlohmann::json(256);
+          // A group that is no power of two in 2 .. 65536 rotates nothing sensible (and 0 would silently skip
+          // the rotation the weights were stored with).
+          H3_CHECK(g.is_number_integer() && g.get<int64_t>() >= 2 && g.get<int64_t>() <= 65536 &&
+                       (g.get<int64_t>() & (g.get<int64_t>() - 1)) == 0,
+                   "{}: '{}': convrot_groupsize {} must be a power of two in 2 .. 65536", st.path(), k,
+                   g.dump().substr(0, 40));
+          q.convrot_group = static_cast<int>(g.get<int64_t>());
+        }
       } else if (format == "mxfp8") {
         q.kind = QuantSpec::mxfp8;
       } else if (format == "nvfp4") {
@@ -193,42 +199,22 @@ DitConfig infer_config(const std::map<std::string, Shape>& shapes, const std::st
   return c;  // rope_freq_dim cannot be seen in shapes: the released value (16) stays
 }
 
-}  // namespace
-
-std::string dit_official_to_diffusers(const std::string& key) {
-  return official_to_diffusers(key);
-}
-
-DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOptions& opt) {
-  DitCheckpoint ck;
-  ck.path_ = path;
-
-  if (starts_with(path, "procedural:")) {
-    std::string spec = path.substr(11);
-    ck.seed_ = kDefaultProceduralSeed;
-    if (auto p = spec.find(":seed="); p != std::string::npos) {
-      std::string s = spec.substr(p + 6);
-      spec = spec.substr(0, p);
-      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), ck.seed_);
-      if (s.empty() || ec != std::errc() || end != s.data() + s.size() || s[0] == '+' || s[0] == '-')
-        fail("{}: seed '{}' is not a non-negative integer below 2^64", path, s);
-    }
-    auto cfg = DitConfig::named(spec);
-    if (!cfg) fail("{}: unknown procedural config '{}' (known: mini, fullwidth-1block, full)", path, spec);
-    DitCheckpoint named = procedural(*cfg, ck.seed_, path);
-    named.config_source_ = "named config '" + spec + "'";
-    return named;
-  }
-
-  // Collect the files: a single .safetensors, or a folder (diffusers or released) with an index or shards.
-  fs::path p(path);
+// The files of a checkpoint path: a single .safetensors, or a folder (diffusers or released, with its
+// transformer/ subfolder) with an index or shards; and the folder's config.json when it has one.
+struct CheckpointFiles {
   std::vector<fs::path> files;
   std::string config_text, config_where;
+};
+
+CheckpointFiles find_files(const std::string& path) {
+  CheckpointFiles found;
+  std::vector<fs::path>& files = found.files;
+  fs::path p(path);
   if (fs::is_directory(p)) {
     if (!fs::exists(p / "config.json") && fs::is_directory(p / "transformer")) p /= "transformer";
     if (fs::exists(p / "config.json")) {
-      config_text = read_text(p / "config.json");
-      config_where = (p / "config.json").string();
+      found.config_text = read_text(p / "config.json");
+      found.config_where = (p / "config.json").string();
     }
     fs::path index;
     for (const char* n : {"diffusion_pytorch_model.safetensors.index.json", "model.safetensors.index.json"})
@@ -236,7 +222,7 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
     if (!index.empty()) {
       nlohmann::json j;
       try {
-        j = nlohmann::json::parse(read_text(index));
+        j = parse_json_bounded(read_text(index), index.string());
       } catch (const std::exception& e) {
         fail("{}: index is not valid JSON: {}", index.string(), e.what());
       }
@@ -265,15 +251,63 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
   } else {
     fail("{}: no such file or folder (give a .safetensors file, a checkpoint folder, or procedural:mini)", path);
   }
+  return found;
+}
 
-  for (const auto& f : files) {
+}  // namespace
+
+std::string dit_official_to_diffusers(const std::string& key) {
+  return official_to_diffusers(key);
+}
+
+DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOptions& opt) {
+  if (starts_with(path, "procedural:")) return open_procedural(path);
+  DitCheckpoint ck;
+  ck.path_ = path;
+  const CheckpointFiles found = find_files(path);
+  for (const auto& f : found.files) {
     ck.files_.push_back(std::make_shared<SafeTensors>(SafeTensors::open(f.string())));
     ck.file_names_.push_back(f.string());
   }
+  // Quantized weights (io/quant.h): per file, stored weight key -> how to dequantize it.
+  std::vector<std::map<std::string, QuantSpec>> quant(ck.files_.size());
+  for (size_t fi = 0; fi < ck.files_.size(); ++fi) quant[fi] = collect_quant(*ck.files_[fi]);
+  std::map<std::string, std::string> meta;
+  for (const auto& st : ck.files_)
+    for (const auto& [k, v] : st->metadata()) meta.emplace(k, v);
+  const std::string strip = ck.detect_layout(opt, meta, found.files.size() > 1 || fs::is_directory(path));
+  std::vector<std::string> unexpected;
+  const std::map<std::string, Shape> shapes = ck.map_keys(strip, quant, unexpected);
+  ck.read_config(found.config_text, found.config_where, meta, shapes);
+  ck.check_parameters(shapes, std::move(unexpected));
+  return ck;
+}
 
-  // Which naming? Look at all keys across files.
+// "procedural:NAME[:seed=N]".
+DitCheckpoint DitCheckpoint::open_procedural(const std::string& path) {
+  std::string spec = path.substr(11);
+  uint64_t seed = kDefaultProceduralSeed;
+  if (auto p = spec.find(":seed="); p != std::string::npos) {
+    std::string s = spec.substr(p + 6);
+    spec = spec.substr(0, p);
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), seed);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || s[0] == '+' || s[0] == '-')
+      fail("{}: seed '{}' is not a non-negative integer below 2^64", path, s);
+  }
+  auto cfg = DitConfig::named(spec);
+  if (!cfg) fail("{}: unknown procedural config '{}' (known: mini, fullwidth-1block, full)", path, spec);
+  DitCheckpoint named = procedural(*cfg, seed, path);
+  named.config_source_ = "named config '" + spec + "'";
+  return named;
+}
+
+// Which naming the keys of every file use (one scheme for the whole checkpoint), and for released names the qkv
+// row order. Sets layout_, qkv_order_ and detection_reason_; returns the key prefix to strip.
+std::string DitCheckpoint::detect_layout(const DitCheckpointOptions& opt,
+                                         const std::map<std::string, std::string>& meta, bool sharded) {
+  const std::string& path = path_;
   bool any_diffusers = false, any_official = false, any_golden = false, any_comfy_prefix = false;
-  for (const auto& st : ck.files_) {
+  for (const auto& st : files_) {
     for (const auto& k : st->keys()) {
       if (starts_with(k, "weight."))
         any_golden = true;
@@ -285,75 +319,74 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
         any_official = true;
     }
   }
-  // Quantized weights (io/quant.h): per file, stored weight key -> how to dequantize it.
-  std::vector<std::map<std::string, QuantSpec>> quant(ck.files_.size());
-  for (size_t fi = 0; fi < ck.files_.size(); ++fi) quant[fi] = collect_quant(*ck.files_[fi]);
   int kinds = int(any_golden) + int(any_diffusers) + int(any_official || any_comfy_prefix);
   if (kinds == 0) fail("{}: no DiT parameters found (neither diffusers, released nor ComfyUI key names)", path);
   if (kinds > 1) fail("{}: mixes key naming schemes (diffusers / released / golden); give one checkpoint", path);
 
-  std::map<std::string, std::string> meta;
-  for (const auto& st : ck.files_)
-    for (const auto& [k, v] : st->metadata()) meta.emplace(k, v);
-
-  std::string strip;
   if (any_golden) {
-    ck.layout_ = DitLayout::golden;
-    strip = "weight.";
-    ck.detection_reason_ = "keys carry the golden 'weight.' prefix and diffusers names";
-  } else if (any_diffusers) {
-    ck.layout_ = DitLayout::diffusers;
-    ck.detection_reason_ = "diffusers key names (transformer_blocks.N.attn.to_q ...)";
-  } else {
-    strip = any_comfy_prefix ? "model.diffusion_model." : "";
-    // qkv row order cannot be seen in shapes or statistics; decide from how the file was produced.
-    QkvOrder order = opt.qkv_order;
-    std::string why = order == QkvOrder::unknown ? "" : "given by --qkv-layout";
-    auto meta_says = [&](const char* word) {
-      for (const auto& [k, v] : meta)
-        if (v.find(word) != std::string::npos && v.find("qkv") != std::string::npos) return true;
-      return false;
-    };
-    if (order == QkvOrder::unknown) {
-      if (any_comfy_prefix) {
-        order = QkvOrder::blocked;
-        why = "ComfyUI 'model.diffusion_model.' prefix (ComfyUI repacks store qkv blocked)";
-      } else if (meta_says("interleaved") && !meta_says("blocked")) {
-        order = QkvOrder::interleaved;
-        why = "metadata describes qkv_proj as per-head interleaved";
-      } else if (meta_says("blocked") && !meta_says("interleaved")) {
-        order = QkvOrder::blocked;
-        why = "metadata describes qkv_proj as blocked";
-      } else if (meta.count("repo_id") && meta.count("partition")) {
-        order = QkvOrder::interleaved;
-        why = "metadata repo_id/partition (a repack of the released files, interleaved)";
-      } else if (files.size() > 1 || fs::is_directory(path)) {
-        order = QkvOrder::interleaved;
-        why = "a sharded folder in the released layout (released files are interleaved)";
-      } else if (meta.count("config") && meta.size() == 1) {
-        order = QkvOrder::blocked;
-        why = "single file whose only metadata is 'config' (the Comfy-Org repack, blocked)";
-      } else {
-        fail(
-            "{}: released/ComfyUI key names, but the qkv_proj row order (per-head interleaved or blocked) cannot "
-            "be told from this file; pass --qkv-layout interleaved|blocked",
-            path);
-      }
-    }
-    ck.layout_ = order == QkvOrder::blocked ? DitLayout::comfy : DitLayout::official;
-    ck.qkv_order_ = order;
-    ck.detection_reason_ = "released key names; qkv " +
-                           std::string(order == QkvOrder::blocked ? "blocked" : "per-head interleaved") + ": " + why;
+    layout_ = DitLayout::golden;
+    detection_reason_ = "keys carry the golden 'weight.' prefix and diffusers names";
+    return "weight.";
   }
+  if (any_diffusers) {
+    layout_ = DitLayout::diffusers;
+    detection_reason_ = "diffusers key names (transformer_blocks.N.attn.to_q ...)";
+    return "";
+  }
+  // qkv row order cannot be seen in shapes or statistics; decide from how the file was produced.
+  QkvOrder order = opt.qkv_order;
+  std::string why = order == QkvOrder::unknown ? "" : "given by --qkv-layout";
+  auto meta_says = [&](const char* word) {
+    for (const auto& [k, v] : meta)
+      if (v.find(word) != std::string::npos && v.find("qkv") != std::string::npos) return true;
+    return false;
+  };
+  if (order == QkvOrder::unknown) {
+    if (any_comfy_prefix) {
+      order = QkvOrder::blocked;
+      why = "ComfyUI 'model.diffusion_model.' prefix (ComfyUI repacks store qkv blocked)";
+    } else if (meta_says("interleaved") && !meta_says("blocked")) {
+      order = QkvOrder::interleaved;
+      why = "metadata describes qkv_proj as per-head interleaved";
+    } else if (meta_says("blocked") && !meta_says("interleaved")) {
+      order = QkvOrder::blocked;
+      why = "metadata describes qkv_proj as blocked";
+    } else if (meta.count("repo_id") && meta.count("partition")) {
+      order = QkvOrder::interleaved;
+      why = "metadata repo_id/partition (a repack of the released files, interleaved)";
+    } else if (sharded) {
+      order = QkvOrder::interleaved;
+      why = "a sharded folder in the released layout (released files are interleaved)";
+    } else if (meta.count("config") && meta.size() == 1) {
+      order = QkvOrder::blocked;
+      why = "single file whose only metadata is 'config' (the Comfy-Org repack, blocked)";
+    } else {
+      fail(
+          "{}: released/ComfyUI key names, but the qkv_proj row order (per-head interleaved or blocked) cannot "
+          "be told from this file; pass --qkv-layout interleaved|blocked",
+          path);
+    }
+  }
+  layout_ = order == QkvOrder::blocked ? DitLayout::comfy : DitLayout::official;
+  qkv_order_ = order;
+  detection_reason_ = "released key names; qkv " +
+                      std::string(order == QkvOrder::blocked ? "blocked" : "per-head interleaved") + ": " + why;
+  return any_comfy_prefix ? "model.diffusion_model." : "";
+}
 
-  // Map every stored key to a diffusers name.
+// Maps every stored key (less `strip`) to a diffusers name in sources_, splitting fused qkv projections. Returns
+// the logical shape of every mapped parameter; keys with no diffusers name go to `unexpected`.
+std::map<std::string, Shape> DitCheckpoint::map_keys(const std::string& strip,
+                                                     const std::vector<std::map<std::string, QuantSpec>>& quant,
+                                                     std::vector<std::string>& unexpected) {
+  const std::string& path = path_;
   std::map<std::string, Shape> shapes;
-  std::vector<std::string> unexpected;
   std::map<std::string, Source> qkv_fused;
-  for (size_t fi = 0; fi < ck.files_.size(); ++fi) {
-    const auto& st = *ck.files_[fi];
+  for (size_t fi = 0; fi < files_.size(); ++fi) {
+    const auto& st = *files_[fi];
     for (const auto& k : st.keys()) {
-      if (any_golden && !starts_with(k, "weight.")) continue;      // inputs and outputs of the golden case
+      if (layout_ == DitLayout::golden && !starts_with(k, "weight."))
+        continue;                                                  // inputs and outputs of the golden case
       if (is_quant_key(k) || k.ends_with("scaled_fp8")) continue;  // scales ride with their weight (quant[fi])
       if (!strip.empty() && !starts_with(k, strip)) {
         unexpected.push_back(k);
@@ -362,7 +395,7 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
       std::string name = k.substr(strip.size());
       Source src{static_cast<int>(fi), k};
       if (auto q = quant[fi].find(k); q != quant[fi].end()) src.quant = q->second;
-      if (ck.layout_ == DitLayout::official || ck.layout_ == DitLayout::comfy) {
+      if (layout_ == DitLayout::official || layout_ == DitLayout::comfy) {
         if (name == "rope.inv_freq") continue;  // recomputed from the config
         std::string d = official_to_diffusers(name);
         if (d.empty()) {
@@ -379,8 +412,8 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
         if (d.ends_with("ff.net.0.proj.weight")) src.kind = Source::swap_halves;
         name = d;
       }
-      if (ck.sources_.count(name)) fail("{}: parameter '{}' appears twice", path, name);
-      ck.sources_[name] = src;
+      if (sources_.count(name)) fail("{}: parameter '{}' appears twice", path, name);
+      sources_[name] = src;
       shapes[name] = quant_logical_shape(src.quant, st.info(k).shape);
     }
   }
@@ -393,28 +426,37 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
       Source part = src;
       part.kind = Source::qkv_part;
       part.part = i;
-      ck.sources_[prefix + parts[i]] = part;
+      sources_[prefix + parts[i]] = part;
       shapes[prefix + parts[i]] = {s[0] / 3, s[1]};
     }
     shapes.erase(prefix + "qkv_proj.weight");
   }
+  return shapes;
+}
 
-  // The config: config.json, then "config" metadata, then inferred from shapes.
+// The config: config.json, then "config" metadata, then inferred from shapes.
+void DitCheckpoint::read_config(const std::string& config_text, const std::string& config_where,
+                                const std::map<std::string, std::string>& meta,
+                                const std::map<std::string, Shape>& shapes) {
   if (!config_text.empty()) {
-    ck.config_ = DitConfig::from_json_text(config_text, config_where);
-    ck.config_source_ = config_where;
+    config_ = DitConfig::from_json_text(config_text, config_where);
+    config_source_ = config_where;
   } else if (meta.count("config")) {
-    ck.config_ = DitConfig::from_json_text(meta["config"], path + " (metadata 'config')");
-    ck.config_source_ = "file metadata 'config'";
+    config_ = DitConfig::from_json_text(meta.at("config"), path_ + " (metadata 'config')");
+    config_source_ = "file metadata 'config'";
   } else {
-    ck.config_ = infer_config(shapes, path);
-    ck.config_source_ = "inferred from parameter shapes (rope_freq_dim assumed: min(16, head_dim / 6))";
+    config_ = infer_config(shapes, path_);
+    config_source_ = "inferred from parameter shapes (rope_freq_dim assumed: min(16, head_dim / 6))";
   }
+}
 
-  // Every expected parameter present with its shape, nothing else.
+// Every expected parameter present with its shape, nothing else; throws listing what is missing, unexpected or
+// mis-shaped.
+void DitCheckpoint::check_parameters(const std::map<std::string, Shape>& shapes,
+                                     std::vector<std::string> unexpected) const {
   std::vector<std::string> missing, misshaped;
   std::set<std::string> expected;
-  for (const auto& [k, s] : ck.config_.parameters()) {
+  for (const auto& [k, s] : config_.parameters()) {
     expected.insert(k);
     auto it = shapes.find(k);
     if (it == shapes.end())
@@ -435,10 +477,8 @@ DitCheckpoint DitCheckpoint::open(const std::string& path, const DitCheckpointOp
   if (!unexpected.empty()) problems += "\n  unexpected: " + list(unexpected);
   if (!misshaped.empty()) problems += "\n  wrong shape: " + list(misshaped);
   if (!problems.empty())
-    fail("{}: does not match the DiT config from {} ({} layers, {} heads x {}, hidden {}):{}", path, ck.config_source_,
-         ck.config_.num_layers, ck.config_.num_attention_heads, ck.config_.attention_head_dim, ck.config_.hidden_size,
-         problems);
-  return ck;
+    fail("{}: does not match the DiT config from {} ({} layers, {} heads x {}, hidden {}):{}", path_, config_source_,
+         config_.num_layers, config_.num_attention_heads, config_.attention_head_dim, config_.hidden_size, problems);
 }
 
 DitCheckpoint DitCheckpoint::procedural(const DitConfig& config, uint64_t seed, const std::string& label) {
@@ -493,6 +533,11 @@ Tensor DitCheckpoint::get_base(const std::string& key) const {
   } else if (src.quant.kind != QuantSpec::none)
     t = dequantize_weight(t, files_[src.file]->get(src.quant.scale_key), src.quant,
                           files_[src.file]->path() + ": '" + src.key + "'");
+  // An integer tensor where a float weight belongs would be read as numbers it never meant.
+  H3_CHECK(dtype_is_float(t.dtype()),
+           "{}: weight '{}' is stored as {}; DiT weights must be float (F32, F16, BF16, F64) or a quantized format "
+           "with its scales: is this the right file?",
+           files_[src.file]->path(), src.key, dtype_safetensors_name(t.dtype()));
   if (src.kind == Source::plain) return t;
   const int64_t rows = t.dim(0), cols = t.dim(1);
   const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype());

@@ -88,6 +88,18 @@ class DitCheckpoint {
   std::map<std::string, Source> sources_;
   std::vector<std::shared_ptr<const LoraFile>> loras_;
   Tensor get_base(const std::string& key) const;  // the stored parameter, without LoRAs
+  // The phases of open(): a procedural name; the layout (key naming, qkv order) of the files, returning the key
+  // prefix to strip; every stored key mapped to its diffusers name (returns the logical shapes); the config; the
+  // check of every parameter against it.
+  static DitCheckpoint open_procedural(const std::string& path);
+  std::string detect_layout(const DitCheckpointOptions& opt, const std::map<std::string, std::string>& meta,
+                            bool sharded);
+  std::map<std::string, Shape> map_keys(const std::string& strip,
+                                        const std::vector<std::map<std::string, QuantSpec>>& quant,
+                                        std::vector<std::string>& unexpected);
+  void read_config(const std::string& config_text, const std::string& config_where,
+                   const std::map<std::string, std::string>& meta, const std::map<std::string, Shape>& shapes);
+  void check_parameters(const std::map<std::string, Shape>& shapes, std::vector<std::string> unexpected) const;
 };
 
 // Released/ComfyUI parameter name -> diffusers name ("" when it has none; qkv_proj keeps its fused name).

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace h3 {
 
@@ -57,8 +58,8 @@ void read_double(const nlohmann::json& j, std::initializer_list<const char*> nam
 DitConfig DitConfig::from_json_text(const std::string& text, const std::string& where) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
+    j = parse_json_bounded(text, where + ": config");
+  } catch (const nlohmann::json::exception& e) {
     fail("{}: config is not valid JSON: {}", where, e.what());
   }
   if (!j.is_object()) fail("{}: config must be a JSON object", where);

@@ -87,6 +87,12 @@ class DitModel {
   // Host tensor -> the model's device in the compute dtype (f32 / f64); and back to host f32 / f64.
   Tensor upload(const Tensor& t) const;
   Tensor to_host(const Tensor& t) const;
+  // The phases of forward(): setup (rank agreement, row partition, RoPE tables), prologue (token refiner, input
+  // projections, time embedding, modulation tables), the blocks with the final norm, one output head.
+  void prepare_step(const DitInputs& in, Step& st) const;
+  Tensor prologue(const DitInputs& in, Step& st, bool keep, DitOutputs& out) const;
+  Tensor run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) const;
+  Tensor output_head(const Tensor& h, const Tensor& idx, const Tensor& w, const Tensor& bias, const Step& st) const;
   Tensor attention_block(const Block& b, const Tensor& h, Step& st) const;
   Tensor mlp_block(const Block& b, const Tensor& h, Step& st) const;
   Tensor refiner_attention(const Block& b, const Tensor& h) const;

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <thread>
 
+#include "core/hash.h"
 #include "core/knobs.h"
 #include "core/log.h"
 #include "core/profile.h"
@@ -29,7 +29,8 @@ struct DitModel::Step {
   std::vector<Range> heads_sp;    // the tensor-parallel head slice split over the sequence-parallel members
   Tensor cos, sin;                // RoPE tables for the rows attention projects (G_u, or all rows in ulysses-ag)
   Tensor ada_idx;                 // i32, own rows: timestep_index * 3 + tag
-  std::vector<std::array<Tensor, 6>> tables;
+  Tensor ada_in;                  // the shared AdaLN input [M, H] (the silu of the time MLP's output)
+  std::vector<Tensor> tables;     // every block's modulation table [M, 18H]
 };
 
 namespace {
@@ -60,20 +61,6 @@ struct FaultInjection {
 
 Tensor index_i32(const std::vector<int32_t>& v) {
   return Tensor::from(v, {static_cast<int64_t>(v.size())});
-}
-
-// FNV-1a over 8-byte words (the tail bytewise): keys for the caches of per-layout tables.
-uint64_t content_hash(const void* p, size_t bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* b = static_cast<const uint8_t*>(p);
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, b + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
-  }
-  for (; i < bytes; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
 }
 
 // The MPI communicator moves host memory: device tensors travel through a host copy and come back to the device
@@ -115,6 +102,28 @@ Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range
   Tensor out(partial.dtype(), {blocks[comm.rank()].size(), width}, src.device());
   comm.reduce_scatterv(src.raw(), counts, out.raw(), partial.dtype(), what);
   return back_to(out, partial.device());
+}
+
+// Whether src takes every row of a tensor of n rows in order (one rank: no gather needed).
+bool all_rows(const std::vector<int32_t>& src, int64_t n) {
+  if (static_cast<int64_t>(src.size()) != n) return false;
+  for (size_t i = 0; i < src.size(); ++i)
+    if (src[i] != static_cast<int32_t>(i)) return false;
+  return true;
+}
+
+// The entries of `packed_idx` that fall in `own`: src = their positions in the index, dst = their rows within
+// `own`.
+std::pair<std::vector<int32_t>, std::vector<int32_t>> scatter_own(const Tensor& packed_idx, const Range& own) {
+  std::vector<int32_t> src, dst;
+  const std::vector<int64_t> rows = index_values(packed_idx);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] >= own.begin && rows[i] < own.end) {
+      src.push_back(static_cast<int32_t>(i));
+      dst.push_back(static_cast<int32_t>(rows[i] - own.begin));
+    }
+  }
+  return std::pair{src, dst};
 }
 
 }  // namespace
@@ -281,7 +290,7 @@ std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
 
 Tensor DitModel::device_index(const std::vector<int32_t>& v) const {
   if (dev_ == Device::cpu) return index_i32(v);
-  const uint64_t key = content_hash(v.data(), v.size() * sizeof(int32_t)) ^ static_cast<uint64_t>(v.size());
+  const uint64_t key = fnv1a_words(v.data(), v.size() * sizeof(int32_t)) ^ static_cast<uint64_t>(v.size());
   auto it = index_cache_.find(key);
   if (it != index_cache_.end() && it->second.host == v) return it->second.dev;
   if (index_cache_.size() >= 64) index_cache_.clear();  // a new request's layout: the old entries go
@@ -291,16 +300,27 @@ Tensor DitModel::device_index(const std::vector<int32_t>& v) const {
 }
 
 DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
-  std::optional<profile::Region> setup(std::in_place, "setup (inputs, rope)");
+  Step st;
+  DitOutputs out;
+  prepare_step(in, st);
+  Tensor x = prologue(in, st, keep, out);
+  const Tensor h = run_blocks(std::move(x), st, keep, out);
+  profile::Region heads_region("output heads");
+  out.video = output_head(h, in.video_indices, proj_out_w_, proj_out_b_, st);
+  out.audio = output_head(h, in.audio_indices, audio_out_w_, audio_out_b_, st);
+  return out;
+}
+
+// Agreement between ranks, the row partition of this forward, and the RoPE tables of the rows attention projects.
+void DitModel::prepare_step(const DitInputs& in, Step& st) const {
+  profile::Region setup("setup (inputs, rope)");
   in.validate(config_);
   const bool bf = bf16_steps();
-  const int64_t H = config_.hidden_size;
   // All ranks must be running the same forward on the same shapes before any tensor moves.
   agree(*plan_.world_comm, ++op_id_,
         shape_hash(fmt::format("{} {} {} {} {} {}", in.video.describe(), in.audio.describe(), in.text.describe(),
                                in.timestep.describe(), in.seq_len(), precision_name(precision_))),
         "DiT forward");
-  Step st;
   st.S = in.seq_len();
   st.M = in.timestep.numel();
   st.rows = partition(st.S, plan_.world, "packed rows");
@@ -318,7 +338,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   const Range att_rows = plan_.mode == DistMode::ulysses_ag ? Range{0, st.S} : st.group_rows[plan_.u];
   // Every step of a request has the same positions: the tables are built once and kept while they match.
   const Tensor pos = in.position_ids.rows(att_rows.begin, att_rows.end);
-  const uint64_t rope_key = content_hash(pos.raw(), pos.nbytes()) ^ static_cast<uint64_t>(pos.numel());
+  const uint64_t rope_key = fnv1a_words(pos.raw(), pos.nbytes()) ^ static_cast<uint64_t>(pos.numel());
   if (rope_key != rope_key_ || !rope_cos_.defined() || rope_cos_.dim(0) != pos.dim(0)) {
     rope_tables(pos, config_, ct_, st.cos, st.sin);
     if (dev_ != Device::cpu) {
@@ -334,33 +354,16 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   }
   st.cos = rope_cos_;
   st.sin = rope_sin_;
-  setup.reset();
-  DitOutputs out;
-  const auto in_own = [&](int64_t row) { return row >= st.own.begin && row < st.own.end; };
+}
 
-  // Prologue: only the rows this rank owns (the refiner needs every text row, so text owners run it whole).
+// Prologue: only the rows this rank owns (the refiner needs every text row, so text owners run it whole). Returns
+// the residual stream of the own rows; fills the step's AdaLN input, tables and modulation index.
+Tensor DitModel::prologue(const DitInputs& in, Step& st, bool keep, DitOutputs& out) const {
+  const int64_t H = config_.hidden_size;
   const DType act = dev_ == Device::cpu ? ct_ : DType::bf16;  // the residual stream's dtype
   Tensor x(act, {st.own.size(), H}, dev_);
-  auto scatter_own = [&](const Tensor& packed_idx) {
-    std::vector<int32_t> src, dst;
-    const std::vector<int64_t> rows = index_values(packed_idx);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (in_own(rows[i])) {
-        src.push_back(static_cast<int32_t>(i));
-        dst.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
-      }
-    }
-    return std::pair{src, dst};
-  };
-  // Whether src takes every row of a tensor of n rows in order (one rank: no gather needed).
-  auto all_rows = [](const std::vector<int32_t>& src, int64_t n) {
-    if (static_cast<int64_t>(src.size()) != n) return false;
-    for (size_t i = 0; i < src.size(); ++i)
-      if (src[i] != static_cast<int32_t>(i)) return false;
-    return true;
-  };
   {
-    auto [src, dst] = scatter_own(in.text_indices);
+    auto [src, dst] = scatter_own(in.text_indices, st.own);
     if (!src.empty() || (keep && plan_.rank == 0)) {
       Tensor text = round_if_bf16(ops::linear(round_if_bf16(upload(in.text)), ctx_w, &ctx_b));
       for (const auto& blk : refiner_) {
@@ -375,35 +378,39 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
                         device_index(dst));
     }
   }
-  Tensor ada_in;
   {
     profile::Region r("embed video, audio, time");
     for (auto [rows, idx, w, b] : {std::tuple{&in.video, &in.video_indices, &proj_in_w, &proj_in_b},
                                    std::tuple{&in.audio, &in.audio_indices, &audio_in_w, &audio_in_b}}) {
-      auto [src, dst] = scatter_own(*idx);
+      auto [src, dst] = scatter_own(*idx, st.own);
       Tensor mine = upload(all_rows(src, rows->dim(0)) ? *rows : ops::gather_rows(*rows, index_i32(src)));
       ops::scatter_rows(x, round_if_bf16(ops::linear(mine, *w, b)), device_index(dst));
     }
     // Timestep embedding (f32 always), the f32 time MLP, the shared AdaLN input, every block's tables.
     Tensor temb = upload(timestep_embedding(in.timestep, config_.freq_dim));
     temb = ops::linear(ops::silu(ops::linear(temb, t1_w, &t1_b)), t2_w, &t2_b);
-    ada_in = round_if_bf16(ops::silu(temb));
+    st.ada_in = round_if_bf16(ops::silu(temb));
   }
-  std::vector<Tensor> tables;
   {
     profile::Region r("adaln tables");
-    tables = adaln_tables(ada_in);
+    st.tables = adaln_tables(st.ada_in);
   }
-  std::vector<int32_t> ada_idx;
   {
     profile::Region pr("modulation index");
+    std::vector<int32_t> ada_idx;
     const std::vector<int64_t> ts = index_values(in.timestep_indices), tags = index_values(in.token_tags);
     for (int64_t r = st.own.begin; r < st.own.end; ++r) {
       ada_idx.push_back(static_cast<int32_t>(ts[r] * 3 + tags[r]));
     }
     st.ada_idx = device_index(ada_idx);
   }
+  return x;
+}
 
+// The transformer blocks over the own rows `x`, then the final norm. Returns the normed rows the heads read.
+Tensor DitModel::run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) const {
+  const bool bf = bf16_steps();
+  const int64_t H = config_.hidden_size;
   // FP8 on the GPU: the norms hand their output to the projections already quantized when the projections take
   // this rank's rows as they are (no gather before them) — with one scale bounded from the norm weight and the
   // modulation tables (fast per-tensor GEMMs, no pass over the data), or per row in deterministic mode (cuBLASLt's
@@ -420,7 +427,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
     const Block& b = blocks_[n];
     // [M, 18H] viewed as [3M, 6H]: row m*3 + modality, column k*H + c for parameter k of
     // (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp).
-    Tensor table = tables[n].reshape({3 * st.M, 6 * H});
+    Tensor table = st.tables[n].reshape({3 * st.M, 6 * H});
     Tensor p[6];
     for (int k = 0; k < 6; ++k) p[k] = ops::columns(table, k * H, (k + 1) * H);
     // The MLP's gated residual of block n-1 is applied in the same pass as block n's first norm (fused, bitwise
@@ -452,7 +459,7 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   Tensor h;
   {
     profile::Region pr("final norm");
-    const Tensor fin = round_if_bf16(ops::linear(ada_in, out_ada_w_, &out_ada_b_));
+    const Tensor fin = round_if_bf16(ops::linear(st.ada_in, out_ada_w_, &out_ada_b_));
     std::vector<int32_t> by_row(static_cast<size_t>(3 * st.M));
     for (int64_t m = 0; m < 3 * st.M; ++m) by_row[static_cast<size_t>(m)] = static_cast<int32_t>(m / 3);
     const Tensor fin3 = ops::gather_rows(fin, device_index(by_row));
@@ -462,45 +469,44 @@ DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
   }
   if (keep)
     out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
-  profile::Region heads_region("output heads");
-  auto head = [&](const Tensor& idx, const Tensor& w, const Tensor& bias) {
-    // Output rows in index order; rank j computes those whose packed row it owns.
-    std::vector<std::vector<int32_t>> per_rank(plan_.world);
-    const std::vector<int64_t> rows = index_values(idx);
-    for (int64_t i = 0; i < idx.numel(); ++i) {
-      const int64_t row = rows[i];
-      const int owner = static_cast<int>(
-          std::upper_bound(st.rows.begin(), st.rows.end(), row, [](int64_t v, const Range& r) { return v < r.end; }) -
-          st.rows.begin());
-      per_rank[owner].push_back(static_cast<int32_t>(i));
-    }
-    std::vector<int32_t> local;
-    for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
-    // The packed layout keeps each modality's rows together: then this rank's rows are one run of h, read in place.
-    const bool run =
-        std::adjacent_find(local.begin(), local.end(), [](int32_t a, int32_t b) { return b != a + 1; }) == local.end();
-    const Tensor hin =
-        !local.empty() && run ? h.rows(local.front(), local.back() + 1) : ops::gather_rows(h, device_index(local));
-    Tensor mine = to_host(ops::linear(hin, w, &bias));
-    const int64_t width = w.dim(0);
-    std::vector<int64_t> counts;
-    for (const auto& pr : per_rank) counts.push_back(static_cast<int64_t>(pr.size()) * width);
-    Tensor packed = mine;
-    if (plan_.world > 1) {
-      packed = Tensor(ct_, {idx.numel(), width});
-      plan_.world_comm->allgatherv(mine.raw(), packed.raw(), counts, ct_, "gather output heads");
-    }
-    std::vector<int32_t> order;
-    for (const auto& pr : per_rank) order.insert(order.end(), pr.begin(), pr.end());
-    // Every rank's rows already in index order (one rank, or rows split in order): nothing to scatter.
-    if (all_rows(order, idx.numel())) return packed;
-    Tensor all(ct_, {idx.numel(), width});
-    ops::scatter_rows(all, packed, index_i32(order));
-    return all;
-  };
-  out.video = head(in.video_indices, proj_out_w_, proj_out_b_);
-  out.audio = head(in.audio_indices, audio_out_w_, audio_out_b_);
-  return out;
+  return h;
+}
+
+// One output head: its rows in index order; rank j computes those whose packed row it owns.
+Tensor DitModel::output_head(const Tensor& h, const Tensor& idx, const Tensor& w, const Tensor& bias,
+                             const Step& st) const {
+  std::vector<std::vector<int32_t>> per_rank(plan_.world);
+  const std::vector<int64_t> rows = index_values(idx);
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    const int64_t row = rows[i];
+    const int owner = static_cast<int>(
+        std::upper_bound(st.rows.begin(), st.rows.end(), row, [](int64_t v, const Range& r) { return v < r.end; }) -
+        st.rows.begin());
+    per_rank[owner].push_back(static_cast<int32_t>(i));
+  }
+  std::vector<int32_t> local;
+  for (int32_t i : per_rank[plan_.rank]) local.push_back(static_cast<int32_t>(rows[i] - st.own.begin));
+  // The packed layout keeps each modality's rows together: then this rank's rows are one run of h, read in place.
+  const bool run =
+      std::adjacent_find(local.begin(), local.end(), [](int32_t a, int32_t b) { return b != a + 1; }) == local.end();
+  const Tensor hin =
+      !local.empty() && run ? h.rows(local.front(), local.back() + 1) : ops::gather_rows(h, device_index(local));
+  Tensor mine = to_host(ops::linear(hin, w, &bias));
+  const int64_t width = w.dim(0);
+  std::vector<int64_t> counts;
+  for (const auto& pr : per_rank) counts.push_back(static_cast<int64_t>(pr.size()) * width);
+  Tensor packed = mine;
+  if (plan_.world > 1) {
+    packed = Tensor(ct_, {idx.numel(), width});
+    plan_.world_comm->allgatherv(mine.raw(), packed.raw(), counts, ct_, "gather output heads");
+  }
+  std::vector<int32_t> order;
+  for (const auto& pr : per_rank) order.insert(order.end(), pr.begin(), pr.end());
+  // Every rank's rows already in index order (one rank, or rows split in order): nothing to scatter.
+  if (all_rows(order, idx.numel())) return packed;
+  Tensor all(ct_, {idx.numel(), width});
+  ops::scatter_rows(all, packed, index_i32(order));
+  return all;
 }
 
 }  // namespace h3

@@ -1,12 +1,14 @@
 #include "model/dit/lora.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/knobs.h"
 #include "core/log.h"
 #include "core/parallel.h"
@@ -37,19 +39,6 @@ bool ends_with(const std::string& s, const std::string& e) {
 bool starts_with(const std::string& s, const std::string& p) {
   return s.rfind(p, 0) == 0;
 }
-
-struct Fnv {
-  uint64_t h = 0xcbf29ce484222325ull;
-  void bytes(const void* p, size_t n) {
-    const auto* c = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) {
-      h ^= c[i];
-      h *= 0x100000001b3ull;
-    }
-  }
-  void str(const std::string& s) { bytes(s.data(), s.size() + 1); }
-  void f64(double v) { bytes(&v, sizeof(v)); }
-};
 
 // Where a module's delta goes: one diffusers parameter, the released fused qkv (cut into thirds), or the
 // released fc1 ([gate; value] -> [value; gate]).
@@ -117,6 +106,7 @@ std::pair<std::string, double> parse_lora_spec(const std::string& spec) {
 }
 
 LoraFile LoraFile::open(const std::string& path, double strength, const DitConfig& config, int interleaved_override) {
+  if (!std::isfinite(strength)) fail("LoRA {}: strength {} is not a finite number", path, strength);
   SafeTensors st = SafeTensors::open(path);
   LoraFile lf;
   lf.path = path;
@@ -199,7 +189,7 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
         "lora_down/lora_up/alpha)",
         path, unknown.front(), unknown.size());
 
-  Fnv fnv;
+  Fnv1a fnv;
   fnv.f64(strength);
   for (const auto& [m, p] : modules) {
     if (p.down_key.empty() || p.up_key.empty())
@@ -243,9 +233,22 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
     } else if (meta_alpha) {
       alpha = *meta_alpha;
     }
+    // Non-finite numbers are refused here, where they enter: merged, they would turn every output into NaN.
+    if (!std::isfinite(alpha))
+      fail("{}: module '{}' has alpha {}; a LoRA's alpha must be a finite number", path, m, alpha);
+    for (const auto& [key, t] : {std::pair<const std::string&, const Tensor&>{p.down_key, A}, {p.up_key, B}})
+      if (!dtype_is_float(t.dtype()))
+        fail("{}: key '{}' is stored as {}; LoRA weights must be float (F32, F16, BF16)", path, key,
+             dtype_safetensors_name(t.dtype()));
     const double scale = strength * alpha / static_cast<double>(rank);
     A = A.to(DType::f32);
     B = B.to(DType::f32);
+    for (const auto& [key, t] : {std::pair<const std::string&, const Tensor&>{p.down_key, A}, {p.up_key, B}}) {
+      const float* v = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i)
+        if (!std::isfinite(v[i]))
+          fail("{}: key '{}' holds a non-finite value (NaN or Inf) at element {}; the LoRA is damaged", path, key, i);
+    }
     lf.ranks[rank] += 1;
     lf.modules += 1;
     auto add = [&](const std::string& key, Tensor up) {
@@ -382,7 +385,7 @@ void DitCheckpoint::add_lora(const std::string& path, double strength, int inter
 }
 
 uint64_t DitCheckpoint::lora_digest() const {
-  Fnv f;
+  Fnv1a f;
   const uint64_t n = loras_.size();
   f.bytes(&n, sizeof(n));
   for (const auto& l : loras_) f.bytes(&l->digest, sizeof(l->digest));

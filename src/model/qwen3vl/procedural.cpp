@@ -6,8 +6,8 @@
 
 namespace h3 {
 
-QwenTextConfig procedural_qwen_text_config() {
-  QwenTextConfig c;
+Qwen3VlTextConfig procedural_qwen3vl_text_config() {
+  Qwen3VlTextConfig c;
   c.vocab_size = 260;  // the built-in byte-level tokenizer: 256 bytes + 4 vision tokens
   c.hidden = 64;       // = text_dim of the mini DiT
   c.intermediate = 128;
@@ -19,8 +19,8 @@ QwenTextConfig procedural_qwen_text_config() {
   return c;
 }
 
-QwenVisionConfig procedural_qwen_vision_config() {
-  QwenVisionConfig c;
+Qwen3VlVisionConfig procedural_qwen3vl_vision_config() {
+  Qwen3VlVisionConfig c;
   // The released patch sizes (16 x 16 x 2, merge 2: the processor's grids are the released ones) with tiny
   // widths; three blocks, each feeding one DeepStack merger, so the injection into LM layers 0-2 is
   // exercised.
@@ -28,14 +28,14 @@ QwenVisionConfig procedural_qwen_vision_config() {
   c.hidden = 32;
   c.intermediate = 64;
   c.n_heads = 2;  // head dim 16 (the 2-D rotary needs a multiple of 4)
-  c.out_hidden = procedural_qwen_text_config().hidden;
+  c.out_hidden = procedural_qwen3vl_text_config().hidden;
   c.n_pos = 16;  // a 4 x 4 learned position table, bilinearly sampled
   c.deepstack_indexes = {0, 1, 2};
   return c;
 }
 
-std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisionConfig& c,
-                                                                  const std::string& prefix) {
+std::vector<std::pair<std::string, Shape>> qwen3vl_vision_parameters(const Qwen3VlVisionConfig& c,
+                                                                     const std::string& prefix) {
   const int64_t h = c.hidden, ff = c.intermediate, mh = h * c.merge * c.merge, out = c.out_hidden;
   std::vector<std::pair<std::string, Shape>> p = {
       {prefix + "patch_embed.proj.weight", {h, c.in_channels, c.temporal_patch, c.patch, c.patch}},
@@ -71,7 +71,7 @@ std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisi
   return p;
 }
 
-std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c) {
+std::vector<std::pair<std::string, Shape>> qwen3vl_text_parameters(const Qwen3VlTextConfig& c) {
   const int64_t H = c.hidden, I = c.intermediate, hd = c.head_dim;
   std::vector<std::pair<std::string, Shape>> p = {{"embed_tokens.weight", {c.vocab_size, H}}};
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -92,8 +92,8 @@ std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextCo
   return p;
 }
 
-std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
-  const QwenTextConfig c = procedural_qwen_text_config();
+std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed) {
+  const Qwen3VlTextConfig c = procedural_qwen3vl_text_config();
   nlohmann::json cfg = {{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden},
                         {"intermediate_size", c.intermediate},
@@ -108,7 +108,7 @@ std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
                           {"mrope_interleaved", c.mrope_interleaved},
                           {"rope_theta", c.rope_theta}}}};
   // The vision tower sits beside the decoder as in a Qwen3-VL checkpoint ("visual." next to the text keys).
-  const QwenVisionConfig v = procedural_qwen_vision_config();
+  const Qwen3VlVisionConfig v = procedural_qwen3vl_vision_config();
   cfg["vision_config"] = {{"depth", v.depth},
                           {"hidden_size", v.hidden},
                           {"intermediate_size", v.intermediate},
@@ -121,8 +121,8 @@ std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed) {
                           {"num_position_embeddings", v.n_pos},
                           {"deepstack_visual_indexes", v.deepstack_indexes},
                           {"hidden_act", "gelu_pytorch_tanh"}};
-  auto params = qwen_text_parameters(c);
-  for (auto& q : qwen_vision_parameters(v, "visual.")) params.push_back(std::move(q));
+  auto params = qwen3vl_text_parameters(c);
+  for (auto& q : qwen3vl_vision_parameters(v, "visual.")) params.push_back(std::move(q));
   return procedural_safetensors(params, {{"config", cfg.dump()}}, seed, "procedural-qwen3-vl");
 }
 

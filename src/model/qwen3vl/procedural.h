@@ -16,16 +16,17 @@
 
 namespace h3 {
 
-QwenTextConfig procedural_qwen_text_config();
-QwenVisionConfig procedural_qwen_vision_config();
+Qwen3VlTextConfig procedural_qwen3vl_text_config();
+Qwen3VlVisionConfig procedural_qwen3vl_vision_config();
 
 // The text tower's keys and shapes.
-std::vector<std::pair<std::string, Shape>> qwen_text_parameters(const QwenTextConfig& c);
+std::vector<std::pair<std::string, Shape>> qwen3vl_text_parameters(const Qwen3VlTextConfig& c);
 // The vision tower's keys under `prefix` ("visual." as in Qwen3-VL checkpoints).
-std::vector<std::pair<std::string, Shape>> qwen_vision_parameters(const QwenVisionConfig& c, const std::string& prefix);
+std::vector<std::pair<std::string, Shape>> qwen3vl_vision_parameters(const Qwen3VlVisionConfig& c,
+                                                                     const std::string& prefix);
 
 // Text and vision towers in one mapped file, with the config.json text in its "config" metadata.
-std::shared_ptr<SafeTensors> procedural_qwen_text_file(uint64_t seed);
+std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed);
 // tokenizer.json text of the built-in byte-level tokenizer (Qwen2 format, read by model/qwen3vl/tokenizer.h).
 std::string builtin_tokenizer_json();
 

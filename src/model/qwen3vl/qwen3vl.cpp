@@ -20,8 +20,8 @@ void place_rows(Tensor& dst, const Tensor& src, const std::vector<int64_t>& slot
 
 }  // namespace
 
-Qwen3VlPrepared prepare_qwen3vl(const QwenVisionModel& vision, const Qwen3VlInputs& in, const VisionTokenIds& tok) {
-  const QwenVisionConfig& vc = vision.config();
+Qwen3VlPrepared prepare_qwen3vl(const Qwen3VlVisionModel& vision, const Qwen3VlInputs& in, const VisionTokenIds& tok) {
+  const Qwen3VlVisionConfig& vc = vision.config();
   Qwen3VlPrepared out;
   out.positions = qwen3vl_rope_index(in.ids, in.image_grids, in.video_grids, vc.merge, tok);
   if (!in.image_grids.empty()) out.image = vision.forward(in.image_pixels, in.image_grids);
@@ -57,15 +57,6 @@ Qwen3VlPrepared prepare_qwen3vl(const QwenVisionModel& vision, const Qwen3VlInpu
     out.extras.deepstack.push_back(
         joint(n_image ? &out.image.deepstack[k] : nullptr, n_video ? &out.video.deepstack[k] : nullptr));
   return out;
-}
-
-QwenTextOutputs run_qwen3vl(const QwenVisionModel& vision, const QwenTextModel& text, const Qwen3VlInputs& in,
-                            const std::vector<int64_t>& keep, bool want_normed, const VisionTokenIds& tok) {
-  if (vision.config().out_hidden != text.config().hidden)
-    fail("Qwen3-VL: the vision tower's output width {} is not the text decoder's hidden size {}",
-         vision.config().out_hidden, text.config().hidden);
-  const Qwen3VlPrepared prep = prepare_qwen3vl(vision, in, tok);
-  return text.forward(in.ids, keep, want_normed, &prep.positions, prep.extras.rows.empty() ? nullptr : &prep.extras);
 }
 
 }  // namespace h3

@@ -21,16 +21,14 @@ struct Qwen3VlInputs {
 };
 
 struct Qwen3VlPrepared {
-  std::vector<int64_t> positions;  // [3 * N] mRoPE positions
-  TextExtras extras;               // rows = every image/video placeholder row in prompt order
-  QwenVisionOutputs image, video;  // the tower's outputs (images and videos run as two calls, like transformers)
+  std::vector<int64_t> positions;     // [3 * N] mRoPE positions
+  TextExtras extras;                  // rows = every image/video placeholder row in prompt order
+  Qwen3VlVisionOutputs image, video;  // the tower's outputs (images and videos run as two calls, like transformers)
 };
 
 // Runs the vision tower and builds the text decoder's extra inputs. Throws when the placeholder counts and the
 // grids disagree.
-Qwen3VlPrepared prepare_qwen3vl(const QwenVisionModel& vision, const Qwen3VlInputs& in, const VisionTokenIds& tok = {});
-// prepare_qwen3vl, then the text decoder: the requested hidden states (H3 conditions on index 50).
-QwenTextOutputs run_qwen3vl(const QwenVisionModel& vision, const QwenTextModel& text, const Qwen3VlInputs& in,
-                            const std::vector<int64_t>& keep, bool want_normed, const VisionTokenIds& tok = {});
+Qwen3VlPrepared prepare_qwen3vl(const Qwen3VlVisionModel& vision, const Qwen3VlInputs& in,
+                                const VisionTokenIds& tok = {});
 
 }  // namespace h3

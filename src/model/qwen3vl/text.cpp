@@ -6,6 +6,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/ref_math.h"
@@ -18,12 +20,7 @@ namespace {
 
 using json = nlohmann::json;
 
-template <typename T>
-void read_if(const json& j, const char* key, T& out) {
-  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
-}
-
-void read_rope(const json& r, QwenTextConfig& c) {
+void read_rope(const json& r, Qwen3VlTextConfig& c) {
   if (!r.is_object()) return;
   read_if(r, "rope_theta", c.rope_theta);
   read_if(r, "mrope_interleaved", c.mrope_interleaved);
@@ -37,7 +34,8 @@ void read_rope(const json& r, QwenTextConfig& c) {
 // cos/sin [N, D] for rotate-half RoPE over the whole head (the D/2 frequencies repeated twice). Frequency j
 // follows position axis a(j): interleaved, j % 3 == 1 (j < 3*sec[1]) is h, j % 3 == 2 (j < 3*sec[2]) is w,
 // all others t; blocked (Qwen2-VL), the first sec[0] are t, the next sec[1] h, the rest w.
-std::pair<Tensor, Tensor> mrope_tables(const QwenTextConfig& c, int64_t n, const std::vector<int64_t>* pos, DType dt) {
+std::pair<Tensor, Tensor> mrope_tables(const Qwen3VlTextConfig& c, int64_t n, const std::vector<int64_t>* pos,
+                                       DType dt) {
   const int64_t d = c.head_dim, half = d / 2;
   std::vector<int> axis(half, 0);
   for (int64_t j = 0; j < half; ++j) {
@@ -95,10 +93,10 @@ std::pair<Tensor, Tensor> mrope_tables(const QwenTextConfig& c, int64_t n, const
 
 }  // namespace
 
-QwenTextConfig QwenTextConfig::from_json_text(const std::string& text, const std::string& where) {
-  QwenTextConfig c;
+Qwen3VlTextConfig Qwen3VlTextConfig::from_json_text(const std::string& text, const std::string& where) {
+  Qwen3VlTextConfig c;
   try {
-    json j = json::parse(text);
+    json j = parse_json_bounded(text, where);
     if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
     read_if(j, "vocab_size", c.vocab_size);
     read_if(j, "hidden_size", c.hidden);
@@ -122,7 +120,7 @@ QwenTextConfig QwenTextConfig::from_json_text(const std::string& text, const std
   return c;
 }
 
-std::string QwenTextConfig::summary() const {
+std::string Qwen3VlTextConfig::summary() const {
   return fmt::format(
       "Qwen3-VL text: {} layers, hidden {}, {} heads / {} KV heads x {}, ffn {}, vocab {}, eps {}, "
       "theta {}, mrope [{},{},{}]{}",
@@ -130,7 +128,7 @@ std::string QwenTextConfig::summary() const {
       mrope_section[1], mrope_section[2], mrope_interleaved ? " interleaved" : "");
 }
 
-std::string qwen_text_prefix(const QwenTextWeights& w) {
+std::string qwen3vl_text_prefix(const Qwen3VlTextWeights& w) {
   for (const auto& k : w.keys()) {
     if (!k.ends_with("embed_tokens.weight") || k.find("visual") != std::string::npos) continue;
     const std::string p = k.substr(0, k.size() - 19);
@@ -142,14 +140,14 @@ std::string qwen_text_prefix(const QwenTextWeights& w) {
       w.path());
 }
 
-std::string qwen_text_prefix(const SafeTensors& f) {
-  return qwen_text_prefix(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)));
+std::string qwen3vl_text_prefix(const SafeTensors& f) {
+  return qwen3vl_text_prefix(Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f)));
 }
 
-QwenTextConfig detect_qwen_text_config(const QwenTextWeights& w) {
-  const std::string p = qwen_text_prefix(w);
-  QwenTextConfig c =
-      w.config_json().empty() ? QwenTextConfig{} : QwenTextConfig::from_json_text(w.config_json(), w.path());
+Qwen3VlTextConfig detect_qwen3vl_text_config(const Qwen3VlTextWeights& w) {
+  const std::string p = qwen3vl_text_prefix(w);
+  Qwen3VlTextConfig c =
+      w.config_json().empty() ? Qwen3VlTextConfig{} : Qwen3VlTextConfig::from_json_text(w.config_json(), w.path());
   const Shape& emb = w.info(p + "embed_tokens.weight").shape;
   c.vocab_size = emb.at(0);
   c.hidden = emb.at(1);
@@ -165,18 +163,19 @@ QwenTextConfig detect_qwen_text_config(const QwenTextWeights& w) {
   return c;
 }
 
-QwenTextConfig detect_qwen_text_config(const SafeTensors& f) {
-  return detect_qwen_text_config(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)));
+Qwen3VlTextConfig detect_qwen3vl_text_config(const SafeTensors& f) {
+  return detect_qwen3vl_text_config(Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f)));
 }
 
-QwenTextModel::QwenTextModel(const SafeTensors& f, const QwenTextConfig& cfg, int64_t n_layers, Precision precision)
-    : QwenTextModel(QwenTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg, n_layers,
-                    QwenTextOptions{precision, Device::cpu, nullptr}) {}
+Qwen3VlTextModel::Qwen3VlTextModel(const SafeTensors& f, const Qwen3VlTextConfig& cfg, int64_t n_layers,
+                                   Precision precision)
+    : Qwen3VlTextModel(Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg, n_layers,
+                       Qwen3VlTextOptions{precision, Device::cpu, nullptr}) {}
 
-QwenTextModel::~QwenTextModel() = default;
+Qwen3VlTextModel::~Qwen3VlTextModel() = default;
 
-QwenTextModel::QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg, int64_t n_layers,
-                             const QwenTextOptions& opt)
+Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTextConfig& cfg, int64_t n_layers,
+                                   const Qwen3VlTextOptions& opt)
     : cfg_(cfg), device_(opt.device), comm_(opt.comm) {
   if (opt.precision == Precision::bf16 || opt.precision == Precision::fp8)
     fail("Qwen3-VL text tower: {} compute is not implemented; use f32 (what the reference conditioner runs)",
@@ -207,7 +206,7 @@ QwenTextModel::QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg
   for (int r = 0; r < tp_size_; ++r) unit_parts_.push_back(part_of(G, tp_size_, r));
   units_ = tp_rank_ >= 0 ? unit_parts_[static_cast<size_t>(tp_rank_)] : Range{0, 0};
 
-  const std::string p = qwen_text_prefix(w);
+  const std::string p = qwen3vl_text_prefix(w);
   std::vector<std::string> problems;
   // Checks the whole stored shape, then reads rows [r0, r1) or columns [c0, c1) of it (the rest is never read),
   // converted to the compute dtype, on the host.
@@ -278,7 +277,7 @@ QwenTextModel::QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg
   if (comm_ && n > 1) spdlog::info("{}", describe_shard());
 }
 
-std::string QwenTextModel::describe_shard() const {
+std::string Qwen3VlTextModel::describe_shard() const {
   const int me = comm_ ? comm_->rank() : 0;
   if (tp_rank_ < 0)
     return fmt::format("Qwen3-VL text: rank {} holds no weights ({} KV heads over {} ranks)", me, cfg_.n_kv_heads,
@@ -293,9 +292,9 @@ std::string QwenTextModel::describe_shard() const {
       layers_loaded(), bytes_replicated_ / 1e6, bytes_sharded_ / 1e6, device_ == Device::cpu ? "CPU" : "GPU");
 }
 
-QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
-                                       bool want_normed, const std::vector<int64_t>* mrope_positions,
-                                       const TextExtras* extras) const {
+Qwen3VlTextOutputs Qwen3VlTextModel::forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
+                                             bool want_normed, const std::vector<int64_t>* mrope_positions,
+                                             const TextExtras* extras) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   int64_t last = 0;
   for (int64_t k : keep) {
@@ -333,7 +332,7 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
     for (size_t k = 0; k < extras->deepstack.size(); ++k) check(extras->deepstack[k], fmt::format("deepstack[{}]", k));
   }
 
-  QwenTextOutputs out;
+  Qwen3VlTextOutputs out;
   if (tp_rank_ >= 0) out = compute(ids, keep, want_normed, last, mrope_positions, extras);
   if (comm_ && comm_->size() > tp_size_) {
     // Ranks beyond T take every output from rank 0, in a fixed order (sorted keep, then the normed state).
@@ -352,16 +351,17 @@ QwenTextOutputs QwenTextModel::forward(const std::vector<int32_t>& ids, const st
   return out;
 }
 
-QwenTextOutputs QwenTextModel::compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
-                                       bool want_normed, int64_t last, const std::vector<int64_t>* mrope_positions,
-                                       const TextExtras* extras) const {
+Qwen3VlTextOutputs Qwen3VlTextModel::compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
+                                             bool want_normed, int64_t last,
+                                             const std::vector<int64_t>* mrope_positions,
+                                             const TextExtras* extras) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   auto kept = [&](int64_t k) { return std::find(keep.begin(), keep.end(), k) != keep.end(); };
   auto on_dev = [&](const Tensor& t) {
     Tensor c = t.dtype() == dtype_ ? t : t.to(dtype_);
     return c.device() == device_ ? c : c.to_device(device_);
   };
-  QwenTextOutputs out;
+  Qwen3VlTextOutputs out;
   Tensor x = ops::gather_rows(embed_, Tensor::from(ids, {n}));
   // The vision hook's rows, as an i32 index (host; the device ops copy it over).
   Tensor rows_idx;
@@ -401,7 +401,7 @@ QwenTextOutputs QwenTextModel::compute(const std::vector<int32_t>& ids, const st
   return out;
 }
 
-Tensor QwenTextModel::hidden_state(const std::vector<int32_t>& ids, int64_t k) const {
+Tensor Qwen3VlTextModel::hidden_state(const std::vector<int32_t>& ids, int64_t k) const {
   return forward(ids, {k}, false).hidden_states.at(k);
 }
 

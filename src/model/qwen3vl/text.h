@@ -37,7 +37,7 @@
 
 namespace h3 {
 
-struct QwenTextConfig {
+struct Qwen3VlTextConfig {
   // Defaults are Qwen3-VL-32B's text model (the H3 text encoder).
   int64_t vocab_size = 151936, hidden = 5120, intermediate = 25600, n_layers = 64;
   int64_t n_heads = 64, n_kv_heads = 8, head_dim = 128;
@@ -47,18 +47,18 @@ struct QwenTextConfig {
 
   // Reads a transformers config (flat, or with a "text_config" object); absent fields keep the defaults.
   // Accepts both "rope_parameters" and the older "rope_theta" + "rope_scaling".
-  static QwenTextConfig from_json_text(const std::string& text, const std::string& where);
+  static Qwen3VlTextConfig from_json_text(const std::string& text, const std::string& where);
   std::string summary() const;
 };
 
 // Where the text decoder's tensors live in `f`: the prefix before "embed_tokens.weight" ("weight." in golden
 // files, "model.language_model." in transformers checkpoints). Throws when there is none.
-std::string qwen_text_prefix(const SafeTensors& f);
-std::string qwen_text_prefix(const QwenTextWeights& w);
+std::string qwen3vl_text_prefix(const SafeTensors& f);
+std::string qwen3vl_text_prefix(const Qwen3VlTextWeights& w);
 // The config of the decoder in `f`: sizes from the tensor shapes and layer count, the rest from the file's
 // "config" metadata when present, else the defaults above. Logs nothing; throws on inconsistent shapes.
-QwenTextConfig detect_qwen_text_config(const SafeTensors& f);
-QwenTextConfig detect_qwen_text_config(const QwenTextWeights& w);
+Qwen3VlTextConfig detect_qwen3vl_text_config(const SafeTensors& f);
+Qwen3VlTextConfig detect_qwen3vl_text_config(const Qwen3VlTextWeights& w);
 
 // Inputs that replace or add to the residual stream (the Qwen3-VL vision tower's hook). Every tensor is
 // [rows.size(), hidden], any float dtype, host or device; under tensor parallelism every rank passes the same.
@@ -70,36 +70,35 @@ struct TextExtras {
                                   // output before the addition (as transformers records it)
 };
 
-struct QwenTextOptions {
+struct Qwen3VlTextOptions {
   Precision precision = Precision::f32;  // f32 or f64 (CPU only); bf16 is refused
   Device device = Device::cpu;           // Device::cuda: weights and activations on the GPU (f32)
   Comm* comm = nullptr;  // tensor-parallel group (all its ranks construct and call forward together); null = 1
 };
 
-struct QwenTextOutputs {
+struct Qwen3VlTextOutputs {
   std::map<int64_t, Tensor> hidden_states;  // the requested indices only, each [N, hidden]
   Tensor last_normed;                       // final norm of the last layer's output, when requested
 };
 
-class QwenTextModel {
+class Qwen3VlTextModel {
  public:
   // Loads the embeddings and decoder layers [0, n_layers) (all when n_layers < 0) from `w`, converted to the
   // compute dtype; loads the final norm only when every layer is loaded. Under tensor parallelism each rank
   // reads only its units' slices (collective over opt.comm). Throws listing every missing or mis-shaped key.
   // Precision::bf16 is refused (the reference conditioner computes in f32).
-  QwenTextModel(const QwenTextWeights& w, const QwenTextConfig& cfg, int64_t n_layers, const QwenTextOptions& opt);
-  QwenTextModel(const SafeTensors& f, const QwenTextConfig& cfg, int64_t n_layers, Precision precision);
-  ~QwenTextModel();
-  QwenTextModel(const QwenTextModel&) = delete;
-  QwenTextModel& operator=(const QwenTextModel&) = delete;
+  Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTextConfig& cfg, int64_t n_layers,
+                   const Qwen3VlTextOptions& opt);
+  Qwen3VlTextModel(const SafeTensors& f, const Qwen3VlTextConfig& cfg, int64_t n_layers, Precision precision);
+  ~Qwen3VlTextModel();
+  Qwen3VlTextModel(const Qwen3VlTextModel&) = delete;
+  Qwen3VlTextModel& operator=(const Qwen3VlTextModel&) = delete;
 
-  const QwenTextConfig& config() const { return cfg_; }
+  const Qwen3VlTextConfig& config() const { return cfg_; }
   int64_t layers_loaded() const { return static_cast<int64_t>(layers_.size()); }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
-  // Tensor-parallel degree T (ranks holding units; 1 without a communicator) and this rank's units [g0, g1)
-  // (empty on ranks beyond T).
-  int tp_size() const { return tp_size_; }
+  // This rank's units [g0, g1) of the tensor-parallel split (empty on ranks beyond its degree).
   Range units() const { return units_; }
   // Bytes of weights this rank holds: replicated (embeddings, norms) and its units' slices.
   size_t bytes_replicated() const { return bytes_replicated_; }
@@ -110,9 +109,9 @@ class QwenTextModel {
   // communicator, every rank gets every output (host tensors on the CPU, device tensors on the GPU).
   // `mrope_positions` is [3 * N] (t row, then h, then w); null means text positions (every axis = token
   // index). `extras` (optional) replaces embedding rows and adds DeepStack features (TextExtras).
-  QwenTextOutputs forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
-                          const std::vector<int64_t>* mrope_positions = nullptr,
-                          const TextExtras* extras = nullptr) const;
+  Qwen3VlTextOutputs forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
+                             const std::vector<int64_t>* mrope_positions = nullptr,
+                             const TextExtras* extras = nullptr) const;
   // hidden_states[k] (k = 50 is the H3 conditioning).
   Tensor hidden_state(const std::vector<int32_t>& ids, int64_t k) const;
 
@@ -136,10 +135,10 @@ class QwenTextModel {
   Tensor mlp_partial(const Unit& u, const Tensor& h) const;
   // sum over all G units of their partials, folded in unit order (collective over the tensor-parallel group).
   Tensor fold_units(const std::vector<Tensor>& partials, const std::string& what) const;
-  QwenTextOutputs compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
-                          int64_t last, const std::vector<int64_t>* mrope_positions, const TextExtras* extras) const;
+  Qwen3VlTextOutputs compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
+                             int64_t last, const std::vector<int64_t>* mrope_positions, const TextExtras* extras) const;
 
-  QwenTextConfig cfg_;
+  Qwen3VlTextConfig cfg_;
   DType dtype_;
   Device device_ = Device::cpu;
   Comm* comm_ = nullptr;           // everyone (null: one rank)

@@ -23,14 +23,14 @@
 
 namespace h3 {
 
-Tensor QwenTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) const {
+Tensor Qwen3VlTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) const {
   if (dtype_ == DType::f64)
     return ops::rms_norm_via_f32(x, &w, group, cfg_.rms_eps, ops::RefNormWeight::kF64ThenWeight);
   return ops::rms_norm(x, &w, group, cfg_.rms_eps);
 }
 
-Tensor QwenTextModel::attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
-                                        const Tensor& sin) const {
+Tensor Qwen3VlTextModel::attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
+                                           const Tensor& sin) const {
   const int64_t D = cfg_.head_dim;
   const Tensor q = ops::rope(norm(ops::linear(h, u.q), L.q_norm, D), cos, sin, D, false);
   const Tensor k = ops::rope(norm(ops::linear(h, u.k), L.k_norm, D), cos, sin, D, false);
@@ -38,11 +38,11 @@ Tensor QwenTextModel::attention_partial(const Unit& u, const Tensor& h, const La
   return ops::linear(ops::attention_causal(q, k, v, D), u.o);
 }
 
-Tensor QwenTextModel::mlp_partial(const Unit& u, const Tensor& h) const {
+Tensor Qwen3VlTextModel::mlp_partial(const Unit& u, const Tensor& h) const {
   return ops::linear(ops::swiglu(ops::linear(h, u.up_gate), false), u.down);
 }
 
-Tensor QwenTextModel::fold_units(const std::vector<Tensor>& partials, const std::string& what) const {
+Tensor Qwen3VlTextModel::fold_units(const std::vector<Tensor>& partials, const std::string& what) const {
   H3_ASSERT(!partials.empty() && static_cast<int64_t>(partials.size()) == units_.size(),
             "Qwen3-VL text: {} partials for units [{}, {})", partials.size(), units_.begin, units_.end);
   if (tp_size_ == 1) {

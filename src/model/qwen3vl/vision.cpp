@@ -5,6 +5,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
+#include "core/json_limits.h"
 #include "model/qwen3vl/weights.h"
 #include "ops/ops.h"
 #include "ops/ops_act.h"
@@ -15,11 +17,6 @@ namespace h3 {
 namespace {
 
 using json = nlohmann::json;
-
-template <typename T>
-void read_if(const json& j, const char* key, T& out) {
-  if (j.contains(key) && !j[key].is_null()) out = j[key].get<T>();
-}
 
 // torch.linspace(0, end, steps) in f32 as ATen's CPU kernel computes it: the first half counts up from the start,
 // the second half down from the end, with a step rounded to f32.
@@ -62,10 +59,10 @@ void copy_rows(Tensor& dst, int64_t at, const Tensor& src) {
 
 }  // namespace
 
-QwenVisionConfig QwenVisionConfig::from_json_text(const std::string& text, const std::string& where) {
-  QwenVisionConfig c;
+Qwen3VlVisionConfig Qwen3VlVisionConfig::from_json_text(const std::string& text, const std::string& where) {
+  Qwen3VlVisionConfig c;
   try {
-    json j = json::parse(text);
+    json j = parse_json_bounded(text, where);
     if (j.contains("vision_config") && j["vision_config"].is_object()) j = j["vision_config"];
     read_if(j, "depth", c.depth);
     read_if(j, "hidden_size", c.hidden);
@@ -87,7 +84,7 @@ QwenVisionConfig QwenVisionConfig::from_json_text(const std::string& text, const
   return c;
 }
 
-std::string QwenVisionConfig::summary() const {
+std::string Qwen3VlVisionConfig::summary() const {
   std::string ds;
   for (int64_t i : deepstack_indexes) {
     if (!ds.empty()) ds += ',';
@@ -107,7 +104,7 @@ namespace {
 std::string config_text_of(const SafeTensors& f) {
   return f.meta("config");
 }
-std::string config_text_of(const QwenTextWeights& w) {
+std::string config_text_of(const Qwen3VlTextWeights& w) {
   return w.config_json();
 }
 
@@ -127,10 +124,11 @@ bool has_vision_of(const Src& f) {
 }
 
 template <class Src>
-QwenVisionConfig detect_vision_config_of(const Src& f) {
+Qwen3VlVisionConfig detect_vision_config_of(const Src& f) {
   const std::string p = vision_prefix_of(f);
   const std::string cfg_text = config_text_of(f);
-  QwenVisionConfig c = cfg_text.empty() ? QwenVisionConfig{} : QwenVisionConfig::from_json_text(cfg_text, f.path());
+  Qwen3VlVisionConfig c =
+      cfg_text.empty() ? Qwen3VlVisionConfig{} : Qwen3VlVisionConfig::from_json_text(cfg_text, f.path());
   const Shape& pw = f.info(p + "patch_embed.proj.weight").shape;
   if (pw.size() != 5 || pw[3] != pw[4])
     fail("{}: {}patch_embed.proj.weight is {}, expected [hidden, C, tp, p, p]", f.path(), p, shape_str(pw));
@@ -165,37 +163,38 @@ QwenVisionConfig detect_vision_config_of(const Src& f) {
 
 }  // namespace
 
-std::string qwen_vision_prefix(const SafeTensors& f) {
+std::string qwen3vl_vision_prefix(const SafeTensors& f) {
   return vision_prefix_of(f);
 }
-std::string qwen_vision_prefix(const QwenTextWeights& w) {
+std::string qwen3vl_vision_prefix(const Qwen3VlTextWeights& w) {
   return vision_prefix_of(w);
 }
-bool has_qwen_vision(const SafeTensors& f) {
+bool has_qwen3vl_vision(const SafeTensors& f) {
   return has_vision_of(f);
 }
-bool has_qwen_vision(const QwenTextWeights& w) {
+bool has_qwen3vl_vision(const Qwen3VlTextWeights& w) {
   return has_vision_of(w);
 }
-QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f) {
+Qwen3VlVisionConfig detect_qwen3vl_vision_config(const SafeTensors& f) {
   return detect_vision_config_of(f);
 }
-QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w) {
+Qwen3VlVisionConfig detect_qwen3vl_vision_config(const Qwen3VlTextWeights& w) {
   return detect_vision_config_of(w);
 }
 
-QwenVisionModel::QwenVisionModel(const SafeTensors& f, const QwenVisionConfig& cfg, Precision precision) : cfg_(cfg) {
+Qwen3VlVisionModel::Qwen3VlVisionModel(const SafeTensors& f, const Qwen3VlVisionConfig& cfg, Precision precision)
+    : cfg_(cfg) {
   load(f, precision);
 }
 
-QwenVisionModel::QwenVisionModel(const QwenTextWeights& w, const QwenVisionConfig& cfg, Precision precision)
+Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, Precision precision)
     : cfg_(cfg) {
   load(w, precision);
 }
 
 template <class Src>
-void QwenVisionModel::load(const Src& f, Precision precision) {
-  const QwenVisionConfig& cfg = cfg_;
+void Qwen3VlVisionModel::load(const Src& f, Precision precision) {
+  const Qwen3VlVisionConfig& cfg = cfg_;
   if (precision == Precision::bf16 || precision == Precision::fp8)
     fail("Qwen3-VL vision tower: {} compute is not implemented; use f32 or f64", precision_name(precision));
   dtype_ = precision == Precision::f64 ? DType::f64 : DType::f32;
@@ -257,7 +256,7 @@ void QwenVisionModel::load(const Src& f, Precision precision) {
   }
 }
 
-Tensor QwenVisionModel::position_embeddings(const std::vector<GridThw>& grids) const {
+Tensor Qwen3VlVisionModel::position_embeddings(const std::vector<GridThw>& grids) const {
   const int64_t g = static_cast<int64_t>(std::sqrt(static_cast<double>(cfg_.n_pos)));
   const int64_t h = cfg_.hidden;
   Tensor out(dtype_, {total_rows(grids), h});
@@ -304,7 +303,7 @@ Tensor QwenVisionModel::position_embeddings(const std::vector<GridThw>& grids) c
   return out;
 }
 
-std::pair<Tensor, Tensor> QwenVisionModel::rotary_tables(const std::vector<GridThw>& grids) const {
+std::pair<Tensor, Tensor> Qwen3VlVisionModel::rotary_tables(const std::vector<GridThw>& grids) const {
   const int64_t d = cfg_.head_dim(), quarter = d / 4, half = d / 2;
   // inv_freq over a rotary dim of head_dim/2: 1 / theta^(2j / (head_dim/2)), j < head_dim/4, in f32.
   std::vector<float> inv_freq(static_cast<size_t>(quarter));
@@ -332,7 +331,7 @@ std::pair<Tensor, Tensor> QwenVisionModel::rotary_tables(const std::vector<GridT
   return {cos_t, sin_t};
 }
 
-Tensor QwenVisionModel::merge(const Merger& m, const Tensor& x) const {
+Tensor Qwen3VlVisionModel::merge(const Merger& m, const Tensor& x) const {
   const int64_t mm = cfg_.merge * cfg_.merge, wide = cfg_.hidden * mm;
   Tensor rows = m.post_shuffle_norm
                     ? ops::layer_norm(x.reshape({x.dim(0) / mm, wide}), &m.norm_w, &m.norm_b, cfg_.ln_eps)
@@ -341,8 +340,8 @@ Tensor QwenVisionModel::merge(const Merger& m, const Tensor& x) const {
   return ops::linear(hidden, m.fc2_w, &m.fc2_b);
 }
 
-QwenVisionOutputs QwenVisionModel::forward(const Tensor& pixels, const std::vector<GridThw>& grids,
-                                           bool keep_blocks) const {
+Qwen3VlVisionOutputs Qwen3VlVisionModel::forward(const Tensor& pixels, const std::vector<GridThw>& grids,
+                                                 bool keep_blocks) const {
   const int64_t n = total_rows(grids), m = cfg_.merge, hd = cfg_.head_dim(), h = cfg_.hidden;
   for (const auto& g : grids)
     if (g[0] < 1 || g[1] < m || g[2] < m || g[1] % m || g[2] % m)
@@ -350,7 +349,7 @@ QwenVisionOutputs QwenVisionModel::forward(const Tensor& pixels, const std::vect
            g[2], m);
   if (pixels.ndim() != 2 || pixels.dim(0) != n || pixels.dim(1) != cfg_.patch_dim())
     fail("Qwen3-VL vision: pixel rows are {}, the grids need [{}, {}]", pixels.describe(), n, cfg_.patch_dim());
-  QwenVisionOutputs out;
+  Qwen3VlVisionOutputs out;
   if (n == 0) return out;
 
   const Tensor px = pixels.dtype() == dtype_ ? pixels : pixels.to(dtype_);

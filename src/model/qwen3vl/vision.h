@@ -32,7 +32,7 @@
 
 namespace h3 {
 
-struct QwenVisionConfig {
+struct Qwen3VlVisionConfig {
   // Defaults are Qwen3-VL-32B's vision tower (H3's text encoder).
   int64_t depth = 27, hidden = 1152, intermediate = 4304, n_heads = 16, in_channels = 3;
   int64_t patch = 16, temporal_patch = 2, merge = 2, out_hidden = 5120, n_pos = 2304;
@@ -43,7 +43,7 @@ struct QwenVisionConfig {
   int64_t patch_dim() const { return in_channels * temporal_patch * patch * patch; }
   // Reads a transformers config (a "vision_config" object, or a flat vision config); absent fields keep the
   // defaults. Refuses activations other than gelu_pytorch_tanh.
-  static QwenVisionConfig from_json_text(const std::string& text, const std::string& where);
+  static Qwen3VlVisionConfig from_json_text(const std::string& text, const std::string& where);
   std::string summary() const;
 };
 
@@ -52,37 +52,37 @@ using GridThw = std::array<int64_t, 3>;
 
 // Where the vision tower's tensors live in `f` (the prefix before "patch_embed.proj.weight"): "weight.visual." in
 // golden files, "model.visual." or "visual." in checkpoints. Throws when there is none.
-std::string qwen_vision_prefix(const SafeTensors& f);
-std::string qwen_vision_prefix(const QwenTextWeights& w);
+std::string qwen3vl_vision_prefix(const SafeTensors& f);
+std::string qwen3vl_vision_prefix(const Qwen3VlTextWeights& w);
 // Whether `f` (`w`: a text-encoder source, file or transformers folder) holds a vision tower at all.
-bool has_qwen_vision(const SafeTensors& f);
-bool has_qwen_vision(const QwenTextWeights& w);
+bool has_qwen3vl_vision(const SafeTensors& f);
+bool has_qwen3vl_vision(const Qwen3VlTextWeights& w);
 // Sizes from the tensor shapes, the head count and DeepStack layers from the file's "config" metadata when
 // present (else the defaults). Throws on inconsistent shapes.
-QwenVisionConfig detect_qwen_vision_config(const SafeTensors& f);
-QwenVisionConfig detect_qwen_vision_config(const QwenTextWeights& w);  // config from its config.json
+Qwen3VlVisionConfig detect_qwen3vl_vision_config(const SafeTensors& f);
+Qwen3VlVisionConfig detect_qwen3vl_vision_config(const Qwen3VlTextWeights& w);  // config from its config.json
 
-struct QwenVisionOutputs {
+struct Qwen3VlVisionOutputs {
   Tensor embeds;                  // [N/m^2, out_hidden], the merger's output
   std::vector<Tensor> deepstack;  // one [N/m^2, out_hidden] per DeepStack index
   std::vector<Tensor> block_out;  // [N, hidden] after each block, when requested
 };
 
-class QwenVisionModel {
+class Qwen3VlVisionModel {
  public:
-  // Loads every tensor of the tower under qwen_vision_prefix(f), converted to the compute dtype. Throws listing
+  // Loads every tensor of the tower under qwen3vl_vision_prefix(f), converted to the compute dtype. Throws listing
   // every missing or mis-shaped key. bf16 is refused.
-  QwenVisionModel(const SafeTensors& f, const QwenVisionConfig& cfg, Precision precision);
+  Qwen3VlVisionModel(const SafeTensors& f, const Qwen3VlVisionConfig& cfg, Precision precision);
   // The same from a text-encoder source (one file or a sharded transformers folder: only the shards holding
   // the tower are mapped).
-  QwenVisionModel(const QwenTextWeights& w, const QwenVisionConfig& cfg, Precision precision);
+  Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, Precision precision);
 
-  const QwenVisionConfig& config() const { return cfg_; }
+  const Qwen3VlVisionConfig& config() const { return cfg_; }
   DType dtype() const { return dtype_; }
 
   // pixels [sum of t*h*w over grids, patch_dim] in the row order above (any float dtype; converted), one grid
   // per image or video. Throws when the rows and grids disagree or h, w are not multiples of the merge size.
-  QwenVisionOutputs forward(const Tensor& pixels, const std::vector<GridThw>& grids, bool keep_blocks = false) const;
+  Qwen3VlVisionOutputs forward(const Tensor& pixels, const std::vector<GridThw>& grids, bool keep_blocks = false) const;
 
   // The pieces, exposed for tests: position embeddings [N, hidden] and rotary cos/sin [N, head_dim] in row order.
   Tensor position_embeddings(const std::vector<GridThw>& grids) const;
@@ -100,7 +100,7 @@ class QwenVisionModel {
   template <class Src>
   void load(const Src& f, Precision precision);  // the constructors' body (model/qwen3vl/vision.cpp)
 
-  QwenVisionConfig cfg_;
+  Qwen3VlVisionConfig cfg_;
   DType dtype_;
   Tensor patch_w_, patch_b_, pos_table_;
   std::vector<Block> blocks_;

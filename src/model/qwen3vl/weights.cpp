@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
+#include "core/json_limits.h"
 
 namespace h3 {
 
@@ -14,18 +16,14 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_text(const fs::path& p, const char* what) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("{}: cannot read the {}", p.string(), what);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_text_file_checked(p.string(), std::string("the ") + what);
 }
 
 }  // namespace
 
-QwenTextWeights QwenTextWeights::from_file(std::shared_ptr<const SafeTensors> f) {
-  H3_ASSERT(f != nullptr, "QwenTextWeights::from_file: no file");
-  QwenTextWeights w;
+Qwen3VlTextWeights Qwen3VlTextWeights::from_file(std::shared_ptr<const SafeTensors> f) {
+  H3_ASSERT(f != nullptr, "Qwen3VlTextWeights::from_file: no file");
+  Qwen3VlTextWeights w;
   w.path_ = f->path();
   w.shard_paths_ = {f->path()};
   w.shards_ = {f};
@@ -35,7 +33,7 @@ QwenTextWeights QwenTextWeights::from_file(std::shared_ptr<const SafeTensors> f)
   return w;
 }
 
-QwenTextWeights QwenTextWeights::open(const std::string& path) {
+Qwen3VlTextWeights Qwen3VlTextWeights::open(const std::string& path) {
   if (!fs::exists(path))
     fail(
         "text encoder {} does not exist: pass a .safetensors file or a transformers folder (config.json + "
@@ -64,18 +62,18 @@ QwenTextWeights QwenTextWeights::open(const std::string& path) {
           "{}: {} .safetensors files and no model.safetensors.index.json saying which key lives where; add "
           "the index or pass one file",
           path, files.size());
-    QwenTextWeights w = from_file(std::make_shared<SafeTensors>(SafeTensors::open(files[0].string())));
+    Qwen3VlTextWeights w = from_file(std::make_shared<SafeTensors>(SafeTensors::open(files[0].string())));
     w.path_ = path;
     if (!config.empty()) w.config_json_ = config;
     return w;
   }
 
-  QwenTextWeights w;
+  Qwen3VlTextWeights w;
   w.path_ = path;
   w.index_path_ = index.string();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text(index, "shard index"));
+    j = parse_json_bounded(read_text(index, "shard index"), index.string() + ": the shard index");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: the shard index is not valid JSON ({})", w.index_path_, e.what());
   }
@@ -98,7 +96,7 @@ QwenTextWeights QwenTextWeights::open(const std::string& path) {
   return w;
 }
 
-const SafeTensors& QwenTextWeights::shard_of(const std::string& key) const {
+const SafeTensors& Qwen3VlTextWeights::shard_of(const std::string& key) const {
   const auto it = where_.find(key);
   if (it == where_.end()) fail("{}: no tensor '{}'", path_, key);
   auto& slot = shards_[static_cast<size_t>(it->second)];
@@ -115,15 +113,15 @@ const SafeTensors& QwenTextWeights::shard_of(const std::string& key) const {
   return *slot;
 }
 
-const TensorInfo& QwenTextWeights::info(const std::string& key) const {
+const TensorInfo& Qwen3VlTextWeights::info(const std::string& key) const {
   return shard_of(key).info(key);
 }
 
-Tensor QwenTextWeights::get(const std::string& key) const {
+Tensor Qwen3VlTextWeights::get(const std::string& key) const {
   return shard_of(key).get(key);
 }
 
-size_t QwenTextWeights::shards_opened() const {
+size_t Qwen3VlTextWeights::shards_opened() const {
   size_t n = 0;
   for (const auto& s : shards_) n += s != nullptr;
   return n;

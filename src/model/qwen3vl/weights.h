@@ -14,14 +14,14 @@
 
 namespace h3 {
 
-class QwenTextWeights {
+class Qwen3VlTextWeights {
  public:
   // A file already open (shares its mapping).
-  static QwenTextWeights from_file(std::shared_ptr<const SafeTensors> f);
+  static Qwen3VlTextWeights from_file(std::shared_ptr<const SafeTensors> f);
   // A .safetensors file, or a folder: with model.safetensors.index.json its shards (a shard the index names
   // must exist when one of its keys is read; the error names shard, key and index), else exactly one
   // .safetensors file. config.json (flat or with "text_config") supplies the config when present.
-  static QwenTextWeights open(const std::string& path);
+  static Qwen3VlTextWeights open(const std::string& path);
 
   const std::string& path() const { return path_; }
   bool has(const std::string& key) const { return where_.count(key) != 0; }

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "core/json.h"
+#include "core/json_limits.h"
 #include "model/vae/weights.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
@@ -78,12 +80,6 @@ Tensor depthwise(const Tensor& filt, int64_t C) {
   return w;
 }
 
-std::vector<double> json_doubles(const nlohmann::json& j) {
-  std::vector<double> v;
-  for (const auto& e : j) v.push_back(e.get<double>());
-  return v;
-}
-
 }  // namespace
 
 int64_t AudioVaeConfig::hop() const {
@@ -94,32 +90,24 @@ AudioVaeConfig AudioVaeConfig::from_json_text(const std::string& text, const std
   AudioVaeConfig c;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
+    j = parse_json_bounded(text, where + ": audio VAE config");
+  } catch (const nlohmann::json::exception& e) {
     fail("{}: audio VAE config is not valid JSON: {}", where, e.what());
   }
-  auto ints = [](const nlohmann::json& a) {
-    std::vector<int64_t> v;
-    for (const auto& e : a) v.push_back(e.get<int64_t>());
-    return v;
-  };
   try {
-    if (j.contains("encoder_dim")) c.encoder_dim = j["encoder_dim"].get<int64_t>();
-    if (j.contains("encoder_rates")) c.encoder_rates = ints(j["encoder_rates"]);
-    if (j.contains("latent_dim")) c.latent_dim = j["latent_dim"].get<int64_t>();
-    if (j.contains("latent_channels")) c.latent_channels = j["latent_channels"].get<int64_t>();
-    if (j.contains("num_attention_heads")) c.num_attention_heads = j["num_attention_heads"].get<int64_t>();
-    if (j.contains("decoder_dim")) c.decoder_dim = j["decoder_dim"].get<int64_t>();
-    if (j.contains("decoder_rates")) c.decoder_rates = ints(j["decoder_rates"]);
-    if (j.contains("decoder_kernel_sizes")) c.decoder_kernel_sizes = ints(j["decoder_kernel_sizes"]);
-    if (j.contains("resblock_kernel_sizes")) c.resblock_kernel_sizes = ints(j["resblock_kernel_sizes"]);
-    if (j.contains("resblock_dilation_sizes")) {
-      c.resblock_dilation_sizes.clear();
-      for (const auto& d : j["resblock_dilation_sizes"]) c.resblock_dilation_sizes.push_back(ints(d));
-    }
-    if (j.contains("sampling_rate")) c.sampling_rate = j["sampling_rate"].get<int64_t>();
-    if (j.contains("latents_mean") && !j["latents_mean"].is_null()) c.latents_mean = json_doubles(j["latents_mean"]);
-    if (j.contains("latents_std") && !j["latents_std"].is_null()) c.latents_std = json_doubles(j["latents_std"]);
+    read_if(j, "encoder_dim", c.encoder_dim);
+    read_if(j, "encoder_rates", c.encoder_rates);
+    read_if(j, "latent_dim", c.latent_dim);
+    read_if(j, "latent_channels", c.latent_channels);
+    read_if(j, "num_attention_heads", c.num_attention_heads);
+    read_if(j, "decoder_dim", c.decoder_dim);
+    read_if(j, "decoder_rates", c.decoder_rates);
+    read_if(j, "decoder_kernel_sizes", c.decoder_kernel_sizes);
+    read_if(j, "resblock_kernel_sizes", c.resblock_kernel_sizes);
+    read_if(j, "resblock_dilation_sizes", c.resblock_dilation_sizes);
+    read_if(j, "sampling_rate", c.sampling_rate);
+    read_if(j, "latents_mean", c.latents_mean);
+    read_if(j, "latents_std", c.latents_std);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: audio VAE config has a field of the wrong type: {}", where, e.what());
   }
@@ -455,28 +443,32 @@ Tensor AudioVae::encode_mean(const Tensor& waveform) const {
   return ops::conv1d(transpose12(y), mean_w_, &mean_b_, 1, 0, 1, 1);
 }
 
-Tensor AudioVae::denormalize(const Tensor& z) const {
-  H3_CHECK(z.ndim() == 3 && z.dim(1) == cfg_.latent_channels, "audio VAE: latents must be [batch, {}, frames], got {}",
-           cfg_.latent_channels, z.describe());
-  Tensor x = z.to(ct_);
-  if (!lat_mean_.defined() || lat_mean_.numel() == 0) return x;
+namespace {
+
+// The latents' per-channel statistics applied (z * std + mean) or removed ((z - mean) / std) in the compute dtype
+// `ct`; without statistics the latents pass unchanged.
+Tensor channel_stats(const Tensor& z, const Tensor& mean, const Tensor& stdev, int64_t channels, DType ct,
+                     bool remove) {
+  H3_CHECK(z.ndim() == 3 && z.dim(1) == channels, "audio VAE: latents must be [batch, {}, frames], got {}", channels,
+           z.describe());
+  Tensor x = z.to(ct);
+  if (!mean.defined() || mean.numel() == 0) return x;
   return dispatch(x, [&]<typename T>(T) {
-    const T* m = lat_mean_.data<T>();
-    const T* s = lat_std_.data<T>();
+    const T* m = mean.data<T>();
+    const T* s = stdev.data<T>();
+    if (remove) return map_channels(x, [&](int64_t c, T v) { return (v - m[c]) / s[c]; });
     return map_channels(x, [&](int64_t c, T v) { return v * s[c] + m[c]; });
   });
 }
 
+}  // namespace
+
+Tensor AudioVae::denormalize(const Tensor& z) const {
+  return channel_stats(z, lat_mean_, lat_std_, cfg_.latent_channels, ct_, false);
+}
+
 Tensor AudioVae::normalize(const Tensor& z) const {
-  H3_CHECK(z.ndim() == 3 && z.dim(1) == cfg_.latent_channels, "audio VAE: latents must be [batch, {}, frames], got {}",
-           cfg_.latent_channels, z.describe());
-  Tensor x = z.to(ct_);
-  if (!lat_mean_.defined() || lat_mean_.numel() == 0) return x;
-  return dispatch(x, [&]<typename T>(T) {
-    const T* m = lat_mean_.data<T>();
-    const T* s = lat_std_.data<T>();
-    return map_channels(x, [&](int64_t c, T v) { return (v - m[c]) / s[c]; });
-  });
+  return channel_stats(z, lat_mean_, lat_std_, cfg_.latent_channels, ct_, true);
 }
 
 }  // namespace h3

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "core/json.h"
+#include "core/json_limits.h"
 #include "model/vae/tiling.h"
 #include "model/vae/weights.h"
 
@@ -58,62 +60,44 @@ VideoVaeConfig VideoVaeConfig::from_json_text(const std::string& config, const s
   VideoVaeConfig c;
   auto parse = [&](const std::string& text, const char* what) {
     try {
-      return nlohmann::json::parse(text);
-    } catch (const std::exception& e) {
+      return parse_json_bounded(text, where + ": video VAE " + what);
+    } catch (const nlohmann::json::exception& e) {
       fail("{}: video VAE {} is not valid JSON: {}", where, what, e.what());
     }
-  };
-  auto ints = [](const nlohmann::json& a) {
-    std::vector<int64_t> v;
-    for (const auto& e : a) v.push_back(e.get<int64_t>());
-    return v;
   };
   try {
     if (!config.empty()) {
       const nlohmann::json j = parse(config, "config");
-      auto i64 = [&](const char* k, int64_t& v) {
-        if (j.contains(k)) v = j[k].get<int64_t>();
-      };
-      auto f64 = [&](const char* k, double& v) {
-        if (j.contains(k)) v = j[k].get<double>();
-      };
-      i64("in_channels", c.in_channels);
-      i64("out_channels", c.out_channels);
-      i64("latent_channels", c.latent_channels);
-      if (j.contains("block_out_channels")) c.block_out_channels = ints(j["block_out_channels"]);
-      i64("layers_per_block", c.layers_per_block);
-      if (j.contains("spatial_downsample_factors"))
-        c.spatial_downsample_factors = ints(j["spatial_downsample_factors"]);
-      if (j.contains("temporal_downsample_factors"))
-        c.temporal_downsample_factors = ints(j["temporal_downsample_factors"]);
-      i64("norm_num_groups", c.norm_num_groups);
-      f64("norm_eps", c.norm_eps);
-      if (j.contains("spatial_padding_mode")) c.spatial_padding_mode = j["spatial_padding_mode"].get<std::string>();
-      i64("decoder_num_layers", c.decoder_num_layers);
-      i64("decoder_num_attention_heads", c.decoder_num_attention_heads);
-      i64("decoder_attention_head_dim", c.decoder_attention_head_dim);
-      i64("decoder_num_register_tokens", c.decoder_num_register_tokens);
-      i64("decoder_ffn_mult", c.decoder_ffn_mult);
-      f64("decoder_rope_theta", c.decoder_rope_theta);
-      f64("decoder_rope_dim_ratio", c.decoder_rope_dim_ratio);
-      f64("decoder_norm_eps", c.decoder_norm_eps);
-      i64("clip_length", c.clip_length);
-      i64("token_drop", c.token_drop);
-      for (auto [k, v] : {std::pair{"latents_mean", &c.latents_mean}, std::pair{"latents_std", &c.latents_std}})
-        if (j.contains(k) && !j[k].is_null()) {
-          v->clear();
-          for (const auto& e : j[k]) v->push_back(e.get<double>());
-        }
+      read_if(j, "in_channels", c.in_channels);
+      read_if(j, "out_channels", c.out_channels);
+      read_if(j, "latent_channels", c.latent_channels);
+      read_if(j, "block_out_channels", c.block_out_channels);
+      read_if(j, "layers_per_block", c.layers_per_block);
+      read_if(j, "spatial_downsample_factors", c.spatial_downsample_factors);
+      read_if(j, "temporal_downsample_factors", c.temporal_downsample_factors);
+      read_if(j, "norm_num_groups", c.norm_num_groups);
+      read_if(j, "norm_eps", c.norm_eps);
+      read_if(j, "spatial_padding_mode", c.spatial_padding_mode);
+      read_if(j, "decoder_num_layers", c.decoder_num_layers);
+      read_if(j, "decoder_num_attention_heads", c.decoder_num_attention_heads);
+      read_if(j, "decoder_attention_head_dim", c.decoder_attention_head_dim);
+      read_if(j, "decoder_num_register_tokens", c.decoder_num_register_tokens);
+      read_if(j, "decoder_ffn_mult", c.decoder_ffn_mult);
+      read_if(j, "decoder_rope_theta", c.decoder_rope_theta);
+      read_if(j, "decoder_rope_dim_ratio", c.decoder_rope_dim_ratio);
+      read_if(j, "decoder_norm_eps", c.decoder_norm_eps);
+      read_if(j, "clip_length", c.clip_length);
+      read_if(j, "token_drop", c.token_drop);
+      read_if(j, "latents_mean", c.latents_mean);
+      read_if(j, "latents_std", c.latents_std);
     }
     if (!tiling.empty()) {
       const nlohmann::json t = parse(tiling, "tiling");
-      if (t.contains("use_tiling")) c.tiling = t["use_tiling"].get<bool>();
-      if (t.contains("tile_sample_min_height")) c.tile_height = t["tile_sample_min_height"].get<int64_t>();
-      if (t.contains("tile_sample_min_width")) c.tile_width = t["tile_sample_min_width"].get<int64_t>();
-      if (t.contains("tile_sample_min_overlap_height"))
-        c.tile_overlap_height = t["tile_sample_min_overlap_height"].get<int64_t>();
-      if (t.contains("tile_sample_min_overlap_width"))
-        c.tile_overlap_width = t["tile_sample_min_overlap_width"].get<int64_t>();
+      read_if(t, "use_tiling", c.tiling);
+      read_if(t, "tile_sample_min_height", c.tile_height);
+      read_if(t, "tile_sample_min_width", c.tile_width);
+      read_if(t, "tile_sample_min_overlap_height", c.tile_overlap_height);
+      read_if(t, "tile_sample_min_overlap_width", c.tile_overlap_width);
     }
   } catch (const nlohmann::json::exception& e) {
     fail("{}: video VAE config has a field of the wrong type: {}", where, e.what());

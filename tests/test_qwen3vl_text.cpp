@@ -38,23 +38,23 @@ Tensor random_tensor(DType dt, Shape s, uint32_t seed) {
 
 }  // namespace
 
-TEST(QwenText, GoldenF32AllLengthsWithinTolerance) {
+TEST(Qwen3VlText, GoldenF32AllLengthsWithinTolerance) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  ASSERT_TRUE(looks_like_qwen_text_golden(f));
-  VerifyReport r = verify_qwen_text_file(f, Precision::f32);
+  ASSERT_TRUE(looks_like_qwen3vl_text_golden(f));
+  VerifyReport r = verify_qwen3vl_text_file(f, Precision::f32);
   r.print(stdout);
   ASSERT_EQ(r.lines.size(), 9u);  // 3 lengths x (hidden_states_1, hidden_states_50, normed last state)
   EXPECT_TRUE(r.pass());
   EXPECT_LE(worst(r), 1e-5);
 }
 
-TEST(QwenText, GoldenF64AllLengthsAtTheF32WeightFloor) {
+TEST(Qwen3VlText, GoldenF64AllLengthsAtTheF32WeightFloor) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  VerifyReport r = verify_qwen_text_file(f, Precision::f64);
+  VerifyReport r = verify_qwen3vl_text_file(f, Precision::f64);
   r.print(stdout);
   ASSERT_EQ(r.lines.size(), 9u);
   EXPECT_TRUE(r.pass());
@@ -63,11 +63,11 @@ TEST(QwenText, GoldenF64AllLengthsAtTheF32WeightFloor) {
   EXPECT_LE(worst(r), 5e-7);
 }
 
-TEST(QwenText, DetectsTheGoldenConfig) {
+TEST(Qwen3VlText, DetectsTheGoldenConfig) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  QwenTextConfig c = detect_qwen_text_config(f);
+  Qwen3VlTextConfig c = detect_qwen3vl_text_config(f);
   EXPECT_EQ(c.n_layers, 51);
   EXPECT_EQ(c.hidden, 32);
   EXPECT_EQ(c.n_heads, 4);
@@ -78,12 +78,12 @@ TEST(QwenText, DetectsTheGoldenConfig) {
   EXPECT_EQ(c.rope_theta, 5e6);
 }
 
-TEST(QwenText, FiftyLayersGiveTheConditioningAndStateZeroIsTheEmbedding) {
+TEST(Qwen3VlText, FiftyLayersGiveTheConditioningAndStateZeroIsTheEmbedding) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  QwenTextConfig c = detect_qwen_text_config(f);
-  QwenTextModel m50(f, c, 50, Precision::f32);
+  Qwen3VlTextConfig c = detect_qwen3vl_text_config(f);
+  Qwen3VlTextModel m50(f, c, 50, Precision::f32);
   EXPECT_EQ(m50.layers_loaded(), 50);
   const auto ids = golden_ids(f, "L13");
   EXPECT_LE(compare(m50.hidden_state(ids, 50), f.get("L13.hidden_states_50")).rel_l2, 1e-5);
@@ -96,11 +96,11 @@ TEST(QwenText, FiftyLayersGiveTheConditioningAndStateZeroIsTheEmbedding) {
   EXPECT_THROW((void)m50.hidden_state({300}, 1), Error);  // outside the vocabulary
 }
 
-TEST(QwenText, CausalEarlierRowsIgnoreLaterTokens) {
+TEST(Qwen3VlText, CausalEarlierRowsIgnoreLaterTokens) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  QwenTextModel m(f, detect_qwen_text_config(f), 50, Precision::f64);
+  Qwen3VlTextModel m(f, detect_qwen3vl_text_config(f), 50, Precision::f64);
   const auto a = golden_ids(f, "L40");
   auto b = a;
   const int64_t cut = 17;
@@ -113,7 +113,7 @@ TEST(QwenText, CausalEarlierRowsIgnoreLaterTokens) {
   EXPECT_LE(compare(m.hidden_state(prefix, 50), ha.rows(0, cut + 1)).rel_l2, 1e-12);
 }
 
-TEST(QwenText, GqaLastRowMatchesFullAttentionWithRepeatedKvHeads) {
+TEST(Qwen3VlText, GqaLastRowMatchesFullAttentionWithRepeatedKvHeads) {
   for (DType dt : {DType::f32, DType::f64}) {
     const int64_t n = 23, hq = 6, hkv = 2, d = 5;
     Tensor q = random_tensor(dt, {n, hq * d}, 1), k = random_tensor(dt, {n, hkv * d}, 2),

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/compare.h"
+#include "error_of.h"
 #include "golden.h"
 #include "model/qwen3vl/text.h"
 #include "ops/ops.h"
@@ -34,14 +35,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return d.shape_ok && d.max_abs == 0.0;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using h3::test::error_of;
 
 // Rows `rows` of x as a new tensor.
 Tensor pick_rows(const Tensor& x, const std::vector<int64_t>& rows) {
@@ -51,36 +45,36 @@ Tensor pick_rows(const Tensor& x, const std::vector<int64_t>& rows) {
 
 }  // namespace
 
-TEST(QwenTextExtras, ReplacingRowsWithTheirOwnEmbeddingsOrAddingZeroDeepstackChangesNothing) {
+TEST(Qwen3VlTextExtras, ReplacingRowsWithTheirOwnEmbeddingsOrAddingZeroDeepstackChangesNothing) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  const QwenTextModel m(f, detect_qwen_text_config(f), 50, Precision::f32);
+  const Qwen3VlTextModel m(f, detect_qwen3vl_text_config(f), 50, Precision::f32);
   const auto ids = golden_ids(f, "L13");
-  const QwenTextOutputs plain = m.forward(ids, {0, 1, 50}, false);
+  const Qwen3VlTextOutputs plain = m.forward(ids, {0, 1, 50}, false);
 
   TextExtras same;
   same.rows = {4, 5, 6, 9};
   same.embeds = pick_rows(plain.hidden_states.at(0), same.rows);
   for (int k = 0; k < 3; ++k) same.deepstack.push_back(Tensor(DType::f32, {4, 32}));  // zeros
-  const QwenTextOutputs got = m.forward(ids, {0, 1, 50}, false, nullptr, &same);
+  const Qwen3VlTextOutputs got = m.forward(ids, {0, 1, 50}, false, nullptr, &same);
   for (int64_t k : {0, 1, 50}) EXPECT_TRUE(same_bits(got.hidden_states.at(k), plain.hidden_states.at(k))) << k;
 }
 
-TEST(QwenTextExtras, ReplacedEmbeddingsAndDeepstackChangeOnlyRowsFromTheFirstReplacedOne) {
+TEST(Qwen3VlTextExtras, ReplacedEmbeddingsAndDeepstackChangeOnlyRowsFromTheFirstReplacedOne) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  const QwenTextModel m(f, detect_qwen_text_config(f), 50, Precision::f32);
+  const Qwen3VlTextModel m(f, detect_qwen3vl_text_config(f), 50, Precision::f32);
   const auto ids = golden_ids(f, "L13");
-  const QwenTextOutputs plain = m.forward(ids, {0, 1, 2, 50}, false);
+  const Qwen3VlTextOutputs plain = m.forward(ids, {0, 1, 2, 50}, false);
   const int64_t first = 5;
 
   // New embeddings at rows 5 and 8: hidden_states[0] carries them there, earlier rows never change.
   TextExtras ex;
   ex.rows = {8, first};
   ex.embeds = seeded_normal({2, 32}, 11, 0);
-  const QwenTextOutputs got = m.forward(ids, {0, 50}, false, nullptr, &ex);
+  const Qwen3VlTextOutputs got = m.forward(ids, {0, 50}, false, nullptr, &ex);
   EXPECT_TRUE(same_bits(pick_rows(got.hidden_states.at(0), ex.rows), ex.embeds));
   EXPECT_TRUE(same_bits(got.hidden_states.at(50).rows(0, first), plain.hidden_states.at(50).rows(0, first)));
   EXPECT_GT(compare(got.hidden_states.at(50).rows(first, 13), plain.hidden_states.at(50).rows(first, 13)).rel_l2, 1e-3);
@@ -90,7 +84,7 @@ TEST(QwenTextExtras, ReplacedEmbeddingsAndDeepstackChangeOnlyRowsFromTheFirstRep
   TextExtras ds;
   ds.rows = {first, 7};
   ds.deepstack = {seeded_normal({2, 32}, 12, 0)};
-  const QwenTextOutputs dsg = m.forward(ids, {1, 2, 50}, false, nullptr, &ds);
+  const Qwen3VlTextOutputs dsg = m.forward(ids, {1, 2, 50}, false, nullptr, &ds);
   EXPECT_TRUE(same_bits(dsg.hidden_states.at(1), plain.hidden_states.at(1)));
   for (int64_t k : {2, 50}) {
     EXPECT_TRUE(same_bits(dsg.hidden_states.at(k).rows(0, first), plain.hidden_states.at(k).rows(0, first))) << k;
@@ -103,16 +97,16 @@ TEST(QwenTextExtras, ReplacedEmbeddingsAndDeepstackChangeOnlyRowsFromTheFirstRep
   TextExtras last;
   last.rows = {12};
   last.deepstack = {seeded_normal({1, 32}, 13, 0)};
-  const QwenTextOutputs lg = m.forward(ids, {50}, false, nullptr, &last);
+  const Qwen3VlTextOutputs lg = m.forward(ids, {50}, false, nullptr, &last);
   EXPECT_TRUE(same_bits(lg.hidden_states.at(50).rows(0, 12), plain.hidden_states.at(50).rows(0, 12)));
   EXPECT_FALSE(same_bits(lg.hidden_states.at(50).rows(12, 13), plain.hidden_states.at(50).rows(12, 13)));
 }
 
-TEST(QwenTextExtras, BadExtrasAreRefusedWithTheReason) {
+TEST(Qwen3VlTextExtras, BadExtrasAreRefusedWithTheReason) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
-  const QwenTextModel m(f, detect_qwen_text_config(f), 50, Precision::f32);
+  const Qwen3VlTextModel m(f, detect_qwen3vl_text_config(f), 50, Precision::f32);
   const auto ids = golden_ids(f, "L13");
   TextExtras ex;
   ex.rows = {3, 13};
@@ -169,26 +163,26 @@ Folder write_folder(const SafeTensors& f, const fs::path& dir) {
 
 }  // namespace
 
-TEST(QwenTextFolder, ShardedFolderGivesTheSameStatesAndSkipsVisionShards) {
+TEST(Qwen3VlTextFolder, ShardedFolderGivesTheSameStatesAndSkipsVisionShards) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
   test::ScratchDir scratch;
   write_folder(f, scratch.path());
-  const QwenTextWeights w = QwenTextWeights::open(scratch.path().string());
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::open(scratch.path().string());
   EXPECT_EQ(w.shard_count(), 3u);
-  EXPECT_EQ(qwen_text_prefix(w), "model.language_model.");
-  const QwenTextConfig want = detect_qwen_text_config(f), got = detect_qwen_text_config(w);
+  EXPECT_EQ(qwen3vl_text_prefix(w), "model.language_model.");
+  const Qwen3VlTextConfig want = detect_qwen3vl_text_config(f), got = detect_qwen3vl_text_config(w);
   EXPECT_EQ(got.summary(), want.summary());
-  const QwenTextModel folder_model(w, got, 50, QwenTextOptions{});
+  const Qwen3VlTextModel folder_model(w, got, 50, Qwen3VlTextOptions{});
   EXPECT_EQ(w.shards_opened(), 2u) << "the vision / lm_head shard must not be mapped";
-  const QwenTextModel file_model(f, want, 50, Precision::f32);
+  const Qwen3VlTextModel file_model(f, want, 50, Precision::f32);
   const auto ids = golden_ids(f, "L40");
   EXPECT_TRUE(same_bits(folder_model.hidden_state(ids, 50), file_model.hidden_state(ids, 50)));
   EXPECT_LE(compare(folder_model.hidden_state(ids, 50), f.get("L40.hidden_states_50")).rel_l2, 1e-5);
 }
 
-TEST(QwenTextFolder, MissingShardsKeysAndIndexAreNamed) {
+TEST(Qwen3VlTextFolder, MissingShardsKeysAndIndexAreNamed) {
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
   SafeTensors f = SafeTensors::open(file);
@@ -196,9 +190,9 @@ TEST(QwenTextFolder, MissingShardsKeysAndIndexAreNamed) {
     test::ScratchDir scratch;
     write_folder(f, scratch.path());
     fs::remove(scratch.path() / "model-00002-of-00003.safetensors");
-    const QwenTextWeights w = QwenTextWeights::open(scratch.path().string());
-    const QwenTextConfig c = detect_qwen_text_config(w);  // layer 0 lives in shard 1
-    const std::string e = error_of([&] { QwenTextModel m(w, c, 50, QwenTextOptions{}); });
+    const Qwen3VlTextWeights w = Qwen3VlTextWeights::open(scratch.path().string());
+    const Qwen3VlTextConfig c = detect_qwen3vl_text_config(w);  // layer 0 lives in shard 1
+    const std::string e = error_of([&] { Qwen3VlTextModel m(w, c, 50, Qwen3VlTextOptions{}); });
     EXPECT_NE(e.find("model-00002-of-00003.safetensors is missing"), std::string::npos) << e;
   }
   {
@@ -206,15 +200,16 @@ TEST(QwenTextFolder, MissingShardsKeysAndIndexAreNamed) {
     Folder d = write_folder(f, scratch.path());
     d.index["weight_map"].erase("model.language_model.layers.7.mlp.down_proj.weight");
     std::ofstream(scratch.path() / "model.safetensors.index.json") << d.index.dump();
-    const QwenTextWeights w = QwenTextWeights::open(scratch.path().string());
-    const std::string e = error_of([&] { QwenTextModel m(w, detect_qwen_text_config(w), 50, QwenTextOptions{}); });
+    const Qwen3VlTextWeights w = Qwen3VlTextWeights::open(scratch.path().string());
+    const std::string e =
+        error_of([&] { Qwen3VlTextModel m(w, detect_qwen3vl_text_config(w), 50, Qwen3VlTextOptions{}); });
     EXPECT_NE(e.find("missing model.language_model.layers.7.mlp.down_proj.weight"), std::string::npos) << e;
   }
   {
     test::ScratchDir scratch;
     write_folder(f, scratch.path());
     fs::remove(scratch.path() / "model.safetensors.index.json");
-    const std::string e = error_of([&] { (void)QwenTextWeights::open(scratch.path().string()); });
+    const std::string e = error_of([&] { (void)Qwen3VlTextWeights::open(scratch.path().string()); });
     EXPECT_NE(e.find("no model.safetensors.index.json"), std::string::npos) << e;
   }
 }
@@ -224,7 +219,7 @@ TEST(QwenTextFolder, MissingShardsKeysAndIndexAreNamed) {
 // leave one rank without weights), FFN 47 (ragged chunks), random weights, and as its "reference" outputs the
 // engine's own 1-rank run: `h3 verify FILE --ranks N` then checks the N-rank tower against 1 rank, not against
 // transformers (qwen3vl-text-mini is that check).
-TEST(QwenTextFixtures, WriteParityFile) {
+TEST(Qwen3VlTextFixtures, WriteParityFile) {
   test::ScratchDir scratch;
   const char* env = std::getenv("H3_TEXT_OUT");
   const fs::path out = env ? fs::path(env) : scratch.path();
@@ -261,14 +256,14 @@ TEST(QwenTextFixtures, WriteParityFile) {
   const fs::path weights_only = out / "qwen-text-parity-weights.safetensors";
   write_safetensors(weights_only.string(), ts, md);
   SafeTensors wf = SafeTensors::open(weights_only.string());
-  const QwenTextConfig c = detect_qwen_text_config(wf);
+  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(wf);
   ASSERT_EQ(c.n_kv_heads, kv);
   ASSERT_EQ(c.n_layers, L);
-  const QwenTextModel m(wf, c, -1, Precision::f32);
+  const Qwen3VlTextModel m(wf, c, -1, Precision::f32);
   for (int64_t n : {1, 9, 17}) {
     std::vector<int32_t> ids;
     for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 23 + n) % V));
-    const QwenTextOutputs o = m.forward(ids, {1, 3}, true);
+    const Qwen3VlTextOutputs o = m.forward(ids, {1, 3}, true);
     const std::string cs = fmt::format("L{}", n);
     ts.push_back({cs + ".input_ids", Tensor::from(std::vector<int64_t>(ids.begin(), ids.end()), {n})});
     ts.push_back({cs + ".hidden_states_1", o.hidden_states.at(1)});
@@ -278,8 +273,8 @@ TEST(QwenTextFixtures, WriteParityFile) {
   const fs::path file = out / "qwen-text-parity.safetensors";
   write_safetensors(file.string(), ts, md);
   SafeTensors pf = SafeTensors::open(file.string());
-  ASSERT_TRUE(looks_like_qwen_text_golden(pf));
-  const VerifyReport r = verify_qwen_text_file(pf, Precision::f32);
+  ASSERT_TRUE(looks_like_qwen3vl_text_golden(pf));
+  const VerifyReport r = verify_qwen3vl_text_file(pf, Precision::f32);
   EXPECT_TRUE(r.pass());
   EXPECT_EQ(r.lines.size(), 9u);
 }

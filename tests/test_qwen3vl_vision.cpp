@@ -33,8 +33,8 @@ std::string golden_vision_path() {
 
 // A small random vision tower (hidden 32, 2 heads x 16, 3 blocks, DeepStack after blocks 0 and 2, a 5 x 5
 // position table, patch 4 x 4 x 2 over 3 channels, out 24) written to `path`.
-QwenVisionConfig write_tiny_tower(const std::string& path) {
-  QwenVisionConfig c;
+Qwen3VlVisionConfig write_tiny_tower(const std::string& path) {
+  Qwen3VlVisionConfig c;
   c.depth = 3;
   c.hidden = 32;
   c.intermediate = 40;
@@ -104,7 +104,7 @@ Tensor rows_of(const Tensor& t, int64_t b, int64_t e) {
 
 }  // namespace
 
-TEST(QwenVisionGolden, MatchesTransformersF32AndF64) {
+TEST(Qwen3VlVisionGolden, MatchesTransformersF32AndF64) {
   const std::string path = golden_vision_path();
   if (!std::filesystem::exists(path))
     GTEST_SKIP() << "SKIPPED LOUDLY: " << kGoldenName << " not found in .gpu/golden/ or " << test::golden("")
@@ -123,7 +123,7 @@ TEST(QwenVisionGolden, MatchesTransformersF32AndF64) {
 // transformers' f32 norms and f32 rotary tables. Measured (docs/notes.md, text64): all-f64 norms and
 // rotary 7.4e-8, f32 norms only 5.3e-8, both 4.3e-8 (the rest is the reference's eager f32 softmax); 5e-8
 // tells them apart.
-TEST(QwenVisionGolden, F64TextTowerFollowsTheReferenceF32NormsAndRotary) {
+TEST(Qwen3VlVisionGolden, F64TextTowerFollowsTheReferenceF32NormsAndRotary) {
   const std::string path = golden_vision_path();
   if (!std::filesystem::exists(path))
     GTEST_SKIP() << "SKIPPED LOUDLY: " << kGoldenName << " not found in .gpu/golden/ or " << test::golden("")
@@ -143,23 +143,23 @@ TEST(QwenVisionGolden, F64TextTowerFollowsTheReferenceF32NormsAndRotary) {
   EXPECT_GT(s1->rel_l2, 0.0);
 }
 
-TEST(QwenVision, ConfigShapesAndF32MatchesF64) {
+TEST(Qwen3VlVision, ConfigShapesAndF32MatchesF64) {
   test::ScratchDir dir;
   const std::string path = (dir / "tower.safetensors").string();
   write_tiny_tower(path);
   const SafeTensors f = SafeTensors::open(path);
-  const QwenVisionConfig c = detect_qwen_vision_config(f);
+  const Qwen3VlVisionConfig c = detect_qwen3vl_vision_config(f);
   EXPECT_EQ(c.hidden, 32);
   EXPECT_EQ(c.n_heads, 2);
   EXPECT_EQ(c.patch, 4);
   EXPECT_EQ(c.merge, 2);
   EXPECT_EQ(c.out_hidden, 24);
   EXPECT_EQ(c.deepstack_indexes, (std::vector<int64_t>{0, 2}));
-  const QwenVisionModel m64(f, c, Precision::f64), m32(f, c, Precision::f32);
+  const Qwen3VlVisionModel m64(f, c, Precision::f64), m32(f, c, Precision::f32);
   // An image 3 x 5 merged blocks (grid 1 x 6 x 10) and a 2-frame video 2 x 2 blocks.
   const std::vector<GridThw> grids{{1, 6, 10}, {2, 4, 4}};
   const Tensor px = random_pixels(60 + 32, c.patch_dim(), 3);
-  const QwenVisionOutputs a = m64.forward(px, grids), b = m32.forward(px, grids);
+  const Qwen3VlVisionOutputs a = m64.forward(px, grids), b = m32.forward(px, grids);
   ASSERT_EQ(a.embeds.shape(), (Shape{23, 24}));
   ASSERT_EQ(a.deepstack.size(), 2u);
   for (const auto& d : a.deepstack) EXPECT_EQ(d.shape(), (Shape{23, 24}));
@@ -169,41 +169,41 @@ TEST(QwenVision, ConfigShapesAndF32MatchesF64) {
 
 // Attention is one sequence per temporal group of each grid: two images in one call, and a 2-frame video, give
 // the same rows as running each image / frame alone. Within a sequence, rows do depend on each other.
-TEST(QwenVision, AttentionSequencesAreImagesAndFrames) {
+TEST(Qwen3VlVision, AttentionSequencesAreImagesAndFrames) {
   test::ScratchDir dir;
   const std::string path = (dir / "tower.safetensors").string();
-  const QwenVisionConfig c = write_tiny_tower(path);
+  const Qwen3VlVisionConfig c = write_tiny_tower(path);
   const SafeTensors f = SafeTensors::open(path);
-  const QwenVisionModel m(f, c, Precision::f64);
+  const Qwen3VlVisionModel m(f, c, Precision::f64);
   const Tensor px = random_pixels(24 + 16, c.patch_dim(), 5);
-  const QwenVisionOutputs both = m.forward(px, {{1, 4, 6}, {1, 4, 4}});
-  const QwenVisionOutputs first = m.forward(rows_of(px, 0, 24), {{1, 4, 6}});
-  const QwenVisionOutputs second = m.forward(rows_of(px, 24, 40), {{1, 4, 4}});
+  const Qwen3VlVisionOutputs both = m.forward(px, {{1, 4, 6}, {1, 4, 4}});
+  const Qwen3VlVisionOutputs first = m.forward(rows_of(px, 0, 24), {{1, 4, 6}});
+  const Qwen3VlVisionOutputs second = m.forward(rows_of(px, 24, 40), {{1, 4, 4}});
   EXPECT_EQ(compare(rows_of(both.embeds, 0, 6), first.embeds).max_abs, 0.0);
   EXPECT_EQ(compare(rows_of(both.embeds, 6, 10), second.embeds).max_abs, 0.0);
   EXPECT_EQ(compare(rows_of(both.deepstack[1], 6, 10), second.deepstack[1]).max_abs, 0.0);
 
   const Tensor vpx = random_pixels(32, c.patch_dim(), 6);
-  const QwenVisionOutputs video = m.forward(vpx, {{2, 4, 4}});
-  const QwenVisionOutputs f0 = m.forward(rows_of(vpx, 0, 16), {{1, 4, 4}});
-  const QwenVisionOutputs f1 = m.forward(rows_of(vpx, 16, 32), {{1, 4, 4}});
+  const Qwen3VlVisionOutputs video = m.forward(vpx, {{2, 4, 4}});
+  const Qwen3VlVisionOutputs f0 = m.forward(rows_of(vpx, 0, 16), {{1, 4, 4}});
+  const Qwen3VlVisionOutputs f1 = m.forward(rows_of(vpx, 16, 32), {{1, 4, 4}});
   EXPECT_EQ(compare(rows_of(video.embeds, 0, 4), f0.embeds).max_abs, 0.0);
   EXPECT_EQ(compare(rows_of(video.embeds, 4, 8), f1.embeds).max_abs, 0.0);
 
   Tensor changed = px.clone();
   changed.data<double>()[0] += 0.5;  // patch (0, 0) of the first image
-  const QwenVisionOutputs after = m.forward(changed, {{1, 4, 6}, {1, 4, 4}});
+  const Qwen3VlVisionOutputs after = m.forward(changed, {{1, 4, 6}, {1, 4, 4}});
   EXPECT_GT(compare(rows_of(after.embeds, 5, 6), rows_of(both.embeds, 5, 6)).max_abs, 0.0);  // same image
   EXPECT_EQ(compare(rows_of(after.embeds, 6, 10), rows_of(both.embeds, 6, 10)).max_abs, 0.0);
 }
 
 // Hand cases: a grid the size of the position table samples it exactly; rotary rows follow the merge-block order.
-TEST(QwenVision, PositionAndRotaryTablesFollowTheMergeOrder) {
+TEST(Qwen3VlVision, PositionAndRotaryTablesFollowTheMergeOrder) {
   test::ScratchDir dir;
   const std::string path = (dir / "tower.safetensors").string();
-  const QwenVisionConfig c = write_tiny_tower(path);
+  const Qwen3VlVisionConfig c = write_tiny_tower(path);
   const SafeTensors f = SafeTensors::open(path);
-  const QwenVisionModel m(f, c, Precision::f64);
+  const Qwen3VlVisionModel m(f, c, Precision::f64);
   // Rows of a 1 x 4 x 4 grid in order: (row, col) of each patch, written out by hand.
   const int64_t order[16][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3},
                                 {2, 0}, {2, 1}, {3, 0}, {3, 1}, {2, 2}, {2, 3}, {3, 2}, {3, 3}};
@@ -227,7 +227,7 @@ TEST(QwenVision, PositionAndRotaryTablesFollowTheMergeOrder) {
       EXPECT_EQ(pos.data<double>()[row * h + j], table.data<double>()[trow * h + j]) << row << " " << j;
 }
 
-TEST(QwenVision, GeluValues) {
+TEST(Qwen3VlVision, GeluValues) {
   Tensor x = Tensor::from(std::vector<double>{0.0, 1.0, -0.5}, {3});
   const Tensor t = ops::gelu_tanh(x), e = ops::gelu_erf(x);
   EXPECT_EQ(t.data<double>()[0], 0.0);
@@ -238,7 +238,7 @@ TEST(QwenVision, GeluValues) {
   EXPECT_NEAR(t32.data<float>()[1], 0.84119199f, 1e-6f);
 }
 
-TEST(QwenVlPreprocess, SmartResizeHandCases) {
+TEST(Qwen3VlPreprocess, SmartResizeHandCases) {
   EXPECT_EQ(smart_resize(768, 1344, 32, 65536, 16777216), (std::pair<int64_t, int64_t>{768, 1344}));
   EXPECT_EQ(smart_resize(45, 83, 32, 2048, 8192), (std::pair<int64_t, int64_t>{32, 96}));
   EXPECT_EQ(smart_resize(20, 30, 32, 65536, 16777216), (std::pair<int64_t, int64_t>{224, 320}));
@@ -247,7 +247,7 @@ TEST(QwenVlPreprocess, SmartResizeHandCases) {
   EXPECT_THROW(smart_resize(8, 300, 32, 65536, 16777216), Error);
 }
 
-TEST(QwenVlPreprocess, PatchOrderHandCase) {
+TEST(Qwen3VlPreprocess, PatchOrderHandCase) {
   VlPreprocessConfig c;
   c.patch = 2;
   // One 4 x 8 frame, value 100 c + 10 y + x: grid (1, 2, 4), merged blocks (0,0) and (0,1).
@@ -265,7 +265,7 @@ TEST(QwenVlPreprocess, PatchOrderHandCase) {
   EXPECT_EQ(p[7 * 24 + 23], 237.0);  // row 7 = patch (1, 3); last column: c 2, dt 1, y 1, x 1 -> pixel (3, 7)
 }
 
-TEST(QwenVlPreprocess, ResizeHandCases) {
+TEST(Qwen3VlPreprocess, ResizeHandCases) {
   Tensor two(DType::u8, {1, 2, 1});
   two.data<uint8_t>()[0] = 10;
   two.data<uint8_t>()[1] = 20;
@@ -277,7 +277,7 @@ TEST(QwenVlPreprocess, ResizeHandCases) {
   for (auto v : r.span<uint8_t>()) EXPECT_EQ(v, 77);
 }
 
-TEST(QwenVlPreprocess, VideoSamplingAndTimestamps) {
+TEST(Qwen3VlPreprocess, VideoSamplingAndTimestamps) {
   const std::vector<int64_t> idx = sample_frame_indices(50, 24.0);
   EXPECT_EQ(idx, (std::vector<int64_t>{0, 12, 24, 36, 48}));
   const std::vector<double> ts = temporal_patch_timestamps(idx, 24.0, 2);
@@ -287,7 +287,7 @@ TEST(QwenVlPreprocess, VideoSamplingAndTimestamps) {
   EXPECT_EQ(timestamp_text(ts[2]), "<2.0 seconds>");
 }
 
-TEST(QwenVlPreprocess, RopeIndexHandCase) {
+TEST(Qwen3VlPreprocess, RopeIndexHandCase) {
   VisionTokenIds tok;
   tok.vision_start = 90;
   tok.vision_end = 91;
@@ -306,7 +306,7 @@ TEST(QwenVlPreprocess, RopeIndexHandCase) {
   EXPECT_THROW(qwen3vl_rope_index(ids, {}, {{1, 2, 4}}, 2, tok), Error);
 }
 
-TEST(QwenVlPreprocess, H3PromptText) {
+TEST(Qwen3VlPreprocess, H3PromptText) {
   PromptMedia img{PromptMedia::Kind::image, {1, 4, 4}, false, {}};
   PromptMedia aud{PromptMedia::Kind::audio, {}, false, {}};
   PromptMedia vid{PromptMedia::Kind::video, {2, 2, 2}, true, {0.25, 1.0}};
@@ -321,9 +321,9 @@ TEST(QwenVlPreprocess, H3PromptText) {
 TEST(Qwen3Vl, PrepareOrdersVisionRows) {
   test::ScratchDir dir;
   const std::string path = (dir / "tower.safetensors").string();
-  const QwenVisionConfig c = write_tiny_tower(path);
+  const Qwen3VlVisionConfig c = write_tiny_tower(path);
   const SafeTensors f = SafeTensors::open(path);
-  const QwenVisionModel m(f, c, Precision::f64);
+  const Qwen3VlVisionModel m(f, c, Precision::f64);
   VisionTokenIds tok{90, 91, 92, 93};
   Qwen3VlInputs in;
   // video frame (1 token) first, then the image (2 tokens), then the second video frame

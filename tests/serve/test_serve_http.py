@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""h3 serve's HTTP front under abuse (fake runner, 1 rank; docs/api.md "Limits" and "Security"):
+  - /health answers within 1 s while 500 idle and slow (one header byte at a time) connections are open;
+  - --max-body holds for chunked bodies; header count and size are limited;
+  - Host check (DNS rebinding), cross-site Origin refused, non-JSON bodies refused, no CORS headers;
+  - Range requests per RFC 9110 (416, several ranges ignored, no wrapped lengths);
+  - a second server on the same port fails to bind; the API key from a file or the environment (not in ps).
+usage: test_serve_http.py H3_BINARY"""
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+from serve_common import Server, check, log, main_wrapper
+
+GOOD = {"prompt": "a lighthouse at dusk", "seconds": 5, "steps": 3}
+
+
+def raw(port, data, timeout=10, read=4096):
+    """Sends raw bytes and returns what comes back before the server closes or `timeout`."""
+    k = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        k.sendall(data)
+        out = b""
+        while len(out) < read:
+            try:
+                b = k.recv(read)
+            except (socket.timeout, ConnectionResetError):
+                break
+            if not b:
+                break
+            out += b
+        return out
+    finally:
+        k.close()
+
+
+def status_of(resp):
+    try:
+        return int(resp.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def health_latency(s, n=5):
+    worst = 0.0
+    for _ in range(n):
+        t = time.time()
+        st, _, _ = s.request("GET", "/health", timeout=10)
+        worst = max(worst, time.time() - t)
+        if st != 200:
+            raise AssertionError("/health answered %s under load" % st)
+        time.sleep(0.05)
+    return worst
+
+
+def abusive_clients(s, n_idle=250, n_slow=250, seconds=12):
+    log("abuse: %d idle + %d slow connections" % (n_idle, n_slow))
+    socks = []
+    for i in range(n_idle + n_slow):
+        k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        if i >= n_idle:
+            k.sendall(b"GET /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        socks.append(k)
+    stop = threading.Event()
+
+    def drip():  # slowloris: one more header byte per socket every second
+        while not stop.is_set():
+            for k in socks[n_idle:]:
+                try:
+                    k.sendall(b"X")
+                except OSError:
+                    pass
+            stop.wait(1.0)
+
+    t = threading.Thread(target=drip)
+    t.start()
+    try:
+        time.sleep(1.0)
+        lat = []
+        t_end = time.time() + seconds
+        while time.time() < t_end:
+            lat.append(health_latency(s, 1))
+            time.sleep(0.5)
+        worst = max(lat)
+        log("  /health latency under %d abusive connections: median %.1f ms, worst %.1f ms (%d probes)"
+            % (len(socks), 1000 * sorted(lat)[len(lat) // 2], 1000 * worst, len(lat)))
+        check(worst < 1.0, "/health answers within 1 s under %d idle/slow connections (worst %.3f s)"
+              % (len(socks), worst))
+        st, j = s.json("POST", "/v1/videos", GOOD)
+        check(st == 202, "a job is still accepted under the same load")
+    finally:
+        stop.set()
+        t.join()
+        for k in socks:
+            k.close()
+
+
+def limits(s, max_body):
+    log("limits: bodies and headers")
+    # Chunked body past --max-body: 413 or a closed connection, never accepted.
+    big = b"x" * 8192
+    req = (b"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"%x\r\n%s\r\n" % (len(big), big)
+    n = max_body // len(big) + 4
+    resp = raw(s.port, req + chunk * n + b"0\r\n\r\n")
+    check(status_of(resp) in (413, None) and b"HTTP/1.1 2" not in resp,
+          "a chunked body of %d bytes past --max-body %d: %s" % (n * len(big), max_body, resp[:40]))
+    # Endless chunked body: the server stops reading (closes) instead of buffering it.
+    k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    k.sendall(req)
+    sent = 0
+    try:
+        while sent < 64 * max_body:
+            k.sendall(chunk)
+            sent += len(chunk)
+    except OSError:
+        pass
+    k.close()
+    check(sent < 64 * max_body, "an endless chunked body is cut off after %d bytes" % sent)
+    # Declared length far past the limit: 413 before any body byte.
+    far = 4 * max_body + (1 << 20) + 1
+    resp = raw(s.port, b"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % far)
+    check(status_of(resp) == 413, "Content-Length far past --max-body: 413 at once")
+    # Just past it: the body is read and dropped, then 413 (a client that sends before it reads gets the answer).
+    resp = raw(s.port, b"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % (max_body + 1) + b"x" * (max_body + 1))
+    check(status_of(resp) == 413, "Content-Length just past --max-body, body sent: 413")
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
+    resp = raw(s.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + many + b"\r\n")
+    check(status_of(resp) == 431, "200 header fields: 431 (%s)" % resp[:30])
+    resp = raw(s.port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")
+    check(status_of(resp) in (431, 413, 400), "40 KB of headers refused (%s)" % resp[:30])
+    resp = raw(s.port, b"GET /" + b"a" * 40000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    check(status_of(resp) in (414, 431, 400), "a 40 KB URL refused (%s)" % resp[:30])
+    st, _, _ = s.request("GET", "/health")
+    check(st == 200, "the server is fine afterwards")
+
+
+def security(s):
+    log("security: Host, Origin, content types, CORS")
+    for host in ["evil.example:%d" % s.port, "localhost.evil.example", "127.0.0.1.nip.io"]:
+        st, h, p = s.request("GET", "/v1/videos", headers={"Host": host})
+        check(st == 421 and b"host_not_allowed" in p, "Host %s: 421" % host)
+        st, h, p = s.request("POST", "/v1/videos", GOOD, headers={"Host": host})
+        check(st == 421, "POST with Host %s: 421" % host)
+    for host in ["localhost:%d" % s.port, "127.0.0.1:%d" % s.port, "[::1]:%d" % s.port]:
+        st, _, _ = s.request("GET", "/v1/videos", headers={"Host": host})
+        check(st == 200, "Host %s is served" % host)
+    base = "http://127.0.0.1:%d" % s.port
+    for origin in ["https://evil.example", "null", "http://127.0.0.1:1"]:
+        st, h, p = s.request("POST", "/v1/videos", GOOD, headers={"Origin": origin})
+        check(st == 403 and b"cross_origin" in p, "POST from Origin %s: 403" % origin)
+    st, h, p = s.request("POST", "/v1/videos", GOOD, headers={"Sec-Fetch-Site": "cross-site"})
+    check(st == 403, "POST with Sec-Fetch-Site: cross-site: 403")
+    st, h, p = s.request("POST", "/v1/videos", GOOD, headers={"Origin": base})
+    check(st == 202, "POST from the server's own origin (its page) is accepted")
+    jid = json.loads(p)["id"]
+    st, _, _ = s.request("DELETE", "/v1/videos/" + jid, headers={"Origin": "https://evil.example"})
+    check(st == 403, "DELETE from another origin: 403")
+    body = json.dumps(GOOD).encode()
+    for ctype in ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None]:
+        h = {"Content-Type": ctype} if ctype else {"Content-Type": ""}
+        st, _, p = s.request("POST", "/v1/videos", raw=body, headers=h)
+        check(st == 415, "POST with Content-Type %r: 415" % ctype)
+    st, _, _ = s.request("POST", "/v1/videos", raw=body, headers={"Content-Type": "application/json; charset=utf-8"})
+    check(st == 202, "application/json with a charset is accepted")
+    for method, path, extra in [("OPTIONS", "/v1/videos", {"Origin": "https://evil.example",
+                                                           "Access-Control-Request-Method": "POST"}),
+                                ("GET", "/v1/videos", {"Origin": "https://evil.example"}),
+                                ("GET", "/health", {"Origin": "https://evil.example"})]:
+        st, h, p = s.request(method, path, headers=extra)
+        lower = {k.lower(): v for k, v in h.items()}
+        check(not any(k.startswith("access-control-") for k in lower),
+              "%s %s with a foreign Origin: no CORS header (%d)" % (method, path, st))
+        if method == "GET":
+            check(lower.get("cross-origin-resource-policy") == "same-origin", "CORP same-origin on %s" % path)
+
+
+def ranges(s):
+    log("ranges (RFC 9110)")
+    st, j = s.json("POST", "/v1/videos", dict(GOOD, steps=2))
+    jid = j["id"]
+    j = s.wait_job(jid, timeout=60)
+    check(j["status"] == "completed", "a job completes")
+    st, h, full = s.request("GET", "/v1/videos/%s/content" % jid)
+    n = len(full)
+    check(st == 200 and n == j["bytes"], "whole file: %d bytes" % n)
+    cases = [("bytes=4-7", 206, full[4:8], "bytes 4-7/%d" % n), ("bytes=-4", 206, full[-4:], None),
+             ("bytes=%d-" % (n - 2), 206, full[-2:], None), ("bytes=0-99999999", 206, full, None),
+             ("bytes=%d-" % n, 416, None, "bytes */%d" % n), ("bytes=-0", 416, None, None),
+             ("bytes=18446744073709551617-", 416, None, None), ("bytes=0-18446744073709551617", 206, full, None),
+             ("bytes=0-1,4-5", 200, full, None), ("bytes=7-4", 200, full, None), ("lines=1-2", 200, full, None),
+             ("bytes=%d-,%d-" % (n, n + 5), 416, None, None)]
+    for rng, want, body, crange in cases:
+        st, h, p = s.request("GET", "/v1/videos/%s/content" % jid, headers={"Range": rng})
+        ok = st == want and (body is None or p == body) and (crange is None or h.get("Content-Range") == crange)
+        if want == 416:
+            ok = ok and h.get("Content-Range") == "bytes */%d" % n and "error" in json.loads(p)
+        check(ok, "Range %s -> %d (got %d, %d bytes, Content-Range %s)" % (rng, want, st, len(p),
+                                                                           h.get("Content-Range")))
+    return jid
+
+
+def second_server(h3, s):
+    log("a second server on the same port")
+    store = tempfile.mkdtemp(prefix="h3serve-test2-")
+    p = subprocess.run([h3, "serve", "--store", store, "--port", str(s.port), "--runner", "fake"],
+                       capture_output=True, timeout=60)
+    err = p.stderr.decode(errors="replace")
+    check(p.returncode != 0 and "cannot listen" in err, "the second server fails to bind: %s" % err.strip()[-160:])
+    st, _, _ = s.request("GET", "/health")
+    check(st == 200, "the first server still answers")
+
+
+def key_sources(h3):
+    log("the API key from a file and from the environment")
+    d = tempfile.mkdtemp(prefix="h3serve-key-")
+    kf = os.path.join(d, "key")
+    with open(kf, "w") as f:
+        f.write("filekey123\n")
+    s = Server(h3, args=["--runner", "fake", "--fake-load-ms", "0", "--api-key-file", kf]).start()
+    try:
+        s.api_key = "filekey123"
+        st, _ = s.json("GET", "/v1/videos")
+        check(st == 200, "the key read from --api-key-file is accepted")
+        st, _, _ = s.request("GET", "/v1/videos", headers={"Authorization": "Bearer wrong"})
+        check(st == 401, "another key is refused")
+        with open("/proc/%d/cmdline" % s.proc.pid, "rb") as f:
+            check(b"filekey123" not in f.read(), "the key is not on the server's command line")
+    finally:
+        s.cleanup()
+    s = Server(h3, args=["--runner", "fake", "--fake-load-ms", "0"], env={"H3_API_KEY": "envkey456"}).start()
+    try:
+        s.api_key = "envkey456"
+        st, _ = s.json("GET", "/v1/videos")
+        check(st == 200, "the key from H3_API_KEY is accepted")
+        st, _, _ = s.request("GET", "/v1/videos", headers={"Authorization": "Bearer x"})
+        check(st == 401, "and required")
+    finally:
+        s.cleanup()
+
+
+def run(h3):
+    max_body = 65536
+    s = Server(h3, args=["--runner", "fake", "--fake-step-ms", "20", "--fake-load-ms", "0",
+                         "--max-body", str(max_body)]).start()
+    try:
+        security(s)
+        limits(s, max_body)
+        ranges(s)
+        abusive_clients(s)
+        second_server(h3, s)
+        st, _, _ = s.request("GET", "/health")
+        check(st == 200 and s.proc.poll() is None, "server alive after everything")
+    except Exception:
+        s.dump_log()
+        raise
+    finally:
+        s.cleanup()
+    key_sources(h3)
+
+
+if __name__ == "__main__":
+    main_wrapper(run)
