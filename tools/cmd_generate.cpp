@@ -199,7 +199,7 @@ Runner add_generate(CLI::App& app) {
 
     GenerateOptions go;
     go.precision = precision_from_name(o->precision);
-    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, ""};
+    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, "", g_transport};
     go.encoder_ranks = o->encoder_ranks;
     go.write_latents = o->latents;
     go.vae_device = g_device == "cuda" ? Device::cuda : Device::cpu;

@@ -65,7 +65,7 @@ for s in "$@"; do
           --mode "$1" --ranks "$3" --precision "$2"
       done ;;
     vae)
-      TAIL=12 step vae-tests 240 build-gpu/bin/h3_tests --gtest_filter='CudaVae*:CudaOps.ElementwiseMatchCpu'
+      TAIL=12 step vae-tests 240 build-gpu/bin/h3_tests --gtest_filter='CudaVae*:CudaBackendOps*'
       for p in f32 bf16; do TAIL=8 step "vae-verify-$p" 120 "$h3" --device cuda verify "$g/video-vae-mini.safetensors" --precision "$p"; done
       TAIL=4 step vae-parity-bf16-n3 120 "$h3" --device cuda vae-parity "$g/video-vae-mini.safetensors" --precision bf16 --ranks 3 ;;
     parity)

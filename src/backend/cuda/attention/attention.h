@@ -2,7 +2,7 @@
 //   bf16: our wgmma kernel (backend/cuda/attention/wgmma.h: head_dim 128 on sm_90a), else cuDNN's fused SDPA where
 //         the build has cuDNN and it accepts the shape (other head dims, other GPUs, the VAE's stacked units), else
 //         the plain kernel;
-//   f32:  the plain kernel (kernels.h: attention_simple; cuDNN's SDPA takes no f32);
+//   f32:  the plain kernel (attention/simple.h: attention_simple; cuDNN's SDPA takes no f32);
 //   fp8:  our FP8 wgmma kernel; where it cannot run, the caller runs the bf16 attention of the dequantized values.
 // q [nq, heads*d], k/v [nk, heads*d], softmax scale 1/sqrt(d).
 #pragma once
