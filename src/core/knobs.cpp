@@ -114,7 +114,8 @@ bool g_debug_fault_set = false;
 
 struct State {
   Knobs knobs;
-  std::vector<std::string> set;  // "name=value (source)" of every knob given a value, secrets masked
+  std::vector<std::string> set;       // "name=value (source)" of every knob given a value, secrets masked
+  std::vector<std::string> flag_env;  // "VARIABLE=value" of every knob given by a flag
 };
 
 State parse(const std::map<std::string, std::string>& overrides) {
@@ -131,7 +132,9 @@ State parse(const std::map<std::string, std::string>& overrides) {
     if (const char* e = std::getenv(row.info.env); e && *e) value = e, from = row.info.env;
     if (auto it = overrides.find(row.info.name); it != overrides.end()) value = it->second, from = row.info.flag;
     if (from.empty()) continue;
-    row.set(k, value, Source{row.info, from == row.info.flag && *row.info.flag});
+    const bool from_flag = from == row.info.flag && *row.info.flag;
+    row.set(k, value, Source{row.info, from_flag});
+    if (from_flag) st.flag_env.push_back(std::string(row.info.env) + "=" + value);
     if (value != row.info.def)
       st.set.push_back(fmt::format("{}={} ({})", row.info.name, row.info.secret ? "***" : value, from));
   }
@@ -170,6 +173,10 @@ std::string knobs_summary() {
   std::string s;
   for (const std::string& e : current().set) s += (s.empty() ? "" : ", ") + e;
   return s.empty() ? "defaults" : s;
+}
+
+std::vector<std::string> knob_flag_environment() {
+  return current().flag_env;
 }
 
 Numerics numerics_from_knobs(bool deterministic) {

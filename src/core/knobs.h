@@ -53,6 +53,9 @@ void load_knobs(const std::map<std::string, std::string>& overrides = {});
 // "threads=4 (--threads), cpu_gemm=openblas (H3_CPU_GEMM)": the knobs set away from their defaults, secrets
 // masked; "defaults" when none is.
 std::string knobs_summary();
+// The knobs given by a command-line flag, as the variables that carry them ("H3_GEMM_TUNE=0"): for the processes
+// this one starts (h3 serve's workers), which read the environment.
+std::vector<std::string> knob_flag_environment();
 // The numerics the knobs select, with `deterministic` from the command line.
 Numerics numerics_from_knobs(bool deterministic);
 

@@ -273,13 +273,23 @@ bool Supervisor::launch_group() {
     }
   args.insert(args.end(), worker.begin(), worker.end());
 
+  // The knobs this process was given by flag reach the workers as their variables (they read the environment).
+  const std::vector<std::string> flag_env = knob_flag_environment();
+  auto given_by_flag = [&](const std::string& kv) {
+    for (const std::string& f : flag_env)
+      if (kv.compare(0, f.find('=') + 1, f, 0, f.find('=') + 1) == 0) return true;
+    return false;
+  };
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
-    if (kv.rfind("H3_SERVE_TOKEN=", 0) == 0 || kv.rfind("H3_DEBUG_FAULT=", 0) == 0 || kv.rfind("H3_THREADS=", 0) == 0)
+    if (kv.rfind("H3_SERVE_TOKEN=", 0) == 0 || kv.rfind("H3_DEBUG_FAULT=", 0) == 0 || kv.rfind("H3_THREADS=", 0) == 0 ||
+        given_by_flag(kv))
       continue;
     env.push_back(kv);
   }
+  for (const std::string& f : flag_env)
+    if (f.rfind("H3_THREADS=", 0) != 0) env.push_back(f);
   env.push_back("H3_SERVE_TOKEN=" + token);
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
