@@ -2,11 +2,11 @@
 """Checks that the README and docs/ do not drift from the tree on what a program can read in them.
 
   - every repository path they name exists: tokens in `code spans` and fenced code blocks that start with a
-    top-level folder of the repository (src/, tools/, tests/, bench/, scripts/, docs/, .ci/) or name one of its
-    top-level files, `{a,b}` alternatives, `*` and `<placeholder>` parts matching at least one file; a code span
-    that is a bare file name (`quant.h`, a results file) must exist beside the document or somewhere in the tree;
-    relative markdown links must resolve; a path under ../shared/<folder> is checked when that folder is beside
-    the checkout (said loudly when not);
+    top-level folder of the repository (src/, tools/, tests/, bench/, scripts/, docs/, examples/, .ci/) or name
+    one of its top-level files, `{a,b}` alternatives, `*` and `<placeholder>` parts matching at least one file;
+    a code span that is a bare file name (`quant.h`, a results file) must exist beside the document or somewhere
+    in the tree; relative markdown links must resolve; a path under ../shared/<folder> is checked when that
+    folder is beside the checkout (said loudly when not);
   - every `h3 <command>` they show is a real subcommand of the built h3 (`h3 --help` lists them; a hidden one
     must answer `h3 <command> --help`), after the global options `h3 --help` lists.
 
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT_DIRS = ("src/", "tools/", "tests/", "bench/", "scripts/", "docs/", ".ci/")
+ROOT_DIRS = ("src/", "tools/", "tests/", "bench/", "scripts/", "docs/", "examples/", ".ci/")
 ROOT_FILES = ("README.md", "CMakeLists.txt", ".clang-format")
 SHARED = "../shared/"
 NOT_CHECKED = ("docs/notes.md",)  # the diary: paths and commands as they were when written

@@ -12,6 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+extern "C" {
+#include <libavcodec/avcodec.h>
+}
+
 #include "cli_run.h"
 #include "error_of.h"
 #include "golden.h"
@@ -75,6 +79,43 @@ std::string write_mp4(const fs::path& path, int64_t frames, int64_t h, int64_t w
   return path.string();
 }
 
+// A baseline JPEG of test_picture(1, h, w) from libavcodec's mjpeg encoder (one packet is one whole JFIF file).
+std::string jpeg_bytes(int64_t h, int64_t w) {
+  const AVCodec* codec = avcodec_find_encoder(AV_CODEC_ID_MJPEG);
+  if (!codec) return "";
+  AVCodecContext* ctx = avcodec_alloc_context3(codec);
+  ctx->width = static_cast<int>(w);
+  ctx->height = static_cast<int>(h);
+  ctx->pix_fmt = AV_PIX_FMT_YUVJ420P;
+  ctx->time_base = AVRational{1, 24};
+  AVFrame* f = av_frame_alloc();
+  AVPacket* pkt = av_packet_alloc();
+  std::string out;
+  if (avcodec_open2(ctx, codec, nullptr) >= 0) {
+    f->format = ctx->pix_fmt;
+    f->width = ctx->width;
+    f->height = ctx->height;
+    av_frame_get_buffer(f, 0);
+    const Tensor pic = test_picture(1, h, w);
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x = 0; x < w; ++x) {  // full-range BT.601 luma; flat chroma is enough for a test picture
+        const double r = pic.get((0 * h + y) * w + x), g = pic.get((1 * h + y) * w + x),
+                     b = pic.get((2 * h + y) * w + x);
+        f->data[0][y * f->linesize[0] + x] =
+            static_cast<uint8_t>(std::lround(255 * (0.299 * r + 0.587 * g + 0.114 * b)));
+        f->data[1][(y / 2) * f->linesize[1] + x / 2] = 128;
+        f->data[2][(y / 2) * f->linesize[2] + x / 2] = 128;
+      }
+    if (avcodec_send_frame(ctx, f) >= 0 && avcodec_send_frame(ctx, nullptr) >= 0 &&
+        avcodec_receive_packet(ctx, pkt) >= 0)
+      out.assign(reinterpret_cast<const char*>(pkt->data), static_cast<size_t>(pkt->size));
+  }
+  av_packet_free(&pkt);
+  av_frame_free(&f);
+  avcodec_free_context(&ctx);
+  return out;
+}
+
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   double m = 0;
   for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.get(i) - b.get(i)));
@@ -104,6 +145,41 @@ TEST(MediaRead, PictureRoundTripsAndCoverCropsTheCentre) {
   const Tensor st = h3::read_picture(png, 40, 24, h3::FitMode::stretch);
   EXPECT_NEAR(st.get(0 * 24 * 40 + 10 * 40 + 0), 0.0, 0.03);
   EXPECT_NEAR(st.get(0 * 24 * 40 + 10 * 40 + 39), 1.0, 0.03);
+}
+
+// A truncated JPEG as a keyframe is an error naming the file and the damage, on every path that reads it (the
+// scan every request and upload goes through, the pixels, `h3 generate --first`), never a silently grey frame.
+TEST(MediaRead, TruncatedJpegKeyframeIsRefused) {
+  h3::test::ScratchDir dir;
+  const std::string whole = jpeg_bytes(48, 80);
+  ASSERT_GT(whole.size(), 200u) << "this libavcodec has no mjpeg encoder";
+  ASSERT_EQ(whole.substr(0, 2), "\xFF\xD8");
+  const std::string good = (dir.path() / "good.jpg").string();
+  std::ofstream(good, std::ios::binary) << whole;
+  const h3::MediaInfo info = h3::scan_media(good);
+  EXPECT_TRUE(info.has_video && info.still);
+  EXPECT_EQ(info.width, 80);
+  EXPECT_EQ(info.height, 48);
+  EXPECT_TRUE(info.warnings.empty());
+  EXPECT_EQ(h3::read_picture(good, 80, 48, h3::FitMode::stretch).shape(), (Shape{3, 48, 80}));
+  for (const double keep : {0.5, 0.8, 0.95}) {
+    SCOPED_TRACE(keep);
+    const std::string cut = (dir.path() / "cut.jpg").string();
+    std::ofstream(cut, std::ios::binary | std::ios::trunc)
+        << whole.substr(0, static_cast<size_t>(keep * static_cast<double>(whole.size())));
+    for (const std::string& e : {error_of([&] { h3::scan_media(cut); }),
+                                 error_of([&] { h3::read_picture(cut, 80, 48, h3::FitMode::stretch); })}) {
+      EXPECT_NE(e.find("cut.jpg"), std::string::npos) << e;
+      EXPECT_NE(e.find("damaged"), std::string::npos) << e;
+    }
+    const std::string out = (dir.path() / "cut.mp4").string();
+    const h3::test::CliResult r =
+        h3::test::run_h3("generate --prompt x --width 128 --height 64 --first " + cut + " -o " + out);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("damaged"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("dit "), std::string::npos) << "refused before any model loads:\n" << r.out;
+    EXPECT_FALSE(fs::exists(out));
+  }
 }
 
 TEST(MediaRead, VideoIsHeldTo24FpsAndCarriesItsSoundtrack) {
@@ -148,6 +224,38 @@ TEST(MediaRead, AudioIsResampledAndMonoDuplicated) {
   EXPECT_EQ(diff, 0.0) << "mono goes to both channels unchanged";
   EXPECT_NEAR(std::sqrt(rms / 30000), 0.5 / std::sqrt(2.0), 0.02);
   EXPECT_EQ(h3::read_audio(wav, 32000, 777).dim(1), 777);
+}
+
+// Audio of any channel count the limits allow is read, also in no layout libswresample names (a WAV of 9 or 25..64
+// channels): the even-numbered channels averaged to the left, the odd-numbered ones to the right.
+TEST(MediaRead, ManyChannelsInNoNamedLayoutAreMixedToStereo) {
+  h3::test::ScratchDir dir;
+  for (const int channels : {9, 25, 64}) {
+    SCOPED_TRACE(channels);
+    const int rate = 32000, frames = 3200;
+    std::string pcm;
+    for (int t = 0; t < frames; ++t)
+      for (int c = 0; c < channels; ++c) {
+        const int16_t v = static_cast<int16_t>(400 * (c + 1));  // channel c holds 400 (c + 1) throughout
+        pcm.append(reinterpret_cast<const char*>(&v), 2);
+      }
+    auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+    auto u16 = [](uint16_t v) { return std::string(reinterpret_cast<const char*>(&v), 2); };
+    const std::string wav = (dir / ("c" + std::to_string(channels) + ".wav")).string();
+    std::ofstream(wav, std::ios::binary) << "RIFF" << u32(static_cast<uint32_t>(36 + pcm.size())) << "WAVEfmt "
+                                         << u32(16) << u16(1) << u16(static_cast<uint16_t>(channels)) << u32(rate)
+                                         << u32(static_cast<uint32_t>(rate * 2 * channels))
+                                         << u16(static_cast<uint16_t>(2 * channels)) << u16(16) << "data"
+                                         << u32(static_cast<uint32_t>(pcm.size())) << pcm;
+    const Tensor a = h3::read_audio(wav, rate, 0);
+    ASSERT_EQ(a.dim(0), 2);
+    ASSERT_EQ(a.dim(1), frames);
+    double left = 0, right = 0;  // the expected means, as fractions of full scale
+    for (int c = 0; c < channels; c += 2) left += 400.0 * (c + 1) / 32768 / ((channels + 1) / 2);
+    for (int c = 1; c < channels; c += 2) right += 400.0 * (c + 1) / 32768 / (channels / 2);
+    EXPECT_NEAR(a.get(frames / 2), left, 1e-3);
+    EXPECT_NEAR(a.get(frames + frames / 2), right, 1e-3);
+  }
 }
 
 TEST(MediaRead, ErrorsNameTheFileAndWhatToDo) {
@@ -395,7 +503,7 @@ TEST(ConditionCli, Fl2vaOneTwoAndThreeRanksWriteTheSameLatents) {
   const std::string first = write_png(dir.path(), "first", 64, 128);
   const std::string last = write_png(dir.path(), "last", 80, 80, 2.f);
   expect_same_latents_on_1_2_3_ranks(dir.path(), "--first " + first + " --last " + last,
-                                     "(vision rows 136 in 2 blocks)");
+                                     "(vision rows 144 in 2 blocks)");
   // The condition rows matter: another last keyframe changes the result.
   const std::string other = write_png(dir.path(), "other", 80, 80, 0.f);
   const auto a = run_h3(
@@ -409,9 +517,11 @@ TEST(ConditionCli, Fl2vaOneTwoAndThreeRanksWriteTheSameLatents) {
   ASSERT_EQ(a.status, 0) << a.out;
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_NE(slurp(dir / "a.latents.safetensors"), slurp(dir / "b.latents.safetensors"));
-  // The keyframes are in the prompt: 64x128 -> 72 and 80x80 -> 64 vision rows (smart_resize to at least
-  // 65,536 pixels, 32-pixel merged tokens), and nothing warns about missing vision rows.
-  EXPECT_NE(a.out.find("(vision rows 136 in 2 blocks)"), std::string::npos) << a.out;
+  // The keyframes are in the prompt as the processor sees them on the 128x64 canvas (the reference's pipeline puts
+  // them there first): smart_resize lifts 128x64 to the 65,536-pixel minimum, beta = sqrt(65536 / 8192), sides
+  // ceil(64 * beta / 32) * 32 = 192 and ceil(128 * beta / 32) * 32 = 384, 12 x 24 patches = 72 rows each (the files'
+  // own sizes gave 72 and 64); nothing warns about missing vision rows.
+  EXPECT_NE(a.out.find("(vision rows 144 in 2 blocks)"), std::string::npos) << a.out;
   EXPECT_EQ(a.out.find("warning:"), std::string::npos) << a.out;
 }
 

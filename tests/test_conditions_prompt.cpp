@@ -74,21 +74,14 @@ MiniConditioner& mini() {
   return m;
 }
 
-int64_t tokens_of(const h3::GridThw& g) {
-  return g[0] * g[1] * g[2] / 4;
-}
-
-h3::GridThw image_grid(int64_t h, int64_t w) {
-  const auto [rh, rw] = h3::smart_resize(h, w, 32, 65536, 16777216);
-  return {1, rh / 16, rw / 16};
-}
-
 }  // namespace
 
 TEST(ConditionPrompt, KeyframesBecomeLabelledVisionBlocksWithTheirRowsAndPositions) {
   h3::test::ScratchDir dir;
   h3::GenerateRequest q;
   q.prompt = "a harbour";
+  q.width = 384;
+  q.height = 256;
   q.first_image = png(dir.path(), "first", 64, 128);
   q.last_image = png(dir.path(), "last", 80, 80, 1.f);
   const h3::ResolvedRequest r = h3::resolve(q);
@@ -96,9 +89,10 @@ TEST(ConditionPrompt, KeyframesBecomeLabelledVisionBlocksWithTheirRowsAndPositio
   const h3::PromptInputs in = h3::prepare_prompt(r, m.tok, &m.vision);
 
   // Text: labels, one block per keyframe (first, then last) with the processor's token counts, then the
-  // prompt.
-  const int64_t n1 = tokens_of(image_grid(64, 128)), n2 = tokens_of(image_grid(80, 80));
-  EXPECT_EQ(n1, 6 * 12);  // 64x128 -> smart_resize 192x384 (min 65,536 pixels) -> 12x24 patches / 4
+  // prompt. Both keyframes go to the processor on the 384x256 canvas (the reference's MiniMaxH3ResizeStep runs
+  // first), which smart_resize keeps (multiples of 32, >= 65,536 pixels): 16x24 patches / 4 = 96 tokens each. (The
+  // files' own sizes would give 72 and 64.)
+  const int64_t n1 = 96, n2 = 96;
   const auto block = [](int64_t n) {
     std::string s = "<|vision_start|>";
     for (int64_t i = 0; i < n; ++i) s += "<|image_pad|>";
@@ -120,7 +114,7 @@ TEST(ConditionPrompt, KeyframesBecomeLabelledVisionBlocksWithTheirRowsAndPositio
   ASSERT_EQ(in.extras.deepstack.size(), 3u) << "DeepStack into LM layers 0, 1, 2";
 
   // mRoPE: text counts on every axis; the first block starts at 14 with (t, row, col); text resumes after the
-  // block's larger side (6 x 12 merged tokens -> +12).
+  // block's larger side (8 x 12 merged tokens -> +12).
   ASSERT_EQ(static_cast<int64_t>(in.positions.size()), 3 * N);
   const int64_t p0 = label + 1;
   EXPECT_EQ(in.positions[p0], p0);
@@ -154,15 +148,49 @@ TEST(ConditionPrompt, KeyframesBecomeLabelledVisionBlocksWithTheirRowsAndPositio
   EXPECT_FALSE(std::equal(pa + (N - 1) * 64, pa + N * 64, pb + (N - 1) * 64)) << "the last row sees the picture";
 }
 
+// Issue 24: a 4000x3000 JPEG as --first ran the vision tower at the file's size (12 MP); the reference's pipeline
+// puts the keyframe on the canvas first and the processor sees that. The canvas depends on the keyframe's aspect
+// only (resolve_canvas_size), so a 2000x1500 file stands for the 4000x3000 one:
+//   4:3   short edge 768 -> 1024 x 768 (786,432 pixels, under the 768 x 1344 cap) -> smart_resize keeps it ->
+//         48 x 64 patches -> 768 tokens (the file's own size would give 47 x 62 merged = 2,914);
+//   16:9  1365.3 x 768 is over the cap, scaled by sqrt(1,032,192 / 1,048,576) to 1354.6 x 762.0 -> 1344 x 768 ->
+//         48 x 84 patches -> 1,008 tokens (h3-model-spec 5: "1344x768 keyframe -> 42x24 = 1008 tokens"; a 1280x720
+//         file's own size would give 880).
+TEST(ConditionPrompt, KeyframesReachTheProcessorOnTheCanvas) {
+  h3::test::ScratchDir dir;
+  struct Case {
+    int64_t file_h, file_w, canvas_w, canvas_h, tokens;
+  };
+  for (const Case& c : {Case{1500, 2000, 1024, 768, 768}, Case{720, 1280, 1344, 768, 1008}}) {
+    SCOPED_TRACE(testing::Message() << c.file_w << "x" << c.file_h);
+    h3::GenerateRequest q;
+    q.prompt = "p";
+    q.first_image = png(dir.path(), "kf" + std::to_string(c.file_w), c.file_h, c.file_w);
+    const h3::ResolvedRequest r = h3::resolve(q);
+    EXPECT_EQ(r.width, c.canvas_w);
+    EXPECT_EQ(r.height, c.canvas_h);
+    MiniConditioner& m = mini();
+    const h3::PromptInputs in = h3::prepare_prompt(r, m.tok, &m.vision);
+    const int32_t pad = m.tok.token_to_id("<|image_pad|>");
+    EXPECT_EQ(std::count(in.ids.begin(), in.ids.end(), pad), c.tokens);
+    EXPECT_EQ(static_cast<int64_t>(in.extras.rows.size()), c.tokens);
+  }
+}
+
 TEST(ConditionPrompt, ReferencesKeepTheirOrderAndVideosGetTimestampsAt2Fps) {
   h3::test::ScratchDir dir;
   h3::GenerateRequest q;
   q.prompt = "p";
   const std::string vid = mp4_with_sound(dir.path() / "v.mp4", 48, 64, 64);
-  const std::string img = png(dir.path(), "img", 48, 64);
+  const std::string img = png(dir.path(), "img", 600, 800);
   const std::string wav = vid;  // its soundtrack as a standalone audio reference
   q.references = {{"video", vid}, {"image", img}, {"audio", wav}};
-  const h3::ResolvedRequest r = h3::resolve(q);
+  // The procedural models' reference sizes (short edges 64, video area 64 x 128), so that the towers stay small.
+  h3::ModelLimits lim;
+  lim.ref_image_short_edge = 64;
+  lim.ref_video_short_edge = 64;
+  lim.ref_video_max_pixels = 64 * 128;
+  const h3::ResolvedRequest r = h3::resolve(q, lim);
   ASSERT_EQ(r.media.size(), 3u);
   ASSERT_EQ(r.media[0].frames, 39);  // 48 frames snapped down to 17n+5
   MiniConditioner& m = mini();
@@ -172,13 +200,18 @@ TEST(ConditionPrompt, ReferencesKeepTheirOrderAndVideosGetTimestampsAt2Fps) {
   std::string vblock = "<|vision_start|>";
   for (int i = 0; i < 4; ++i) vblock += "<|video_pad|>";
   vblock += "<|vision_end|>";
+  // The 800x600 picture reaches the processor at its reference size: short edge 64, the other round(800 * 64 / 600
+  // / 32) * 32 = 96; smart_resize lifts 96x64 to the 65,536-pixel minimum: beta = sqrt(65536 / 6144), sides
+  // ceil(64 * beta / 32) * 32 = 224 and ceil(96 * beta / 32) * 32 = 320, i.e. 14 x 20 patches = 70 tokens (the file's
+  // own 800x600 would give 19 x 25 merged = 475).
+  const int64_t n_image = 70;
   std::string iblock = "<|vision_start|>";
-  for (int64_t i = 0; i < tokens_of(image_grid(48, 64)); ++i) iblock += "<|image_pad|>";
+  for (int64_t i = 0; i < n_image; ++i) iblock += "<|image_pad|>";
   iblock += "<|vision_end|>";
   EXPECT_EQ(in.text, "<Audio 1>: <Video 1>: <0.2 seconds>" + vblock + "<1.2 seconds>" + vblock +
                          "<Picture 1>: " + iblock + "<Audio 2>: p");
   EXPECT_EQ(in.vision_ranges.size(), 3u) << "one block per temporal patch, one per picture";
-  EXPECT_EQ(static_cast<int64_t>(in.extras.rows.size()), 8 + tokens_of(image_grid(48, 64)));
+  EXPECT_EQ(static_cast<int64_t>(in.extras.rows.size()), 8 + n_image);
   // Each video frame block restarts (t, row, col) from the next free index with t = 0 offset only.
   const auto N = static_cast<int64_t>(in.ids.size());
   const int64_t f0 = in.vision_ranges[0].first + 1, f1 = in.vision_ranges[1].first + 1;

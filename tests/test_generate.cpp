@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli_run.h"
 #include "core/compare.h"
@@ -20,6 +22,7 @@
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/tokenizer.h"
 #include "model/vae/procedural.h"
+#include "pipeline/components.h"
 #include "pipeline/generator.h"
 #include "scratch_dir.h"
 #include "verify/pipeline.h"
@@ -258,6 +261,44 @@ TEST(Generator, CancelStopsAtAStepAndWritesNothing) {
   EXPECT_NO_THROW(gen.run(req, "", {}, &cancel));
 }
 
+// A cancel asked as each phase starts stops the run inside that phase or at its end (never after the next one
+// has run), writes nothing, and leaves the generator usable. The prompt encoding stops before its first text
+// layer (one control word per layer), the write within one frame.
+TEST(Generator, CancelReachesEveryPhase) {
+  h3::Generator& gen = proc_gen().gen;
+  const h3::ResolvedRequest req = small_request(3);
+  h3::test::ScratchDir dir;
+  const std::string out = (dir.path() / "cancel.mp4").string();
+  const std::pair<const char*, const char*> cases[] = {
+      {"encode", "while encoding the prompt (before text layer 1 of 50)"},
+      {"denoise", "during denoising"},
+      {"decode_video", "before the audio decode"},
+      {"decode_audio", "before writing"},
+      {"write", "while writing the video"},
+  };
+  for (const auto& [phase, expected] : cases) {
+    std::atomic<bool> cancel{false};
+    std::vector<std::string> phases;
+    auto progress = [&](const h3::GenerateProgress& p) {
+      if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
+      if (p.phase == phase && p.step == 0) cancel = true;
+    };
+    std::string message;
+    try {
+      (void)gen.run(req, out, progress, &cancel);
+    } catch (const h3::Cancelled& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(expected), std::string::npos) << phase << ": " << message;
+    EXPECT_EQ(phases.back(), phase) << "the run went on past " << phase;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << phase << ": a file was left";
+  }
+  // Still usable, and a run without a cancel writes its video.
+  std::atomic<bool> cancel{false};
+  EXPECT_NO_THROW(gen.run(req, out, {}, &cancel));
+  EXPECT_TRUE(std::filesystem::exists(out));
+}
+
 // `h3 generate` end to end through the binary.
 namespace {
 
@@ -325,6 +366,9 @@ TEST(GenerateCli, BadRequestsAreRefusedBeforeAnyWorkAndLeaveNoFile) {
       {"--prompt ''", "prompt is empty"},
       {"--prompt x --steps 1", "2..200"},
       {"--prompt x --encoder-ranks 1", "--encoder-ranks 1"},
+      {"--prompt x --precision fp8", "fp8 runs on the GPU only"},
+      {"--prompt x --vae-precision bf16", "bf16 runs on the GPU only"},
+      {"--prompt x --text-device cuda", "--text-device cuda needs --device cuda"},
   };
   for (const auto& [args, expect] : cases) {
     SCOPED_TRACE(args);
@@ -334,6 +378,178 @@ TEST(GenerateCli, BadRequestsAreRefusedBeforeAnyWorkAndLeaveNoFile) {
     EXPECT_EQ(r.out.find("dit "), std::string::npos) << "no model may be loaded for a bad request:\n" << r.out;
     EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << r.out;
   }
+}
+
+// A checkpoint holding a NaN (or an Inf) is refused when the weights load, before any step runs, naming the file,
+// the weight and the element; nothing is written.
+TEST(GenerateCli, NonFiniteCheckpointWeightsAreRefusedBeforeTheRun) {
+  h3::test::ScratchDir dir;
+  const std::string base = (dir.path() / "mini.safetensors").string();
+  const CliResult conv = run_h3("--log-level warn convert procedural:mini -o " + base);
+  ASSERT_EQ(conv.status, 0) << conv.out;
+  const h3::SafeTensors f = h3::SafeTensors::open(base);
+  const std::string victim = "transformer_blocks.1.attn.to_k.weight";
+  ASSERT_TRUE(f.has(victim));
+  for (const double bad : {std::nan(""), -HUGE_VAL}) {
+    std::vector<std::pair<std::string, h3::Tensor>> w;
+    for (const auto& k : f.keys()) {
+      h3::Tensor t = f.get(k).to(h3::DType::f32);  // a copy
+      if (k == victim) t.data<float>()[17] = static_cast<float>(bad);
+      w.emplace_back(k, t);
+    }
+    const std::string damaged = (dir.path() / "damaged.safetensors").string();
+    h3::write_safetensors(damaged, w, f.metadata());
+    const std::string out = (dir.path() / "nan.mp4").string();
+    const CliResult r = run_h3("--log-level warn generate --dit " + damaged +
+                               " --prompt x --width 128 --height 64 --steps 2 -o " + out);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(damaged), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("'" + victim + "' holds 1 non-finite value"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("element 17"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("progress:"), std::string::npos) << "refused before the run:\n" << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+}
+
+// --json: the run's record, with the time of each phase, time to MP4 without the loads, and the geometry.
+TEST(GenerateCli, JsonRecordSplitsTheTimeByPhase) {
+  h3::test::ScratchDir dir;
+  const auto out = dir.path() / "clip.mp4";
+  const auto rec = dir.path() / "run.json";
+  const CliResult r = run_h3(std::string(kSmall) + " --json " + rec.string() + " -o " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("time to MP4 (loads excluded)"), std::string::npos) << r.out;
+  const json j = json::parse(slurp(rec));
+  EXPECT_EQ(j.at("resolution"), "128x64");
+  EXPECT_EQ(j.at("frames"), 124);
+  EXPECT_EQ(j.at("steps"), 3);
+  EXPECT_EQ(j.at("precision"), "f32");
+  EXPECT_EQ(j.at("device"), "cpu");
+  EXPECT_TRUE(j.at("wrote_mp4").get<bool>());
+  const json& t = j.at("timings");
+  double phases = 0;
+  for (const char* p : {"encode", "denoise", "decode_video", "decode_audio", "mux"}) {
+    ASSERT_TRUE(t.contains(p)) << t.dump();
+    EXPECT_GE(t.at(p).get<double>(), 0.0) << p;
+    phases += t.at(p).get<double>();
+  }
+  EXPECT_TRUE(t.contains("load")) << t.dump();
+  EXPECT_NEAR(j.at("time_to_mp4_s").get<double>(), phases, 1e-9);
+  std::vector<std::string> loaded;
+  for (const auto& l : j.at("loads")) loaded.push_back(l.at("model"));
+  EXPECT_EQ(loaded, (std::vector<std::string>{"dit", "video_vae", "audio_vae", "text"})) << j.at("loads").dump();
+  EXPECT_EQ(j.at("latents_fnv1a").at("video").get<std::string>().size(), 16u);
+}
+
+// procedural:full names every component at the released shapes (h3-model-spec: Qwen3-VL-32B's text tower, 64 layers
+// of width 5120, feeding a DiT that reads 5120-wide embeddings; the video VAE's 36-layer ViT decoder). Opening it reads
+// configs and headers only (nothing is generated on the CPU here), and its text tower is usable: the job runs with no
+// download and no --embeddings.
+TEST(ProceduralModels, FullOpensEveryComponentAtTheReleasedShapes) {
+  h3::ModelPaths paths;
+  paths.model_dir = "procedural:full";
+  const h3::ModelSources s = h3::open_model_sources(paths);
+  EXPECT_EQ(s.text_problem, "");
+  EXPECT_TRUE(s.text_procedural);
+  EXPECT_TRUE(s.any_procedural);
+  EXPECT_EQ(s.text_config.hidden, 5120);
+  EXPECT_EQ(s.text_config.n_layers, 64);
+  EXPECT_EQ(s.dit_config.text_dim, 5120);
+  EXPECT_EQ(s.vvae_config.decoder_num_layers, 36);
+  EXPECT_EQ(h3::text_file_bytes(s, 50), 0);  // generated, not read
+  // A seed travels to every component; a bad spec is refused naming the flag.
+  paths.model_dir = "procedural:full:seed=9";
+  EXPECT_EQ(h3::open_model_sources(paths).text_problem, "");
+  paths.model_dir = "";
+  paths.text_encoder = "procedural:huge";
+  EXPECT_NE(error_of([&] { (void)h3::open_model_sources(paths); }).find("--text-encoder"), std::string::npos);
+}
+
+// The options each device starts from, and the combinations refused before anything loads.
+TEST(GenerateOptions, DefaultsPerDeviceAndRefusals) {
+  const h3::GenerateOptions cpu = h3::default_generate_options(h3::Device::cpu);
+  EXPECT_EQ(cpu.precision, h3::Precision::f32);
+  EXPECT_EQ(cpu.vae_precision, h3::Precision::f32);
+  EXPECT_EQ(cpu.text_device, h3::Device::cpu);
+  const h3::GenerateOptions f64 = h3::default_generate_options(h3::Device::cpu, "f64");
+  EXPECT_EQ(f64.vae_precision, h3::Precision::f64);
+  EXPECT_EQ(f64.text_precision, h3::Precision::f64);
+  const h3::GenerateOptions gpu = h3::default_generate_options(h3::Device::cuda);
+  EXPECT_EQ(gpu.precision, h3::Precision::bf16);
+  EXPECT_EQ(gpu.vae_precision, h3::Precision::bf16);
+  EXPECT_EQ(gpu.text_device, h3::Device::cuda);
+  EXPECT_EQ(gpu.text_precision, h3::Precision::bf16);  // the released recipe for the towers on the GPU
+  EXPECT_EQ(gpu.memory, h3::MemoryPolicy::phases);
+  EXPECT_EQ(h3::default_generate_options(h3::Device::cuda, "fp8").precision, h3::Precision::fp8);
+  EXPECT_NO_THROW(h3::check_generate_options(cpu));
+  EXPECT_NO_THROW(h3::check_generate_options(gpu));
+  h3::GenerateOptions bad = gpu;
+  bad.vae_precision = h3::Precision::f64;
+  EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("f64 runs on the CPU only"), std::string::npos);
+  bad = cpu;
+  bad.precision = h3::Precision::fp8;
+  EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("fp8 runs on the GPU only"), std::string::npos);
+  // The towers: bf16 on the GPU only, f64 on the CPU only, never fp8.
+  bad = gpu;
+  bad.text_device = h3::Device::cpu;  // bf16 kept: refused
+  EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("--text-precision bf16 runs on the GPU only"),
+            std::string::npos);
+  bad.text_precision = h3::Precision::f32;
+  EXPECT_NO_THROW(h3::check_generate_options(bad));
+  bad = gpu;
+  bad.text_precision = h3::Precision::f64;
+  EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("--text-precision f64 runs on the CPU only"),
+            std::string::npos);
+  bad.text_precision = h3::Precision::fp8;
+  EXPECT_NE(error_of([&] { h3::check_generate_options(bad); }).find("--text-precision fp8"), std::string::npos);
+}
+
+// The generator's own record of a CPU run: every phase timed, the constructor's loads reported once.
+TEST(Generator, TimingsByPhaseAndLoadsOnlyOnTheFirstRun) {
+  h3::GenerateOptions o;
+  h3::Generator gen(h3::ModelPaths{}, o);
+  const h3::ResolvedRequest req = small_request(2);
+  const h3::GenerateResult a = gen.run(req, ""), b = gen.run(req, "");
+  auto phases = [](const h3::GenerateResult& r) {
+    std::vector<std::string> p;
+    for (const auto& t : r.timings) p.push_back(t.phase);
+    return p;
+  };
+  // The text tower loads per request on the CPU (freed before denoising); the DiT and VAEs once.
+  EXPECT_EQ(phases(a), (std::vector<std::string>{"load", "encode", "denoise", "decode_video", "decode_audio", "mux"}));
+  EXPECT_EQ(phases(b), phases(a));
+  ASSERT_EQ(a.loads.size(), 4u);
+  ASSERT_EQ(b.loads.size(), 1u);
+  EXPECT_EQ(b.loads[0].model, "text");
+  double sum = 0;
+  for (const auto& t : b.timings)
+    if (t.phase != "load") sum += t.seconds;
+  EXPECT_DOUBLE_EQ(b.time_to_mp4(), sum);
+  EXPECT_TRUE(a.peaks.empty());  // CPU runs measure no device memory
+}
+
+// A request may name the DiT's precision: the generator rebuilds its DiT for it (a load) and back, and refuses one
+// its device cannot run before loading anything.
+TEST(Generator, PerRequestPrecisionRebuildsTheDit) {
+  h3::Generator& gen = proc_gen().gen;
+  h3::ResolvedRequest req = small_request(2);
+  const h3::GenerateResult f32 = gen.run(req, "");
+  EXPECT_EQ(f32.precision, h3::Precision::f32);
+  req.precision = "bf16";
+  const h3::GenerateResult bf16 = gen.run(req, "");
+  EXPECT_EQ(bf16.precision, h3::Precision::bf16);
+  bool reloaded = false;
+  for (const auto& l : bf16.loads) reloaded |= l.model == "dit";
+  EXPECT_TRUE(reloaded);
+  EXPECT_FALSE(h3::compare(bf16.video_latents, f32.video_latents).bitwise);
+  EXPECT_LE(h3::compare(bf16.video_latents, f32.video_latents).rel_l2, 5e-2);
+  req.precision = "fp8";
+  EXPECT_NE(error_of([&] { gen.run(req, ""); }).find("runs its DiT on the CPU"), std::string::npos);
+  req.precision = "";
+  EXPECT_TRUE(h3::compare(gen.run(req, "").video_latents, f32.video_latents).bitwise);
+  GenerateRequest q = good_request();
+  q.precision = "f16";
+  EXPECT_NE(error_of([&] { h3::resolve(q); }).find("precision 'f16' is not allowed"), std::string::npos);
 }
 
 // The Generator with file components (the golden layout, weight. prefix) and precomputed inputs reproduces

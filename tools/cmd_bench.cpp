@@ -189,7 +189,7 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--precision", o->precisions, "bf16 and/or fp8")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
-  cmd->add_option("--model", o->model, "DiT weights (default: the released config with procedural weights)")
+  cmd->add_option("-m,--model", o->model, "DiT weights (default: the released config with procedural weights)")
       ->capture_default_str();
   cmd->add_option("--reps", o->reps, "timed forwards (median) after one warm-up")
       ->check(CLI::Range(1, 100))
@@ -303,6 +303,8 @@ Runner add_bench(CLI::App& app) {
                        {"attention_tflops_isolated", attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0},
                        {"peak_gib", peak},
                        {"load_seconds", load_s},
+                       {"load_file_gb", model->load_report().file_bytes / 1e9},
+                       {"load_gb_per_s", model->load_report().gb_per_s()},
                        {"regions_per_block", reg},
                        {"exchange_seconds", 0.0},
                        {"profile_real_forward", prof}});

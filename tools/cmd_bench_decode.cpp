@@ -297,7 +297,7 @@ nlohmann::json bench_resolution(const BenchDecodeOpts& o, const VideoVaeConfig& 
 // The full-size audio decode (released BigVGAN config, f32): the median of three after a warm-up.
 nlohmann::json bench_audio(const BenchDecodeOpts& o) {
   const AudioVaeConfig ac;  // released
-  auto afile = procedural_vae_file(audio_vae_decoder_parameters(ac), o.seed, "bench-audio-vae");
+  const auto afile = procedural_audio_vae_weights(ac, o.seed, false, "procedural:full audio VAE decoder");
   const AudioVae avae(*afile, "", ac, Precision::f32, Device::cuda);
   const int64_t A = (o.frames * 40 + 12) / 24;  // round(frames / 24 * 40)
   const Tensor za = seeded_normal({2, ac.latent_channels, A}, 8, 3);
@@ -338,8 +338,8 @@ int run_bench_decode(const BenchDecodeOpts& o) {
   print_flops(cfg, T, resolutions);
 
   auto t_load = clock_type::now();
-  auto vfile = procedural_vae_file(video_vae_decoder_parameters(cfg), o.seed, "bench-video-vae");
-  spdlog::info("procedural video VAE weights generated in {:.1f} s", seconds_since(t_load));
+  // Weights generated on the GPU as each VAE loads them (no host copy, no file).
+  const auto vfile = procedural_video_vae_weights(cfg, o.seed, false, "procedural:full video VAE decoder");
   nlohmann::json all = nlohmann::json::array();
   std::printf("\n%-5s %-5s %6s %5s %12s %11s %10s %9s %10s %8s  %s\n", "res", "dtype", "units", "batch", "whole dec s",
               "units GPU s", "s/unit", "TFLOPS", "stitch+dl", "peak GB", "note");

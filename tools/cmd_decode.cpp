@@ -30,6 +30,7 @@
 #include "model/dit/layout.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/vae/audio_vae.h"
+#include "model/vae/open.h"
 #include "model/vae/procedural.h"
 #include "model/vae/shard.h"
 #include "model/vae/video_vae.h"
@@ -75,43 +76,6 @@ std::string last_step_audio_rows(const SafeTensors& f) {
   return best;
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  H3_CHECK(in.good(), "cannot read {}", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A VAE given as a safetensors file (config in its "config" metadata, golden files' "weight." prefix
-// detected) or a diffusers folder (config.json + one *.safetensors).
-struct VaeSource {
-  std::shared_ptr<SafeTensors> file;
-  std::string config, tiling;
-};
-
-VaeSource open_vae(const std::string& path, const char* flag) {
-  VaeSource s;
-  if (fs::is_directory(path)) {
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(path))
-      if (e.path().extension() == ".safetensors") files.push_back(e.path());
-    H3_CHECK(files.size() == 1, "{} {}: the folder holds {} .safetensors files; exactly one is read (pass the file)",
-             flag, path, files.size());
-    s.file = std::make_shared<SafeTensors>(SafeTensors::open(files[0].string()));
-    if (fs::exists(fs::path(path) / "config.json")) s.config = read_text(fs::path(path) / "config.json");
-  } else {
-    H3_CHECK(fs::exists(path),
-             "{} {}: no such file or folder; pass a VAE safetensors file, a diffusers VAE folder "
-             "or procedural:mini",
-             flag, path);
-    s.file = std::make_shared<SafeTensors>(SafeTensors::open(path));
-  }
-  if (s.config.empty()) s.config = s.file->meta("config");
-  s.tiling = s.file->meta("tiling");
-  return s;
-}
-
 struct Outputs {
   std::vector<std::string> written;
   bool keep = false;
@@ -140,10 +104,14 @@ Runner add_decode(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("latents", o->latents, "safetensors file of final latents")->required();
   cmd->add_option("-o,--output", o->out, "MP4 to write (atomically; nothing is left on failure)")->required();
-  cmd->add_option("--video-vae", o->video_vae, "video VAE: safetensors file, diffusers folder or procedural:mini")
+  cmd->add_option("--video-vae", o->video_vae,
+                  "video VAE: safetensors file, diffusers folder (one file or index + shards), procedural:mini or "
+                  "procedural:full")
       ->envname("H3_VIDEO_VAE")
       ->capture_default_str();
-  cmd->add_option("--audio-vae", o->audio_vae, "audio VAE: safetensors file, diffusers folder or procedural:mini")
+  cmd->add_option("--audio-vae", o->audio_vae,
+                  "audio VAE: safetensors file, diffusers folder (one file or index + shards), procedural:mini or "
+                  "procedural:full")
       ->envname("H3_AUDIO_VAE")
       ->capture_default_str();
   cmd->add_option("--precision", o->precision,
@@ -209,36 +177,16 @@ Runner add_decode(CLI::App& app) {
     // The VAEs.
     const Precision prec = precision_from_name(o->precision);
     const Device dev = g_device == "cuda" ? Device::cuda : Device::cpu;
-    std::shared_ptr<SafeTensors> vfile, afile;
-    std::unique_ptr<VideoVae> vvae;
+    // A file, a folder (one file or an index and its shards) or procedural:mini|full (model/vae/open.h).
+    std::unique_ptr<VideoVae> vvae = open_video_vae(o->video_vae, prec, dev);
     std::unique_ptr<AudioVae> avae;
-    if (o->video_vae.starts_with("procedural:")) {
-      vfile = procedural_video_vae_file(procedural_mini_seed(o->video_vae, "--video-vae"));
-      vvae = std::make_unique<VideoVae>(*vfile, "", procedural_video_vae_config(), prec, dev);
-    } else {
-      VaeSource s = open_vae(o->video_vae, "--video-vae");
-      vfile = s.file;
-      const std::string prefix = vfile->has("weight.post_quant_conv.weight") ? "weight." : "";
-      vvae = std::make_unique<VideoVae>(*vfile, prefix,
-                                        VideoVaeConfig::from_json_text(s.config, s.tiling, o->video_vae), prec, dev);
-    }
     const VideoVaeConfig& vc = vvae->config();
     H3_CHECK(z.dim(0) == vc.latent_channels,
              "{}: {} has {} channels but the video VAE ({}) takes {}; the latents and the VAE do not belong "
              "together",
              o->latents, vkey, z.dim(0), o->video_vae, vc.latent_channels);
     if (a.defined() && a.numel() > 0) {
-      if (o->audio_vae.starts_with("procedural:")) {
-        afile = procedural_audio_vae_file(procedural_mini_seed(o->audio_vae, "--audio-vae"));
-        avae = std::make_unique<AudioVae>(*afile, "", procedural_audio_vae_config(), prec, dev);
-      } else {
-        VaeSource s = open_vae(o->audio_vae, "--audio-vae");
-        afile = s.file;
-        const std::string prefix = afile->has("weight.dec_in_proj.weight") ? "weight." : "";
-        const AudioVaeConfig cfg =
-            s.config.empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(s.config, o->audio_vae);
-        avae = std::make_unique<AudioVae>(*afile, prefix, cfg, prec, dev);
-      }
+      avae = open_audio_vae(o->audio_vae, prec, dev);
       H3_CHECK(a.dim(1) == avae->config().latent_channels,
                "{}: {} has {} latent channels but the audio VAE ({}) takes {}; pass the matching --audio-vae",
                o->latents, akey, a.dim(1), o->audio_vae, avae->config().latent_channels);

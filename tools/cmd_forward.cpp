@@ -35,7 +35,7 @@ Runner add_run(CLI::App& app) {
     SyntheticRequest req;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--model", o->model, "DiT checkpoint (file, folder or procedural:NAME)")
+  cmd->add_option("-m,--model", o->model, "DiT checkpoint (file, folder or procedural:NAME)")
       ->envname("H3_MODEL")
       ->capture_default_str();
   cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (CPU); bf16 or fp8 (--device cuda)")
@@ -45,7 +45,7 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--height", o->req.height, "pixels, a multiple of 32")->capture_default_str();
   cmd->add_option("--width", o->req.width, "pixels, a multiple of 32")->capture_default_str();
   cmd->add_option("--text-tokens", o->req.num_text, "prompt rows")->check(CLI::Range(1, 4096))->capture_default_str();
-  cmd->add_option("--seed", o->req.seed, "seed of the random rows")->capture_default_str();
+  cmd->add_option("-s,--seed", o->req.seed, "seed of the random rows")->capture_default_str();
   add_dist_options(cmd, o->mode, o->tp, o->chunks);
   cmd->add_option("--lora", o->loras, "LoRA merged on load, FILE[:STRENGTH] (repeatable)")->envname("H3_LORA");
   cmd->add_option("--dump-output", o->dump, "write the outputs to this .safetensors file (rank 0)");

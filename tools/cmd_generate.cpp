@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/backend.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -22,6 +23,7 @@
 #include "io/safetensors.h"
 #include "model/dit/lora.h"
 #include "pipeline/generator.h"
+#include "pipeline/run_record.h"
 
 namespace h3::cli {
 
@@ -69,6 +71,22 @@ std::string eta_str(double s) {
                    : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
+// Where the time went, on one line: each phase's seconds and share of the total, and the denoise's seconds per
+// DiT call ("timings: load 0.52 s (12%), encode 0.31 s (7%), denoise 2.84 s (66%, 1.42 s per DiT call), ...").
+std::string timing_summary(const std::vector<PhaseTiming>& timings, int model_calls) {
+  double total = 0;
+  for (const auto& t : timings) total += t.seconds;
+  std::string line = "timings:";
+  for (const auto& t : timings) {
+    const double share = total > 0 ? 100.0 * t.seconds / total : 0.0;
+    line += fmt::format(" {} {:.2f} s ({:.0f}%", t.phase, t.seconds, share);
+    if (t.phase == "denoise" && model_calls > 0)
+      line += fmt::format(", {:.3g} s per DiT call", t.seconds / model_calls);
+    line += "),";
+  }
+  return line + fmt::format(" total {:.2f} s", total);
+}
+
 }  // namespace
 
 Runner add_generate(CLI::App& app) {
@@ -80,8 +98,10 @@ Runner add_generate(CLI::App& app) {
     double seconds = 0;
     std::string seed;
     CLI::Option *width_opt = nullptr, *height_opt = nullptr, *frames_opt = nullptr, *seconds_opt = nullptr;
-    std::string precision = "f32", mode = "ulysses";
+    std::string precision, vae_precision, text_precision, text_device, memory = "phases", mode = "ulysses";
+    std::string json_out;
     int tp = 1, chunks = 1, encoder_ranks = 0;
+    std::string encoder_at = "last";
     ModelPaths paths;
     std::string embeddings, noise;
     bool latents = false;
@@ -92,10 +112,10 @@ Runner add_generate(CLI::App& app) {
     CLI::Option *ref_image_opt = nullptr, *ref_video_opt = nullptr, *ref_audio_opt = nullptr;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--prompt", o->req.prompt, "what to generate (text)")->envname("H3_PROMPT");
-  cmd->add_option("--prompt-file", o->prompt_file, "read the prompt from a UTF-8 file");
-  o->width_opt = cmd->add_option("--width", o->width, "pixels, a multiple of 32 (with --height)");
-  o->height_opt = cmd->add_option("--height", o->height, "pixels, a multiple of 32 (with --width)");
+  cmd->add_option("-p,--prompt", o->req.prompt, "what to generate (text)")->envname("H3_PROMPT");
+  cmd->add_option("-f,--prompt-file", o->prompt_file, "read the prompt from a UTF-8 file");
+  o->width_opt = cmd->add_option("-W,--width", o->width, "pixels, a multiple of 32 (with --height)");
+  o->height_opt = cmd->add_option("-H,--height", o->height, "pixels, a multiple of 32 (with --width)");
   cmd->add_option("--aspect", o->req.aspect, "W:H when no --width/--height (1:4 .. 4:1; short edge 768)")
       ->capture_default_str();
   o->frames_opt =
@@ -105,7 +125,7 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--steps", o->req.steps, "schedule grid points (N-1 DiT calls)")
       ->capture_default_str()
       ->envname("H3_STEPS");
-  cmd->add_option("--seed", o->seed, "noise seed (default: random, printed and stored in the file)");
+  cmd->add_option("-s,--seed", o->seed, "noise seed (default: random, printed and stored in the file)");
   cmd->add_option("--shift", o->req.shift, "video schedule shift")
       ->check(finite_range(-1e300, 1e300))
       ->capture_default_str();
@@ -113,16 +133,44 @@ Runner add_generate(CLI::App& app) {
       ->check(finite_range(-1e300, 1e300))
       ->capture_default_str();
   cmd->add_option("-o,--output", o->out, "output MP4 path")->capture_default_str();
-  cmd->add_option("--precision", o->precision, "f32, f64 or bf16 (DiT; VAEs and text tower f32/f64)")
+  cmd->add_option("--precision", o->precision,
+                  "DiT: bf16 or fp8 on the GPU (default bf16); f32 (default), f64 or bf16 on the CPU")
+      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
+      ->envname("H3_PRECISION");
+  cmd->add_option("--vae-precision", o->vae_precision,
+                  "VAE decoders: bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
-      ->envname("H3_PRECISION")
+      ->envname("H3_VAE_PRECISION");
+  cmd->add_option(
+         "--text-precision", o->text_precision,
+         "text tower (and vision tower): bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
+      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
+      ->envname("H3_TEXT_PRECISION");
+  cmd->add_option("--text-device", o->text_device,
+                  "where the text tower runs: cuda (default with --device cuda) or cpu")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->envname("H3_TEXT_DEVICE");
+  cmd->add_option("--memory-plan", o->memory,
+                  "GPU: phases (load and free each model with its phase), resident (load all once) or auto (keep "
+                  "what fits)")
+      ->check(CLI::IsMember({"phases", "resident", "auto"}))
+      ->envname("H3_MEMORY_PLAN")
       ->capture_default_str();
+  cmd->add_option("--json", o->json_out,
+                  "write the run's record (geometry, precisions, timings per phase, time to MP4, loads, peak "
+                  "memory per phase, memory plan) to FILE");
   add_dist_options(cmd, o->mode, o->tp, o->chunks);
   cmd->add_option("--encoder-ranks", o->encoder_ranks,
                   "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
       ->check(CLI::Range(0, 4096))
       ->envname("H3_ENCODER_RANKS");
-  cmd->add_option("--model", o->paths.model_dir,
+  cmd->add_option("--encoder-at", o->encoder_at,
+                  "which world ranks are the K encoder ranks: last (default) or first (the first host's ranks "
+                  "when K is its rank count; rank K then writes the output)")
+      ->check(CLI::IsMember({"first", "last"}))
+      ->envname("H3_ENCODER_AT")
+      ->capture_default_str();
+  cmd->add_option("-m,--model", o->paths.model_dir,
                   "released/diffusers folder (transformer/, vae/, audio_vae/, text_encoder/, tokenizer/)")
       ->envname("H3_MODEL_DIR");
   cmd->add_option("--dit", o->paths.dit, "DiT checkpoint (file, folder or procedural:mini)");
@@ -145,7 +193,14 @@ Runner add_generate(CLI::App& app) {
   o->ref_audio_opt =
       cmd->add_option("--ref-audio", o->ref_audio, "ref2va: reference audio (repeatable)")->allow_extra_args(false);
   return [o, cmd]() -> int {
-    Comm& w = world();
+    Comm& world_comm = world();
+    // --encoder-at first: the group is the world rotated so that world ranks [0, K) are its last K ranks (the
+    // generator's encoder ranks) and world rank K its rank 0.
+    std::unique_ptr<Comm> rotated;
+    const int n_world = world_comm.size(), K = o->encoder_ranks;
+    if (o->encoder_at == "first" && K > 0 && K < n_world)
+      rotated = world_comm.split(0, (world_comm.rank() + n_world - K) % n_world);
+    Comm& w = rotated ? *rotated : world_comm;
     const bool root = w.rank() == 0;
     GenerateRequest req = o->req;
     if (!o->prompt_file.empty()) {
@@ -186,6 +241,7 @@ Runner add_generate(CLI::App& app) {
     check_output_file(o->out, "-o");
     if (o->latents)
       check_output_file(std::filesystem::path(o->out).replace_extension(".latents.safetensors").string(), "--latents");
+    if (!o->json_out.empty()) check_output_file(o->json_out, "--json");
 
     PrecomputedInputs pre;
     if (!o->embeddings.empty())
@@ -197,17 +253,37 @@ Runner add_generate(CLI::App& app) {
       pre.audio_noise_rows = pick_tensor(f, {"audio_noise_rows", "input.audio_noise_rows"}, "audio noise rows");
     }
 
-    GenerateOptions go;
-    go.precision = precision_from_name(o->precision);
-    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, "", g_transport};
+    const Device device = g_device == "cuda" ? Device::cuda : Device::cpu;
+    GenerateOptions go = default_generate_options(device, o->precision);
+    if (!o->vae_precision.empty()) go.vae_precision = precision_from_name(o->vae_precision);
+    if (!o->text_precision.empty()) go.text_precision = precision_from_name(o->text_precision);
+    if (!o->text_device.empty()) go.text_device = o->text_device == "cuda" ? Device::cuda : Device::cpu;
+    // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
+    if (go.text_device == Device::cpu && o->text_precision.empty()) go.text_precision = Precision::f32;
+    go.memory = memory_policy_from_name(o->memory);
+    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, device == Device::cuda ? gpu_bus_id() : "",
+                          g_transport};
     go.encoder_ranks = o->encoder_ranks;
+    go.comm = &w;
     go.write_latents = o->latents;
-    go.vae_device = g_device == "cuda" ? Device::cuda : Device::cpu;
+    check_generate_options(go);
     if (root) {
-      std::printf("h3 generate: %d rank(s), %d threads per rank, precision %s\n", w.size(), cpu_threads(),
-                  o->precision.c_str());
+      std::printf("h3 generate: %d rank(s), %d threads per rank, %s: DiT %s, VAEs %s, text tower %s on the %s\n",
+                  w.size(), cpu_threads(), device == Device::cuda ? gpu_description().c_str() : "CPU",
+                  precision_name(go.precision).data(), precision_name(go.vae_precision).data(),
+                  precision_name(go.text_precision).data(), go.text_device == Device::cuda ? "GPU" : "CPU");
       std::printf("request: %s\n", resolved.to_json().dump(2).c_str());
       std::fflush(stdout);
+    }
+    // On the GPU the memory plan is checked before anything is loaded: a request that cannot fit is refused here,
+    // saying what would fit.
+    if (device == Device::cuda) {
+      const MemoryPlan plan = Generator::memory_plan_for(o->paths, go, resolved);
+      if (root) {
+        for (const auto& line : plan.describe()) std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      }
+      H3_CHECK(plan.fits, "this request does not fit the GPU: {}", plan.problem);
     }
     Generator gen(o->paths, go);
     if (root) {
@@ -242,13 +318,18 @@ Runner add_generate(CLI::App& app) {
     }
     std::signal(SIGINT, SIG_DFL);
     if (!root) return 0;
-    std::printf("timings:");
-    double total = 0;
-    for (const auto& t : res.timings) {
-      std::printf(" %s %.2f s,", t.phase.c_str(), t.seconds);
-      total += t.seconds;
+    std::printf("%s; time to MP4 (loads excluded) %.2f s\n", timing_summary(res.timings, resolved.model_calls).c_str(),
+                res.time_to_mp4());
+    for (const auto& l : res.loads)
+      std::printf("load %-9s %7.2f s%s\n", l.model.c_str(), l.seconds,
+                  l.file_bytes > 0
+                      ? fmt::format(", {:.2f} GB from file at {:.2f} GB/s", l.file_bytes / 1e9, l.gb_per_s()).c_str()
+                      : " (procedural: generated)");
+    if (!res.peaks.empty()) {
+      std::printf("peak GPU memory (rank 0):");
+      for (const auto& p : res.peaks) std::printf(" %s %.1f GiB,", p.phase.c_str(), p.bytes / 1073741824.0);
+      std::printf(" (plan: peak %.1f GiB)\n", res.memory_plan.peak() / 1073741824.0);
     }
-    std::printf(" total %.2f s\n", total);
     std::printf("prompt tokens %" PRId64 " (vision rows %" PRId64 " in %" PRId64
                 " blocks), latents: video %s hash %016" PRIx64 ", audio rows %s hash %016" PRIx64 "\n",
                 res.prompt_tokens, res.vision_rows, res.vision_blocks, shape_str(res.video_latents.shape()).c_str(),
@@ -265,6 +346,18 @@ Runner add_generate(CLI::App& app) {
     if (!res.request.loras.empty())
       std::printf("LoRA digest %016" PRIx64 " (every denoise rank agreed)\n", res.lora_digest);
     for (const auto& warning : res.warnings) std::printf("warning: %s\n", warning.c_str());
+    if (!o->json_out.empty()) {
+      RecordContext ctx;
+      ctx.device_name = device == Device::cuda ? gpu_description() : "CPU";
+      ctx.ranks = w.size();
+      ctx.video_latents_hash = tensor_hash(res.video_latents);
+      ctx.audio_latents_hash = tensor_hash(res.audio_latent_rows);
+      std::ofstream js(o->json_out);
+      H3_CHECK(js.good(), "--json {}: cannot write the file", o->json_out);
+      js << generate_record(res, go, ctx).dump(2) << "\n";
+      H3_CHECK(js.good(), "--json {}: write failed", o->json_out);
+      std::printf("wrote the run record %s\n", o->json_out.c_str());
+    }
     std::printf("OK\n");
     return 0;
   };

@@ -1,6 +1,8 @@
 // h3 info PATH: what a checkpoint is (layout, config, dtypes, parameters, bytes), read from headers only.
+#include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
@@ -15,7 +17,7 @@ Runner add_info(CLI::App& app) {
       app.add_subcommand("info", "describe a DiT checkpoint (file, folder or procedural:NAME) without loading it");
   struct Opts {
     std::string path, qkv, mode = "ulysses", precision = "bf16", lora_for = "procedural:full";
-    int tp = 1;
+    int tp = 1, ranks_per_host = 0;
     int64_t seq = 37830;
   };
   auto o = std::make_shared<Opts>();
@@ -27,6 +29,9 @@ Runner add_info(CLI::App& app) {
       ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
       ->capture_default_str();
   cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree");
+  cmd->add_option("--ranks-per-host", o->ranks_per_host,
+                  "with --ranks N: also the memory per host, hosts filled in rank order (default: every rank on one)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", o->seq, "packed length for the activation estimate (768p: 37830)")->capture_default_str();
   cmd->add_option("--precision", o->precision, "bytes per element of the report: f64, f32 or bf16")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
@@ -73,13 +78,26 @@ Runner add_info(CLI::App& app) {
                   o->mode.c_str(), n, K, U, o->precision.c_str(), static_cast<long long>(o->seq));
       std::printf("%5s %8s %8s %14s %14s %14s %16s\n", "rank", "heads", "ffn", "replicated_GB", "sharded_GB",
                   "weights_GB", "largest_act_MB");
+      const int per_host = o->ranks_per_host > 0 ? std::min(o->ranks_per_host, n) : n;
+      const int hosts = (n + per_host - 1) / per_host;
+      std::vector<double> host_weights(hosts, 0), host_act(hosts, 0);
       for (int r = 0; r < n; ++r) {
         DitShard s = DitShard::of(c, mode, K, U, r % K, r / K, n, o->seq);
         std::printf("%5d %8lld %8lld %14.3f %14.3f %14.3f %16.1f\n", r,
                     static_cast<long long>(mode == DistMode::ulysses_ag ? s.heads_qkv.size() : s.heads_out.size()),
                     static_cast<long long>(s.ffn.size()), s.replicated_params * es / 1e9, s.sharded_params * es / 1e9,
                     (s.replicated_params + s.sharded_params) * es / 1e9, s.largest_activation_elems * es / 1e6);
+        host_weights[r / per_host] += (s.replicated_params + s.sharded_params) * es / 1e9;
+        host_act[r / per_host] += s.largest_activation_elems * es / 1e6;
       }
+      // Per host: the sum over its ranks (every rank's largest activation at once: an upper bound).
+      std::printf("\nper-host memory, %d host(s) x %d rank(s) (hosts filled in rank order, as mpirun and srun do)\n",
+                  hosts, per_host);
+      std::printf("%5s %11s %14s %16s\n", "host", "ranks", "weights_GB", "largest_act_MB");
+      for (int h = 0; h < hosts; ++h)
+        std::printf("%5d %11s %14.3f %16.1f\n", h,
+                    fmt::format("{}-{}", h * per_host, std::min(n, (h + 1) * per_host) - 1).c_str(), host_weights[h],
+                    host_act[h]);
     }
     return 0;
   };

@@ -25,16 +25,33 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
       ->check(CLI::IsMember({"generator", "fake"}))
       ->envname("H3_RUNNER")
       ->capture_default_str();
-  cmd->add_option("--model-dir", r.paths.model_dir, "released/diffusers folder supplying every component")
+  cmd->add_option("-m,--model-dir,--model", r.paths.model_dir,
+                  "released/diffusers folder supplying every component (as generate --model)")
       ->envname("H3_MODEL_DIR");
   cmd->add_option("--dit", r.paths.dit, "DiT checkpoint (file, folder or procedural:NAME)")->envname("H3_DIT");
   cmd->add_option("--video-vae", r.paths.video_vae, "video VAE")->envname("H3_VIDEO_VAE");
   cmd->add_option("--audio-vae", r.paths.audio_vae, "audio VAE")->envname("H3_AUDIO_VAE");
   cmd->add_option("--text-encoder", r.paths.text_encoder, "Qwen3-VL text tower")->envname("H3_TEXT_ENCODER");
   cmd->add_option("--tokenizer", r.paths.tokenizer, "tokenizer")->envname("H3_TOKENIZER");
-  cmd->add_option("--precision", r.precision, "DiT precision: f64, f32 or bf16")
+  cmd->add_option("--precision", r.precision,
+                  "DiT: bf16 (GPU default) or fp8 on the GPU; f32 (default), f64, bf16 on the CPU")
+      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
+      ->envname("H3_PRECISION");
+  cmd->add_option("--vae-precision", r.vae_precision, "VAE decoders: bf16 (GPU default) or f32; f32 or f64 on the CPU")
       ->check(CLI::IsMember({"f64", "f32", "bf16"}))
-      ->envname("H3_PRECISION")
+      ->envname("H3_VAE_PRECISION");
+  cmd->add_option(
+         "--text-precision", r.text_precision,
+         "text tower (and vision tower): bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
+      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
+      ->envname("H3_TEXT_PRECISION");
+  cmd->add_option("--text-device", r.text_device, "where the text tower runs: cuda (default with --device cuda) or cpu")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->envname("H3_TEXT_DEVICE");
+  cmd->add_option("--memory-plan", r.memory,
+                  "GPU: auto (keep every model loaded that fits beside the largest request), resident or phases")
+      ->check(CLI::IsMember({"auto", "resident", "phases"}))
+      ->envname("H3_MEMORY_PLAN")
       ->capture_default_str();
   cmd->add_option("--mode", r.mode, "distributed mode: ulysses, ulysses-ag, tensor or hybrid")
       ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
@@ -172,6 +189,10 @@ Runner add_serve(CLI::App& app) {
       o->api_key = read_key_file(*key_file);
     }
     o->ranks = g_ranks;
+    o->runner.device = g_device;
+    o->runner.deterministic = g_deterministic;
+    o->runner.transport = g_transport;
+    o->device = g_device;
     o->self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
     o->mpirun = knobs().mpirun;
     o->rank_timeout_s = world().timeout_s;
@@ -221,6 +242,9 @@ Runner add_serve_worker(CLI::App& app) {
   cmd->add_option("--control", o->control, "the supervisor's control socket")->required();
   add_runner_options(cmd, o->runner);
   return [o]() -> int {
+    o->runner.device = g_device;
+    o->runner.deterministic = g_deterministic;
+    o->runner.transport = g_transport;
     o->token = knobs().serve_token;
     ::unsetenv("H3_SERVE_TOKEN");  // not passed on to anything this worker starts
     return serve::run_worker(*o);

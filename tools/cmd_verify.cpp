@@ -19,7 +19,8 @@ Runner add_verify(CLI::App& app) {
     double tol = -1;
     std::string dump, mode;
     int tp = 1, chunks = 1;
-    std::string tokenizer;  // FILE.json = tokenizer cases for this tokenizer.json
+    std::string tokenizer;    // FILE.json = tokenizer cases for this tokenizer.json
+    std::string bf16_errors;  // the reference's own bf16 errors on a golden set (Qwen3-VL text)
     std::vector<std::string> loras;
   };
   auto o = std::make_shared<Opts>();
@@ -36,6 +37,9 @@ Runner add_verify(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer,
                   "with FILE.json: check FILE's tokenizer cases against this tokenizer.json")
       ->envname("H3_TOKENIZER");
+  cmd->add_option("--bf16-errors", o->bf16_errors,
+                  "Qwen3-VL text golden sets in bf16: JSON of the reference's own bf16 rel-L2 per output; the "
+                  "bound is 1.5x each");
   cmd->add_option("--lora", o->loras,
                   "DiT sets: LoRA merged on load, FILE[:STRENGTH] (repeatable; the golden "
                   "outputs must have been made with the same LoRA)");
@@ -57,12 +61,13 @@ Runner add_verify(CLI::App& app) {
       po.precision = precision_from_name(o->precision == "f64" && !cmd->count("--precision") ? "f32" : o->precision);
       if (o->tol > 0) po.tolerance = o->tol;
       po.dit_weights = o->weights;
+      po.device = g_device == "cuda" ? Device::cuda : Device::cpu;
       if (!o->mode.empty() || world().size() > 1)
         po.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks, ""};
       const bool root = world().rank() == 0;
       if (root)
-        std::printf("verify %s: t2va pipeline set, precision %s, %d rank(s)\n", o->file.c_str(),
-                    precision_name(po.precision).data(), world().size());
+        std::printf("verify %s: t2va pipeline set, precision %s, %d rank(s) on the %s\n", o->file.c_str(),
+                    precision_name(po.precision).data(), world().size(), g_device == "cuda" ? "GPU" : "CPU");
       VerifyReport rep = verify_pipeline_file(f, po);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
@@ -114,9 +119,23 @@ Runner add_verify(CLI::App& app) {
       return rep.pass() ? 0 : 1;
     }
     if (looks_like_qwen3vl_vision_golden(f)) {
-      std::printf("verify %s: Qwen3-VL vision golden set, precision %s\n", o->file.c_str(), o->precision.c_str());
-      VerifyReport rep = verify_qwen3vl_vision_file(f, precision_from_name(o->precision));
+      std::printf("verify %s: Qwen3-VL vision golden set, precision %s on the %s\n", o->file.c_str(),
+                  o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU");
+      VerifyReport rep = verify_qwen3vl_vision_file(f, precision_from_name(o->precision),
+                                                    g_device == "cuda" ? Device::cuda : Device::cpu, o->tol);
       rep.print(stdout);
+      return rep.pass() ? 0 : 1;
+    }
+    if (looks_like_qwen3vl_text_procedural_reference(f)) {
+      Comm* comm = world().size() > 1 ? &world() : nullptr;
+      const bool root = world().rank() == 0;
+      if (root)
+        std::printf(
+            "verify %s: Qwen3-VL text tower reference (procedural weights), precision %s on the %s, %d rank(s)\n",
+            o->file.c_str(), o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU", world().size());
+      VerifyReport rep = verify_qwen3vl_text_procedural(f, precision_from_name(o->precision), comm,
+                                                        g_device == "cuda" ? Device::cuda : Device::cpu, o->tol);
+      if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }
     if (looks_like_qwen3vl_text_golden(f)) {
@@ -127,8 +146,9 @@ Runner add_verify(CLI::App& app) {
             "verify %s: Qwen3-VL text decoder golden set, precision %s on the %s, %d rank(s) "
             "tensor-parallel\n",
             o->file.c_str(), o->precision.c_str(), g_device == "cuda" ? "GPU" : "CPU", world().size());
-      VerifyReport rep = verify_qwen3vl_text_file(f, precision_from_name(o->precision), comm,
-                                                  g_device == "cuda" ? Device::cuda : Device::cpu);
+      VerifyReport rep =
+          verify_qwen3vl_text_file(f, precision_from_name(o->precision), comm,
+                                   g_device == "cuda" ? Device::cuda : Device::cpu, o->tol, o->bf16_errors);
       if (root) rep.print(stdout);
       return rep.pass() ? 0 : 1;
     }

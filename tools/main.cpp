@@ -1,9 +1,11 @@
 // h3: the command-line front end. Every flag also reads an environment variable H3_<FLAG>; the run-time options of
-// core/knobs.h are parsed here, once, from their flags and the environment.
+// core/knobs.h are parsed here, once, from their flags and the environment. Usage errors exit 2 with a "did you
+// mean" for misspelt commands and options; `h3 --version` says what was compiled in (cli_habits.h).
 #include <cstdio>
 #include <map>
 
 #include "backend/backend.h"
+#include "cli_habits.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/knobs.h"
@@ -11,10 +13,12 @@
 #include "dist/comm.h"
 #include "dist/comm_device.h"
 #include "dist/launch.h"
+#include "dist/placement.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"h3-engine: MiniMax-H3 video+audio generation on CPUs and GPUs (version " H3_VERSION ")"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", h3::cli::version_text, "print the version, git revision and what was compiled in");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
@@ -57,6 +61,10 @@ int main(int argc, char** argv) {
   for (const h3::KnobInfo& k : h3::knob_table())
     if (!*k.flag) env_only += fmt::format("\n  {}: {} ({})", k.env, k.help, k.env_only);
   app.footer(env_only);
+  bool report_placement = false;
+  app.add_flag("--report-placement", report_placement,
+               "rank 0 writes 'h3-placement: RANK HOST' lines to stderr (added by h3 --ranks N for itself)")
+      ->group("");
   app.fallthrough();
   std::map<CLI::App*, h3::cli::Runner> runners;
   auto reg = [&](h3::cli::Runner (*add)(CLI::App&)) {
@@ -79,10 +87,14 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_serve_worker);
   reg(h3::cli::add_decode);
   reg(h3::cli::add_probe_media);
+  // The global options each command's --help lists (a command not named here uses all of them).
+  h3::cli::add_global_option_footers(
+      app,
+      {{"info", {"--log-level", "--ranks"}}, {"convert", {"--log-level"}}, {"serve-worker", {}}, {"probe-media", {}}});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return h3::cli::exit_on_parse_error(app, e, argc, argv);
   }
   try {
     std::map<std::string, std::string> given;
@@ -95,7 +107,7 @@ int main(int argc, char** argv) {
     if (!report_only) h3::relaunch_under_mpi_if_needed(ranks, argc, argv, h3::knobs().mpirun);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return h3::cli::kUsageError;
   }
   h3::Comm& world = h3::world();
   world.timeout_s = timeout;
@@ -112,7 +124,18 @@ int main(int argc, char** argv) {
   int status = 2;
   try {
     if (device == "cuda" && !app.got_subcommand("info"))
-      h3::start_gpu_backend({world.rank(), h3::knobs().local_rank, numerics, h3::knobs().gemm_tune});
+      h3::start_gpu_backend({h3::local_rank(world), h3::knobs().local_rank, numerics, h3::knobs().gemm_tune});
+    if (world.size() > 1) {
+      // What runs where, per host (docs/multi-host.md: reading the placement printout).
+      const std::string dev = h3::gpu_backend_started() ? "GPU " + h3::gpu_bus_id() : "cpu";
+      const auto places = h3::gather_placement(world, dev);
+      if (world.rank() == 0)
+        for (const auto& line : h3::placement_lines(places)) spdlog::info("{}", line);
+      if (world.rank() == 0 && report_placement) {
+        for (const auto& p : places) std::fprintf(stderr, "h3-placement: %d %s\n", p.rank, p.host.c_str());
+        std::fflush(stderr);
+      }
+    }
     for (auto& [sub, run] : runners)
       if (sub->parsed()) status = run();
   } catch (const std::exception& e) {

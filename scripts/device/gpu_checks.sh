@@ -4,7 +4,8 @@
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
 # Steps: probe build smi power tests gpu-ctest wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
-#        bench-bf16 bench-fp8 anchor decode decode-profile vae
+#        bench-bf16 bench-fp8 anchor decode decode-profile vae loader media weights
+# (H3_DEBS comes from scripts/device/fetch_debs.sh: FFmpeg included, the build requires it.)
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
 mkdir -p "$out"
@@ -101,6 +102,23 @@ for s in "$@"; do
     decode-profile)  # 768p bf16, one more whole decode with the decoder's profile regions
       TAIL=40 step decode-profile 200 "$h3" --device cuda bench-decode --res 768p --precision bf16 --split 1 \
         --no-audio --profile --json "$out/decode-profile.json" ;;
+    loader)  # the staged loader, the DiT/VAEs read straight to the GPU, h3 convert on the GPU, full-size procedural VAEs
+      TAIL=30 step loader 300 build-gpu/bin/h3_tests --gtest_filter='CudaLoader.*' ;;
+    media)  # FFmpeg's libraries from the carried .debs resolve, and the whole job writes an MP4 on the GPU machine
+      TAIL=12 step media-ldd 30 bash -c "ldd $h3 | grep -E 'not found|libav|libsw|x264'; ! ldd $h3 | grep -q 'not found'"
+      TAIL=8 step media-generate 300 "$h3" --device cuda generate --prompt "a red fox in fresh snow" --width 256 \
+        --height 256 --steps 2 --seed 5 -o "$out/mini.mp4"
+      TAIL=3 step media-mp4 30 python3 -c "import sys; b=open('$out/mini.mp4','rb').read(); print(len(b), 'bytes', b[4:8]); sys.exit(b[4:8] != b'ftyp')" ;;
+    weights)  # procedural:full DiT converted to FP8 on the GPU into the local disk, then loaded from it (GB/s)
+      f=/tmp/h3-dit-full-fp8.safetensors
+      df -h /tmp > "$out/weights-disk.log" 2>&1
+      TAIL=4 step convert-full-fp8 400 "$h3" --log-level info convert procedural:full --quant fp8 --dtype bf16 -o "$f"
+      sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(page cache not dropped: not root)"
+      TAIL=8 step load-full-fp8 300 "$h3" --device cuda bench --model "$f" --res 480p --precision fp8 --reps 1 \
+        --no-isolated --json "$out/load-full-fp8.json"
+      TAIL=8 step load-full-fp8-cached 300 "$h3" --device cuda bench --model "$f" --res 480p --precision fp8 --reps 1 \
+        --no-isolated --json "$out/load-full-fp8-cached.json"
+      rm -f "$f" ;;
     *) echo "unknown step $s" ;;
   esac
 done

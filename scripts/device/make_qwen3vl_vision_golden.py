@@ -16,7 +16,8 @@
 #            layer_input.K = what decoder layer K (or the final norm) receives, i.e. after the addition.
 #   preproc  one uint8 image that needs a smart resize, run through transformers' Qwen2-VL image processor
 #            (when it can be constructed offline): pixel_values and image_grid_thw.
-# Runs on the CPU in f64 and f32 (deterministic, no TF32).
+# Runs on the CPU in f64 and f32 (deterministic, no TF32); then, on a GPU, transformers' own bf16 run, whose error
+# against f64 is stored per output (metadata reference_rel_l2_vs_f64) as the bound of the engine's bf16 path.
 import json
 import math
 import sys
@@ -347,6 +348,50 @@ for prec, dt in (("f64", torch.float64), ("f32", torch.float32)):
     print(prec, "image_embeds", tuple(tensors[out + "image_embeds"].shape),
           "video_embeds", tuple(tensors[out + "video_embeds"].shape))
 
+# transformers' own bf16 run on the GPU (when there is one): only its error against f64 is kept, per output, as the
+# bound of the engine's bf16 path (1.5x). The rotary inv_freq buffers stay f32, as from_pretrained(dtype=bfloat16)
+# leaves them (model.to() would round them to bf16).
+bf16_errors = {}
+if torch.cuda.is_available():
+    inv_freqs = {name: b.detach().clone() for name, b in model.named_buffers() if name.endswith("inv_freq")}
+    model.to(device="cuda", dtype=torch.bfloat16)
+    for name, b in inv_freqs.items():
+        mod = model.get_submodule(name.rsplit(".", 1)[0])
+        setattr(mod, "inv_freq", b.to(device="cuda", dtype=torch.float32))
+        if hasattr(mod, "original_inv_freq"):
+            mod.original_inv_freq = mod.inv_freq
+    for sub in (cfg, cfg.vision_config, cfg.text_config):
+        try:
+            sub._attn_implementation = "sdpa"
+        except Exception:  # noqa: BLE001
+            pass
+    captures.clear()
+    with torch.no_grad():
+        args = dict(input_ids=input_ids.cuda(), pixel_values=pixel_values.to("cuda", torch.bfloat16),
+                    image_grid_thw=image_grid_thw.cuda(),
+                    pixel_values_videos=pixel_values_videos.to("cuda", torch.bfloat16),
+                    video_grid_thw=video_grid_thw.cuda(), position_ids=position_ids.cuda())
+        try:
+            model(**args)
+        except TypeError as e:
+            print("note: forward without mm_token_type_ids failed, retrying with it:", e)
+            captures.clear()
+            model(**args, mm_token_type_ids=mm_types.cuda())
+    got = {}
+    for which, k in (("image", 0), ("video", 1)):
+        got[f"{which}_embeds"] = captures["merger"][k]
+        for i in range(len(vis.deepstack_merger_list)):
+            got[f"{which}_deepstack.{i}"] = captures[f"deepstack.{i}"][k]
+    for i in range(len(lm.layers) + 1):
+        got[f"hidden_states.{i}"] = (captures[f"hs.{i}"][0] if i == 0 else captures[f"out.{i}"][0])[0]
+    for name, v in got.items():
+        ref = tensors["vl.output.f64." + name]
+        err = ((v.detach().double().cpu() - ref).norm() / ref.norm()).item()
+        bf16_errors[name] = err
+        print(f"bf16 (cuda) vs f64 {name}: rel_l2 {err:.3e}")
+else:
+    print("WARNING: no CUDA device: no bf16 run, the file carries no bf16 bound")
+
 for h in handles:
     h.remove()
 for name in [k for k in tensors if k.startswith("vl.output.f32.")]:
@@ -399,6 +444,8 @@ meta = {
     "transformers": transformers.__version__,
     "preprocess": json.dumps({"patch_size": P, "temporal_patch_size": TP, "merge_size": M, "image_mean": MEAN,
                               "image_std": STD, **meta_pre}),
+    "reference_rel_l2_vs_f64": json.dumps({"bf16": bf16_errors}),
+    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
     "notes": ("hidden_states.K = transformers' record (pre-DeepStack), layer_input.K = input of layer K (post); "
               "weights stored f32 and used exactly by both runs; pixel values f64 (f32 run casts)"),
 }

@@ -9,7 +9,8 @@ namespace h3 {
 
 struct GpuOptions {
   // Which GPU: the launcher's local rank on this host when it gives one (knobs: OMPI_COMM_WORLD_LOCAL_RANK,
-  // SLURM_LOCALID), else the MPI rank, modulo the visible GPUs (so several ranks may share one).
+  // SLURM_LOCALID), else `rank`, the rank's local rank on its host (dist/placement.h), modulo the visible GPUs (so
+  // several ranks may share one).
   int rank = 0;
   int local_rank = -1;
   Numerics numerics;      // deterministic mode, FP8 attention, FP8 accumulation
@@ -18,6 +19,8 @@ struct GpuOptions {
 
 // Selects the GPU, creates the stream and library handles and registers the device hooks and ops. Idempotent.
 void start_gpu_backend(const GpuOptions& options);
+// NVIDIA GPUs this process could use (0 without the CUDA backend, a driver or a visible GPU); starts nothing.
+int gpu_count();
 bool gpu_backend_started();
 // The numerics of the started GPU backend (tests switch FP8 attention modes between runs with the setter).
 Numerics gpu_numerics();
@@ -31,7 +34,12 @@ void gpu_synchronize();
 // Peak device bytes allocated since the last reset (the caching allocator's high-water mark).
 size_t gpu_peak_bytes();
 void gpu_reset_peak();
+// Device bytes h3 holds allocated now.
+size_t gpu_in_use_bytes();
 // Total device memory of this process's GPU (0 without one).
 size_t gpu_total_bytes();
+// Hands the caching allocator's free blocks back to the device (between a pipeline's phases, so that the next
+// phase's model finds the memory the last one freed); waits for queued work first. A no-op without a GPU.
+void gpu_release_cached();
 
 }  // namespace h3

@@ -27,6 +27,13 @@ struct DeviceHooks {
   void* (*event_record)() = nullptr;
   double (*event_elapsed_ms)(void* from, void* to) = nullptr;
   void (*event_release)(void* e) = nullptr;
+  // Staged transfers (io/device_loader.h, the streamed writers): page-locked host memory, a copy between it and
+  // device memory queued on the compute stream without waiting (the host side must stay untouched until an event
+  // recorded after the copy has completed), and the host's wait for such an event.
+  void* (*pinned_alloc)(size_t bytes) = nullptr;  // never returns null (throws h3::Error)
+  void (*pinned_release)(void* p) = nullptr;
+  void (*copy_async)(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) = nullptr;
+  void (*event_wait)(void* e) = nullptr;
 };
 
 void register_device_hooks(const DeviceHooks& hooks);

@@ -36,12 +36,29 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
     }
     f->data_ = static_cast<const std::byte*>(p);
   }
-  ::close(fd);
+  f->fd_ = fd;
   return f;
 }
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::read_at(size_t offset, void* dst, size_t bytes) const {
+  if (offset > size_ || bytes > size_ - offset)
+    fail("{}: read of {} bytes at offset {} runs past the end of the file ({} bytes)", path_, bytes, offset, size_);
+  auto* out = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd_, out, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      fail("{}: read at offset {} failed: {} (was the file truncated or its disk removed?)", path_, offset,
+           n == 0 ? "unexpected end of file" : std::strerror(errno));
+    out += n;
+    offset += static_cast<size_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
 }
 
 }  // namespace h3

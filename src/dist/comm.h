@@ -62,6 +62,8 @@ class Comm {
 // The world: MPI's when running under mpirun/srun (MPI is initialised on first use), else a single local rank.
 Comm& world();
 bool in_mpi_job();
+// The host name of world rank r (gathered when the world starts; this host's name outside MPI).
+std::string host_of_world_rank(int r);
 // A communicator of one rank (no MPI), for single-rank plans inside any job.
 std::unique_ptr<Comm> make_local_comm();
 // Ends the job from any rank after printing `message` (MPI_Abort under MPI, exit otherwise).

@@ -21,6 +21,8 @@ namespace h3 {
 namespace {
 
 constexpr int64_t kMaxMessage = int64_t{1} << 30;  // bytes per MPI message (counts are int)
+// Seconds a rank that calls abort_job gives MPI_Abort before it exits by itself.
+constexpr double kAbortGraceS = 3.0;
 
 std::string this_host() {
   char buf[256] = {0};
@@ -239,6 +241,11 @@ std::unique_ptr<Comm> make_local_comm() {
   return std::make_unique<LocalComm>();
 }
 
+std::string host_of_world_rank(int r) {
+  if (g_hosts.empty()) return this_host();
+  return r >= 0 && r < static_cast<int>(g_hosts.size()) ? g_hosts[static_cast<size_t>(r)] : "?";
+}
+
 bool in_mpi_job() {
   return knobs().in_mpi_job;
 }
@@ -266,7 +273,17 @@ Comm& world() {
 void abort_job(const std::string& message, int code) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   std::fflush(stderr);
-  if (g_mpi_initialised) MPI_Abort(MPI_COMM_WORLD, code);
+  if (g_mpi_initialised) {
+    // MPI_Abort asks the launcher to end every rank, which it cannot finish when a host is unreachable (its
+    // daemon never answers); this rank leaves by itself after kAbortGraceS either way, and the launcher sees
+    // it exit with `code`.
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kAbortGraceS));
+      std::fflush(stderr);
+      std::_Exit(code);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::_Exit(code);
 }
 

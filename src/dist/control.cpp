@@ -33,4 +33,11 @@ ControlWord step_control(Comm& comm, ControlWord word_on_root) {
   return static_cast<ControlWord>(w);
 }
 
+ControlWord synced_control(Comm& comm, ControlWord word_on_root) {
+  const int32_t mine = comm.rank() == 0 ? static_cast<int32_t>(word_on_root) : 0;
+  std::vector<int32_t> all(static_cast<size_t>(comm.size()));
+  comm.allgatherv(&mine, all.data(), std::vector<int64_t>(all.size(), 1), DType::i32, "control word (synced)");
+  return static_cast<ControlWord>(all[0]);
+}
+
 }  // namespace h3

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 
@@ -91,16 +93,67 @@ std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<
   return f;
 }
 
-uint64_t procedural_mini_seed(const std::string& spec, const char* what) {
-  const auto k = spec.find(":seed=");
-  const std::string name = spec.substr(11, k == std::string::npos ? std::string::npos : k - 11);
-  H3_CHECK(name == "mini", "{} '{}': only procedural:mini[:seed=N] exists for this component", what, spec);
-  if (k == std::string::npos) return kDefaultProceduralSeed;
-  try {
-    return std::stoull(spec.substr(k + 6));
-  } catch (const std::exception&) {
-    fail("{}: the seed after ':seed=' is not a number", spec);
+ProceduralWeights::ProceduralWeights(std::vector<std::pair<std::string, Shape>> params, uint64_t seed,
+                                     std::string label, FixedTensorFn fixed)
+    : params_(std::move(params)), seed_(seed), label_(std::move(label)), fixed_(std::move(fixed)) {
+  for (const auto& [name, shape] : params_)
+    if (!shapes_.emplace(name, shape).second) fail("{}: parameter '{}' listed twice", label_, name);
+}
+
+Shape ProceduralWeights::shape(const std::string& key) const {
+  auto it = shapes_.find(key);
+  if (it == shapes_.end()) fail("{}: no tensor '{}'", label_, key);
+  return it->second;
+}
+
+DType ProceduralWeights::dtype(const std::string& key) const {
+  (void)shape(key);
+  return DType::f32;
+}
+
+Tensor ProceduralWeights::get(const std::string& key) const {
+  const Shape s = shape(key);
+  if (fixed_)
+    if (std::optional<Tensor> t = fixed_(key, s)) return std::move(*t);
+  return procedural_tensor(key, s, seed_);
+}
+
+Tensor ProceduralWeights::load(DeviceLoader& loader, const std::string& key, DType dtype,
+                               const std::vector<RowRange>& rows) const {
+  const Shape s = shape(key);
+  std::optional<Tensor> t = fixed_ ? fixed_(key, s) : std::nullopt;
+  Tensor v = t ? t->to_device(loader.device()) : procedural_tensor(key, s, seed_, loader.device());
+  if (!rows.empty()) v = gather_row_ranges(v, rows);
+  if (v.dtype() != dtype) {
+    H3_CHECK(dtype != DType::fp8_e4m3, "{}: '{}' asked for in FP8; quantize after loading", label_, key);
+    v = v.to(dtype);
   }
+  loader.note_generated(v);
+  return v;
+}
+
+ProceduralSpec parse_procedural_spec(const std::string& spec, const char* what,
+                                     const std::vector<std::string>& allowed) {
+  H3_CHECK(spec.starts_with("procedural:"), "{} '{}': not a procedural spec (procedural:NAME[:seed=N])", what, spec);
+  const auto k = spec.find(":seed=");
+  ProceduralSpec p;
+  p.name = spec.substr(11, k == std::string::npos ? std::string::npos : k - 11);
+  if (std::find(allowed.begin(), allowed.end(), p.name) == allowed.end()) {
+    std::string names;
+    for (const auto& a : allowed) names += (names.empty() ? "" : ", ") + ("procedural:" + a);
+    fail("{} '{}': unknown procedural model '{}' for this component (known: {}, each with an optional :seed=N)", what,
+         spec, p.name, names);
+  }
+  if (k == std::string::npos) return p;
+  const std::string s = spec.substr(k + 6);
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), p.seed);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+    fail("{} '{}': the seed after ':seed=' is not a non-negative integer below 2^64", what, spec);
+  return p;
+}
+
+uint64_t procedural_mini_seed(const std::string& spec, const char* what) {
+  return parse_procedural_spec(spec, what, {"mini"}).seed;
 }
 
 }  // namespace h3

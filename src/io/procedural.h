@@ -15,11 +15,13 @@
 
 #include "core/tensor.h"
 #include "io/safetensors.h"
+#include "io/tensor_source.h"
 
 namespace h3 {
 
 constexpr uint64_t kDefaultProceduralSeed = 20261129;
 inline constexpr const char* kProceduralMini = "procedural:mini";
+inline constexpr const char* kProceduralFull = "procedural:full";
 
 uint64_t splitmix64(uint64_t z);
 // Fills an f32 tensor of `shape` for parameter `name`.
@@ -42,8 +44,40 @@ std::shared_ptr<SafeTensors> procedural_safetensors(const std::vector<std::pair<
                                                     const std::map<std::string, std::string>& metadata, uint64_t seed,
                                                     const std::string& label, const FixedTensorFn& fixed = nullptr);
 
-// "procedural:mini[:seed=N]" for a component: checks the name (only mini exists; `what` names the flag in the
-// error) and returns the seed (the default seed when none is given).
+// Procedural weights as a TensorSource: `params` (name -> shape) generated on demand, on the host by get() and on the
+// loader's device by load() (device tensors are bitwise the host's: no host copy, no file). `fixed` supplies
+// fixed buffers (filters), computed on the host and copied.
+class ProceduralWeights : public TensorSource {
+ public:
+  ProceduralWeights(std::vector<std::pair<std::string, Shape>> params, uint64_t seed, std::string label,
+                    FixedTensorFn fixed = nullptr);
+  const std::string& path() const override { return label_; }
+  bool has(const std::string& key) const override { return shapes_.count(key) != 0; }
+  Shape shape(const std::string& key) const override;
+  DType dtype(const std::string& key) const override;
+  Tensor get(const std::string& key) const override;
+  Tensor load(DeviceLoader& loader, const std::string& key, DType dtype,
+              const std::vector<RowRange>& rows = {}) const override;
+  uint64_t seed() const { return seed_; }
+  const std::vector<std::pair<std::string, Shape>>& params() const { return params_; }
+
+ private:
+  std::vector<std::pair<std::string, Shape>> params_;
+  std::map<std::string, Shape> shapes_;
+  uint64_t seed_;
+  std::string label_;
+  FixedTensorFn fixed_;
+};
+
+// A component's procedural spec "procedural:NAME[:seed=N]": the name (checked against `allowed`; `what` names the
+// flag in the error) and the seed (the default seed when none is given).
+struct ProceduralSpec {
+  std::string name;
+  uint64_t seed = kDefaultProceduralSeed;
+};
+ProceduralSpec parse_procedural_spec(const std::string& spec, const char* what,
+                                     const std::vector<std::string>& allowed);
+// "procedural:mini[:seed=N]": only mini allowed; returns the seed.
 uint64_t procedural_mini_seed(const std::string& spec, const char* what);
 
 }  // namespace h3

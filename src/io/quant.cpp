@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <regex>
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace h3 {
 
@@ -51,22 +53,24 @@ void hadamard_columns_(Tensor& t, int g) {
             "hadamard_columns_: {} with group {}", t.describe(), g);
   const int64_t rows = t.dim(0), cols = t.dim(1);
   const double norm = 1.0 / std::sqrt(static_cast<double>(g));
-  std::vector<double> buf(static_cast<size_t>(g));
   float* p = t.data<float>();
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c0 = 0; c0 < cols; c0 += g) {
-      float* v = p + i * cols + c0;
-      for (int k = 0; k < g; ++k) buf[k] = v[k];
-      // Fast Walsh-Hadamard transform (Sylvester order), then the 1/sqrt(g) normalisation.
-      for (int len = 1; len < g; len <<= 1)
-        for (int s = 0; s < g; s += 2 * len)
-          for (int k = s; k < s + len; ++k) {
-            const double a = buf[k], b = buf[k + len];
-            buf[k] = a + b;
-            buf[k + len] = a - b;
-          }
-      for (int k = 0; k < g; ++k) v[k] = static_cast<float>(buf[k] * norm);
-    }
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {  // rows are independent
+    std::vector<double> buf(static_cast<size_t>(g));
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t c0 = 0; c0 < cols; c0 += g) {
+        float* v = p + i * cols + c0;
+        for (int k = 0; k < g; ++k) buf[k] = v[k];
+        // Fast Walsh-Hadamard transform (Sylvester order), then the 1/sqrt(g) normalisation.
+        for (int len = 1; len < g; len <<= 1)
+          for (int s = 0; s < g; s += 2 * len)
+            for (int k = s; k < s + len; ++k) {
+              const double a = buf[k], b = buf[k + len];
+              buf[k] = a + b;
+              buf[k + len] = a - b;
+            }
+        for (int k = 0; k < g; ++k) v[k] = static_cast<float>(buf[k] * norm);
+      }
+  });
 }
 
 namespace {
@@ -121,15 +125,17 @@ Tensor dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, float 
   const auto* bs = static_cast<const uint8_t*>(block_scales.raw());
   Tensor w(DType::f32, {R, C});
   float* o = w.data<float>();
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t b = 0; b < B; ++b) {
-      const float s = scale_2 * fp8e4m3_to_f32(bs[nvfp4_scale_index(r, b, B)]);
-      for (int64_t k = 0; k < kNvfp4Block / 2; ++k) {
-        const uint8_t byte = q[r * (C / 2) + b * (kNvfp4Block / 2) + k];
-        o[r * C + b * kNvfp4Block + 2 * k] = kE2M1[byte >> 4] * s;
-        o[r * C + b * kNvfp4Block + 2 * k + 1] = kE2M1[byte & 0x0F] * s;
+  parallel_for(R, [&](int64_t r0, int64_t r1) {  // rows are independent
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t b = 0; b < B; ++b) {
+        const float s = scale_2 * fp8e4m3_to_f32(bs[nvfp4_scale_index(r, b, B)]);
+        for (int64_t k = 0; k < kNvfp4Block / 2; ++k) {
+          const uint8_t byte = q[r * (C / 2) + b * (kNvfp4Block / 2) + k];
+          o[r * C + b * kNvfp4Block + 2 * k] = kE2M1[byte >> 4] * s;
+          o[r * C + b * kNvfp4Block + 2 * k + 1] = kE2M1[byte & 0x0F] * s;
+        }
       }
-    }
+  });
   return w;
 }
 
@@ -146,15 +152,20 @@ Tensor dequantize_mxfp8(const Tensor& q, const Tensor& exponents, const std::str
         where, exponents.describe(), want, R, B);
   const auto* d = static_cast<const uint8_t*>(q.raw());
   const auto* e = static_cast<const uint8_t*>(exponents.raw());
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t b = 0; b < B; ++b)
+      if (e[nvfp4_scale_index(i, b, B)] == 255)
+        fail("{}: mxfp8 block scale of row {}, block {} is the e8m0 NaN (255)", where, i, b);
   Tensor w(DType::f32, {R, C});
   float* o = w.data<float>();
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t b = 0; b < B; ++b) {
-      const uint8_t x = e[nvfp4_scale_index(r, b, B)];
-      if (x == 255) fail("{}: mxfp8 block scale of row {}, block {} is the e8m0 NaN (255)", where, r, b);
-      const float s = std::ldexp(1.0f, static_cast<int>(x) - 127);
-      for (int64_t k = b * kMxfp8Block; k < (b + 1) * kMxfp8Block; ++k) o[r * C + k] = fp8e4m3_to_f32(d[r * C + k]) * s;
-    }
+  parallel_for(R, [&](int64_t r0, int64_t r1) {  // rows are independent
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t b = 0; b < B; ++b) {
+        const float s = std::ldexp(1.0f, static_cast<int>(e[nvfp4_scale_index(r, b, B)]) - 127);
+        for (int64_t k = b * kMxfp8Block; k < (b + 1) * kMxfp8Block; ++k)
+          o[r * C + k] = fp8e4m3_to_f32(d[r * C + k]) * s;
+      }
+  });
   return w;
 }
 
@@ -170,19 +181,29 @@ Tensor dequantize_weight(const Tensor& q, const Tensor& scale, const QuantSpec& 
       fail("{}: fp8 scale '{}' is {}, expected one value", where, spec.scale_key, scale.describe());
     const float s = static_cast<float>(scale.get(0));
     if (!std::isfinite(s)) fail("{}: fp8 scale '{}' is {}, not a finite number", where, spec.scale_key, s);
-    for (int64_t i = 0; i < w.numel(); ++i) p[i] *= s;
+    parallel_for(
+        w.numel(),
+        [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) p[i] *= s;
+        },
+        1 << 16);
     return w;
   }
   if (q.dtype() != DType::i8) fail("{}: int8 weight stored as {}, expected I8", where, q.describe());
   const bool per_row = scale.numel() == rows && (scale.ndim() == 1 || (scale.ndim() == 2 && scale.dim(1) == 1));
   if (!per_row && scale.numel() != 1)
     fail("{}: int8 scale '{}' is {}, expected [{}, 1] or one value", where, spec.scale_key, scale.describe(), rows);
-  for (int64_t i = 0; i < rows; ++i) {
-    const float s = static_cast<float>(scale.get(per_row ? i : 0));
+  for (int64_t i = 0; i < (per_row ? rows : 1); ++i) {  // checked first: the workers below cannot throw
+    const float s = static_cast<float>(scale.get(i));
     if (!std::isfinite(s))
-      fail("{}: int8 scale '{}' of row {} is {}, not a finite number", where, spec.scale_key, per_row ? i : 0, s);
-    for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= s;
+      fail("{}: int8 scale '{}' of row {} is {}, not a finite number", where, spec.scale_key, i, s);
   }
+  parallel_for(rows, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float s = static_cast<float>(scale.get(per_row ? i : 0));
+      for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= s;
+    }
+  });
   if (spec.convrot_group > 0) {
     if (cols % spec.convrot_group != 0 || (spec.convrot_group & (spec.convrot_group - 1)) != 0)
       fail("{}: convrot group {} does not divide the input width {} (or is not a power of two)", where,
@@ -204,28 +225,112 @@ Tensor json_bytes(const std::string& s) {
   return t;
 }
 
+// max |p[i]| (NaNs ignored, as std::max does), over the worker threads: the maximum does not depend on the order.
+float amax_of(const float* p, int64_t n) {
+  float amax = 0;
+  std::mutex mu;
+  parallel_for(
+      n,
+      [&](int64_t b, int64_t e) {
+        float m = 0;
+        for (int64_t i = b; i < e; ++i) m = std::max(m, std::fabs(p[i]));
+        std::lock_guard lock(mu);
+        amax = std::max(amax, m);
+      },
+      1 << 16);
+  return amax;
+}
+
+// The comfy_quant marker of each format (the JSON text is part of the file).
+std::string comfy_json(QuantFormat q, int64_t cols) {
+  switch (q) {
+    case QuantFormat::fp8:
+      return R"({"format": "float8_e4m3fn"})";
+    case QuantFormat::mxfp8:
+      return R"({"format": "mxfp8"})";
+    case QuantFormat::nvfp4:
+      return R"({"format": "nvfp4"})";
+    case QuantFormat::int8_convrot:
+      return fmt::format(R"({{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": {}}})",
+                         convrot_group_for(cols));
+    default:
+      return R"({"format": "int8_tensorwise"})";
+  }
+}
+
+std::string layer_of(const std::string& name) {
+  return name.substr(0, name.size() - std::strlen(".weight"));
+}
+
 }  // namespace
+
+std::vector<SafeTensorsEntry> quantized_entries(const std::string& name, const Shape& shape, QuantFormat q,
+                                                bool input_scale) {
+  H3_ASSERT(shape.size() == 2 && q != QuantFormat::none, "quantized_entries: {} {}", name, shape_str(shape));
+  const std::string layer = layer_of(name);
+  const int64_t rows = shape[0], cols = shape[1];
+  auto marker = [&] {
+    return SafeTensorsEntry{layer + ".comfy_quant", DType::u8, {static_cast<int64_t>(comfy_json(q, cols).size())}};
+  };
+  switch (q) {
+    case QuantFormat::fp8: {
+      std::vector<SafeTensorsEntry> e = {{name, DType::fp8_e4m3, shape}, {layer + ".weight_scale", DType::f32, {}}};
+      if (input_scale) e.push_back({layer + ".input_scale", DType::f32, {}});
+      e.push_back(marker());
+      return e;
+    }
+    case QuantFormat::scaled_fp8:
+      return {{name, DType::fp8_e4m3, shape}, {layer + ".scale_weight", DType::f32, {}}};
+    case QuantFormat::mxfp8:
+      return {{name, DType::fp8_e4m3, shape},
+              {layer + ".weight_scale", DType::u8, {round_up(rows, 128), round_up(cols / kMxfp8Block, 4)}},
+              marker()};
+    case QuantFormat::nvfp4: {
+      std::vector<SafeTensorsEntry> e = {
+          {name, DType::u8, {rows, cols / 2}},
+          {layer + ".weight_scale", DType::fp8_e4m3, {round_up(rows, 128), round_up(cols / kNvfp4Block, 4)}},
+          {layer + ".weight_scale_2", DType::f32, {}}};
+      if (input_scale) e.push_back({layer + ".input_scale", DType::f32, {}});
+      e.push_back(marker());
+      return e;
+    }
+    default:
+      return {{name, DType::i8, shape}, {layer + ".weight_scale", DType::f32, {rows, 1}}, marker()};
+  }
+}
+
+void append_fp8_weight(const std::string& name, Tensor data, float scale, QuantFormat q, bool input_scale,
+                       std::vector<std::pair<std::string, Tensor>>& out) {
+  H3_ASSERT(q == QuantFormat::fp8 || q == QuantFormat::scaled_fp8, "append_fp8_weight: format {}",
+            quant_format_name(q));
+  const std::string layer = layer_of(name);
+  out.emplace_back(name, std::move(data));
+  if (q == QuantFormat::fp8) {
+    out.emplace_back(layer + ".weight_scale", scalar_f32(scale));
+    if (input_scale) out.emplace_back(layer + ".input_scale", scalar_f32(1.0f));
+    out.emplace_back(layer + ".comfy_quant", json_bytes(comfy_json(q, 0)));
+  } else {
+    out.emplace_back(layer + ".scale_weight", scalar_f32(scale));
+  }
+}
 
 void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bool input_scale,
                      std::vector<std::pair<std::string, Tensor>>& out) {
-  const std::string layer = name.substr(0, name.size() - std::strlen(".weight"));
+  const std::string layer = layer_of(name);
   const int64_t rows = w.dim(0), cols = w.dim(1);
   const float* p = w.data<float>();
   if (q == QuantFormat::fp8 || q == QuantFormat::scaled_fp8) {
-    float amax = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(p[i]));
+    const float amax = amax_of(p, w.numel());
     const float s = amax > 0 ? amax / 448.0f : 1.0f;
     Tensor t(DType::fp8_e4m3, w.shape());
     auto* d = static_cast<uint8_t*>(t.raw());
-    for (int64_t i = 0; i < w.numel(); ++i) d[i] = f32_to_fp8e4m3(p[i] / s);
-    out.emplace_back(name, t);
-    if (q == QuantFormat::fp8) {
-      out.emplace_back(layer + ".weight_scale", scalar_f32(s));
-      if (input_scale) out.emplace_back(layer + ".input_scale", scalar_f32(1.0f));
-      out.emplace_back(layer + ".comfy_quant", json_bytes(R"({"format": "float8_e4m3fn"})"));
-    } else {
-      out.emplace_back(layer + ".scale_weight", scalar_f32(s));
-    }
+    parallel_for(
+        w.numel(),
+        [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) d[i] = f32_to_fp8e4m3(p[i] / s);
+        },
+        1 << 16);
+    append_fp8_weight(name, t, s, q, input_scale, out);
     return;
   }
   if (q == QuantFormat::mxfp8) {
@@ -236,54 +341,57 @@ void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bo
     std::memset(scales.raw(), 0, scales.nbytes());
     auto* d = static_cast<uint8_t*>(t.raw());
     auto* sc = scales.data<uint8_t>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t b = 0; b < B; ++b) {
-        const float* x = p + r * cols + b * kMxfp8Block;
-        float bmax = 0;
-        for (int64_t k = 0; k < kMxfp8Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
-        const double need = std::max(static_cast<double>(bmax) / 448.0, std::ldexp(1.0, -127));
-        const int e = bmax == 0 ? 0 : std::clamp(static_cast<int>(std::ceil(std::log2(need))) + 127, 0, 254);
-        sc[nvfp4_scale_index(r, b, B)] = static_cast<uint8_t>(e);
-        const float s = std::ldexp(1.0f, e - 127);
-        for (int64_t k = 0; k < kMxfp8Block; ++k)
-          d[r * cols + b * kMxfp8Block + k] = bmax == 0 ? uint8_t{0} : f32_to_fp8e4m3(x[k] / s);
-      }
+    parallel_for(rows, [&](int64_t r0, int64_t r1) {  // rows are independent
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t b = 0; b < B; ++b) {
+          const float* x = p + r * cols + b * kMxfp8Block;
+          float bmax = 0;
+          for (int64_t k = 0; k < kMxfp8Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
+          const double need = std::max(static_cast<double>(bmax) / 448.0, std::ldexp(1.0, -127));
+          const int e = bmax == 0 ? 0 : std::clamp(static_cast<int>(std::ceil(std::log2(need))) + 127, 0, 254);
+          sc[nvfp4_scale_index(r, b, B)] = static_cast<uint8_t>(e);
+          const float s = std::ldexp(1.0f, e - 127);
+          for (int64_t k = 0; k < kMxfp8Block; ++k)
+            d[r * cols + b * kMxfp8Block + k] = bmax == 0 ? uint8_t{0} : f32_to_fp8e4m3(x[k] / s);
+        }
+    });
     out.emplace_back(name, t);
     out.emplace_back(layer + ".weight_scale", scales);
-    out.emplace_back(layer + ".comfy_quant", json_bytes(R"({"format": "mxfp8"})"));
+    out.emplace_back(layer + ".comfy_quant", json_bytes(comfy_json(q, cols)));
     return;
   }
   if (q == QuantFormat::nvfp4) {
     H3_CHECK(rows % 16 == 0 && cols % kNvfp4Block == 0,
              "nvfp4: {} is {}x{}; rows and columns must be multiples of 16 (this writer does not pad)", name, rows,
              cols);
-    float amax = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(p[i]));
+    const float amax = amax_of(p, w.numel());
     const float s2 = amax / (448.0f * 6.0f);
     const int64_t B = cols / kNvfp4Block;
     Tensor packed(DType::u8, {rows, cols / 2}), scales(DType::fp8_e4m3, {round_up(rows, 128), round_up(B, 4)});
     std::memset(scales.raw(), 0, scales.nbytes());
     auto* d = packed.data<uint8_t>();
     auto* sc = static_cast<uint8_t*>(scales.raw());
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t b = 0; b < B; ++b) {
-        const float* x = p + r * cols + b * kNvfp4Block;
-        float bmax = 0;
-        for (int64_t k = 0; k < kNvfp4Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
-        const uint8_t code = s2 > 0 ? f32_to_fp8e4m3(std::min(bmax / 6.0f / s2, 448.0f)) : uint8_t{0};
-        sc[nvfp4_scale_index(r, b, B)] = code;
-        const float total = s2 * fp8e4m3_to_f32(code);
-        for (int64_t k = 0; k < kNvfp4Block; k += 2) {
-          const uint8_t hi = total > 0 ? e2m1_code(x[k] / total) : uint8_t{0};
-          const uint8_t lo = total > 0 ? e2m1_code(x[k + 1] / total) : uint8_t{0};
-          d[r * (cols / 2) + (b * kNvfp4Block + k) / 2] = static_cast<uint8_t>(hi << 4 | lo);
+    parallel_for(rows, [&](int64_t r0, int64_t r1) {  // rows are independent
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t b = 0; b < B; ++b) {
+          const float* x = p + r * cols + b * kNvfp4Block;
+          float bmax = 0;
+          for (int64_t k = 0; k < kNvfp4Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
+          const uint8_t code = s2 > 0 ? f32_to_fp8e4m3(std::min(bmax / 6.0f / s2, 448.0f)) : uint8_t{0};
+          sc[nvfp4_scale_index(r, b, B)] = code;
+          const float total = s2 * fp8e4m3_to_f32(code);
+          for (int64_t k = 0; k < kNvfp4Block; k += 2) {
+            const uint8_t hi = total > 0 ? e2m1_code(x[k] / total) : uint8_t{0};
+            const uint8_t lo = total > 0 ? e2m1_code(x[k + 1] / total) : uint8_t{0};
+            d[r * (cols / 2) + (b * kNvfp4Block + k) / 2] = static_cast<uint8_t>(hi << 4 | lo);
+          }
         }
-      }
+    });
     out.emplace_back(name, packed);
     out.emplace_back(layer + ".weight_scale", scales);
     out.emplace_back(layer + ".weight_scale_2", scalar_f32(s2 > 0 ? s2 : 1.0f));
     if (input_scale) out.emplace_back(layer + ".input_scale", scalar_f32(1.0f));
-    out.emplace_back(layer + ".comfy_quant", json_bytes(R"({"format": "nvfp4"})"));
+    out.emplace_back(layer + ".comfy_quant", json_bytes(comfy_json(q, cols)));
     return;
   }
   Tensor src = w.clone();
@@ -292,21 +400,19 @@ void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bo
   const float* r = src.data<float>();
   Tensor t(DType::i8, w.shape()), scale(DType::f32, {rows, 1});
   auto* d = t.data<int8_t>();
-  for (int64_t i = 0; i < rows; ++i) {
-    float amax = 0;
-    for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(r[i * cols + j]));
-    const float s = amax > 0 ? amax / 127.0f : 1.0f;
-    scale.data<float>()[i] = s;
-    for (int64_t j = 0; j < cols; ++j)
-      d[i * cols + j] = static_cast<int8_t>(std::clamp(std::nearbyint(r[i * cols + j] / s), -127.0f, 127.0f));
-  }
+  parallel_for(rows, [&](int64_t i0, int64_t i1) {  // rows are independent
+    for (int64_t i = i0; i < i1; ++i) {
+      float amax = 0;
+      for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::fabs(r[i * cols + j]));
+      const float s = amax > 0 ? amax / 127.0f : 1.0f;
+      scale.data<float>()[i] = s;
+      for (int64_t j = 0; j < cols; ++j)
+        d[i * cols + j] = static_cast<int8_t>(std::clamp(std::nearbyint(r[i * cols + j] / s), -127.0f, 127.0f));
+    }
+  });
   out.emplace_back(name, t);
   out.emplace_back(layer + ".weight_scale", scale);
-  out.emplace_back(layer + ".comfy_quant",
-                   json_bytes(g > 0 ? fmt::format(R"({{"format": "int8_tensorwise", "convrot": true, )"
-                                                  R"("convrot_groupsize": {}}})",
-                                                  g)
-                                    : std::string(R"({"format": "int8_tensorwise"})")));
+  out.emplace_back(layer + ".comfy_quant", json_bytes(comfy_json(q, cols)));
 }
 
 }  // namespace h3

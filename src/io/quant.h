@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/safetensors.h"
 
 namespace h3 {
 
@@ -92,5 +93,13 @@ int convrot_group_for(int64_t in);
 // comfy_quant marker as laid out above; `input_scale` adds the (unused on load) activation scale of 1.
 void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bool input_scale,
                      std::vector<std::pair<std::string, Tensor>>& out);
+// The tensors quantize_weight appends for a weight `name` of `shape` (names, dtypes and shapes, in order), for
+// writers that need the header before the data (SafeTensorsWriter).
+std::vector<SafeTensorsEntry> quantized_entries(const std::string& name, const Shape& shape, QuantFormat q,
+                                                bool input_scale);
+// quantize_weight's result for fp8 / scaled_fp8 from values already quantized elsewhere (the GPU): `data` e4m3 =
+// fp8(w / scale) with scale = amax(|w|) / 448 (1 for an all-zero weight).
+void append_fp8_weight(const std::string& name, Tensor data, float scale, QuantFormat q, bool input_scale,
+                       std::vector<std::pair<std::string, Tensor>>& out);
 
 }  // namespace h3

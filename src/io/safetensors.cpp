@@ -1,11 +1,15 @@
 #include "io/safetensors.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -132,6 +136,19 @@ std::string SafeTensors::meta(const std::string& key) const {
   return it == metadata_.end() ? std::string() : it->second;
 }
 
+void SafeTensors::read(const std::string& key, size_t offset, void* dst, size_t bytes) const {
+  const auto& ti = info(key);
+  if (offset > ti.end - ti.begin || bytes > ti.end - ti.begin - offset)
+    fail("{}: tensor '{}': read of {} bytes at {} runs past its {} bytes", path_, key, bytes, offset,
+         ti.end - ti.begin);
+  const size_t at = static_cast<size_t>(data_ - file_->data()) + ti.begin + offset;
+  try {
+    file_->read_at(at, dst, bytes);
+  } catch (const Error& e) {
+    fail("tensor '{}': {}", key, e.what());
+  }
+}
+
 Tensor SafeTensors::get(const std::string& key) const {
   const auto& ti = info(key);
   const std::byte* p = data_ + ti.begin;
@@ -143,47 +160,139 @@ Tensor SafeTensors::get(const std::string& key) const {
   return Tensor(ti.dtype, ti.shape, file_, const_cast<std::byte*>(p));
 }
 
-void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+struct SafeTensorsWriter::State {
+  std::FILE* f = nullptr;
+  std::string tmp;
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Tensor> queue;
+  size_t queued = 0, max_queued = 0;
+  bool closing = false;
+  std::string error;  // the first failure, reported by the next write() or finish()
+};
+
+SafeTensorsWriter::SafeTensorsWriter(const std::string& path, const std::vector<SafeTensorsEntry>& entries,
+                                     const std::map<std::string, std::string>& metadata, size_t max_queued_bytes)
+    : st_(std::make_unique<State>()), path_(path), entries_(entries) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__") fail("{}: '__metadata__' is not a valid tensor name", path);
-    if (header.contains(name)) fail("{}: tensor '{}' given twice", path, name);
-    H3_ASSERT(t.device() == Device::cpu, "write_safetensors needs host tensors ({})", name);
-    header[name] = {{"dtype", dtype_safetensors_name(t.dtype())},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
+  for (const auto& e : entries_) {
+    if (e.name == "__metadata__") fail("{}: '__metadata__' is not a valid tensor name", path);
+    if (header.contains(e.name)) fail("{}: tensor '{}' given twice", path, e.name);
+    const size_t bytes = static_cast<size_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+    header[e.name] = {
+        {"dtype", dtype_safetensors_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string text = header.dump();
   while ((text.size() + 8) % 8 != 0) text.push_back(' ');
   check_output_file(path, "safetensors output");
-  std::string tmp = path + ".partial";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("{}: cannot create: {}", tmp, std::strerror(errno));
-  uint64_t n = text.size();
-  bool ok = std::fwrite(&n, 8, 1, f) == 1 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  for (const auto& [name, t] : tensors)
-    if (ok && t.nbytes()) ok = std::fwrite(t.raw(), 1, t.nbytes(), f) == t.nbytes();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
+  st_->tmp = path + ".partial";
+  st_->max_queued = max_queued_bytes;
+  st_->f = std::fopen(st_->tmp.c_str(), "wb");
+  if (!st_->f) fail("{}: cannot create: {}", st_->tmp, std::strerror(errno));
+  const uint64_t n = text.size();
+  if (std::fwrite(&n, 8, 1, st_->f) != 1 || std::fwrite(text.data(), 1, text.size(), st_->f) != text.size()) {
+    std::fclose(st_->f);
+    std::remove(st_->tmp.c_str());
     fail("{}: write failed (disk full?)", path);
   }
+  file_bytes_ = 8 + text.size() + offset;
+  State* st = st_.get();
+  st->thread = std::thread([st] {
+    for (;;) {
+      Tensor t;
+      {
+        std::unique_lock lock(st->mu);
+        st->cv.wait(lock, [&] { return !st->queue.empty() || st->closing; });
+        if (st->queue.empty()) return;
+        t = st->queue.front();
+      }
+      const bool ok = t.nbytes() == 0 || std::fwrite(t.raw(), 1, t.nbytes(), st->f) == t.nbytes();
+      std::lock_guard lock(st->mu);
+      st->queue.pop_front();
+      st->queued -= t.nbytes();
+      if (!ok && st->error.empty()) st->error = std::strerror(errno);
+      st->cv.notify_all();
+    }
+  });
+}
+
+SafeTensorsWriter::~SafeTensorsWriter() {
+  if (finished_) return;
+  {
+    std::lock_guard lock(st_->mu);
+    st_->closing = true;
+    st_->queue.clear();  // drop what is left: the file is abandoned
+    st_->queued = 0;
+  }
+  st_->cv.notify_all();
+  if (st_->thread.joinable()) st_->thread.join();
+  if (st_->f) std::fclose(st_->f);
+  std::remove(st_->tmp.c_str());
+}
+
+void SafeTensorsWriter::write(const std::string& name, Tensor t) {
+  H3_ASSERT(!finished_, "{}: write('{}') after finish()", path_, name);
+  if (next_ >= entries_.size()) fail("{}: tensor '{}' written past the {} announced", path_, name, entries_.size());
+  const SafeTensorsEntry& e = entries_[next_];
+  if (e.name != name || e.dtype != t.dtype() || e.shape != t.shape())
+    fail("{}: tensor {} of the file is '{}' {} {}, but '{}' {} was written", path_, next_, e.name, dtype_name(e.dtype),
+         shape_str(e.shape), name, t.describe());
+  H3_ASSERT(t.device() == Device::cpu, "SafeTensorsWriter needs host tensors ({})", name);
+  ++next_;
+  std::unique_lock lock(st_->mu);
+  st_->cv.wait(lock, [&] { return st_->queued == 0 || st_->queued + t.nbytes() <= st_->max_queued; });
+  if (!st_->error.empty()) fail("{}: write failed (disk full?): {}", path_, st_->error);
+  st_->queued += t.nbytes();
+  st_->queue.push_back(std::move(t));
+  st_->cv.notify_all();
+}
+
+void SafeTensorsWriter::finish() {
+  H3_ASSERT(!finished_, "{}: finish() twice", path_);
+  if (next_ != entries_.size()) fail("{}: {} of the {} announced tensors were written", path_, next_, entries_.size());
+  {
+    std::lock_guard lock(st_->mu);
+    st_->closing = true;
+  }
+  st_->cv.notify_all();
+  st_->thread.join();
+  const bool closed = std::fclose(st_->f) == 0;
+  st_->f = nullptr;
+  if (!st_->error.empty() || !closed) {
+    std::remove(st_->tmp.c_str());
+    finished_ = true;
+    fail("{}: write failed (disk full?){}", path_, st_->error.empty() ? "" : ": " + st_->error);
+  }
   std::error_code ec;
+  finished_ = true;
   try {
-    check_output_file(path, "safetensors output");  // again: the path may have changed while writing
+    check_output_file(path_, "safetensors output");  // again: the path may have changed while writing
   } catch (...) {
-    std::remove(tmp.c_str());
+    std::remove(st_->tmp.c_str());
     throw;
   }
-  std::filesystem::rename(tmp, path, ec);
+  std::filesystem::rename(st_->tmp, path_, ec);
   if (ec) {
-    std::remove(tmp.c_str());
-    fail("{}: cannot rename from {}: {}", path, tmp, ec.message());
+    std::remove(st_->tmp.c_str());
+    fail("{}: cannot rename from {}: {}", path_, st_->tmp, ec.message());
   }
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<SafeTensorsEntry> entries;
+  entries.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    H3_ASSERT(t.device() == Device::cpu, "write_safetensors needs host tensors ({})", name);
+    entries.push_back({name, t.dtype(), t.shape()});
+  }
+  SafeTensorsWriter w(path, entries, metadata);
+  for (const auto& [name, t] : tensors) w.write(name, t);
+  w.finish();
 }
 
 }  // namespace h3

@@ -360,14 +360,31 @@ class AudioCollector {
     in_channels_ = f->ch_layout.nb_channels;
     H3_CHECK(in_channels_ >= 1, "{}: the audio stream has no channels", path_);
     av_channel_layout_default(&out_layout_, in_channels_ == 1 ? 1 : 2);
-    AVChannelLayout in_layout{};
-    av_channel_layout_copy(&in_layout, &f->ch_layout);
-    const int ret = swr_alloc_set_opts2(&swr_, &out_layout_, AV_SAMPLE_FMT_FLTP, rate_, &in_layout,
-                                        static_cast<AVSampleFormat>(f->format), f->sample_rate, 0, nullptr);
-    av_channel_layout_uninit(&in_layout);
-    H3_CHECK(ret >= 0 && swr_ && swr_init(swr_) >= 0,
-             "{}: libswresample cannot convert {} Hz {}-channel {} audio to {} Hz", path_, f->sample_rate, in_channels_,
-             av_get_sample_fmt_name(static_cast<AVSampleFormat>(f->format)), rate_);
+    // Twice at most: libswresample builds the down-mix itself for the layouts it knows; for one it does not (a
+    // WAV of 9 or 25..64 channels in no named layout), the second try gives it a matrix.
+    int ret = -1;
+    for (const bool own_matrix : {false, true}) {
+      swr_free(&swr_);
+      AVChannelLayout in_layout{};
+      av_channel_layout_copy(&in_layout, &f->ch_layout);
+      ret = swr_alloc_set_opts2(&swr_, &out_layout_, AV_SAMPLE_FMT_FLTP, rate_, &in_layout,
+                                static_cast<AVSampleFormat>(f->format), f->sample_rate, 0, nullptr);
+      av_channel_layout_uninit(&in_layout);
+      if (ret >= 0 && swr_ && own_matrix) ret = swr_set_matrix(swr_, downmix_matrix().data(), in_channels_);
+      if (ret >= 0 && swr_ && (ret = swr_init(swr_)) >= 0) break;
+      if (in_channels_ <= 2) break;  // mono and stereo need no matrix: the failure is elsewhere
+    }
+    H3_CHECK(ret >= 0 && swr_, "{}: libswresample cannot convert {} Hz {}-channel {} audio to {} Hz", path_,
+             f->sample_rate, in_channels_, av_get_sample_fmt_name(static_cast<AVSampleFormat>(f->format)), rate_);
+  }
+  // Input channels in no layout libswresample knows, to stereo: the even-numbered channels averaged to the left,
+  // the odd-numbered ones to the right (row-major [2][in_channels_], as swr_set_matrix reads it).
+  std::vector<double> downmix_matrix() const {
+    const int left = (in_channels_ + 1) / 2, right = in_channels_ / 2;
+    std::vector<double> m(static_cast<size_t>(2 * in_channels_), 0.0);
+    for (int i = 0; i < in_channels_; ++i)
+      m[static_cast<size_t>((i % 2) * in_channels_ + i)] = i % 2 == 0 ? 1.0 / left : 1.0 / right;
+    return m;
   }
   void convert(uint8_t** in, int n_in) {
     const int cap = swr_get_out_samples(swr_, n_in) + 16;

@@ -352,7 +352,7 @@ int64_t Mp4Writer::samples_written() const {
   return impl_->samples_in;
 }
 
-void Mp4Writer::add_frames(const Tensor& pixels) {
+bool Mp4Writer::add_frames(const Tensor& pixels, const std::function<bool()>& stop) {
   Impl& m = *impl_;
   H3_CHECK(!m.finished, "mp4 {}: add_frames() after finish()", path_);
   H3_CHECK(!m.broken, "mp4 {}: an earlier error left this writer unusable; start a new one", path_);
@@ -361,11 +361,18 @@ void Mp4Writer::add_frames(const Tensor& pixels) {
            "mp4 {}: frames are {} x {} (H x W) but the file was opened for {} x {}; pixels must be [3, T, H, W]", path_,
            v.height, v.width, m.spec.height, m.spec.width);
   try {
-    for (int64_t t = 0; t < v.frames; ++t) m.encode_frame_yuv(v, t);
+    for (int64_t t = 0; t < v.frames; ++t) {
+      if (stop && stop()) {
+        m.broken = true;
+        return false;
+      }
+      m.encode_frame_yuv(v, t);
+    }
   } catch (...) {
     m.broken = true;
     throw;
   }
+  return true;
 }
 
 void Mp4Writer::add_audio(const Tensor& wave) {
@@ -423,6 +430,17 @@ void Mp4Writer::finish() {
     m.broken = true;
     throw;
   }
+}
+
+std::string media_library_versions() {
+  auto v = [](const char* name, unsigned version) {
+    return fmt::format("{} {}.{}.{}", name, AV_VERSION_MAJOR(version), AV_VERSION_MINOR(version),
+                       AV_VERSION_MICRO(version));
+  };
+  std::string s = v("libavcodec", avcodec_version()) + ", " + v("libavformat", avformat_version()) + ", " +
+                  v("libavutil", avutil_version()) + ", " + v("libswresample", swresample_version());
+  s += avcodec_find_encoder_by_name("libx264") ? ", H.264 by libx264" : ", no libx264 (MP4 output will fail)";
+  return s;
 }
 
 }  // namespace h3

@@ -13,6 +13,7 @@
 // wrong shapes).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,8 +46,10 @@ class Mp4Writer {
   Mp4Writer(const Mp4Writer&) = delete;
   Mp4Writer& operator=(const Mp4Writer&) = delete;
 
-  // pixels [3, T, H, W] (see above) with H, W equal to the spec's.
-  void add_frames(const Tensor& pixels);
+  // pixels [3, T, H, W] (see above) with H, W equal to the spec's. `stop` (optional) is asked before each frame;
+  // when it answers true nothing more is encoded, the writer is left unusable (destroy it: the partial file goes)
+  // and add_frames returns false (a cancelled request stops within one frame's encode).
+  bool add_frames(const Tensor& pixels, const std::function<bool()>& stop = {});
   // wave [channels, N] (see above).
   void add_audio(const Tensor& wave);
   // Flushes the encoders, writes the trailer (faststart) and renames the file onto `path`.
@@ -66,9 +69,15 @@ class Mp4Writer {
 // WAV: 16-bit signed PCM, interleaved, little-endian (RIFF/WAVE, format 1); wave [channels, N] in [-1, 1].
 void write_wav(const std::string& path, const Tensor& wave, int sample_rate);
 
+// The FFmpeg libraries this build runs with, e.g. "libavcodec 59.37.100, libavformat 59.27.100, libswscale 6.7.100,
+// H.264 by libx264", or "" when h3 was built without them (`h3 --version` prints it).
+std::string media_library_versions();
+
 // PNG frames (libavcodec's png encoder, 8-bit RGB): `dir_or_pattern` is either a printf-style pattern holding
 // one integer conversion (e.g. "out/frame_%05d.png") or a directory (created if missing; frames go to
 // dir/frame_00000.png, ...). Frames are numbered from 0. Each file is written atomically. Returns the paths.
 std::vector<std::string> write_png_frames(const std::string& dir_or_pattern, const Tensor& pixels);
+// One picture [3, H, W] (or [3, 1, H, W]) in the layout above as a PNG file, written atomically.
+void write_png(const std::string& path, const Tensor& picture);
 
 }  // namespace h3

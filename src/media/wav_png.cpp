@@ -113,6 +113,73 @@ void write_wav(const std::string& path, const Tensor& wave, int sample_rate) {
   file.commit();
 }
 
+namespace {
+
+// Frame t of `v` as one PNG file at `out_path` (atomically), through libavcodec's png encoder; `frame` is an
+// RGB24 frame of v's size.
+void encode_png_file(const AVCodec* codec, AVFrame* frame, AVPacket* pkt, const media::PixelView& v, int64_t t,
+                     const std::string& out_path) {
+  media::check_output_path(out_path, "png");
+  // One encoder per image: png is intra-only, and a fresh context keeps every file independent.
+  std::unique_ptr<AVCodecContext, CodecCtxDeleter> ctx(avcodec_alloc_context3(codec));
+  H3_CHECK(ctx, "png {}: out of memory", out_path);
+  ctx->width = frame->width;
+  ctx->height = frame->height;
+  ctx->pix_fmt = AV_PIX_FMT_RGB24;
+  ctx->time_base = AVRational{1, 24};
+  int ret = avcodec_open2(ctx.get(), codec, nullptr);
+  H3_CHECK(ret >= 0, "png {}: opening the png encoder: {}", out_path, media::av_error_text(ret));
+  ret = av_frame_make_writable(frame);
+  H3_CHECK(ret >= 0, "png {}: frame buffer: {}", out_path, media::av_error_text(ret));
+  v.rgb24(t, frame->data[0], frame->linesize[0]);
+  frame->pts = t;
+  ret = avcodec_send_frame(ctx.get(), frame);
+  if (ret >= 0) ret = avcodec_send_frame(ctx.get(), nullptr);
+  H3_CHECK(ret >= 0, "png {}: encoding: {}", out_path, media::av_error_text(ret));
+  ret = avcodec_receive_packet(ctx.get(), pkt);
+  H3_CHECK(ret >= 0, "png {}: encoding: {}", out_path, media::av_error_text(ret));
+  media::PartialFile file(out_path);
+  write_bytes(file, "png", [&](std::ofstream& out) { out.write(reinterpret_cast<const char*>(pkt->data), pkt->size); });
+  av_packet_unref(pkt);
+  file.commit();
+}
+
+// An RGB24 frame of v's size and the packet the encoder fills.
+struct PngBuffers {
+  std::unique_ptr<AVFrame, FrameDeleter> frame;
+  std::unique_ptr<AVPacket, PacketDeleter> pkt;
+  const AVCodec* codec = nullptr;
+};
+PngBuffers png_buffers(const media::PixelView& v, const std::string& where) {
+  H3_CHECK(v.width > 0 && v.height > 0 && v.width <= 65535 && v.height <= 65535,
+           "png {}: frame size {} x {} out of range", where, v.width, v.height);
+  PngBuffers b;
+  b.codec = avcodec_find_encoder(AV_CODEC_ID_PNG);
+  H3_CHECK(b.codec, "png {}: this libavcodec ({}) has no png encoder; install a full libavcodec", where,
+           av_version_info());
+  b.frame.reset(av_frame_alloc());
+  b.pkt.reset(av_packet_alloc());
+  H3_CHECK(b.frame && b.pkt, "png {}: out of memory", where);
+  b.frame->format = AV_PIX_FMT_RGB24;
+  b.frame->width = static_cast<int>(v.width);
+  b.frame->height = static_cast<int>(v.height);
+  const int ret = av_frame_get_buffer(b.frame.get(), 0);
+  H3_CHECK(ret >= 0, "png {}: frame buffer: {}", where, media::av_error_text(ret));
+  return b;
+}
+
+}  // namespace
+
+void write_png(const std::string& path, const Tensor& picture) {
+  H3_CHECK(picture.ndim() == 3 || (picture.ndim() == 4 && picture.dim(1) == 1),
+           "png {}: a picture is [3, H, W] (or [3, 1, H, W]), got {}", path, picture.describe());
+  const Tensor p4 =
+      picture.ndim() == 3 ? picture.reshape({picture.dim(0), 1, picture.dim(1), picture.dim(2)}) : picture;
+  const media::PixelView v = media::pixel_view(p4, "png " + path);
+  PngBuffers b = png_buffers(v, path);
+  encode_png_file(b.codec, b.frame.get(), b.pkt.get(), v, 0, path);
+}
+
 std::vector<std::string> write_png_frames(const std::string& dir_or_pattern, const Tensor& pixels) {
   namespace fs = std::filesystem;
   H3_CHECK(!dir_or_pattern.empty(), "png frames: empty output; give a folder or a pattern like out/frame_%05d.png");
@@ -131,20 +198,7 @@ std::vector<std::string> write_png_frames(const std::string& dir_or_pattern, con
              "literal '%')",
              dir_or_pattern);
   }
-  H3_CHECK(v.width > 0 && v.height > 0 && v.width <= 65535 && v.height <= 65535,
-           "png frames {}: frame size {} x {} out of range", pattern, v.width, v.height);
-  const AVCodec* codec = avcodec_find_encoder(AV_CODEC_ID_PNG);
-  H3_CHECK(codec, "png frames {}: this libavcodec ({}) has no png encoder; install a full libavcodec", pattern,
-           av_version_info());
-
-  std::unique_ptr<AVFrame, FrameDeleter> frame(av_frame_alloc());
-  std::unique_ptr<AVPacket, PacketDeleter> pkt(av_packet_alloc());
-  H3_CHECK(frame && pkt, "png frames {}: out of memory", pattern);
-  frame->format = AV_PIX_FMT_RGB24;
-  frame->width = static_cast<int>(v.width);
-  frame->height = static_cast<int>(v.height);
-  int ret = av_frame_get_buffer(frame.get(), 0);
-  H3_CHECK(ret >= 0, "png frames {}: frame buffer: {}", pattern, media::av_error_text(ret));
+  PngBuffers b = png_buffers(v, "frames " + pattern);
 
   std::vector<std::string> paths;
   // A failure part-way removes the frames this call already wrote: all frames or none.
@@ -161,30 +215,7 @@ std::vector<std::string> write_png_frames(const std::string& dir_or_pattern, con
     std::vector<char> name(pattern.size() + 32);
     std::snprintf(name.data(), name.size(), pattern.c_str(), static_cast<int>(t));
     const std::string out_path(name.data());
-    media::check_output_path(out_path, "png");
-    // One encoder per image: png is intra-only, and a fresh context keeps every file independent.
-    std::unique_ptr<AVCodecContext, CodecCtxDeleter> ctx(avcodec_alloc_context3(codec));
-    H3_CHECK(ctx, "png {}: out of memory", out_path);
-    ctx->width = frame->width;
-    ctx->height = frame->height;
-    ctx->pix_fmt = AV_PIX_FMT_RGB24;
-    ctx->time_base = AVRational{1, 24};
-    ret = avcodec_open2(ctx.get(), codec, nullptr);
-    H3_CHECK(ret >= 0, "png {}: opening the png encoder: {}", out_path, media::av_error_text(ret));
-    ret = av_frame_make_writable(frame.get());
-    H3_CHECK(ret >= 0, "png {}: frame buffer: {}", out_path, media::av_error_text(ret));
-    v.rgb24(t, frame->data[0], frame->linesize[0]);
-    frame->pts = t;
-    ret = avcodec_send_frame(ctx.get(), frame.get());
-    if (ret >= 0) ret = avcodec_send_frame(ctx.get(), nullptr);
-    H3_CHECK(ret >= 0, "png {}: encoding: {}", out_path, media::av_error_text(ret));
-    ret = avcodec_receive_packet(ctx.get(), pkt.get());
-    H3_CHECK(ret >= 0, "png {}: encoding: {}", out_path, media::av_error_text(ret));
-    media::PartialFile file(out_path);
-    write_bytes(file, "png",
-                [&](std::ofstream& out) { out.write(reinterpret_cast<const char*>(pkt->data), pkt->size); });
-    av_packet_unref(pkt.get());
-    file.commit();
+    encode_png_file(b.codec, b.frame.get(), b.pkt.get(), v, t, out_path);
     paths.push_back(out_path);
   }
   cleanup.done = true;

@@ -17,6 +17,7 @@
 #include "ops/ops.h"
 #include "ops/ops_act.h"
 #include "ops/ops_conv.h"
+#include "ops/ops_text.h"
 #include "ops/ops_vae.h"
 
 namespace h3::ops {
@@ -24,7 +25,7 @@ namespace h3::ops {
 using TensorPair = std::pair<Tensor, Tensor>;
 
 // X(name, return type, (parameters)) for every op a backend implements; the parameters are the public op's
-// (ops.h, ops_act.h, ops_conv.h, ops_vae.h), plus the stitch layouts the front door derives.
+// (ops.h, ops_act.h, ops_text.h, ops_conv.h, ops_vae.h), plus the stitch layouts the front door derives.
 #define H3_BACKEND_OPS(X)                                                                                              \
   /* ops.h */                                                                                                          \
   X(linear, Tensor, (const Tensor& x, const Tensor& w, const Tensor* bias))                                            \
@@ -48,6 +49,7 @@ using TensorPair = std::pair<Tensor, Tensor>;
   X(set_columns, void, (Tensor & dst, int64_t begin, const Tensor& src))                                               \
   X(quantize_fp8, Tensor, (const Tensor& w))                                                                           \
   X(quantize_fp8_rows, Tensor, (const Tensor& x))                                                                      \
+  X(dequantize_fp8, Tensor, (const Tensor& q))                                                                         \
   X(residual_norm_modulate, ResidualNorm,                                                                              \
     (const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, const Tensor& w, double eps,             \
      const Tensor& shift, const Tensor& scale, bool bf16, Fp8Out fp8))                                                 \
@@ -60,6 +62,9 @@ using TensorPair = std::pair<Tensor, Tensor>;
   /* ops_act.h */                                                                                                      \
   X(gelu_tanh, Tensor, (const Tensor& x))                                                                              \
   X(gelu_erf, Tensor, (const Tensor& x))                                                                               \
+  /* ops_text.h */                                                                                                     \
+  X(rms_norm_rounded, Tensor, (const Tensor& x, const Tensor& w, int64_t group, double eps))                           \
+  X(linear_acc, Tensor, (const Tensor& x, const Tensor& w))                                                            \
   /* ops_conv.h */                                                                                                     \
   X(conv3d, Tensor, (const Tensor& x, const Tensor& w, const Tensor* bias, std::array<int64_t, 3> stride))             \
   X(pad3d, Tensor,                                                                                                     \

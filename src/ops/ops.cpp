@@ -237,6 +237,15 @@ Tensor quantize_fp8_rows(const Tensor& x) {
   return H3_OP_CALL(be, quantize_fp8_rows, x);
 }
 
+Tensor dequantize_fp8(const Tensor& q) {
+  const BackendOps& be = backend_of(q, "dequantize_fp8");
+  H3_ASSERT(q.dtype() == DType::fp8_e4m3 && q.ndim() == 2 && q.scale() && q.scale()->dtype() == DType::f32 &&
+                q.scale()->device() == q.device() && (q.scale()->numel() == 1 || q.scale()->numel() == q.dim(0)),
+            "dequantize_fp8: an fp8 [N, C] tensor with a per-tensor or per-row f32 scale on its device needed, got {}",
+            q.describe());
+  return H3_OP_CALL(be, dequantize_fp8, q);
+}
+
 ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                     const Tensor& w, double eps, const Tensor& shift, const Tensor& scale, bool bf16,
                                     Fp8Out fp8) {

@@ -50,6 +50,9 @@ Tensor quantize_fp8(const Tensor& w);
 // largest value lands in (224, 448]), returned with its [N] f32 scales (Tensor::scale()). Each row's bits depend on
 // that row alone.
 Tensor quantize_fp8_rows(const Tensor& x);
+// FP8 e4m3 values q[N, C] with their scale (Tensor::scale(): per tensor [1] or per row [N]) dequantized to bf16,
+// bf16(float(q) * s) rounded once from the f32 product (a stored FP8 checkpoint weight for a bf16 layer).
+Tensor dequantize_fp8(const Tensor& q);
 
 // How a fused producer hands its output to an FP8 GEMM: not quantized, per row (quantize_fp8_rows), or per tensor
 // with a scale bounded from the op's own parameters (no pass over the data; see residual_norm_modulate).

@@ -1,5 +1,6 @@
-// Element-wise activations beyond ops.h's silu, for the Qwen3-VL vision tower (host f32/f64 tensors, one output
-// element per input element, so results never depend on the thread count).
+// Element-wise activations beyond ops.h's silu, for the Qwen3-VL vision tower (host f32/f64 tensors, or f32/bf16 GPU
+// tensors computed in f32 and rounded once; one output element per input element, so results never depend on the
+// thread count).
 #pragma once
 #include "core/tensor.h"
 

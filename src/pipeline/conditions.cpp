@@ -392,12 +392,15 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
   std::vector<std::vector<double>> stamps;
   for (const ConditionMedia& m : r.media) {
     if (!m.visual()) continue;
-    // Only the size is needed: stop after the frames the request reads.
-    const MediaInfo info = scan_media(m.path, static_cast<int>(kFps), 32000, std::max<int64_t>(m.frames, 1) + 1, 1);
     if (m.role == "video") {
-      const std::vector<int64_t> idx = sample_frame_indices(m.frames, static_cast<double>(kFps), 2.0);
+      // The normalized reference video: 24 fps, cut to the target's frame count (not the VAE's 17n+5), on its own
+      // canvas; its 2 fps samples go to the processor.
+      // Only the frame count up to the target's is needed: stop after the frames the request reads.
+      const MediaInfo info = scan_media(m.path, static_cast<int>(kFps), 32000, std::max<int64_t>(r.frames, 1) + 1, 1);
+      const std::vector<int64_t> idx =
+          sample_frame_indices(std::min(info.frames, r.frames), static_cast<double>(kFps), 2.0);
       H3_CHECK(!idx.empty(), "{}: no frames to sample at 2 fps", m.path);
-      const Tensor all = read_video_frames(m.path, static_cast<int>(kFps), idx.back() + 1, info.width, info.height);
+      const Tensor all = read_video_frames(m.path, static_cast<int>(kFps), idx.back() + 1, m.width, m.height);
       H3_CHECK(all.dim(1) > idx.back(),
                "{}: read {} frames at 24 fps, the 2 fps sampling needs {}; did the file change?", m.path, all.dim(1),
                idx.back() + 1);
@@ -409,7 +412,10 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
       grids.push_back(px.grid);
       stamps.push_back(temporal_patch_timestamps(idx, static_cast<double>(kFps), vc.temporal_patch));
     } else {
-      const Tensor pic = read_picture(m.path, info.width, info.height, FitMode::stretch);
+      // The keyframe on the canvas (first: stretched, last: cover-cropped), or the image reference at its short
+      // edge: the pixels the VAE reads are the processor's input too.
+      const FitMode fit = m.role == "last" ? FitMode::cover : FitMode::stretch;
+      const Tensor pic = read_picture(m.path, m.width, m.height, fit);
       VlPixels px = preprocess_frames({to_u8_hwc(pic, 0)}, image_cfg);
       image_rows.push_back(px.pixels);
       q.image_grids.push_back(px.grid);
@@ -437,7 +443,8 @@ PromptInputs prepare_prompt(const ResolvedRequest& r, const Tokenizer& tok, cons
   return in;
 }
 
-PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer) {
+PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer,
+                             const TextLayerHook& before_layer) {
   PromptEncoding out;
   H3_CHECK(!in.ids.empty(), "the prompt gives no tokens");
   const bool vision = !in.extras.rows.empty();
@@ -447,9 +454,10 @@ PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& tex
              "LM come from different models",
              in.extras.embeds.defined() ? in.extras.embeds.dim(1) : 0, text.config().hidden);
   out.embeds = text.forward(in.ids, {layer}, false, in.positions.empty() ? nullptr : &in.positions,
-                            vision ? &in.extras : nullptr)
+                            vision ? &in.extras : nullptr, before_layer)
                    .hidden_states.at(layer)
-                   .to(DType::f32);
+                   .to(DType::f32)
+                   .cpu();
   out.vision_ranges = in.vision_ranges;
   out.vision_rows = static_cast<int64_t>(in.extras.rows.size());
   return out;

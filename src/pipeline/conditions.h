@@ -86,11 +86,15 @@ ConditionRows encode_conditions(const ResolvedRequest& r, const VideoVae& vvae, 
 // DeepStack features are added after LM layers 0..K-1 at those rows and the LM runs on Qwen3-VL's mRoPE
 // positions (model/qwen3vl/qwen3vl.h).
 //
-// What the processor is given (inferred; the public pipelines hand the user's files to Qwen's processor):
-// each picture at the file's own size, each reference video's frames at its own size, at 24 fps, the ones the
-// VAE reads (at most the target's frame count), sampled at 2 fps (every 12th frame; odd counts padded by
-// repeating the last); smart_resize then fixes the grid (min 65,536 / max 16,777,216 pixels for pictures,
-// 4,096 / 25,165,824 per frame for videos). The VAE condition rows use the canvas-fitted pixels as before.
+// What the processor is given: the pixels the VAE condition rows are made from (the reference's modular pipeline
+// prepares keyframes and references first -- MiniMaxH3ResizeStep, MiniMaxH3Ref2VASetupStep -- and hands those to
+// Qwen3-VL's processor). So a keyframe is on the target canvas (first stretched, last cover-cropped: 1344x768 at
+// most, e.g. a 4000x3000 first keyframe gives a 1024x768 canvas, 768 vision tokens), an image reference at its
+// `ref_image_short_edge` size (2048 released, no area cap), and a reference video's frames at 24 fps, cut to the
+// target's frame count, on their own canvas, sampled at 2 fps (every 12th frame; odd counts padded by repeating
+// the last). The processor's smart_resize then fixes the grid (min 65,536 / max 16,777,216 pixels for pictures,
+// 4,096 / 25,165,824 per frame for videos: the released processor config), which leaves these sizes (multiples
+// of 32 within the bounds) as they are.
 //
 // Rank 0 prepares (it holds the files): prepare_prompt() reads, preprocesses and runs the tower; the result
 // travels to the encoder ranks (prompt_inputs_to_json / _tensors), which run the LM with encode_prompt().
@@ -121,7 +125,9 @@ struct PromptEncoding {
 // The text the tokenizer sees when no vision rows are needed (t2va, audio-only references; exposed for
 // tests).
 std::string prompt_text_without_vision(const ResolvedRequest& r);
-// hidden_states[layer] of the prompt (collective over the text model's tensor-parallel group).
-PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer);
+// hidden_states[layer] of the prompt (collective over the text model's tensor-parallel group); `before_layer`
+// runs before each of the `layer` decoder layers (the generator's cancellation check).
+PromptEncoding encode_prompt(const PromptInputs& in, const Qwen3VlTextModel& text, int64_t layer,
+                             const TextLayerHook& before_layer = {});
 
 }  // namespace h3

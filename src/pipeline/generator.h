@@ -29,6 +29,7 @@
 #include "dist/plan.h"
 #include "model/dit/dit.h"
 #include "pipeline/conditions.h"
+#include "pipeline/memory_plan.h"
 #include "pipeline/request.h"
 
 namespace h3 {
@@ -50,8 +51,19 @@ struct ModelPaths {
 };
 
 struct GenerateOptions {
-  Precision precision = Precision::f32;  // DiT precision (VAEs and text tower: f32, or f64 with f64)
-  DistOptions dist;                      // how the DiT is spread over the denoise ranks
+  // Where the models run. Device::cuda (the GPU backend must be running): the DiT in bf16 or fp8, the VAE decoders
+  // and (text_device) the Qwen3-VL text and vision towers on the GPU, loaded by the memory plan
+  // (pipeline/memory_plan.h); the VAE encoders (fl2va / ref2va conditions) stay on the CPU. Device::cpu: everything
+  // on the CPU.
+  Device device = Device::cpu;
+  Precision precision = Precision::f32;       // DiT: f64, f32, bf16 (CPU: emulated), fp8 (GPU only)
+  Precision vae_precision = Precision::f32;   // video VAE decoder: f64 / f32 on the CPU, f32 / bf16 on the GPU
+  Precision text_precision = Precision::f32;  // text and vision towers: f64 / f32 on the CPU, bf16 / f32 on the GPU
+  Device text_device = Device::cpu;           // where the text tower runs (cuda needs `device` cuda)
+  // GPU: which models stay loaded between requests (memory_plan.h). h3 generate runs one request and takes phases
+  // (the smallest peak); h3 serve takes auto (the most residency that fits its largest request).
+  MemoryPolicy memory = MemoryPolicy::phases;
+  DistOptions dist;  // how the DiT is spread over the denoise ranks
   // 0: the text tower runs tensor-parallel on every rank and is freed before denoising; K > 0: it stays loaded
   // on the last K ranks (tensor-parallel among them), which only encode and broadcast the embeddings, and the
   // other ranks denoise (needs world > K). The embeddings are bitwise the same for every placement.
@@ -59,10 +71,13 @@ struct GenerateOptions {
   Comm* comm = nullptr;        // the group to run on; null = world()
   bool keep_media = false;     // keep pixels and waveform in GenerateResult (tests, verify)
   bool write_latents = false;  // also write "<out>.latents.safetensors" next to the MP4 (rank 0)
-  // Where the decode phase runs: Device::cuda puts both VAE decoders on the GPU (in f32, whatever `precision`;
-  // the GPU backend must be running). The encoders stay on the CPU.
-  Device vae_device = Device::cpu;
 };
+
+// The defaults above for a device: cpu f32 everywhere (f64 VAEs and text with an f64 DiT); cuda the DiT in bf16
+// (the released recipe), the VAE decoders in bf16, the text and vision towers on the GPU in bf16, policy phases.
+GenerateOptions default_generate_options(Device device, const std::string& precision = "");
+// Throws naming the flag when a combination cannot run (fp8 or bf16 VAEs on the CPU, f64 VAEs on the GPU, ...).
+void check_generate_options(const GenerateOptions& o);
 
 struct GenerateProgress {
   std::string phase;   // "encode", "denoise", "decode_video", "decode_audio", "write", "done"
@@ -76,6 +91,22 @@ using ProgressFn = std::function<void(const GenerateProgress&)>;
 struct PhaseTiming {
   std::string phase;
   double seconds = 0;
+};
+
+// One model loaded during a request (or by the constructor, reported with the first request): how long it took and
+// the bytes it read (a checkpoint file's stored bytes; 0 for procedural weights, which are generated).
+struct LoadTiming {
+  std::string model;  // "dit", "text", "video_vae", "audio_vae", "vision"
+  double seconds = 0;
+  int64_t file_bytes = 0;
+  int64_t device_bytes = 0;  // what it holds on the GPU (0 on the CPU)
+  double gb_per_s() const { return seconds > 0 ? static_cast<double>(file_bytes) / 1e9 / seconds : 0; }
+};
+
+// The GPU's peak allocated bytes during one phase of a request (rank 0), its model's load included.
+struct PhasePeak {
+  std::string phase;  // "encode", "denoise", "decode_video", "decode_audio"
+  int64_t bytes = 0;
 };
 
 // Precomputed inputs replacing the text tower and/or the noise generator (tests, golden checks). Only rank
@@ -94,9 +125,16 @@ struct GenerateResult {
   Tensor waveform;           // [2, 1, samples] when options.keep_media
   int64_t prompt_tokens = 0;
   int64_t vision_rows = 0, vision_blocks = 0;  // rows fed by the Qwen3-VL vision tower, and its blocks
-  uint64_t lora_digest = 0;           // of the LoRAs merged for this request (0 = none; agreed by every denoise rank)
-  bool lora_remerged = false;         // the DiT was re-merged from the pristine weights for this request
-  std::vector<PhaseTiming> timings;   // load (first run only), encode, denoise, decode_video, decode_audio, write
+  uint64_t lora_digest = 0;    // of the LoRAs merged for this request (0 = none; agreed by every denoise rank)
+  bool lora_remerged = false;  // the DiT was re-merged from the pristine weights for this request
+  Precision precision = Precision::f32;  // the DiT's for this request (the request's, else the generator's)
+  // load (the constructor's, first run only, plus this request's per-phase loads), lora_merge (when re-merged),
+  // encode, denoise, decode_video, decode_audio, mux. Time to MP4 = the sum without load and lora_merge.
+  std::vector<PhaseTiming> timings;
+  std::vector<LoadTiming> loads;      // the loads counted in timings' "load"
+  std::vector<PhasePeak> peaks;       // GPU runs only
+  MemoryPlan memory_plan;             // GPU runs: the plan this request ran under
+  double time_to_mp4() const;         // seconds, loads excluded
   std::vector<std::string> warnings;  // e.g. vision rows absent from the prompt (pipeline/conditions.h)
   std::string out_path;               // what was written on rank 0 ("" elsewhere)
   bool wrote_mp4 = false;             // false: latents only (no MP4 writer in this build)
@@ -116,6 +154,13 @@ class Generator {
   // The same without loading anything (reads at most the video VAE's config), to refuse bad requests before
   // the models are loaded.
   static ModelLimits limits_for(const ModelPaths& paths);
+  // The device-memory plan of `req` on this rank's GPU without loading anything (model configs and headers only);
+  // check .fits (and .problem) before constructing a Generator. Every rank must call it (the device memory is
+  // agreed). Device::cpu: an empty plan that fits.
+  static MemoryPlan memory_plan_for(const ModelPaths& paths, const GenerateOptions& options,
+                                    const ResolvedRequest& req);
+  // The plan the generator runs `req` under (the same as memory_plan_for with its residency).
+  MemoryPlan memory_plan(const ResolvedRequest& req) const;
   // One line per component: what was loaded and from where (procedural ones say so).
   std::vector<std::string> describe() const;
   bool procedural() const;      // some component is procedural (the output is meaningless pictures)

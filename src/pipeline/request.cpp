@@ -74,7 +74,7 @@ GenerateRequest GenerateRequest::from_json(const json& j) {
   if (!j.is_object()) fail("a generate request must be a JSON object, got {}", json_kind(j));
   static const std::set<std::string> known = {"prompt",      "width",      "height",     "aspect", "frames",
                                               "seconds",     "steps",      "seed",       "shift",  "audio_shift",
-                                              "first_image", "last_image", "references", "loras"};
+                                              "first_image", "last_image", "references", "loras",  "precision"};
   GenerateRequest r;
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) {
@@ -111,6 +111,8 @@ GenerateRequest GenerateRequest::from_json(const json& j) {
       r.shift = get_number(v, "shift");
     else if (k == "audio_shift")
       r.audio_shift = get_number(v, "audio_shift");
+    else if (k == "precision")
+      r.precision = get_string(v, "precision");
     else if (k == "first_image")
       r.first_image = get_string(v, "first_image");
     else if (k == "last_image")
@@ -154,6 +156,7 @@ json GenerateRequest::to_json() const {
   if (seed) j["seed"] = *seed;
   if (!first_image.empty()) j["first_image"] = first_image;
   if (!last_image.empty()) j["last_image"] = last_image;
+  if (!precision.empty()) j["precision"] = precision;
   if (!references.empty()) {
     j["references"] = json::array();
     for (const auto& m : references) j["references"].push_back({{"kind", m.kind}, {"path", m.path}});
@@ -198,6 +201,7 @@ json ResolvedRequest::to_json() const {
           {"seed", seed},
           {"shift", shift},
           {"audio_shift", audio_shift},
+          {"precision", precision},
           {"notes", notes}};
 }
 
@@ -220,6 +224,7 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
     r.audio_shift = j.at("audio_shift").get<double>();
     read_if(j, "notes", r.notes);
     read_if(j, "mode", r.mode);
+    read_if(j, "precision", r.precision);
     if (j.contains("loras"))
       for (const json& e : j["loras"])
         r.loras.push_back({e.at("path").get<std::string>(), e.at("strength").get<double>()});
@@ -246,6 +251,13 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
 
 ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, const MediaScanner& scan) {
   ResolvedRequest r;
+  if (!req.precision.empty()) {
+    H3_CHECK(req.precision == "f64" || req.precision == "f32" || req.precision == "bf16" || req.precision == "fp8",
+             "precision '{}' is not allowed: f64, f32 or bf16 (CPU), bf16 or fp8 (GPU), or leave it out for the "
+             "generator's",
+             req.precision);
+    r.precision = req.precision;
+  }
   // Prompt: non-empty text (the tokenizer refuses invalid UTF-8 later; refuse it here, before any work).
   {
     const bool blank = req.prompt.find_first_not_of(" \t\r\n") == std::string::npos;

@@ -45,6 +45,11 @@ struct GenerateRequest {
   };
   std::vector<LoraRef> loras;
 
+  // The DiT's precision for this request ("" = the generator's): bf16 or fp8 for a DiT on the GPU, f64, f32 or bf16
+  // on the CPU. A generator whose DiT stays loaded rebuilds it in the new precision when its memory plan allows
+  // (pipeline/generator.h), else refuses the request saying so.
+  std::string precision;
+
   // Unknown fields, wrong types, negative seeds and sizes are refused with an h3::Error naming the field.
   static GenerateRequest from_json(const nlohmann::json& j);
   nlohmann::json to_json() const;
@@ -82,6 +87,7 @@ struct ResolvedRequest {
   std::string mode = "t2va";                    // "t2va", "fl2va" (keyframes) or "ref2va" (references)
   std::vector<ConditionMedia> media;            // keyframes (first, then last) or references in request order
   std::vector<GenerateRequest::LoraRef> loras;  // checked: existing LoRA files, finite strengths
+  std::string precision;                        // "" or a precision name (the generator checks its device)
   std::vector<std::string> notes;               // what was derived or snapped ("frames 130 snapped up to 141", ...)
 
   nlohmann::json to_json() const;

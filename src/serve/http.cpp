@@ -16,6 +16,7 @@
 // and resumed with the answer. A full pool answers 503 at once.
 #include "serve/http.h"
 
+#include <fmt/ranges.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -248,6 +249,8 @@ struct HttpServer::Impl {
       call.res = HttpResponse{};
       call.res.error(e.status, e.code, e.message);
       if (e.status == 503) call.res.headers.emplace_back("Retry-After", "5");
+      // A conflict (not ready, running, not cancellable) does not resolve within the OpenAI SDKs' retry backoff.
+      if (e.status == 409) call.res.headers.emplace_back("x-should-retry", "false");
     } catch (const std::exception& e) {
       // The details (which may name server paths) go to the log only.
       spdlog::error("serve: {} {} failed: {}", call.req.method, call.req.path.substr(0, 200), e.what());
@@ -335,7 +338,7 @@ struct HttpServer::Impl {
       if (std::find(ok.begin(), ok.end(), type) == ok.end())
         return refuse(call, 415, "unsupported_media_type",
                       ok.empty() ? std::string("this route takes no body")
-                                 : fmt::format("the body must be {} (got Content-Type '{}')", ok.front(),
+                                 : fmt::format("the body must be {} (got Content-Type '{}')", fmt::join(ok, " or "),
                                                q.header("content-type").substr(0, 100)));
     }
     if (!length.empty()) {

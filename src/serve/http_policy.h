@@ -12,9 +12,9 @@
 //     (POST, DELETE, PUT, PATCH) is refused with 403 when its Origin is present and is not this server's own
 //     origin (same scheme-less host:port as Host), or when Sec-Fetch-Site says cross-site / same-site.
 //     Clients that are not browsers (curl, SDKs) send neither header and are unaffected.
-//   - Bodies must have a content type the route declares (application/json everywhere today); anything else is
-//     415. A route that takes multipart/form-data (the OpenAI SDK's form upload) lists it; the Origin rule above
-//     is what keeps such a route safe, since multipart needs no preflight.
+//   - Bodies must have a content type the route declares (application/json, and multipart/form-data on
+//     POST /v1/videos for the OpenAI SDKs' form upload); anything else is 415. The Origin rule above is what keeps
+//     the form route safe, since multipart needs no preflight.
 //   - No CORS headers are ever sent, so no other origin may read a response; responses carry
 //     Cross-Origin-Resource-Policy: same-origin so videos cannot be embedded by other sites either.
 #pragma once

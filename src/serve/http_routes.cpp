@@ -5,11 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "core/log.h"
 #include "serve/http.h"
 #include "serve/http_policy.h"
+#include "serve/multipart.h"
+#include "serve/previews.h"
 
 namespace h3::serve {
 
@@ -20,7 +24,7 @@ constexpr int kMaxRequestDepth = 32;
 
 const char* kPageCsp =
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
-    "media-src blob:; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+    "media-src blob:; img-src data: blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 }  // namespace
 
@@ -42,7 +46,7 @@ std::string error_body(int status, const std::string& code, const std::string& m
                      : status == 429 ? "rate_limit_error"
                      : status >= 500 ? "server_error"
                                      : "invalid_request_error";
-  return dump_json({{"error", {{"message", message}, {"type", type}, {"code", code}}}});
+  return dump_json({{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}});
 }
 
 void HttpResponse::json(const nlohmann::json& j, int code) {
@@ -98,22 +102,35 @@ void list(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
             {"has_more", more}});
 }
 
+// The MP4, or a picture made from it (variant thumbnail / spritesheet, serve/previews.h).
 void content(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
   JobRecord r = sup.get(req.matches.at(0));
-  if (req.has_param("variant") && req.param("variant") != "video")
-    throw ApiError{400, "invalid_request", "'variant' must be video"};
+  const std::string variant = req.has_param("variant") ? req.param("variant") : "video";
+  if (variant != "video" && variant != "thumbnail" && variant != "spritesheet")
+    throw ApiError{400, "invalid_request", "'variant' must be video, thumbnail or spritesheet"};
   if (r.status != kCompleted || r.output_bytes <= 0)
     throw ApiError{409, "not_ready", fmt::format("the video is {}; content exists once it is completed", r.status)};
   // The path comes from the store and the server's own id, never from the request.
-  const int fd = ::open(sup.store().output_path(r.id).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  std::string path = sup.store().output_path(r.id);
+  if (variant != "video" && std::filesystem::is_regular_file(path)) {
+    try {
+      path =
+          ensure_preview(path, variant, r.resolved.value("width", int64_t{0}), r.resolved.value("height", int64_t{0}));
+    } catch (const std::exception& e) {
+      spdlog::warn("serve: the {} of {}: {}", variant, r.id, e.what());
+      throw ApiError{500, "preview_failed", fmt::format("the {} could not be made from the video", variant)};
+    }
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     if (fd >= 0) ::close(fd);
     throw ApiError{410, "gone", "the video file is missing from the store"};
   }
   const auto size = static_cast<uint64_t>(st.st_size);
-  res.content_type = "video/mp4";
-  res.headers.emplace_back("Content-Disposition", "inline; filename=\"" + r.id + ".mp4\"");
+  res.content_type = variant == "video" ? "video/mp4" : "image/png";
+  res.headers.emplace_back("Content-Disposition", "inline; filename=\"" + r.id +
+                                                      (variant == "video" ? ".mp4" : "." + variant + ".png") + "\"");
   res.headers.emplace_back("Accept-Ranges", "bytes");
   res.file_fd = fd;
   res.file_offset = 0;
@@ -163,21 +180,27 @@ std::vector<Route> make_routes(Supervisor& sup) {
     res.body = sup.metrics();
   });
   add("GET", "/v1/models", W::api, [&sup](const HttpRequest&, HttpResponse& res) { res.json(sup.models()); });
-  add(
-      "POST", "/v1/videos", W::submit,
+  // JSON, or multipart/form-data: what the OpenAI SDKs send (serve/multipart.h). Both are bounded by --max-body
+  // before they get here; a form is the Origin-checked kind of body the front allows (serve/http_policy.h).
+  add("POST", "/v1/videos", W::submit,
       [&sup](const HttpRequest& req, HttpResponse& res) {
-        if (req.body.empty()) throw ApiError{400, "invalid_request", "the body must be a JSON object"};
+        const std::string& type = req.header("content-type");
         nlohmann::json body;
-        try {
-          body = parse_json_bounded(req.body, "the body", kMaxRequestDepth);
-        } catch (const Error& e) {
-          throw ApiError{400, "invalid_json", e.what()};
+        if (media_type(type) == "multipart/form-data") {
+          body = form_to_request(parse_multipart(req.body, multipart_boundary(type)));
+        } else {
+          if (req.body.empty()) throw ApiError{400, "invalid_request", "the body must be a JSON object"};
+          try {
+            body = parse_json_bounded(req.body, "the body", kMaxRequestDepth);
+          } catch (const Error& e) {
+            throw ApiError{400, "invalid_json", e.what()};
+          }
         }
         JobRecord rec = sup.submit(body);
         res.headers.emplace_back("Location", "/v1/videos/" + rec.id);
         res.json(sup.job_json(rec), 202);
       },
-      json_body);
+      {"application/json", "multipart/form-data"});
   add("GET", "/v1/videos", W::api, [&sup](const HttpRequest& req, HttpResponse& res) { list(sup, req, res); });
   add("GET", R"(/v1/videos/([^/]+))", W::api,
       [&sup](const HttpRequest& req, HttpResponse& res) { res.json(sup.job_json(sup.get(req.matches.at(0)))); });

@@ -16,7 +16,12 @@ namespace h3::serve {
 struct RunnerOptions {
   std::string kind = "generator";  // "generator" or "fake"
   ModelPaths paths;
-  std::string precision = "f32";
+  std::string device = "cpu";                  // the rank group's --device (cuda: the models on the GPU)
+  bool deterministic = false;                  // the rank group's --deterministic
+  Transport transport = Transport::automatic;  // the rank group's --transport (dist/plan.h)
+  std::string precision;                       // DiT; "" = the device's default (generator.h: default_generate_options)
+  std::string vae_precision, text_precision, text_device;  // "" = the device's defaults
+  std::string memory = "auto";                             // GPU memory plan: auto, resident or phases
   std::string mode = "ulysses";
   int tp = 1, chunks = 1, encoder_ranks = 0;
   bool write_latents = false;  // generator: "<out>.latents.safetensors" beside each MP4
@@ -29,6 +34,9 @@ class JobRunner {
   virtual ~JobRunner() = default;
   virtual ModelLimits limits() const = 0;
   virtual nlohmann::json describe() const = 0;  // what was loaded, for /v1/models
+  // Why the videos mean nothing (procedural models, the fake runner), or "" for real weights: the web page's
+  // banner.
+  virtual std::string notice() const = 0;
   // Runs one resolved request collectively. Rank 0 writes `out_path`. Throws Cancelled or h3::Error.
   virtual nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
                              const std::atomic<bool>* cancel) = 0;

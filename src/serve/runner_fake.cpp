@@ -1,9 +1,12 @@
 // The fake job runner: the collective shape of a generation without models. Every step all ranks agree on the
 // control word (so cancellation behaves like the Generator's), each rank computes its share of a seeded
-// "latent" vector, and rank 0 writes a small MP4-shaped file (ftyp + mdat with the latents). For the server's
-// tests only.
+// "latent" vector, and rank 0 writes a real, small MP4 made from the gathered values (an eighth of the canvas,
+// every frame, a tone for sound), so that clients can play it and the server can make its thumbnail. A build
+// without FFmpeg writes an MP4-shaped stand-in (ftyp + mdat with the values) instead. For the server's tests
+// and the examples only.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +16,7 @@
 #include "core/log.h"
 #include "dist/control.h"
 #include "dist/partition.h"
+#include "media/mp4_writer.h"
 #include "serve/runner.h"
 
 namespace h3::serve {
@@ -79,6 +83,10 @@ class FakeRunner : public JobRunner {
   }
   ModelLimits limits() const override { return ModelLimits::released(); }
   nlohmann::json describe() const override { return {"fake runner (no models; server tests only)"}; }
+  std::string notice() const override {
+    return "The fake runner (--runner fake) runs no model: every video is a test pattern. Start h3 serve "
+           "without --runner fake (and with --model-dir DIR) for real videos.";
+  }
 
   nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
                      const std::atomic<bool>* cancel) override {
@@ -115,6 +123,7 @@ class FakeRunner : public JobRunner {
       }
       report("denoise", s + 1, steps, s + 1);
     }
+    const double denoise_s = seconds_since(t0);
     std::vector<float> all(static_cast<size_t>(n));
     const std::vector<int64_t> counts = part_sizes(partition(n, comm_.size(), "fake latents"));
     comm_.allgatherv(mine.data(), all.data(), counts, DType::f32, "fake latents");
@@ -126,17 +135,63 @@ class FakeRunner : public JobRunner {
     nlohmann::json result = {{"fake", true}, {"latent_values", n}};
     if (comm_.rank() == 0 && !out_path.empty()) {
       report("write", 0, 1, total);
-      write_fake_mp4(out_path, all);
+      if (media_library_versions().empty())
+        write_stand_in(out_path, all);
+      else
+        write_mp4(out_path, req, all);
     }
     report("done", 1, 1, total + 1);
+    // The phases as the Generator reports them (the denoise includes the gather; decode and write together).
+    result["timings"] = {{"denoise", denoise_s}, {"decode_video", seconds_since(t0) - denoise_s}};
     return result;
   }
 
  private:
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // An eighth of the canvas (even sides), every frame of the request: a colour field from the gathered values
+  // with a bar sweeping across, and a quiet tone; encoded fast (x264 ultrafast) in slices of 17 frames.
+  static void write_mp4(const std::string& path, const ResolvedRequest& req, const std::vector<float>& v) {
+    MediaSpec spec;
+    spec.width = std::max<int64_t>(16, req.width / 16 * 2);
+    spec.height = std::max<int64_t>(16, req.height / 16 * 2);
+    spec.x264_preset = "ultrafast";
+    spec.crf = 30;
+    spec.audio_bitrate = 64000;
+    spec.metadata["comment"] = "h3 serve fake runner (no model ran)";
+    Mp4Writer w(path, spec);
+    const int64_t W = spec.width, H = spec.height, slice = 17;
+    for (int64_t t0 = 0; t0 < req.frames; t0 += slice) {
+      const int64_t T = std::min(slice, req.frames - t0);
+      Tensor px(DType::f32, {3, T, H, W});
+      float* p = px.data<float>();
+      for (int64_t c = 0; c < 3; ++c)
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t frame = t0 + t, bar = frame * W / req.frames;
+          const float base = std::fmod(v[static_cast<size_t>(c * 997 % static_cast<int64_t>(v.size()))], 1.0f);
+          for (int64_t y = 0; y < H; ++y)
+            for (int64_t x = 0; x < W; ++x)
+              p[((c * T + t) * H + y) * W + x] =
+                  std::abs(x - bar) < 2 ? 1.0f
+                                        : 0.25f + 0.5f * base * static_cast<float>(y + 1) / static_cast<float>(H);
+        }
+      w.add_frames(px);
+    }
+    const int64_t samples = req.frames * spec.sample_rate / 24;
+    Tensor wave(DType::f32, {2, samples});
+    float* a = wave.data<float>();
+    const double hz = 220.0 * (1.0 + std::fmod(std::abs(static_cast<double>(v[0])), 1.0));
+    for (int64_t i = 0; i < samples; ++i)
+      a[i] = a[samples + i] =
+          0.1f * static_cast<float>(std::sin(2 * M_PI * hz * static_cast<double>(i) / spec.sample_rate));
+    w.add_audio(wave);
+    w.finish();
+  }
   static void put32(std::string& s, uint32_t v) {
     for (int k = 3; k >= 0; --k) s.push_back(static_cast<char>((v >> (8 * k)) & 0xff));
   }
-  static void write_fake_mp4(const std::string& path, const std::vector<float>& latents) {
+  static void write_stand_in(const std::string& path, const std::vector<float>& latents) {
     std::string f;
     put32(f, 20);
     f += "ftypisom";

@@ -1,6 +1,8 @@
 // The real job runner: pipeline/generator.h's Generator, loaded once per rank group.
 #include <filesystem>
 
+#include "backend/backend.h"
+#include "pipeline/run_record.h"
 #include "serve/runner.h"
 
 namespace h3::serve {
@@ -16,15 +18,19 @@ class GeneratorRunner : public JobRunner {
     if (gen_.procedural()) d.push_back(procedural_models_notice());
     return d;
   }
+  std::string notice() const override { return gen_.procedural() ? procedural_models_notice() : ""; }
   nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
                      const std::atomic<bool>* cancel) override {
     GenerateResult r = gen_.run(req, out_path, progress, cancel);
-    nlohmann::json timings = nlohmann::json::object();
-    for (const auto& t : r.timings) timings[t.phase] = t.seconds;
+    // Time to MP4 excludes loads: a server whose models stay resident shows none after its first job.
     nlohmann::json j = {{"prompt_tokens", r.prompt_tokens},
                         {"vision_rows", r.vision_rows},
-                        {"timings", timings},
+                        {"precision", std::string(precision_name(r.precision))},
+                        {"timings", timings_json(r)},
+                        {"time_to_mp4_s", r.time_to_mp4()},
+                        {"loads", loads_json(r)},
                         {"wrote_mp4", r.wrote_mp4}};
+    if (!r.peaks.empty()) j["peak_memory_bytes"] = peaks_json(r);
     if (!r.request.loras.empty()) j["lora_digest"] = fmt::format("{:016x}", r.lora_digest);
     j["lora_remerged"] = r.lora_remerged;
     if (latents_ && !out_path.empty())
@@ -34,11 +40,20 @@ class GeneratorRunner : public JobRunner {
 
  private:
   GenerateOptions options(const RunnerOptions& o, Comm& comm) {
-    GenerateOptions g;
-    g.precision = precision_from_name(o.precision);
+    const Device device = o.device == "cuda" ? Device::cuda : Device::cpu;
+    GenerateOptions g = default_generate_options(device, o.precision);
+    if (!o.vae_precision.empty()) g.vae_precision = precision_from_name(o.vae_precision);
+    if (!o.text_precision.empty()) g.text_precision = precision_from_name(o.text_precision);
+    if (!o.text_device.empty()) g.text_device = o.text_device == "cuda" ? Device::cuda : Device::cpu;
+    // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
+    if (g.text_device == Device::cpu && o.text_precision.empty()) g.text_precision = Precision::f32;
+    g.memory = memory_policy_from_name(o.memory);
+    check_generate_options(g);
     g.dist.mode = dist_mode_from_name(o.mode);
     g.dist.tp = o.tp;
     g.dist.chunks = o.chunks;
+    g.dist.transport = o.transport;
+    if (device == Device::cuda) g.dist.gpu_bus = gpu_bus_id();
     g.encoder_ranks = o.encoder_ranks;
     g.comm = &comm;
     g.write_latents = o.write_latents;

@@ -371,6 +371,9 @@ bool JobStore::remove(const std::string& id) {
   fs::remove(base, ec);
   fs::remove(fs::path(base).replace_extension(".latents.safetensors"), ec);
   remove_partials(id);
+  // The pictures made from the MP4 on request (serve/previews.h).
+  for (const char* preview : {".thumbnail.png", ".spritesheet.png"})
+    fs::remove(fs::path(base).replace_extension(preview), ec);
   return true;
 }
 

@@ -19,6 +19,7 @@
 
 #include "core/knobs.h"
 #include "core/log.h"
+#include "dist/launch.h"
 #include "serve/channel.h"
 
 extern char** environ;
@@ -115,6 +116,8 @@ Supervisor::Supervisor(ServeOptions options) : o_(std::move(options)) {
   };
   limits_ = meta_json("limits", nlohmann::json());
   models_ = meta_json("models", nlohmann::json::array());
+  if (auto n = store_->get_meta("notice")) notice_ = *n;
+  measured_ = meta_json("measured", nlohmann::json());
   // Requests can be checked before the group has loaded anything: the fake runner keeps the released rules,
   // the generator reads them from the paths alone (at most the video VAE's config).
   if (o_.runner.kind == "fake") {
@@ -242,13 +245,13 @@ bool Supervisor::launch_group() {
                                      fmt::format("{}", o_.rank_timeout_s),
                                      "--ranks",
                                      std::to_string(o_.ranks),
+                                     "--device",
+                                     r.device,
                                      "serve-worker",
                                      "--control",
                                      sock,
                                      "--runner",
                                      r.kind,
-                                     "--precision",
-                                     r.precision,
                                      "--mode",
                                      r.mode,
                                      "--tp",
@@ -262,6 +265,20 @@ bool Supervisor::launch_group() {
                                      "--fake-load-ms",
                                      std::to_string(r.fake_load_ms)};
   if (r.write_latents) worker.push_back("--write-latents");
+  if (r.deterministic) worker.insert(worker.begin() + 1, "--deterministic");  // a global flag: before the command
+  if (r.transport != Transport::automatic)
+    worker.insert(worker.begin() + 1, {"--transport", std::string(transport_name(r.transport))});
+  worker.push_back("--memory-plan");
+  worker.push_back(r.memory);
+  const std::pair<const char*, const std::string*> numerics[] = {{"--precision", &r.precision},
+                                                                 {"--vae-precision", &r.vae_precision},
+                                                                 {"--text-precision", &r.text_precision},
+                                                                 {"--text-device", &r.text_device}};
+  for (const auto& [flag, value] : numerics)
+    if (!value->empty()) {
+      worker.push_back(flag);
+      worker.push_back(*value);
+    }
   const std::pair<const char*, const std::string*> paths[] = {
       {"--model-dir", &r.paths.model_dir},       {"--dit", &r.paths.dit},
       {"--video-vae", &r.paths.video_vae},       {"--audio-vae", &r.paths.audio_vae},
@@ -298,6 +315,10 @@ bool Supervisor::launch_group() {
   const unsigned threads = knobs().threads > 0 ? static_cast<unsigned>(knobs().threads)
                                                : std::max(1u, cores / static_cast<unsigned>(o_.ranks));
   env.push_back("H3_THREADS=" + std::to_string(threads));
+  if (o_.ranks > 1) {  // the group's settings reach ranks on other hosts too
+    const auto forward = mpirun_forward_args(env);
+    args.insert(args.begin() + 1, forward.begin(), forward.end());
+  }
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -465,11 +486,13 @@ void Supervisor::run_group() {
             limits_ = m->value("limits", nlohmann::json::object());
             models_ = m->value("models", nlohmann::json::array());
             last_load_s_ = m->value("load_s", 0.0);
+            notice_ = m->value("notice", "");
             last_error_.clear();
           }
           try {
             store_->put_meta("limits", dump_json(limits_));
             store_->put_meta("models", dump_json(models_));
+            store_->put_meta("notice", notice_);
           } catch (const std::exception& e) {
             spdlog::error("serve: cannot keep the model limits in the store: {}", e.what());
           }
@@ -667,6 +690,7 @@ void Supervisor::on_message(const nlohmann::json& m) {
       running_.clear();
     }
     finish_job(id, st, code, error, bytes, m.value("result", nlohmann::json::object()));
+    if (st == kCompleted && rec && m.contains("result")) record_timing(*rec, m["result"]);
     if (st == kCompleted)
       ++jobs_completed_;
     else if (st == kCancelled)
@@ -679,6 +703,40 @@ void Supervisor::on_message(const nlohmann::json& m) {
     }
     spdlog::info("serve: job {} {}{}", id, st, error.empty() ? "" : ": " + error);
     set_state(State::ready);
+  }
+}
+
+// The last completed job's time per DiT call and for everything else, with its geometry: the web page scales it
+// to estimate a request before it is sent (docs/api.md, GET /v1/models "measured").
+void Supervisor::record_timing(const JobRecord& job, const nlohmann::json& result) {
+  const nlohmann::json& p = job.resolved;
+  if (!result.is_object() || !result.contains("timings") || !result["timings"].is_object()) return;
+  const int calls = p.value("model_calls", 0);
+  double denoise = 0, other = 0;
+  for (auto it = result["timings"].begin(); it != result["timings"].end(); ++it) {
+    if (!it.value().is_number() || it.key() == "load" || it.key() == "lora_merge") continue;
+    (it.key() == "denoise" ? denoise : other) += it.value().get<double>();
+  }
+  if (calls <= 0 || denoise <= 0) return;
+  nlohmann::json m = {{"job", job.id},
+                      {"at", static_cast<int64_t>(unix_now())},
+                      {"seconds_per_call", denoise / calls},
+                      {"other_seconds", other},
+                      {"width", p.value("width", 0)},
+                      {"height", p.value("height", 0)},
+                      {"frames", p.value("frames", 0)},
+                      {"latent_frames", p.value("latent_frames", 0)},
+                      {"latent_h", p.value("latent_h", 0)},
+                      {"latent_w", p.value("latent_w", 0)},
+                      {"model_calls", calls}};
+  {
+    std::lock_guard lock(mu_);
+    measured_ = m;
+  }
+  try {
+    store_->put_meta("measured", dump_json(m));
+  } catch (const std::exception& e) {
+    spdlog::warn("serve: cannot keep the measured step time in the store: {}", e.what());
   }
 }
 

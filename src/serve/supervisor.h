@@ -44,6 +44,7 @@ struct ServeOptions {
   bool debug_faults = false;               // accept the "x_debug_fault" request field (tests only)
   std::string lora_dir;                    // LoRA files a job may name ("loras": [{"name", "strength"}]); "" = none
   std::string model_id = "minimax-h3";
+  std::string device = "cpu";  // where the group runs (h3 --device): the web page's defaults follow it
   std::string log_level = "info";
   std::string self_exe;  // this binary (for the worker command)
   std::string mpirun = "mpirun";
@@ -69,7 +70,7 @@ class Supervisor {
   EventHub& events() { return events_; }
 
   // API operations; each throws ApiError.
-  JobRecord submit(const nlohmann::json& body);
+  JobRecord submit(const nlohmann::json& request);
   JobRecord cancel(const std::string& id);
   void remove(const std::string& id);
   JobRecord get(const std::string& id);
@@ -102,11 +103,14 @@ class Supervisor {
   void publish_job(const std::string& id);
   void dispatch_next();
   void on_message(const nlohmann::json& m);
+  void record_timing(const JobRecord& job, const nlohmann::json& result);
   void fail_running(const std::string& code, const std::string& message);
   // Records a job's end; a store failure keeps it in pending_ (retried by retry_pending, shown meanwhile).
   void finish_job(const std::string& id, const std::string& status, const std::string& code, const std::string& message,
                   int64_t bytes, const nlohmann::json& result);
   void retry_pending();
+  // Overlays a job end held in pending_ on a stored record (get() and list() show the same); mu_ held.
+  void show_pending(JobRecord& r) const;
   void post(nlohmann::json message);
   void wake();
 
@@ -122,6 +126,8 @@ class Supervisor {
   std::string last_error_;
   nlohmann::json limits_;  // from the group (persisted in the store's meta table)
   nlohmann::json models_ = nlohmann::json::array();
+  std::string notice_;       // why the videos mean nothing ("" for real weights)
+  nlohmann::json measured_;  // the timing of the last completed job (for estimates), or null
   std::deque<nlohmann::json> outbox_;
   std::string running_;  // job id the group is running
   int generation_ = 0;

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "core/log.h"
+#include "serve/openai_compat.h"
 #include "serve/probe.h"
 #include "serve/supervisor.h"
 #include "serve/uploads.h"
@@ -73,12 +74,14 @@ nlohmann::json resolve_loras(const nlohmann::json& v, const std::string& lora_di
 
 }  // namespace
 
-JobRecord Supervisor::submit(const nlohmann::json& body) {
-  if (!body.is_object()) throw bad("the body must be a JSON object");
+JobRecord Supervisor::submit(const nlohmann::json& request) {
+  if (!request.is_object()) throw bad("the body must be a JSON object");
+  nlohmann::json body = request;
+  input_reference_to_keyframe(body);  // the OpenAI SDK's field (serve/openai_compat.h)
   nlohmann::json gen = nlohmann::json::object();
   nlohmann::json accepted = nlohmann::json::object();
-  static const std::vector<std::string> passthrough = {"prompt",  "width", "height", "aspect", "frames",
-                                                       "seconds", "steps", "seed",   "shift",  "audio_shift"};
+  static const std::vector<std::string> passthrough = {
+      "prompt", "width", "height", "aspect", "frames", "seconds", "steps", "seed", "shift", "audio_shift", "precision"};
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& k = it.key();
     const nlohmann::json& v = it.value();
@@ -157,6 +160,7 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
     throw ApiError{503, "loading",
                    "the models are still loading for the first time, so the request limits are not "
                    "known yet; retry in a few seconds"};
+  const std::vector<std::string> mapped = map_openai_geometry(body, gen, limits);
   const std::string upload_dir = store_uploads(body, gen, accepted, o_.store_dir);
   // Uploads are probed in a resource-limited child process (serve/probe.h), never decoded here.
   MediaScanner scan;
@@ -167,12 +171,21 @@ JobRecord Supervisor::submit(const nlohmann::json& body) {
   nlohmann::json resolved;
   try {
     resolved = resolve(GenerateRequest::from_json(gen), limits_from_json(limits), scan).to_json();
+    for (const auto& note : mapped) resolved["notes"].push_back(note);
   } catch (const nlohmann::json::exception& e) {
     remove_uploads(upload_dir);
     throw bad(scrub(std::string("request: ") + e.what()));
   } catch (const std::exception& e) {
     remove_uploads(upload_dir);
-    throw bad(scrub(e.what()));
+    const std::string what = scrub(e.what());
+    std::string hint;
+    if (body.contains("size") && (what.find("width") != std::string::npos || what.find("height") != std::string::npos ||
+                                  what.find("size") != std::string::npos)) {
+      hint = " ('size' takes the OpenAI sizes";
+      for (const auto& z : openai_sizes()) hint += " " + z;
+      hint += " too, mapped to the nearest canvas)";
+    }
+    throw bad(what + hint);
   }
   std::optional<JobRecord> rec;
   try {
@@ -199,21 +212,33 @@ JobRecord Supervisor::get(const std::string& id) {
   auto r = valid_job_id(id) ? store_->get(id) : std::nullopt;
   if (!r) throw ApiError{404, "not_found", "no video with this id"};
   std::lock_guard lock(mu_);
-  // An end the store could not record yet (disk full) is shown as it happened.
-  if (auto p = pending_.find(id); p != pending_.end()) {
-    r->status = p->second.status;
-    r->error_code = p->second.code;
-    r->error = p->second.message;
-    r->output_bytes = p->second.bytes;
-    r->result = p->second.result;
-    r->finished_at = unix_now();
-  }
+  show_pending(*r);
   return *r;
+}
+
+void Supervisor::show_pending(JobRecord& r) const {
+  // An end the store could not record yet (disk full) is shown as it happened.
+  if (auto p = pending_.find(r.id); p != pending_.end()) {
+    r.status = p->second.status;
+    r.error_code = p->second.code;
+    r.error = p->second.message;
+    r.output_bytes = p->second.bytes;
+    r.result = p->second.result;
+    r.finished_at = unix_now();
+  }
 }
 
 std::vector<JobRecord> Supervisor::list(int64_t limit, std::optional<int64_t> after_seq, bool descending,
                                         const std::string& status) {
-  return store_->list(limit, after_seq, descending, status);
+  std::vector<JobRecord> rows = store_->list(limit, after_seq, descending, status);
+  std::lock_guard lock(mu_);
+  if (pending_.empty()) return rows;
+  // The list shows what get() shows; a row the filter took for its stored status, now another, is left out.
+  for (JobRecord& r : rows) show_pending(r);
+  if (!status.empty())
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const JobRecord& r) { return r.status != status; }),
+               rows.end());
+  return rows;
 }
 
 JobRecord Supervisor::cancel(const std::string& id) {
@@ -298,6 +323,9 @@ nlohmann::json Supervisor::job_json(const JobRecord& r) {
       {"request", r.request.is_object() ? r.request : nlohmann::json::object()},
       {"parameters", res},
       {"attempts", r.attempts},
+      // Fields of the OpenAI video object this server has no use for (no expiry, no remix).
+      {"expires_at", nullptr},
+      {"remixed_from_video_id", nullptr},
       {"cancel_requested", r.cancel_requested},
       {"error", r.error.empty() && r.error_code.empty()
                     ? nlohmann::json()
@@ -306,6 +334,7 @@ nlohmann::json Supervisor::job_json(const JobRecord& r) {
   if (r.status == kQueued) j["queue_position"] = store_->queue_position(r.seq);
   if (r.status == kCompleted && r.output_bytes > 0) {
     j["content_url"] = "/v1/videos/" + r.id + "/content";
+    j["thumbnail_url"] = "/v1/videos/" + r.id + "/content?variant=thumbnail";
     j["bytes"] = r.output_bytes;
     j["result"] = r.result;
   }
@@ -365,6 +394,11 @@ nlohmann::json Supervisor::models() {
     std::sort(names.begin(), names.end());
     for (const auto& n : names) loras.push_back(n);
   }
+  // What the web page starts from on this device: small and short on CPUs, the released 768p on a GPU.
+  const bool gpu = o_.device == "cuda";
+  const nlohmann::json defaults = {{"size", gpu ? "1344x768" : "320x192"}, {"seconds", 5}, {"steps", gpu ? 50 : 8}};
+  const nlohmann::json presets = nlohmann::json::array(
+      {{{"name", "draft"}, {"steps", 8}}, {{"name", "standard"}, {"steps", 25}}, {{"name", "full"}, {"steps", 50}}});
   std::lock_guard lock(mu_);
   return {{"object", "list"},
           {"data",
@@ -373,9 +407,18 @@ nlohmann::json Supervisor::models() {
              {"owned_by", "h3-engine"},
              {"runner", o_.runner.kind},
              {"ranks", o_.ranks},
+             {"device", o_.device},
+             {"precision", o_.runner.precision},
              {"components", models_},
+             {"procedural", !notice_.empty()},
+             {"notice", notice_.empty() ? nlohmann::json() : nlohmann::json(notice_)},
              {"loras", loras},
-             {"limits", limits_}}}}};
+             {"limits", limits_},
+             {"max_body_bytes", o_.http.max_body},
+             {"max_upload_bytes", kMaxUploadBytes},
+             {"defaults", defaults},
+             {"presets", presets},
+             {"measured", measured_}}}}};
 }
 
 std::string Supervisor::metrics() {

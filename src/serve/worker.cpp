@@ -106,6 +106,7 @@ int run_worker(const WorkerOptions& o) {
     ch->send({{"type", "ready"},
               {"limits", limits_to_json(runner->limits())},
               {"models", runner->describe()},
+              {"notice", runner->notice()},
               {"load_s", load_s},
               {"ranks", comm.size()}});
     reader = std::thread([&] { inbox.reader(*ch); });

@@ -25,8 +25,10 @@ nlohmann::json meta_json(const SafeTensors& f, const std::string& k) {
   }
 }
 
+}  // namespace
+
 // The reference's own bf16 error per output (video, audio), from the file's metadata.
-std::optional<std::pair<double, double>> reference_bf16_error(const SafeTensors& f, const std::string& c) {
+std::optional<std::pair<double, double>> dit_reference_bf16_error(const SafeTensors& f, const std::string& c) {
   auto pick = [](const nlohmann::json& j) -> std::optional<std::pair<double, double>> {
     if (j.is_array() && j.size() == 2 && j[0].is_number() && j[1].is_number())
       return std::pair{j[0].get<double>(), j[1].get<double>()};
@@ -40,7 +42,6 @@ std::optional<std::pair<double, double>> reference_bf16_error(const SafeTensors&
   if (auto j = meta_json(f, "reference_bf16_rel_l2_vs_f64"); !j.is_null()) return pick(j);
   return std::nullopt;
 }
-}  // namespace
 
 bool VerifyReport::pass() const {
   if (lines.empty()) return false;
@@ -131,7 +132,7 @@ VerifyReport verify_dit_file(const SafeTensors& f, const VerifyOptions& opt) {
     DitInputs in = dit_golden_inputs(f, c);
     const bool check_acts = opt.precision == Precision::f32 || opt.precision == Precision::f64;
     DitOutputs out = model.forward(in, check_acts);
-    std::optional<std::pair<double, double>> ref_bf16 = reference_bf16_error(f, c);
+    std::optional<std::pair<double, double>> ref_bf16 = dit_reference_bf16_error(f, c);
     auto tol_for = [&](int which) {
       if (opt.tolerance) return *opt.tolerance;
       switch (opt.precision) {

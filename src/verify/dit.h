@@ -41,6 +41,8 @@ VerifyReport verify_dit_file(const SafeTensors& f, const VerifyOptions& opt);
 std::vector<std::string> dit_golden_cases(const SafeTensors& f);
 // Loads one case's inputs.
 DitInputs dit_golden_inputs(const SafeTensors& f, const std::string& case_name);
+// The reference's own bf16 error (rel-L2 to f64) of one case's video and audio outputs, from the file's metadata.
+std::optional<std::pair<double, double>> dit_reference_bf16_error(const SafeTensors& f, const std::string& case_name);
 // The weights a golden file refers to: its own "weight." tensors, or procedural weights per its metadata.
 DitCheckpoint dit_golden_weights(const SafeTensors& f, const std::string& override_path);
 

@@ -18,10 +18,16 @@
 namespace h3 {
 
 struct PipelineVerifyOptions {
+  // CPU: f32 or f64. GPU (device cuda): bf16 (the DiT in bf16 on the GPU, the video VAE decoder in bf16, the audio
+  // decoder in f32) or f32 (the DiT on the CPU, which is the only f32 DiT, the VAE decoders in f32 on the GPU).
   Precision precision = Precision::f32;
+  Device device = Device::cpu;
   std::optional<DistOptions> dist;  // run over world() with these options
-  std::optional<double> tolerance;  // overrides the default (f32 1e-5, f64 1e-6: the reference is stored in f32)
-  std::string dit_weights;          // overrides the sibling DiT file
+  // Overrides the defaults: f32 1e-5, f64 1e-6 (the reference is stored in f32); bf16 the parts' own bounds: the rows
+  // and latents 1.5x the reference DiT's bf16 error (its golden file's metadata), the pixels that plus the video
+  // VAE's bf16 bound (1e-2), the waveform that plus the audio decoder's f32 bound (1e-5).
+  std::optional<double> tolerance;
+  std::string dit_weights;  // overrides the sibling DiT file
 };
 
 bool looks_like_pipeline_golden(const SafeTensors& f);

@@ -48,7 +48,7 @@ bool looks_like_qwen3vl_vision_golden(const SafeTensors& f) {
   return false;
 }
 
-VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precision) {
+VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precision, Device device, double tolerance) {
   const Qwen3VlVisionConfig vcfg = detect_qwen3vl_vision_config(f);
   const Qwen3VlTextConfig tcfg = detect_qwen3vl_text_config(f);
   spdlog::info("{}: {}", f.path(), vcfg.summary());
@@ -77,12 +77,32 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     fail("{}: unreadable config/preprocess metadata: {}", f.path(), e.what());
   }
 
-  const Qwen3VlVisionModel vision(f, vcfg, precision);
-  const Qwen3VlTextModel text(f, tcfg, -1, precision);
-  const double tol = precision == Precision::f64 ? 1e-6 : 1e-5;
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f));
+  const Qwen3VlVisionModel vision(w, vcfg, Qwen3VlVisionOptions{precision, device});
+  const Qwen3VlTextModel text(w, tcfg, -1, Qwen3VlTextOptions{precision, device, nullptr});
+  // bf16: 1.5x transformers' own bf16 error on each output (metadata reference_rel_l2_vs_f64, from the generator's
+  // run on a GPU); f32 1e-5, f64 1e-6; `tolerance` > 0 overrides.
+  nlohmann::json bf16_errors;
+  if (precision == Precision::bf16 && tolerance <= 0) {
+    try {
+      bf16_errors = nlohmann::json::parse(f.meta("reference_rel_l2_vs_f64")).at("bf16");
+    } catch (const nlohmann::json::exception& e) {
+      fail(
+          "{}: no transformers bf16 errors in its metadata ({}): regenerate it with "
+          "scripts/device/make_qwen3vl_vision_golden.py on a GPU machine, or pass --tol",
+          f.path(), e.what());
+    }
+  }
+  const double tol = tolerance > 0 ? tolerance : precision == Precision::f64 ? 1e-6 : 1e-5;
+  auto tol_of = [&](const std::string& output) {
+    if (bf16_errors.is_null()) return tol;
+    if (!bf16_errors.contains(output))
+      fail("{}: no transformers bf16 error for '{}' in reference_rel_l2_vs_f64", f.path(), output);
+    return 1.5 * bf16_errors[output].get<double>();
+  };
   VerifyReport rep;
   auto add = [&](const std::string& what, const Tensor& got, const Tensor& ref, double t) {
-    const Diff d = compare(got, ref);
+    const Diff d = compare(got.cpu(), ref);
     rep.lines.push_back({what, d.rel_l2, d.max_abs, t, d.shape_ok && d.rel_l2 <= t});
   };
   auto add_exact = [&](const std::string& what, bool ok) {
@@ -124,12 +144,12 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
   }
   const std::string out = "vl.output.f64.";
   auto add_vision = [&](const char* which, const Qwen3VlVisionOutputs& o) {
-    const std::string w = which;
-    if (!f.has(out + w + "_embeds")) return;
-    add("vl " + w + "_embeds", o.embeds, f.get(out + w + "_embeds"), tol);
+    const std::string wh = which;
+    if (!f.has(out + wh + "_embeds")) return;
+    add("vl " + wh + "_embeds", o.embeds, f.get(out + wh + "_embeds"), tol_of(wh + "_embeds"));
     for (size_t k = 0; k < o.deepstack.size(); ++k)
-      add("vl " + w + "_deepstack." + std::to_string(k), o.deepstack[k],
-          f.get(out + w + "_deepstack." + std::to_string(k)), tol);
+      add("vl " + wh + "_deepstack." + std::to_string(k), o.deepstack[k],
+          f.get(out + wh + "_deepstack." + std::to_string(k)), tol_of(wh + "_deepstack." + std::to_string(k)));
   };
   add_vision("image", prep.image);
   add_vision("video", prep.video);
@@ -140,7 +160,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
       text.forward(in.ids, keep, false, &prep.positions, prep.extras.rows.empty() ? nullptr : &prep.extras);
   for (int64_t k : keep)
     add("vl text hidden_states." + std::to_string(k), hs.hidden_states.at(k),
-        f.get(out + "hidden_states." + std::to_string(k)), tol);
+        f.get(out + "hidden_states." + std::to_string(k)), tol_of("hidden_states." + std::to_string(k)));
 
   // The text tower alone: the same prompt with the reference's own vision rows in place of ours, so that the
   // vision tower's error does not reach the text states (in f64, hidden_states.0 is then the reference's bit
@@ -176,7 +196,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
     const Qwen3VlTextOutputs hr = text.forward(in.ids, keep, false, &prep.positions, &ref_rows);
     for (int64_t k : keep)
       add("vl text hidden_states." + std::to_string(k) + " (reference vision rows)", hr.hidden_states.at(k),
-          f.get(out + "hidden_states." + std::to_string(k)), tol);
+          f.get(out + "hidden_states." + std::to_string(k)), tol_of("hidden_states." + std::to_string(k)));
   }
 
   // The processor case: a resized image through our preprocessing against transformers' image processor.

@@ -13,7 +13,10 @@ namespace h3 {
 bool looks_like_qwen3vl_vision_golden(const SafeTensors& f);
 // One line per check. Tolerances (rel-L2 against the f64 reference): f32 1e-5, f64 1e-6 (the reference rotates
 // vision q/k in f32 even in its f64 run); pixel rows of unresized images 1e-12; positions and grids exact; the
-// resized image of the "preproc" case 2e-2 (PIL's or torchvision's resampler against ours: +-1 level steps).
-VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precision);
+// resized image of the "preproc" case 2e-2 (PIL's or torchvision's resampler against ours: +-1 level steps); bf16
+// (GPU) 1.5x transformers' own bf16 error on each output (metadata reference_rel_l2_vs_f64). `device` Device::cuda
+// runs both towers on the GPU (f32 or bf16); `tolerance` > 0 overrides the model outputs' bounds.
+VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precision, Device device = Device::cpu,
+                                        double tolerance = -1);
 
 }  // namespace h3

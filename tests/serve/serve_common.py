@@ -21,8 +21,9 @@ def log(*a):
 
 
 class Server:
-    def __init__(self, h3, store=None, ranks=1, args=(), env=None, timeout=20):
+    def __init__(self, h3, store=None, ranks=1, args=(), env=None, timeout=20, global_args=()):
         self.h3 = h3
+        self.global_args = list(global_args)  # before the command, e.g. ["--device", "cuda"]
         self.rank_timeout = timeout
         self.store = store or tempfile.mkdtemp(prefix="h3serve-test-")
         self.ranks = ranks
@@ -41,8 +42,8 @@ class Server:
         self.log_path = os.path.join(self.store, "server.log")
 
     def start(self, wait_ready=True, timeout=120):
-        cmd = [self.h3, "--ranks", str(self.ranks), "--timeout", str(self.rank_timeout), "serve", "--store", self.store,
-               "--port", "0"] + self.args
+        cmd = [self.h3, "--ranks", str(self.ranks), "--timeout", str(self.rank_timeout)] + self.global_args + [
+            "serve", "--store", self.store, "--port", "0"] + self.args
         log("starting:", " ".join(cmd))
         self.logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.logf, env=self.env)

@@ -303,6 +303,19 @@ Tensor quantize_fp8(const Tensor& w) {
   return f.to(DType::fp8_e4m3).with_scale(Tensor::from(std::vector<float>{scale}, {1}));
 }
 
+Tensor dequantize_fp8(const Tensor& q) {
+  const Tensor s = q.scale()->cpu().to(DType::f32);
+  const int64_t n = q.dim(0), c = q.dim(1);
+  const auto* in = static_cast<const uint8_t*>(q.raw());
+  Tensor f(DType::f32, q.shape());
+  float* p = f.data<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    const float sc = s.data<float>()[s.numel() == 1 ? 0 : r];
+    for (int64_t j = 0; j < c; ++j) p[r * c + j] = fp8e4m3_to_f32(in[r * c + j]) * sc;
+  }
+  return f.to(DType::bf16);
+}
+
 Tensor quantize_fp8_rows(const Tensor& x) {
   const int64_t n = x.dim(0), c = x.dim(1);
   Tensor f = x.to(DType::f32);

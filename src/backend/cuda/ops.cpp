@@ -342,6 +342,11 @@ Tensor dequantize_rows(const Tensor& q) {
 }
 
 Tensor quantize_fp8_rows(const Tensor& x) {
+  // The kernel's limit (the front door checked the rest): whole 16-byte vectors of bf16 per row.
+  H3_CHECK(x.dim(1) % 8 == 0,
+           "quantize_fp8_rows: {} has {} columns; per-row FP8 on the GPU takes a multiple of 8 (keep such a layer in "
+           "bf16, as the DiT's per-layer rule does)",
+           x.describe(), x.dim(1));
   Tensor xb = x.dtype() == DType::bf16 ? x : x.to(DType::bf16);
   Tensor q = Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda);
   Tensor scales = Tensor::empty(DType::f32, {x.dim(0)}, Device::cuda);
@@ -460,6 +465,7 @@ void register_ops() {
   t.set_columns = set_columns;
   t.quantize_fp8 = quantize_fp8;
   t.quantize_fp8_rows = quantize_fp8_rows;
+  t.dequantize_fp8 = dequantize_rows;
   t.residual_norm_modulate = residual_norm_modulate;
   t.swiglu_fp8_rows = swiglu_fp8_rows;
   t.qk_norm_rope_fp8 = qk_norm_rope_fp8;

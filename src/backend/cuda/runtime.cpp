@@ -110,6 +110,30 @@ double hook_event_elapsed_ms(void* from, void* to) {
 void hook_event_release(void* e) {
   cudaEventDestroy(static_cast<cudaEvent_t>(e));
 }
+void hook_event_wait(void* e) {
+  H3_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(e)));
+}
+
+void* hook_pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("cannot allocate {:.1f} MiB of page-locked host memory for staged copies: {} (host memory short?)",
+         bytes / 1048576.0, cudaGetErrorString(e));
+  }
+  return p;
+}
+void hook_pinned_release(void* p) {
+  cudaFreeHost(p);
+}
+// Queued on the compute stream: later kernels (the conversions of what was copied) are ordered after it, and the
+// caching allocator's stream-ordered reuse covers the device side.
+void hook_copy_async(void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
+  const cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                      : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
+}
 
 void hook_zero(void* p, size_t bytes) {
   H3_CUDA(cudaMemsetAsync(p, 0, bytes, stream()));
@@ -230,10 +254,23 @@ void start_gpu_backend(const GpuOptions& o) {
   hooks.event_record = cuda::hook_event_record;
   hooks.event_elapsed_ms = cuda::hook_event_elapsed_ms;
   hooks.event_release = cuda::hook_event_release;
+  hooks.pinned_alloc = cuda::hook_pinned_alloc;
+  hooks.pinned_release = cuda::hook_pinned_release;
+  hooks.copy_async = cuda::hook_copy_async;
+  hooks.event_wait = cuda::hook_event_wait;
   register_device_hooks(hooks);
   cuda::register_ops();
   s.started = true;
   spdlog::info("GPU {}: {}{}", s.device, gpu_description(), o.numerics.deterministic ? " (deterministic mode)" : "");
+}
+
+int gpu_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
 }
 
 bool gpu_backend_started() {
@@ -271,8 +308,21 @@ size_t gpu_peak_bytes() {
 void gpu_reset_peak() {
   cuda::state().peak = cuda::state().in_use;
 }
+size_t gpu_in_use_bytes() {
+  return cuda::state().in_use;
+}
 size_t gpu_total_bytes() {
   return cuda::state().started ? cuda::state().prop.totalGlobalMem : 0;
+}
+
+void gpu_release_cached() {
+  cuda::State& s = cuda::state();
+  if (!s.started) return;
+  H3_CUDA(cudaStreamSynchronize(s.stream));
+  std::lock_guard lock(s.mu);
+  for (auto& [bytes, p] : s.cache) cudaFree(p);
+  s.cache.clear();
+  s.cached = 0;
 }
 
 }  // namespace h3

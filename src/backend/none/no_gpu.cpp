@@ -9,6 +9,9 @@ void start_gpu_backend(const GpuOptions&) {
       "this h3 was built without the CUDA backend (no CUDA toolkit was found at build time); rebuild on a machine "
       "with nvcc, or run with --device cpu");
 }
+int gpu_count() {
+  return 0;
+}
 bool gpu_backend_started() {
   return false;
 }
@@ -29,8 +32,12 @@ size_t gpu_peak_bytes() {
   return 0;
 }
 void gpu_reset_peak() {}
+size_t gpu_in_use_bytes() {
+  return 0;
+}
 size_t gpu_total_bytes() {
   return 0;
 }
+void gpu_release_cached() {}
 
 }  // namespace h3

@@ -19,7 +19,7 @@ Mp4Writer::Mp4Writer(const std::string& path, const MediaSpec&) : path_(path) {
   no_media("mp4 output");
 }
 Mp4Writer::~Mp4Writer() = default;
-void Mp4Writer::add_frames(const Tensor&) {
+bool Mp4Writer::add_frames(const Tensor&, const std::function<bool()>&) {
   no_media("mp4 output");
 }
 void Mp4Writer::add_audio(const Tensor&) {
@@ -34,10 +34,16 @@ int64_t Mp4Writer::frames_written() const {
 int64_t Mp4Writer::samples_written() const {
   return 0;
 }
+std::string media_library_versions() {
+  return "";
+}
 void write_wav(const std::string&, const Tensor&, int) {
   no_media("wav output");
 }
 std::vector<std::string> write_png_frames(const std::string&, const Tensor&) {
+  no_media("png output");
+}
+void write_png(const std::string&, const Tensor&) {
   no_media("png output");
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "core/files.h"
+#include "core/finite.h"
 #include "core/json_limits.h"
 #include "io/procedural.h"
 
@@ -538,6 +540,12 @@ Tensor DitCheckpoint::get_base(const std::string& key) const {
            "{}: weight '{}' is stored as {}; DiT weights must be float (F32, F16, BF16, F64) or a quantized format "
            "with its scales: is this the right file?",
            files_[src.file]->path(), src.key, dtype_safetensors_name(t.dtype()));
+  // NaN / Inf are refused where they enter: in a run they turn every output into NaN, found only at its end.
+  if (const NonFinite bad = find_non_finite(t); bad.count > 0)
+    fail(
+        "{}: weight '{}' holds {} non-finite values (NaN or Inf), the first at element {}; the checkpoint is "
+        "damaged (download or convert it again)",
+        files_[src.file]->path(), src.key, bad.count, bad.first);
   if (src.kind == Source::plain) return t;
   const int64_t rows = t.dim(0), cols = t.dim(1);
   const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(t.dtype());
@@ -561,6 +569,59 @@ Tensor DitCheckpoint::get_base(const std::string& key) const {
     for (int64_t h = 0; h < heads; ++h)
       std::memcpy(o + h * D * row_bytes, in + (h * 3 * D + src.part * D) * row_bytes, D * row_bytes);
   }
+  return out;
+}
+
+std::optional<DitCheckpoint::StoredRead> DitCheckpoint::stored_read(const std::string& key,
+                                                                    const std::vector<RowRange>& rows,
+                                                                    RowRange cols) const {
+  auto it = sources_.find(key);
+  if (it == sources_.end()) fail("{}: no parameter '{}'", path_, key);
+  const Source& src = it->second;
+  if (src.file < 0 || !loras_.empty()) return std::nullopt;
+  const SafeTensors& f = *files_[src.file];
+  const TensorInfo& ti = f.info(src.key);
+  StoredRead out;
+  if (src.quant.kind == QuantSpec::fp8) {
+    const Tensor s = f.get(src.quant.scale_key);
+    if (ti.dtype != DType::fp8_e4m3 || s.numel() != 1 || !dtype_is_float(s.dtype()))
+      return std::nullopt;  // the host path reports what is wrong
+    out.fp8_scale = static_cast<float>(s.get(0));
+    if (!(out.fp8_scale > 0) || !std::isfinite(out.fp8_scale)) return std::nullopt;
+  } else if (src.quant.kind != QuantSpec::none || !dtype_is_float(ti.dtype)) {
+    return std::nullopt;  // the host path dequantizes, or refuses an integer tensor where a float weight belongs
+  }
+  if (ti.shape.empty()) return std::nullopt;
+  // The parameter's row i is stored row row_of(i) of the file's tensor (index equations at get_base).
+  const int64_t stored_rows = ti.shape[0];
+  int64_t n = stored_rows, half = stored_rows / 2, inner = stored_rows / 3;
+  const int64_t D = config_.attention_head_dim;
+  if (src.kind == Source::qkv_part) n = inner;
+  auto row_of = [&](int64_t i) -> int64_t {
+    switch (src.kind) {
+      case Source::plain:
+        return i;
+      case Source::swap_halves:  // [gate; value] stored, [value; gate] wanted
+        return i < half ? half + i : i - half;
+      case Source::qkv_part:
+        return qkv_order_ == QkvOrder::blocked ? src.part * inner + i : (i / D) * 3 * D + src.part * D + i % D;
+    }
+    return i;
+  };
+  std::vector<RowRange> want = rows.empty() ? std::vector<RowRange>{{0, n}} : rows;
+  std::vector<RowRange> stored;
+  for (const RowRange& r : want) {
+    if (r.begin < 0 || r.end > n || r.begin > r.end)
+      fail("{}: rows [{}, {}) of '{}' lie outside its {} rows", path_, r.begin, r.end, key, n);
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      const int64_t s = row_of(i);
+      if (!stored.empty() && stored.back().end == s)
+        ++stored.back().end;
+      else
+        stored.push_back({s, s + 1});
+    }
+  }
+  out.read = read_rows(f, src.key, stored, cols);
   return out;
 }
 

@@ -8,9 +8,11 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "io/device_loader.h"
 #include "io/quant.h"
 #include "io/safetensors.h"
 #include "model/dit/config.h"
@@ -61,6 +63,17 @@ class DitCheckpoint {
   uint64_t lora_digest() const;
   // The same on `device`: procedural weights are generated there directly (no host copy), file weights are copied.
   Tensor get(const std::string& key, Device device) const;
+  // How rows `rows` (ranges of the parameter's rows, in order; all when empty) and, of a 2-D parameter, columns
+  // `cols` (all when empty) of `key` are read straight from its file (io/device_loader.h): the qkv split and the
+  // fc1 swap become row ranges of the stored tensor, so a rank reads only its slices. fp8_scale > 0: the stored
+  // values are FP8 e4m3 to multiply by it (the per-tensor "fp8" and "scaled_fp8" formats). nullopt when the value
+  // has to be computed on the host instead: procedural weights, the other quantized formats, LoRAs.
+  struct StoredRead {
+    TensorRead read;
+    float fp8_scale = 0;
+  };
+  std::optional<StoredRead> stored_read(const std::string& key, const std::vector<RowRange>& rows = {},
+                                        RowRange cols = {}) const;
   // Bytes of parameter data as stored, and the count per stored dtype.
   size_t stored_bytes() const;
   std::map<DType, int64_t> dtype_counts() const;

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <vector>
 
 #include "core/log.h"
 #include "core/ref_math.h"
+#include "model/dit/fp8_layers.h"
 #include "model/dit/lora.h"
 #include "ops/fp8_bound.h"
 #include "ops/ops.h"
@@ -248,6 +251,15 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   ada_rows_ = shard.ada_rows;
   const Range qkv_rows{heads_qkv_.begin * D, heads_qkv_.end * D}, out_cols{heads_out_.begin * D, heads_out_.end * D};
 
+  // FP8: the block GEMMs whose weights an FP8 GEMM cannot take stay in bf16 (model/dit/fp8_layers.h), said once.
+  if (gpu && precision_ == Precision::fp8) {
+    fp8_layers_ = dit_fp8_layers(config_, plan_.mode, plan_.K, plan_.U);
+    static std::mutex reported_mu;
+    static std::set<std::string> reported;
+    std::lock_guard lock(reported_mu);
+    if (!fp8_layers_.all_fp8() && reported.insert(fp8_layers_.summary()).second)
+      spdlog::warn("DiT precision fp8: {}", fp8_layers_.summary());
+  }
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
   check_lora_agreement(ck, plan_);
   auto finish = [&](Tensor t, bool bf16_layer) {
@@ -256,8 +268,38 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     if (round) ops::round_bf16_(t);
     return t;
   };
+  // On the GPU a weight moves over in its layer's dtype: f32 layers stay f32, bf16 layers become bf16, and in
+  // fp8 mode the blocks' GEMM weights are quantized per tensor.
+  enum Kind { f32_layer, bf16_layer, gemm_weight };
+  // GPU, a parameter stored as it is (or per-tensor FP8) in a file: read straight into its final dtype on the device
+  // (io/device_loader.h), only this rank's rows / columns; the stored qkv split and fc1 swap are row ranges. An
+  // undefined tensor where the value has to be computed on the host first (procedural weights, LoRAs, the other
+  // quantized formats: the paths below).
+  DeviceLoader loader(dev_, "DiT");
+  auto direct = [&](const std::string& key, const std::vector<RowRange>& rows, RowRange cols, Kind kind) -> Tensor {
+    if (!gpu) return Tensor();
+    const auto sr = ck.stored_read(key, rows, cols);
+    if (!sr) return Tensor();
+    const bool fp8 = kind == gemm_weight && precision_ == Precision::fp8;
+    const DType want = kind == f32_layer ? DType::f32 : fp8 ? DType::fp8_e4m3 : DType::bf16;
+    if (sr->fp8_scale == 0) return loader.load(sr->read, want, numerics_.fp8_row_scales());
+    if (want == DType::f32) return Tensor();  // an FP8-stored f32 layer: dequantized on the host
+    // The checkpoint's own FP8 values and scale: used as they are by an FP8 model (per-row scales in deterministic
+    // mode come from the dequantized values, as for any other weight), dequantized to bf16 otherwise.
+    Tensor q = loader.load(sr->read, DType::fp8_e4m3)
+                   .with_scale(Tensor::from(std::vector<float>{sr->fp8_scale}, {1}).to_device(dev_));
+    if (fp8 && !numerics_.fp8_row_scales()) return q;
+    Tensor b = ops::dequantize_fp8(q);
+    return fp8 ? ops::quantize_fp8_rows(b) : b;
+  };
+  auto whole = [](int64_t n) { return std::vector<RowRange>{{0, n}}; };
+  auto rows_of = [](Range r) { return std::vector<RowRange>{{r.begin, r.end}}; };
   // Weights already in the compute dtype are used in place (a memory-mapped file stays shared between ranks).
-  auto load = [&](const std::string& key, bool bf16_layer) { return finish(ck.get(key, dev_), bf16_layer); };
+  auto load = [&](const std::string& key, bool bf16_layer) {
+    Tensor t = finish(ck.get(key, dev_), bf16_layer);
+    if (gpu && ck.layout() == DitLayout::procedural && ck.loras().empty()) loader.note_generated(t);
+    return t;
+  };
   // With LoRAs a rank merges only the rows / columns it keeps (bitwise those of the full merge, model/dit/lora.h).
   auto load_rows = [&](const std::string& key, Range r) {
     return ck.loras().empty() ? row_slice(load(key, true), r) : finish(ck.get_rows(key, r.begin, r.end), true);
@@ -265,26 +307,28 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   auto load_cols = [&](const std::string& key, Range c) {
     return ck.loras().empty() ? column_slice(load(key, true), c) : finish(ck.get_columns(key, c.begin, c.end), true);
   };
-  // On the GPU a weight moves over in its layer's dtype: f32 layers stay f32, bf16 layers become bf16, and in
-  // fp8 mode the blocks' GEMM weights are quantized per tensor.
-  enum Kind { f32_layer, bf16_layer, gemm_weight };
   int64_t rep_params = 0, shard_params = 0;
   auto keep = [&](Tensor t, bool sharded, Kind kind = bf16_layer) {
     (sharded ? shard_params : rep_params) += t.numel();
     if (gpu) {
       t = t.to_device(dev_);
       // FP8 weight scales per tensor (fast GEMMs), or per output row in deterministic mode: a rank holding a row
-      // slice (ulysses-ag, tensor) then gets the same scales, hence the same bits, as the whole weight.
-      if (kind == gemm_weight && precision_ == Precision::fp8)
-        t = numerics_.fp8_row_scales() ? ops::quantize_fp8_rows(t) : ops::quantize_fp8(t);
-      else if (kind != f32_layer)
+      // slice (ulysses-ag, tensor) then gets the same scales, hence the same bits, as the whole weight. A tensor
+      // read straight to its final dtype (direct) passes as it is.
+      if (kind == gemm_weight && precision_ == Precision::fp8) {
+        if (t.dtype() != DType::fp8_e4m3)
+          t = numerics_.fp8_row_scales() ? ops::quantize_fp8_rows(t) : ops::quantize_fp8(t);
+      } else if (kind != f32_layer && t.dtype() != DType::bf16) {
         t = t.to(DType::bf16);
+      }
     }
     (sharded ? sharded_bytes_ : replicated_bytes_) += t.nbytes();
     return t;
   };
   auto rep = [&](const std::string& key, bool bf16_layer) {
-    return keep(load(key, bf16_layer), false, bf16_layer ? Kind::bf16_layer : Kind::f32_layer);
+    const Kind kind = bf16_layer ? Kind::bf16_layer : Kind::f32_layer;
+    Tensor t = direct(key, {}, {}, kind);
+    return keep(t.defined() && t.numel() > 0 ? t : load(key, bf16_layer), false, kind);
   };
   proj_in_w = rep("proj_in.weight", false);
   proj_in_b = rep("proj_in.bias", false);
@@ -323,30 +367,43 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       return b;
     }
     const bool sliced_qkv = heads_qkv_.size() != heads, sliced_out = heads_out_.size() != heads;
-    b.to_q = keep(load_rows(p + "attn.to_q.weight", qkv_rows), sliced_qkv, gemm_weight);
-    b.to_k = keep(load_rows(p + "attn.to_k.weight", qkv_rows), sliced_qkv, gemm_weight);
-    b.to_v = keep(load_rows(p + "attn.to_v.weight", qkv_rows), sliced_qkv, gemm_weight);
-    b.to_out = keep(load_cols(p + "attn.to_out.0.weight", out_cols), sliced_out, gemm_weight);
+    // `direct` first (GPU, file weights), else the host paths.
+    auto either = [&](Tensor d, auto host) { return d.defined() && d.numel() > 0 ? d : host(); };
+    auto rows_or = [&](const std::string& key, Range r, Kind kind) {
+      return either(direct(key, rows_of(r), {}, kind), [&] { return load_rows(key, r); });
+    };
+    auto cols_or = [&](const std::string& key, int64_t n_rows, Range c, Kind kind) {
+      return either(direct(key, whole(n_rows), {c.begin, c.end}, kind), [&] { return load_cols(key, c); });
+    };
+    // A GEMM whose dimensions an FP8 GEMM cannot take stays bf16 (fp8_layers_).
+    auto gemm = [&](bool fp8_ok) { return fp8_ok ? gemm_weight : bf16_layer; };
+    b.to_q = keep(rows_or(p + "attn.to_q.weight", qkv_rows, gemm(fp8_layers_.qkv)), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_k = keep(rows_or(p + "attn.to_k.weight", qkv_rows, gemm(fp8_layers_.qkv)), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_v = keep(rows_or(p + "attn.to_v.weight", qkv_rows, gemm(fp8_layers_.qkv)), sliced_qkv, gemm(fp8_layers_.qkv));
+    b.to_out = keep(cols_or(p + "attn.to_out.0.weight", H, out_cols, gemm(fp8_layers_.out)), sliced_out,
+                    gemm(fp8_layers_.out));
     // ff.net.0.proj rows are [value (F); gate (F)]: keep the value and gate rows of this rank's columns.
     const std::string ff_key = p + "ff.net.0.proj.weight";
     const bool sliced_ffn = ffn_.size() != F;
     const Range gate_rows{F + ffn_.begin, F + ffn_.end};
-    Tensor ff_in;
-    if (!sliced_ffn) {
-      ff_in = load(ff_key, true);
-    } else if (ck.loras().empty()) {
-      Tensor whole = load(ff_key, true);
-      ff_in = concat_rows(row_slice(whole, ffn_), row_slice(whole, gate_rows));
-    } else {
-      ff_in = concat_rows(load_rows(ff_key, ffn_), load_rows(ff_key, gate_rows));
-    }
-    b.ff_in = keep(ff_in, sliced_ffn, gemm_weight);
-    b.ff_out = keep(load_cols(p + "ff.net.2.weight", ffn_), sliced_ffn, gemm_weight);
+    Tensor ff_in = either(
+        direct(ff_key, {{ffn_.begin, ffn_.end}, {gate_rows.begin, gate_rows.end}}, {}, gemm(fp8_layers_.ff_in)), [&] {
+          if (!sliced_ffn) return load(ff_key, true);
+          if (!ck.loras().empty()) return concat_rows(load_rows(ff_key, ffn_), load_rows(ff_key, gate_rows));
+          const Tensor all = load(ff_key, true);
+          return concat_rows(row_slice(all, ffn_), row_slice(all, gate_rows));
+        });
+    b.ff_in = keep(ff_in, sliced_ffn, gemm(fp8_layers_.ff_in));
+    b.ff_out =
+        keep(cols_or(p + "ff.net.2.weight", H, ffn_, gemm(fp8_layers_.ff_out)), sliced_ffn, gemm(fp8_layers_.ff_out));
     const bool sliced_ada = ada_rows_.size() != 18 * H;
-    b.adaln_w = keep(load_rows(p + "adaln_proj.linear.weight", ada_rows_), sliced_ada);
-    b.adaln_b = keep(
-        row_slice(load(p + "adaln_proj.linear.bias", true).reshape({18 * H, 1}), ada_rows_).reshape({ada_rows_.size()}),
-        sliced_ada);
+    b.adaln_w = keep(rows_or(p + "adaln_proj.linear.weight", ada_rows_, bf16_layer), sliced_ada);
+    b.adaln_b = keep(either(direct(p + "adaln_proj.linear.bias", rows_of(ada_rows_), {}, bf16_layer),
+                            [&] {
+                              return row_slice(load(p + "adaln_proj.linear.bias", true).reshape({18 * H, 1}), ada_rows_)
+                                  .reshape({ada_rows_.size()});
+                            }),
+                     sliced_ada);
     return b;
   };
   for (int r = 0; r < config_.num_refiner_layers; ++r)
@@ -361,6 +418,7 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   proj_out_b_ = rep("proj_out.bias", false);
   audio_out_w_ = rep("audio_proj_out.weight", false);
   audio_out_b_ = rep("audio_proj_out.bias", false);
+  load_report_ = loader.finish();
   H3_ASSERT(rep_params == shard.replicated_params && shard_params == shard.sharded_params,
             "weights held ({} replicated + {} sharded parameters) differ from the plan's account ({} + {})", rep_params,
             shard_params, shard.replicated_params, shard.sharded_params);

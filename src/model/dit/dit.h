@@ -11,6 +11,7 @@
 #include "dist/plan.h"
 #include "model/dit/checkpoint.h"
 #include "model/dit/config.h"
+#include "model/dit/fp8_layers.h"
 
 namespace h3 {
 
@@ -65,9 +66,13 @@ class DitModel {
   Device device() const { return dev_; }
   const Numerics& numerics() const { return numerics_; }
   const DistPlan& plan() const { return plan_; }
+  // Which block GEMMs run in FP8 (precision fp8 on the GPU, model/dit/fp8_layers.h); none in other precisions.
+  const DitFp8Layers& fp8_layers() const { return fp8_layers_; }
   // Bytes of weights this rank holds, split into replicated and sharded parts.
   size_t replicated_bytes() const { return replicated_bytes_; }
   size_t sharded_bytes() const { return sharded_bytes_; }
+  // How the weights were loaded (io/device_loader.h: bytes read, seconds, GB/s; tensors generated in place).
+  const LoadReport& load_report() const { return load_report_; }
 
   struct Block {
     Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;
@@ -108,8 +113,10 @@ class DitModel {
   Device dev_ = Device::cpu;
   Numerics numerics_;
   DistPlan plan_;
+  DitFp8Layers fp8_layers_;
   Range heads_qkv_, heads_out_, ffn_, ada_rows_;
   size_t replicated_bytes_ = 0, sharded_bytes_ = 0;
+  LoadReport load_report_;
   mutable uint64_t op_id_ = 0;     // forwards run so far; agreed between ranks
   mutable uint64_t rope_key_ = 0;  // hash of the positions the cached RoPE tables belong to
   mutable Tensor rope_cos_, rope_sin_;

@@ -163,8 +163,10 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   // Rows the projections see: all rows (ulysses-ag), the row group G_u (tensor-parallel gather), or own rows.
   Tensor hin = ag ? gather_rows_from(sp, h, st.rows, "all-gather hidden (ulysses-ag)")
                   : gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden (tensor)");
-  // FP8: q, k and v project the same rows, so quantize them once.
-  if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3)
+  // FP8: q, k and v project the same rows, so quantize them once (unless the projections stay in bf16,
+  // model/dit/fp8_layers.h).
+  if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3 &&
+      b.to_q.dtype() == DType::fp8_e4m3)
     hin = numerics_.fp8_row_scales() ? ops::quantize_fp8_rows(hin) : ops::quantize_fp8(hin);
   // FP8 attention, unless numerics_.fp8_attention is off: q and k quantized with the block's fixed scales (fused
   // into the norm+RoPE pass when attention runs on this rank's projections), v per tensor. Not in deterministic
@@ -417,9 +419,10 @@ Tensor DitModel::run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) cons
   // per-row-scaled GEMMs are slower). Both are independent of how the rows are split over ranks.
   const bool fp8 = precision_ == Precision::fp8 && dev_ != Device::cpu;
   const ops::Fp8Out fp8_norm = numerics_.fp8_row_scales() ? ops::Fp8Out::rows : ops::Fp8Out::bound;
+  // Only FP8 projections take quantized input (the layers an FP8 GEMM cannot take stay bf16: fp8_layers_).
   const ops::Fp8Out fp8_attn_in =
-      fp8 && plan_.mode != DistMode::ulysses_ag && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
-  const ops::Fp8Out fp8_mlp_in = fp8 && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
+      fp8 && fp8_layers_.qkv && plan_.mode != DistMode::ulysses_ag && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
+  const ops::Fp8Out fp8_mlp_in = fp8 && fp8_layers_.ff_in && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
   Tensor pending_gate, pending_y;  // the MLP residual not yet added to x
   const FaultInjection fault = FaultInjection::from_knobs();
   for (size_t n = 0; n < blocks_.size(); ++n) {

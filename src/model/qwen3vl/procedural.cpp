@@ -92,8 +92,10 @@ std::vector<std::pair<std::string, Shape>> qwen3vl_text_parameters(const Qwen3Vl
   return p;
 }
 
-std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed) {
-  const Qwen3VlTextConfig c = procedural_qwen3vl_text_config();
+namespace {
+
+// config.json of a Qwen3-VL with these towers (transformers' names).
+std::string qwen3vl_config_json(const Qwen3VlTextConfig& c, const Qwen3VlVisionConfig& v) {
   nlohmann::json cfg = {{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden},
                         {"intermediate_size", c.intermediate},
@@ -108,7 +110,6 @@ std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed) {
                           {"mrope_interleaved", c.mrope_interleaved},
                           {"rope_theta", c.rope_theta}}}};
   // The vision tower sits beside the decoder as in a Qwen3-VL checkpoint ("visual." next to the text keys).
-  const Qwen3VlVisionConfig v = procedural_qwen3vl_vision_config();
   cfg["vision_config"] = {{"depth", v.depth},
                           {"hidden_size", v.hidden},
                           {"intermediate_size", v.intermediate},
@@ -121,9 +122,36 @@ std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed) {
                           {"num_position_embeddings", v.n_pos},
                           {"deepstack_visual_indexes", v.deepstack_indexes},
                           {"hidden_act", "gelu_pytorch_tanh"}};
+  return cfg.dump();
+}
+
+std::vector<std::pair<std::string, Shape>> qwen3vl_parameters(const Qwen3VlTextConfig& c,
+                                                              const Qwen3VlVisionConfig& v) {
   auto params = qwen3vl_text_parameters(c);
   for (auto& q : qwen3vl_vision_parameters(v, "visual.")) params.push_back(std::move(q));
-  return procedural_safetensors(params, {{"config", cfg.dump()}}, seed, "procedural-qwen3-vl");
+  return params;
+}
+
+}  // namespace
+
+std::shared_ptr<SafeTensors> procedural_qwen3vl_text_file(uint64_t seed) {
+  const Qwen3VlTextConfig c = procedural_qwen3vl_text_config();
+  const Qwen3VlVisionConfig v = procedural_qwen3vl_vision_config();
+  return procedural_safetensors(qwen3vl_parameters(c, v), {{"config", qwen3vl_config_json(c, v)}}, seed,
+                                "procedural-qwen3-vl");
+}
+
+Qwen3VlTextWeights procedural_qwen3vl_full(uint64_t seed) {
+  const Qwen3VlTextConfig c;    // the released text tower
+  const Qwen3VlVisionConfig v;  // and vision tower
+  return Qwen3VlTextWeights::procedural(qwen3vl_parameters(c, v), qwen3vl_config_json(c, v), seed,
+                                        fmt::format("procedural:full:seed={}", seed));
+}
+
+Qwen3VlTextWeights procedural_qwen3vl(const std::string& spec, const char* what) {
+  const ProceduralSpec p = parse_procedural_spec(spec, what, {"mini", "full"});
+  if (p.name == "mini") return Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(p.seed));
+  return procedural_qwen3vl_full(p.seed);
 }
 
 std::string builtin_tokenizer_json() {

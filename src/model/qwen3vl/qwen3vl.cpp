@@ -9,9 +9,10 @@ namespace h3 {
 
 namespace {
 
-// Rows of `which` embeddings placed into a [rows, width] tensor at the positions listed in `slot`.
+// Rows of `which` embeddings (host or device) placed into a host [rows, width] tensor at the positions in `slot`.
 void place_rows(Tensor& dst, const Tensor& src, const std::vector<int64_t>& slot) {
-  const Tensor s = src.dtype() == dst.dtype() ? src : src.to(dst.dtype());
+  const Tensor h = src.on_device() ? src.cpu() : src;
+  const Tensor s = h.dtype() == dst.dtype() ? h : h.to(dst.dtype());
   const size_t row_bytes = static_cast<size_t>(dst.dim(1)) * dtype_size(dst.dtype());
   for (size_t i = 0; i < slot.size(); ++i)
     std::memcpy(static_cast<std::byte*>(dst.raw()) + slot[i] * row_bytes,

@@ -20,6 +20,7 @@ struct Qwen3VlInputs {
   std::vector<GridThw> video_grids;
 };
 
+// The extras are host tensors in the tower's dtype whatever device it ran on (they travel to the encoder ranks).
 struct Qwen3VlPrepared {
   std::vector<int64_t> positions;     // [3 * N] mRoPE positions
   TextExtras extras;                  // rows = every image/video placeholder row in prompt order

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "core/json.h"
 #include "core/json_limits.h"
 #include "core/log.h"
@@ -174,15 +176,44 @@ Qwen3VlTextModel::Qwen3VlTextModel(const SafeTensors& f, const Qwen3VlTextConfig
 
 Qwen3VlTextModel::~Qwen3VlTextModel() = default;
 
+namespace {
+
+// [a; b] along rows, on their device.
+Tensor stack_rows(const Tensor& a, const Tensor& b) {
+  Shape shape = a.shape();
+  shape[0] += b.dim(0);
+  Tensor out = Tensor::empty(a.dtype(), shape, a.device());
+  auto* dst = static_cast<std::byte*>(out.raw());
+  if (a.on_device()) {
+    device_hooks().copy(dst, true, a.raw(), true, a.nbytes());
+    device_hooks().copy(dst + a.nbytes(), true, b.raw(), true, b.nbytes());
+  } else {
+    std::memcpy(dst, a.raw(), a.nbytes());
+    std::memcpy(dst + a.nbytes(), b.raw(), b.nbytes());
+  }
+  return out;
+}
+
+}  // namespace
+
 Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTextConfig& cfg, int64_t n_layers,
                                    const Qwen3VlTextOptions& opt)
     : cfg_(cfg), device_(opt.device), comm_(opt.comm) {
-  if (opt.precision == Precision::bf16 || opt.precision == Precision::fp8)
-    fail("Qwen3-VL text tower: {} compute is not implemented; use f32 (what the reference conditioner runs)",
-         precision_name(opt.precision));
-  dtype_ = opt.precision == Precision::f64 ? DType::f64 : DType::f32;
-  if (device_ == Device::cuda && dtype_ != DType::f32)
-    fail("Qwen3-VL text tower: the GPU runs it in f32 only (asked for {}); use --precision f32", dtype_name(dtype_));
+  switch (opt.precision) {
+    case Precision::fp8:
+      fail("Qwen3-VL text tower: fp8 compute is not implemented; use bf16 (GPU) or f32");
+    case Precision::bf16:
+      if (device_ != Device::cuda)
+        fail("Qwen3-VL text tower: bf16 runs on the GPU only (--device cuda); the CPU computes f32 or f64");
+      dtype_ = DType::bf16;
+      break;
+    case Precision::f64:
+      if (device_ != Device::cpu) fail("Qwen3-VL text tower: f64 runs on the CPU only; on the GPU use bf16 or f32");
+      dtype_ = DType::f64;
+      break;
+    default:
+      dtype_ = DType::f32;
+  }
   if (n_layers < 0) n_layers = cfg.n_layers;
   if (n_layers > cfg.n_layers)
     fail("{}: {} decoder layers requested, the model has {}", w.path(), n_layers, cfg.n_layers);
@@ -208,10 +239,13 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
 
   const std::string p = qwen3vl_text_prefix(w);
   std::vector<std::string> problems;
-  // Checks the whole stored shape, then reads rows [r0, r1) or columns [c0, c1) of it (the rest is never read),
-  // converted to the compute dtype, on the host.
-  auto load = [&](const std::string& key, const Shape& shape, int64_t r0 = -1, int64_t r1 = -1, int64_t c0 = -1,
-                  int64_t c1 = -1) -> Tensor {
+  // On the GPU every block goes through one staging loader (io/device_loader.h): reads and copies overlapped, the
+  // bytes and the rate reported per tower.
+  std::unique_ptr<DeviceLoader> loader =
+      device_ == Device::cuda ? std::make_unique<DeviceLoader>(device_, "Qwen3-VL text tower") : nullptr;
+  // Checks the whole stored shape, then reads rows or columns of it (the rest is never read), in the compute dtype
+  // on the model's device (Qwen3VlTextWeights::load: converted where it lands).
+  auto load = [&](const std::string& key, const Shape& shape, Slice rows = {}, Slice cols = {}) -> Tensor {
     const std::string full = p + key;
     if (!w.has(full)) {
       problems.push_back("missing " + full);
@@ -221,58 +255,49 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
       problems.push_back(fmt::format("{} is {}, expected {}", full, shape_str(w.info(full).shape), shape_str(shape)));
       return {};
     }
-    Tensor t = w.get(full);
-    if (r0 >= 0) t = t.rows(r0, r1);
-    if (c0 >= 0) t = ops::columns(t, c0, c1);
-    return t.to(dtype_);
+    if (!problems.empty()) return {};  // the load fails anyway: read nothing more
+    return w.load(full, dtype_, device_, rows, cols, loader.get());
   };
-  // Moves a loaded tensor to the model's device and counts its bytes.
-  auto place = [&](Tensor t, bool sharded) -> Tensor {
-    if (!t.defined() || t.numel() == 0) return t;
-    if (device_ != Device::cpu) t = t.to_device(device_);
-    (sharded ? bytes_sharded_ : bytes_replicated_) += t.nbytes();
+  auto count = [&](const Tensor& t, bool sharded) -> Tensor {
+    if (t.defined() && t.numel() > 0) (sharded ? bytes_sharded_ : bytes_replicated_) += t.nbytes();
     return t;
   };
   const int64_t h = cfg.hidden, D = cfg.head_dim, qd = cfg.n_heads * D, kd = G * D, ff = cfg.intermediate;
   const int64_t qpg = cfg.n_heads / G;  // query heads per KV head
-  if (tp_rank_ >= 0) embed_ = place(load("embed_tokens.weight", {cfg.vocab_size, h}), false);
+  if (tp_rank_ >= 0) embed_ = count(load("embed_tokens.weight", {cfg.vocab_size, h}), false);
   for (int64_t i = 0; i < n_layers && tp_rank_ >= 0; ++i) {
     const std::string l = "layers." + std::to_string(i) + ".";
     Layer L;
-    L.in_norm = place(load(l + "input_layernorm.weight", {h}), false);
-    L.q_norm = place(load(l + "self_attn.q_norm.weight", {D}), false);
-    L.k_norm = place(load(l + "self_attn.k_norm.weight", {D}), false);
-    L.post_norm = place(load(l + "post_attention_layernorm.weight", {h}), false);
+    L.in_norm = count(load(l + "input_layernorm.weight", {h}), false);
+    L.q_norm = count(load(l + "self_attn.q_norm.weight", {D}), false);
+    L.k_norm = count(load(l + "self_attn.k_norm.weight", {D}), false);
+    L.post_norm = count(load(l + "post_attention_layernorm.weight", {h}), false);
     for (int64_t g = units_.begin; g < units_.end; ++g) {
       // Unit g: query heads [g*qpg, (g+1)*qpg), KV head g, FFN chunk part_of(ff, G, g).
       const Range c = part_of(ff, static_cast<int>(G), static_cast<int>(g));
+      const Slice heads{g * qpg * D, (g + 1) * qpg * D}, kv{g * D, (g + 1) * D}, chunk{c.begin, c.end};
       Unit u;
-      u.q = place(load(l + "self_attn.q_proj.weight", {qd, h}, g * qpg * D, (g + 1) * qpg * D), true);
-      u.k = place(load(l + "self_attn.k_proj.weight", {kd, h}, g * D, (g + 1) * D), true);
-      u.v = place(load(l + "self_attn.v_proj.weight", {kd, h}, g * D, (g + 1) * D), true);
-      u.o = place(load(l + "self_attn.o_proj.weight", {h, qd}, -1, -1, g * qpg * D, (g + 1) * qpg * D), true);
-      u.down = place(load(l + "mlp.down_proj.weight", {h, ff}, -1, -1, c.begin, c.end), true);
-      const Tensor up = load(l + "mlp.up_proj.weight", {ff, h}, c.begin, c.end);
-      const Tensor gate = load(l + "mlp.gate_proj.weight", {ff, h}, c.begin, c.end);
-      if (up.defined() && gate.defined() && up.numel() && gate.numel()) {
-        // [up; gate] so that one GEMM feeds ops::swiglu's [value; gate] layout.
-        Tensor ug(dtype_, {2 * c.size(), h});
-        const size_t half = up.nbytes();
-        std::copy_n(static_cast<const std::byte*>(up.raw()), half, static_cast<std::byte*>(ug.raw()));
-        std::copy_n(static_cast<const std::byte*>(gate.raw()), half, static_cast<std::byte*>(ug.raw()) + half);
-        u.up_gate = place(ug, true);
-      }
+      u.q = count(load(l + "self_attn.q_proj.weight", {qd, h}, heads), true);
+      u.k = count(load(l + "self_attn.k_proj.weight", {kd, h}, kv), true);
+      u.v = count(load(l + "self_attn.v_proj.weight", {kd, h}, kv), true);
+      u.o = count(load(l + "self_attn.o_proj.weight", {h, qd}, {}, heads), true);
+      u.down = count(load(l + "mlp.down_proj.weight", {h, ff}, {}, chunk), true);
+      const Tensor up = load(l + "mlp.up_proj.weight", {ff, h}, chunk);
+      const Tensor gate = load(l + "mlp.gate_proj.weight", {ff, h}, chunk);
+      // [up; gate] so that one GEMM feeds ops::swiglu's [value; gate] layout.
+      if (up.defined() && gate.defined() && up.numel() && gate.numel()) u.up_gate = count(stack_rows(up, gate), true);
       L.units.push_back(std::move(u));
     }
     layers_.push_back(std::move(L));
   }
-  if (tp_rank_ >= 0 && n_layers == cfg.n_layers) final_norm_ = place(load("norm.weight", {h}), false);
+  if (tp_rank_ >= 0 && n_layers == cfg.n_layers) final_norm_ = count(load("norm.weight", {h}), false);
   if (!problems.empty()) {
     std::string list;
     for (const auto& s : problems) list += "\n  " + s;
     fail("{}: the Qwen3-VL text decoder ({}) does not load: {} problem(s):{}", w.path(), cfg.summary(), problems.size(),
          list);
   }
+  if (loader) load_report_ = loader->finish();
   if (tp_rank_ < 0) layers_.resize(static_cast<size_t>(n_layers));  // layer count for checks; no weights
   if (comm_ && n > 1) spdlog::info("{}", describe_shard());
 }
@@ -294,7 +319,7 @@ std::string Qwen3VlTextModel::describe_shard() const {
 
 Qwen3VlTextOutputs Qwen3VlTextModel::forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
                                              bool want_normed, const std::vector<int64_t>* mrope_positions,
-                                             const TextExtras* extras) const {
+                                             const TextExtras* extras, const TextLayerHook& before_layer) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   int64_t last = 0;
   for (int64_t k : keep) {
@@ -333,7 +358,11 @@ Qwen3VlTextOutputs Qwen3VlTextModel::forward(const std::vector<int32_t>& ids, co
   }
 
   Qwen3VlTextOutputs out;
-  if (tp_rank_ >= 0) out = compute(ids, keep, want_normed, last, mrope_positions, extras);
+  if (tp_rank_ >= 0) {
+    out = compute(ids, keep, want_normed, last, mrope_positions, extras, before_layer);
+  } else if (before_layer && n > 0) {  // nothing to compute here: the hook's calls in the same order
+    for (int64_t li = 0; li < last; ++li) before_layer(li, last);
+  }
   if (comm_ && comm_->size() > tp_size_) {
     // Ranks beyond T take every output from rank 0, in a fixed order (sorted keep, then the normed state).
     std::vector<int64_t> order(keep.begin(), keep.end());
@@ -353,14 +382,16 @@ Qwen3VlTextOutputs Qwen3VlTextModel::forward(const std::vector<int32_t>& ids, co
 
 Qwen3VlTextOutputs Qwen3VlTextModel::compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
                                              bool want_normed, int64_t last,
-                                             const std::vector<int64_t>* mrope_positions,
-                                             const TextExtras* extras) const {
+                                             const std::vector<int64_t>* mrope_positions, const TextExtras* extras,
+                                             const TextLayerHook& before_layer) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   auto kept = [&](int64_t k) { return std::find(keep.begin(), keep.end(), k) != keep.end(); };
   auto on_dev = [&](const Tensor& t) {
     Tensor c = t.dtype() == dtype_ ? t : t.to(dtype_);
     return c.device() == device_ ? c : c.to_device(device_);
   };
+  // The folded partials (accumulator dtype) rounded once to the compute dtype, as one projection would be.
+  auto to_compute = [&](const Tensor& t) { return t.dtype() == dtype_ ? t : t.to(dtype_); };
   Qwen3VlTextOutputs out;
   Tensor x = ops::gather_rows(embed_, Tensor::from(ids, {n}));
   // The vision hook's rows, as an i32 index (host; the device ops copy it over).
@@ -376,19 +407,21 @@ Qwen3VlTextOutputs Qwen3VlTextModel::compute(const std::vector<int32_t>& ids, co
     if (want_normed) out.last_normed = x;
     return out;
   }
-  auto [cos_h, sin_h] = mrope_tables(cfg_, n, mrope_positions, dtype_);
+  // bf16: transformers takes cos/sin in f32 and casts them to the model's dtype.
+  auto [cos_h, sin_h] = mrope_tables(cfg_, n, mrope_positions, dtype_ == DType::bf16 ? DType::f32 : dtype_);
   const Tensor cos = on_dev(cos_h), sin = on_dev(sin_h);
   for (int64_t li = 0; li < last; ++li) {
+    if (before_layer) before_layer(li, last);
     const Layer& L = layers_[static_cast<size_t>(li)];
     const std::string name = "layer " + std::to_string(li);
     std::vector<Tensor> parts;
     Tensor h = norm(x, L.in_norm, cfg_.hidden);
     for (const Unit& u : L.units) parts.push_back(attention_partial(u, h, L, cos, sin));
-    x = ops::add(x, fold_units(parts, name + " attention"));
+    x = ops::add(x, to_compute(fold_units(parts, name + " attention")));
     parts.clear();
     h = norm(x, L.post_norm, cfg_.hidden);
     for (const Unit& u : L.units) parts.push_back(mlp_partial(u, h));
-    x = ops::add(x, fold_units(parts, name + " MLP"));
+    x = ops::add(x, to_compute(fold_units(parts, name + " MLP")));
     if (kept(li + 1)) out.hidden_states[li + 1] = x;
     if (extras && static_cast<size_t>(li) < extras->deepstack.size() && rows_idx.numel() > 0) {
       // DeepStack: x[rows] += deepstack[li], on a copy (the recorded state above keeps the layer's output).

@@ -1,4 +1,4 @@
-// The Qwen3-VL text decoder as H3's text conditioner, on the CPU (f32 or f64) or the GPU (f32), on one rank or
+// The Qwen3-VL text decoder as H3's text conditioner, on the CPU (f32 or f64) or the GPU (bf16 or f32), on one rank or
 // tensor-parallel over a communicator: token embeddings, then decoder layers of causal grouped-query attention
 // (per-head q/k RMSNorm, interleaved mRoPE) and a SwiGLU MLP, each with a pre-RMSNorm and a residual.
 // hidden_states[0] is the embedding output and hidden_states[k] the output of decoder layer k-1; H3 conditions
@@ -10,20 +10,28 @@
 // columns). Each unit gives a partial [N, hidden] of the attention (and of the MLP) output; the residual adds
 // ((P_0 + P_1) + P_2) + ... + P_{G-1}, folded in unit order. Ranks own contiguous ragged runs of units
 // (rank r of T: units part_of(G, T, r)), compute their partials, and the fold runs on element slices after an
-// all-to-all, then an all-gather. Every unit is computed the same way whatever T is and the fold order never
-// changes, so the hidden states are bitwise the same on 1..G ranks (CPU; on the GPU, for one GEMM
-// configuration): the embeddings, hence the latents, do not depend on the encoder rank count. More ranks than
-// KV heads: ranks >= G hold no weights, and receive the outputs by broadcast. Embeddings and norms are
-// replicated; each rank reads only its units' slices.
+// all-to-all, then an all-gather. Every unit is computed the same way whatever T is (its GEMMs have the same shapes
+// on any T, every row kernel reduces a row alone) and the fold order never changes, so the hidden states are bitwise
+// the same on 1..G ranks (CPU; on the GPU in deterministic mode, where each GEMM shape has one pinned algorithm, or
+// whenever the tuned algorithms agree): the embeddings, hence the latents, do not depend on the encoder rank count.
+// More ranks than KV heads: ranks >= G hold no weights, and receive the outputs by broadcast. Embeddings and norms
+// are replicated; each rank reads only its units' slices.
 //
 // Precision flow: as in the project's other golden sets, inv_freq and the positions are rounded to f32, then
 // the angles, cos/sin and everything else are computed in the run's dtype (f32 or f64). transformers itself
 // takes cos/sin and the RMSNorm statistics in f32 even in an f64 run; against qwen3vl-text-mini that choice
 // is invisible (both land at ~3e-7, a floor set by the file's f32-rounded weights and outputs), so the f64
 // path stays plain f64.
+//
+// bf16 (GPU only) is the released recipe as transformers runs a bf16 Qwen3-VL: bf16 weights and activations, GEMMs
+// accumulating in f32, RMSNorm statistics in f32 with the normalised row rounded to bf16 before the weight multiplies
+// it (ops::rms_norm_rounded), cos/sin computed in f32 and rounded to bf16, the rotation in bf16 steps, SwiGLU's
+// silu(gate) and product rounded, every residual add rounded. A unit's output projection stays in f32 until the fold
+// (text_tp.cpp), so the residual takes each projection rounded once, as from one GEMM.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,10 +79,16 @@ struct TextExtras {
 };
 
 struct Qwen3VlTextOptions {
-  Precision precision = Precision::f32;  // f32 or f64 (CPU only); bf16 is refused
-  Device device = Device::cpu;           // Device::cuda: weights and activations on the GPU (f32)
+  Precision precision = Precision::f32;  // f32; f64 on the CPU only; bf16 on the GPU only; fp8 is refused
+  Device device = Device::cpu;           // Device::cuda: weights and activations on the GPU (bf16 or f32)
   Comm* comm = nullptr;  // tensor-parallel group (all its ranks construct and call forward together); null = 1
 };
+
+// Called by forward() before each decoder layer it runs, with the layer's index and the number of layers the call
+// runs, on every rank of the communicator (ranks beyond T call it in the same order, with nothing to compute
+// between the calls). It may throw to end the forward (cancellation between layers); any agreement between ranks
+// is the hook's own business (the generator's makes one collective control word per layer).
+using TextLayerHook = std::function<void(int64_t layer, int64_t layers)>;
 
 struct Qwen3VlTextOutputs {
   std::map<int64_t, Tensor> hidden_states;  // the requested indices only, each [N, hidden]
@@ -84,9 +98,9 @@ struct Qwen3VlTextOutputs {
 class Qwen3VlTextModel {
  public:
   // Loads the embeddings and decoder layers [0, n_layers) (all when n_layers < 0) from `w`, converted to the
-  // compute dtype; loads the final norm only when every layer is loaded. Under tensor parallelism each rank
-  // reads only its units' slices (collective over opt.comm). Throws listing every missing or mis-shaped key.
-  // Precision::bf16 is refused (the reference conditioner computes in f32).
+  // compute dtype where they land (on the GPU: the stored bytes go over, one tensor at a time); loads the final norm
+  // only when every layer is loaded. Under tensor parallelism each rank reads only its units' slices (collective
+  // over opt.comm). Throws listing every missing or mis-shaped key, or for a precision the device does not run.
   Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTextConfig& cfg, int64_t n_layers,
                    const Qwen3VlTextOptions& opt);
   Qwen3VlTextModel(const SafeTensors& f, const Qwen3VlTextConfig& cfg, int64_t n_layers, Precision precision);
@@ -103,15 +117,18 @@ class Qwen3VlTextModel {
   // Bytes of weights this rank holds: replicated (embeddings, norms) and its units' slices.
   size_t bytes_replicated() const { return bytes_replicated_; }
   size_t bytes_sharded() const { return bytes_sharded_; }
+  // What the GPU load read and how fast (empty on the CPU).
+  const LoadReport& load_report() const { return load_report_; }
   std::string describe_shard() const;
 
   // Runs the layers needed for the requested hidden states (indices 0..layers_loaded()); collective over the
   // communicator, every rank gets every output (host tensors on the CPU, device tensors on the GPU).
   // `mrope_positions` is [3 * N] (t row, then h, then w); null means text positions (every axis = token
-  // index). `extras` (optional) replaces embedding rows and adds DeepStack features (TextExtras).
+  // index). `extras` (optional) replaces embedding rows and adds DeepStack features (TextExtras). `before_layer`
+  // (optional) runs before each layer (TextLayerHook).
   Qwen3VlTextOutputs forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
-                             const std::vector<int64_t>* mrope_positions = nullptr,
-                             const TextExtras* extras = nullptr) const;
+                             const std::vector<int64_t>* mrope_positions = nullptr, const TextExtras* extras = nullptr,
+                             const TextLayerHook& before_layer = {}) const;
   // hidden_states[k] (k = 50 is the H3 conditioning).
   Tensor hidden_state(const std::vector<int32_t>& ids, int64_t k) const;
 
@@ -136,7 +153,8 @@ class Qwen3VlTextModel {
   // sum over all G units of their partials, folded in unit order (collective over the tensor-parallel group).
   Tensor fold_units(const std::vector<Tensor>& partials, const std::string& what) const;
   Qwen3VlTextOutputs compute(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep, bool want_normed,
-                             int64_t last, const std::vector<int64_t>* mrope_positions, const TextExtras* extras) const;
+                             int64_t last, const std::vector<int64_t>* mrope_positions, const TextExtras* extras,
+                             const TextLayerHook& before_layer) const;
 
   Qwen3VlTextConfig cfg_;
   DType dtype_;
@@ -147,6 +165,7 @@ class Qwen3VlTextModel {
   Range units_;                    // this rank's units
   std::vector<Range> unit_parts_;  // units of each tensor-parallel rank
   size_t bytes_replicated_ = 0, bytes_sharded_ = 0;
+  LoadReport load_report_;
   Tensor embed_, final_norm_;
   std::vector<Layer> layers_;
 };

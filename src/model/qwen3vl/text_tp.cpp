@@ -14,11 +14,18 @@
 // order, P_u[E_j]; rank j then holds P_0[E_j] .. P_{G-1}[E_j] in unit order, folds them left to right exactly as
 // one rank does, and an all-gather of the folded slices gives every rank fold(P). Bytes per rank and fold:
 // sent |U_t| * N*H (minus its own slice), received G * |E_t| + N*H.
+//
+// bf16 runs: the partials are the f32 sums of each unit's output projection (ops::linear_acc), folded in f32 and
+// rounded to bf16 once (text.cpp), so the residual takes one rounded projection as in transformers' model. With a
+// device communicator (NCCL) the exchange and the fold run on the GPU, else through host memory; the fold is the same
+// chain of adds on either side.
 #include <cstring>
 
+#include "core/device.h"
 #include "model/qwen3vl/text.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
+#include "ops/ops_text.h"
 #include "ops/ops_vae.h"
 
 namespace h3 {
@@ -26,20 +33,28 @@ namespace h3 {
 Tensor Qwen3VlTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) const {
   if (dtype_ == DType::f64)
     return ops::rms_norm_via_f32(x, &w, group, cfg_.rms_eps, ops::RefNormWeight::kF64ThenWeight);
+  if (dtype_ == DType::bf16) return ops::rms_norm_rounded(x, w, group, cfg_.rms_eps);
   return ops::rms_norm(x, &w, group, cfg_.rms_eps);
 }
 
+// bf16 (transformers' bf16 model): every projection, the q/k norms, the rotation (q*cos, rotate_half(q)*sin and their
+// sum each rounded) and SwiGLU's silu(gate) and product are rounded to bf16; the output projections of a unit keep
+// their f32 sums (linear_acc) so that the fold rounds the whole projection once.
 Tensor Qwen3VlTextModel::attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
                                            const Tensor& sin) const {
   const int64_t D = cfg_.head_dim;
-  const Tensor q = ops::rope(norm(ops::linear(h, u.q), L.q_norm, D), cos, sin, D, false);
-  const Tensor k = ops::rope(norm(ops::linear(h, u.k), L.k_norm, D), cos, sin, D, false);
+  const bool bf = dtype_ == DType::bf16;
+  const Tensor q = ops::rope(norm(ops::linear(h, u.q), L.q_norm, D), cos, sin, D, bf);
+  const Tensor k = ops::rope(norm(ops::linear(h, u.k), L.k_norm, D), cos, sin, D, bf);
   const Tensor v = ops::linear(h, u.v);
-  return ops::linear(ops::attention_causal(q, k, v, D), u.o);
+  const Tensor a = ops::attention_causal(q, k, v, D);
+  return bf ? ops::linear_acc(a, u.o) : ops::linear(a, u.o);
 }
 
 Tensor Qwen3VlTextModel::mlp_partial(const Unit& u, const Tensor& h) const {
-  return ops::linear(ops::swiglu(ops::linear(h, u.up_gate), false), u.down);
+  const bool bf = dtype_ == DType::bf16;
+  const Tensor s = ops::swiglu(ops::linear(h, u.up_gate), bf);
+  return bf ? ops::linear_acc(s, u.down) : ops::linear(s, u.down);
 }
 
 Tensor Qwen3VlTextModel::fold_units(const std::vector<Tensor>& partials, const std::string& what) const {
@@ -53,31 +68,56 @@ Tensor Qwen3VlTextModel::fold_units(const std::vector<Tensor>& partials, const s
   Comm& comm = tp_comm_ ? *tp_comm_ : *comm_;
   const int T = tp_size_, me = tp_rank_;
   const Shape shape = partials[0].shape();
+  const DType dt = partials[0].dtype();  // the accumulator dtype (f32 for bf16 runs)
   const int64_t count = partials[0].numel();
   const int64_t G = cfg_.n_kv_heads;
-  const size_t es = dtype_size(dtype_);
+  const size_t es = dtype_size(dt);
   std::vector<Range> slices;
   for (int j = 0; j < T; ++j) slices.push_back(part_of(count, T, j));
+  const int64_t own = units_.size();
+  const int64_t mine = slices[static_cast<size_t>(me)].size();
+  std::vector<int64_t> send_counts(T), recv_counts(T);
+  for (int j = 0; j < T; ++j) {
+    send_counts[static_cast<size_t>(j)] = own * slices[static_cast<size_t>(j)].size();
+    recv_counts[static_cast<size_t>(j)] = unit_parts_[static_cast<size_t>(j)].size() * mine;
+  }
+
+  // Device buffers through a device communicator (NCCL): the exchange and the fold stay on the GPU; the fold is the
+  // same chain of f32 (or f64) adds as on the host, so both give the same bits.
+  if (device_ != Device::cpu && comm.device_memory()) {
+    Tensor send = Tensor::empty(dt, {own * count}, device_);
+    size_t at = 0;
+    for (int j = 0; j < T; ++j) {
+      const Range& e = slices[static_cast<size_t>(j)];
+      for (const auto& p : partials) {
+        device_hooks().copy(static_cast<std::byte*>(send.raw()) + at, true,
+                            static_cast<const std::byte*>(p.raw()) + e.begin * es, true, e.size() * es);
+        at += e.size() * es;
+      }
+    }
+    Tensor recv = Tensor::empty(dt, {G, mine}, device_);
+    comm.alltoallv(send.raw(), send_counts, recv.raw(), recv_counts, dt, "all-to-all unit partials (" + what + ")");
+    Tensor acc = recv.rows(0, 1).reshape({mine});
+    for (int64_t u = 1; u < G; ++u) acc = ops::add(acc, recv.rows(u, u + 1).reshape({mine}));
+    Tensor sum = Tensor::empty(dt, shape, device_);
+    comm.allgatherv(acc.raw(), sum.raw(), part_sizes(slices), dt, "all-gather folded partials (" + what + ")");
+    return sum;
+  }
 
   // Send side: for destination j, own units in order, each unit's slice E_j.
   std::vector<Tensor> host;
   for (const auto& p : partials) host.push_back(p.cpu());
-  const int64_t own = units_.size();
   std::vector<std::byte> send(static_cast<size_t>(own * count) * es);
-  std::vector<int64_t> send_counts(T), recv_counts(T);
   size_t at = 0;
   for (int j = 0; j < T; ++j) {
     const Range& e = slices[static_cast<size_t>(j)];
-    send_counts[static_cast<size_t>(j)] = own * e.size();
-    recv_counts[static_cast<size_t>(j)] = unit_parts_[static_cast<size_t>(j)].size() * slices[me].size();
     for (const auto& p : host) {
       std::memcpy(send.data() + at, static_cast<const std::byte*>(p.raw()) + e.begin * es, e.size() * es);
       at += e.size() * es;
     }
   }
-  const int64_t mine = slices[static_cast<size_t>(me)].size();
   std::vector<std::byte> recv(static_cast<size_t>(G * mine) * es);
-  comm.alltoallv(send.data(), send_counts, recv.data(), recv_counts, dtype_, "all-to-all unit partials (" + what + ")");
+  comm.alltoallv(send.data(), send_counts, recv.data(), recv_counts, dt, "all-to-all unit partials (" + what + ")");
 
   // Fold in unit order (the received blocks are units 0..G-1).
   std::vector<std::byte> folded(static_cast<size_t>(mine) * es);
@@ -90,12 +130,12 @@ Tensor Qwen3VlTextModel::fold_units(const std::vector<Tensor>& partials, const s
       o[i] = acc;
     }
   };
-  if (dtype_ == DType::f64)
+  if (dt == DType::f64)
     fold(double{});
   else
     fold(float{});
-  Tensor sum(dtype_, shape);
-  comm.allgatherv(folded.data(), sum.raw(), part_sizes(slices), dtype_, "all-gather folded partials (" + what + ")");
+  Tensor sum(dt, shape);
+  comm.allgatherv(folded.data(), sum.raw(), part_sizes(slices), dt, "all-gather folded partials (" + what + ")");
   return device_ == Device::cpu ? sum : sum.to_device(device_);
 }
 

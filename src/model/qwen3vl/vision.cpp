@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
+#include "core/device.h"
 #include "core/json.h"
 #include "core/json_limits.h"
 #include "model/qwen3vl/weights.h"
@@ -51,10 +53,6 @@ void for_each_patch(const std::vector<GridThw>& grids, int64_t m, F f) {
           for (int64_t mh = 0; mh < m; ++mh)
             for (int64_t mw = 0; mw < m; ++mw) f(row++, bh * m + mh, bw * m + mw, gi, ti);
   }
-}
-
-void copy_rows(Tensor& dst, int64_t at, const Tensor& src) {
-  std::memcpy(static_cast<std::byte*>(dst.raw()) + at * dst.dim(1) * dtype_size(dst.dtype()), src.raw(), src.nbytes());
 }
 
 }  // namespace
@@ -183,40 +181,65 @@ Qwen3VlVisionConfig detect_qwen3vl_vision_config(const Qwen3VlTextWeights& w) {
 }
 
 Qwen3VlVisionModel::Qwen3VlVisionModel(const SafeTensors& f, const Qwen3VlVisionConfig& cfg, Precision precision)
-    : cfg_(cfg) {
-  load(f, precision);
-}
+    : Qwen3VlVisionModel(Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f)), cfg,
+                         Qwen3VlVisionOptions{precision, Device::cpu}) {}
 
 Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, Precision precision)
+    : Qwen3VlVisionModel(w, cfg, Qwen3VlVisionOptions{precision, Device::cpu}) {}
+
+Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg,
+                                       const Qwen3VlVisionOptions& opt)
     : cfg_(cfg) {
-  load(w, precision);
+  load(w, opt);
 }
 
-template <class Src>
-void Qwen3VlVisionModel::load(const Src& f, Precision precision) {
+void Qwen3VlVisionModel::load(const Qwen3VlTextWeights& f, const Qwen3VlVisionOptions& opt) {
   const Qwen3VlVisionConfig& cfg = cfg_;
-  if (precision == Precision::bf16 || precision == Precision::fp8)
-    fail("Qwen3-VL vision tower: {} compute is not implemented; use f32 or f64", precision_name(precision));
-  dtype_ = precision == Precision::f64 ? DType::f64 : DType::f32;
+  device_ = opt.device;
+  switch (opt.precision) {
+    case Precision::fp8:
+      fail("Qwen3-VL vision tower: fp8 compute is not implemented; use bf16 (GPU) or f32");
+    case Precision::bf16:
+      if (device_ != Device::cuda)
+        fail("Qwen3-VL vision tower: bf16 runs on the GPU only (--device cuda); the CPU computes f32 or f64");
+      dtype_ = DType::bf16;
+      break;
+    case Precision::f64:
+      if (device_ != Device::cpu) fail("Qwen3-VL vision tower: f64 runs on the CPU only; on the GPU use bf16 or f32");
+      dtype_ = DType::f64;
+      break;
+    default:
+      dtype_ = DType::f32;
+  }
   const std::string p = vision_prefix_of(f);
   std::vector<std::string> problems;
-  auto load = [&](const std::string& key, const Shape& shape) -> Tensor {
-    const std::string full = p + key;
+  auto present = [&](const std::string& full, const Shape& shape) {
     if (!f.has(full)) {
       problems.push_back("missing " + full);
-      return {};
+      return false;
     }
     if (f.info(full).shape != shape) {
       problems.push_back(fmt::format("{} is {}, expected {}", full, shape_str(f.info(full).shape), shape_str(shape)));
-      return {};
+      return false;
     }
-    return f.get(full).to(dtype_);
+    return problems.empty();  // after a problem the load fails anyway: read nothing more
+  };
+  auto load = [&](const std::string& key, const Shape& shape) -> Tensor {
+    const std::string full = p + key;
+    if (!present(full, shape)) return {};
+    Tensor t = f.load(full, dtype_, device_);
+    bytes_ += t.nbytes();
+    return t;
   };
   const int64_t h = cfg.hidden, ff = cfg.intermediate, mh = h * cfg.merge * cfg.merge, out = cfg.out_hidden;
   patch_w_ = load("patch_embed.proj.weight", {h, cfg.in_channels, cfg.temporal_patch, cfg.patch, cfg.patch});
   if (patch_w_.numel()) patch_w_ = patch_w_.reshape({h, cfg.patch_dim()});
   patch_b_ = load("patch_embed.proj.bias", {h});
-  pos_table_ = load("pos_embed.weight", {cfg.n_pos, h});
+  // The position table is read on the host only (position_embeddings() interpolates it there); bf16 runs hold its
+  // bf16 values in f32.
+  if (present(p + "pos_embed.weight", {cfg.n_pos, h}))
+    pos_table_ = dtype_ == DType::bf16 ? f.load(p + "pos_embed.weight", DType::bf16, Device::cpu).to(DType::f32)
+                                       : f.load(p + "pos_embed.weight", dtype_, Device::cpu);
   for (int64_t i = 0; i < cfg.depth; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     Block B;
@@ -259,10 +282,15 @@ void Qwen3VlVisionModel::load(const Src& f, Precision precision) {
 Tensor Qwen3VlVisionModel::position_embeddings(const std::vector<GridThw>& grids) const {
   const int64_t g = static_cast<int64_t>(std::sqrt(static_cast<double>(cfg_.n_pos)));
   const int64_t h = cfg_.hidden;
-  Tensor out(dtype_, {total_rows(grids), h});
+  const bool bf = dtype_ == DType::bf16;  // computed in f32 with every product and sum rounded to bf16
+  Tensor out(bf ? DType::f32 : dtype_, {total_rows(grids), h});
   auto run = [&]<typename T>(T) {
     const T* table = pos_table_.data<T>();
     T* o = out.data<T>();
+    auto r = [&](T v) -> T {
+      if constexpr (std::is_same_v<T, float>) return bf ? round_bf16(v) : v;
+      return v;
+    };
     // Per grid: the 4 corner indices and f32 bilinear weights of each (row, col), then rows in patch order.
     std::vector<std::array<int64_t, 4>> idx;
     std::vector<std::array<T, 4>> wts;
@@ -274,33 +302,33 @@ Tensor Qwen3VlVisionModel::position_embeddings(const std::vector<GridThw>& grids
         const std::vector<float> ws = linspace_f32(static_cast<float>(g - 1), gw);
         idx.assign(static_cast<size_t>(gh * gw), {});
         wts.assign(static_cast<size_t>(gh * gw), {});
-        for (int64_t r = 0; r < gh; ++r)
+        for (int64_t y = 0; y < gh; ++y)
           for (int64_t c = 0; c < gw; ++c) {
-            const auto r0 = static_cast<int64_t>(hs[r]), c0 = static_cast<int64_t>(ws[c]);
+            const auto r0 = static_cast<int64_t>(hs[y]), c0 = static_cast<int64_t>(ws[c]);
             const int64_t r1 = std::min(r0 + 1, g - 1), c1 = std::min(c0 + 1, g - 1);
-            const float dh = hs[r] - static_cast<float>(r0), dw = ws[c] - static_cast<float>(c0);
-            idx[r * gw + c] = {r0 * g + c0, r0 * g + c1, r1 * g + c0, r1 * g + c1};
-            wts[r * gw + c] = {static_cast<T>((1.0f - dh) * (1.0f - dw)), static_cast<T>((1.0f - dh) * dw),
-                               static_cast<T>(dh * (1.0f - dw)), static_cast<T>(dh * dw)};
+            const float dh = hs[y] - static_cast<float>(r0), dw = ws[c] - static_cast<float>(c0);
+            idx[y * gw + c] = {r0 * g + c0, r0 * g + c1, r1 * g + c0, r1 * g + c1};
+            wts[y * gw + c] = {r(static_cast<T>((1.0f - dh) * (1.0f - dw))), r(static_cast<T>((1.0f - dh) * dw)),
+                               r(static_cast<T>(dh * (1.0f - dw))), r(static_cast<T>(dh * dw))};
           }
         cached = gi;
       }
       const auto& id = idx[pr * gw + pc];
       const auto& wt = wts[pr * gw + pc];
       for (int64_t j = 0; j < h; ++j) {
-        T acc = table[id[0] * h + j] * wt[0];
-        acc += table[id[1] * h + j] * wt[1];
-        acc += table[id[2] * h + j] * wt[2];
-        acc += table[id[3] * h + j] * wt[3];
+        T acc = r(table[id[0] * h + j] * wt[0]);
+        acc = r(acc + r(table[id[1] * h + j] * wt[1]));
+        acc = r(acc + r(table[id[2] * h + j] * wt[2]));
+        acc = r(acc + r(table[id[3] * h + j] * wt[3]));
         o[row * h + j] = acc;
       }
     });
   };
-  if (dtype_ == DType::f32)
-    run(float{});
-  else
+  if (dtype_ == DType::f64)
     run(double{});
-  return out;
+  else
+    run(float{});
+  return bf ? out.to(DType::bf16) : out;
 }
 
 std::pair<Tensor, Tensor> Qwen3VlVisionModel::rotary_tables(const std::vector<GridThw>& grids) const {
@@ -311,7 +339,8 @@ std::pair<Tensor, Tensor> Qwen3VlVisionModel::rotary_tables(const std::vector<Gr
     inv_freq[j] =
         1.0f / std::pow(static_cast<float>(cfg_.rope_theta), static_cast<float>(2 * j) / static_cast<float>(half));
   const int64_t n = total_rows(grids);
-  Tensor cos_t(dtype_, {n, d}), sin_t(dtype_, {n, d});
+  const DType td = dtype_ == DType::f64 ? DType::f64 : DType::f32;  // bf16 runs rotate in f32
+  Tensor cos_t(td, {n, d}), sin_t(td, {n, d});
   auto run = [&]<typename T>(T) {
     T* cp = cos_t.data<T>();
     T* sp = sin_t.data<T>();
@@ -324,7 +353,7 @@ std::pair<Tensor, Tensor> Qwen3VlVisionModel::rotary_tables(const std::vector<Gr
       }
     });
   };
-  if (dtype_ == DType::f32)
+  if (td == DType::f32)
     run(float{});
   else
     run(double{});
@@ -340,6 +369,29 @@ Tensor Qwen3VlVisionModel::merge(const Merger& m, const Tensor& x) const {
   return ops::linear(hidden, m.fc2_w, &m.fc2_b);
 }
 
+namespace {
+
+// The tensor in dtype dt on device (copies only what differs).
+Tensor to_place(const Tensor& t, DType dt, Device device) {
+  if (t.device() == device) return t.dtype() == dt ? t : t.to(dt);
+  if (device == Device::cpu) return t.cpu().to(dt);
+  // To the GPU: narrow on the host first (f64 pixel rows go over as f32, as the reference's processor gives them).
+  const Tensor h = t.dtype() == DType::f64 && dt != DType::f64 ? t.to(DType::f32) : t;
+  const Tensor d = h.to_device(device);
+  return d.dtype() == dt ? d : d.to(dt);
+}
+
+// dst rows [at, at + src rows) = src, on their device.
+void put_rows(Tensor& dst, int64_t at, const Tensor& src) {
+  auto* p = static_cast<std::byte*>(dst.raw()) + at * dst.dim(1) * static_cast<int64_t>(dtype_size(dst.dtype()));
+  if (dst.on_device())
+    device_hooks().copy(p, true, src.raw(), src.on_device(), src.nbytes());
+  else
+    std::memcpy(p, src.raw(), src.nbytes());
+}
+
+}  // namespace
+
 Qwen3VlVisionOutputs Qwen3VlVisionModel::forward(const Tensor& pixels, const std::vector<GridThw>& grids,
                                                  bool keep_blocks) const {
   const int64_t n = total_rows(grids), m = cfg_.merge, hd = cfg_.head_dim(), h = cfg_.hidden;
@@ -352,9 +404,16 @@ Qwen3VlVisionOutputs Qwen3VlVisionModel::forward(const Tensor& pixels, const std
   Qwen3VlVisionOutputs out;
   if (n == 0) return out;
 
-  const Tensor px = pixels.dtype() == dtype_ ? pixels : pixels.to(dtype_);
-  Tensor x = ops::add(ops::linear(px, patch_w_, &patch_b_), position_embeddings(grids));
-  const auto [cos, sin] = rotary_tables(grids);
+  const bool bf = dtype_ == DType::bf16;
+  const Tensor px = to_place(pixels, dtype_, device_);
+  Tensor x = ops::add(ops::linear(px, patch_w_, &patch_b_), to_place(position_embeddings(grids), dtype_, device_));
+  const auto [cos_h, sin_h] = rotary_tables(grids);
+  const Tensor cos = to_place(cos_h, cos_h.dtype(), device_), sin = to_place(sin_h, sin_h.dtype(), device_);
+  // q/k rotated in the tables' dtype: bf16 runs rotate in f32 and round once, as transformers does.
+  auto rotate = [&](const Tensor& t) {
+    if (!bf) return ops::rope(t, cos, sin, hd, false);
+    return ops::rope(t.to(DType::f32), cos, sin, hd, false).to(DType::bf16);
+  };
   // Attention sequences: one per temporal group of each grid (rows are contiguous per group).
   std::vector<std::pair<int64_t, int64_t>> seqs;
   for (int64_t row = 0; const auto& g : grids)
@@ -364,11 +423,16 @@ Qwen3VlVisionOutputs Qwen3VlVisionModel::forward(const Tensor& pixels, const std
     const Block& B = blocks_[bi];
     const Tensor normed = ops::layer_norm(x, &B.n1_w, &B.n1_b, cfg_.ln_eps);
     const Tensor qkv = ops::linear(normed, B.qkv_w, &B.qkv_b);
-    const Tensor q = ops::rope(ops::columns(qkv, 0, h), cos, sin, hd, false);
-    const Tensor k = ops::rope(ops::columns(qkv, h, 2 * h), cos, sin, hd, false);
+    const Tensor q = rotate(ops::columns(qkv, 0, h));
+    const Tensor k = rotate(ops::columns(qkv, h, 2 * h));
     const Tensor v = ops::columns(qkv, 2 * h, 3 * h);
-    Tensor attn(dtype_, {n, h});
-    for (const auto& [b, e] : seqs) copy_rows(attn, b, ops::attention(q.rows(b, e), k.rows(b, e), v.rows(b, e), hd));
+    Tensor attn;
+    if (seqs.size() == 1) {
+      attn = ops::attention(q, k, v, hd);
+    } else {
+      attn = Tensor::empty(dtype_, {n, h}, device_);
+      for (const auto& [b, e] : seqs) put_rows(attn, b, ops::attention(q.rows(b, e), k.rows(b, e), v.rows(b, e), hd));
+    }
     x = ops::add(x, ops::linear(attn, B.proj_w, &B.proj_b));
     const Tensor normed2 = ops::layer_norm(x, &B.n2_w, &B.n2_b, cfg_.ln_eps);
     x = ops::add(x, ops::linear(ops::gelu_tanh(ops::linear(normed2, B.fc1_w, &B.fc1_b)), B.fc2_w, &B.fc2_b));

@@ -20,6 +20,13 @@
 // Precision flow: inv_freq and the position-embedding interpolation weights are computed in f32 as in the
 // reference; products, cos/sin and everything else in the run's dtype. (transformers' own f64 run rotates q/k in
 // f32, a ~1e-7 relative floor.)
+//
+// Devices: the CPU runs f32 or f64; the GPU runs f32 or bf16. bf16 is transformers' bf16 model: bf16 weights and
+// activations, GEMMs (the patch embedding included) accumulating in f32 with the bias added before the one rounding,
+// LayerNorm statistics in f32, the position embeddings as bf16 products of the table and the bf16-rounded bilinear
+// weights summed in bf16 steps, q/k rotated in f32 with f32 cos/sin and rounded once, GELU in f32 rounded once,
+// residual adds rounded. The position embeddings and rotary tables are computed on the host (small), the rest on
+// the device; outputs are device tensors then.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -62,6 +69,11 @@ bool has_qwen3vl_vision(const Qwen3VlTextWeights& w);
 Qwen3VlVisionConfig detect_qwen3vl_vision_config(const SafeTensors& f);
 Qwen3VlVisionConfig detect_qwen3vl_vision_config(const Qwen3VlTextWeights& w);  // config from its config.json
 
+struct Qwen3VlVisionOptions {
+  Precision precision = Precision::f32;  // f32; f64 on the CPU only; bf16 on the GPU only
+  Device device = Device::cpu;
+};
+
 struct Qwen3VlVisionOutputs {
   Tensor embeds;                  // [N/m^2, out_hidden], the merger's output
   std::vector<Tensor> deepstack;  // one [N/m^2, out_hidden] per DeepStack index
@@ -70,21 +82,29 @@ struct Qwen3VlVisionOutputs {
 
 class Qwen3VlVisionModel {
  public:
-  // Loads every tensor of the tower under qwen3vl_vision_prefix(f), converted to the compute dtype. Throws listing
-  // every missing or mis-shaped key. bf16 is refused.
+  // Loads every tensor of the tower under qwen3vl_vision_prefix(f), in the compute dtype on the options' device
+  // (converted where it lands). Throws listing every missing or mis-shaped key, or for a precision the device does
+  // not run.
   Qwen3VlVisionModel(const SafeTensors& f, const Qwen3VlVisionConfig& cfg, Precision precision);
-  // The same from a text-encoder source (one file or a sharded transformers folder: only the shards holding
-  // the tower are mapped).
+  // The same from a text-encoder source (one file, a sharded transformers folder: only the shards holding the
+  // tower are mapped, or procedural weights).
   Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, Precision precision);
+  Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3VlVisionConfig& cfg, const Qwen3VlVisionOptions& opt);
 
   const Qwen3VlVisionConfig& config() const { return cfg_; }
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  // Bytes of weights on the model's device.
+  size_t bytes() const { return bytes_; }
 
-  // pixels [sum of t*h*w over grids, patch_dim] in the row order above (any float dtype; converted), one grid
-  // per image or video. Throws when the rows and grids disagree or h, w are not multiples of the merge size.
+  // pixels [sum of t*h*w over grids, patch_dim] in the row order above (any float dtype, host or device; converted),
+  // one grid per image or video. Throws when the rows and grids disagree or h, w are not multiples of the merge
+  // size. Outputs are on the model's device.
   Qwen3VlVisionOutputs forward(const Tensor& pixels, const std::vector<GridThw>& grids, bool keep_blocks = false) const;
 
-  // The pieces, exposed for tests: position embeddings [N, hidden] and rotary cos/sin [N, head_dim] in row order.
+  // The pieces, exposed for tests: position embeddings [N, hidden] (host, the compute dtype; bf16 runs as the
+  // reference forms them in bf16) and rotary cos/sin [N, head_dim] in row order (host; f32 for bf16 runs, whose
+  // rotation is in f32).
   Tensor position_embeddings(const std::vector<GridThw>& grids) const;
   std::pair<Tensor, Tensor> rotary_tables(const std::vector<GridThw>& grids) const;
 
@@ -97,12 +117,14 @@ class Qwen3VlVisionModel {
     bool post_shuffle_norm = false;
   };
   Tensor merge(const Merger& m, const Tensor& x) const;
-  template <class Src>
-  void load(const Src& f, Precision precision);  // the constructors' body (model/qwen3vl/vision.cpp)
+  void load(const Qwen3VlTextWeights& f, const Qwen3VlVisionOptions& opt);  // the constructors' body
 
   Qwen3VlVisionConfig cfg_;
   DType dtype_;
-  Tensor patch_w_, patch_b_, pos_table_;
+  Device device_ = Device::cpu;
+  size_t bytes_ = 0;
+  Tensor patch_w_, patch_b_;
+  Tensor pos_table_;  // host: the table's values in the compute dtype (bf16 runs: bf16 values held in f32)
   std::vector<Block> blocks_;
   Merger merger_;
   std::vector<Merger> deepstack_;

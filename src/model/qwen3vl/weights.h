@@ -3,16 +3,27 @@
 // model.safetensors.index.json and its shards; the released Qwen3-VL layout). Only headers are read when the
 // source opens; a shard is mapped the first time one of its keys is asked for, so shards holding only the
 // vision tower or lm_head are never touched, and tensor data is read only for the keys the model loads
-// (embeddings, the decoder layers it runs, the final norm).
+// (embeddings, the decoder layers it runs, the final norm). A procedural source (procedural(), the formula of
+// shared/golden/README.md) has keys and shapes but no file: its tensors are generated where they are loaded.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/tensor.h"
+#include "io/device_loader.h"
 #include "io/safetensors.h"
 
 namespace h3 {
+
+// Rows or columns [begin, end) of a stored tensor; end < 0 means all of them.
+struct Slice {
+  int64_t begin = 0, end = -1;
+  bool all() const { return end < 0; }
+};
 
 class Qwen3VlTextWeights {
  public:
@@ -22,16 +33,31 @@ class Qwen3VlTextWeights {
   // must exist when one of its keys is read; the error names shard, key and index), else exactly one
   // .safetensors file. config.json (flat or with "text_config") supplies the config when present.
   static Qwen3VlTextWeights open(const std::string& path);
+  // Procedural weights for `params` (key = the formula's name, f32 values): nothing is generated until a tensor is
+  // loaded. `label` is what path() reports.
+  static Qwen3VlTextWeights procedural(const std::vector<std::pair<std::string, Shape>>& params,
+                                       std::string config_json, uint64_t seed, std::string label);
 
   const std::string& path() const { return path_; }
   bool has(const std::string& key) const { return where_.count(key) != 0; }
   const TensorInfo& info(const std::string& key) const;
-  // A zero-copy view of the stored tensor (its stored dtype).
+  // A zero-copy view of the stored tensor (its stored dtype); procedural sources generate it on the host in f32.
   Tensor get(const std::string& key) const;
+  // Rows `rows` and then columns `cols` (2-D tensors) of the tensor, in dtype `dt` on `device`, reading only that
+  // block: on the GPU the stored bytes of the block go over and are converted there, so the host never holds a
+  // converted copy; a procedural block is generated on the target itself. Throws when the slices are out of range.
+  // With `loader` (its device must be `device`, a GPU), a file's block is read through its pinned staging buffers
+  // (reads and copies overlapped, io/device_loader.h) and counted in its report, as is a generated block.
+  Tensor load(const std::string& key, DType dt, Device device, Slice rows = {}, Slice cols = {},
+              DeviceLoader* loader = nullptr) const;
+  bool procedural() const { return procedural_; }
   // Every key, in index (or file) order.
   const std::vector<std::string>& keys() const { return keys_; }
   // config.json's text, else the file's "config" metadata, else "".
   const std::string& config_json() const { return config_json_; }
+  // The mapped shard holding `key` (mapped now if it was not yet): for staged reads to the device,
+  // DeviceLoader::load(read_rows(file_of(key), key, rows), dtype) (io/device_loader.h).
+  const SafeTensors& file_of(const std::string& key) const { return shard_of(key); }
   // Shards named by the index (one entry for a single file) and how many were mapped so far.
   size_t shard_count() const { return shard_paths_.size(); }
   size_t shards_opened() const;
@@ -44,6 +70,9 @@ class Qwen3VlTextWeights {
   std::map<std::string, int> where_;                                // key -> shard
   std::vector<std::string> keys_;
   std::string config_json_;
+  std::map<std::string, TensorInfo> procedural_infos_;  // procedural sources: key -> (f32, shape)
+  bool procedural_ = false;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace h3

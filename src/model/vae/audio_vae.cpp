@@ -7,6 +7,7 @@
 
 #include "core/json.h"
 #include "core/json_limits.h"
+#include "io/weight_files.h"
 #include "model/vae/weights.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
@@ -144,6 +145,10 @@ std::string AudioVaeConfig::summary() const {
 
 AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
                    Device device)
+    : AudioVae(*WeightFiles::of(f), prefix, cfg, precision, device) {}
+
+AudioVae::AudioVae(const TensorSource& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
+                   Device device)
     : cfg_(cfg), dev_(device) {
   if (dev_ == Device::cpu)
     H3_CHECK(precision == Precision::f64 || precision == Precision::f32,
@@ -154,7 +159,9 @@ AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioV
              precision_name(precision));
   ct_ = precision == Precision::f64 ? DType::f64 : DType::f32;
   cfg_.validate(f.path());
-  VaeWeightReader r(f, prefix, ct_, "audio VAE");
+  // Read on the host (the weight-normalised convolutions are folded there), then uploaded: the decoder is small.
+  DeviceLoader host(Device::cpu, "audio VAE");
+  VaeWeightReader r(f, prefix, ct_, "audio VAE", host);
   const int64_t lc = cfg_.latent_channels, ld = cfg_.latent_dim;
   auto wn = [&](const std::string& n, const Shape& v_shape) {
     Tensor g = r.get(n + ".weight_g", {v_shape[0], 1, 1});
@@ -272,6 +279,7 @@ AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioV
     lat_std_ = Tensor::from(cfg_.latents_std, {lc}).to(ct_);
   }
   if (dev_ != Device::cpu) upload_decoder();
+  load_report_ = host.finish();
 }
 
 void AudioVae::upload_decoder() {

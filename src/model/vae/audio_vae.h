@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/device_loader.h"
 #include "io/safetensors.h"
+#include "io/tensor_source.h"
 
 namespace h3 {
 
@@ -39,8 +41,13 @@ class AudioVae {
   // listing every missing or mis-shaped key. device cuda: the decoder's weights are uploaded once and decode runs
   // on the GPU in f32 (precision f32, or bf16, which the GPU also runs in f32: the decoder is small and its convs
   // are not GEMM-bound); decode still takes and returns host tensors, and the encoder stays on the CPU.
+  // The weights come from a file, a sharded checkpoint folder (io/weight_files.h) or procedural weights.
+  AudioVae(const TensorSource& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
+           Device device = Device::cpu);
   AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
            Device device = Device::cpu);
+  // How the weights were read (on the host; the decoder is then copied to the GPU for a GPU VAE).
+  const LoadReport& load_report() const { return load_report_; }
 
   // latents [B, latent_channels, A] (already de-normalised) -> waveform [B, 1, A * hop] clamped to [-1, 1].
   Tensor decode(const Tensor& latents) const;
@@ -85,6 +92,7 @@ class AudioVae {
   AudioVaeConfig cfg_;
   DType ct_;
   Device dev_ = Device::cpu;
+  LoadReport load_report_;
   bool has_encoder_ = false;
   Tensor lat_mean_, lat_std_;
   // decoder

@@ -229,13 +229,71 @@ Tensor kaiser_sinc_filter(int64_t taps) {
   return Tensor::from(out, {1, 1, taps});
 }
 
+std::optional<Tensor> vae_fixed_tensor(const std::string& name, const Shape& shape) {
+  return name.ends_with(".filter") ? std::optional<Tensor>(kaiser_sinc_filter(shape.back())) : std::nullopt;
+}
+
 }  // namespace
 
 std::shared_ptr<SafeTensors> procedural_vae_file(const std::vector<std::pair<std::string, Shape>>& params,
                                                  uint64_t seed, const std::string& label) {
-  return procedural_safetensors(params, {}, seed, label, [](const std::string& name, const Shape& shape) {
-    return name.ends_with(".filter") ? std::optional<Tensor>(kaiser_sinc_filter(shape.back())) : std::nullopt;
-  });
+  return procedural_safetensors(params, {}, seed, label, vae_fixed_tensor);
+}
+
+std::shared_ptr<ProceduralWeights> procedural_video_vae_weights(const VideoVaeConfig& c, uint64_t seed, bool encoder,
+                                                                const std::string& label) {
+  auto params = video_vae_decoder_parameters(c);
+  if (encoder)
+    for (auto& p : video_vae_encoder_parameters(c)) params.push_back(std::move(p));
+  return std::make_shared<ProceduralWeights>(std::move(params), seed, label, vae_fixed_tensor);
+}
+
+std::shared_ptr<ProceduralWeights> procedural_audio_vae_weights(const AudioVaeConfig& c, uint64_t seed, bool encoder,
+                                                                const std::string& label) {
+  auto params = audio_vae_decoder_parameters(c);
+  if (encoder)
+    for (auto& p : audio_vae_encoder_parameters(c)) params.push_back(std::move(p));
+  return std::make_shared<ProceduralWeights>(std::move(params), seed, label, vae_fixed_tensor);
+}
+
+VideoVaeConfig procedural_video_vae_config(const std::string& name) {
+  if (name == "mini") return procedural_video_vae_config();
+  H3_CHECK(name == "full", "procedural video VAE '{}': known are mini and full", name);
+  VideoVaeConfig c;  // the released configuration
+  c.validate("procedural:full video VAE");
+  return c;
+}
+
+AudioVaeConfig procedural_audio_vae_config(const std::string& name) {
+  if (name == "mini") return procedural_audio_vae_config();
+  H3_CHECK(name == "full", "procedural audio VAE '{}': known are mini and full", name);
+  AudioVaeConfig c;  // the released configuration
+  c.validate("procedural:full audio VAE");
+  return c;
+}
+
+std::unique_ptr<VideoVae> procedural_video_vae(const std::string& spec, Precision precision, Device device,
+                                               const char* what) {
+  const ProceduralSpec p = parse_procedural_spec(spec, what, {"mini", "full"});
+  const VideoVaeConfig c = procedural_video_vae_config(p.name);
+  const auto w = procedural_video_vae_weights(c, p.seed, true, spec);
+  return std::make_unique<VideoVae>(*w, "", c, precision, device);
+}
+
+std::unique_ptr<AudioVae> procedural_audio_vae(const std::string& spec, Precision precision, Device device,
+                                               const char* what) {
+  const ProceduralSpec p = parse_procedural_spec(spec, what, {"mini", "full"});
+  const AudioVaeConfig c = procedural_audio_vae_config(p.name);
+  const auto w = procedural_audio_vae_weights(c, p.seed, true, spec);
+  return std::make_unique<AudioVae>(*w, "", c, precision, device);
+}
+
+std::unique_ptr<VideoVae> procedural_video_vae_full(uint64_t seed, Precision precision, Device device) {
+  return procedural_video_vae(fmt::format("{}:seed={}", kProceduralFull, seed), precision, device);
+}
+
+std::unique_ptr<AudioVae> procedural_audio_vae_full(uint64_t seed, Precision precision, Device device) {
+  return procedural_audio_vae(fmt::format("{}:seed={}", kProceduralFull, seed), precision, device);
 }
 
 std::shared_ptr<SafeTensors> procedural_video_vae_file(uint64_t seed) {

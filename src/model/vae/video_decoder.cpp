@@ -116,16 +116,20 @@ Tensor VideoVae::decode_block(const Tensor& z) const {
   return decode_blocks({z})[0];
 }
 
-int64_t VideoVae::decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const {
+int64_t video_decoder_unit_bytes(const VideoVaeConfig& c, Precision p, int64_t t, int64_t h, int64_t w) {
   // The largest set of live activations in one block, per unit, with the allocator's slack: the f32 residual
   // stream twice (x and its update), the bf16/f32 norm output, q, k, v, attention output and projection, the
   // [N, 2F] FFN input projection and the [N, F] SwiGLU output; and the unit's f32 output twice (proj_out rows
   // and the unpatchified tile).
-  const int64_t N = t * h * w + cfg_.decoder_num_register_tokens + 1, D = cfg_.decoder_dim();
-  const int64_t F = D * cfg_.decoder_ffn_mult, es = precision_ == Precision::bf16 ? 2 : 4;
-  const int64_t P = cfg_.out_channels * cfg_.temporal_ratio() * cfg_.spatial_ratio() * cfg_.spatial_ratio();
+  const int64_t N = t * h * w + c.decoder_num_register_tokens + 1, D = c.decoder_dim();
+  const int64_t F = D * c.decoder_ffn_mult, es = p == Precision::bf16 ? 2 : 4;
+  const int64_t P = c.out_channels * c.temporal_ratio() * c.spatial_ratio() * c.spatial_ratio();
   const int64_t rows = N * (2 * D * 4 + 6 * D * es + 2 * F * es + F * es) + 2 * t * h * w * P * 4;
   return rows + rows / 4;
+}
+
+int64_t VideoVae::decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const {
+  return video_decoder_unit_bytes(cfg_, precision_, t, h, w);
 }
 
 int64_t VideoVae::batch_size(int64_t t, int64_t h, int64_t w) const {

@@ -12,6 +12,7 @@
 
 #include "core/json.h"
 #include "core/json_limits.h"
+#include "io/weight_files.h"
 #include "model/vae/tiling.h"
 #include "model/vae/weights.h"
 
@@ -215,6 +216,10 @@ TemporalChunkPlan plan_temporal_chunks(int64_t T, int64_t clip, int64_t drop, in
 
 VideoVae::VideoVae(const SafeTensors& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision,
                    Device device)
+    : VideoVae(*WeightFiles::of(f), prefix, cfg, precision, device) {}
+
+VideoVae::VideoVae(const TensorSource& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision,
+                   Device device)
     : cfg_(cfg), precision_(precision), dev_(device) {
   if (dev_ == Device::cpu)
     H3_CHECK(precision == Precision::f64 || precision == Precision::f32,
@@ -226,62 +231,68 @@ VideoVae::VideoVae(const SafeTensors& f, const std::string& prefix, const VideoV
              precision_name(precision));
   ct_ = precision == Precision::f64 ? DType::f64 : DType::f32;
   cfg_.validate(f.path());
-  VaeWeightReader r(f, prefix, ct_, "video VAE");
+  DeviceLoader host(Device::cpu, "video VAE (host)"), dev(dev_, "video VAE");
+  VaeWeightReader r(f, prefix, ct_, "video VAE", host);
   const int64_t lc = cfg_.latent_channels, D = cfg_.decoder_dim(), hd = cfg_.decoder_attention_head_dim;
   const int64_t F = D * cfg_.decoder_ffn_mult;
   const int64_t pr = cfg_.spatial_ratio(), pt = cfg_.temporal_ratio();
+  // The decoder's weights: in the compute dtype on the host for a CPU VAE; for a GPU VAE read straight to the
+  // device, f32 layers in f32 (post_quant_conv, proj_in, norms, LayerScale, proj_out: the reference keeps proj_in
+  // and proj_out out of autocast) and, in bf16, the block GEMMs' weights and biases in bf16.
+  const bool gpu = dev_ != Device::cpu;
+  const DType gemm_dt = precision_ == Precision::bf16 ? DType::bf16 : DType::f32;
+  auto dec = [&](const std::string& n, const Shape& shape, bool gemm, const std::vector<RowRange>& rows = {}) {
+    return gpu ? r.load(dev, n, shape, gemm ? gemm_dt : DType::f32, rows) : r.get(n, shape);
+  };
   // post_quant_conv is a 1x1x1 conv: kept as a [lc, lc] matrix.
-  pq_w_ = r.get("post_quant_conv.weight", {lc, lc, 1, 1, 1}).reshape({lc, lc});
-  pq_b_ = r.get("post_quant_conv.bias", {lc});
-  proj_in_w_ = r.get("decoder.proj_in.weight", {D, lc});
-  proj_in_b_ = r.get("decoder.proj_in.bias", {D});
-  registers_ = r.get("decoder.register_tokens", {1, cfg_.decoder_num_register_tokens, D})
+  pq_w_ = dec("post_quant_conv.weight", {lc, lc, 1, 1, 1}, false).reshape({lc, lc});
+  pq_b_ = dec("post_quant_conv.bias", {lc}, false);
+  proj_in_w_ = dec("decoder.proj_in.weight", {D, lc}, false);
+  proj_in_b_ = dec("decoder.proj_in.bias", {D}, false);
+  registers_ = dec("decoder.register_tokens", {1, cfg_.decoder_num_register_tokens, D}, false)
                    .reshape({cfg_.decoder_num_register_tokens, D});
   for (int64_t i = 0; i < cfg_.decoder_num_layers; ++i) {
     const std::string n = fmt::format("decoder.transformer_blocks.{}.", i);
     Block b;
-    b.norm1 = r.get(n + "norm1.weight", {D});
-    b.norm2 = r.get(n + "norm2.weight", {D});
-    b.scale1 = r.get(n + "scale1", {D});
-    b.scale2 = r.get(n + "scale2", {D});
+    b.norm1 = dec(n + "norm1.weight", {D}, false);
+    b.norm2 = dec(n + "norm2.weight", {D}, false);
+    b.scale1 = dec(n + "scale1", {D}, false);
+    b.scale2 = dec(n + "scale2", {D}, false);
     if (r.has(n + "attn.to_qkv.weight")) {
-      // The original fused projection is per-head interleaved: rows [h0: q(hd) k(hd) v(hd); h1: ...].
-      Tensor w = r.get(n + "attn.to_qkv.weight", {3 * D, D}), bias = r.get(n + "attn.to_qkv.bias", {3 * D});
+      // The original fused projection is per-head interleaved: rows [h0: q(hd) k(hd) v(hd); h1: ...]; part s of head
+      // h is rows [h * 3 hd + s hd, + hd).
       Tensor* dst_w[3] = {&b.to_q, &b.to_k, &b.to_v};
       Tensor* dst_b[3] = {&b.q_b, &b.k_b, &b.v_b};
-      const size_t es = dtype_size(ct_);
+      Tensor w, bias;  // the whole fused tensors, read once on the host
+      if (!gpu) w = r.get(n + "attn.to_qkv.weight", {3 * D, D}), bias = r.get(n + "attn.to_qkv.bias", {3 * D});
       for (int s = 0; s < 3; ++s) {
-        *dst_w[s] = Tensor(ct_, {D, D});
-        *dst_b[s] = Tensor(ct_, {D});
-        for (int64_t h = 0; h < D / hd; ++h) {
-          const int64_t src_row = h * 3 * hd + s * hd, dst_row = h * hd;
-          std::memcpy(static_cast<std::byte*>(dst_w[s]->raw()) + dst_row * D * es,
-                      static_cast<const std::byte*>(w.raw()) + src_row * D * es, hd * D * es);
-          std::memcpy(static_cast<std::byte*>(dst_b[s]->raw()) + dst_row * es,
-                      static_cast<const std::byte*>(bias.raw()) + src_row * es, hd * es);
-        }
+        std::vector<RowRange> rows;
+        for (int64_t h = 0; h < D / hd; ++h) rows.push_back({h * 3 * hd + s * hd, h * 3 * hd + (s + 1) * hd});
+        *dst_w[s] = gpu ? dec(n + "attn.to_qkv.weight", {3 * D, D}, true, rows) : gather_row_ranges(w, rows);
+        *dst_b[s] = gpu ? dec(n + "attn.to_qkv.bias", {3 * D}, true, rows) : gather_row_ranges(bias, rows);
       }
     } else {
-      b.to_q = r.get(n + "attn.to_q.weight", {D, D});
-      b.q_b = r.get(n + "attn.to_q.bias", {D});
-      b.to_k = r.get(n + "attn.to_k.weight", {D, D});
-      b.k_b = r.get(n + "attn.to_k.bias", {D});
-      b.to_v = r.get(n + "attn.to_v.weight", {D, D});
-      b.v_b = r.get(n + "attn.to_v.bias", {D});
+      b.to_q = dec(n + "attn.to_q.weight", {D, D}, true);
+      b.q_b = dec(n + "attn.to_q.bias", {D}, true);
+      b.to_k = dec(n + "attn.to_k.weight", {D, D}, true);
+      b.k_b = dec(n + "attn.to_k.bias", {D}, true);
+      b.to_v = dec(n + "attn.to_v.weight", {D, D}, true);
+      b.v_b = dec(n + "attn.to_v.bias", {D}, true);
     }
-    b.to_out = r.get(n + "attn.to_out.0.weight", {D, D});
-    b.out_b = r.get(n + "attn.to_out.0.bias", {D});
+    b.to_out = dec(n + "attn.to_out.0.weight", {D, D}, true);
+    b.out_b = dec(n + "attn.to_out.0.bias", {D}, true);
     // diffusers' SwiGLU projection is [value; gate] along the output rows.
-    b.ff_in = r.get(n + "ff.net.0.proj.weight", {2 * F, D});
-    b.ff_in_b = r.get(n + "ff.net.0.proj.bias", {2 * F});
-    b.ff_out = r.get(n + "ff.net.2.weight", {D, F});
-    b.ff_out_b = r.get(n + "ff.net.2.bias", {D});
+    b.ff_in = dec(n + "ff.net.0.proj.weight", {2 * F, D}, true);
+    b.ff_in_b = dec(n + "ff.net.0.proj.bias", {2 * F}, true);
+    b.ff_out = dec(n + "ff.net.2.weight", {D, F}, true);
+    b.ff_out_b = dec(n + "ff.net.2.bias", {D}, true);
     blocks_.push_back(std::move(b));
   }
-  norm_out_w_ = r.get("decoder.norm_out.weight", {D});
-  norm_out_b_ = r.get("decoder.norm_out.bias", {D});
-  proj_out_w_ = r.get("decoder.proj_out.weight", {cfg_.out_channels * pt * pr * pr, D});
-  proj_out_b_ = r.get("decoder.proj_out.bias", {cfg_.out_channels * pt * pr * pr});
+  norm_out_w_ = dec("decoder.norm_out.weight", {D}, false);
+  norm_out_b_ = dec("decoder.norm_out.bias", {D}, false);
+  proj_out_w_ = dec("decoder.proj_out.weight", {cfg_.out_channels * pt * pr * pr, D}, false);
+  proj_out_b_ = dec("decoder.proj_out.bias", {cfg_.out_channels * pt * pr * pr}, false);
+  if (gpu) load_report_ = dev.finish();  // the decoder's device load, timed alone
 
   has_encoder_ = r.has("encoder.conv_in.weight");
   if (has_encoder_) {
@@ -331,25 +342,12 @@ VideoVae::VideoVae(const SafeTensors& f, const std::string& prefix, const VideoV
     lat_mean_ = Tensor::from(cfg_.latents_mean, {lc}).to(ct_);
     lat_std_ = Tensor::from(cfg_.latents_std, {lc}).to(ct_);
   }
-  if (dev_ != Device::cpu) upload_decoder();
-}
-
-void VideoVae::upload_decoder() {
-  // f32 layers stay f32 (post_quant_conv, proj_in, norms, LayerScale, proj_out: the reference keeps proj_in and
-  // proj_out out of autocast); in bf16 the block GEMMs' weights and biases become bf16.
-  const DType gemm_dt = precision_ == Precision::bf16 ? DType::bf16 : DType::f32;
-  auto up = [&](Tensor& t, DType dt) { t = t.to_device(dev_).to(dt); };
-  for (Tensor* t :
-       {&pq_w_, &pq_b_, &proj_in_w_, &proj_in_b_, &registers_, &norm_out_w_, &norm_out_b_, &proj_out_w_, &proj_out_b_})
-    up(*t, DType::f32);
-  for (Block& b : blocks_) {
-    for (Tensor* t : {&b.norm1, &b.norm2, &b.scale1, &b.scale2}) up(*t, DType::f32);
-    for (Tensor* t : {&b.to_q, &b.q_b, &b.to_k, &b.k_b, &b.to_v, &b.v_b, &b.to_out, &b.out_b, &b.ff_in, &b.ff_in_b,
-                      &b.ff_out, &b.ff_out_b})
-      up(*t, gemm_dt);
+  if (gpu) {
+    std::vector<float> ones(static_cast<size_t>(cfg_.decoder_attention_head_dim), 1.0f);
+    qk_ones_ = Tensor::from(ones, {cfg_.decoder_attention_head_dim}).to_device(dev_).to(gemm_dt);
   }
-  std::vector<float> ones(static_cast<size_t>(cfg_.decoder_attention_head_dim), 1.0f);
-  qk_ones_ = Tensor::from(ones, {cfg_.decoder_attention_head_dim}).to_device(dev_).to(gemm_dt);
+  host.finish();
+  if (!gpu) load_report_ = host.report();
 }
 
 namespace {
@@ -402,25 +400,29 @@ void add_decode_units(VideoDecodePlan& p, int64_t r) {
       }
 }
 
-VideoDecodePlan VideoVae::plan_decode(const Shape& shape) const {
-  H3_CHECK(shape.size() == 4 && shape[0] == cfg_.latent_channels && shape[1] > 0 && shape[2] > 0 && shape[3] > 0,
-           "video VAE decode: latents must be [{}, frames, height, width], got {}", cfg_.latent_channels,
+VideoDecodePlan video_decode_plan(const VideoVaeConfig& c, const Shape& shape) {
+  H3_CHECK(shape.size() == 4 && shape[0] == c.latent_channels && shape[1] > 0 && shape[2] > 0 && shape[3] > 0,
+           "video VAE decode: latents must be [{}, frames, height, width], got {}", c.latent_channels,
            shape_str(shape));
   VideoDecodePlan p;
   p.latent_frames = shape[1];
   p.latent_height = shape[2];
   p.latent_width = shape[3];
-  p.time = plan_temporal_chunks(shape[1], cfg_.clip_length, cfg_.token_drop, cfg_.temporal_ratio());
-  const int64_t r = cfg_.spatial_ratio(), H = shape[2] * r, W = shape[3] * r;
-  if (cfg_.tiling) {
-    p.rows = split_tiles(H, cfg_.tile_height, cfg_.tile_overlap_height, r);
-    p.cols = split_tiles(W, cfg_.tile_width, cfg_.tile_overlap_width, r);
+  p.time = plan_temporal_chunks(shape[1], c.clip_length, c.token_drop, c.temporal_ratio());
+  const int64_t r = c.spatial_ratio(), H = shape[2] * r, W = shape[3] * r;
+  if (c.tiling) {
+    p.rows = split_tiles(H, c.tile_height, c.tile_overlap_height, r);
+    p.cols = split_tiles(W, c.tile_width, c.tile_overlap_width, r);
   } else {
     p.rows = {{0}, {H}, {}};
     p.cols = {{0}, {W}, {}};
   }
   add_decode_units(p, r);
   return p;
+}
+
+VideoDecodePlan VideoVae::plan_decode(const Shape& shape) const {
+  return video_decode_plan(cfg_, shape);
 }
 
 Tensor VideoVae::pad_latents(const Tensor& z, const VideoDecodePlan& plan) const {

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/device_loader.h"
 #include "io/safetensors.h"
+#include "io/tensor_source.h"
 #include "ops/ops_vae.h"
 
 namespace h3 {
@@ -100,6 +102,10 @@ ops::StitchGrid stitch_grid(const VideoDecodePlan& plan);
 // r is the spatial ratio (pixels per latent). Unit index = (chunk * rows + row) * cols + col.
 void add_decode_units(VideoDecodePlan& plan, int64_t spatial_ratio);
 
+// VideoVae::plan_decode and VideoVae::decoder_unit_bytes of a VAE with config `c` (no weights needed: memory plans).
+VideoDecodePlan video_decode_plan(const VideoVaeConfig& c, const Shape& latent_shape);
+int64_t video_decoder_unit_bytes(const VideoVaeConfig& c, Precision p, int64_t t, int64_t h, int64_t w);
+
 class VideoVae {
  public:
   // Loads the weights under `prefix` ("weight." in golden files, "" in a diffusers checkpoint) in the compute
@@ -107,6 +113,10 @@ class VideoVae {
   // device cuda: the ViT decoder's weights are uploaded once and decode_block runs on the GPU (precision f32, or
   // bf16 = the big block GEMMs, attention and FFN in bf16 with the residual stream, norms, proj_in and proj_out in
   // f32); decode_unit and decode still return host f32 tensors, and the encoder stays on the CPU (f32).
+  // The weights come from a file, a sharded checkpoint folder (io/weight_files.h) or procedural weights; a GPU
+  // VAE's decoder weights go straight to the device in their layer's dtype (io/device_loader.h).
+  VideoVae(const TensorSource& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision,
+           Device device = Device::cpu);
   VideoVae(const SafeTensors& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision,
            Device device = Device::cpu);
 
@@ -179,6 +189,8 @@ class VideoVae {
   Precision precision() const { return precision_; }
   Device device() const { return dev_; }
   bool has_encoder() const { return has_encoder_; }
+  // How the weights were loaded (the decoder's device load on a GPU VAE, else the host reads).
+  const LoadReport& load_report() const { return load_report_; }
 
   struct Block {
     Tensor norm1, to_q, q_b, to_k, k_b, to_v, v_b, to_out, out_b, scale1, norm2, ff_in, ff_in_b, ff_out, ff_out_b,
@@ -201,7 +213,6 @@ class VideoVae {
   // The tables for a block of t x h x w latents on the VAE's device in `dt` (cached on the GPU: units share shapes).
   // k copies stacked: [k * N, rope_dim].
   void rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType dt, Tensor& cos, Tensor& sin) const;
-  void upload_decoder();                           // moves the decoder's weights to dev_ (constructor)
   Tensor decode_into_clip(const Tensor& z) const;  // decode() of a GPU VAE: streamed into one host clip
 
   VideoVaeConfig cfg_;
@@ -212,6 +223,7 @@ class VideoVae {
   mutable std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::pair<Tensor, Tensor>> rope_cache_;
   mutable std::mutex rope_mu_;
   bool has_encoder_ = false;
+  LoadReport load_report_;
   Tensor lat_mean_, lat_std_;
   // decoder
   Tensor pq_w_, pq_b_, proj_in_w_, proj_in_b_, registers_, norm_out_w_, norm_out_b_, proj_out_w_, proj_out_b_;

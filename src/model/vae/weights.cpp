@@ -2,20 +2,55 @@
 
 #include <fmt/ranges.h>
 
+#include "core/finite.h"
+
 namespace h3 {
+
+bool VaeWeightReader::check(const std::string& key, const Shape& shape) {
+  if (!f_.has(key)) {
+    missing_.push_back(key);
+    return false;
+  }
+  const Shape stored = f_.shape(key);
+  if (!shape.empty() && stored != shape) {
+    misshaped_.push_back(fmt::format("{} is {}, expected {}", key, shape_str(stored), shape_str(shape)));
+    return false;
+  }
+  return true;
+}
+
+// NaN / Inf are refused where they enter (a decode would write a "completed" video of garbage); host tensors only
+// (a GPU decoder's weights, read straight to the device, are not scanned).
+void VaeWeightReader::refuse_non_finite(const std::string& key, const Tensor& t) const {
+  if (const NonFinite bad = find_non_finite(t); bad.count > 0)
+    fail(
+        "{}: {} weight '{}' holds {} non-finite values (NaN or Inf), the first at element {}; the file is damaged "
+        "(download or convert it again)",
+        f_.path(), what_, key, bad.count, bad.first);
+}
 
 Tensor VaeWeightReader::get(const std::string& name, const Shape& shape) {
   const std::string key = prefix_ + name;
-  if (!f_.has(key)) {
-    missing_.push_back(key);
-    return Tensor(ct_, shape);
+  if (!check(key, shape)) return Tensor(ct_, shape);
+  Tensor t = f_.load(host_, key, ct_);
+  refuse_non_finite(key, t);
+  return t;
+}
+
+Tensor VaeWeightReader::load(DeviceLoader& loader, const std::string& name, const Shape& shape, DType dtype,
+                             const std::vector<RowRange>& rows) {
+  const std::string key = prefix_ + name;
+  if (!check(key, shape)) {
+    Shape s = shape;
+    if (!rows.empty() && !s.empty()) {
+      s[0] = 0;
+      for (const RowRange& r : rows) s[0] += r.size();
+    }
+    return Tensor(dtype, s, loader.device());
   }
-  Tensor t = f_.get(key);
-  if (!shape.empty() && t.shape() != shape) {
-    misshaped_.push_back(fmt::format("{} is {}, expected {}", key, shape_str(t.shape()), shape_str(shape)));
-    return Tensor(ct_, shape);
-  }
-  return t.to(ct_);
+  Tensor t = f_.load(loader, key, dtype, rows);
+  if (t.device() == Device::cpu) refuse_non_finite(key, t);
+  return t;
 }
 
 void VaeWeightReader::finish() const {

@@ -1,0 +1,66 @@
+#include "pipeline/run_record.h"
+
+#include <fmt/format.h>
+
+namespace h3 {
+
+nlohmann::json timings_json(const GenerateResult& r) {
+  nlohmann::json t = nlohmann::json::object();
+  for (const auto& p : r.timings) t[p.phase] = t.value(p.phase, 0.0) + p.seconds;
+  return t;
+}
+
+nlohmann::json loads_json(const GenerateResult& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& l : r.loads)
+    a.push_back({{"model", l.model},
+                 {"seconds", l.seconds},
+                 {"file_bytes", l.file_bytes},
+                 {"device_bytes", l.device_bytes},
+                 {"gb_per_s", l.gb_per_s()}});
+  return a;
+}
+
+nlohmann::json peaks_json(const GenerateResult& r) {
+  nlohmann::json p = nlohmann::json::object();
+  for (const auto& x : r.peaks) p[x.phase] = x.bytes;
+  return p;
+}
+
+nlohmann::json generate_record(const GenerateResult& r, const GenerateOptions& o, const RecordContext& ctx) {
+  const ResolvedRequest& q = r.request;
+  const bool gpu = o.device == Device::cuda;
+  nlohmann::json j = {
+      {"resolution", fmt::format("{}x{}", q.width, q.height)},
+      {"width", q.width},
+      {"height", q.height},
+      {"frames", q.frames},
+      {"seconds", q.seconds},
+      {"steps", q.steps},
+      {"model_calls", q.model_calls},
+      {"mode", q.mode},
+      {"seed", q.seed},
+      {"precision", std::string(precision_name(r.precision))},
+      {"vae_precision", std::string(precision_name(o.vae_precision))},
+      {"text_precision", std::string(precision_name(o.text_precision))},
+      {"text_device", o.text_device == Device::cuda ? "cuda" : "cpu"},
+      {"device", gpu ? "cuda" : "cpu"},
+      {"device_name", ctx.device_name},
+      {"ranks", ctx.ranks},
+      {"timings", timings_json(r)},
+      {"time_to_mp4_s", r.time_to_mp4()},
+      {"loads", loads_json(r)},
+      {"peak_memory_bytes", peaks_json(r)},
+      {"prompt_tokens", r.prompt_tokens},
+      {"output", r.out_path},
+      {"wrote_mp4", r.wrote_mp4},
+      {"latents_fnv1a",
+       {{"video", fmt::format("{:016x}", ctx.video_latents_hash)},
+        {"audio", fmt::format("{:016x}", ctx.audio_latents_hash)}}},
+  };
+  if (gpu) j["memory_plan"] = r.memory_plan.to_json();
+  if (!q.loras.empty()) j["lora_digest"] = fmt::format("{:016x}", r.lora_digest);
+  return j;
+}
+
+}  // namespace h3
