@@ -59,10 +59,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    GpuOptions gpu;  // the knobs' numerics and GEMM tuning (H3_FP8_FAST_ACCUM, H3_GEMM_TUNE), as h3 has them
-    gpu.numerics = numerics_from_knobs(false);
-    gpu.gemm_tune = knobs().gemm_tune;
-    start_gpu_backend(gpu);
+    bench::start_gpu_from_knobs();
     std::printf("gemm_check: %s, median of %d\n", gpu_description().c_str(), reps);
     struct W {
       const char* name;

@@ -102,10 +102,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    GpuOptions gpu;  // the knobs' numerics and GEMM tuning (H3_FP8_FAST_ACCUM, H3_GEMM_TUNE), as h3 has them
-    gpu.numerics = numerics_from_knobs(false);
-    gpu.gemm_tune = knobs().gemm_tune;
-    start_gpu_backend(gpu);
+    bench::start_gpu_from_knobs();
     const bool f8 = precision == "fp8";
     const int64_t H = 5376, I = 7168, F = 14336, D = 128;
     auto act = [&](int64_t cols, uint64_t seed) {

@@ -8,20 +8,14 @@ usage: cubin_compare.py OLD_ROOT NEW_ROOT   (e.g. OLD_ROOT from `git archive <co
        cubins are cached in /tmp/cubin_compare); prints DIFFERENT / GONE / NEW lines and a summary; exit 1 when a
        kernel of both trees differs.
 """
-import hashlib, os, struct, subprocess, sys, glob
+import hashlib, os, subprocess, sys, glob
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_sass_check import elf_sections as sections  # noqa: E402 (the ELF reader of the SASS check)
 FLAGS = ["-forward-unknown-to-host-compiler", "-O3", "-DNDEBUG", "-ffp-contract=off", "--fmad=false", "-std=c++20", "-DFMT_SHARED", "-DH3_HAVE_CUDA=1",
          "-DH3_HAVE_CUDNN=1", "-DH3_HAVE_NCCL=1", '-DH3_VERSION="0.1.0"', "-DSPDLOG_COMPILED_LIB",
          "-DSPDLOG_FMT_EXTERNAL", "-DSPDLOG_SHARED_LIB", "-arch=sm_90a", "-cubin", "-x", "cu",
          "-I/usr/include/x86_64-linux-gnu/openblas-pthread", "-isystem=/usr/local/cuda/include",
          "-isystem=/usr/lib/x86_64-linux-gnu/openmpi/include", "-isystem=/usr/lib/x86_64-linux-gnu/openmpi/include/openmpi"]
-def sections(data):
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    hs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    st = hs[shstrndx][4]
-    def name(o):
-        e = data.index(b"\0", st + o); return data[st + o:e].decode()
-    return {name(h[0]): data[h[4]:h[4] + h[5]] for h in hs}
 def kernels(root, tag):
     out = {}
     for f in sorted(glob.glob(f"{root}/src/backend/cuda/**/*.cu", recursive=True)):

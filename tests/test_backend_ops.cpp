@@ -427,7 +427,8 @@ std::map<std::string, Case> make_cases() {
   c["gelu_tanh"] = {[](const Env& e) { return Outs{{"37x45", ops::gelu_tanh(e.in(rnd({37, 45}, 1, 3.0)))}}; }, elem};
   c["gelu_erf"] = {[](const Env& e) { return Outs{{"37x45", ops::gelu_erf(e.in(rnd({37, 45}, 1, 3.0)))}}; }, elem};
   // transformers' Qwen3 RMSNorm: rms_norm itself in f32 and f64; in bf16 two roundings (the normalised value, then
-  // its product with w), emulated on the CPU's f32 norm for the reference.
+  // its product with w), emulated on the CPU's f32 norm for the reference (1e-3: the sums may differ by an f32 ulp,
+  // which tips a bf16 rounding on a few elements).
   auto norm_rounded = [](const Env& e, bool emulate) {
     Outs o;
     const Tensor x = rnd({37, 270}, 1);
@@ -445,7 +446,8 @@ std::map<std::string, Case> make_cases() {
     }
     return o;
   };
-  c["rms_norm_rounded"] = {[norm_rounded](const Env& e) { return norm_rounded(e, false); }, elem,
+  c["rms_norm_rounded"] = {[norm_rounded](const Env& e) { return norm_rounded(e, false); },
+                           {1e-6, 1e-6, 1e-3},
                            [norm_rounded](const Env& e) { return norm_rounded(e, e.bf16_steps); }};
   // f32 sums kept for bf16 operands (the exact products of bf16-exact inputs, summed in f32 as the CPU's f32 GEMM).
   c["linear_acc"] = {[](const Env& e) {
@@ -453,7 +455,7 @@ std::map<std::string, Case> make_cases() {
                                    {"29x150 -> 83", ops::linear_acc(e.in(rnd({29, 150}, 3)), e.in(rnd({83, 150}, 4)))},
                                    {"1x7 -> 3", ops::linear_acc(e.in(rnd({1, 7}, 5)), e.in(rnd({3, 7}, 6)))}};
                      },
-                     {2e-6, 1e-6, 1e-5}};
+                     {2e-6, 1e-6, 2e-6}};
   c["conv3d"] = {
       [](const Env& e) {
         Tensor b = e.in(rnd({5}, 3, 0.1));
