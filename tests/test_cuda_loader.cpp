@@ -4,12 +4,14 @@
 // procedural VAEs built on the device. Without a GPU every test here reports itself SKIPPED, loudly.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "gpu_test.h"
 #include "io/device_loader.h"
 #include "io/weight_files.h"
@@ -94,6 +96,77 @@ TEST(CudaLoader, DitFromFileIsTheProceduralDit) {
       const DitOutputs x = a.forward(in), y = b.forward(in);
       EXPECT_TRUE(same_bytes(x.video, y.video)) << precision_name(p);
       EXPECT_TRUE(same_bytes(x.audio, y.audio)) << precision_name(p);
+    }
+  }
+}
+
+// Bytes staged for the GPU are scanned for NaN / Inf as they are read: a tensor of odd byte count (15 FP8 values)
+// leaves the next one at an odd buffer offset, which is moved to an 8-byte boundary so that every staged part holds
+// whole elements; the bad values sit across 4 KiB buffer boundaries and at the very end. The loader and its
+// buffers work on after a refusal.
+TEST(CudaLoader, StagedBytesAreScannedForNonFiniteValues) {
+  H3_REQUIRE_GPU();
+  ScratchDir dir;
+  Tensor odd(DType::fp8_e4m3, {3, 5});
+  for (int64_t i = 0; i < odd.numel(); ++i) static_cast<uint8_t*>(odd.raw())[i] = static_cast<uint8_t>(0x30 + i);
+  Tensor w = seeded_normal({301, 77}, 5, 0);
+  const int64_t last = w.numel() - 1;
+  w.data<float>()[1023] = std::nanf("");  // the last value of the first 4 KiB of f32
+  w.data<float>()[last] = HUGE_VALF;
+  const std::string path = (dir / "nan.safetensors").string();
+  write_safetensors(path, {{"odd", odd}, {"w", w}, {"w16", w.to(DType::bf16)}, {"clean", seeded_normal({7, 9}, 6, 0)}});
+  const SafeTensors f = SafeTensors::open(path);
+  DeviceLoader gpu(Device::cuda, "test DiT", {4096, 3, 1024});
+  for (int rep = 0; rep < 2; ++rep) {
+    EXPECT_TRUE(same_bytes(gpu.load(f, "odd", DType::fp8_e4m3), odd));
+    for (const char* key : {"w", "w16"}) {
+      std::string e;
+      try {
+        (void)gpu.load(f, key, DType::bf16);
+      } catch (const Error& ex) {
+        e = ex.what();
+      }
+      EXPECT_NE(e.find(path), std::string::npos) << e;
+      EXPECT_NE(e.find(std::string("test DiT weight '") + key + "' holds 2 non-finite values"), std::string::npos) << e;
+      EXPECT_NE(e.find("the first at element 1023;"), std::string::npos) << e;
+    }
+    const TensorRead r = read_rows(f, "w", {{20, 300}}, {1, 76});  // leaves both bad values out
+    EXPECT_TRUE(same_bytes(gpu.load(r, DType::f32), DeviceLoader(Device::cpu, "host").load(r, DType::f32)));
+    EXPECT_TRUE(same_bytes(gpu.load(f, "clean", DType::f32), seeded_normal({7, 9}, 6, 0)));
+  }
+}
+
+// The DiT read straight to the GPU (no host copy) refuses a checkpoint holding a NaN or an Inf when it loads,
+// naming the file, the weight and the element, as the host path does.
+TEST(CudaLoader, DitOnTheGpuRefusesNonFiniteWeights) {
+  H3_REQUIRE_GPU();
+  ScratchDir dir;
+  const DitCheckpoint proc = DitCheckpoint::open("procedural:mini");
+  const std::string base = (dir / "dit.safetensors").string();
+  (void)write_export(plan_export_dit(proc, DType::f32, ExportLayout::official, QuantFormat::none), base, Device::cpu);
+  const SafeTensors f = SafeTensors::open(base);
+  const std::string victim = "transformer_blocks.1.attn.to_k.weight";
+  ASSERT_TRUE(f.has(victim));
+  for (const float bad : {std::nanf(""), -HUGE_VALF}) {
+    std::vector<std::pair<std::string, Tensor>> ts;
+    for (const auto& k : f.keys()) {
+      Tensor t = f.get(k).to(DType::f32);  // a copy
+      if (k == victim) t.data<float>()[17] = bad;
+      ts.emplace_back(k, t);
+    }
+    const std::string damaged = (dir / "damaged.safetensors").string();
+    write_safetensors(damaged, ts, f.metadata());
+    const DitCheckpoint file = DitCheckpoint::open(damaged);
+    for (Precision p : {Precision::bf16, Precision::fp8}) {
+      std::string e;
+      try {
+        const DitModel m(file, p, DistPlan::single(), Device::cuda);
+      } catch (const Error& ex) {
+        e = ex.what();
+      }
+      EXPECT_NE(e.find(damaged), std::string::npos) << e;
+      EXPECT_NE(e.find("'" + victim + "' holds 1 non-finite value"), std::string::npos) << e;
+      EXPECT_NE(e.find("element 17;"), std::string::npos) << e;
     }
   }
 }

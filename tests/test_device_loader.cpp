@@ -3,6 +3,9 @@
 // smaller than a tensor, every error naming file and key. The GPU side is in test_cuda_loader.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "io/device_loader.h"
 #include "io/procedural.h"
@@ -96,6 +100,134 @@ TEST(DeviceLoader, ConvertsOnLoadAsTensorToDoes) {
   EXPECT_TRUE(same_bytes(loader.load(f, "bf16", DType::bf16), bf16));
   // FP8 is quantized on the GPU only.
   EXPECT_NE(error_of([&] { (void)loader.load(f, "f32", DType::fp8_e4m3); }).find("GPU"), std::string::npos);
+}
+
+// NaN and Inf are found in the bytes as they are read (each parallel piece on its own) and refused naming the file,
+// the loader's component, the key, the count and the first bad element of the stored tensor; a read that leaves
+// the bad rows out passes, integers are never "non-finite", and the loader works on after a refusal.
+TEST(DeviceLoader, RefusesNonFiniteValuesNamingFileKeyAndElement) {
+  ScratchDir dir;
+  Tensor w = counting({37, 29}, 1.0f);
+  w.data<float>()[30 * 29 + 1] = -HUGE_VALF;
+  w.data<float>()[5 * 29 + 3] = std::nanf("");
+  Tensor ints(DType::i32, {3, 5});
+  for (int64_t i = 0; i < ints.numel(); ++i) ints.data<int32_t>()[i] = 0x7f800000 + static_cast<int32_t>(i);
+  const std::string path = (dir / "nan.safetensors").string();
+  write_safetensors(path, {{"w", w}, {"w16", w.to(DType::bf16)}, {"h", w.to(DType::f16)}, {"ints", ints}});
+  const SafeTensors f = SafeTensors::open(path);
+  // Pieces of 1 KiB: the bad values lie in different pieces, read by different threads.
+  DeviceLoader loader(Device::cpu, "test VAE", {4096, 2, 1024});
+  for (const char* key : {"w", "w16", "h"}) {
+    const std::string e = error_of([&] { (void)loader.load(f, key, DType::f32); });
+    EXPECT_NE(e.find(path), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("test VAE weight '") + key + "' holds 2 non-finite values"), std::string::npos) << e;
+    EXPECT_NE(e.find("the first at element 148;"), std::string::npos) << e;  // row 5, column 3
+  }
+  // Rows 30 then 5: the first bad element is still counted in the stored tensor.
+  const std::string e = error_of([&] { (void)loader.load(read_rows(f, "w16", {{30, 31}, {5, 6}}), DType::bf16); });
+  EXPECT_NE(e.find("holds 2 non-finite values (NaN or Inf), the first at element 148;"), std::string::npos) << e;
+  const std::string one = error_of([&] { (void)loader.load(read_rows(f, "w", {{29, 31}}, {1, 9}), DType::f32); });
+  EXPECT_NE(one.find("holds 1 non-finite value (NaN or Inf), the first at element 871;"), std::string::npos) << one;
+  // Without rows 5 and 30 the values are clean; integers with float-looking bits load.
+  const Tensor clean = loader.load(read_rows(f, "w", {{0, 5}, {6, 30}, {31, 37}}), DType::f32);
+  EXPECT_EQ(clean.dim(0), 35);
+  EXPECT_TRUE(same_bytes(loader.load(f, "ints", DType::i32), ints));
+  // Turned off, the values pass as they are.
+  DeviceLoader lenient(Device::cpu, "lenient", {4096, 2, 1024, false});
+  EXPECT_TRUE(same_bytes(lenient.load(f, "w", DType::f32), w));
+}
+
+// The staging path (pinned buffers, queued copies, events) driven through device hooks that emulate a device in host
+// memory, so that a machine without a GPU runs what a GPU load runs: a tensor of odd byte count (15 FP8 values)
+// leaves the next one at an odd buffer offset, moved to an 8-byte boundary so that every staged part holds whole
+// elements and is scanned on its own; NaN / Inf across 4 KiB buffers and at the very end are refused; the buffers
+// rotate on after a refusal. In a child process: the hooks are process-wide. (test_cuda_loader.cpp runs the same on
+// the GPU.)
+namespace {
+
+void* emu_alloc(size_t n) {
+  return std::malloc(n);
+}
+void emu_release(void* p, size_t) {
+  std::free(p);
+}
+void emu_copy(void* d, bool, const void* s, bool, size_t n) {
+  std::memcpy(d, s, n);
+}
+void emu_zero(void* p, size_t n) {
+  std::memset(p, 0, n);
+}
+void* emu_event() {
+  return new char;
+}
+void emu_event_release(void* e) {
+  delete static_cast<char*>(e);
+}
+void emu_event_wait(void*) {}
+void* emu_pinned(size_t n) {
+  return std::malloc(n);
+}
+void emu_pinned_release(void* p) {
+  std::free(p);
+}
+
+// 0 when every check holds; else the number of the first that failed (printed to stderr).
+int staged_load_checks(const std::string& path) {
+  DeviceHooks h;
+  h.name = "host-emulated";
+  h.alloc = emu_alloc;
+  h.release = emu_release;
+  h.copy = emu_copy;
+  h.zero = emu_zero;
+  h.event_record = emu_event;
+  h.event_release = emu_event_release;
+  h.event_wait = emu_event_wait;
+  h.pinned_alloc = emu_pinned;
+  h.pinned_release = emu_pinned_release;
+  h.copy_async = emu_copy;
+  register_device_hooks(h);
+  const SafeTensors f = SafeTensors::open(path);
+  DeviceLoader dev(Device::cuda, "emulated DiT", {4096, 3, 1024}), host(Device::cpu, "host");
+  int check = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    ++check;
+    if (!ok) std::fprintf(stderr, "check %d failed: %s\n", check, what.c_str());
+    return ok;
+  };
+  bool all = true;
+  for (int rep = 0; rep < 2; ++rep) {
+    all &= expect(same_bytes(dev.load(f, "odd", DType::fp8_e4m3).cpu(), host.load(f, "odd", DType::fp8_e4m3)),
+                  "odd FP8 tensor staged as stored");
+    for (const char* key : {"w", "w16"}) {
+      const std::string e = error_of([&] { (void)dev.load(f, key, read_tensor(f, key).dtype); });
+      all &= expect(
+          e.find(std::string("emulated DiT weight '") + key + "' holds 2 non-finite values") != std::string::npos &&
+              e.find("the first at element 1023;") != std::string::npos,
+          std::string("refused ") + key + ": " + e);
+    }
+    const TensorRead r = read_rows(f, "w", {{20, 300}}, {1, 76});  // leaves both bad values out
+    all &= expect(same_bytes(dev.load(r, DType::f32).cpu(), host.load(r, DType::f32)), "clean rows staged");
+    all &= expect(same_bytes(dev.load(f, "clean", DType::f32).cpu(), host.load(f, "clean", DType::f32)),
+                  "a later tensor staged after the refusals");
+  }
+  const LoadReport& rep = dev.finish();
+  all &= expect(rep.tensors == 6, "6 tensors loaded, refusals not counted: " + rep.summary());
+  return all ? 0 : 1;
+}
+
+}  // namespace
+
+TEST(DeviceLoaderDeathTest, StagedPartsHoldWholeElementsAndAreScanned) {
+  ScratchDir dir;
+  Tensor odd(DType::fp8_e4m3, {3, 5});
+  for (int64_t i = 0; i < odd.numel(); ++i) static_cast<uint8_t*>(odd.raw())[i] = static_cast<uint8_t>(0x30 + i);
+  Tensor w = counting({301, 77}, 0.5f);
+  w.data<float>()[1023] = std::nanf("");  // the last value of the first 4 KiB of f32
+  w.data<float>()[w.numel() - 1] = HUGE_VALF;
+  const std::string path = (dir / "nan.safetensors").string();
+  write_safetensors(path, {{"odd", odd}, {"w", w}, {"w16", w.to(DType::bf16)}, {"clean", counting({7, 9}, 3.0f)}});
+  testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(std::_Exit(staged_load_checks(path)), testing::ExitedWithCode(0), "");
 }
 
 TEST(DeviceLoader, ReadsFromFilesWhoseNameIsGone) {

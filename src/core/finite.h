@@ -16,5 +16,8 @@ struct NonFinite {
 
 // Integer tensors hold none; device tensors are refused (copy them to the host first).
 NonFinite find_non_finite(const Tensor& t);
+// The same for n elements of `dtype` at `data` (host memory), on the calling thread: for callers that already run
+// in parallel over parts of a tensor (the staged loader scans each part as it is read).
+NonFinite find_non_finite(DType dtype, const void* data, int64_t n);
 
 }  // namespace h3

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/finite.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
@@ -98,7 +100,10 @@ std::string LoadReport::summary() const {
 DeviceLoader::DeviceLoader(Device device, std::string label) : DeviceLoader(device, std::move(label), Options{}) {}
 
 DeviceLoader::DeviceLoader(Device device, std::string label, const Options& options) : device_(device), opt_(options) {
-  H3_ASSERT(opt_.buffers >= 2 && opt_.chunk_bytes >= 4096 && opt_.piece_bytes > 0, "DeviceLoader: options");
+  H3_ASSERT(opt_.buffers >= 2 && opt_.chunk_bytes >= 4096 && opt_.chunk_bytes % 8 == 0 && opt_.piece_bytes > 0 &&
+                opt_.piece_bytes % 8 == 0,
+            "DeviceLoader: options (chunk_bytes {}, piece_bytes {}: multiples of 8)", opt_.chunk_bytes,
+            opt_.piece_bytes);
   report_.label = std::move(label);
   report_.device = device;
   start_ns_ = now_ns();
@@ -155,11 +160,40 @@ void DeviceLoader::read_into(const TensorRead& r, size_t from, size_t bytes, std
     pos = end;
   }
   H3_ASSERT(done == bytes, "DeviceLoader: {} of {} bytes of '{}' found in its spans", done, bytes, r.key);
+  // Every piece holds whole elements: `from` and `bytes` are element multiples (stage() keeps them so) and the
+  // spans and piece_bytes are too, so each piece is scanned on its own.
+  const size_t es = dtype_size(r.dtype);
+  const bool scan = opt_.refuse_non_finite && dtype_is_float(r.dtype);
+  H3_ASSERT(!scan || (from % es == 0 && bytes % es == 0 && opt_.piece_bytes % es == 0),
+            "DeviceLoader: bytes [{}, +{}) of '{}' cut its {}-byte elements", from, bytes, r.key, es);
+  std::mutex mu;
   const int64_t t0 = now_ns();
   parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) r.file->read(r.key, pieces[i].src, pieces[i].dst, pieces[i].bytes);
+    for (int64_t i = b; i < e; ++i) {
+      const Piece& p = pieces[i];
+      r.file->read(r.key, p.src, p.dst, p.bytes);
+      if (!scan) continue;
+      const NonFinite bad = find_non_finite(r.dtype, p.dst, static_cast<int64_t>(p.bytes / es));
+      if (bad.count == 0) continue;
+      const int64_t first = static_cast<int64_t>(p.src / es) + bad.first;
+      std::lock_guard lock(mu);
+      bad_count_ += bad.count;
+      if (bad_first_ < 0 || first < bad_first_) bad_first_ = first;
+    }
   });
   report_.read_seconds += static_cast<double>(now_ns() - t0) * 1e-9;
+}
+
+void DeviceLoader::refuse_if_non_finite(const TensorRead& r) {
+  if (bad_count_ == 0) return;
+  const int64_t count = bad_count_, first = bad_first_;
+  bad_count_ = 0;
+  bad_first_ = -1;
+  wait_all();  // no copy may still write into the tensor that is about to be dropped
+  fail(
+      "{}: {} weight '{}' holds {} non-finite value{} (NaN or Inf), the first at element {}; the file is damaged "
+      "(download or convert it again)",
+      r.file->path(), report_.label, r.key, count, count == 1 ? "" : "s", first);
 }
 
 void DeviceLoader::rotate() {
@@ -188,6 +222,12 @@ void DeviceLoader::stage(const TensorRead& r, void* device_dst) {
     for (Staging& b : bufs_) b.data = static_cast<std::byte*>(h.pinned_alloc(opt_.chunk_bytes));
   }
   const size_t total = r.bytes();
+  // A tensor starts on an 8-byte boundary of a buffer, so every part staged holds whole elements (chunk_bytes is a
+  // multiple of 8): each part is scanned on its own (read_into) and the copies stay aligned.
+  if (Staging& b = bufs_[cur_]; b.fill % 8 != 0) {
+    b.fill += 8 - b.fill % 8;
+    if (b.fill >= opt_.chunk_bytes) rotate();
+  }
   size_t done = 0;
   while (done < total) {
     Staging& b = bufs_[cur_];
@@ -218,6 +258,7 @@ Tensor DeviceLoader::load(const TensorRead& r, DType dtype, bool fp8_rows) {
     raw = Tensor::empty(r.dtype, r.shape, device_);
     stage(r, raw.raw());
   }
+  refuse_if_non_finite(r);
   report_.tensors += 1;
   report_.file_bytes += r.bytes();
   Tensor out;

@@ -9,7 +9,7 @@
 // reports what it read and how fast (LoadReport).
 //
 // On Device::cpu the same reads land in host tensors (parallel pread, conversions on the host); FP8 quantization
-// is a GPU step.
+// is a GPU step. Either way the bytes read are scanned for NaN / Inf on the host (Options::refuse_non_finite).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -72,6 +72,10 @@ class DeviceLoader {
     size_t chunk_bytes = size_t{64} << 20;  // one staging buffer
     int buffers = 3;                        // in rotation: one being filled, the others' copies in flight
     size_t piece_bytes = size_t{4} << 20;   // the unit of parallel reads (16 in flight per buffer)
+    // Refuse float tensors holding NaN or Inf (core/finite.h), found in each piece as it is read: a damaged weight
+    // stops the load naming its file, key and element instead of turning a whole run into NaNs. The scan runs on
+    // the reading threads over bytes they just wrote, so the disk still sets the pace.
+    bool refuse_non_finite = true;
   };
   DeviceLoader(Device device, std::string label);
   DeviceLoader(Device device, std::string label, const Options& options);
@@ -98,6 +102,7 @@ class DeviceLoader {
     void* event = nullptr;  // recorded after the last copy queued from this buffer
   };
   void read_into(const TensorRead& r, size_t from, size_t bytes, std::byte* dst);
+  void refuse_if_non_finite(const TensorRead& r);
   void stage(const TensorRead& r, void* device_dst);
   void rotate();
   void wait_all() noexcept;
@@ -109,6 +114,9 @@ class DeviceLoader {
   bool open_ = true;
   std::vector<Staging> bufs_;
   size_t cur_ = 0;
+  // Non-finite values found in the tensor being loaded: their count and the first one's element in the stored
+  // tensor (not in the gathered part).
+  int64_t bad_count_ = 0, bad_first_ = -1;
 };
 
 }  // namespace h3

@@ -27,6 +27,7 @@ extern "C" {
 #include <mutex>
 
 #include "core/log.h"
+#include "core/parallel.h"
 #include "media/media_util.h"
 
 namespace h3 {
@@ -273,32 +274,45 @@ void Mp4Writer::Impl::encode_frame_yuv(const media::PixelView& v, int64_t t) {
   const int64_t H = v.height, W = v.width;
   cb.resize(static_cast<size_t>(H * W));
   cr.resize(static_cast<size_t>(H * W));
-  for (int64_t y = 0; y < H; ++y) {
-    uint8_t* yrow = vframe->data[0] + y * vframe->linesize[0];
-    for (int64_t x = 0; x < W; ++x) {
-      const float r = v.at(0, t, y, x), g = v.at(1, t, y, x), b = v.at(2, t, y, x);
-      const float luma = kKr * r + kKg * g + kKb * b;
-      yrow[x] = to_u8(16.0f + 219.0f * luma);
-      cb[static_cast<size_t>(y * W + x)] = (b - luma) / (2.0f * (1.0f - kKb));
-      cr[static_cast<size_t>(y * W + x)] = (r - luma) / (2.0f * (1.0f - kKr));
-    }
-  }
-  for (int64_t j = 0; j < H / 2; ++j) {
-    uint8_t* urow = vframe->data[1] + j * vframe->linesize[1];
-    uint8_t* vrow = vframe->data[2] + j * vframe->linesize[2];
-    for (int64_t i = 0; i < W / 2; ++i) {
-      const int64_t xs[3] = {std::max<int64_t>(2 * i - 1, 0), 2 * i, 2 * i + 1};
-      const float wt[3] = {0.125f, 0.25f, 0.125f};
-      float su = 0, sv = 0;
-      for (int64_t y = 2 * j; y <= 2 * j + 1; ++y)
-        for (int k = 0; k < 3; ++k) {
-          su += wt[k] * cb[static_cast<size_t>(y * W + xs[k])];
-          sv += wt[k] * cr[static_cast<size_t>(y * W + xs[k])];
+  // Rows in parallel (each row's values depend on that row alone, so the bytes do not depend on the split): the
+  // conversion of a 832 x 480 frame on one thread took longer than libx264's frame-threaded encode of it.
+  constexpr int64_t kRows = 16;
+  parallel_for(
+      H,
+      [&](int64_t y0, int64_t y1) {
+        for (int64_t y = y0; y < y1; ++y) {
+          uint8_t* yrow = vframe->data[0] + y * vframe->linesize[0];
+          for (int64_t x = 0; x < W; ++x) {
+            const float r = v.at(0, t, y, x), g = v.at(1, t, y, x), b = v.at(2, t, y, x);
+            const float luma = kKr * r + kKg * g + kKb * b;
+            yrow[x] = to_u8(16.0f + 219.0f * luma);
+            cb[static_cast<size_t>(y * W + x)] = (b - luma) / (2.0f * (1.0f - kKb));
+            cr[static_cast<size_t>(y * W + x)] = (r - luma) / (2.0f * (1.0f - kKr));
+          }
         }
-      urow[i] = to_u8(128.0f + 224.0f * su);
-      vrow[i] = to_u8(128.0f + 224.0f * sv);
-    }
-  }
+      },
+      kRows);
+  parallel_for(
+      H / 2,
+      [&](int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
+          uint8_t* urow = vframe->data[1] + j * vframe->linesize[1];
+          uint8_t* vrow = vframe->data[2] + j * vframe->linesize[2];
+          for (int64_t i = 0; i < W / 2; ++i) {
+            const int64_t xs[3] = {std::max<int64_t>(2 * i - 1, 0), 2 * i, 2 * i + 1};
+            const float wt[3] = {0.125f, 0.25f, 0.125f};
+            float su = 0, sv = 0;
+            for (int64_t y = 2 * j; y <= 2 * j + 1; ++y)
+              for (int k = 0; k < 3; ++k) {
+                su += wt[k] * cb[static_cast<size_t>(y * W + xs[k])];
+                sv += wt[k] * cr[static_cast<size_t>(y * W + xs[k])];
+              }
+            urow[i] = to_u8(128.0f + 224.0f * su);
+            vrow[i] = to_u8(128.0f + 224.0f * sv);
+          }
+        }
+      },
+      kRows / 2);
   vframe->pts = frames;
   send(venc, vst, vframe);
   ++frames;

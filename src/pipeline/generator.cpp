@@ -671,9 +671,9 @@ struct Generator::Impl {
     if (!vvae) load_vaes();
     auto t0 = clock_type::now();
     if (comm.size() == 1 && !out_path.empty() && !opt.keep_media && vvae->device() == Device::cuda) {
-      mp4 = std::make_unique<StreamingMp4>(out_path, media_spec(run.res.request));
+      mp4 = std::make_unique<StreamingMp4>(out_path, media_spec(run.res.request), VideoVae::to_pixels01);
       const Tensor z = vvae->denormalize(run.res.video_latents.to(vvae->compute_dtype()));
-      vvae->decode_streaming(z, [&](int64_t, const Tensor& frames) { mp4->add_frames(VideoVae::to_pixels01(frames)); });
+      vvae->decode_streaming(z, [&](int64_t, const Tensor& frames) { mp4->add_frames(frames); });
     } else {
       pixels = decode_video_latents(*vvae, run.res.video_latents, group);
     }
@@ -718,6 +718,11 @@ struct Generator::Impl {
       std::map<std::string, std::string> md = {{"request", req.to_json().dump()}, {"generator", "h3 generate"}};
       if (streamed) {
         streamed->finish(wave);
+        const StreamingMp4::Times& mt = streamed->times();
+        spdlog::info(
+            "mp4: the writer thread prepared the frames in {:.2f} s and encoded them in {:.2f} s; at the end it took "
+            "{:.2f} s more for the last frames and {:.2f} s for the audio and trailer",
+            mt.prepare, mt.encode, mt.finish_wait, mt.finish_tail);
       } else {
         Mp4Writer w(out_path, media_spec(req));
         // Rank 0 alone writes, so its own flag decides here: a cancel stops within one frame's encode, and the

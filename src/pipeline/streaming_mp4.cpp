@@ -1,8 +1,19 @@
 #include "pipeline/streaming_mp4.h"
 
+#include <chrono>
+
 namespace h3 {
 
-StreamingMp4::StreamingMp4(const std::string& path, const MediaSpec& spec) : writer_(path, spec) {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+StreamingMp4::StreamingMp4(const std::string& path, const MediaSpec& spec, Prepare prepare)
+    : writer_(path, spec), prepare_(std::move(prepare)) {
   worker_ = std::thread([this] { work(); });
 }
 
@@ -27,7 +38,12 @@ void StreamingMp4::work() {
       queue_.pop_front();
     }
     try {
+      auto t0 = std::chrono::steady_clock::now();
+      if (prepare_) frames = prepare_(frames);
+      times_.prepare += seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
       writer_.add_frames(frames);
+      times_.encode += seconds_since(t0);
     } catch (...) {
       std::lock_guard lock(mu_);
       error_ = std::current_exception();
@@ -37,11 +53,11 @@ void StreamingMp4::work() {
   }
 }
 
-void StreamingMp4::add_frames(Tensor pixels01) {
+void StreamingMp4::add_frames(Tensor frames) {
   {
     std::lock_guard lock(mu_);
     if (error_) std::rethrow_exception(error_);
-    queue_.push_back(std::move(pixels01));
+    queue_.push_back(std::move(frames));
   }
   cv_.notify_all();
 }
@@ -52,10 +68,14 @@ void StreamingMp4::finish(const Tensor& wave) {
     closing_ = true;
   }
   cv_.notify_all();
+  auto t0 = std::chrono::steady_clock::now();
   worker_.join();
+  times_.finish_wait = seconds_since(t0);
   if (error_) std::rethrow_exception(error_);
+  t0 = std::chrono::steady_clock::now();
   writer_.add_audio(wave);
   writer_.finish();
+  times_.finish_tail = seconds_since(t0);
 }
 
 }  // namespace h3

@@ -19,8 +19,8 @@ bool VaeWeightReader::check(const std::string& key, const Shape& shape) {
   return true;
 }
 
-// NaN / Inf are refused where they enter (a decode would write a "completed" video of garbage); host tensors only
-// (a GPU decoder's weights, read straight to the device, are not scanned).
+// NaN / Inf are refused where they enter (a decode would write a "completed" video of garbage). Weights read
+// through a DeviceLoader (load below) are scanned by the loader as they are read.
 void VaeWeightReader::refuse_non_finite(const std::string& key, const Tensor& t) const {
   if (const NonFinite bad = find_non_finite(t); bad.count > 0)
     fail(
@@ -48,9 +48,7 @@ Tensor VaeWeightReader::load(DeviceLoader& loader, const std::string& name, cons
     }
     return Tensor(dtype, s, loader.device());
   }
-  Tensor t = f_.load(loader, key, dtype, rows);
-  if (t.device() == Device::cpu) refuse_non_finite(key, t);
-  return t;
+  return f_.load(loader, key, dtype, rows);
 }
 
 void VaeWeightReader::finish() const {
