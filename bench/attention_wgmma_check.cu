@@ -1,4 +1,4 @@
-// Our Hopper attention kernels (src/backend/cuda/cuda_attention_wgmma*.cu) on one GPU: correctness against an f32
+// Our Hopper attention kernels (src/backend/cuda/attention/wgmma_*.cu) on one GPU: correctness against an f32
 // reference, determinism, independence from the head grouping, and TFLOPS. Builds alone with nvcc (no h3
 // library), so a kernel change can be tried in one short device call:
 //
@@ -6,8 +6,6 @@
 //        src/backend/cuda/attention/wgmma_bf16.cu src/backend/cuda/attention/wgmma_fp8.cu -o attention_wgmma_check
 //   attention_wgmma_check [--reps N] [--data uniform|rising] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]
 //
-// The kernels' key tiles come from H3_ATTENTION_BF16_TILE (192 or 128) and H3_ATTENTION_FP8_TILE (224 or 128), as
-// in h3, and their softmax slack (log2 units; 0 unless set) from H3_ATTENTION_BF16_SLACK and H3_ATTENTION_FP8_SLACK.
 // Kinds: bf16 (bf16 q, k, v, o); fp8 (e4m3 q, k, v with per-tensor descales, bf16 o); fp8-O8 (the same with an e4m3
 // o and its descale). For each shape: q, k uniform in [-2.5, 2.5] and v in [-1, 1] (scores of std ~2 after the
 // 1/sqrt(128) scale: a softmax neither flat nor one-hot), hashed on the device; for FP8 the e4m3 values and power-of-
@@ -19,9 +17,8 @@
 //   - a second run bitwise equal to the first;
 //   - FP8: the V^T transpose alone against the host's, byte for byte (every column, or every 61st on long shapes);
 //   - bf16: the heads computed in groups (calls of 1 and of 7 heads on offset pointers, same row stride) bitwise
-//     equal to all heads in one call (what deterministic mode and ulysses ranks with other head counts rely on);
-//     FP8 ("groups" column): the persistent grid (H3_ATTENTION_FP8_PERSISTENT, default 1) bitwise equal to one CTA
-//     per work item;
+//     equal to all heads in one call (what deterministic mode and ulysses ranks with other head counts rely on;
+//     the FP8 entry wants ld = heads * 128, so its "groups" column stays ok);
 // Then the median time of --reps runs and TFLOPS = 4 nq nk heads 128 / t. Prints a table, then JSON rows.
 // Exits 1 when a check fails, 2 on a usage error.
 #include <cuda_bf16.h>
@@ -279,24 +276,9 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
     std::vector<uint8_t> again(out_bytes);
     CHECK(cudaMemcpy(again.data(), o2, out_bytes, cudaMemcpyDeviceToHost));
     r.repeat_equal = std::memcmp(got.data(), again.data(), out_bytes) == 0;
-    if (fp8) {  // one CTA per work item instead of the persistent grid: the same bits
-      const char* had = std::getenv("H3_ATTENTION_FP8_PERSISTENT");
-      const std::string before = had ? had : "";
-      setenv("H3_ATTENTION_FP8_PERSISTENT", before == "0" ? "1" : "0", 1);
-      CHECK(cudaMemset(o2, 0xff, out_bytes));
-      call(o2);
-      CHECK(cudaDeviceSynchronize());
-      if (had)
-        setenv("H3_ATTENTION_FP8_PERSISTENT", before.c_str(), 1);
-      else
-        unsetenv("H3_ATTENTION_FP8_PERSISTENT");
-      CHECK(cudaMemcpy(again.data(), o2, out_bytes, cudaMemcpyDeviceToHost));
-      r.groups_equal = std::memcmp(got.data(), again.data(), out_bytes) == 0;
-    }
 
-    // Head groups on offset pointers (bf16 only: the FP8 entry wants ld = heads * 128; its "groups" column is the
-    // persistent grid against one CTA per work item, above).
-    if (!fp8) r.groups_equal = true;
+    // Head groups on offset pointers (bf16 only: the FP8 entry wants ld = heads * 128).
+    r.groups_equal = true;
     for (int64_t g : {int64_t{1}, int64_t{7}}) {
       if (fp8 || g >= sh.heads) continue;
       CHECK(cudaMemset(o2, 0xff, out_bytes));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/knobs.h"
 #include "core/tensor.h"
 #include "normal_gpu.h"
 #include "ops/ops.h"
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    start_gpu_backend({});
+    bench::start_gpu_from_knobs();
     std::printf("gemm_check: %s, median of %d\n", gpu_description().c_str(), reps);
     struct W {
       const char* name;

@@ -1,12 +1,23 @@
-// Shared by the GPU benchmarks: seeded normal inputs on the GPU without generating billions of values on the host.
+// Shared by the GPU benchmarks: the GPU started as h3 starts it, and seeded normal inputs on the GPU without
+// generating billions of values on the host.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/backend.h"
+#include "core/knobs.h"
 #include "core/tensor.h"
 #include "pipeline/synthetic.h"
 
 namespace h3::bench {
+
+// Starts the GPU backend with the knobs' numerics and GEMM tuning (H3_FP8_FAST_ACCUM, H3_GEMM_TUNE), as h3 has them.
+inline void start_gpu_from_knobs() {
+  GpuOptions gpu;
+  gpu.numerics = numerics_from_knobs(false);
+  gpu.gemm_tune = knobs().gemm_tune;
+  start_gpu_backend(gpu);
+}
 
 // Seeded normal values times `scale` as a bf16 GPU tensor [rows, cols] (a 1M-value block repeated; never zeros,
 // which would flatter the GEMMs).

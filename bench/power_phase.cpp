@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/common.h"
 #include "clock_probe.h"
+#include "core/knobs.h"
 #include "core/tensor.h"
 #include "normal_gpu.h"
 #include "ops/ops.h"
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    start_gpu_backend({});
+    bench::start_gpu_from_knobs();
     const bool f8 = precision == "fp8";
     const int64_t H = 5376, I = 7168, F = 14336, D = 128;
     auto act = [&](int64_t cols, uint64_t seed) {

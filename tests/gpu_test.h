@@ -17,7 +17,9 @@ namespace h3::test {
 inline bool gpu_ready() {
   static const bool ok = [] {
     try {
-      start_gpu_backend({0, true});
+      GpuOptions o;
+      o.numerics.deterministic = true;
+      start_gpu_backend(o);
       return true;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "no GPU: %s\n", e.what());

@@ -1,7 +1,6 @@
-// The Qwen3-VL towers on the GPU: their ops (causal grouped-query attention, the rounded RMSNorm, GELU, the f32-output
-// GEMM) against the CPU backend on random odd shapes, qwen3vl-text-mini on the GPU against the CPU run and the golden
-// states (f32) and near them (bf16), the mini vision tower on the GPU, and procedural:full loaded on the device.
-// Without a GPU every test here reports itself SKIPPED, loudly.
+// The Qwen3-VL towers on the GPU (their ops against the CPU: test_backend_ops.cpp): qwen3vl-text-mini on the GPU
+// against the CPU run and the golden states (f32) and near them (bf16), the mini vision tower on the GPU, and
+// procedural:full loaded on the device. Without a GPU every test here reports itself SKIPPED, loudly.
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
@@ -25,40 +24,27 @@ namespace {
 
 using test::gpu_ready;
 
-// Random f32 values with bf16-exact magnitudes, so both backends start from identical inputs.
-Tensor rnd(Shape s, uint64_t seed) {
-  return test::bf16_exact_normal(s, seed, 9);
-}
-
-TEST(CudaText, AttentionCausalMatchesCpuOnOddShapesWithGroupedHeads) {
-  H3_REQUIRE_GPU();
-  struct Case {
-    int64_t n, heads, kv_heads, d;
-  };
-  const Case cases[] = {{1, 3, 1, 7}, {23, 6, 2, 5}, {37, 5, 5, 33}, {70, 8, 1, 128}, {19, 4, 2, 200}};
-  for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message() << "n " << c.n << " heads " << c.heads << "/" << c.kv_heads << " d " << c.d);
-    const Tensor q = rnd({c.n, c.heads * c.d}, 1), k = rnd({c.n, c.kv_heads * c.d}, 2),
-                 v = rnd({c.n, c.kv_heads * c.d}, 3);
-    const Tensor want = ops::attention_causal(q, k, v, c.d);
-    for (DType dt : {DType::f32, DType::bf16}) {
-      const Tensor got = ops::attention_causal(q.to_device(Device::cuda).to(dt), k.to_device(Device::cuda).to(dt),
-                                               v.to_device(Device::cuda).to(dt), c.d);
-      ASSERT_TRUE(got.on_device());
-      const Diff d = compare(got.cpu().to(DType::f32), want);
-      EXPECT_TRUE(d.shape_ok);
-      EXPECT_LE(d.rel_l2, dt == DType::f32 ? 1e-6 : 5e-3) << dtype_name(dt) << " max abs " << d.max_abs;
-    }
-  }
+// qwen3vl-text-mini's file, configuration and weights (the caller has checked that the golden file is there).
+struct TextMini {
+  SafeTensors f;
+  Qwen3VlTextConfig c;
+  Qwen3VlTextWeights w;
+};
+TextMini open_text_mini(const std::string& file) {
+  SafeTensors f = SafeTensors::open(file);
+  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(f);
+  Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f));
+  return {std::move(f), c, std::move(w)};
 }
 
 TEST(CudaText, TextMiniOnTheGpuMatchesTheCpuAndTheGolden) {
   H3_REQUIRE_GPU();
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
-  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(f);
-  const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f));
+  const TextMini mini = open_text_mini(file);
+  const SafeTensors& f = mini.f;
+  const Qwen3VlTextConfig& c = mini.c;
+  const Qwen3VlTextWeights& w = mini.w;
   const Qwen3VlTextModel cpu(w, c, -1, Qwen3VlTextOptions{Precision::f32, Device::cpu, nullptr});
   const Qwen3VlTextModel gpu(w, c, -1, Qwen3VlTextOptions{Precision::f32, Device::cuda, nullptr});
   EXPECT_EQ(gpu.bytes_replicated() + gpu.bytes_sharded(), cpu.bytes_replicated() + cpu.bytes_sharded());
@@ -91,53 +77,16 @@ TEST(CudaText, TextMiniOnTheGpuMatchesTheCpuAndTheGolden) {
   }
 }
 
-TEST(CudaText, RoundedNormGeluAndWideGemmMatchTheCpu) {
-  H3_REQUIRE_GPU();
-  const Tensor x = rnd({37, 3 * 40}, 4), w = rnd({40}, 5), w_row = rnd({120}, 6);
-  const Tensor xd = x.to_device(Device::cuda);
-  // f32: the rounded norm is rms_norm itself (same kernel sums), bitwise.
-  for (int64_t group : {int64_t{40}, int64_t{120}}) {
-    const Tensor& wg = group == 40 ? w : w_row;
-    const Tensor wd = wg.to_device(Device::cuda);
-    const Tensor a = ops::rms_norm_rounded(xd, wd, group, 1e-6).cpu();
-    const Tensor b = ops::rms_norm(xd, &wd, group, 1e-6).cpu();
-    EXPECT_EQ(compare(a, b).max_abs, 0.0) << group;
-    // bf16: bf16(bf16(x * r) * w) against the CPU's f32 norm rounded the same way (the sums may differ by an ulp).
-    Tensor want = ops::rms_norm(x, nullptr, group, 1e-6);
-    float* p = want.data<float>();
-    for (int64_t i = 0; i < want.numel(); ++i) p[i] = round_bf16(round_bf16(p[i]) * wg.data<float>()[i % group]);
-    const Tensor got = ops::rms_norm_rounded(xd.to(DType::bf16), wd.to(DType::bf16), group, 1e-6).cpu();
-    EXPECT_EQ(got.dtype(), DType::bf16);
-    const Diff d = compare(got.to(DType::f32), want);
-    EXPECT_LE(d.rel_l2, 1e-3) << group;
-  }
-  for (const bool tanh_form : {true, false}) {
-    const Tensor want = tanh_form ? ops::gelu_tanh(x) : ops::gelu_erf(x);
-    const Tensor got = tanh_form ? ops::gelu_tanh(xd) : ops::gelu_erf(xd);
-    EXPECT_LE(compare(got.cpu(), want).rel_l2, 1e-6) << tanh_form;
-    const Tensor got16 = tanh_form ? ops::gelu_tanh(xd.to(DType::bf16)) : ops::gelu_erf(xd.to(DType::bf16));
-    EXPECT_LE(compare(got16.cpu().to(DType::f32), want).rel_l2, 5e-3) << tanh_form;
-  }
-  // linear_acc: bf16 operands, f32 sums kept (the CPU computes the same exact products in f32).
-  const Tensor a = rnd({29, 150}, 7), b = rnd({83, 150}, 8);
-  const Tensor y =
-      ops::linear_acc(a.to_device(Device::cuda).to(DType::bf16), b.to_device(Device::cuda).to(DType::bf16));
-  EXPECT_EQ(y.dtype(), DType::f32);
-  EXPECT_LE(compare(y.cpu(), ops::linear(a, b)).rel_l2, 1e-6);
-}
-
 TEST(CudaText, TextMiniInBf16OnTheGpuFollowsTheF32Run) {
   H3_REQUIRE_GPU();
   const auto file = test::golden("qwen3vl-text-mini.safetensors");
   H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
-  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(f);
-  const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(std::make_shared<SafeTensors>(f));
-  const Qwen3VlTextModel f32(w, c, -1, Qwen3VlTextOptions{Precision::f32, Device::cuda, nullptr});
-  const Qwen3VlTextModel bf(w, c, -1, Qwen3VlTextOptions{Precision::bf16, Device::cuda, nullptr});
+  const TextMini mini = open_text_mini(file);
+  const Qwen3VlTextModel f32(mini.w, mini.c, -1, Qwen3VlTextOptions{Precision::f32, Device::cuda, nullptr});
+  const Qwen3VlTextModel bf(mini.w, mini.c, -1, Qwen3VlTextOptions{Precision::bf16, Device::cuda, nullptr});
   EXPECT_EQ(2 * (bf.bytes_replicated() + bf.bytes_sharded()), f32.bytes_replicated() + f32.bytes_sharded());
   EXPECT_EQ(bf.dtype(), DType::bf16);
-  const Tensor ids_t = f.get("L40.input_ids");
+  const Tensor ids_t = mini.f.get("L40.input_ids");
   std::vector<int32_t> ids;
   for (int64_t i = 0; i < ids_t.numel(); ++i) ids.push_back(static_cast<int32_t>(ids_t.get(i)));
   const Qwen3VlTextOutputs a = bf.forward(ids, {1, 50}, true), b = f32.forward(ids, {1, 50}, true);

@@ -1,6 +1,6 @@
-// The VAE decoders on the GPU: every op they added to the device table (ops_conv.h, ops_vae.h) against the CPU
-// backend on random odd-sized data, then the two mini decoders on the GPU against the CPU decoders and against the
-// golden files, and the decode units' independence (what sharding over GPU ranks relies on). Without a GPU every
+// The VAE decoders on the GPU (their ops against the CPU backend: test_backend_ops.cpp): the fused ops bitwise equal
+// to the ops they fuse, the device stitch, then the two mini decoders on the GPU against the CPU decoders and against
+// the golden files, and the decode units' independence (what sharding over GPU ranks relies on). Without a GPU every
 // test here reports itself SKIPPED, loudly.
 #include <gtest/gtest.h>
 
@@ -36,107 +36,9 @@ Tensor gpu(const Tensor& t, DType dt = DType::f32) {
   return t.to_device(Device::cuda).to(dt);
 }
 
-void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_TRUE(got.on_device()) << what << ": the GPU op returned a host tensor";
-  const Diff d = compare(got.cpu().to(DType::f32), want);
-  EXPECT_TRUE(d.shape_ok) << what << ": " << got.describe() << " vs " << want.describe();
-  EXPECT_LE(d.rel_l2, tol) << what << ": max abs " << d.max_abs;
-  std::printf("  %-44s rel_l2 %.3e (tol %.0e)\n", what.c_str(), d.rel_l2, tol);
-}
 void expect_bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
   const Diff d = compare(got.cpu().to(DType::f32), want);
   EXPECT_TRUE(d.shape_ok && d.bitwise) << what << ": rel_l2 " << d.rel_l2;
-}
-
-TEST(CudaVaeOps, LayerNormMatchesCpu) {
-  H3_REQUIRE_GPU();
-  const Tensor x = rnd({37, 203}, 1, 2.0), w = rnd({203}, 2), b = rnd({203}, 3);
-  const Tensor want = ops::layer_norm(x, &w, &b, 1e-5);
-  const Tensor gw = gpu(w), gb = gpu(b);
-  expect_close(ops::layer_norm(gpu(x), &gw, &gb, 1e-5), want, 1e-6, "layer_norm f32");
-  expect_close(ops::layer_norm(gpu(x), nullptr, nullptr, 1e-5), ops::layer_norm(x, nullptr, nullptr, 1e-5), 1e-6,
-               "layer_norm f32 no affine");
-  const Tensor hw = gpu(w, DType::bf16), hb = gpu(b, DType::bf16);
-  expect_close(ops::layer_norm(gpu(x, DType::bf16), &hw, &hb, 1e-5), want, 1e-2, "layer_norm bf16");
-}
-
-TEST(CudaVaeOps, Conv1dMatchesCpu) {
-  H3_REQUIRE_GPU();
-  struct Case {
-    int64_t B, C, L, O, K, stride, pad, dil, groups;
-    bool bias;
-    const char* what;
-  };
-  const Case cases[] = {
-      {2, 13, 71, 17, 5, 1, 2, 1, 1, true, "dense (im2col + GEMM)"},
-      {2, 11, 83, 19, 7, 2, 9, 3, 1, true, "dense strided dilated (GEMM)"},
-      {3, 33, 29, 41, 1, 1, 0, 1, 1, true, "1x1 (GEMM)"},
-      {2, 13, 77, 13, 12, 2, 0, 1, 13, false, "depthwise stride 2 (direct)"},
-      {1, 12, 45, 9, 3, 1, 1, 2, 3, true, "grouped (direct)"},
-      {2, 7, 53, 1, 7, 1, 3, 1, 1, false, "one output channel (direct)"},
-  };
-  for (const Case& c : cases) {
-    const Tensor x = rnd({c.B, c.C, c.L}, 10 + c.C, 1.0), w = rnd({c.O, c.C / c.groups, c.K}, 20 + c.O, 0.3);
-    const Tensor b = rnd({c.O}, 30 + c.K, 0.1);
-    const Tensor want = ops::conv1d(x, w, c.bias ? &b : nullptr, c.stride, c.pad, c.dil, c.groups);
-    const Tensor gw = gpu(w), gb = gpu(b);
-    expect_close(ops::conv1d(gpu(x), gw, c.bias ? &gb : nullptr, c.stride, c.pad, c.dil, c.groups), want, 1e-6,
-                 std::string("conv1d f32 ") + c.what);
-  }
-}
-
-TEST(CudaVaeOps, ConvTranspose1dMatchesCpu) {
-  H3_REQUIRE_GPU();
-  struct Case {
-    int64_t B, C, L, opg, K, stride, pad, groups;
-    bool bias;
-    const char* what;
-  };
-  const Case cases[] = {
-      {2, 19, 23, 11, 9, 5, 2, 1, true, "dense stride 5"},
-      {2, 21, 31, 5, 4, 2, 1, 1, true, "dense stride 2"},
-      {2, 13, 47, 1, 12, 2, 0, 13, false, "depthwise upsampler"},
-      {1, 12, 17, 3, 5, 3, 1, 4, true, "grouped"},
-  };
-  for (const Case& c : cases) {
-    const Tensor x = rnd({c.B, c.C, c.L}, 40 + c.C), w = rnd({c.C, c.opg, c.K}, 50 + c.K, 0.3);
-    const Tensor b = rnd({c.opg * c.groups}, 60, 0.1);
-    const Tensor want = ops::conv_transpose1d(x, w, c.bias ? &b : nullptr, c.stride, c.pad, c.groups);
-    const Tensor gw = gpu(w), gb = gpu(b);
-    expect_close(ops::conv_transpose1d(gpu(x), gw, c.bias ? &gb : nullptr, c.stride, c.pad, c.groups), want, 1e-6,
-                 std::string("conv_transpose1d f32 ") + c.what);
-  }
-}
-
-TEST(CudaVaeOps, LayoutOpsAreExact) {
-  H3_REQUIRE_GPU();
-  const Tensor x = rnd({3, 5, 29}, 70);
-  for (auto mode : {ops::PadMode::zeros, ops::PadMode::reflect, ops::PadMode::replicate})
-    for (DType dt : {DType::f32, DType::bf16})
-      expect_bitwise(ops::pad1d(gpu(x, dt), 5, 7, mode), ops::pad1d(x, 5, 7, mode),
-                     "pad1d mode " + std::to_string(static_cast<int>(mode)));
-  expect_bitwise(ops::slice_last(gpu(x), 4, 23), ops::slice_last(x, 4, 23), "slice_last");
-  const int64_t t = 3, h = 5, w = 7, C = 3, pt = 2, r = 3;
-  const Tensor y = rnd({t * h * w, C * pt * r * r}, 71);
-  for (DType dt : {DType::f32, DType::bf16})
-    expect_bitwise(ops::unpatchify3d(gpu(y, dt), t, h, w, C, pt, r), ops::unpatchify3d(y, t, h, w, C, pt, r),
-                   "unpatchify3d");
-}
-
-TEST(CudaVaeOps, ElementwiseMatchCpu) {
-  H3_REQUIRE_GPU();
-  const Tensor x = rnd({41, 67}, 80), y = rnd({41, 67}, 81), s = rnd({67}, 82, 0.1);
-  const Tensor want = ops::add_scaled(x, y, s);
-  expect_close(ops::add_scaled(gpu(x), gpu(y), gpu(s)), want, 1e-7, "add_scaled f32");
-  expect_close(ops::add_scaled(gpu(x), gpu(y, DType::bf16), gpu(s)), want, 1e-7, "add_scaled f32 + bf16 branch");
-  expect_close(ops::add_scaled(gpu(x, DType::bf16), gpu(y, DType::bf16), gpu(s, DType::bf16)), want, 1e-2,
-               "add_scaled bf16");
-  const Tensor a = rnd({2, 13, 57}, 83), al = rnd({13}, 84, 0.3), be = rnd({13}, 85, 0.3);
-  expect_close(ops::snake_beta(gpu(a), gpu(al), gpu(be), 2.0), ops::snake_beta(a, al, be, 2.0), 1e-6, "snake_beta f32");
-  expect_close(ops::divide_clamp(gpu(a), 3.0, -INFINITY, INFINITY), ops::divide_clamp(a, 3.0, -INFINITY, INFINITY),
-               1e-7, "divide_clamp average");
-  expect_close(ops::divide_clamp(gpu(a), 1.0, -1.0, 1.0), ops::divide_clamp(a, 1.0, -1.0, 1.0), 0,
-               "divide_clamp clamp");
 }
 
 // The device stitch against the CPU's per-pixel stitch (itself bitwise the reference stitch, test_vae_stream.cpp):

@@ -224,7 +224,7 @@ Runner add_bench(CLI::App& app) {
       const Precision p = precision_from_name(pname);
       gpu_reset_peak();
       auto t0 = clock_type::now();
-      auto model = std::make_unique<DitModel>(ck, p, DistPlan::single(), Device::cuda);
+      auto model = std::make_unique<DitModel>(ck, p, DistPlan::single(), Device::cuda, g_numerics);
       gpu_synchronize();
       const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
       spdlog::info("{} model on the GPU in {:.1f} s ({:.1f} GiB of weights)", pname, load_s,

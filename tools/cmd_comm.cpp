@@ -18,7 +18,7 @@ namespace h3::cli {
 namespace {
 // With --device cuda and one GPU per rank: an NCCL communicator over the world (device buffers); else none.
 std::unique_ptr<Comm> device_comm(Comm& w) {
-  if (!gpu_backend_started() || pick_device_transport(w, gpu_bus_id()) != Transport::nccl) return nullptr;
+  if (!gpu_backend_started() || pick_device_transport(w, gpu_bus_id(), g_transport) != Transport::nccl) return nullptr;
   return make_nccl_comm(w);
 }
 }  // namespace

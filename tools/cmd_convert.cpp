@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "dist/comm.h"
 #include "io/quant.h"
@@ -43,7 +44,7 @@ Runner add_convert(CLI::App& app) {
   return [o]() -> int {
     if (world().rank() != 0) return 0;
     const bool gpu = o->gpu == "on" || (o->gpu == "auto" && (gpu_backend_started() || gpu_count() > 0));
-    if (gpu) start_gpu_backend({0, false});
+    if (gpu) start_gpu_backend({0, knobs().local_rank, g_numerics, knobs().gemm_tune});
     DitCheckpoint ck = DitCheckpoint::open(o->src);
     add_loras(ck, o->loras, 0);
     const DType dt = o->dtype == "bf16" ? DType::bf16 : DType::f32;

@@ -62,12 +62,13 @@ Runner add_run(CLI::App& app) {
     DitCheckpoint ck = DitCheckpoint::open(o->model);
     Comm& w = world();
     add_loras(ck, o->loras, w.rank());
-    DistPlan plan =
-        w.size() > 1 ? DistPlan::make(
-                           w, {dist_mode_from_name(o->mode), o->tp, o->chunks, g_device == "cuda" ? gpu_bus_id() : ""},
-                           ck.config().num_attention_heads, ck.config().ffn_dim)
-                     : DistPlan::single();
-    DitModel model(ck, precision_from_name(o->precision), plan, g_device == "cuda" ? Device::cuda : Device::cpu);
+    DistPlan plan = w.size() > 1 ? DistPlan::make(w,
+                                                  {dist_mode_from_name(o->mode), o->tp, o->chunks,
+                                                   g_device == "cuda" ? gpu_bus_id() : "", g_transport},
+                                                  ck.config().num_attention_heads, ck.config().ffn_dim)
+                                 : DistPlan::single();
+    DitModel model(ck, precision_from_name(o->precision), plan, g_device == "cuda" ? Device::cuda : Device::cpu,
+                   g_numerics);
     auto t1 = clock::now();
     DitInputs in = make_synthetic_inputs(ck.config(), o->req);
     auto t2 = clock::now();

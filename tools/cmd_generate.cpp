@@ -261,7 +261,8 @@ Runner add_generate(CLI::App& app) {
     // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
     if (go.text_device == Device::cpu && o->text_precision.empty()) go.text_precision = Precision::f32;
     go.memory = memory_policy_from_name(o->memory);
-    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, device == Device::cuda ? gpu_bus_id() : ""};
+    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, device == Device::cuda ? gpu_bus_id() : "",
+                          g_transport};
     go.encoder_ranks = o->encoder_ranks;
     go.comm = &w;
     go.write_latents = o->latents;

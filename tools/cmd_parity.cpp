@@ -55,13 +55,13 @@ Runner add_parity(CLI::App& app) {
     std::vector<std::string> cases = dit_golden_cases(f);
     std::vector<DitOutputs> reference;
     if (w.rank() == 0) {
-      DitModel single(ck, prec, DistPlan::single(), dev);
+      DitModel single(ck, prec, DistPlan::single(), dev, g_numerics);
       for (const auto& c : cases) reference.push_back(single.forward(dit_golden_inputs(f, c)));
     }
     w.barrier("parity: reference done");
-    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks, dev == Device::cuda ? gpu_bus_id() : ""},
+    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks, dev == Device::cuda ? gpu_bus_id() : "", g_transport},
                                    ck.config().num_attention_heads, ck.config().ffn_dim);
-    DitModel dist(ck, prec, plan, dev);
+    DitModel dist(ck, prec, plan, dev, g_numerics);
     const bool exact = mode == DistMode::ulysses || mode == DistMode::ulysses_ag;
     // Tensor parallelism changes the reduction order; on the GPU the bf16 partial sums are rounded before they are
     // added, so the GPU bound is the bf16 recipe's own error scale.

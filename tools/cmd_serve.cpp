@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "serve/http.h"
 #include "serve/supervisor.h"
@@ -190,9 +191,10 @@ Runner add_serve(CLI::App& app) {
     o->ranks = g_ranks;
     o->runner.device = g_device;
     o->runner.deterministic = g_deterministic;
+    o->runner.transport = g_transport;
     o->device = g_device;
     o->self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
-    if (const char* m = std::getenv("H3_MPIRUN")) o->mpirun = m;
+    o->mpirun = knobs().mpirun;
     o->rank_timeout_s = world().timeout_s;
     o->log_level = std::string(spdlog::level::to_string_view(spdlog::get_level()).data());
     if (o->host != "127.0.0.1" && o->host != "::1" && o->host != "localhost" && o->api_key.empty())
@@ -242,9 +244,9 @@ Runner add_serve_worker(CLI::App& app) {
   return [o]() -> int {
     o->runner.device = g_device;
     o->runner.deterministic = g_deterministic;
-    const char* token = std::getenv("H3_SERVE_TOKEN");
-    o->token = token ? token : "";
-    ::unsetenv("H3_SERVE_TOKEN");
+    o->runner.transport = g_transport;
+    o->token = knobs().serve_token;
+    ::unsetenv("H3_SERVE_TOKEN");  // not passed on to anything this worker starts
     return serve::run_worker(*o);
   };
 }

@@ -80,8 +80,10 @@ Runner add_verify(CLI::App& app) {
       if (o->tol > 0) vo.tolerance = o->tol;
       vo.dump_prefix = o->dump;
       vo.device = g_device == "cuda" ? Device::cuda : Device::cpu;
+      vo.numerics = g_numerics;
       if (!o->mode.empty() || world().size() > 1)
-        vo.dist = DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks, ""};
+        vo.dist =
+            DistOptions{dist_mode_from_name(o->mode.empty() ? "ulysses" : o->mode), o->tp, o->chunks, "", g_transport};
       const bool root = world().rank() == 0;
       if (root)
         std::printf("verify %s: DiT golden set, precision %s on the %s\n", o->file.c_str(), o->precision.c_str(),

@@ -6,6 +6,9 @@
 #include <functional>
 #include <string>
 
+#include "core/numerics.h"
+#include "dist/comm_device.h"
+
 namespace h3::cli {
 
 // The global --ranks value (for commands that report on a world size without starting it).
@@ -13,6 +16,9 @@ inline int g_ranks = 1;
 // The global --device (cpu or cuda) and --deterministic values; the GPU backend is started before the command runs.
 inline std::string g_device = "cpu";
 inline bool g_deterministic = false;
+// The numerics (core/numerics.h) the GPU backend was started with, for the models' options, and --transport.
+inline Numerics g_numerics;
+inline Transport g_transport = Transport::automatic;
 
 // A number within [lo, hi]; unlike CLI::Range it refuses nan and inf (every comparison with nan is false).
 inline CLI::Validator finite_range(double lo, double hi) {

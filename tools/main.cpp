@@ -1,6 +1,6 @@
-// h3: the command-line front end. Every flag also reads an environment variable H3_<FLAG>. Usage errors exit 2
-// with a "did you mean" for misspelt commands and options; `h3 --version` says what was compiled in
-// (cli_habits.h).
+// h3: the command-line front end. Every flag also reads an environment variable H3_<FLAG>; the run-time options of
+// core/knobs.h are parsed here, once, from their flags and the environment. Usage errors exit 2 with a "did you
+// mean" for misspelt commands and options; `h3 --version` says what was compiled in (cli_habits.h).
 #include <cstdio>
 #include <map>
 
@@ -8,6 +8,7 @@
 #include "cli_habits.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "dist/comm.h"
 #include "dist/comm_device.h"
@@ -45,6 +46,21 @@ int main(int argc, char** argv) {
                  "share a GPU) or auto (nccl when every rank has its own GPU)")
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
       ->envname("H3_TRANSPORT");
+  // The knobs with a flag (core/knobs.h: the table says what each does, its variable and its default).
+  std::map<std::string, std::string> knob_flags;
+  std::vector<std::pair<std::string, CLI::Option*>> knob_options;
+  for (const h3::KnobInfo& k : h3::knob_table()) {
+    if (!*k.flag) continue;
+    CLI::Option* opt =
+        app.add_option(k.flag, knob_flags[k.name],
+                       fmt::format("{} (environment: {}; default {})", k.help, k.env, *k.def ? k.def : "unset"));
+    opt->group("Run-time options");
+    knob_options.emplace_back(k.name, opt);
+  }
+  std::string env_only = "Environment only:";
+  for (const h3::KnobInfo& k : h3::knob_table())
+    if (!*k.flag) env_only += fmt::format("\n  {}: {} ({})", k.env, k.help, k.env_only);
+  app.footer(env_only);
   bool report_placement = false;
   app.add_flag("--report-placement", report_placement,
                "rank 0 writes 'h3-placement: RANK HOST' lines to stderr (added by h3 --ranks N for itself)")
@@ -81,10 +97,14 @@ int main(int argc, char** argv) {
     return h3::cli::exit_on_parse_error(app, e, argc, argv);
   }
   try {
+    std::map<std::string, std::string> given;
+    for (const auto& [name, opt] : knob_options)
+      if (opt->count() > 0) given[name] = knob_flags[name];
+    h3::load_knobs(given);
     // `info --ranks N` only reports what N ranks would hold; it never starts them.
     // `serve --ranks N` starts its rank group itself (src/serve/supervisor.h); the supervisor stays one process.
     const bool report_only = app.got_subcommand("info") || app.got_subcommand("serve");
-    if (!report_only) h3::relaunch_under_mpi_if_needed(ranks, argc, argv);
+    if (!report_only) h3::relaunch_under_mpi_if_needed(ranks, argc, argv, h3::knobs().mpirun);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return h3::cli::kUsageError;
@@ -92,15 +112,19 @@ int main(int argc, char** argv) {
   h3::Comm& world = h3::world();
   world.timeout_s = timeout;
   h3::log_setup(world.rank(), world.size(), log_level);
+  if (h3::knobs_summary() != "defaults") spdlog::info("run-time options: {}", h3::knobs_summary());
+  const h3::Numerics numerics = h3::numerics_from_knobs(deterministic);
   h3::cli::g_ranks = ranks;
   h3::cli::g_device = device;
   h3::cli::g_deterministic = deterministic;
-  h3::set_device_transport(h3::transport_from_name(transport));
+  h3::cli::g_numerics = numerics;
+  h3::cli::g_transport = h3::transport_from_name(transport);
   if (h3::in_mpi_job() && ranks > 1 && world.size() != ranks)
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
   int status = 2;
   try {
-    if (device == "cuda" && !app.got_subcommand("info")) h3::start_gpu_backend({h3::local_rank(world), deterministic});
+    if (device == "cuda" && !app.got_subcommand("info"))
+      h3::start_gpu_backend({h3::local_rank(world), h3::knobs().local_rank, numerics, h3::knobs().gemm_tune});
     if (world.size() > 1) {
       // What runs where, per host (docs/multi-host.md: reading the placement printout).
       const std::string dev = h3::gpu_backend_started() ? "GPU " + h3::gpu_bus_id() : "cpu";

@@ -5,7 +5,7 @@
 # they need: scripts/device/fetch_debs.sh builds the folder) travel as .deb files in $H3_DEBS and are unpacked
 # under /tmp; the build requires all of them (-DH3_REQUIRE_FULL=ON; H3_REQUIRE_FULL=OFF builds without media/serve).
 # Usage (from the checkout's root there): H3_DEBS=path/to/debs [H3_BENCH=ON] scripts/device/build.sh [build-dir]
-# (H3_GOLDEN=DIR: the golden files' folder; H3_BENCH=ON also builds the bench/ programs, e.g. attention_fp8_check;
+# (H3_GOLDEN=DIR: the golden files' folder; H3_BENCH=ON also builds the bench/ programs, e.g. attention_wgmma_check;
 # H3_TARGETS="h3 h3_tests" builds only those; H3_DEBS_EXTRA=folder supplies spdlog/fmt/json/CLI11/gtest .debs,
 # unpacked only when the image lacks their headers.)
 # The last line printed is the `export LD_LIBRARY_PATH=...` that running the binaries needs.

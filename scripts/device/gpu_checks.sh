@@ -3,8 +3,8 @@
 # $OUT/<step>.log and bounded by its own time limit so that a slow step cannot take the others with it.
 # Usage, from the checkout's root there:
 #   H3_DEBS=.debs H3_DEBS_EXTRA=.debs-extra scripts/device/gpu_checks.sh STEP...
-# Steps: probe build smi power tests gpu-ctest fp8attn wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
-#        bench-bf16 bench-fp8 anchor decode decode-profile decode-attn-ab vae loader media weights
+# Steps: probe build smi power tests gpu-ctest wgmma-attn gemm verify parity parity-quick bench480 bench768 benchall
+#        bench-bf16 bench-fp8 anchor decode decode-profile vae loader media weights
 # (H3_DEBS comes from scripts/device/fetch_debs.sh: FFmpeg included, the build requires it.)
 set -uo pipefail
 out=${OUT:-/tmp/h3-out}
@@ -29,7 +29,7 @@ for s in "$@"; do
     probe)
       step probe 60 bash -c 'nvidia-smi; ls /usr/include | grep -E "spdlog|fmt|nlohmann|CLI|gtest" ; nproc' ;;
     build)
-      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_fp8_check attention_wgmma_check gemm_check power_phase" \
+      TAIL=15 step build 420 env H3_BENCH=ON H3_TARGETS="h3 h3_tests attention_wgmma_check gemm_check power_phase" \
         scripts/device/build.sh build-gpu ;;
     smi)  # clocks, power and throttle reasons every 250 ms while the later steps run
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -47,8 +47,6 @@ for s in "$@"; do
       TAIL=25 step tests 240 build-gpu/bin/h3_tests --gtest_filter='Cuda*:VideoVaeGolden*:AudioVae*' ;;
     wgmma-attn)  # our attention kernels (bf16, FP8 with bf16 O, FP8 with e4m3 O): checks and TFLOPS
       TAIL=34 step wgmma-attn 200 build-gpu/bin/attention_wgmma_check --reps 5 ;;
-    fp8attn)
-      TAIL=20 step fp8attn 180 env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr build-gpu/bin/attention_fp8_check --reps 5 ;;
     verify)
       for p in bf16 fp8; do
         for f in dit-mini dit-fullwidth-1block; do
@@ -68,7 +66,7 @@ for s in "$@"; do
           --mode "$1" --ranks "$3" --precision "$2"
       done ;;
     vae)
-      TAIL=12 step vae-tests 240 build-gpu/bin/h3_tests --gtest_filter='CudaVae*:CudaOps.ElementwiseMatchCpu'
+      TAIL=12 step vae-tests 240 build-gpu/bin/h3_tests --gtest_filter='CudaVae*:CudaBackendOps*'
       for p in f32 bf16; do TAIL=8 step "vae-verify-$p" 120 "$h3" --device cuda verify "$g/video-vae-mini.safetensors" --precision "$p"; done
       TAIL=4 step vae-parity-bf16-n3 120 "$h3" --device cuda vae-parity "$g/video-vae-mini.safetensors" --precision bf16 --ranks 3 ;;
     parity)
@@ -104,9 +102,6 @@ for s in "$@"; do
     decode-profile)  # 768p bf16, one more whole decode with the decoder's profile regions
       TAIL=40 step decode-profile 200 "$h3" --device cuda bench-decode --res 768p --precision bf16 --split 1 \
         --no-audio --profile --json "$out/decode-profile.json" ;;
-    decode-attn-ab)  # the same with attention back to one cuDNN call per unit (the batched call's gain)
-      TAIL=24 step decode-attn-ab 200 env H3_VAE_ATTENTION_PER_BLOCK=1 "$h3" --device cuda bench-decode --res 768p \
-        --precision bf16 --split 1 --no-audio --profile --json "$out/decode-attn-ab.json" ;;
     loader)  # the staged loader, the DiT/VAEs read straight to the GPU, h3 convert on the GPU, full-size procedural VAEs
       TAIL=30 step loader 300 build-gpu/bin/h3_tests --gtest_filter='CudaLoader.*' ;;
     media)  # FFmpeg's libraries from the carried .debs resolve, and the whole job writes an MP4 on the GPU machine

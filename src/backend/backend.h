@@ -3,12 +3,18 @@
 #pragma once
 #include <string>
 
+#include "core/numerics.h"
+
 namespace h3 {
 
 struct GpuOptions {
-  int rank = 0;  // the rank's local rank on its host: picks the GPU (local rank % visible GPUs), so several ranks may
-                 // share one; the launcher's own local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID) wins
-  bool deterministic = false;  // fixed GEMM and attention choices, independent of a rank's row or head count
+  // Which GPU: the launcher's local rank on this host when it gives one (knobs: OMPI_COMM_WORLD_LOCAL_RANK,
+  // SLURM_LOCALID), else `rank`, the rank's local rank on its host (dist/placement.h), modulo the visible GPUs (so
+  // several ranks may share one).
+  int rank = 0;
+  int local_rank = -1;
+  Numerics numerics;      // deterministic mode, FP8 attention, FP8 accumulation
+  bool gemm_tune = true;  // time cuBLASLt's candidates per GEMM shape (the gemm_tune knob)
 };
 
 // Selects the GPU, creates the stream and library handles and registers the device hooks and ops. Idempotent.
@@ -16,11 +22,9 @@ void start_gpu_backend(const GpuOptions& options);
 // NVIDIA GPUs this process could use (0 without the CUDA backend, a driver or a visible GPU); starts nothing.
 int gpu_count();
 bool gpu_backend_started();
-// Whether the started GPU backend runs in deterministic mode (false without one).
-bool gpu_deterministic();
-// Whether FP8 activations are quantized per row: in deterministic mode, or with H3_FP8_ACTIVATIONS=rows (an
-// experiment: per-row scales, the same GEMMs; per tensor otherwise).
-bool gpu_fp8_row_activations();
+// The numerics of the started GPU backend (tests switch FP8 attention modes between runs with the setter).
+Numerics gpu_numerics();
+void set_gpu_numerics(const Numerics& numerics);
 // "NVIDIA H200, 139.8 GiB, sm_90" or why there is no GPU.
 std::string gpu_description();
 // PCI bus id of this process's GPU ("0000:19:00.0"), empty when the backend is not started.
@@ -37,17 +41,5 @@ size_t gpu_total_bytes();
 // Hands the caching allocator's free blocks back to the device (between a pipeline's phases, so that the next
 // phase's model finds the memory the last one freed); waits for queued work first. A no-op without a GPU.
 void gpu_release_cached();
-
-// While one is alive, GEMMs issued by this thread on the GPU choose their cuBLASLt algorithm as deterministic mode
-// does (one per weight shape, picked at a fixed reference row count, no split-K), so a row's result does not depend
-// on how many rows are stacked with it. The video decode stacks several units per GEMM under it and stays bitwise
-// equal to decoding the units one at a time (and so to any sharded split). Nests; a no-op without a GPU.
-class GpuPinnedGemms {
- public:
-  GpuPinnedGemms();
-  ~GpuPinnedGemms();
-  GpuPinnedGemms(const GpuPinnedGemms&) = delete;
-  GpuPinnedGemms& operator=(const GpuPinnedGemms&) = delete;
-};
 
 }  // namespace h3

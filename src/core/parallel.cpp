@@ -1,5 +1,7 @@
 #include "core/parallel.h"
 
+#include "core/knobs.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
@@ -11,13 +13,8 @@
 namespace h3 {
 
 int cpu_threads() {
-  static int n = [] {
-    if (const char* e = std::getenv("H3_THREADS")) {
-      int v = std::atoi(e);
-      if (v > 0) return v;
-    }
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  }();
+  static int n =
+      knobs().threads > 0 ? knobs().threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   return n;
 }
 

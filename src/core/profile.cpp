@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "core/knobs.h"
 
 namespace h3::profile {
 
@@ -25,10 +26,7 @@ struct Span {
 
 struct State {
   std::mutex mu;
-  bool on = [] {
-    const char* e = std::getenv("H3_PROFILE");
-    return e && std::string(e) == "1";
-  }();
+  bool on = knobs().profile;
   std::vector<Span> spans;
   std::vector<std::pair<int, bool>> order;  // device marks as recorded: (span, is_end)
   unsigned gen = 1;                         // bumped by take(): a span open across it is dropped

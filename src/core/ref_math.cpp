@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/knobs.h"
 #include "core/log.h"
 
 namespace h3::ref_math {
@@ -83,11 +84,11 @@ bool try_load(const std::string& name, Vml& v, std::string& why) {
 
 Vml load() {
   Vml v;
-  const char* env = std::getenv("H3_MKL_RT");
+  const std::string& env = knobs().mkl_rt;
   std::vector<std::string> candidates;
-  if (env && std::string(env) == "off") {
+  if (env == "off") {
     v.info.why = "H3_MKL_RT=off";
-  } else if (env && *env) {
+  } else if (!env.empty()) {
     candidates = {env};
   } else {
     if (*kConfiguredLibrary) candidates.push_back(kConfiguredLibrary);

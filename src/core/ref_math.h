@@ -8,9 +8,9 @@
 // loaded at run time when present and never linked: without it, these functions round the libm double result to
 // f32 (correctly rounded in practice), and the f64 DiT then differs from the reference by ~1e-8 (docs/notes.md).
 //
-// Library search order: $H3_MKL_RT (a path, or "off"), the libmkl_rt found by CMake at configure time
-// (scripts/setup-mkl.sh unpacks Debian's libmkl-* packages into /opt/h3-deps/mkl), then the loader's default
-// libmkl_rt.so.
+// Library search order: the mkl_rt knob (H3_MKL_RT / --mkl-rt: a path, or "off"), the libmkl_rt found by CMake at
+// configure time (scripts/setup-mkl.sh unpacks Debian's libmkl-* packages into /opt/h3-deps/mkl), then the loader's
+// default libmkl_rt.so.
 #pragma once
 #include <cstdint>
 #include <string>

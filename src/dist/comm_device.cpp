@@ -7,10 +7,6 @@
 
 namespace h3 {
 
-namespace {
-Transport g_transport = Transport::automatic;
-}
-
 Transport transport_from_name(const std::string& s) {
   for (Transport t : {Transport::automatic, Transport::mpi, Transport::nccl})
     if (s == transport_name(t)) return t;
@@ -29,14 +25,10 @@ std::string_view transport_name(Transport t) {
   return "?";
 }
 
-void set_device_transport(Transport t) {
-  g_transport = t;
-}
-
-Transport pick_device_transport(Comm& host, const std::string& gpu_bus) {
+Transport pick_device_transport(Comm& host, const std::string& gpu_bus, Transport wanted) {
   // One rank needs no transport, except when NCCL is asked for explicitly (it then checks the NCCL path itself).
-  if (g_transport == Transport::mpi || (host.size() == 1 && g_transport != Transport::nccl)) return Transport::mpi;
-  const bool asked = g_transport == Transport::nccl;
+  if (wanted == Transport::mpi || (host.size() == 1 && wanted != Transport::nccl)) return Transport::mpi;
+  const bool asked = wanted == Transport::nccl;
   std::string why;
   if (!nccl_built())
     why = "this build has no NCCL";

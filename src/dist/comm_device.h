@@ -19,17 +19,15 @@ namespace h3 {
 enum class Transport { automatic, mpi, nccl };
 Transport transport_from_name(const std::string& s);  // "auto", "mpi", "nccl"
 std::string_view transport_name(Transport t);
-// The process-wide choice for device tensors (h3 --transport); default automatic.
-void set_device_transport(Transport t);
 
 // Whether this build has NCCL.
 bool nccl_built();
 // Collective over `host`. `host` must outlive the result unless `keep` owns it. Throws (naming the rank and cause)
 // on failure.
 std::unique_ptr<Comm> make_nccl_comm(Comm& host, std::shared_ptr<Comm> keep = nullptr);
-// NCCL when the setting allows it and every rank of `host` has a distinct GPU (collective over `host`); throws
-// when --transport nccl was asked for and cannot be honoured, saying why. `gpu_bus`: this rank's GPU (its PCI bus
-// id), "" when it runs without one.
-Transport pick_device_transport(Comm& host, const std::string& gpu_bus);
+// NCCL when `wanted` allows it (h3 --transport: auto, mpi, nccl) and every rank of `host` has a distinct GPU
+// (collective over `host`); throws when nccl was asked for and cannot be honoured, saying why. `gpu_bus`: this
+// rank's GPU (its PCI bus id), "" when it runs without one.
+Transport pick_device_transport(Comm& host, const std::string& gpu_bus, Transport wanted);
 
 }  // namespace h3

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "dist/comm.h"
 
@@ -246,9 +247,7 @@ std::string host_of_world_rank(int r) {
 }
 
 bool in_mpi_job() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v)) return true;
-  return false;
+  return knobs().in_mpi_job;
 }
 
 Comm& world() {
@@ -259,7 +258,6 @@ Comm& world() {
     g_mpi_initialised = true;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     auto c = std::make_unique<MpiComm>(MPI_COMM_WORLD, false);
-    if (const char* t = std::getenv("H3_TIMEOUT")) c->timeout_s = std::atof(t) > 0 ? std::atof(t) : c->timeout_s;
     // Host names of every rank, for messages that name a peer.
     std::string me = this_host();
     char name[256] = {0};

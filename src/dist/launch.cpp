@@ -224,10 +224,10 @@ std::vector<std::string> mpirun_forward_args(const std::vector<std::string>& env
   return out;
 }
 
-void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv) {
+void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv, const std::string& mpirun) {
   if (ranks <= 1 || in_mpi_job()) return;
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const char* launcher = std::getenv("H3_MPIRUN") ? std::getenv("H3_MPIRUN") : "mpirun";
+  const std::string& launcher = mpirun;
   // Share the cores between the ranks unless the user chose.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const std::string per_rank = std::to_string(std::max(1u, cores / static_cast<unsigned>(ranks)));

@@ -18,9 +18,10 @@ namespace h3 {
 // Seconds mpirun may take to end the job after a rank reported an error, before its process group is killed.
 constexpr double kTeardownGraceS = 10.0;
 
-// Returns only if no relaunch is needed (one rank, or already inside an MPI job); otherwise runs mpirun as a
-// child and exits the process with the job's status (or throws h3::Error if mpirun cannot be started).
-void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv);
+// Returns only if no relaunch is needed (one rank, or already inside an MPI job); otherwise runs the launcher
+// `mpirun` (the mpirun knob) as a child and exits the process with the job's status (or throws h3::Error if it
+// cannot be started).
+void relaunch_under_mpi_if_needed(int ranks, int argc, char** argv, const std::string& mpirun);
 
 // `-x NAME` for every setting of `env` ("NAME=value" entries, the environment mpirun will get) that the ranks on
 // other hosts need (H3_*, NCCL_*, thread counts, LD_LIBRARY_PATH): mpirun passes no environment to other hosts

@@ -56,7 +56,7 @@ DistPlan DistPlan::make(Comm& comm, const DistOptions& opt, int heads, int ffn_d
   p.tp_comm = std::shared_ptr<Comm>(comm.split(p.u, p.t));
   p.sp_comm = std::shared_ptr<Comm>(comm.split(p.t, p.u));
   // On GPUs, the groups that exchange activations get NCCL when every rank has its own GPU.
-  if (!opt.gpu_bus.empty() && pick_device_transport(comm, opt.gpu_bus) == Transport::nccl) {
+  if (!opt.gpu_bus.empty() && pick_device_transport(comm, opt.gpu_bus, opt.transport) == Transport::nccl) {
     p.transport = "nccl";
     if (p.tp_comm->size() > 1) {
       p.tp_comm = std::shared_ptr<Comm>(make_nccl_comm(*p.tp_comm, p.tp_comm));

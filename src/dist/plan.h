@@ -31,6 +31,9 @@ struct DistOptions {
   // This rank's GPU (its PCI bus id, backend/backend.h: gpu_bus_id()) when the model's tensors live on one, ""
   // on the CPU: ranks on distinct GPUs then exchange device tensors through NCCL (dist/comm_device.h).
   std::string gpu_bus;
+  // How device tensors travel (h3 --transport): NCCL where every rank has its own GPU (auto), always MPI through
+  // host memory, or NCCL or an error.
+  Transport transport = Transport::automatic;
 };
 
 struct DistPlan {

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/parallel.h"
-#include "ops/device_ops.h"
+#include "ops/ops.h"
 
 namespace h3 {
 
@@ -39,7 +39,7 @@ ProceduralRule procedural_rule(const std::string& name, const Shape& shape, uint
 Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed, Device device) {
   if (device == Device::cpu) return procedural_tensor(name, shape, seed);
   const ProceduralRule r = procedural_rule(name, shape, seed);
-  return ops::device_ops("procedural").procedural(r.base, r.scale, r.offset, shape);
+  return ops::procedural(r.base, r.scale, r.offset, shape, device);
 }
 
 Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed) {

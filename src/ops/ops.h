@@ -32,8 +32,8 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t head_dim, double e
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16_steps);
 // Full non-causal attention per head: q[Nq, H*D], k/v[Nk, H*D] -> [Nq, H*D], softmax scale 1/sqrt(D).
 // Streams over key blocks with an online softmax: no Nq x Nk buffer. On the GPU, q/k/v may also be fp8 e4m3 with
-// per-tensor scales (quantize_fp8): FP8 attention through cuDNN (bf16 result), or, where cuDNN refuses it, bf16
-// attention of the dequantized values (H3_ATTENTION_FP8=off|require: always that / fail instead).
+// per-tensor scales (quantize_fp8), v also bf16: FP8 attention (bf16 result), or, where the FP8 kernel cannot run,
+// bf16 attention of the dequantized values (the backend's Numerics::fp8_attention decides: GpuOptions).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
 // out[idx[i]] = rows[i] (out must have the row width of rows).
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx);
@@ -79,11 +79,31 @@ Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, doub
                         const Tensor& sin, bool bf16_steps, const Tensor& scale);
 // quantize_fp8_rows(swiglu(u, bf16_steps)), one pass on the GPU.
 Tensor swiglu_fp8_rows(const Tensor& u, bool bf16_steps);
-// quantize_fp8(swiglu(u, bf16_steps)) (per tensor), bitwise; on the GPU the amax comes out of the SwiGLU pass, so
-// only the quantization reads the bf16 result again.
-Tensor swiglu_fp8(const Tensor& u, bool bf16_steps);
 // Rounds every element through bf16 in place (emulates the released bf16 recipe on the CPU).
 void round_bf16_(Tensor& x);
+
+// Procedural weights (io/procedural.h) generated on `device` (device backends; io/procedural.cpp makes the host
+// ones): f32 values float(offset + u(base + i) * scale), u as io/procedural.h defines it.
+Tensor procedural(uint64_t base, double scale, double offset, const Shape& shape, Device device);
+
+// While one is alive, GEMMs that this thread issues on `device` choose their algorithm as deterministic mode does (one
+// per weight shape, picked at a fixed reference row count, no split-K), so a row's result does not depend on how many
+// rows are stacked with it. The video decode stacks several units per GEMM under it and stays bitwise equal to
+// decoding the units one at a time (and so to any sharded split). Nests; a no-op on the CPU, whose GEMM order never
+// depends on the row count.
+class PinnedGemms {
+ public:
+  explicit PinnedGemms(Device device);
+  ~PinnedGemms();
+  PinnedGemms(const PinnedGemms&) = delete;
+  PinnedGemms& operator=(const PinnedGemms&) = delete;
+
+ private:
+  Device device_;
+};
+
+// Memory of `device` in bytes (0 for the CPU or without a running device backend).
+size_t device_total_bytes(Device device);
 
 }  // namespace h3::ops
 

@@ -295,7 +295,10 @@ struct Generator::Impl {
     std::vector<std::string> specs;
     for (const auto& l : want) specs.push_back(fmt::format("{}:{}", l.path, l.strength));
     if (for_request) add_loras(*ck, specs, comm->world_rank(comm->rank()));
-    dit = std::make_unique<DitModel>(*ck, precision, plan, dit_device());
+    // On the GPU the DiT computes with the numerics the GPU backend was started with (deterministic mode, FP8
+    // attention: core/numerics.h).
+    const Device dev = dit_device();
+    dit = std::make_unique<DitModel>(*ck, precision, plan, dev, dev == Device::cuda ? gpu_numerics() : Numerics{});
     ckpt = std::move(ck);
     loras_merged = want;
     lora_digest = want.empty() ? 0 : ckpt->lora_digest();

@@ -16,9 +16,10 @@ namespace h3::serve {
 struct RunnerOptions {
   std::string kind = "generator";  // "generator" or "fake"
   ModelPaths paths;
-  std::string device = "cpu";  // the rank group's --device (cuda: the models on the GPU)
-  bool deterministic = false;  // the rank group's --deterministic
-  std::string precision;       // DiT; "" = the device's default (generator.h: default_generate_options)
+  std::string device = "cpu";                  // the rank group's --device (cuda: the models on the GPU)
+  bool deterministic = false;                  // the rank group's --deterministic
+  Transport transport = Transport::automatic;  // the rank group's --transport (dist/plan.h)
+  std::string precision;                       // DiT; "" = the device's default (generator.h: default_generate_options)
   std::string vae_precision, text_precision, text_device;  // "" = the device's defaults
   std::string memory = "auto";                             // GPU memory plan: auto, resident or phases
   std::string mode = "ulysses";

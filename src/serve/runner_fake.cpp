@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/knobs.h"
 #include "core/log.h"
 #include "dist/control.h"
 #include "dist/partition.h"
@@ -90,7 +91,7 @@ class FakeRunner : public JobRunner {
   nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
                      const std::atomic<bool>* cancel) override {
     const auto t0 = std::chrono::steady_clock::now();
-    const FaultSpec fault = FaultSpec::parse(std::getenv("H3_DEBUG_FAULT") ? std::getenv("H3_DEBUG_FAULT") : "");
+    const FaultSpec fault = FaultSpec::parse(debug_fault());
     const int steps = req.model_calls;
     const int decode_chunks = 3;
     const int total = steps + decode_chunks;

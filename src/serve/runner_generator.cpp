@@ -52,6 +52,7 @@ class GeneratorRunner : public JobRunner {
     g.dist.mode = dist_mode_from_name(o.mode);
     g.dist.tp = o.tp;
     g.dist.chunks = o.chunks;
+    g.dist.transport = o.transport;
     if (device == Device::cuda) g.dist.gpu_bus = gpu_bus_id();
     g.encoder_ranks = o.encoder_ranks;
     g.comm = &comm;

@@ -17,6 +17,7 @@
 #include <regex>
 #include <thread>
 
+#include "core/knobs.h"
 #include "core/log.h"
 #include "dist/launch.h"
 #include "serve/channel.h"
@@ -133,8 +134,8 @@ Supervisor::Supervisor(ServeOptions options) : o_(std::move(options)) {
   if (::pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) fail("serve: pipe(): {}", std::strerror(errno));
   // The control socket lives in a private folder with a short path (Unix socket paths are limited to 107
   // bytes).
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/h3serve-XXXXXX";
+  const std::string& tmp = knobs().tmpdir;
+  std::string tmpl = (tmp.empty() ? std::string("/tmp") : tmp) + "/h3serve-XXXXXX";
   if (tmpl.size() > 80) tmpl = "/tmp/h3serve-XXXXXX";
   if (!::mkdtemp(tmpl.data())) fail("serve: cannot create a folder for the control socket: {}", std::strerror(errno));
   run_dir_ = tmpl;
@@ -265,6 +266,8 @@ bool Supervisor::launch_group() {
                                      std::to_string(r.fake_load_ms)};
   if (r.write_latents) worker.push_back("--write-latents");
   if (r.deterministic) worker.insert(worker.begin() + 1, "--deterministic");  // a global flag: before the command
+  if (r.transport != Transport::automatic)
+    worker.insert(worker.begin() + 1, {"--transport", std::string(transport_name(r.transport))});
   worker.push_back("--memory-plan");
   worker.push_back(r.memory);
   const std::pair<const char*, const std::string*> numerics[] = {{"--precision", &r.precision},
@@ -287,19 +290,31 @@ bool Supervisor::launch_group() {
     }
   args.insert(args.end(), worker.begin(), worker.end());
 
+  // The knobs this process was given by flag reach the workers as their variables (they read the environment).
+  const std::vector<std::string> flag_env = knob_flag_environment();
+  auto given_by_flag = [&](const std::string& kv) {
+    for (const std::string& f : flag_env)
+      if (kv.compare(0, f.find('=') + 1, f, 0, f.find('=') + 1) == 0) return true;
+    return false;
+  };
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
-    if (kv.rfind("H3_SERVE_TOKEN=", 0) == 0 || kv.rfind("H3_DEBUG_FAULT=", 0) == 0) continue;
+    if (kv.rfind("H3_SERVE_TOKEN=", 0) == 0 || kv.rfind("H3_DEBUG_FAULT=", 0) == 0 || kv.rfind("H3_THREADS=", 0) == 0 ||
+        given_by_flag(kv))
+      continue;
     env.push_back(kv);
   }
+  for (const std::string& f : flag_env)
+    if (f.rfind("H3_THREADS=", 0) != 0) env.push_back(f);
   env.push_back("H3_SERVE_TOKEN=" + token);
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
   env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-  if (!std::getenv("H3_THREADS")) {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    env.push_back("H3_THREADS=" + std::to_string(std::max(1u, cores / static_cast<unsigned>(o_.ranks))));
-  }
+  // The threads knob as this process has it (--threads or H3_THREADS), else the cores shared out between the ranks.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = knobs().threads > 0 ? static_cast<unsigned>(knobs().threads)
+                                               : std::max(1u, cores / static_cast<unsigned>(o_.ranks));
+  env.push_back("H3_THREADS=" + std::to_string(threads));
   if (o_.ranks > 1) {  // the group's settings reach ranks on other hosts too
     const auto forward = mpirun_forward_args(env);
     args.insert(args.begin() + 1, forward.begin(), forward.end());

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/knobs.h"
 #include "core/log.h"
 #include "serve/channel.h"
 #include "serve/store.h"
@@ -123,11 +124,7 @@ int run_worker(const WorkerOptions& o) {
     }
     if (type != "job") continue;
     const std::string id = cmd.value("id", "");
-    const std::string fault = cmd.value("fault", "");
-    if (fault.empty())
-      ::unsetenv("H3_DEBUG_FAULT");
-    else
-      ::setenv("H3_DEBUG_FAULT", fault.c_str(), 1);
+    set_debug_fault(cmd.value("fault", ""));  // the job's test fault (x_debug_fault), read by the runners
     nlohmann::json done = {{"type", "done"}, {"id", id}};
     try {
       ResolvedRequest req = ResolvedRequest::from_json(cmd.at("request"));
@@ -153,7 +150,7 @@ int run_worker(const WorkerOptions& o) {
       done["error"] =
           comm.size() > 1 ? fmt::format("rank {} ({}): {}", comm.rank(), comm.host(), e.what()) : std::string(e.what());
     }
-    ::unsetenv("H3_DEBUG_FAULT");
+    set_debug_fault("");
     if (ch) {
       inbox.finished();
       ch->send(done);

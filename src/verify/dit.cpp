@@ -126,7 +126,7 @@ VerifyReport verify_dit_file(const SafeTensors& f, const VerifyOptions& opt) {
     plan = DistPlan::make(world(), d, ck.config().num_attention_heads, ck.config().ffn_dim);
   }
   if (opt.dist) spdlog::info("{}", plan.describe());
-  DitModel model(ck, opt.precision, plan, opt.device);
+  DitModel model(ck, opt.precision, plan, opt.device, opt.numerics);
   VerifyReport rep;
   for (const auto& c : dit_golden_cases(f)) {
     DitInputs in = dit_golden_inputs(f, c);

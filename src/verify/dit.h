@@ -19,6 +19,7 @@ struct VerifyOptions {
   std::string dump_prefix;
   std::optional<DistOptions> dist;  // run distributed over world() with these options
   Device device = Device::cpu;      // cuda: bf16 or fp8 on the GPU
+  Numerics numerics;                // the GPU backend's (core/numerics.h)
 };
 
 struct VerifyLine {

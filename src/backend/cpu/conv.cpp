@@ -1,20 +1,16 @@
-// CPU reference implementations of ops_conv.h in f32 and f64. Each task owns whole output rows/planes and adds its
-// terms in one fixed order, so the result is independent of the thread count.
+// CPU reference implementations of ops_conv.h in f32 and f64 (entries of the CPU backend's table; the front door
+// has checked shapes and dtypes). Each task owns whole output rows/planes and adds its terms in one fixed order, so
+// the result is independent of the thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/checks.h"
+#include "backend/cpu/ops.h"
 #include "core/parallel.h"
-#include "ops/device_ops.h"
-#include "ops/ops_conv.h"
 
-namespace h3::ops {
+namespace h3::cpu {
 
 namespace {
-
-using cpu_checks::need_float;
-using cpu_checks::same_dtype;
 
 template <typename F>
 auto dispatch(const Tensor& x, F f) {
@@ -38,18 +34,10 @@ inline int64_t pad_index(int64_t p, int64_t n, PadMode mode) {
 }  // namespace
 
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, std::array<int64_t, 3> stride) {
-  need_float(x, "conv3d", "x");
-  same_dtype(x, w, "conv3d");
-  H3_ASSERT(x.ndim() == 4 && w.ndim() == 5 && w.dim(1) == x.dim(0), "conv3d: x {} w {}", x.describe(), w.describe());
   const int64_t C = x.dim(0), T = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t O = w.dim(0), kt = w.dim(2), kh = w.dim(3), kw = w.dim(4);
   const auto [st, sh, sw] = stride;
-  H3_ASSERT(T >= kt && H >= kh && W >= kw, "conv3d: input {} smaller than kernel {}", x.describe(), w.describe());
   const int64_t To = (T - kt) / st + 1, Ho = (H - kh) / sh + 1, Wo = (W - kw) / sw + 1;
-  if (bias) {
-    same_dtype(x, *bias, "conv3d");
-    H3_ASSERT(bias->numel() == O, "conv3d: bias {} for {} outputs", bias->describe(), O);
-  }
   Tensor y(x.dtype(), {O, To, Ho, Wo});
   dispatch(x, [&]<typename T_>(T_) {
     const T_* xp = x.data<T_>();
@@ -88,12 +76,7 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, std::array<i
 }
 
 Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int64_t left, int64_t right, PadMode mode) {
-  need_float(x, "pad3d", "x");
-  H3_ASSERT(x.ndim() == 4, "pad3d: x {}", x.describe());
   const int64_t C = x.dim(0), T = x.dim(1), H = x.dim(2), W = x.dim(3);
-  if (mode == PadMode::reflect)
-    H3_ASSERT(top < H && bottom < H && left < W && right < W, "pad3d: reflect pad larger than the input {}",
-              x.describe());
   const int64_t To = T + t_front, Ho = H + top + bottom, Wo = W + left + right;
   Tensor y(x.dtype(), {C, To, Ho, Wo});
   dispatch(x, [&]<typename T_>(T_) {
@@ -119,10 +102,7 @@ Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int6
 }
 
 Tensor group_norm_frames(const Tensor& x, int64_t groups, const Tensor* w, const Tensor* b, double eps) {
-  need_float(x, "group_norm_frames", "x");
-  H3_ASSERT(x.ndim() >= 2, "group_norm_frames: x {}", x.describe());
   const int64_t C = x.dim(0), T = x.dim(1), S = x.numel() / std::max<int64_t>(C * T, 1);
-  H3_ASSERT(groups > 0 && C % groups == 0, "group_norm_frames: {} groups for {} channels", groups, C);
   if (w) H3_ASSERT(w->numel() == C, "group_norm_frames: weight {} for {} channels", w->describe(), C);
   if (b) H3_ASSERT(b->numel() == C, "group_norm_frames: bias {} for {} channels", b->describe(), C);
   const int64_t cg = C / groups;
@@ -162,8 +142,6 @@ Tensor group_norm_frames(const Tensor& x, int64_t groups, const Tensor* w, const
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps) {
-  H3_DEVICE_DISPATCH(x, layer_norm, x, w, b, eps);
-  need_float(x, "layer_norm", "x");
   const int64_t C = x.dim(-1), N = x.numel() / std::max<int64_t>(C, 1);
   if (w) H3_ASSERT(w->numel() == C, "layer_norm: weight {} for width {}", w->describe(), C);
   if (b) H3_ASSERT(b->numel() == C, "layer_norm: bias {} for width {}", b->describe(), C);
@@ -201,15 +179,8 @@ Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps)
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,
               int64_t groups) {
-  H3_DEVICE_DISPATCH(x, conv1d, x, w, bias, stride, pad, dilation, groups);
-  need_float(x, "conv1d", "x");
-  same_dtype(x, w, "conv1d");
-  H3_ASSERT(x.ndim() == 3 && w.ndim() == 3, "conv1d: x {} w {}", x.describe(), w.describe());
   const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), O = w.dim(0), K = w.dim(2);
-  H3_ASSERT(groups > 0 && C % groups == 0 && O % groups == 0 && w.dim(1) == C / groups, "conv1d: x {} w {} groups {}",
-            x.describe(), w.describe(), groups);
   const int64_t span = (K - 1) * dilation + 1;
-  H3_ASSERT(L + 2 * pad >= span, "conv1d: input {} shorter than the kernel span {}", x.describe(), span);
   const int64_t Lo = (L + 2 * pad - span) / stride + 1;
   if (bias) H3_ASSERT(bias->numel() == O, "conv1d: bias {} for {} outputs", bias->describe(), O);
   const int64_t cpg = C / groups, opg = O / groups;
@@ -249,15 +220,9 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stri
 
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad,
                         int64_t groups) {
-  H3_DEVICE_DISPATCH(x, conv_transpose1d, x, w, bias, stride, pad, groups);
-  need_float(x, "conv_transpose1d", "x");
-  same_dtype(x, w, "conv_transpose1d");
-  H3_ASSERT(x.ndim() == 3 && w.ndim() == 3 && w.dim(0) == x.dim(1) && groups > 0 && x.dim(1) % groups == 0,
-            "conv_transpose1d: x {} w {} groups {}", x.describe(), w.describe(), groups);
   const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), opg = w.dim(1), K = w.dim(2);
   const int64_t O = opg * groups, cpg = C / groups;
   const int64_t Lo = (L - 1) * stride - 2 * pad + K;
-  H3_ASSERT(Lo > 0, "conv_transpose1d: empty output for x {} w {}", x.describe(), w.describe());
   if (bias) H3_ASSERT(bias->numel() == O, "conv_transpose1d: bias {} for {} outputs", bias->describe(), O);
   Tensor y(x.dtype(), {B, O, Lo});
   dispatch(x, [&]<typename T_>(T_) {
@@ -291,11 +256,7 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, in
 }
 
 Tensor pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode) {
-  H3_DEVICE_DISPATCH(x, pad1d, x, left, right, static_cast<int>(mode));
-  need_float(x, "pad1d", "x");
   const int64_t L = x.dim(-1), rows = x.numel() / std::max<int64_t>(L, 1), Lo = L + left + right;
-  if (mode == PadMode::reflect)
-    H3_ASSERT(left < L && right < L, "pad1d: reflect pad larger than the input {}", x.describe());
   Shape s = x.shape();
   s.back() = Lo;
   Tensor y(x.dtype(), s);
@@ -313,15 +274,7 @@ Tensor pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode) {
 }
 
 Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
-  H3_DEVICE_DISPATCH(q, attention_causal, q, k, v, d);
-  need_float(q, "attention_causal", "q");
-  same_dtype(q, k, "attention_causal");
-  same_dtype(q, v, "attention_causal");
-  H3_ASSERT(d > 0 && q.ndim() == 2 && k.ndim() == 2 && v.shape() == k.shape() && k.dim(0) == q.dim(0),
-            "attention_causal: q {} k {} v {}", q.describe(), k.describe(), v.describe());
   const int64_t n = q.dim(0), qcols = q.dim(1), kcols = k.dim(1), heads = qcols / d, kv_heads = kcols / d;
-  H3_ASSERT(qcols % d == 0 && kcols % d == 0 && kv_heads > 0 && heads % kv_heads == 0,
-            "attention_causal: {} query / {} key channels are not whole heads of {} (or not grouped)", qcols, kcols, d);
   const int64_t group = heads / kv_heads;
   Tensor out(q.dtype(), {n, qcols});
   dispatch(q, [&]<typename T_>(T_) {
@@ -365,10 +318,7 @@ Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64
 }
 
 Tensor weight_norm(const Tensor& g, const Tensor& v) {
-  need_float(v, "weight_norm", "v");
-  same_dtype(g, v, "weight_norm");
   const int64_t rows = v.dim(0), per = v.numel() / std::max<int64_t>(rows, 1);
-  H3_ASSERT(g.numel() == rows, "weight_norm: g {} for v {}", g.describe(), v.describe());
   Tensor w(v.dtype(), v.shape());
   dispatch(v, [&]<typename T_>(T_) {
     const T_* gp = g.data<T_>();
@@ -385,4 +335,4 @@ Tensor weight_norm(const Tensor& g, const Tensor& v) {
   return w;
 }
 
-}  // namespace h3::ops
+}  // namespace h3::cpu

@@ -1,6 +1,7 @@
-// CPU reference implementations of the op API in f32 and f64: OpenBLAS for GEMM, the thread pool for loops.
-// Every row (and every head) is computed by one thread with a fixed operation order, so results never depend on
-// the thread count.
+// CPU reference implementations of the op API (ops.h) in f32 and f64: our fixed-order GEMM (or OpenBLAS), the
+// thread pool for loops. Every row (and every head) is computed by one thread with a fixed operation order, so
+// results never depend on the thread count. Entries of the CPU backend's table (backend/cpu/table.cpp): the front
+// door (src/ops) has checked shapes and dtypes.
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,31 +10,20 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/checks.h"
+#include "backend/cpu/ops.h"
+#include "core/knobs.h"
 #include "core/parallel.h"
 #include "ops/fp8_bound.h"
-#include "ops/ops.h"
 
 namespace h3::cpu {
+
 template <typename T>
-void gemm_nt(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y);
-}  // namespace h3::cpu
+void gemm_nt(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y);  // backend/cpu/gemm.cpp
 
-#include "ops/device_ops.h"
-
-namespace h3::ops {
+using ops::round_up_pow2;
 
 namespace {
 
-using cpu_checks::need_float;
-using cpu_checks::same_dtype;
-const int32_t* index_ptr(const Tensor& idx, int64_t n, int64_t rows, const char* op) {
-  H3_ASSERT(idx.dtype() == DType::i32 && idx.numel() == n, "{}: index must be i32[{}], got {}", op, n, idx.describe());
-  const int32_t* p = idx.data<int32_t>();
-  for (int64_t i = 0; i < n; ++i)
-    H3_ASSERT(p[i] >= 0 && p[i] < rows, "{}: index {} at {} out of range [0, {})", op, p[i], i, rows);
-  return p;
-}
 inline float rb(float v) {
   return round_bf16(v);
 }
@@ -41,19 +31,12 @@ inline double rb(double v) {
   return v;
 }  // bf16 emulation only exists for f32
 
-// H3_CPU_GEMM=openblas trades the fixed reduction order (bitwise results across world sizes) for OpenBLAS speed.
-bool use_openblas() {
-  static const bool v = [] {
-    const char* e = std::getenv("H3_CPU_GEMM");
-    return e && std::string(e) == "openblas";
-  }();
-  return v;
-}
-
+// The cpu_gemm knob (H3_CPU_GEMM=openblas) trades the fixed reduction order (bitwise results across world sizes)
+// for OpenBLAS speed.
 template <typename T>
 void dispatch_gemm(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y) {
-  if (!use_openblas())
-    cpu::gemm_nt<T>(n, m, k, x, w, y);
+  if (!knobs().cpu_gemm_openblas)
+    gemm_nt<T>(n, m, k, x, w, y);
   else if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, w, k, 0.0f, y, m);
   else
@@ -79,18 +62,12 @@ Tensor map_rows(const Tensor& x, int64_t out_cols, F f) {
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
-  H3_DEVICE_DISPATCH(x, linear, x, w, bias);
-  need_float(x, "linear", "x");
-  same_dtype(x, w, "linear");
-  H3_ASSERT(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1), "linear: x {} vs w {}", x.describe(), w.describe());
   const int64_t n = x.dim(0), m = w.dim(0), k = x.dim(1);
   Tensor y(x.dtype(), {n, m});
   if (n == 0) return y;
   auto run = [&]<typename T>(T) {
     dispatch_gemm<T>(n, m, k, x.data<T>(), w.data<T>(), y.data<T>());
     if (bias) {
-      same_dtype(x, *bias, "linear");
-      H3_ASSERT(bias->numel() == m, "linear: bias {} for {} outputs", bias->describe(), m);
       const T* b = bias->data<T>();
       T* o = y.data<T>();
       for (int64_t r = 0; r < n; ++r)
@@ -105,14 +82,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor* w, int64_t group, double eps) {
-  H3_DEVICE_DISPATCH(x, rms_norm, x, w, group, eps);
-  need_float(x, "rms_norm", "x");
   const int64_t cols = x.numel() / std::max<int64_t>(x.dim(0), 1);
-  H3_ASSERT(group > 0 && cols % group == 0, "rms_norm: group {} does not divide {}", group, cols);
-  if (w) {
-    same_dtype(x, *w, "rms_norm");
-    H3_ASSERT(w->numel() == group, "rms_norm: weight {} for group {}", w->describe(), group);
-  }
   auto run = [&]<typename T>(T) {
     const T* wp = w ? w->data<T>() : nullptr;
     return map_rows<T>(x, cols, [&](int64_t, const T* in, T* o) {
@@ -128,16 +98,8 @@ Tensor rms_norm(const Tensor& x, const Tensor* w, int64_t group, double eps) {
 }
 
 Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf16) {
-  H3_DEVICE_DISPATCH(h, modulate, h, shift, scale, idx, bf16);
-  need_float(h, "modulate", "h");
-  same_dtype(h, shift, "modulate");
-  same_dtype(h, scale, "modulate");
-  H3_ASSERT(h.ndim() == 2 && shift.ndim() == 2 && scale.ndim() == 2, "modulate: 2-D tensors needed, got {} {} {}",
-            h.describe(), shift.describe(), scale.describe());
-  const int64_t n = h.dim(0), c = h.dim(1);
-  H3_ASSERT(shift.dim(1) == c && scale.dim(1) == c && shift.dim(0) == scale.dim(0), "modulate: tables {} {} for {}",
-            shift.describe(), scale.describe(), h.describe());
-  const int32_t* ip = index_ptr(idx, n, shift.dim(0), "modulate");
+  const int64_t c = h.dim(1);
+  const int32_t* ip = idx.data<int32_t>();
   auto run = [&]<typename T>(T) {
     const T* sh = shift.data<T>();
     const T* sc = scale.data<T>();
@@ -156,16 +118,8 @@ Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const
 }
 
 Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf16) {
-  H3_DEVICE_DISPATCH(x, gate_residual, x, gate, idx, y, bf16);
-  need_float(x, "gate_residual", "x");
-  same_dtype(x, gate, "gate_residual");
-  same_dtype(x, y, "gate_residual");
-  H3_ASSERT(x.ndim() == 2 && y.ndim() == 2 && gate.ndim() == 2, "gate_residual: 2-D tensors needed, got {} {} {}",
-            x.describe(), y.describe(), gate.describe());
-  const int64_t n = x.dim(0), c = x.dim(1);
-  H3_ASSERT(y.dim(0) == n && y.dim(1) == c && gate.dim(1) == c, "gate_residual: x {} y {} gate {}", x.describe(),
-            y.describe(), gate.describe());
-  const int32_t* ip = index_ptr(idx, n, gate.dim(0), "gate_residual");
+  const int64_t c = x.dim(1);
+  const int32_t* ip = idx.data<int32_t>();
   auto run = [&]<typename T>(T) {
     const T* g = gate.data<T>();
     const T* yp = y.data<T>();
@@ -179,10 +133,6 @@ Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, con
 }
 
 Tensor add(const Tensor& x, const Tensor& y) {
-  H3_DEVICE_DISPATCH(x, add, x, y);
-  need_float(x, "add", "x");
-  same_dtype(x, y, "add");
-  H3_ASSERT(x.shape() == y.shape(), "add: {} vs {}", x.describe(), y.describe());
   Tensor out(x.dtype(), x.shape());
   auto run = [&]<typename T>(T) {
     const T* a = x.data<T>();
@@ -198,8 +148,6 @@ Tensor add(const Tensor& x, const Tensor& y) {
 }
 
 Tensor silu(const Tensor& x) {
-  H3_DEVICE_DISPATCH(x, silu, x);
-  need_float(x, "silu", "x");
   Tensor out(x.dtype(), x.shape());
   auto run = [&]<typename T>(T) {
     const T* a = x.data<T>();
@@ -214,11 +162,7 @@ Tensor silu(const Tensor& x) {
 }
 
 Tensor swiglu(const Tensor& u, bool bf16) {
-  H3_DEVICE_DISPATCH(u, swiglu, u, bf16);
-  need_float(u, "swiglu", "u");
-  H3_ASSERT(u.ndim() == 2, "swiglu: 2-D input needed, got {}", u.describe());
   const int64_t f = u.dim(1) / 2;
-  H3_ASSERT(u.dim(1) == 2 * f, "swiglu: odd width {}", u.dim(1));
   auto run = [&]<typename T>(T) {
     return map_rows<T>(u, f, [&](int64_t, const T* in, T* o) {
       for (int64_t j = 0; j < f; ++j) {
@@ -232,15 +176,7 @@ Tensor swiglu(const Tensor& u, bool bf16) {
 }
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16) {
-  H3_DEVICE_DISPATCH(x, rope, x, cos, sin, head_dim, bf16);
-  need_float(x, "rope", "x");
-  H3_ASSERT(head_dim > 0 && x.ndim() == 2 && cos.ndim() == 2, "rope: head_dim {} with x {} cos {}", head_dim,
-            x.describe(), cos.describe());
-  same_dtype(x, cos, "rope");
-  same_dtype(x, sin, "rope");
-  const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1), half = r / 2;
-  H3_ASSERT(cos.dim(0) == n && sin.shape() == cos.shape() && r % 2 == 0 && r <= head_dim && cols % head_dim == 0,
-            "rope: x {} cos {} head_dim {}", x.describe(), cos.describe(), head_dim);
+  const int64_t cols = x.dim(1), r = cos.dim(1), half = r / 2;
   auto run = [&]<typename T>(T) {
     const T* cp = cos.data<T>();
     const T* sp = sin.data<T>();
@@ -262,16 +198,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
-  H3_DEVICE_DISPATCH(q, attention, q, k, v, d);
-  need_float(q, "attention", "q");
-  H3_ASSERT(d > 0 && q.ndim() == 2 && k.ndim() == 2 && v.ndim() == 2, "attention: head_dim {} with q {}", d,
-            q.describe());
-  H3_ASSERT(q.dim(0) == 0 || k.dim(0) > 0, "attention: {} queries but no keys", q.dim(0));
-  same_dtype(q, k, "attention");
-  same_dtype(q, v, "attention");
   const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1), heads = cols / d;
-  H3_ASSERT(k.dim(1) == cols && v.dim(1) == cols && v.dim(0) == nk && cols % d == 0, "attention: q {} k {} v {}",
-            q.describe(), k.describe(), v.describe());
   Tensor out(q.dtype(), {nq, cols});
   constexpr int64_t kQBlock = 32, kKBlock = 256;
   const int64_t q_blocks = (nq + kQBlock - 1) / kQBlock;
@@ -328,30 +255,23 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
 }
 
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
-  H3_DEVICE_DISPATCH(out, scatter_rows, out, rows, idx);
-  same_dtype(out, rows, "scatter_rows");
   const int64_t n = rows.dim(0);
-  // Row width from the trailing dimensions, so that zero-row inputs are checked too.
-  const Shape out_tail(out.shape().begin() + 1, out.shape().end()),
-      in_tail(rows.shape().begin() + 1, rows.shape().end());
-  H3_ASSERT(out_tail == in_tail, "scatter_rows: {} into {}", rows.describe(), out.describe());
+  const Shape out_tail(out.shape().begin() + 1, out.shape().end());
   const size_t row_bytes = static_cast<size_t>(shape_numel(out_tail)) * dtype_size(out.dtype());
-  const int32_t* ip = index_ptr(idx, n, out.dim(0), "scatter_rows");
+  const int32_t* ip = idx.data<int32_t>();
   auto* o = static_cast<std::byte*>(out.raw());
   const auto* in = static_cast<const std::byte*>(rows.raw());
   for (int64_t i = 0; i < n; ++i) std::copy_n(in + i * row_bytes, row_bytes, o + ip[i] * row_bytes);
 }
 
 Tensor gather_rows(const Tensor& x, const Tensor& idx) {
-  H3_DEVICE_DISPATCH(x, gather_rows, x, idx);
-  H3_ASSERT(x.ndim() >= 1, "gather_rows: needs at least 1-D, got {}", x.describe());
   const int64_t n = idx.numel();
   Shape s = x.shape();
   s[0] = n;
   Tensor out(x.dtype(), s);
   const Shape tail(x.shape().begin() + 1, x.shape().end());
   const size_t row_bytes = static_cast<size_t>(shape_numel(tail)) * dtype_size(x.dtype());
-  const int32_t* ip = index_ptr(idx, n, x.dim(0), "gather_rows");
+  const int32_t* ip = idx.data<int32_t>();
   auto* o = static_cast<std::byte*>(out.raw());
   const auto* in = static_cast<const std::byte*>(x.raw());
   for (int64_t i = 0; i < n; ++i) std::copy_n(in + ip[i] * row_bytes, row_bytes, o + i * row_bytes);
@@ -361,7 +281,6 @@ Tensor gather_rows(const Tensor& x, const Tensor& idx) {
 // The fused ops are their parts on the CPU.
 Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
                      const Tensor& idx, bool bf16) {
-  H3_DEVICE_DISPATCH(x, norm_modulate, x, w, eps, shift, scale, idx, bf16);
   Tensor n = rms_norm(x, &w, x.dim(-1), eps);
   if (bf16) round_bf16_(n);
   return modulate(n, shift, scale, idx, bf16);
@@ -369,15 +288,12 @@ Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor&
 
 Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
                     const Tensor& sin, bool bf16) {
-  H3_DEVICE_DISPATCH(x, qk_norm_rope, x, w, head_dim, eps, cos, sin, bf16);
   Tensor n = rms_norm(x, &w, head_dim, eps);
   if (bf16) round_bf16_(n);
   return rope(n, cos, sin, head_dim, bf16);
 }
 
 Tensor quantize_fp8(const Tensor& w) {
-  H3_DEVICE_DISPATCH(w, quantize_fp8, w);
-  need_float(w, "quantize_fp8", "w");
   double amax = 0;
   for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::abs(w.get(i)));
   const float scale = std::max(static_cast<float>(amax) / 448.0f, 1e-12f);
@@ -388,10 +304,6 @@ Tensor quantize_fp8(const Tensor& w) {
 }
 
 Tensor dequantize_fp8(const Tensor& q) {
-  H3_DEVICE_DISPATCH(q, dequantize_fp8, q);
-  H3_CHECK(q.dtype() == DType::fp8_e4m3 && q.ndim() == 2 && q.scale() &&
-               (q.scale()->numel() == 1 || q.scale()->numel() == q.dim(0)),
-           "dequantize_fp8: an fp8 [N, C] tensor with a per-tensor or per-row scale needed, got {}", q.describe());
   const Tensor s = q.scale()->cpu().to(DType::f32);
   const int64_t n = q.dim(0), c = q.dim(1);
   const auto* in = static_cast<const uint8_t*>(q.raw());
@@ -405,9 +317,6 @@ Tensor dequantize_fp8(const Tensor& q) {
 }
 
 Tensor quantize_fp8_rows(const Tensor& x) {
-  H3_DEVICE_DISPATCH(x, quantize_fp8_rows, x);
-  need_float(x, "quantize_fp8_rows", "x");
-  H3_ASSERT(x.ndim() == 2, "quantize_fp8_rows: 2-D input needed, got {}", x.describe());
   const int64_t n = x.dim(0), c = x.dim(1);
   Tensor f = x.to(DType::f32);
   float* p = f.data<float>();
@@ -425,7 +334,6 @@ Tensor quantize_fp8_rows(const Tensor& x) {
 ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                     const Tensor& w, double eps, const Tensor& shift, const Tensor& scale, bool bf16,
                                     Fp8Out fp8) {
-  H3_DEVICE_DISPATCH(x, residual_norm_modulate, x, gate, idx, y, w, eps, shift, scale, bf16, fp8);
   ResidualNorm out;
   out.x = gate.defined() ? gate_residual(x, gate, idx, y, bf16) : x;
   out.h = norm_modulate(out.x, w, eps, shift, scale, idx, bf16);
@@ -452,9 +360,6 @@ ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const T
 
 Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos,
                         const Tensor& sin, bool bf16, const Tensor& scale) {
-  H3_DEVICE_DISPATCH(x, qk_norm_rope_fp8, x, w, head_dim, eps, cos, sin, bf16, scale);
-  H3_ASSERT(scale.numel() == 1 && scale.dtype() == DType::f32, "qk_norm_rope_fp8: scale must be one f32, got {}",
-            scale.describe());
   Tensor v = qk_norm_rope(x, w, head_dim, eps, cos, sin, bf16).to(DType::f32);
   if (!bf16) round_bf16_(v);  // the GPU quantizes the stored bf16 values
   const float s = scale.cpu().data<float>()[0];
@@ -463,30 +368,16 @@ Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, doub
   return v.to(DType::fp8_e4m3).with_scale(scale.cpu());
 }
 
-Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim) {
-  H3_DEVICE_DISPATCH(q, attention_fp8_out, q, k, v, head_dim);
-  fail("attention_fp8_out: FP8 attention runs on the GPU only (got {})", q.describe());
-}
-
 Tensor swiglu_fp8_rows(const Tensor& u, bool bf16) {
-  H3_DEVICE_DISPATCH(u, swiglu_fp8_rows, u, bf16);
   Tensor g = swiglu(u, bf16);
   if (!bf16) round_bf16_(g);
   return quantize_fp8_rows(g);
 }
 
-Tensor swiglu_fp8(const Tensor& u, bool bf16) {
-  H3_DEVICE_DISPATCH(u, swiglu_fp8, u, bf16);
-  Tensor g = swiglu(u, bf16);
-  if (!bf16) round_bf16_(g);
-  return quantize_fp8(g);
-}
-
 void round_bf16_(Tensor& x) {
-  H3_ASSERT(!x.on_device(), "round_bf16_ emulates bf16 on the CPU; device tensors hold bf16 values already");
   if (x.dtype() != DType::f32) return;
   float* p = x.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i) p[i] = round_bf16(p[i]);
 }
 
-}  // namespace h3::ops
+}  // namespace h3::cpu

@@ -1,23 +1,17 @@
-// CPU reference implementations of ops_vae.h in f32 and f64 (the arithmetic the VAE decoders always did, moved
-// here so the GPU backend can stand in for it).
+// CPU reference implementations of ops_vae.h in f32 and f64 (entries of the CPU backend's table; the front door has
+// checked shapes and dtypes).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/checks.h"
+#include "backend/cpu/ops.h"
 #include "core/parallel.h"
-#include "ops/device_ops.h"
-#include "ops/ops.h"
-#include "ops/ops_vae.h"
 
-namespace h3::ops {
+namespace h3::cpu {
 
 namespace {
-
-using cpu_checks::need_float;
-using cpu_checks::same_dtype;
 
 template <typename F>
 auto dispatch(const Tensor& x, F f) {
@@ -27,12 +21,6 @@ auto dispatch(const Tensor& x, F f) {
 }  // namespace
 
 Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
-  H3_DEVICE_DISPATCH(x, add_scaled, x, y, scale);
-  need_float(x, "add_scaled", "x");
-  same_dtype(x, y, "add_scaled");
-  same_dtype(x, scale, "add_scaled");
-  H3_ASSERT(x.ndim() == 2 && y.shape() == x.shape() && scale.numel() == x.dim(1), "add_scaled: x {} y {} scale {}",
-            x.describe(), y.describe(), scale.describe());
   Tensor out(x.dtype(), x.shape());
   const int64_t N = x.dim(0), C = x.dim(1);
   dispatch(x, [&]<typename T>(T) {
@@ -53,11 +41,7 @@ Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
 }
 
 Tensor unpatchify3d(const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t C, int64_t pt, int64_t r) {
-  H3_DEVICE_DISPATCH(y, unpatchify3d, y, t, h, w, C, pt, r);
-  need_float(y, "unpatchify3d", "y");
   const int64_t V = t * h * w, P = C * pt * r * r;
-  H3_ASSERT(y.ndim() == 2 && y.dim(0) == V && y.dim(1) == P, "unpatchify3d: y {} for {}x{}x{} tokens of {} values",
-            y.describe(), t, h, w, P);
   const int64_t To = t * pt, Ho = h * r, Wo = w * r;
   Tensor out(y.dtype(), {C, To, Ho, Wo});
   dispatch(out, [&]<typename T>(T) {
@@ -84,12 +68,6 @@ Tensor unpatchify3d(const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t C,
 }
 
 Tensor snake_beta(const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain) {
-  H3_DEVICE_DISPATCH(x, snake_beta, x, alpha, beta, gain);
-  need_float(x, "snake_beta", "x");
-  same_dtype(x, alpha, "snake_beta");
-  same_dtype(x, beta, "snake_beta");
-  H3_ASSERT(x.ndim() == 3 && alpha.numel() == x.dim(1) && beta.numel() == x.dim(1), "snake_beta: x {} alpha {} beta {}",
-            x.describe(), alpha.describe(), beta.describe());
   const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2);
   Tensor y(x.dtype(), x.shape());
   dispatch(x, [&]<typename T>(T) {
@@ -117,10 +95,7 @@ Tensor snake_beta(const Tensor& x, const Tensor& alpha, const Tensor& beta, doub
 }
 
 Tensor slice_last(const Tensor& x, int64_t begin, int64_t end) {
-  H3_DEVICE_DISPATCH(x, slice_last, x, begin, end);
-  need_float(x, "slice_last", "x");
   const int64_t L = x.dim(-1), rows = L ? x.numel() / L : 0;
-  H3_ASSERT(0 <= begin && begin <= end && end <= L, "slice_last: [{}, {}) of {}", begin, end, x.describe());
   Shape s = x.shape();
   s.back() = end - begin;
   Tensor y(x.dtype(), s);
@@ -133,8 +108,6 @@ Tensor slice_last(const Tensor& x, int64_t begin, int64_t end) {
 }
 
 Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
-  H3_DEVICE_DISPATCH(x, divide_clamp, x, divisor, lo, hi);
-  need_float(x, "divide_clamp", "x");
   Tensor y(x.dtype(), x.shape());
   dispatch(x, [&]<typename T>(T) {
     const T* xp = x.data<T>();
@@ -146,84 +119,8 @@ Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
   return y;
 }
 
-namespace {
-
-constexpr int kMaxLanes = 16;
-using Lanes = std::array<float, kMaxLanes>;
-
-// ATen's utils::CeilLog2 (1 for x <= 2).
-int64_t ceil_log2(int64_t x) {
-  if (x <= 2) return 1;
-  int64_t bits = 0;
-  for (uint64_t v = static_cast<uint64_t>(x) - 1; v; v >>= 1) ++bits;
-  return bits;
-}
-
-// ATen's multi_row_sum over `size` items of four interleaved rows: item (i, k) is the `lanes` floats at
-// x + (i * 4 + k) * lanes. Four cascade levels of accumulators; level j - 1 is folded into level j after
-// every 2^p items while the item count's bits above level j - 1 are zero.
-std::array<Lanes, 4> multi_row_sum(const float* x, int64_t size, int lanes) {
-  constexpr int levels = 4, rows = 4;
-  const int64_t power = std::max<int64_t>(4, ceil_log2(size) / levels), step = int64_t{1} << power, mask = step - 1;
-  std::array<std::array<Lanes, rows>, levels> acc{};
-  auto add_item = [&](Lanes& a, int64_t i, int64_t k) {
-    const float* p = x + (i * rows + k) * lanes;
-    for (int l = 0; l < lanes; ++l) a[l] += p[l];
-  };
-  int64_t i = 0;
-  while (i + step <= size) {
-    for (int64_t j = 0; j < step; ++j, ++i)
-      for (int k = 0; k < rows; ++k) add_item(acc[0][k], i, k);
-    for (int j = 1; j < levels; ++j) {
-      for (int k = 0; k < rows; ++k) {
-        for (int l = 0; l < lanes; ++l) acc[j][k][l] += acc[j - 1][k][l];
-        acc[j - 1][k].fill(0.0f);
-      }
-      if ((i & (mask << (j * power))) != 0) break;
-    }
-  }
-  for (; i < size; ++i)
-    for (int k = 0; k < rows; ++k) add_item(acc[0][k], i, k);
-  for (int j = 1; j < levels; ++j)
-    for (int k = 0; k < rows; ++k)
-      for (int l = 0; l < lanes; ++l) acc[0][k][l] += acc[j][k][l];
-  return acc[0];
-}
-
-// ATen's row_sum over `size` items of `lanes` floats: four interleaved partial sums, the leftover items into
-// the first, then the first += the other three.
-Lanes row_sum(const float* x, int64_t size, int lanes) {
-  const int64_t size_ilp = size / 4;
-  std::array<Lanes, 4> part = multi_row_sum(x, size_ilp, lanes);
-  for (int64_t i = size_ilp * 4; i < size; ++i)
-    for (int l = 0; l < lanes; ++l) part[0][l] += x[i * lanes + l];
-  for (int k = 1; k < 4; ++k)
-    for (int l = 0; l < lanes; ++l) part[0][l] += part[k][l];
-  return part[0];
-}
-
-}  // namespace
-
-float torch_cpu_sum_f32(const float* x, int64_t n, int lanes) {
-  H3_ASSERT(lanes >= 1 && lanes <= kMaxLanes && n >= 0, "torch_cpu_sum_f32: {} elements, {} lanes (1..{})", n, lanes,
-            kMaxLanes);
-  if (n < lanes) return row_sum(x, n, 1)[0];  // ATen's scalar inner sum
-  const int64_t vecs = n / lanes;
-  const Lanes v = row_sum(x, vecs, lanes);
-  float total = 0.0f;
-  for (int64_t k = vecs * lanes; k < n; ++k) total += x[k];
-  for (int l = 0; l < lanes; ++l) total += v[l];
-  return total;
-}
-
 Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double eps, RefNormWeight weight) {
-  H3_ASSERT(x.device() == Device::cpu && x.dtype() == DType::f64,
-            "rms_norm_via_f32: x must be an f64 host tensor, got {}", x.describe());
   const int64_t cols = x.ndim() ? x.dim(-1) : 1, rows = cols ? x.numel() / cols : 0;
-  H3_ASSERT(group > 0 && cols % group == 0, "rms_norm_via_f32: group {} does not divide {}", group, cols);
-  if (w)
-    H3_ASSERT(w->dtype() == DType::f64 && w->numel() == group, "rms_norm_via_f32: weight {} for group {}",
-              w->describe(), group);
   Tensor y(DType::f64, x.shape());
   const double* xp = x.data<double>();
   const double* wp = w ? w->data<double>() : nullptr;
@@ -242,7 +139,7 @@ Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double 
               xf[c] = static_cast<float>(in[c]);
               sq[c] = xf[c] * xf[c];
             }
-            const float mean = torch_cpu_sum_f32(sq.data(), group, kReferenceSumLanes) / n32;
+            const float mean = ops::torch_cpu_sum_f32(sq.data(), group, ops::kReferenceSumLanes) / n32;
             const float inv = 1.0f / std::sqrt(mean + eps32);
             for (int64_t c = 0; c < group; ++c) {
               const float v = xf[c] * inv;
@@ -261,29 +158,19 @@ Tensor rms_norm_via_f32(const Tensor& x, const Tensor* w, int64_t group, double 
   return y;
 }
 
-}  // namespace h3::ops
-
-namespace h3::ops {
-
 Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) {
-  H3_DEVICE_DISPATCH(x, rms_norm_to, x, w, group, eps, out);
   Tensor y = rms_norm(x, w, group, eps);
   return y.dtype() == out ? y : y.to(out);
 }
 
 std::pair<Tensor, Tensor> add_scaled_norm_to(const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor* w,
                                              int64_t group, double eps, DType out) {
-  H3_DEVICE_DISPATCH(x, add_scaled_norm_to, x, y, scale, w, group, eps, out);
   Tensor sum = add_scaled(x, y, scale);
   Tensor normed = rms_norm_to(sum, w, group, eps, out);
   return {std::move(sum), std::move(normed)};
 }
 
 Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, int64_t blocks) {
-  H3_DEVICE_DISPATCH(q, attention_blocks, q, k, v, head_dim, blocks);
-  need_float(q, "attention_blocks", "q");
-  H3_ASSERT(blocks > 0 && q.ndim() == 2 && k.shape() == q.shape() && v.shape() == q.shape() && q.dim(0) % blocks == 0,
-            "attention_blocks: q {} k {} v {} in {} blocks", q.describe(), k.describe(), v.describe(), blocks);
   const int64_t n = q.dim(0) / blocks;
   if (blocks == 1) return attention(q, k, v, head_dim);
   Tensor out(q.dtype(), q.shape());
@@ -296,49 +183,6 @@ Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64
 }
 
 namespace {
-StitchAxis stitch_axis(const std::vector<int64_t>& sizes, const std::vector<int64_t>& overlaps, const char* op,
-                       const char* what) {
-  const size_t n = sizes.size();
-  H3_ASSERT(n > 0 && overlaps.size() + 1 == n, "{}: {} {} of tiles with {} overlaps", op, n, what, overlaps.size());
-  StitchAxis a;
-  a.size = sizes;
-  a.off.push_back(0);
-  for (size_t i = 0; i < n; ++i) {
-    H3_ASSERT(i + 1 == n || overlaps[i] >= 0, "{}: negative overlap {} after {} {}", op, overlaps[i], what, i);
-    // slice_dim(tile, 0, size - overlap) clamps: a tile smaller than its overlap keeps nothing.
-    a.kept.push_back(i + 1 == n ? sizes[i] : std::max<int64_t>(sizes[i] - overlaps[i], 0));
-    a.off.push_back(a.off.back() + a.kept.back());
-    a.extent.push_back(i == 0 ? 0 : std::max<int64_t>(std::min({sizes[i - 1], sizes[i], overlaps[i - 1]}), 0));
-  }
-  return a;
-}
-}  // namespace
-
-StitchLayout stitch_layout(const std::vector<Tensor>& tiles, const StitchGrid& g, const char* op) {
-  H3_ASSERT(g.rows > 0 && g.cols > 0 && static_cast<int64_t>(tiles.size()) == g.rows * g.cols,
-            "{}: {} tiles for a {} x {} grid", op, tiles.size(), g.rows, g.cols);
-  const Tensor& t0 = tiles[0];
-  H3_ASSERT(t0.ndim() == 4, "{}: tiles must be [C, T, h, w], got {}", op, t0.describe());
-  std::vector<int64_t> heights(g.rows), widths(g.cols);
-  for (int64_t a = 0; a < g.rows; ++a) heights[a] = tiles[a * g.cols].dim(2);
-  for (int64_t b = 0; b < g.cols; ++b) widths[b] = tiles[b].dim(3);
-  for (int64_t a = 0; a < g.rows; ++a)
-    for (int64_t b = 0; b < g.cols; ++b) {
-      const Tensor& t = tiles[a * g.cols + b];
-      H3_ASSERT(t.ndim() == 4 && t.dtype() == t0.dtype() && t.device() == t0.device() && t.dim(0) == t0.dim(0) &&
-                    t.dim(1) == t0.dim(1) && t.dim(2) == heights[a] && t.dim(3) == widths[b],
-                "{}: tile ({}, {}) is {} but its row has height {}, its column width {} and tile (0, 0) is {}", op, a,
-                b, t.describe(), heights[a], widths[b], t0.describe());
-    }
-  StitchLayout l;
-  l.channels = t0.dim(0);
-  l.tile_frames = t0.dim(1);
-  l.rows = stitch_axis(heights, g.row_overlaps, op, "rows");
-  l.cols = stitch_axis(widths, g.col_overlaps, op, "columns");
-  return l;
-}
-
-namespace {
 // The tile index along one axis holding output coordinate p (kept extents are never all zero before it).
 int64_t find_tile(const StitchAxis& a, int64_t p) {
   int64_t i = 0;
@@ -348,30 +192,7 @@ int64_t find_tile(const StitchAxis& a, int64_t p) {
 }  // namespace
 
 Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const StitchGrid& g,
-                     const std::vector<StitchFrame>& frames) {
-  H3_ASSERT(!cur.empty(), "stitch_frames: no tiles");
-  H3_DEVICE_DISPATCH(cur[0], stitch_frames, cur, prev, g, frames);
-  need_float(cur[0], "stitch_frames", "tiles");
-  const StitchLayout l = stitch_layout(cur, g, "stitch_frames");
-  bool fades = false;
-  for (const auto& f : frames) {
-    H3_ASSERT(f.frame >= 0 && f.frame < l.tile_frames && f.fade_e >= 0 && f.fade_p >= 0 &&
-                  f.fade_p < std::max<int64_t>(f.fade_e, 1),
-              "stitch_frames: frame {} (fade {}/{}) of tiles with {} frames", f.frame, f.fade_p, f.fade_e,
-              l.tile_frames);
-    fades = fades || f.fade_e > 0;
-  }
-  StitchLayout lp;
-  if (fades) {
-    lp = stitch_layout(prev, g, "stitch_frames (previous chunk)");
-    H3_ASSERT(lp.rows.size == l.rows.size && lp.cols.size == l.cols.size && lp.channels == l.channels &&
-                  prev[0].dtype() == cur[0].dtype(),
-              "stitch_frames: the previous chunk's tiles ({}) do not match the current ones ({})", prev[0].describe(),
-              cur[0].describe());
-    for (const auto& f : frames)
-      H3_ASSERT(f.fade_e == 0 || (f.prev_frame >= 0 && f.prev_frame < lp.tile_frames),
-                "stitch_frames: previous frame {} of tiles with {} frames", f.prev_frame, lp.tile_frames);
-  }
+                     const std::vector<StitchFrame>& frames, const StitchLayout& l, const StitchLayout& lp) {
   const int64_t C = l.channels, H = l.rows.off.back(), W = l.cols.off.back(), F = static_cast<int64_t>(frames.size());
   Tensor out(cur[0].dtype(), {C, F, H, W});
   dispatch(out, [&]<typename T>(T) {
@@ -422,4 +243,4 @@ Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& 
   return out;
 }
 
-}  // namespace h3::ops
+}  // namespace h3::cpu

@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "core/error.h"
+#include "core/numerics.h"
 
 namespace h3::cuda {
 
@@ -18,7 +19,10 @@ namespace h3::cuda {
   } while (0)
 
 cudaStream_t stream();
+// The backend's numerics (GpuOptions): deterministic mode, FP8 attention, FP8 accumulation.
 bool deterministic();
+const Numerics& numerics();
+bool gemm_tune();
 // Device scratch of at least `bytes`, valid until the next call on the stream that asks for more.
 void* workspace(size_t bytes);
 // Device memory from the backend's caching allocator.

@@ -1,5 +1,5 @@
-// Device-side helpers shared by the CUDA backend's kernel files (backend/cuda/kernels.cu, backend/cuda/vae_kernels.cu,
-// backend/cuda/attention/causal.cu): bf16 rounding, typed loads and stores through f32, warp and block sums, and the
+// Device-side helpers shared by the CUDA backend's kernel files (backend/cuda/*.cu, backend/cuda/attention/causal.cu,
+// backend/cuda/attention/simple.cu): bf16 rounding, typed loads and stores through f32, warp and block sums, and the
 // f32/bf16 dispatch of a launcher. Internal to src/backend/cuda.
 #pragma once
 #include <cuda_bf16.h>
@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/elem_type.h"
 
 namespace h3::cuda {
 

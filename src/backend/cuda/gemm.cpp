@@ -72,11 +72,9 @@ struct Problem {
     }
     if (g.in == DType::fp8_e4m3) {
       // Hopper's FP8 tensor cores accumulate at full rate only with fast accumulation (no periodic promotion to
-      // f32); the FP8 recipe's tolerance (4e-2) leaves room for it.
-      static const int8_t fast = [] {  // H3_FP8_FAST_ACCUM=0: promote to f32 periodically (slower, for comparison)
-        const char* e = std::getenv("H3_FP8_FAST_ACCUM");
-        return static_cast<int8_t>(!(e && std::string(e) == "0"));
-      }();
+      // f32); the FP8 recipe's tolerance (4e-2) leaves room for it. Numerics::fp8_fast_accum off: promote to f32
+      // periodically (slower).
+      const int8_t fast = numerics().fp8_fast_accum ? 1 : 0;
       check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast), "fast accum");
     }
     // Column-major view: w is k x m (transposed to m x k), x is k x n, y is m x n.
@@ -102,7 +100,7 @@ struct Problem {
   }
 };
 
-thread_local int t_pinned = 0;  // GpuPinnedGemms alive on this thread
+thread_local int t_pinned = 0;  // ops::PinnedGemms scopes alive on this thread
 
 using Key = std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool, bool>;
 std::mutex g_mu;
@@ -127,14 +125,10 @@ std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p, bool row_scales) {
   const size_t ws = kWorkspace;
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
         "workspace preference");
-  // How many of the heuristic's results to consider (and time, for large GEMMs): H3_GEMM_CANDIDATES, default 8, or
-  // 32 for per-row-scaled FP8 (the H200, 2026-12-01, gemm_check at 14,908 rows, one call: per-row fc1 1,445 TFLOPS
-  // with 32 against 1,371 with 8, the other shapes within 3 %; bf16 and per-tensor FP8 forwards unchanged).
-  static const int forced = [] {
-    const char* e = std::getenv("H3_GEMM_CANDIDATES");
-    return e ? std::clamp(std::atoi(e), 1, 64) : 0;
-  }();
-  const int wanted = forced > 0 ? forced : (row_scales ? 32 : 8);
+  // How many of the heuristic's results to consider (and time, for large GEMMs): 8, or 32 for per-row-scaled FP8 (on
+  // the H200 at 14,908 rows, per-row fc1 1,445 TFLOPS with 32 against 1,371 with 8, the other shapes within 3 %;
+  // bf16 and per-tensor FP8 forwards unchanged with 32).
+  const int wanted = row_scales ? 32 : 8;
   std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(wanted));
   int found = 0;
   const cublasStatus_t st =
@@ -156,11 +150,7 @@ std::vector<cublasLtMatmulAlgo_t> heuristic(const GemmArgs& g, Problem& p) {
 }
 
 bool tuning() {
-  static const bool on = [] {
-    const char* e = std::getenv("H3_GEMM_TUNE");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
+  return gemm_tune();
 }
 
 }  // namespace
@@ -285,13 +275,8 @@ void gemm(const GemmArgs& g) {
   check(run(algo), "matmul");
 }
 
-}  // namespace h3::cuda
+void pin_gemms(int delta) {
+  t_pinned += delta;
+}
 
-namespace h3 {
-GpuPinnedGemms::GpuPinnedGemms() {
-  ++cuda::t_pinned;
-}
-GpuPinnedGemms::~GpuPinnedGemms() {
-  --cuda::t_pinned;
-}
-}  // namespace h3
+}  // namespace h3::cuda

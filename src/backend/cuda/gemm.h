@@ -27,5 +27,8 @@ struct GemmArgs {
 void gemm(const GemmArgs& a);
 // Whether cuBLASLt has an algorithm for this GEMM (used to fall back when per-row FP8 scaling is unsupported).
 bool gemm_supported(const GemmArgs& a);
+// ops::PinnedGemms on the GPU (the table's pin_gemms): +1 entering a scope on this thread, -1 leaving it. While any
+// is open, this thread's GEMMs choose their algorithm as deterministic mode does.
+void pin_gemms(int delta);
 
 }  // namespace h3::cuda

@@ -1,6 +1,6 @@
-// The CUDA implementations of the backend-neutral ops (ops.h): shape and dtype checks, then a kernel, cuBLASLt or
-// cuDNN. Activations are bf16 or f32 (attention also takes fp8 q/k/v); index tensors may sit in host memory and
-// are copied over.
+// The CUDA backend's entries for ops.h (its table: register_ops below): a kernel, cuBLASLt or cuDNN, the front door
+// (src/ops) having checked shapes and dtypes. Activations are bf16 or f32 (attention also takes fp8 q/k/v); index
+// tensors and parameters may sit in host memory or come in another dtype and are copied over / converted.
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -9,45 +9,37 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cuda/activations.h"
 #include "backend/cuda/attention/attention.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/modulate.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/procedural.h"
+#include "backend/cuda/quantize.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/rows.h"
 #include "backend/cuda/vae_kernels.h"
 #include "core/log.h"
-#include "ops/device_ops.h"
+#include "ops/backend_ops.h"
 
 namespace h3::cuda {
 
-ElemType elem_type(DType t);                // backend/cuda/runtime.cpp
-void register_vae_ops(ops::DeviceOps& t);   // backend/cuda/vae_ops.cpp
-void register_text_ops(ops::DeviceOps& t);  // backend/cuda/text_ops.cpp
+ElemType elem_type(DType t);                 // backend/cuda/runtime.cpp
+void register_vae_ops(ops::BackendOps& t);   // backend/cuda/vae_ops.cpp
+void register_text_ops(ops::BackendOps& t);  // backend/cuda/text_ops.cpp
 
 namespace {
 
-void need_act(const Tensor& t, const char* op, const char* what) {
-  H3_ASSERT(t.on_device() && (t.dtype() == DType::bf16 || t.dtype() == DType::f32),
-            "{}: {} must be a bf16 or f32 GPU tensor, got {} on the {}", op, what, t.describe(),
-            t.on_device() ? "GPU" : "CPU");
-}
-void same(const Tensor& a, const Tensor& b, const char* op) {
-  H3_ASSERT(b.on_device() && a.dtype() == b.dtype(), "{}: {} and {} must be GPU tensors of one dtype", op, a.describe(),
-            b.describe());
-}
 // The tensor on the GPU in dtype dt (no copy when it already is).
 Tensor as(const Tensor& t, DType dt) {
   Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
   return d.dtype() == dt ? d : d.to(dt);
 }
-// An i32 index of n entries in [0, rows), on the GPU. Host indices are range-checked before the copy.
-Tensor index_on_gpu(const Tensor& idx, int64_t n, int64_t rows, const char* op) {
-  H3_ASSERT(idx.numel() == n && (idx.dtype() == DType::i32 || idx.dtype() == DType::i64),
-            "{}: index must have {} entries, got {}", op, n, idx.describe());
+// The index as i32 on the GPU (host indices were range-checked by the front door).
+Tensor index_on_gpu(const Tensor& idx) {
   if (idx.on_device()) return idx.dtype() == DType::i32 ? idx : idx.to(DType::i32);
   Tensor h = idx.dtype() == DType::i32 ? idx : idx.to(DType::i32);
-  const int32_t* p = h.data<int32_t>();
-  for (int64_t i = 0; i < n; ++i)
-    H3_ASSERT(p[i] >= 0 && p[i] < rows, "{}: index {} at {} out of range [0, {})", op, p[i], i, rows);
   return h.to_device(Device::cuda);
 }
 int64_t row_count(const Tensor& t) {
@@ -94,12 +86,11 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
     return known.emplace(key, ok).first->second;
   };
   // Activations: quantized here unless the caller already did — per tensor, or per row in deterministic mode (a
-  // per-tensor scale depends on which rows a rank holds). Per tensor was chosen when per-row-scaled GEMMs measured
-  // 50-80 % of the per-tensor rate; they now measure within 5 % of it on the H200 (docs/notes.md, 2026-12-01
-  // session 5), so per-row everywhere is a candidate for a later change.
+  // per-tensor scale depends on which rows a rank holds). Per-row scales everywhere measured 1-2 % slower in the
+  // whole FP8 forward on the H200 (0.934 / 3.915 s against 0.926 / 3.830 s at 480p / 768p).
   Tensor xq = x;
   const bool want_rows =
-      x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1) : h3::gpu_fp8_row_activations();
+      x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1) : numerics().fp8_row_scales();
   const bool row_ok = want_rows && rows_supported();
   if (x.dtype() != DType::fp8_e4m3)
     xq = row_ok ? quantize_fp8_rows(as(x, DType::bf16)) : quantize_fp8(as(x, DType::bf16));
@@ -135,13 +126,9 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
-  H3_ASSERT(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1) && w.on_device(), "linear: x {} vs w {}",
-            x.describe(), w.describe());
-  if (bias) H3_ASSERT(bias->numel() == w.dim(0), "linear: bias {} for {} outputs", bias->describe(), w.dim(0));
   if (w.dtype() == DType::fp8_e4m3) return linear_fp8(x, w, bias);
   // The weight's dtype decides the arithmetic: bf16 layers in bf16, the released f32 layers in f32.
   const DType dt = w.dtype();
-  H3_ASSERT(dt == DType::bf16 || dt == DType::f32, "linear: weights must be bf16, f32 or fp8, got {}", w.describe());
   Tensor xc = as(x, dt);
   Tensor b = bias ? as(*bias, dt) : Tensor();
   Tensor y = Tensor::empty(dt, {x.dim(0), w.dim(0)}, Device::cuda);
@@ -157,13 +144,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor* w, int64_t group, double eps) {
-  need_act(x, "rms_norm", "x");
   const int64_t rows = row_count(x), cols = rows ? x.numel() / rows : 0;
-  H3_ASSERT(group > 0 && cols % group == 0, "rms_norm: group {} does not divide {}", group, cols);
-  if (w) {
-    same(x, *w, "rms_norm");
-    H3_ASSERT(w->numel() == group, "rms_norm: weight {} for group {}", w->describe(), group);
-  }
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::rms_norm(x.raw(), w ? w->raw() : nullptr, y.raw(), elem_type(x.dtype()), rows, cols, group,
                          static_cast<float>(eps), stream()));
@@ -171,12 +152,7 @@ Tensor rms_norm(const Tensor& x, const Tensor* w, int64_t group, double eps) {
 }
 
 Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf) {
-  need_act(h, "modulate", "h");
-  same(h, shift, "modulate");
-  same(h, scale, "modulate");
-  H3_ASSERT(h.ndim() == 2 && shift.ndim() == 2 && scale.shape() == shift.shape() && shift.dim(1) == h.dim(1),
-            "modulate: tables {} {} for {}", shift.describe(), scale.describe(), h.describe());
-  Tensor i = index_on_gpu(idx, h.dim(0), shift.dim(0), "modulate");
+  Tensor i = index_on_gpu(idx);
   Tensor out = Tensor::empty(h.dtype(), h.shape(), Device::cuda);
   H3_CUDA(cuda::modulate(h.raw(), shift.raw(), scale.raw(), i.data<int32_t>(), out.raw(), elem_type(h.dtype()),
                          h.dim(0), h.dim(1), bf, stream()));
@@ -184,12 +160,7 @@ Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const
 }
 
 Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf) {
-  need_act(x, "gate_residual", "x");
-  same(x, gate, "gate_residual");
-  same(x, y, "gate_residual");
-  H3_ASSERT(x.ndim() == 2 && y.shape() == x.shape() && gate.ndim() == 2 && gate.dim(1) == x.dim(1),
-            "gate_residual: x {} y {} gate {}", x.describe(), y.describe(), gate.describe());
-  Tensor i = index_on_gpu(idx, x.dim(0), gate.dim(0), "gate_residual");
+  Tensor i = index_on_gpu(idx);
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::gate_residual(x.raw(), gate.raw(), i.data<int32_t>(), y.raw(), out.raw(), elem_type(x.dtype()),
                               x.dim(0), x.dim(1), bf, stream()));
@@ -197,24 +168,18 @@ Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, con
 }
 
 Tensor add(const Tensor& x, const Tensor& y) {
-  need_act(x, "add", "x");
-  same(x, y, "add");
-  H3_ASSERT(x.shape() == y.shape(), "add: {} vs {}", x.describe(), y.describe());
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::add(x.raw(), y.raw(), out.raw(), elem_type(x.dtype()), x.numel(), stream()));
   return out;
 }
 
 Tensor silu(const Tensor& x) {
-  need_act(x, "silu", "x");
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::silu(x.raw(), out.raw(), elem_type(x.dtype()), x.numel(), stream()));
   return out;
 }
 
 Tensor swiglu(const Tensor& u, bool bf) {
-  need_act(u, "swiglu", "u");
-  H3_ASSERT(u.ndim() == 2 && u.dim(1) % 2 == 0, "swiglu: [N, 2F] input needed, got {}", u.describe());
   const int64_t f = u.dim(1) / 2;
   Tensor out = Tensor::empty(u.dtype(), {u.dim(0), f}, Device::cuda);
   if (u.dtype() == DType::bf16) {
@@ -227,101 +192,54 @@ Tensor swiglu(const Tensor& u, bool bf) {
 }
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t d, bool bf) {
-  need_act(x, "rope", "x");
-  same(x, cos, "rope");
-  same(x, sin, "rope");
   const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1);
-  H3_ASSERT(x.ndim() == 2 && cos.dim(0) == n && sin.shape() == cos.shape() && r % 2 == 0 && r <= d && cols % d == 0,
-            "rope: x {} cos {} head_dim {}", x.describe(), cos.describe(), d);
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::rope(x.raw(), cos.raw(), sin.raw(), out.raw(), elem_type(x.dtype()), n, cols, r, d, bf, stream()));
   return out;
 }
 
 // The per-tensor scale of an fp8 GPU tensor (value = stored * scale), as a device pointer.
-const float* fp8_scale(const Tensor& t, const char* what) {
-  H3_ASSERT(t.on_device() && t.dtype() == DType::fp8_e4m3 && t.scale() && t.scale()->on_device() &&
-                t.scale()->dtype() == DType::f32 && t.scale()->numel() == 1,
-            "attention: fp8 {} {} needs a per-tensor f32 scale on the GPU (ops::quantize_fp8 gives one)", what,
-            t.describe());
+const float* fp8_scale(const Tensor& t) {
   return static_cast<const float*>(t.scale()->raw());
 }
 
-// q, k, v fp8 e4m3 with per-tensor scales -> bf16 (or fp8 O with its scale): our FP8 wgmma kernel, else cuDNN's
-// FP8 attention graph, or the bf16 attention of the dequantized values when cuDNN refuses it. H3_ATTENTION_FP8=off
-// always takes the bf16 route; =require makes a refusal an error (tests, benchmarks: a silent fallback would hide
-// it).
-std::string fp8_attention_mode() {
-  const char* e = std::getenv("H3_ATTENTION_FP8");
-  const std::string mode = e ? e : "";
-  if (!mode.empty() && mode != "off" && mode != "require")
-    fail(
-        "H3_ATTENTION_FP8={}: expected off (bf16 attention of the dequantized values), require (fail when cuDNN "
-        "refuses the FP8 graph) or unset",
-        mode);
-  return mode;
-}
-
+// q, k, v fp8 e4m3 with per-tensor scales (v also bf16) -> bf16, or fp8 O with its scale: our FP8 wgmma kernel,
+// else the bf16 attention of the dequantized values. The backend's Numerics::fp8_attention: off always takes the bf16
+// route; require makes it an error where our kernel cannot run (tests, benchmarks: a silent fallback would hide it).
 Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, bool fp8_out) {
-  const std::string mode = fp8_attention_mode();
-  if (v.dtype() == DType::bf16) {
-    // bf16 v with fp8 q and k: quantized per tensor inside our kernel's V transpose, else here for the others.
-    H3_ASSERT(v.on_device() && v.shape() == k.shape(), "attention: bf16 v {} for k {}", v.describe(), k.describe());
-    if (mode != "off") {
-      const float *sq = fp8_scale(q, "q"), *sk = fp8_scale(k, "k");
-      const int64_t cols = q.dim(1);
-      H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols, "attention: q {} k {} head_dim {}",
-                q.describe(), k.describe(), d);
-      Tensor o = Tensor::empty(fp8_out ? DType::fp8_e4m3 : DType::bf16, q.shape(), Device::cuda);
-      Tensor ds = fp8_out ? Tensor::empty(DType::f32, {1}, Device::cuda) : Tensor();
-      Tensor vs = Tensor::empty(DType::f32, {1}, Device::cuda);
-      if (cuda::attention_fp8_ours_bf16_v(q.raw(), k.raw(), v.raw(), sq, sk, static_cast<float*>(vs.raw()), o.raw(),
-                                          fp8_out, static_cast<float*>(ds.raw()), q.dim(0), k.dim(0), cols / d, d))
-        return fp8_out ? o.with_scale(ds) : o;
-    }
-    return attention_fp8_op(q, k, quantize_fp8(v), d, fp8_out);
-  }
-  const float *sq = fp8_scale(q, "q"), *sk = fp8_scale(k, "k"), *sv = fp8_scale(v, "v");
+  const Fp8Attention mode = numerics().fp8_attention;
   const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1);
-  H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols && v.shape() == k.shape(),
-            "attention: q {} k {} v {} head_dim {}", q.describe(), k.describe(), v.describe(), d);
-  H3_ASSERT(nq == 0 || nk > 0, "attention: {} queries but no keys", nq);
-  if (mode != "off") {  // our kernel first (H3_ATTENTION_FP8_KERNEL), then cuDNN's graph
+  if (mode != Fp8Attention::off) {
     Tensor o = Tensor::empty(fp8_out ? DType::fp8_e4m3 : DType::bf16, q.shape(), Device::cuda);
     Tensor ds = fp8_out ? Tensor::empty(DType::f32, {1}, Device::cuda) : Tensor();
-    if (cuda::attention_fp8_ours(q.raw(), k.raw(), v.raw(), sq, sk, sv, o.raw(), fp8_out, static_cast<float*>(ds.raw()),
-                                 nq, nk, cols / d, d))
-      return fp8_out ? o.with_scale(ds) : o;
-  }
-  if (mode != "off" && fp8_out) {
-    Tensor o8 = Tensor::empty(DType::fp8_e4m3, q.shape(), Device::cuda);
-    Tensor ds = Tensor::empty(DType::f32, {1}, Device::cuda);
-    if (cuda::attention_fp8_o8(q.raw(), k.raw(), v.raw(), sq, sk, sv, o8.raw(), static_cast<float*>(ds.raw()), nq, nk,
-                               cols / d, d))
-      return o8.with_scale(ds);
+    bool ran = false;
+    if (v.dtype() == DType::bf16) {
+      // bf16 v with fp8 q and k: quantized per tensor inside our kernel's V transpose.
+      Tensor vs = Tensor::empty(DType::f32, {1}, Device::cuda);
+      ran = cuda::attention_fp8_ours_bf16_v(q.raw(), k.raw(), v.raw(), fp8_scale(q), fp8_scale(k),
+                                            static_cast<float*>(vs.raw()), o.raw(), fp8_out,
+                                            static_cast<float*>(ds.raw()), nq, nk, cols / d, d);
+    } else {
+      ran = cuda::attention_fp8_ours(q.raw(), k.raw(), v.raw(), fp8_scale(q), fp8_scale(k), fp8_scale(v), o.raw(),
+                                     fp8_out, static_cast<float*>(ds.raw()), nq, nk, cols / d, d);
+    }
+    if (ran) return fp8_out ? o.with_scale(ds) : o;
+    if (mode == Fp8Attention::require)
+      fail(
+          "attention: our FP8 attention kernel cannot run {} heads x {} x {} (d {}) here ({}) and FP8 attention is "
+          "required (--fp8-attention / H3_ATTENTION_FP8=require; auto falls back to bf16 attention)",
+          cols / d, nq, nk, d, cuda::attention_fp8_unsupported(nq, nk, cols / d, d));
   }
   Tensor out = Tensor::empty(DType::bf16, q.shape(), Device::cuda);
-  if (mode != "off" && cuda::attention_fp8(q.raw(), k.raw(), v.raw(), sq, sk, sv, out.raw(), nq, nk, cols / d, d))
-    return out;
-  if (mode == "require")
-    fail(
-        "attention: cuDNN refused the FP8 attention graph for {} heads x {} x {} (d {}) and H3_ATTENTION_FP8=require; "
-        "the warning above gives cuDNN's reasons (unset H3_ATTENTION_FP8 to fall back to bf16)",
-        cols / d, nq, nk, d);
-  Tensor qb = dequantize_rows(q), kb = dequantize_rows(k), vb = dequantize_rows(v);
+  Tensor qb = dequantize_rows(q), kb = dequantize_rows(k);
+  Tensor vb = dequantize_rows(v.dtype() == DType::bf16 ? quantize_fp8(v) : v);  // v's FP8 values, as above
   cuda::attention(qb.raw(), kb.raw(), vb.raw(), out.raw(), DType::bf16, nq, nk, cols / d, d);
   return out;
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
   if (q.dtype() == DType::fp8_e4m3) return attention_fp8_op(q, k, v, d, false);
-  need_act(q, "attention", "q");
-  same(q, k, "attention");
-  same(q, v, "attention");
   const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1);
-  H3_ASSERT(q.ndim() == 2 && d > 0 && cols % d == 0 && k.dim(1) == cols && v.shape() == k.shape(),
-            "attention: q {} k {} v {} head_dim {}", q.describe(), k.describe(), v.describe(), d);
-  H3_ASSERT(nq == 0 || nk > 0, "attention: {} queries but no keys", nq);
   Tensor out = Tensor::empty(q.dtype(), q.shape(), Device::cuda);
   cuda::attention(q.raw(), k.raw(), v.raw(), out.raw(), q.dtype(), nq, nk, cols / d, d);
   return out;
@@ -334,26 +252,21 @@ int64_t row_bytes_of(const Tensor& t) {
 }
 
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
-  H3_ASSERT(out.on_device() && rows.dtype() == out.dtype() && row_bytes_of(rows) == row_bytes_of(out),
-            "scatter_rows: {} into {}", rows.describe(), out.describe());
   Tensor src = rows.on_device() ? rows : rows.to_device(Device::cuda);
-  Tensor i = index_on_gpu(idx, rows.dim(0), out.dim(0), "scatter_rows");
+  Tensor i = index_on_gpu(idx);
   H3_CUDA(cuda::scatter_rows(src.raw(), i.data<int32_t>(), out.raw(), rows.dim(0), row_bytes_of(out), stream()));
 }
 
 Tensor gather_rows(const Tensor& x, const Tensor& idx) {
-  H3_ASSERT(x.ndim() >= 1, "gather_rows: needs at least 1-D, got {}", x.describe());
   Shape s = x.shape();
   s[0] = idx.numel();
   Tensor out = Tensor::empty(x.dtype(), s, Device::cuda);
-  Tensor i = index_on_gpu(idx, idx.numel(), x.dim(0), "gather_rows");
+  Tensor i = index_on_gpu(idx);
   H3_CUDA(cuda::gather_rows(x.raw(), i.data<int32_t>(), out.raw(), idx.numel(), row_bytes_of(x), stream()));
   return out;
 }
 
 Tensor columns(const Tensor& t, int64_t begin, int64_t end) {
-  H3_ASSERT(t.ndim() == 2 && 0 <= begin && begin <= end && end <= t.dim(1), "columns({}, {}) of {}", begin, end,
-            t.describe());
   const size_t es = dtype_size(t.dtype());
   Tensor out = Tensor::empty(t.dtype(), {t.dim(0), end - begin}, Device::cuda);
   if (out.numel() == 0) return out;
@@ -363,9 +276,6 @@ Tensor columns(const Tensor& t, int64_t begin, int64_t end) {
 }
 
 void set_columns(Tensor& dst, int64_t begin, const Tensor& src) {
-  H3_ASSERT(dst.ndim() == 2 && src.ndim() == 2 && dst.dim(0) == src.dim(0) && dst.dtype() == src.dtype() &&
-                begin >= 0 && begin + src.dim(1) <= dst.dim(1),
-            "set_columns({}) of {} into {}", begin, src.describe(), dst.describe());
   if (src.numel() == 0) return;
   const size_t es = dtype_size(dst.dtype());
   Tensor s = src.on_device() ? src : src.to_device(Device::cuda);
@@ -375,14 +285,7 @@ void set_columns(Tensor& dst, int64_t begin, const Tensor& src) {
 
 Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale,
                      const Tensor& idx, bool bf) {
-  need_act(x, "norm_modulate", "x");
-  same(x, w, "norm_modulate");
-  same(x, shift, "norm_modulate");
-  same(x, scale, "norm_modulate");
-  H3_ASSERT(x.ndim() == 2 && w.numel() == x.dim(1) && shift.ndim() == 2 && shift.dim(1) == x.dim(1) &&
-                scale.shape() == shift.shape(),
-            "norm_modulate: x {} w {} tables {} {}", x.describe(), w.describe(), shift.describe(), scale.describe());
-  Tensor i = index_on_gpu(idx, x.dim(0), shift.dim(0), "norm_modulate");
+  Tensor i = index_on_gpu(idx);
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   if (x.dtype() == DType::bf16) {
     const cudaError_t e = residual_norm_modulate(x.raw(), nullptr, nullptr, i.data<int32_t>(), nullptr, w.raw(),
@@ -398,14 +301,7 @@ Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor&
 
 Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, const Tensor& cos, const Tensor& sin,
                     bool bf) {
-  need_act(x, "qk_norm_rope", "x");
-  same(x, w, "qk_norm_rope");
-  same(x, cos, "qk_norm_rope");
-  same(x, sin, "qk_norm_rope");
   const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1);
-  H3_ASSERT(x.ndim() == 2 && w.numel() == d && cols % d == 0 && cos.dim(0) == n && sin.shape() == cos.shape() &&
-                r % 2 == 0 && r <= d,
-            "qk_norm_rope: x {} w {} cos {} head_dim {}", x.describe(), w.describe(), cos.describe(), d);
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   if (x.dtype() == DType::bf16 && d == 128) {
     const cudaError_t e = qk_norm_rope_d128(x.raw(), w.raw(), cos.raw(), sin.raw(), out.raw(), nullptr, nullptr, n,
@@ -427,7 +323,6 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t d, double eps, con
 // ops::attention_fp8_out: as attention on fp8 q/k (v fp8 or bf16), its result left in fp8 (per-tensor scale) when
 // our kernel or cuDNN's graph gives an fp8 O, else bf16.
 Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
-  H3_ASSERT(q.dtype() == DType::fp8_e4m3, "attention_fp8_out: fp8 q/k/v needed, got {}", q.describe());
   return attention_fp8_op(q, k, v, d, true);
 }
 
@@ -447,8 +342,7 @@ Tensor dequantize_rows(const Tensor& q) {
 }
 
 Tensor quantize_fp8_rows(const Tensor& x) {
-  need_act(x, "quantize_fp8_rows", "x");
-  H3_ASSERT(x.ndim() == 2, "quantize_fp8_rows: 2-D input needed, got {}", x.describe());
+  // The kernel's limit (the front door checked the rest): whole 16-byte vectors of bf16 per row.
   H3_CHECK(x.dim(1) % 8 == 0,
            "quantize_fp8_rows: {} has {} columns; per-row FP8 on the GPU takes a multiple of 8 (keep such a layer in "
            "bf16, as the DiT's per-layer rule does)",
@@ -463,24 +357,12 @@ Tensor quantize_fp8_rows(const Tensor& x) {
 ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y,
                                          const Tensor& w, double eps, const Tensor& shift, const Tensor& scale, bool bf,
                                          ops::Fp8Out fp8) {
-  need_act(x, "residual_norm_modulate", "x");
   const bool gated = gate.defined();
   const int64_t n = x.dim(0), c = x.ndim() == 2 ? x.dim(1) : 0;
-  H3_ASSERT(x.ndim() == 2 && w.numel() == c && shift.ndim() == 2 && shift.dim(1) == c && scale.shape() == shift.shape(),
-            "residual_norm_modulate: x {} w {} tables {} {}", x.describe(), w.describe(), shift.describe(),
-            scale.describe());
-  if (gated)
-    H3_ASSERT(y.shape() == x.shape() && gate.ndim() == 2 && gate.dim(1) == c && gate.dim(0) == shift.dim(0),
-              "residual_norm_modulate: x {} y {} gate {}", x.describe(), y.describe(), gate.describe());
   const bool q8 = fp8 != ops::Fp8Out::none, rows = fp8 == ops::Fp8Out::rows;
   ops::ResidualNorm out;
   if (x.dtype() == DType::bf16) {
-    for (const Tensor* t : {&w, &shift, &scale}) same(x, *t, "residual_norm_modulate");
-    if (gated) {
-      same(x, gate, "residual_norm_modulate");
-      same(x, y, "residual_norm_modulate");
-    }
-    Tensor i = index_on_gpu(idx, n, shift.dim(0), "residual_norm_modulate");
+    Tensor i = index_on_gpu(idx);
     out.x = gated ? Tensor::empty(DType::bf16, x.shape(), Device::cuda) : x;
     Tensor h = q8 ? Tensor() : Tensor::empty(DType::bf16, x.shape(), Device::cuda);
     Tensor q = q8 ? Tensor::empty(DType::fp8_e4m3, x.shape(), Device::cuda) : Tensor();
@@ -510,8 +392,6 @@ ops::ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, co
 }
 
 Tensor swiglu_fp8_rows(const Tensor& u, bool bf) {
-  need_act(u, "swiglu_fp8_rows", "u");
-  H3_ASSERT(u.ndim() == 2 && u.dim(1) % 2 == 0, "swiglu_fp8_rows: [N, 2F] input needed, got {}", u.describe());
   const int64_t n = u.dim(0), f = u.dim(1) / 2;
   if (u.dtype() == DType::bf16) {
     Tensor q = Tensor::empty(DType::fp8_e4m3, {n, f}, Device::cuda);
@@ -523,32 +403,8 @@ Tensor swiglu_fp8_rows(const Tensor& u, bool bf) {
   return quantize_fp8_rows(swiglu(u, bf));
 }
 
-Tensor swiglu_fp8(const Tensor& u, bool bf) {
-  need_act(u, "swiglu_fp8", "u");
-  H3_ASSERT(u.ndim() == 2 && u.dim(1) % 2 == 0, "swiglu_fp8: [N, 2F] input needed, got {}", u.describe());
-  const int64_t n = u.dim(0), f = u.dim(1) / 2;
-  if (u.dtype() == DType::bf16) {
-    Tensor out = Tensor::empty(DType::bf16, {n, f}, Device::cuda);
-    Tensor amax = Tensor::empty(DType::f32, {1}, Device::cuda);
-    const cudaError_t e =
-        swiglu_bf16(u.raw(), out.raw(), nullptr, nullptr, n, f, bf, stream(), static_cast<float*>(amax.raw()));
-    if (e == cudaSuccess) {
-      Tensor q = Tensor::empty(DType::fp8_e4m3, {n, f}, Device::cuda);
-      Tensor scale = Tensor::empty(DType::f32, {1}, Device::cuda);
-      H3_CUDA(cuda::quantize_fp8(out.raw(), ElemType::bf16, out.numel(), static_cast<const float*>(amax.raw()), q.raw(),
-                                 static_cast<float*>(scale.raw()), stream()));
-      return q.with_scale(scale);
-    }
-    H3_ASSERT(e == cudaErrorNotSupported, "swiglu_fp8: {}", cudaGetErrorString(e));
-  }
-  return quantize_fp8(as(swiglu(u, bf), DType::bf16));
-}
-
 Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t d, double eps, const Tensor& cos, const Tensor& sin,
                         bool bf, const Tensor& scale) {
-  need_act(x, "qk_norm_rope_fp8", "x");
-  H3_ASSERT(scale.numel() == 1 && scale.dtype() == DType::f32, "qk_norm_rope_fp8: scale must be one f32, got {}",
-            scale.describe());
   Tensor s = scale.on_device() ? scale : scale.to_device(Device::cuda);
   const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1);
   if (x.dtype() == DType::bf16 && d == 128 && w.dtype() == DType::bf16 && cos.dtype() == DType::bf16 &&
@@ -575,7 +431,6 @@ Tensor procedural(uint64_t base, double scale, double offset, const Shape& shape
 }
 
 Tensor quantize_fp8(const Tensor& w) {
-  need_act(w, "quantize_fp8", "w");
   Tensor q = Tensor::empty(DType::fp8_e4m3, w.shape(), Device::cuda);
   Tensor amax = Tensor::empty(DType::f32, {1}, Device::cuda);
   Tensor scale = Tensor::empty(DType::f32, {1}, Device::cuda);
@@ -588,7 +443,13 @@ Tensor quantize_fp8(const Tensor& w) {
 }  // namespace
 
 void register_ops() {
-  ops::DeviceOps t;
+  static ops::BackendOps t;
+  t.name = "cuda";
+  t.device = Device::cuda;
+  t.float_types = ops::dtypes({DType::f32, DType::bf16});
+  t.index_types = ops::dtypes({DType::i32, DType::i64});
+  t.converts_params = true;
+  t.fp8 = true;
   t.linear = linear;
   t.rms_norm = rms_norm;
   t.modulate = modulate;
@@ -607,7 +468,6 @@ void register_ops() {
   t.dequantize_fp8 = dequantize_rows;
   t.residual_norm_modulate = residual_norm_modulate;
   t.swiglu_fp8_rows = swiglu_fp8_rows;
-  t.swiglu_fp8 = swiglu_fp8;
   t.qk_norm_rope_fp8 = qk_norm_rope_fp8;
   t.attention_fp8_out = attention_fp8_out;
   t.procedural = procedural;
@@ -615,7 +475,9 @@ void register_ops() {
   t.qk_norm_rope = qk_norm_rope;
   register_vae_ops(t);
   register_text_ops(t);
-  ops::register_device_ops(t);
+  t.total_bytes = gpu_total_bytes;
+  t.pin_gemms = pin_gemms;
+  ops::register_backend(t);
 }
 
 }  // namespace h3::cuda

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/elem_type.h"
 
 namespace h3::cuda {
 

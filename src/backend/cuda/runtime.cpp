@@ -8,7 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/common.h"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/convert.h"
 #include "core/device.h"
 #include "core/log.h"
 #include "core/profile.h"
@@ -23,7 +23,8 @@ namespace {
 
 struct State {
   bool started = false;
-  bool deterministic = false;
+  Numerics numerics;
+  bool gemm_tune = true;
   int device = 0;
   int sms = 0;
   cudaStream_t stream = nullptr;
@@ -176,7 +177,13 @@ cudaStream_t stream() {
   return state().stream;
 }
 bool deterministic() {
-  return state().deterministic;
+  return state().numerics.deterministic;
+}
+const Numerics& numerics() {
+  return state().numerics;
+}
+bool gemm_tune() {
+  return state().gemm_tune;
 }
 
 void* device_alloc(size_t bytes) {
@@ -229,14 +236,13 @@ void start_gpu_backend(const GpuOptions& o) {
         "--device cpu",
         e == cudaSuccess ? "none visible" : cudaGetErrorString(e));
   // Ranks of one host take the GPUs in turn (the launcher's local rank when it gives one).
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (!local) local = std::getenv("SLURM_LOCALID");
-  s.device = (local ? std::atoi(local) : o.rank) % count;
+  s.device = (o.local_rank >= 0 ? o.local_rank : o.rank) % count;
   H3_CUDA(cudaSetDevice(s.device));
   H3_CUDA(cudaGetDeviceProperties(&s.prop, s.device));
   s.sms = s.prop.multiProcessorCount;
   H3_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  s.deterministic = o.deterministic;
+  s.numerics = o.numerics;
+  s.gemm_tune = o.gemm_tune;
   DeviceHooks hooks;
   hooks.name = "cuda";
   hooks.alloc = cuda::hook_alloc;
@@ -255,7 +261,7 @@ void start_gpu_backend(const GpuOptions& o) {
   register_device_hooks(hooks);
   cuda::register_ops();
   s.started = true;
-  spdlog::info("GPU {}: {}{}", s.device, gpu_description(), o.deterministic ? " (deterministic mode)" : "");
+  spdlog::info("GPU {}: {}{}", s.device, gpu_description(), o.numerics.deterministic ? " (deterministic mode)" : "");
 }
 
 int gpu_count() {
@@ -270,15 +276,11 @@ int gpu_count() {
 bool gpu_backend_started() {
   return cuda::state().started;
 }
-bool gpu_deterministic() {
-  return cuda::state().started && cuda::state().deterministic;
+Numerics gpu_numerics() {
+  return cuda::state().numerics;
 }
-bool gpu_fp8_row_activations() {
-  static const bool rows = [] {
-    const char* e = std::getenv("H3_FP8_ACTIVATIONS");
-    return e && std::string(e) == "rows";
-  }();
-  return gpu_deterministic() || rows;
+void set_gpu_numerics(const Numerics& numerics) {
+  cuda::state().numerics = numerics;
 }
 
 std::string gpu_description() {

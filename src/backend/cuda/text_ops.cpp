@@ -1,22 +1,17 @@
-// The Qwen3-VL towers' device ops (ops_conv.h attention_causal, ops_act.h gelu_*, ops_text.h): checks, then
-// backend/cuda/attention/causal.cu, backend/cuda/text_kernels.cu or the cuBLASLt GEMM.
+// The Qwen3-VL towers' device ops (ops_conv.h attention_causal, ops_act.h gelu_*, ops_text.h) on the GPU:
+// backend/cuda/attention/causal.cu, backend/cuda/text_kernels.cu or the cuBLASLt GEMM, the front door (src/ops)
+// having checked shapes and dtypes.
 #include "backend/cuda/attention/causal.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/text_kernels.h"
-#include "ops/device_ops.h"
+#include "ops/backend_ops.h"
 
 namespace h3::cuda {
 
 ElemType elem_type(DType t);  // backend/cuda/runtime.cpp
 
 namespace {
-
-void need_act(const Tensor& t, const char* op, const char* what) {
-  H3_ASSERT(t.on_device() && (t.dtype() == DType::bf16 || t.dtype() == DType::f32),
-            "{}: {} must be a bf16 or f32 GPU tensor, got {} on the {}", op, what, t.describe(),
-            t.on_device() ? "GPU" : "CPU");
-}
 
 // The tensor on the GPU in dtype dt (no copy when it already is).
 Tensor as(const Tensor& t, DType dt) {
@@ -25,17 +20,8 @@ Tensor as(const Tensor& t, DType dt) {
 }
 
 Tensor attention_causal_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
-  H3_ASSERT(q.on_device() && k.on_device() && v.on_device() && (q.dtype() == DType::f32 || q.dtype() == DType::bf16) &&
-                k.dtype() == q.dtype() && v.dtype() == q.dtype(),
-            "attention_causal: q {} k {} v {} must be GPU tensors of one dtype (f32 or bf16)", q.describe(),
-            k.describe(), v.describe());
-  H3_ASSERT(d > 0 && d <= 256 && q.ndim() == 2 && k.ndim() == 2 && v.shape() == k.shape() && k.dim(0) == q.dim(0),
-            "attention_causal: q {} k {} v {} head_dim {} (<= 256 on the GPU)", q.describe(), k.describe(),
-            v.describe(), d);
+  H3_CHECK(d <= 256, "attention_causal on the GPU: head_dim {} (the kernel takes at most 256)", d);
   const int64_t heads = q.dim(1) / d, kv_heads = k.dim(1) / d;
-  H3_ASSERT(q.dim(1) % d == 0 && k.dim(1) % d == 0 && kv_heads > 0 && heads % kv_heads == 0,
-            "attention_causal: {} query / {} key channels are not whole heads of {} (or not grouped)", q.dim(1),
-            k.dim(1), d);
   Tensor out = Tensor::empty(q.dtype(), q.shape(), Device::cuda);
   H3_CUDA(cuda::attention_causal(q.raw(), k.raw(), v.raw(), out.raw(), elem_type(q.dtype()), q.dim(0), heads, kv_heads,
                                  d, stream()));
@@ -43,7 +29,6 @@ Tensor attention_causal_op(const Tensor& q, const Tensor& k, const Tensor& v, in
 }
 
 Tensor gelu_op(const Tensor& x, bool tanh_form) {
-  need_act(x, tanh_form ? "gelu_tanh" : "gelu_erf", "x");
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::gelu(x.raw(), out.raw(), elem_type(x.dtype()), x.numel(), tanh_form, stream()));
   return out;
@@ -56,11 +41,7 @@ Tensor gelu_erf_op(const Tensor& x) {
 }
 
 Tensor rms_norm_rounded_op(const Tensor& x, const Tensor& w, int64_t group, double eps) {
-  need_act(x, "rms_norm_rounded", "x");
   const int64_t rows = x.ndim() ? x.dim(0) : 1, cols = rows ? x.numel() / rows : 0;
-  H3_ASSERT(group > 0 && cols % group == 0 && w.numel() == group,
-            "rms_norm_rounded: group {} must divide the row of {} and match the weight {}", group, x.describe(),
-            w.describe());
   const Tensor wd = as(w, x.dtype());
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::rms_norm_rounded(x.raw(), wd.raw(), y.raw(), elem_type(x.dtype()), rows, cols, group,
@@ -69,9 +50,6 @@ Tensor rms_norm_rounded_op(const Tensor& x, const Tensor& w, int64_t group, doub
 }
 
 Tensor linear_acc_op(const Tensor& x, const Tensor& w) {
-  H3_ASSERT(x.ndim() == 2 && w.ndim() == 2 && x.dim(1) == w.dim(1) && w.on_device() &&
-                (w.dtype() == DType::bf16 || w.dtype() == DType::f32),
-            "linear_acc: x {} vs w {} (a bf16 or f32 GPU weight)", x.describe(), w.describe());
   const Tensor xc = as(x, w.dtype());
   Tensor y = Tensor::empty(DType::f32, {x.dim(0), w.dim(0)}, Device::cuda);
   GemmArgs g;
@@ -86,7 +64,7 @@ Tensor linear_acc_op(const Tensor& x, const Tensor& w) {
 
 }  // namespace
 
-void register_text_ops(ops::DeviceOps& t) {
+void register_text_ops(ops::BackendOps& t) {
   t.attention_causal = attention_causal_op;
   t.gelu_tanh = gelu_tanh_op;
   t.gelu_erf = gelu_erf_op;

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/elem_type.h"
 
 namespace h3::cuda {
 
@@ -56,12 +56,6 @@ constexpr int kResidualNormMaxPer = 8;
 cudaError_t add_scaled_rms_norm_to_bf16(const float* x, const void* y, ElemType ty, const float* scale, float* sum,
                                         const float* w, void* out, int64_t rows, int64_t cols, int64_t group, float eps,
                                         cudaStream_t s);
-
-// ops::qk_norm_rope for bf16 heads of 64 channels (x, out [rows, heads * 64], w [64], cos/sin [rows, rot]) with
-// 16-byte accesses: cudaErrorNotSupported unless rot % 16 == 0, rot <= 64 and every pointer is 16-byte aligned (the
-// caller then runs the generic kernel). Same arithmetic as the generic kernel except the order of the sum of squares.
-cudaError_t qk_norm_rope_d64(const void* x, const void* w, const void* cs, const void* sn, void* out, int64_t rows,
-                             int64_t heads, int64_t rot, float eps, bool bf16_steps, cudaStream_t s);
 
 // The video decode's per-pixel stitch (ops_vae.h stitch_frames has the equations). Tiles are f32 [C, T, h_a, w_b],
 // tile (a, b) at cur[a * cols + b] (prev: the previous chunk's, read only for frames with fade_e > 0). Output f32

@@ -1,7 +1,7 @@
-// The CUDA implementations of the VAE decoders' ops (ops_conv.h: layer_norm, conv1d, conv_transpose1d, pad1d;
-// ops_vae.h): shape and dtype checks, then a kernel of backend/cuda/vae_kernels.cu or, for dense conv1d, im2col + the
-// cuBLASLt GEMM. Activations are f32 or bf16 GPU tensors; parameters are taken in the activation's dtype (converted
-// when they are not, which the models avoid by uploading them once in the right dtype).
+// The CUDA backend's entries for the VAE decoders' ops (ops_conv.h: layer_norm, conv1d, conv_transpose1d, pad1d;
+// ops_vae.h), the front door having checked shapes and dtypes: a kernel of backend/cuda/vae_kernels.cu or, for dense
+// conv1d, im2col + the cuBLASLt GEMM. Activations are f32 or bf16 GPU tensors; parameters are taken in the activation's
+// dtype (converted when they are not, which the models avoid by uploading them once in the right dtype).
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
@@ -11,7 +11,7 @@
 #include "backend/cuda/common.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/vae_kernels.h"
-#include "ops/device_ops.h"
+#include "ops/backend_ops.h"
 #include "ops/ops_vae.h"
 
 namespace h3::cuda {
@@ -20,11 +20,6 @@ ElemType elem_type(DType t);  // backend/cuda/runtime.cpp
 
 namespace {
 
-void need_act(const Tensor& t, const char* op, const char* what) {
-  H3_ASSERT(t.on_device() && (t.dtype() == DType::bf16 || t.dtype() == DType::f32),
-            "{}: {} must be a bf16 or f32 GPU tensor, got {} on the {}", op, what, t.describe(),
-            t.on_device() ? "GPU" : "CPU");
-}
 // The tensor on the GPU in dtype dt (no copy when it already is).
 Tensor as(const Tensor& t, DType dt) {
   Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
@@ -32,10 +27,7 @@ Tensor as(const Tensor& t, DType dt) {
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps) {
-  need_act(x, "layer_norm", "x");
   const int64_t C = x.ndim() ? x.dim(-1) : 1, rows = C ? x.numel() / C : 0;
-  if (w) H3_ASSERT(w->numel() == C, "layer_norm: weight {} for width {}", w->describe(), C);
-  if (b) H3_ASSERT(b->numel() == C, "layer_norm: bias {} for width {}", b->describe(), C);
   const Tensor wd = w ? as(*w, x.dtype()) : Tensor(), bd = b ? as(*b, x.dtype()) : Tensor();
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::layer_norm(x.raw(), w ? wd.raw() : nullptr, b ? bd.raw() : nullptr, y.raw(), elem_type(x.dtype()), rows,
@@ -51,15 +43,9 @@ bool conv1d_as_gemm(int64_t groups, int64_t C, int64_t K, int64_t O) {
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,
               int64_t groups) {
-  need_act(x, "conv1d", "x");
-  H3_ASSERT(x.ndim() == 3 && w.ndim() == 3, "conv1d: x {} w {}", x.describe(), w.describe());
   const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), O = w.dim(0), K = w.dim(2);
-  H3_ASSERT(groups > 0 && C % groups == 0 && O % groups == 0 && w.dim(1) == C / groups && stride > 0 && dilation > 0,
-            "conv1d: x {} w {} groups {} stride {} dilation {}", x.describe(), w.describe(), groups, stride, dilation);
   const int64_t span = (K - 1) * dilation + 1;
-  H3_ASSERT(L + 2 * pad >= span, "conv1d: input {} shorter than the kernel span {}", x.describe(), span);
   const int64_t Lo = (L + 2 * pad - span) / stride + 1;
-  if (bias) H3_ASSERT(bias->numel() == O, "conv1d: bias {} for {} outputs", bias->describe(), O);
   const DType dt = x.dtype();
   const Tensor wd = as(w, dt), bd = bias ? as(*bias, dt) : Tensor();
   Tensor y = Tensor::empty(dt, {B, O, Lo}, Device::cuda);
@@ -86,14 +72,8 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stri
 
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad,
                         int64_t groups) {
-  need_act(x, "conv_transpose1d", "x");
-  H3_ASSERT(
-      x.ndim() == 3 && w.ndim() == 3 && w.dim(0) == x.dim(1) && groups > 0 && x.dim(1) % groups == 0 && stride > 0,
-      "conv_transpose1d: x {} w {} groups {} stride {}", x.describe(), w.describe(), groups, stride);
   const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), opg = w.dim(1), K = w.dim(2);
   const int64_t O = opg * groups, Lo = (L - 1) * stride - 2 * pad + K;
-  H3_ASSERT(Lo > 0 && pad >= 0, "conv_transpose1d: empty output for x {} w {} pad {}", x.describe(), w.describe(), pad);
-  if (bias) H3_ASSERT(bias->numel() == O, "conv_transpose1d: bias {} for {} outputs", bias->describe(), O);
   const DType dt = x.dtype();
   const Tensor wd = as(w, dt), bd = bias ? as(*bias, dt) : Tensor();
   Tensor y = Tensor::empty(dt, {B, O, Lo}, Device::cuda);
@@ -102,26 +82,16 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, in
   return y;
 }
 
-Tensor pad1d(const Tensor& x, int64_t left, int64_t right, int mode) {
-  need_act(x, "pad1d", "x");
-  H3_ASSERT(x.ndim() >= 1 && left >= 0 && right >= 0 && mode >= 0 && mode <= 2, "pad1d: {} by {}/{} mode {}",
-            x.describe(), left, right, mode);
+Tensor pad1d(const Tensor& x, int64_t left, int64_t right, ops::PadMode mode) {
   const int64_t L = x.dim(-1), rows = L ? x.numel() / L : 0;
-  if (mode == 1) H3_ASSERT(left < L && right < L, "pad1d: reflect pad larger than the input {}", x.describe());
-  if (mode == 2) H3_ASSERT(L > 0, "pad1d: replicate pad of an empty input {}", x.describe());
   Shape s = x.shape();
   s.back() = L + left + right;
   Tensor y = Tensor::empty(x.dtype(), s, Device::cuda);
-  H3_CUDA(cuda::pad1d(x.raw(), y.raw(), elem_type(x.dtype()), rows, L, left, right, mode, stream()));
+  H3_CUDA(cuda::pad1d(x.raw(), y.raw(), elem_type(x.dtype()), rows, L, left, right, static_cast<int>(mode), stream()));
   return y;
 }
 
 Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
-  need_act(x, "add_scaled", "x");
-  need_act(y, "add_scaled", "y");
-  H3_ASSERT(x.ndim() == 2 && y.shape() == x.shape() && scale.numel() == x.dim(1) &&
-                (x.dtype() == y.dtype() || (x.dtype() == DType::f32 && y.dtype() == DType::bf16)),
-            "add_scaled: x {} y {} scale {} (y may be bf16 on an f32 x)", x.describe(), y.describe(), scale.describe());
   const Tensor sd = as(scale, x.dtype());
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::add_scaled(x.raw(), y.raw(), sd.raw(), out.raw(), elem_type(x.dtype()), elem_type(y.dtype()), x.dim(0),
@@ -130,18 +100,12 @@ Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
 }
 
 Tensor unpatchify3d(const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t C, int64_t pt, int64_t r) {
-  need_act(y, "unpatchify3d", "y");
-  H3_ASSERT(y.ndim() == 2 && y.dim(0) == t * h * w && y.dim(1) == C * pt * r * r,
-            "unpatchify3d: y {} for {}x{}x{} tokens of {} values", y.describe(), t, h, w, C * pt * r * r);
   Tensor out = Tensor::empty(y.dtype(), {C, t * pt, h * r, w * r}, Device::cuda);
   H3_CUDA(cuda::unpatchify3d(y.raw(), out.raw(), elem_type(y.dtype()), t, h, w, C, pt, r, stream()));
   return out;
 }
 
 Tensor snake_beta(const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain) {
-  need_act(x, "snake_beta", "x");
-  H3_ASSERT(x.ndim() == 3 && alpha.numel() == x.dim(1) && beta.numel() == x.dim(1), "snake_beta: x {} alpha {} beta {}",
-            x.describe(), alpha.describe(), beta.describe());
   const Tensor a = as(alpha, x.dtype()), b = as(beta, x.dtype());
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::snake_beta(x.raw(), a.raw(), b.raw(), y.raw(), elem_type(x.dtype()), x.dim(0), x.dim(1), x.dim(2),
@@ -150,9 +114,7 @@ Tensor snake_beta(const Tensor& x, const Tensor& alpha, const Tensor& beta, doub
 }
 
 Tensor slice_last(const Tensor& x, int64_t begin, int64_t end) {
-  need_act(x, "slice_last", "x");
   const int64_t L = x.ndim() ? x.dim(-1) : 0, rows = L ? x.numel() / L : 0;
-  H3_ASSERT(0 <= begin && begin <= end && end <= L, "slice_last: [{}, {}) of {}", begin, end, x.describe());
   Shape s = x.shape();
   s.back() = end - begin;
   Tensor y = Tensor::empty(x.dtype(), s, Device::cuda);
@@ -164,8 +126,6 @@ Tensor slice_last(const Tensor& x, int64_t begin, int64_t end) {
 }
 
 Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
-  need_act(x, "divide_clamp", "x");
-  H3_ASSERT(divisor != 0, "divide_clamp: divisor 0");
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::divide_clamp(x.raw(), y.raw(), elem_type(x.dtype()), x.numel(), static_cast<float>(divisor),
                              static_cast<float>(lo), static_cast<float>(hi), stream()));
@@ -174,16 +134,13 @@ Tensor divide_clamp(const Tensor& x, double divisor, double lo, double hi) {
 
 // f32 -> bf16 in one pass; any other pairing as the two steps it stands for.
 Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, DType out) {
-  need_act(x, "rms_norm_to", "x");
   const bool fused =
       x.dtype() == DType::f32 && out == DType::bf16 && (!w || (w->on_device() && w->dtype() == DType::f32));
   if (!fused) {
-    Tensor y = ops::device_ops("rms_norm").rms_norm(x, w, group, eps);
+    Tensor y = ops::rms_norm(x, w, group, eps);
     return y.dtype() == out ? y : y.to(out);
   }
   const int64_t cols = x.ndim() ? x.dim(-1) : 1, rows = cols ? x.numel() / cols : 0;
-  H3_ASSERT(group > 0 && cols % group == 0, "rms_norm_to: group {} does not divide {}", group, cols);
-  if (w) H3_ASSERT(w->numel() == group, "rms_norm_to: weight {} for group {}", w->describe(), group);
   Tensor y = Tensor::empty(DType::bf16, x.shape(), Device::cuda);
   H3_CUDA(rms_norm_f32_to_bf16(static_cast<const float*>(x.raw()), w ? static_cast<const float*>(w->raw()) : nullptr,
                                y.raw(), rows, cols, group, static_cast<float>(eps), stream()));
@@ -193,8 +150,6 @@ Tensor rms_norm_to(const Tensor& x, const Tensor* w, int64_t group, double eps, 
 // One pass for the decoder's case (f32 x, f32 or bf16 y, f32 scale and weight, bf16 out); the two ops otherwise.
 std::pair<Tensor, Tensor> add_scaled_norm_to(const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor* w,
                                              int64_t group, double eps, DType out) {
-  need_act(x, "add_scaled_norm_to", "x");
-  need_act(y, "add_scaled_norm_to", "y");
   const int64_t cols = x.ndim() == 2 ? x.dim(1) : 0;
   const bool fused = x.dtype() == DType::f32 && out == DType::bf16 && x.ndim() == 2 && y.shape() == x.shape() &&
                      (y.dtype() == DType::f32 || y.dtype() == DType::bf16) && scale.numel() == cols && group > 0 &&
@@ -216,23 +171,12 @@ std::pair<Tensor, Tensor> add_scaled_norm_to(const Tensor& x, const Tensor& y, c
 }
 
 // The blocks as the batch of one cuDNN SDPA call (each (block, head) computed alone, as attention() on the block's
-// rows); one attention() call per block where that is not available (f32, no cuDNN) or H3_VAE_ATTENTION_PER_BLOCK=1.
+// rows); one attention() call per block where that is not available (f32, no cuDNN, a refused shape).
 Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, int64_t blocks) {
-  need_act(q, "attention_blocks", "q");
-  H3_ASSERT(blocks > 0 && d > 0 && q.ndim() == 2 && k.shape() == q.shape() && v.shape() == q.shape() &&
-                k.dtype() == q.dtype() && v.dtype() == q.dtype() && k.on_device() && v.on_device() &&
-                q.dim(0) % blocks == 0 && q.dim(1) % d == 0,
-            "attention_blocks: q {} k {} v {} head_dim {} in {} blocks", q.describe(), k.describe(), v.describe(), d,
-            blocks);
   const int64_t n = q.dim(0) / blocks, cols = q.dim(1);
   const size_t block_bytes = static_cast<size_t>(n * cols) * dtype_size(q.dtype());
   Tensor out = Tensor::empty(q.dtype(), q.shape(), Device::cuda);
-  static const bool per_block = [] {
-    const char* e = std::getenv("H3_VAE_ATTENTION_PER_BLOCK");
-    return e && std::string(e) == "1";
-  }();
-  if (!per_block && blocks > 1 &&
-      cuda::attention_batched(q.raw(), k.raw(), v.raw(), out.raw(), q.dtype(), blocks, n, cols / d, d))
+  if (blocks > 1 && cuda::attention_batched(q.raw(), k.raw(), v.raw(), out.raw(), q.dtype(), blocks, n, cols / d, d))
     return out;
   for (int64_t b = 0; b < blocks; ++b) {
     auto at = [&](const Tensor& t) { return static_cast<std::byte*>(t.raw()) + b * block_bytes; };
@@ -242,10 +186,10 @@ Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64
 }
 
 Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const ops::StitchGrid& g,
-                     const std::vector<ops::StitchFrame>& frames) {
-  const ops::StitchLayout l = ops::stitch_layout(cur, g, "stitch_frames (GPU)");
-  H3_ASSERT(cur[0].on_device() && cur[0].dtype() == DType::f32,
-            "stitch_frames (GPU): tiles must be f32 GPU tensors, got {}", cur[0].describe());
+                     const std::vector<ops::StitchFrame>& frames, const ops::StitchLayout& l,
+                     const ops::StitchLayout& lp) {
+  H3_CHECK(cur[0].dtype() == DType::f32, "stitch_frames on the GPU: the kernel takes f32 tiles, got {}",
+           cur[0].describe());
   H3_CHECK(g.rows <= kStitchMaxAxis && g.cols <= kStitchMaxAxis && g.rows * g.cols <= kStitchMaxTiles,
            "video decode stitch on the GPU: a {} x {} tile grid is larger than the kernel's {} x {} ({} tiles); raise "
            "kStitchMaxAxis/kStitchMaxTiles in backend/cuda/vae_kernels.h or use larger tiles",
@@ -273,11 +217,6 @@ Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& 
   for (const auto& f : frames) fades = fades || f.fade_e > 0;
   for (size_t i = 0; i < cur.size(); ++i) a.cur[i] = static_cast<const float*>(cur[i].raw());
   if (fades) {
-    const ops::StitchLayout lp = ops::stitch_layout(prev, g, "stitch_frames (GPU, previous chunk)");
-    H3_ASSERT(lp.rows.size == l.rows.size && lp.cols.size == l.cols.size && lp.channels == l.channels &&
-                  prev[0].on_device() && prev[0].dtype() == DType::f32,
-              "stitch_frames (GPU): the previous chunk's tiles ({}) do not match the current ones ({})",
-              prev[0].describe(), cur[0].describe());
     a.prev_frames = static_cast<int32_t>(lp.tile_frames);
     for (size_t i = 0; i < prev.size(); ++i) a.prev[i] = static_cast<const float*>(prev[i].raw());
   }
@@ -290,10 +229,6 @@ Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& 
     a.n_frames = static_cast<int32_t>(n);
     for (int64_t k = 0; k < n; ++k) {
       const ops::StitchFrame& f = frames[k0 + k];
-      H3_ASSERT(f.frame >= 0 && f.frame < l.tile_frames && f.fade_e >= 0 && f.fade_p >= 0 &&
-                    (f.fade_e == 0 || (f.fade_p < f.fade_e && f.prev_frame >= 0 && f.prev_frame < a.prev_frames)),
-                "stitch_frames (GPU): frame {} / previous {} (fade {}/{}) of tiles with {} / {} frames", f.frame,
-                f.prev_frame, f.fade_p, f.fade_e, l.tile_frames, a.prev_frames);
       a.frame[k] = static_cast<int32_t>(f.frame);
       a.prev_frame[k] = static_cast<int32_t>(f.prev_frame);
       a.fade_p[k] = static_cast<int32_t>(f.fade_p);
@@ -315,7 +250,7 @@ Tensor stitch_frames(const std::vector<Tensor>& cur, const std::vector<Tensor>& 
 
 }  // namespace
 
-void register_vae_ops(ops::DeviceOps& t) {
+void register_vae_ops(ops::BackendOps& t) {
   t.layer_norm = layer_norm;
   t.conv1d = conv1d;
   t.conv_transpose1d = conv_transpose1d;

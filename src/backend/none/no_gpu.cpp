@@ -15,11 +15,11 @@ int gpu_count() {
 bool gpu_backend_started() {
   return false;
 }
-bool gpu_deterministic() {
-  return false;
+Numerics gpu_numerics() {
+  return {};
 }
-bool gpu_fp8_row_activations() {
-  return false;
+void set_gpu_numerics(const Numerics&) {
+  fail("set_gpu_numerics: this h3 was built without the CUDA backend");
 }
 std::string gpu_description() {
   return "no GPU backend in this build";
@@ -39,7 +39,5 @@ size_t gpu_total_bytes() {
   return 0;
 }
 void gpu_release_cached() {}
-GpuPinnedGemms::GpuPinnedGemms() = default;
-GpuPinnedGemms::~GpuPinnedGemms() = default;
 
 }  // namespace h3

@@ -7,7 +7,6 @@
 #include <set>
 #include <vector>
 
-#include "backend/backend.h"
 #include "core/log.h"
 #include "core/ref_math.h"
 #include "model/dit/fp8_layers.h"
@@ -228,11 +227,13 @@ DitShard DitShard::of(const DitConfig& c, DistMode mode, int K, int U, int t, in
   return s;
 }
 
-DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device)
+DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device,
+                   const Numerics& numerics)
     : config_(ck.config()),
       precision_(precision),
       ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
       dev_(device),
+      numerics_(numerics),
       plan_(plan) {
   const bool gpu = dev_ != Device::cpu;
   if (gpu && precision_ != Precision::bf16 && precision_ != Precision::fp8)
@@ -281,13 +282,13 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
     if (!sr) return Tensor();
     const bool fp8 = kind == gemm_weight && precision_ == Precision::fp8;
     const DType want = kind == f32_layer ? DType::f32 : fp8 ? DType::fp8_e4m3 : DType::bf16;
-    if (sr->fp8_scale == 0) return loader.load(sr->read, want, gpu_deterministic());
+    if (sr->fp8_scale == 0) return loader.load(sr->read, want, numerics_.fp8_row_scales());
     if (want == DType::f32) return Tensor();  // an FP8-stored f32 layer: dequantized on the host
     // The checkpoint's own FP8 values and scale: used as they are by an FP8 model (per-row scales in deterministic
     // mode come from the dequantized values, as for any other weight), dequantized to bf16 otherwise.
     Tensor q = loader.load(sr->read, DType::fp8_e4m3)
                    .with_scale(Tensor::from(std::vector<float>{sr->fp8_scale}, {1}).to_device(dev_));
-    if (fp8 && !gpu_deterministic()) return q;
+    if (fp8 && !numerics_.fp8_row_scales()) return q;
     Tensor b = ops::dequantize_fp8(q);
     return fp8 ? ops::quantize_fp8_rows(b) : b;
   };
@@ -315,7 +316,8 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       // slice (ulysses-ag, tensor) then gets the same scales, hence the same bits, as the whole weight. A tensor
       // read straight to its final dtype (direct) passes as it is.
       if (kind == gemm_weight && precision_ == Precision::fp8) {
-        if (t.dtype() != DType::fp8_e4m3) t = gpu_deterministic() ? ops::quantize_fp8_rows(t) : ops::quantize_fp8(t);
+        if (t.dtype() != DType::fp8_e4m3)
+          t = numerics_.fp8_row_scales() ? ops::quantize_fp8_rows(t) : ops::quantize_fp8(t);
       } else if (kind != f32_layer && t.dtype() != DType::bf16) {
         t = t.to(DType::bf16);
       }

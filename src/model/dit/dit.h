@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/numerics.h"
 #include "dist/plan.h"
 #include "model/dit/checkpoint.h"
 #include "model/dit/config.h"
@@ -53,15 +54,17 @@ struct DitShard {
 class DitModel {
  public:
   // device: where the weights live and the forward runs (Device::cuda needs the GPU backend started, and
-  // precision bf16 or fp8). Inputs and outputs are host tensors either way.
+  // precision bf16 or fp8). Inputs and outputs are host tensors either way. numerics: how the fp8 recipe scales and
+  // attends (the GPU backend's own, core/numerics.h); no effect on the CPU.
   DitModel(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan = DistPlan::single(),
-           Device device = Device::cpu);
+           Device device = Device::cpu, const Numerics& numerics = {});
   // Runs one forward. Every rank calls it with the same inputs; every rank gets the full outputs (and, when asked,
   // the full activations).
   DitOutputs forward(const DitInputs& in, bool keep_activations = false) const;
   const DitConfig& config() const { return config_; }
   Precision precision() const { return precision_; }
   Device device() const { return dev_; }
+  const Numerics& numerics() const { return numerics_; }
   const DistPlan& plan() const { return plan_; }
   // Which block GEMMs run in FP8 (precision fp8 on the GPU, model/dit/fp8_layers.h); none in other precisions.
   const DitFp8Layers& fp8_layers() const { return fp8_layers_; }
@@ -108,6 +111,7 @@ class DitModel {
   Precision precision_;
   DType ct_;  // compute dtype (f64 or f32); on the GPU the bf16 layers' activations are bf16
   Device dev_ = Device::cpu;
+  Numerics numerics_;
   DistPlan plan_;
   DitFp8Layers fp8_layers_;
   Range heads_qkv_, heads_out_, ffn_, ada_rows_;

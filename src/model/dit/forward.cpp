@@ -9,8 +9,8 @@
 #include <string>
 #include <thread>
 
-#include "backend/backend.h"
 #include "core/hash.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "core/profile.h"
 #include "dist/control.h"
@@ -36,15 +36,15 @@ struct DitModel::Step {
 namespace {
 
 // Test hook for the failure tests: H3_DEBUG_FAULT="RANK:BLOCK:kill" (SIGKILL itself) or "RANK:BLOCK:stall" (sleep
-// forever) at the start of that block. Never set in normal runs.
+// forever) at the start of that block (core/knobs.h: debug_fault). Never set in normal runs.
 struct FaultInjection {
   int rank = -1, block = -1;
   bool kill = false;
-  static FaultInjection from_env() {
+  static FaultInjection from_knobs() {
     FaultInjection f;
-    if (const char* e = std::getenv("H3_DEBUG_FAULT")) {
+    if (const std::string e = debug_fault(); !e.empty()) {
       char what[16] = {0};
-      if (std::sscanf(e, "%d:%d:%15s", &f.rank, &f.block, what) == 3)
+      if (std::sscanf(e.c_str(), "%d:%d:%15s", &f.rank, &f.block, what) == 3)
         f.kill = std::string(what) == "kill";
       else
         f.rank = -1;
@@ -104,20 +104,6 @@ Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range
   return back_to(out, partial.device());
 }
 
-// The SwiGLU's FP8 output per row (one pass over u, the second projection's GEMM with cuBLASLt's per-row scales)
-// unless H3_FP8_SWIGLU=tensor (a per-tensor scale: the amax out of the SwiGLU pass, then a second pass to quantize
-// the bf16 result; its GEMM 1-3 % faster, the two passes slower). On the H200 (docs/notes.md, session 8) rows
-// saved 3.1 ms at 480p and 4.9 ms at 768p per forward.
-bool fp8_swiglu_rows() {
-  static const bool rows = [] {
-    const char* e = std::getenv("H3_FP8_SWIGLU");
-    const std::string v = e ? e : "";
-    if (!v.empty() && v != "rows" && v != "tensor") fail("H3_FP8_SWIGLU={}: expected rows (the default) or tensor", v);
-    return v != "tensor";
-  }();
-  return rows;
-}
-
 // Whether src takes every row of a tensor of n rows in order (one rank: no gather needed).
 bool all_rows(const std::vector<int32_t>& src, int64_t n) {
   if (static_cast<int64_t>(src.size()) != n) return false;
@@ -157,13 +143,12 @@ Tensor DitModel::refiner_mlp(const Block& b, const Tensor& h) const {
     u = round_if_bf16(ops::linear(h, b.ff_in));
   }
   {
-    // An FP8 second projection takes its input quantized by the SwiGLU op: per row (straight from the SwiGLU pass;
-    // always in deterministic mode), or per tensor with H3_FP8_SWIGLU=tensor (the amax out of the SwiGLU pass).
+    // An FP8 second projection takes its input quantized per row straight from the SwiGLU pass (its GEMM with
+    // cuBLASLt's per-row scales): on the H200 that saved 3.1 ms at 480p and 4.9 ms at 768p a forward against a
+    // per-tensor scale, whose second pass over the bf16 result costs more than its GEMM saves.
     profile::Region r("mlp swiglu");
     const bool fp8 = b.ff_out.dtype() == DType::fp8_e4m3 && u.on_device();
-    g = !fp8                                             ? ops::swiglu(u, bf16_steps())
-        : gpu_fp8_row_activations() || fp8_swiglu_rows() ? ops::swiglu_fp8_rows(u, bf16_steps())
-                                                         : ops::swiglu_fp8(u, bf16_steps());
+    g = fp8 ? ops::swiglu_fp8_rows(u, bf16_steps()) : ops::swiglu(u, bf16_steps());
   }
   profile::Region r("mlp fc2");
   return round_if_bf16(ops::linear(g, b.ff_out));
@@ -182,14 +167,13 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   // model/dit/fp8_layers.h).
   if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3 &&
       b.to_q.dtype() == DType::fp8_e4m3)
-    hin = gpu_fp8_row_activations() ? ops::quantize_fp8_rows(hin) : ops::quantize_fp8(hin);
-  // FP8 attention (cuDNN's FP8 graph), unless H3_ATTENTION_FP8=off: q and k quantized with the block's fixed
-  // scales (fused into the norm+RoPE pass when attention runs on this rank's projections), v per tensor. Not in
-  // deterministic mode: v's per-tensor scale depends on the rows or heads a rank holds, so attention stays bf16
-  // there and FP8 runs stay bitwise across world sizes (every other FP8 scale is per row or fixed).
-  const char* fp8_env = std::getenv("H3_ATTENTION_FP8");
-  const bool fp8_attention = precision_ == Precision::fp8 && hin.on_device() && !gpu_deterministic() &&
-                             b.q8_scale.defined() && !(fp8_env && std::string(fp8_env) == "off");
+    hin = numerics_.fp8_row_scales() ? ops::quantize_fp8_rows(hin) : ops::quantize_fp8(hin);
+  // FP8 attention, unless numerics_.fp8_attention is off: q and k quantized with the block's fixed scales (fused
+  // into the norm+RoPE pass when attention runs on this rank's projections), v per tensor. Not in deterministic
+  // mode: v's per-tensor scale depends on the rows or heads a rank holds, so attention stays bf16 there and FP8 runs
+  // stay bitwise across world sizes (every other FP8 scale is per row or fixed).
+  const bool fp8_attention = precision_ == Precision::fp8 && hin.on_device() && !numerics_.deterministic &&
+                             b.q8_scale.defined() && numerics_.fp8_attention != Fp8Attention::off;
   const bool fused_fp8_qk = fp8_attention && (ag || plan_.U == 1);
   auto project = [&](const Tensor& w, const Tensor* norm, const Tensor* fp8_scale) {
     Tensor x;
@@ -434,13 +418,13 @@ Tensor DitModel::run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) cons
   // modulation tables (fast per-tensor GEMMs, no pass over the data), or per row in deterministic mode (cuBLASLt's
   // per-row-scaled GEMMs are slower). Both are independent of how the rows are split over ranks.
   const bool fp8 = precision_ == Precision::fp8 && dev_ != Device::cpu;
-  const ops::Fp8Out fp8_norm = gpu_fp8_row_activations() ? ops::Fp8Out::rows : ops::Fp8Out::bound;
+  const ops::Fp8Out fp8_norm = numerics_.fp8_row_scales() ? ops::Fp8Out::rows : ops::Fp8Out::bound;
   // Only FP8 projections take quantized input (the layers an FP8 GEMM cannot take stay bf16: fp8_layers_).
   const ops::Fp8Out fp8_attn_in =
       fp8 && fp8_layers_.qkv && plan_.mode != DistMode::ulysses_ag && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
   const ops::Fp8Out fp8_mlp_in = fp8 && fp8_layers_.ff_in && plan_.K == 1 ? fp8_norm : ops::Fp8Out::none;
   Tensor pending_gate, pending_y;  // the MLP residual not yet added to x
-  const FaultInjection fault = FaultInjection::from_env();
+  const FaultInjection fault = FaultInjection::from_knobs();
   for (size_t n = 0; n < blocks_.size(); ++n) {
     fault.at_block(plan_.rank, static_cast<int>(n));
     const Block& b = blocks_[n];

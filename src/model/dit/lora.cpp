@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/knobs.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "io/safetensors.h"
@@ -363,8 +364,7 @@ bool looks_like_lora(const std::string& path) {
 
 void add_loras(DitCheckpoint& ck, const std::vector<std::string>& specs, int world_rank) {
   std::vector<std::string> use = specs;
-  if (const char* e = std::getenv("H3_DEBUG_LORA")) {
-    const std::string v = e;
+  if (const std::string& v = knobs().debug_lora; !v.empty()) {
     const auto colon = v.find(':');
     if (colon != std::string::npos && v.substr(0, colon) == std::to_string(world_rank)) {
       spdlog::warn("H3_DEBUG_LORA: rank {} loads '{}' instead of the --lora list", world_rank, v.substr(colon + 1));

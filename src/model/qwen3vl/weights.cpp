@@ -4,7 +4,6 @@
 
 #include "core/error.h"
 #include "io/procedural.h"
-#include "ops/device_ops.h"
 #include "ops/ops.h"
 
 namespace h3 {
@@ -86,7 +85,7 @@ Tensor host_columns(const Tensor& t, int64_t c0, int64_t c1) {
 // values: element i of the block is element r0 * row_elems + i of the whole tensor (io/procedural.h's formula).
 Tensor procedural_block(const ProceduralRule& rule, int64_t first, const Shape& shape, Device device) {
   const uint64_t base = rule.base + static_cast<uint64_t>(first);
-  if (device != Device::cpu) return ops::device_ops("procedural").procedural(base, rule.scale, rule.offset, shape);
+  if (device != Device::cpu) return ops::procedural(base, rule.scale, rule.offset, shape, device);
   Tensor t(DType::f32, shape);
   float* out = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) {

@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <tuple>
 
-#include "backend/backend.h"
 #include "core/profile.h"
 #include "model/vae/video_vae.h"
 #include "ops/ops.h"
@@ -135,7 +133,8 @@ int64_t VideoVae::decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const {
 }
 
 int64_t VideoVae::batch_size(int64_t t, int64_t h, int64_t w) const {
-  const int64_t budget = dev_ == Device::cpu ? (int64_t{2} << 30) : static_cast<int64_t>(gpu_total_bytes() / 4);
+  const int64_t budget =
+      dev_ == Device::cpu ? (int64_t{2} << 30) : static_cast<int64_t>(ops::device_total_bytes(dev_) / 4);
   return std::clamp<int64_t>(budget / std::max<int64_t>(decoder_unit_bytes(t, h, w), 1), 1, kMaxDecodeBatch);
 }
 
@@ -154,8 +153,7 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
   const double eps = cfg_.decoder_norm_eps;
   const bool gpu = dev_ != Device::cpu;
   // One cuBLASLt algorithm per weight shape, so that a unit's rows come out the same however many are stacked.
-  std::optional<GpuPinnedGemms> pin;
-  if (gpu) pin.emplace();
+  const ops::PinnedGemms pin(dev_);
   // Tokens [K * V, lc]: block i's voxels in (t, h, w) order at rows [i * V, (i + 1) * V) (a transpose of each
   // channel-first block, on the host; they are small).
   Tensor tok(ct_, {K * V, lc});

@@ -163,7 +163,7 @@ class VideoVae {
   // The ViT decoder on latent blocks of one shape at once: their tokens are stacked into one [k * N, D] matrix for
   // every linear and row-wise layer, attention stays per block (ops::attention_blocks). Element i is bitwise
   // decode_block(blocks[i]): the CPU GEMM's order never depends on the row count, and on the GPU the GEMMs run
-  // under GpuPinnedGemms (one algorithm per weight shape).
+  // under ops::PinnedGemms (one algorithm per weight shape).
   std::vector<Tensor> decode_blocks(const std::vector<Tensor>& blocks) const;
   // Units of this latent shape per stacked call: the activation bytes of one unit (decoder_unit_bytes) against a
   // budget of a quarter of the GPU's memory (2 GiB on the CPU), at most kMaxDecodeBatch.

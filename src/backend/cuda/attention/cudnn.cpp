@@ -205,10 +205,6 @@ void execute(const Plan& p, const std::vector<int64_t>& uids, const std::vector<
 }
 
 int64_t choose_group(int64_t heads, int64_t nq, int64_t nk, const std::function<bool(int64_t)>& run, const char* what) {
-  if (const char* e = std::getenv("H3_ATTENTION_GROUP")) {
-    const int64_t g = std::atoll(e);
-    if (g > 0) return std::min(g, heads);
-  }
   return long_attention(nq, nk) ? fastest_group(heads, run, what) : heads;
 }
 

@@ -1,6 +1,6 @@
 // Internal to the CUDA backend's attention files: small owners and builders for cuDNN backend-API descriptors
-// (tensors, operation graphs, execution plans), shared by the bf16 fused SDPA (backend/cuda/attention/dispatch.cpp) and
-// the FP8 SDPA graph (backend/cuda/attention/cudnn_fp8.cpp). Only compiled with cuDNN (H3_HAVE_CUDNN).
+// (tensors, operation graphs, execution plans) for the bf16 fused SDPA (backend/cuda/attention/dispatch.cpp). Only
+// compiled with cuDNN (H3_HAVE_CUDNN).
 #pragma once
 #if H3_HAVE_CUDNN
 #include <cudnn.h>
@@ -101,8 +101,7 @@ int64_t fastest_group(int64_t heads, const std::function<bool(int64_t)>& run, co
 inline bool long_attention(int64_t nq, int64_t nk) {
   return nq * nk >= (int64_t(1) << 26);
 }
-// The heads per cuDNN call for this shape: H3_ATTENTION_GROUP when set (tests force a grouping), all heads for a
-// short attention, else fastest_group's choice.
+// The heads per cuDNN call for this shape: all heads for a short attention, else fastest_group's choice.
 int64_t choose_group(int64_t heads, int64_t nq, int64_t nk, const std::function<bool(int64_t)>& run, const char* what);
 
 }  // namespace h3::cuda::dnn

@@ -24,9 +24,6 @@ const std::string& device_unsupported();
 // with `swizzle` (box_cols * element size must be the swizzle's span or less); throws std::runtime_error.
 CUtensorMap tensor_map(const void* base, CUtensorMapDataType type, int64_t rows, int64_t cols, int64_t row_bytes,
                        uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
-// Keys per tile from the variable `name`: 128 or `wide` (the default). Read on every call (cheap next to an
-// attention), so that tests can switch it.
-int tile_keys_from_env(const char* name, int wide);
 inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }

@@ -1,7 +1,7 @@
 // Our own Hopper attention kernels: non-causal softmax(q k^T / sqrt(d)) v for q [nq, ld], k/v [nk, ld],
 // o [nq, ld] with head h in columns [h * 128, (h + 1) * 128), head_dim 128, f32 accumulation; bf16
 // (backend/cuda/attention/wgmma_bf16.cu) and e4m3 (backend/cuda/attention/wgmma_fp8.cu). Tensor-memory-accelerator
-// loads of key tiles (192 keys bf16, 224 FP8, or 128) into a two-stage ring (one producer thread), two consumer
+// loads of key tiles (192 keys bf16, 224 FP8) into a two-stage ring (one producer thread), two consumer
 // warpgroups of 64 query rows each running warpgroup MMAs (S = Q K^T from shared memory, O += P V with P in registers),
 // tile j's S issued together with tile j-1's P V, which then runs during tile j's softmax. Every (128-row query tile,
 // head) is one CTA with a fixed key order, so a head's output does not depend on how many heads a call holds, on nq or
@@ -21,16 +21,15 @@ namespace h3::cuda {
 std::string attention_wgmma_unsupported(const void* q, const void* k, const void* v, const void* o, int64_t nq,
                                         int64_t nk, int64_t heads, int64_t d, int64_t ld);
 // Enqueues the attention on `stream`; throws std::runtime_error when attention_wgmma_unsupported says no or a
-// CUDA call fails. Keys per tile: H3_ATTENTION_BF16_TILE=128|192, default 192. Every tile size is deterministic on
-// its own, but the sizes differ in the last bits (where P is rounded).
+// CUDA call fails. Key tiles of 192 keys.
 void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64_t nq, int64_t nk, int64_t heads,
                      int64_t d, int64_t ld, cudaStream_t stream);
 
 // FP8 (backend/cuda/attention/wgmma_fp8.cu): q8 [nq, ld], k8 / v8 [nk, ld] e4m3 with per-tensor f32 descales on the
 // device (value = stored * descale), ld = heads * 128. Writes V transposed into vt_scratch (ld x
 // attention_wgmma_fp8_vt_cols(nk) bytes, 16-byte aligned), then o: bf16 [nq, ld], or (o_fp8) e4m3 [nq, ld] with
-// its per-tensor descale (= dv) written to *o_descale. Softmax weights pass through e4m3 (scaled by 448). Keys per
-// tile: H3_ATTENTION_FP8_TILE=128|224, default 224.
+// its per-tensor descale (= dv) written to *o_descale. Softmax weights pass through e4m3 (scaled by 448). Key tiles
+// of 224 keys; one CTA per SM takes the (128 query rows, head) work items in turn.
 std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, const void* v8, const void* o, int64_t nq,
                                             int64_t nk, int64_t heads, int64_t d, int64_t ld);
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk);

@@ -30,15 +30,16 @@ using namespace wgmma;
 
 constexpr int kD = 128;   // head dim
 constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups of 64)
-// Keys per tile (kBN): a template parameter, 192 (the default: ~2 % faster than 128 on an H200; 208 of the 240
-// registers for S, O and P) or 128. K and V stages are [kBN x 128], two [kBN x 64] halves.
+// Keys per tile (kBN, the kernel's template parameter): 192, ~2 % faster than 128 on an H200 (208 of the 240
+// registers for S, O and P); the kernel still compiles for 128. K and V stages are [kBN x 128], two [kBN x 64]
+// halves.
+constexpr int kKeysPerTile = 192;
 constexpr int kStages = 2;       // K / V ring depth
 constexpr int kConsumers = 256;  // threads of the two consumer warpgroups
 // and the producer warpgroup (registers are handed out per warpgroup)
 constexpr int kThreads = kConsumers + 128;
 constexpr int kHalf = 128 * 64 * 2;  // bytes of one [128 x 64] swizzled half of Q's tile
 constexpr int kTile = 2 * kHalf;     // bytes of Q's [128 x 128] tile
-constexpr bool kPingpongDefault = false;
 
 template <int kBN>
 struct alignas(1024) Smem {
@@ -68,7 +69,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 #endif  // H3_WGMMA_BODY
 
-template <int kBN, bool kPingpong>
+template <int kBN>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ o, int nq, int nk, int ld,
@@ -167,24 +168,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kBN / 4; ++i) p[i] = pack_bf16(s_acc[2 * i], s_acc[2 * i + 1]);
   };
 
-  // Pingpong: the two warpgroups take turns issuing their MMAs (named barriers 1 and 2), so that one's
-  // softmax runs while the other's MMAs keep the tensor cores busy. Each has tiles + 1 turns; warpgroup 0
-  // starts without waiting and warpgroup 1 does not signal after its last turn, so every arrival is waited
-  // for.
-  int turn = 0;
-  auto turn_begin = [&] {
-    if (kPingpong && !(g == 0 && turn == 0)) named_sync(1 + g);
-  };
-  auto turn_end = [&] {
-    if (kPingpong && !(g == 1 && turn == tiles)) named_arrive(2 - g);
-    ++turn;
-  };
-
   mbar_wait(&sm.q_full, 0);
   mbar_wait(&sm.k_full[0], 0);
-  turn_begin();
   issue_qk(0);
-  turn_end();
   wg_wait<0>();
   fence_regs(s_acc);
   if (signal) mbar_arrive(&sm.k_empty[0]);
@@ -196,11 +182,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int j = 1; j < tiles; ++j) {
     const int s = j % kStages, sp = (j - 1) % kStages;
     mbar_wait(&sm.k_full[s], (j / kStages) & 1);
-    turn_begin();
     issue_qk(s);
     mbar_wait(&sm.v_full[sp], ((j - 1) / kStages) & 1);
     issue_pv(sp);
-    turn_end();
     wg_wait<1>();
     fence_regs(s_acc);
     if (signal) mbar_arrive(&sm.k_empty[s]);
@@ -219,9 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   {
     const int sp = (tiles - 1) % kStages;
     mbar_wait(&sm.v_full[sp], ((tiles - 1) / kStages) & 1);
-    turn_begin();
     issue_pv(sp);
-    turn_end();
     wg_wait<0>();
     fence_regs(o_acc);
   }
@@ -269,14 +251,6 @@ __global__ void arch_probe(int* out) {
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encoder();
-
-int tile_keys_from_env(const char* name, int wide) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return wide;
-  if (std::strcmp(v, "128") == 0) return 128;
-  if (std::strcmp(v, std::to_string(wide).c_str()) == 0) return wide;
-  throw std::runtime_error(std::string(name) + "=" + v + ": expected 128 or " + std::to_string(wide));
-}
 
 const std::string& device_unsupported() {
   static std::string why;
@@ -359,42 +333,17 @@ void attention_wgmma(const void* q, const void* k, const void* v, void* o, int64
   const std::string why = attention_wgmma_unsupported(q, k, v, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma attention cannot run this call: " + why);
   // [rows x 64 columns] boxes: 128-byte swizzled halves of Q's [128 x 128] tile and of K's and V's [bn x 128].
-  const int bn = tile_keys_from_env("H3_ATTENTION_BF16_TILE", 192);
+  constexpr int bn = kKeysPerTile;
   auto map = [&](const void* p, int64_t rows, int box_rows) {
     return tensor_map(p, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, ld, ld * 2, 64, static_cast<uint32_t>(box_rows));
   };
   const CUtensorMap tq = map(q, nq, 128), tk = map(k, nk, bn), tv = map(v, nk, bn);
-  // H3_WGMMA_PINGPONG=1|0 (an experiment's switch, 128-key tiles only; see docs/notes.md for which is the default
-  // and why).
-  const char* pp = std::getenv("H3_WGMMA_PINGPONG");
-  const bool pingpong = pp && *pp ? std::strcmp(pp, "0") != 0 : kPingpongDefault;
-  if (pingpong && bn != 128)
-    throw std::runtime_error("H3_WGMMA_PINGPONG=1 needs tiles of 128 keys (H3_ATTENTION_BF16_TILE=128)");
-  using Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, __nv_bfloat16*, int, int, int, float);
-  struct Variant {
-    int bn;
-    bool pingpong;
-    Kernel kernel;
-    int smem;
-  };
-  static_assert(sizeof(Smem<192>) + 1024 <= 227 * 1024, "the largest tile's shared memory fits an H100 / H200 SM");
-  static const Variant variants[] = {
-      {128, false, attention_kernel<128, false>, sizeof(Smem<128>) + 1024},
-      {128, true, attention_kernel<128, true>, sizeof(Smem<128>) + 1024},
-      {192, false, attention_kernel<192, false>, sizeof(Smem<192>) + 1024},
-  };
+  constexpr int smem = sizeof(Smem<bn>) + 1024;
+  static_assert(smem <= 227 * 1024, "the tile's shared memory fits an H100 / H200 SM");
+  auto* kernel = attention_kernel<bn>;
   static std::once_flag once;
   static cudaError_t attr = cudaSuccess;
-  std::call_once(once, [&] {
-    for (const Variant& v : variants)
-      if (attr == cudaSuccess)
-        attr = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem);
-  });
-  const Variant* chosen = nullptr;
-  for (const Variant& v : variants)
-    if (v.bn == bn && v.pingpong == pingpong) chosen = &v;
-  Kernel kernel = chosen->kernel;
-  const int smem = chosen->smem;
+  std::call_once(once, [&] { attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem); });
   if (attr != cudaSuccess)
     throw std::runtime_error(std::string("wgmma attention: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
   const dim3 grid(static_cast<unsigned>((nq + kBM - 1) / kBM), static_cast<unsigned>(heads));

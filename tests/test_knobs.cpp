@@ -1,0 +1,103 @@
+// core/knobs.h: the table's rows, flags over the environment, errors that name the flag or the variable, the
+// summary, and the flags handed on as variables. Only GPU knobs are changed here (no CPU op reads them), and the
+// environment's values are restored at the end of every test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/knobs.h"
+
+namespace h3 {
+namespace {
+
+// Sets (or unsets, for nullptr) one variable for a test's duration and reloads the knobs from the environment after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) had_ = true, old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    had_ ? ::setenv(name_.c_str(), old_.c_str(), 1) : ::unsetenv(name_.c_str());
+    load_knobs();
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+TEST(Knobs, EveryRowIsComplete) {
+  std::set<std::string> names, envs, flags;
+  for (const KnobInfo& k : knob_table()) {
+    EXPECT_TRUE(names.insert(k.name).second) << "two knobs named " << k.name;
+    EXPECT_TRUE(envs.insert(k.env).second) << "two knobs read " << k.env;
+    EXPECT_NE(std::string(k.help), "") << k.name << " has no help line";
+    if (*k.flag) {
+      EXPECT_TRUE(flags.insert(k.flag).second) << "two knobs have the flag " << k.flag;
+      EXPECT_EQ(std::string(k.flag).rfind("--", 0), 0u) << k.flag;
+      EXPECT_EQ(std::string(k.env_only), "") << k.name << " has a flag and a reason not to";
+    } else {
+      EXPECT_NE(std::string(k.env_only), "") << k.name << " has neither a flag nor the reason it has none";
+    }
+  }
+}
+
+TEST(Knobs, FlagOverridesTheEnvironment) {
+  ScopedEnv env("H3_GEMM_TUNE", "0");
+  load_knobs();
+  EXPECT_FALSE(knobs().gemm_tune);
+  EXPECT_NE(knobs_summary().find("gemm_tune=0 (H3_GEMM_TUNE)"), std::string::npos) << knobs_summary();
+  load_knobs({{"gemm_tune", "1"}, {"fp8_attention", "require"}});
+  EXPECT_TRUE(knobs().gemm_tune);
+  EXPECT_EQ(knobs().fp8_attention, Fp8Attention::require);
+  EXPECT_NE(knobs_summary().find("fp8_attention=require (--fp8-attention)"), std::string::npos) << knobs_summary();
+}
+
+TEST(Knobs, FlagsAreHandedOnAsTheirVariables) {
+  ScopedEnv env("H3_FP8_FAST_ACCUM", nullptr);
+  load_knobs({{"fp8_fast_accum", "0"}});
+  const std::vector<std::string> e = knob_flag_environment();
+  EXPECT_NE(std::find(e.begin(), e.end(), "H3_FP8_FAST_ACCUM=0"), e.end());
+  load_knobs();
+  EXPECT_TRUE(knob_flag_environment().empty()) << "no flag given, nothing to hand on";
+}
+
+TEST(Knobs, NumericsFollowTheKnobs) {
+  ScopedEnv env("H3_ATTENTION_FP8", "off");
+  load_knobs({{"fp8_fast_accum", "0"}});
+  const Numerics n = numerics_from_knobs(true);
+  EXPECT_TRUE(n.deterministic);
+  EXPECT_TRUE(n.fp8_row_scales());
+  EXPECT_EQ(n.fp8_attention, Fp8Attention::off);
+  EXPECT_FALSE(n.fp8_fast_accum);
+  EXPECT_FALSE(numerics_from_knobs(false).fp8_row_scales());
+}
+
+TEST(Knobs, BadValuesNameTheFlagOrTheVariable) {
+  ScopedEnv env("H3_FP8_FAST_ACCUM", "maybe");
+  try {
+    load_knobs();
+    FAIL() << "H3_FP8_FAST_ACCUM=maybe was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("H3_FP8_FAST_ACCUM=maybe"), std::string::npos) << e.what();
+  }
+  ::setenv("H3_FP8_FAST_ACCUM", "1", 1);
+  try {
+    load_knobs({{"fp8_attention", "sometimes"}});
+    FAIL() << "--fp8-attention sometimes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--fp8-attention=sometimes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto, off or require"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace h3
