@@ -7,23 +7,10 @@
 #        bench-bf16 bench-fp8 anchor decode decode-profile vae loader media weights
 # (H3_DEBS comes from scripts/device/fetch_debs.sh: FFmpeg included, the build requires it.)
 set -uo pipefail
-out=${OUT:-/tmp/h3-out}
-mkdir -p "$out"
+source scripts/device/common.sh
 g=.golden
-export NCCL_NVLS_ENABLE=0
-nv=$(python3 -c "import nvidia, os; print(nvidia.__path__[0])")
-export LD_LIBRARY_PATH="$nv/cudnn/lib:$nv/nccl/lib:$nv/cublas/lib:/tmp/h3deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 h3=build-gpu/bin/h3
-step() {  # step NAME LIMIT_S COMMAND...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s%N)
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  printf '== %-26s rc=%-3d %5d.%01d s\n' "$name" "$rc" $((ms / 1000)) $(((ms % 1000) / 100)) | tee -a "$out/summary.txt"
-  tail -n "${TAIL:-6}" "$out/$name.log" | cut -c1-220
-}
+step() { TAIL=${TAIL:-6} run_step "$@"; }  # step NAME LIMIT_S COMMAND...
 for s in "$@"; do
   case $s in
     probe)

@@ -34,28 +34,15 @@
 # golden files together pass the 64 MiB a call carries), (3) `gen768-bf16 gen480-bf16` carrying nothing.
 # Usage, from the checkout's root there: scripts/device/pipeline_matrix.sh STEP...
 set -uo pipefail
-out=${OUT:-/tmp/h3-out}
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0
-nv=$(python3 -c "import nvidia, os; print(nvidia.__path__[0])" 2>/dev/null || echo /nonexistent)
-export LD_LIBRARY_PATH="$nv/cudnn/lib:$nv/nccl/lib:$nv/cublas/lib:/tmp/h3deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+source scripts/device/common.sh
 bdir=${H3_BUILD_DIR:-build-gpu}
 h3=${H3_BIN:-$bdir/bin/h3}
 ckpt_dir=${H3_CKPT_DIR:-$PWD/.h3-ckpt}
 golden=${H3_GOLDEN:-}
 [ -n "$golden" ] || { [ -d ../shared/golden ] && golden=$(realpath ../shared/golden) || golden=$PWD/.golden; }
-step() {  # step NAME LIMIT_S COMMAND...: runs it bounded, logs it, records rc and seconds
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s%N)
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  printf '== %-30s rc=%-3d %5d.%01d s%s\n' "$name" "$rc" $((ms / 1000)) $(((ms % 1000) / 100)) \
-    "$([ $rc -eq 124 ] && echo "  (TIMED OUT at $limit s)")" | tee -a "$out/summary.txt"
-  printf '{"step": "%s", "rc": %d, "seconds": %d.%03d, "limit_s": %d}\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) \
-    "$limit" >> "$out/steps.jsonl"
-  tail -n "${TAIL:-8}" "$out/$name.log" | cut -c1-220
+step() {  # step NAME LIMIT_S COMMAND...: run_step (scripts/device/common.sh), then the log folded in
+  run_step "$@"
+  local rc=$? name=$1
   # Folded in now, so that what a step leaves is complete even if the device command is cut short later: the log
   # into all-logs.txt, the step and any run record into summary.json (the tool brings back 8 files).
   { echo "######## $name (rc $rc)"; cat "$out/$name.log"; } >> "$out/all-logs.txt"
