@@ -143,7 +143,7 @@ TEST(CudaLoader, DitOnTheGpuRefusesNonFiniteWeights) {
   ScratchDir dir;
   const DitCheckpoint proc = DitCheckpoint::open("procedural:mini");
   const std::string base = (dir / "dit.safetensors").string();
-  (void)write_export(plan_export_dit(proc, DType::f32, ExportLayout::official, QuantFormat::none), base, Device::cpu);
+  (void)write_export(plan_export_dit(proc, DType::f32, ExportLayout::diffusers, QuantFormat::none), base, Device::cpu);
   const SafeTensors f = SafeTensors::open(base);
   const std::string victim = "transformer_blocks.1.attn.to_k.weight";
   ASSERT_TRUE(f.has(victim));

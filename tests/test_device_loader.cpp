@@ -181,10 +181,10 @@ int staged_load_checks(const std::string& path) {
   h.zero = emu_zero;
   h.event_record = emu_event;
   h.event_release = emu_event_release;
-  h.event_wait = emu_event_wait;
   h.pinned_alloc = emu_pinned;
   h.pinned_release = emu_pinned_release;
   h.copy_async = emu_copy;
+  h.event_wait = emu_event_wait;
   register_device_hooks(h);
   const SafeTensors f = SafeTensors::open(path);
   DeviceLoader dev(Device::cuda, "emulated DiT", {4096, 3, 1024}), host(Device::cpu, "host");
@@ -210,6 +210,14 @@ int staged_load_checks(const std::string& path) {
     all &= expect(same_bytes(dev.load(f, "clean", DType::f32).cpu(), host.load(f, "clean", DType::f32)),
                   "a later tensor staged after the refusals");
   }
+  // An fp8 tensor's copies to the device and back carry its scale (values are stored x scale).
+  const Tensor q =
+      host.load(f, "odd", DType::fp8_e4m3).with_scale(Tensor::from(std::vector<float>{0.25f, 4.0f, 2.0f}, {3}));
+  const Tensor qd = q.to_device(Device::cuda), qh = qd.cpu();
+  all &= expect(qd.scale() && qd.scale()->on_device() && same_bytes(qd.scale()->cpu(), *q.scale()),
+                "the scale travels to the device with its fp8 tensor");
+  all &= expect(qh.scale() && !qh.scale()->on_device() && same_bytes(*qh.scale(), *q.scale()) && same_bytes(qh, q),
+                "and back");
   const LoadReport& rep = dev.finish();
   all &= expect(rep.tensors == 6, "6 tensors loaded, refusals not counted: " + rep.summary());
   return all ? 0 : 1;

@@ -48,6 +48,8 @@ Tensor Tensor::to_device(Device device) const {
   if (device == device_) return *this;
   Tensor out = empty(dtype_, shape_, device);
   if (nbytes() > 0) device_hooks().copy(out.data_, device != Device::cpu, data_, device_ != Device::cpu, nbytes());
+  // An fp8 tensor's values are stored x scale: the copy takes its scale along, on the same device.
+  if (scale_) out.scale_ = std::make_shared<const Tensor>(scale_->to_device(device));
   return out;
 }
 
