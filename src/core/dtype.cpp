@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/names.h"
 
 namespace h3 {
 
@@ -128,26 +129,17 @@ uint8_t f32_to_fp8e4m3(float f) {
   return sign | static_cast<uint8_t>((exp8 << 3) | (mant - 8));
 }
 
+namespace {
+constexpr std::array<Named<Precision>, 4> kPrecisionNames{
+    {{Precision::f64, "f64"}, {Precision::f32, "f32"}, {Precision::bf16, "bf16"}, {Precision::fp8, "fp8"}}};
+}  // namespace
+
 std::string_view precision_name(Precision p) {
-  switch (p) {
-    case Precision::f64:
-      return "f64";
-    case Precision::f32:
-      return "f32";
-    case Precision::bf16:
-      return "bf16";
-    case Precision::fp8:
-      return "fp8";
-  }
-  return "?";
+  return name_in(kPrecisionNames, p);
 }
 
 Precision precision_from_name(const std::string& s) {
-  if (s == "f64") return Precision::f64;
-  if (s == "f32") return Precision::f32;
-  if (s == "bf16") return Precision::bf16;
-  if (s == "fp8") return Precision::fp8;
-  fail("unknown precision '{}' (allowed: f64, f32, bf16; fp8 on the GPU)", s);
+  return value_in(kPrecisionNames, s, "precision", "f64, f32, bf16; fp8 on the GPU");
 }
 
 }  // namespace h3

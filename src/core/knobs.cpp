@@ -5,19 +5,14 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/names.h"
 
 namespace h3 {
 
 std::string_view fp8_attention_name(Fp8Attention a) {
-  switch (a) {
-    case Fp8Attention::on:
-      return "auto";
-    case Fp8Attention::off:
-      return "off";
-    case Fp8Attention::require:
-      return "require";
-  }
-  return "?";
+  static constexpr std::array<Named<Fp8Attention>, 3> names{
+      {{Fp8Attention::on, "auto"}, {Fp8Attention::off, "off"}, {Fp8Attention::require, "require"}}};
+  return name_in(names, a);
 }
 
 namespace {

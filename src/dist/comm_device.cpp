@@ -4,25 +4,21 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/names.h"
 
 namespace h3 {
 
+namespace {
+constexpr std::array<Named<Transport>, 3> kTransportNames{
+    {{Transport::automatic, "auto"}, {Transport::mpi, "mpi"}, {Transport::nccl, "nccl"}}};
+}  // namespace
+
 Transport transport_from_name(const std::string& s) {
-  for (Transport t : {Transport::automatic, Transport::mpi, Transport::nccl})
-    if (s == transport_name(t)) return t;
-  fail("unknown transport '{}' (allowed: auto, mpi, nccl)", s);
+  return value_in(kTransportNames, s, "transport", "auto, mpi, nccl");
 }
 
 std::string_view transport_name(Transport t) {
-  switch (t) {
-    case Transport::automatic:
-      return "auto";
-    case Transport::mpi:
-      return "mpi";
-    case Transport::nccl:
-      return "nccl";
-  }
-  return "?";
+  return name_in(kTransportNames, t);
 }
 
 Transport pick_device_transport(Comm& host, const std::string& gpu_bus, Transport wanted) {

@@ -1,28 +1,24 @@
 #include "dist/plan.h"
 
 #include "core/error.h"
+#include "core/names.h"
 #include "dist/comm_check.h"
 
 namespace h3 {
 
+namespace {
+constexpr std::array<Named<DistMode>, 4> kModeNames{{{DistMode::ulysses, "ulysses"},
+                                                     {DistMode::ulysses_ag, "ulysses-ag"},
+                                                     {DistMode::tensor, "tensor"},
+                                                     {DistMode::hybrid, "hybrid"}}};
+}  // namespace
+
 std::string_view dist_mode_name(DistMode m) {
-  switch (m) {
-    case DistMode::ulysses:
-      return "ulysses";
-    case DistMode::ulysses_ag:
-      return "ulysses-ag";
-    case DistMode::tensor:
-      return "tensor";
-    case DistMode::hybrid:
-      return "hybrid";
-  }
-  return "?";
+  return name_in(kModeNames, m);
 }
 
 DistMode dist_mode_from_name(const std::string& s) {
-  for (DistMode m : {DistMode::ulysses, DistMode::ulysses_ag, DistMode::tensor, DistMode::hybrid})
-    if (s == dist_mode_name(m)) return m;
-  fail("unknown mode '{}' (allowed: ulysses, ulysses-ag, tensor, hybrid)", s);
+  return value_in(kModeNames, s, "mode", "ulysses, ulysses-ag, tensor, hybrid");
 }
 
 DistPlan DistPlan::make(Comm& comm, const DistOptions& opt, int heads, int ffn_dim) {

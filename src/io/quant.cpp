@@ -7,39 +7,28 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/names.h"
 #include "core/parallel.h"
 
 namespace h3 {
 
+namespace {
+constexpr std::array<Named<QuantFormat>, 7> kQuantNames{{{QuantFormat::none, "none"},
+                                                         {QuantFormat::fp8, "fp8"},
+                                                         {QuantFormat::scaled_fp8, "scaled_fp8"},
+                                                         {QuantFormat::int8, "int8"},
+                                                         {QuantFormat::int8_convrot, "int8-convrot"},
+                                                         {QuantFormat::nvfp4, "nvfp4"},
+                                                         {QuantFormat::mxfp8, "mxfp8"}}};
+}  // namespace
+
 QuantFormat quant_format_from_name(const std::string& s) {
-  if (s.empty() || s == "none") return QuantFormat::none;
-  if (s == "fp8") return QuantFormat::fp8;
-  if (s == "scaled_fp8") return QuantFormat::scaled_fp8;
-  if (s == "int8") return QuantFormat::int8;
-  if (s == "int8-convrot") return QuantFormat::int8_convrot;
-  if (s == "nvfp4") return QuantFormat::nvfp4;
-  if (s == "mxfp8") return QuantFormat::mxfp8;
-  fail("unknown quantization '{}' (allowed: fp8, scaled_fp8, int8, int8-convrot, nvfp4, mxfp8)", s);
+  return value_in(kQuantNames, s.empty() ? std::string("none") : s, "quantization",
+                  "fp8, scaled_fp8, int8, int8-convrot, nvfp4, mxfp8");
 }
 
 std::string_view quant_format_name(QuantFormat f) {
-  switch (f) {
-    case QuantFormat::none:
-      return "none";
-    case QuantFormat::fp8:
-      return "fp8";
-    case QuantFormat::scaled_fp8:
-      return "scaled_fp8";
-    case QuantFormat::int8:
-      return "int8";
-    case QuantFormat::int8_convrot:
-      return "int8-convrot";
-    case QuantFormat::nvfp4:
-      return "nvfp4";
-    case QuantFormat::mxfp8:
-      return "mxfp8";
-  }
-  return "?";
+  return name_in(kQuantNames, f);
 }
 
 int convrot_group_for(int64_t in) {

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/names.h"
 #include "dist/partition.h"
 #include "model/dit/fp8_layers.h"
 #include "model/vae/procedural.h"
@@ -34,24 +35,17 @@ double gib(int64_t b) {
   return static_cast<double>(b) / static_cast<double>(kGiB);
 }
 
+constexpr std::array<Named<MemoryPolicy>, 3> kPolicyNames{
+    {{MemoryPolicy::automatic, "auto"}, {MemoryPolicy::resident, "resident"}, {MemoryPolicy::phases, "phases"}}};
+
 }  // namespace
 
 std::string_view memory_policy_name(MemoryPolicy p) {
-  switch (p) {
-    case MemoryPolicy::automatic:
-      return "auto";
-    case MemoryPolicy::resident:
-      return "resident";
-    case MemoryPolicy::phases:
-      return "phases";
-  }
-  return "?";
+  return name_in(kPolicyNames, p);
 }
 
 MemoryPolicy memory_policy_from_name(const std::string& s) {
-  if (s == "auto") return MemoryPolicy::automatic;
-  if (s == "resident") return MemoryPolicy::resident;
-  if (s == "phases") return MemoryPolicy::phases;
+  if (const MemoryPolicy* p = find_named(kPolicyNames, s)) return *p;
   fail(
       "memory plan '{}': expected auto (keep what fits loaded), resident (load everything once) or phases (load "
       "and free each model with its phase)",

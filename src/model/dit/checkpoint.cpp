@@ -14,6 +14,7 @@
 #include "core/files.h"
 #include "core/finite.h"
 #include "core/json_limits.h"
+#include "core/names.h"
 #include "io/procedural.h"
 
 namespace h3 {
@@ -21,19 +22,13 @@ namespace h3 {
 namespace fs = std::filesystem;
 
 std::string_view layout_name(DitLayout l) {
-  switch (l) {
-    case DitLayout::diffusers:
-      return "diffusers";
-    case DitLayout::official:
-      return "official (released)";
-    case DitLayout::comfy:
-      return "comfy";
-    case DitLayout::golden:
-      return "golden (diffusers names, weight. prefix)";
-    case DitLayout::procedural:
-      return "procedural";
-  }
-  return "?";
+  static constexpr std::array<Named<DitLayout>, 5> names{
+      {{DitLayout::diffusers, "diffusers"},
+       {DitLayout::official, "official (released)"},
+       {DitLayout::comfy, "comfy"},
+       {DitLayout::golden, "golden (diffusers names, weight. prefix)"},
+       {DitLayout::procedural, "procedural"}}};
+  return name_in(names, l);
 }
 
 namespace {

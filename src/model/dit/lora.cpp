@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "core/knobs.h"
 #include "core/log.h"
+#include "core/names.h"
 #include "core/parallel.h"
 #include "io/safetensors.h"
 #include "model/dit/checkpoint.h"
@@ -18,17 +19,12 @@
 namespace h3 {
 
 std::string_view lora_layout_name(LoraLayout l) {
-  switch (l) {
-    case LoraLayout::ai_toolkit:
-      return "ai-toolkit (diffusion_model. prefix, lora_A/lora_B)";
-    case LoraLayout::reference:
-      return "reference (lora_A/lora_B, no prefix)";
-    case LoraLayout::kohya:
-      return "kohya/musubi (lora_unet_*, lora_down/lora_up/alpha)";
-    case LoraLayout::peft:
-      return "peft/DiffSynth (lora_A.default/lora_B.default, interleaved qkv)";
-  }
-  return "?";
+  static constexpr std::array<Named<LoraLayout>, 4> names{
+      {{LoraLayout::ai_toolkit, "ai-toolkit (diffusion_model. prefix, lora_A/lora_B)"},
+       {LoraLayout::reference, "reference (lora_A/lora_B, no prefix)"},
+       {LoraLayout::kohya, "kohya/musubi (lora_unet_*, lora_down/lora_up/alpha)"},
+       {LoraLayout::peft, "peft/DiffSynth (lora_A.default/lora_B.default, interleaved qkv)"}}};
+  return name_in(names, l);
 }
 
 namespace {
