@@ -17,6 +17,19 @@ auto dispatch(const Tensor& x, F f) {
   return x.dtype() == DType::f32 ? f(float{}) : f(double{});
 }
 
+// A layer's data as T: input, weight and bias (null when absent), output.
+template <typename T>
+struct Data {
+  const T* x;
+  const T* w;
+  const T* b;
+  T* y;
+};
+template <typename T>
+Data<T> data_of(const Tensor& x, const Tensor* w, const Tensor* b, Tensor& y) {
+  return {x.data<T>(), w ? w->data<T>() : nullptr, b ? b->data<T>() : nullptr, y.data<T>()};
+}
+
 // Source index of padded position p in [-pad, n + pad) for a dimension of size n; -1 means "zero".
 inline int64_t pad_index(int64_t p, int64_t n, PadMode mode) {
   if (p >= 0 && p < n) return p;
@@ -40,10 +53,7 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, std::array<i
   const int64_t To = (T - kt) / st + 1, Ho = (H - kh) / sh + 1, Wo = (W - kw) / sw + 1;
   Tensor y(x.dtype(), {O, To, Ho, Wo});
   dispatch(x, [&]<typename T_>(T_) {
-    const T_* xp = x.data<T_>();
-    const T_* wp = w.data<T_>();
-    const T_* bp = bias ? bias->data<T_>() : nullptr;
-    T_* yp = y.data<T_>();
+    const auto [xp, wp, bp, yp] = data_of<T_>(x, &w, bias, y);
     // One task = one output plane (o, t); terms are added in (c, a, b, e) order for every pixel.
     parallel_for(O * To, [&](int64_t tb, int64_t te) {
       for (int64_t task = tb; task < te; ++task) {
@@ -108,10 +118,7 @@ Tensor group_norm_frames(const Tensor& x, int64_t groups, const Tensor* w, const
   const int64_t cg = C / groups;
   Tensor y(x.dtype(), x.shape());
   dispatch(x, [&]<typename T_>(T_) {
-    const T_* xp = x.data<T_>();
-    const T_* wp = w ? w->data<T_>() : nullptr;
-    const T_* bp = b ? b->data<T_>() : nullptr;
-    T_* yp = y.data<T_>();
+    const auto [xp, wp, bp, yp] = data_of<T_>(x, w, b, y);
     parallel_for(groups * T, [&](int64_t tb, int64_t te) {
       for (int64_t task = tb; task < te; ++task) {
         const int64_t g = task / T, t = task % T;
@@ -147,10 +154,7 @@ Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps)
   if (b) H3_ASSERT(b->numel() == C, "layer_norm: bias {} for width {}", b->describe(), C);
   Tensor y(x.dtype(), x.shape());
   dispatch(x, [&]<typename T_>(T_) {
-    const T_* xp = x.data<T_>();
-    const T_* wp = w ? w->data<T_>() : nullptr;
-    const T_* bp = b ? b->data<T_>() : nullptr;
-    T_* yp = y.data<T_>();
+    const auto [xp, wp, bp, yp] = data_of<T_>(x, w, b, y);
     parallel_for(
         N,
         [&](int64_t rb, int64_t re) {
@@ -186,10 +190,7 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stri
   const int64_t cpg = C / groups, opg = O / groups;
   Tensor y(x.dtype(), {B, O, Lo});
   dispatch(x, [&]<typename T_>(T_) {
-    const T_* xp = x.data<T_>();
-    const T_* wp = w.data<T_>();
-    const T_* bp = bias ? bias->data<T_>() : nullptr;
-    T_* yp = y.data<T_>();
+    const auto [xp, wp, bp, yp] = data_of<T_>(x, &w, bias, y);
     parallel_for(B * O, [&](int64_t tb, int64_t te) {
       for (int64_t task = tb; task < te; ++task) {
         const int64_t bi = task / O, o = task % O, g = o / opg;
@@ -226,10 +227,7 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, in
   if (bias) H3_ASSERT(bias->numel() == O, "conv_transpose1d: bias {} for {} outputs", bias->describe(), O);
   Tensor y(x.dtype(), {B, O, Lo});
   dispatch(x, [&]<typename T_>(T_) {
-    const T_* xp = x.data<T_>();
-    const T_* wp = w.data<T_>();
-    const T_* bp = bias ? bias->data<T_>() : nullptr;
-    T_* yp = y.data<T_>();
+    const auto [xp, wp, bp, yp] = data_of<T_>(x, &w, bias, y);
     parallel_for(B * O, [&](int64_t tb, int64_t te) {
       for (int64_t task = tb; task < te; ++task) {
         const int64_t bi = task / O, o = task % O, g = o / opg, ol = o % opg;

@@ -59,6 +59,25 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return scratch[0];
 }
 
+// The first element of this block's group when one block handles each (row, group) of rows of `cols` values cut
+// into groups of `group`.
+__device__ __forceinline__ int64_t row_group_base(int64_t cols, int64_t group) {
+  const int64_t groups = cols / group;
+  return (blockIdx.x / groups) * cols + (blockIdx.x % groups) * group;
+}
+
+// 1 / sqrt(mean(x^2) + eps) of the n values x[base, base + n), every thread gets it: threads stride over the values,
+// `scratch` holds 32 floats.
+template <typename T>
+__device__ __forceinline__ float block_rms_inverse(const T* x, int64_t base, int64_t n, float eps, float* scratch) {
+  float ss = 0.f;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = ld(x, base + c);
+    ss += v * v;
+  }
+  return 1.0f / sqrtf(block_sum(ss, scratch) / static_cast<float>(n) + eps);
+}
+
 // Max of |values| style reductions: over the warp, and over the block (every thread gets it; `scratch` holds 32
 // floats; safe to call repeatedly, also after block_sum on the same scratch).
 __device__ __forceinline__ float warp_max(float v) {

@@ -22,16 +22,9 @@ namespace {
 // One block per (row, group); threads stride over the group.
 template <typename T>
 __global__ void rms_norm_kernel(const T* x, const T* w, T* y, int64_t cols, int64_t group, float eps) {
-  const int64_t groups = cols / group;
-  const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
-  const int64_t base = row * cols + g * group;
-  float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
-    const float v = ld(x, base + c);
-    ss += v * v;
-  }
+  const int64_t base = row_group_base(cols, group);
   __shared__ float partial[32];
-  const float inv = 1.0f / sqrtf(block_sum(ss, partial) / static_cast<float>(group) + eps);
+  const float inv = block_rms_inverse(x, base, group, eps, partial);
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
     const float v = ld(x, base + c) * inv;
     st(y, base + c, w ? v * ld(w, c) : v);
@@ -44,12 +37,7 @@ __global__ void norm_modulate_kernel(const T* x, const T* w, const T* shift, con
                                      int64_t cols, float eps, bool bf) {
   __shared__ float partial[32];
   const int64_t row = blockIdx.x, base = row * cols, t = int64_t(idx[row]) * cols;
-  float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float v = ld(x, base + c);
-    ss += v * v;
-  }
-  const float inv = 1.0f / sqrtf(block_sum(ss, partial) / static_cast<float>(cols) + eps);
+  const float inv = block_rms_inverse(x, base, cols, eps, partial);
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
     const float n = round_to<T>((ld(x, base + c) * inv) * ld(w, c));
     const float sc = ld(scale, t + c), sh = ld(shift, t + c);

@@ -19,23 +19,18 @@
 #include "backend/cuda/quantize.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/rows.h"
+#include "backend/cuda/tensors.h"
 #include "backend/cuda/vae_kernels.h"
 #include "core/log.h"
 #include "ops/backend_ops.h"
 
 namespace h3::cuda {
 
-ElemType elem_type(DType t);                 // backend/cuda/runtime.cpp
 void register_vae_ops(ops::BackendOps& t);   // backend/cuda/vae_ops.cpp
 void register_text_ops(ops::BackendOps& t);  // backend/cuda/text_ops.cpp
 
 namespace {
 
-// The tensor on the GPU in dtype dt (no copy when it already is).
-Tensor as(const Tensor& t, DType dt) {
-  Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
-  return d.dtype() == dt ? d : d.to(dt);
-}
 // The index as i32 on the GPU (host indices were range-checked by the front door).
 Tensor index_on_gpu(const Tensor& idx) {
   if (idx.on_device()) return idx.dtype() == DType::i32 ? idx : idx.to(DType::i32);
@@ -93,7 +88,7 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
       x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1) : numerics().fp8_row_scales();
   const bool row_ok = want_rows && rows_supported();
   if (x.dtype() != DType::fp8_e4m3)
-    xq = row_ok ? quantize_fp8_rows(as(x, DType::bf16)) : quantize_fp8(as(x, DType::bf16));
+    xq = row_ok ? quantize_fp8_rows(on_gpu(x, DType::bf16)) : quantize_fp8(on_gpu(x, DType::bf16));
   H3_ASSERT(xq.scale() && xq.scale()->on_device() && (xq.scale()->numel() == 1 || xq.scale()->numel() == n),
             "linear: fp8 activations {} carry no per-tensor or per-row scale", x.describe());
   if (!row_ok && xq.scale()->numel() != 1) xq = quantize_fp8(dequantize_rows(xq));
@@ -102,7 +97,7 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
             "{}x{}; use a checkpoint with per-tensor scales",
             m, k);
   Tensor y = Tensor::empty(DType::bf16, {n, m}, Device::cuda);
-  Tensor b = bias ? as(*bias, DType::bf16) : Tensor();
+  Tensor b = bias ? on_gpu(*bias, DType::bf16) : Tensor();
   g.w = w.raw();
   g.y = y.raw();
   g.bias = bias ? b.raw() : nullptr;
@@ -129,8 +124,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
   if (w.dtype() == DType::fp8_e4m3) return linear_fp8(x, w, bias);
   // The weight's dtype decides the arithmetic: bf16 layers in bf16, the released f32 layers in f32.
   const DType dt = w.dtype();
-  Tensor xc = as(x, dt);
-  Tensor b = bias ? as(*bias, dt) : Tensor();
+  Tensor xc = on_gpu(x, dt);
+  Tensor b = bias ? on_gpu(*bias, dt) : Tensor();
   Tensor y = Tensor::empty(dt, {x.dim(0), w.dim(0)}, Device::cuda);
   GemmArgs g;
   g.x = xc.raw();

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/convert.h"
+#include "backend/cuda/tensors.h"
 #include "core/device.h"
 #include "core/log.h"
 #include "core/profile.h"
@@ -17,7 +18,6 @@
 namespace h3 {
 namespace cuda {
 void register_ops();  // backend/cuda/ops.cpp
-ElemType elem_type(DType t);
 
 namespace {
 
@@ -171,6 +171,11 @@ ElemType elem_type(DType t) {
     default:
       fail("the CUDA backend has no {} tensors (f64, f32, bf16, fp8_e4m3, i32, i64 only)", dtype_name(t));
   }
+}
+
+Tensor on_gpu(const Tensor& t, DType dt) {
+  Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
+  return d.dtype() == dt ? d : d.to(dt);
 }
 
 cudaStream_t stream() {

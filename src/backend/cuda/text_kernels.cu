@@ -16,16 +16,9 @@ constexpr int kThreads = 256;
 // One block per (row, group); threads stride over the group.
 template <typename T>
 __global__ void rms_norm_rounded_kernel(const T* x, const T* w, T* y, int64_t cols, int64_t group, float eps) {
-  const int64_t groups = cols / group;
-  const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
-  const int64_t base = row * cols + g * group;
-  float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
-    const float v = ld(x, base + c);
-    ss += v * v;
-  }
+  const int64_t base = row_group_base(cols, group);
   __shared__ float partial[32];
-  const float inv = 1.0f / sqrtf(block_sum(ss, partial) / static_cast<float>(group) + eps);
+  const float inv = block_rms_inverse(x, base, group, eps, partial);
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
     T normed;
     st(&normed, 0, ld(x, base + c) * inv);  // rounded to T: transformers' hidden_states.to(input_dtype)

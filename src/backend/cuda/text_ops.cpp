@@ -4,20 +4,13 @@
 #include "backend/cuda/attention/causal.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/tensors.h"
 #include "backend/cuda/text_kernels.h"
 #include "ops/backend_ops.h"
 
 namespace h3::cuda {
 
-ElemType elem_type(DType t);  // backend/cuda/runtime.cpp
-
 namespace {
-
-// The tensor on the GPU in dtype dt (no copy when it already is).
-Tensor as(const Tensor& t, DType dt) {
-  Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
-  return d.dtype() == dt ? d : d.to(dt);
-}
 
 Tensor attention_causal_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
   H3_CHECK(d <= 256, "attention_causal on the GPU: head_dim {} (the kernel takes at most 256)", d);
@@ -42,7 +35,7 @@ Tensor gelu_erf_op(const Tensor& x) {
 
 Tensor rms_norm_rounded_op(const Tensor& x, const Tensor& w, int64_t group, double eps) {
   const int64_t rows = x.ndim() ? x.dim(0) : 1, cols = rows ? x.numel() / rows : 0;
-  const Tensor wd = as(w, x.dtype());
+  const Tensor wd = on_gpu(w, x.dtype());
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::rms_norm_rounded(x.raw(), wd.raw(), y.raw(), elem_type(x.dtype()), rows, cols, group,
                                  static_cast<float>(eps), stream()));
@@ -50,7 +43,7 @@ Tensor rms_norm_rounded_op(const Tensor& x, const Tensor& w, int64_t group, doub
 }
 
 Tensor linear_acc_op(const Tensor& x, const Tensor& w) {
-  const Tensor xc = as(x, w.dtype());
+  const Tensor xc = on_gpu(x, w.dtype());
   Tensor y = Tensor::empty(DType::f32, {x.dim(0), w.dim(0)}, Device::cuda);
   GemmArgs g;
   g.x = xc.raw();

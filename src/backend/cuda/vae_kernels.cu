@@ -350,20 +350,12 @@ cudaError_t stitch_frames(const StitchArgs& a, float* out, cudaStream_t s) {
 
 namespace {
 
-// backend/cuda/kernels.cu's rms_norm_kernel with a bf16 store: one block per (row, group), threads stride over the
-// group.
+// norm.cu's rms_norm_kernel with a bf16 store: one block per (row, group), threads stride over the group.
 __global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv_bfloat16* y, int64_t cols,
                                             int64_t group, float eps) {
-  const int64_t groups = cols / group;
-  const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
-  const int64_t base = row * cols + g * group;
-  float ss = 0.f;
-  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
-    const float v = x[base + c];
-    ss += v * v;
-  }
+  const int64_t base = row_group_base(cols, group);
   __shared__ float partial[32];
-  const float inv = 1.0f / sqrtf(block_sum(ss, partial) / static_cast<float>(group) + eps);
+  const float inv = block_rms_inverse(x, base, group, eps, partial);
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
     const float v = x[base + c] * inv;
     y[base + c] = __float2bfloat16_rn(w ? v * w[c] : v);
@@ -376,9 +368,7 @@ __global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv
 template <typename TY>
 __global__ void add_scaled_rms_norm_kernel(const float* x, const TY* y, const float* scale, float* sum, const float* w,
                                            __nv_bfloat16* out, int64_t cols, int64_t group, float eps) {
-  const int64_t groups = cols / group;
-  const int64_t row = blockIdx.x / groups, g = blockIdx.x % groups;
-  const int64_t base = row * cols + g * group;
+  const int64_t g = blockIdx.x % (cols / group), base = row_group_base(cols, group);
   float v[kResidualNormMaxPer];
   float ss = 0.f;
 #pragma unroll

@@ -10,25 +10,18 @@
 #include "backend/cuda/attention/attention.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/tensors.h"
 #include "backend/cuda/vae_kernels.h"
 #include "ops/backend_ops.h"
 #include "ops/ops_vae.h"
 
 namespace h3::cuda {
 
-ElemType elem_type(DType t);  // backend/cuda/runtime.cpp
-
 namespace {
-
-// The tensor on the GPU in dtype dt (no copy when it already is).
-Tensor as(const Tensor& t, DType dt) {
-  Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
-  return d.dtype() == dt ? d : d.to(dt);
-}
 
 Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps) {
   const int64_t C = x.ndim() ? x.dim(-1) : 1, rows = C ? x.numel() / C : 0;
-  const Tensor wd = w ? as(*w, x.dtype()) : Tensor(), bd = b ? as(*b, x.dtype()) : Tensor();
+  const Tensor wd = w ? on_gpu(*w, x.dtype()) : Tensor(), bd = b ? on_gpu(*b, x.dtype()) : Tensor();
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::layer_norm(x.raw(), w ? wd.raw() : nullptr, b ? bd.raw() : nullptr, y.raw(), elem_type(x.dtype()), rows,
                            C, static_cast<float>(eps), stream()));
@@ -47,7 +40,7 @@ Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stri
   const int64_t span = (K - 1) * dilation + 1;
   const int64_t Lo = (L + 2 * pad - span) / stride + 1;
   const DType dt = x.dtype();
-  const Tensor wd = as(w, dt), bd = bias ? as(*bias, dt) : Tensor();
+  const Tensor wd = on_gpu(w, dt), bd = bias ? on_gpu(*bias, dt) : Tensor();
   Tensor y = Tensor::empty(dt, {B, O, Lo}, Device::cuda);
   if (!conv1d_as_gemm(groups, C, K, O)) {
     H3_CUDA(conv1d_direct(x.raw(), wd.raw(), bias ? bd.raw() : nullptr, y.raw(), elem_type(dt), B, C, L, O, K, Lo,
@@ -75,7 +68,7 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, in
   const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2), opg = w.dim(1), K = w.dim(2);
   const int64_t O = opg * groups, Lo = (L - 1) * stride - 2 * pad + K;
   const DType dt = x.dtype();
-  const Tensor wd = as(w, dt), bd = bias ? as(*bias, dt) : Tensor();
+  const Tensor wd = on_gpu(w, dt), bd = bias ? on_gpu(*bias, dt) : Tensor();
   Tensor y = Tensor::empty(dt, {B, O, Lo}, Device::cuda);
   H3_CUDA(cuda::conv_transpose1d(x.raw(), wd.raw(), bias ? bd.raw() : nullptr, y.raw(), elem_type(dt), B, C, L, O, K,
                                  Lo, stride, pad, groups, stream()));
@@ -92,7 +85,7 @@ Tensor pad1d(const Tensor& x, int64_t left, int64_t right, ops::PadMode mode) {
 }
 
 Tensor add_scaled(const Tensor& x, const Tensor& y, const Tensor& scale) {
-  const Tensor sd = as(scale, x.dtype());
+  const Tensor sd = on_gpu(scale, x.dtype());
   Tensor out = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::add_scaled(x.raw(), y.raw(), sd.raw(), out.raw(), elem_type(x.dtype()), elem_type(y.dtype()), x.dim(0),
                            x.dim(1), stream()));
@@ -106,7 +99,7 @@ Tensor unpatchify3d(const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t C,
 }
 
 Tensor snake_beta(const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain) {
-  const Tensor a = as(alpha, x.dtype()), b = as(beta, x.dtype());
+  const Tensor a = on_gpu(alpha, x.dtype()), b = on_gpu(beta, x.dtype());
   Tensor y = Tensor::empty(x.dtype(), x.shape(), Device::cuda);
   H3_CUDA(cuda::snake_beta(x.raw(), a.raw(), b.raw(), y.raw(), elem_type(x.dtype()), x.dim(0), x.dim(1), x.dim(2),
                            static_cast<float>(gain), stream()));
@@ -160,7 +153,7 @@ std::pair<Tensor, Tensor> add_scaled_norm_to(const Tensor& x, const Tensor& y, c
     Tensor normed = rms_norm_to(sum, w, group, eps, out);
     return {std::move(sum), std::move(normed)};
   }
-  const Tensor sd = as(scale, DType::f32);
+  const Tensor sd = on_gpu(scale, DType::f32);
   Tensor sum = Tensor::empty(DType::f32, x.shape(), Device::cuda);
   Tensor normed = Tensor::empty(DType::bf16, x.shape(), Device::cuda);
   H3_CUDA(add_scaled_rms_norm_to_bf16(static_cast<const float*>(x.raw()), y.raw(), elem_type(y.dtype()),

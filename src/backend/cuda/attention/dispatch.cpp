@@ -17,11 +17,10 @@
 #include "backend/cuda/attention/wgmma.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/quantize.h"
+#include "backend/cuda/tensors.h"
 #include "core/log.h"
 
 namespace h3::cuda {
-
-ElemType elem_type(DType t);  // backend/cuda/runtime.cpp
 
 namespace {
 
