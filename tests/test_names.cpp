@@ -14,6 +14,7 @@
 #include "core/numerics.h"
 #include "dist/comm_device.h"
 #include "dist/plan.h"
+#include "error_of.h"
 #include "io/quant.h"
 #include "model/dit/checkpoint.h"
 #include "model/dit/lora.h"
@@ -22,15 +23,7 @@
 namespace h3 {
 namespace {
 
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(Names, EveryWordParsesToItsValueAndPrintsBack) {
   for (const auto& [w, v] : std::vector<std::pair<std::string, Precision>>{

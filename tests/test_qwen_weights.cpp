@@ -7,6 +7,7 @@
 
 #include "core/compare.h"
 #include "core/error.h"
+#include "error_of.h"
 #include "io/procedural.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/text.h"
@@ -17,18 +18,10 @@
 namespace h3 {
 namespace {
 
+using test::error_of;
+
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(QwenWeights, BlocksOfStoredAndProceduralTensorsAreTheSliceOfTheWhole) {
