@@ -62,16 +62,25 @@ Tensor random_gpu(Shape s, uint64_t seed, DType dt) {
   return out;
 }
 
+// One block's GEMM weights, random, in bf16 or quantized to FP8 (per tensor) for p == fp8.
+struct BlockWeights {
+  Tensor qkv, out, fc1, fc2;
+};
+BlockWeights block_weights(const DitConfig& c, Precision p) {
+  const int64_t H = c.hidden_size, I = c.inner_dim(), F = c.ffn_dim;
+  auto weight = [&](int64_t out, int64_t in, uint64_t seed) {
+    Tensor w = random_gpu({out, in}, seed, DType::bf16);
+    return p == Precision::fp8 ? ops::quantize_fp8(w) : w;
+  };
+  return {weight(I, H, 2), weight(H, I, 3), weight(2 * F, H, 4), weight(H, F, 5)};
+}
+
 // The regions of one block at packed length S, timed in isolation; seconds per block.
 nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
   const int64_t H = c.hidden_size, I = c.inner_dim(), F = c.ffn_dim, D = c.attention_head_dim;
   const DType bf = DType::bf16;
-  auto weight = [&](int64_t out, int64_t in, uint64_t seed) {
-    Tensor w = random_gpu({out, in}, seed, bf);
-    return p == Precision::fp8 ? ops::quantize_fp8(w) : w;
-  };
-  Tensor x = random_gpu({S, H}, 1, bf), wq = weight(I, H, 2), wo = weight(H, I, 3), w1 = weight(2 * F, H, 4),
-         w2 = weight(H, F, 5);
+  const BlockWeights wts = block_weights(c, p);
+  Tensor x = random_gpu({S, H}, 1, bf);
   Tensor q = random_gpu({S, I}, 6, bf), k = random_gpu({S, I}, 7, bf), v = random_gpu({S, I}, 8, bf);
   Tensor g = random_gpu({S, F}, 9, bf), u = random_gpu({S, 2 * F}, 10, bf);
   Tensor table = random_gpu({3, H}, 11, bf), nw = random_gpu({H}, 12, bf), qn = random_gpu({D}, 13, bf);
@@ -86,7 +95,7 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
     const double s = count * time_median(reps, [&] { ops::linear(in, w); });
     r[name] = {{"seconds", s}, {"tflops", count * 2.0 * S * w.dim(0) * w.dim(1) / s / 1e12}};
   };
-  gemm("qkv", x, wq, 3);
+  gemm("qkv", x, wts.qkv, 3);
   // FP8: the forward's FP8 attention (per-tensor e4m3 q, k; bf16 v quantized per tensor inside, as the forward
   // hands it over; O left in e4m3 for the FP8 out projection).
   auto attend = [&](const Tensor& aq, const Tensor& ak, const Tensor& av) {
@@ -109,9 +118,9 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
     const double a = time_median(reps, [&] { ops::linear(ada_in, ada_w); });
     extra["adaln_table"] = {{"seconds", a}, {"gbytes_per_s", ada_w.nbytes() / a / 1e9}};
   }
-  gemm("out", q, wo, 1);
-  gemm("fc1", x, w1, 1);
-  gemm("fc2", g, w2, 1);
+  gemm("out", q, wts.out, 1);
+  gemm("fc1", x, wts.fc1, 1);
+  gemm("fc2", g, wts.fc2, 1);
   {
     // Per block: two fused gated residual + norm + modulation passes (FP8: their output quantized per row), q and
     // k norm+RoPE, one SwiGLU (FP8: into per-row FP8); the forward's separate kernels for reference.
@@ -143,12 +152,8 @@ double ulysses_rank_block(const DitConfig& c, int64_t S, int N, Precision p, int
   const int64_t H = c.hidden_size, I = c.inner_dim(), F = c.ffn_dim, D = c.attention_head_dim;
   const int64_t rows = (S + N - 1) / N, heads = (c.num_attention_heads + N - 1) / N;
   const DType bf = DType::bf16;
-  auto weight = [&](int64_t out, int64_t in, uint64_t seed) {
-    Tensor w = random_gpu({out, in}, seed, bf);
-    return p == Precision::fp8 ? ops::quantize_fp8(w) : w;
-  };
-  Tensor x = random_gpu({rows, H}, 1, bf), wq = weight(I, H, 2), wo = weight(H, I, 3), w1 = weight(2 * F, H, 4),
-         w2 = weight(H, F, 5);
+  const BlockWeights wts = block_weights(c, p);
+  Tensor x = random_gpu({rows, H}, 1, bf);
   Tensor qr = random_gpu({rows, I}, 6, bf), g = random_gpu({rows, F}, 9, bf);
   Tensor q = random_gpu({S, heads * D}, 7, bf), k = random_gpu({S, heads * D}, 8, bf),
          v = random_gpu({S, heads * D}, 11, bf);
@@ -159,12 +164,12 @@ double ulysses_rank_block(const DitConfig& c, int64_t S, int N, Precision p, int
   Tensor idx = Tensor::from(idx_host, {rows}).to_device(Device::cuda);
   return time_median(reps, [&] {
     Tensor xq = p == Precision::fp8 ? ops::quantize_fp8(x) : x;
-    for (int n = 0; n < 3; ++n) ops::qk_norm_rope(ops::linear(xq, wq), qn, D, 1e-6, cs, sn, true);
+    for (int n = 0; n < 3; ++n) ops::qk_norm_rope(ops::linear(xq, wts.qkv), qn, D, 1e-6, cs, sn, true);
     ops::attention(q, k, v, D);
-    ops::gate_residual(x, table, idx, ops::linear(qr, wo), true);
+    ops::gate_residual(x, table, idx, ops::linear(qr, wts.out), true);
     ops::norm_modulate(x, nw, 1e-6, table, table, idx, true);
-    ops::swiglu(ops::linear(x, w1), true);
-    ops::gate_residual(x, table, idx, ops::linear(g, w2), true);
+    ops::swiglu(ops::linear(x, wts.fc1), true);
+    ops::gate_residual(x, table, idx, ops::linear(g, wts.fc2), true);
     ops::norm_modulate(x, nw, 1e-6, table, table, idx, true);
   });
 }
