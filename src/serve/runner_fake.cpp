@@ -19,6 +19,16 @@
 #include "media/mp4_writer.h"
 #include "serve/runner.h"
 
+namespace h3 {
+
+// ModelLimits <-> JSON, field for field under the same names; a field a JSON object lacks keeps its default.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ModelLimits, canvas_multiple, vae_spatial_ratio, min_frames, max_frames,
+                                                max_canvas_pixels, min_steps, max_steps, max_references,
+                                                ref_image_short_edge, ref_video_short_edge, ref_video_max_pixels,
+                                                audio_hop, audio_sample_rate)
+
+}  // namespace h3
+
 namespace h3::serve {
 
 FaultSpec FaultSpec::parse(const std::string& s) {
@@ -40,37 +50,11 @@ void FaultSpec::at_step(int rank_now, int step_now) const {
 }
 
 nlohmann::json limits_to_json(const ModelLimits& l) {
-  return {{"canvas_multiple", l.canvas_multiple},
-          {"vae_spatial_ratio", l.vae_spatial_ratio},
-          {"min_frames", l.min_frames},
-          {"max_frames", l.max_frames},
-          {"max_canvas_pixels", l.max_canvas_pixels},
-          {"min_steps", l.min_steps},
-          {"max_steps", l.max_steps},
-          {"max_references", l.max_references},
-          {"ref_image_short_edge", l.ref_image_short_edge},
-          {"ref_video_short_edge", l.ref_video_short_edge},
-          {"ref_video_max_pixels", l.ref_video_max_pixels},
-          {"audio_hop", l.audio_hop},
-          {"audio_sample_rate", l.audio_sample_rate}};
+  return l;
 }
 
 ModelLimits limits_from_json(const nlohmann::json& j) {
-  ModelLimits l;
-  l.canvas_multiple = j.value("canvas_multiple", l.canvas_multiple);
-  l.vae_spatial_ratio = j.value("vae_spatial_ratio", l.vae_spatial_ratio);
-  l.min_frames = j.value("min_frames", l.min_frames);
-  l.max_frames = j.value("max_frames", l.max_frames);
-  l.max_canvas_pixels = j.value("max_canvas_pixels", l.max_canvas_pixels);
-  l.min_steps = j.value("min_steps", l.min_steps);
-  l.max_steps = j.value("max_steps", l.max_steps);
-  l.max_references = j.value("max_references", l.max_references);
-  l.ref_image_short_edge = j.value("ref_image_short_edge", l.ref_image_short_edge);
-  l.ref_video_short_edge = j.value("ref_video_short_edge", l.ref_video_short_edge);
-  l.ref_video_max_pixels = j.value("ref_video_max_pixels", l.ref_video_max_pixels);
-  l.audio_hop = j.value("audio_hop", l.audio_hop);
-  l.audio_sample_rate = j.value("audio_sample_rate", l.audio_sample_rate);
-  return l;
+  return j.get<ModelLimits>();
 }
 
 namespace {
