@@ -247,7 +247,7 @@ int64_t row_bytes_of(const Tensor& t) {
 }
 
 void scatter_rows(Tensor& out, const Tensor& rows, const Tensor& idx) {
-  Tensor src = rows.on_device() ? rows : rows.to_device(Device::cuda);
+  Tensor src = rows.to_device(Device::cuda);
   Tensor i = index_on_gpu(idx);
   H3_CUDA(cuda::scatter_rows(src.raw(), i.data<int32_t>(), out.raw(), rows.dim(0), row_bytes_of(out), stream()));
 }
@@ -273,7 +273,7 @@ Tensor columns(const Tensor& t, int64_t begin, int64_t end) {
 void set_columns(Tensor& dst, int64_t begin, const Tensor& src) {
   if (src.numel() == 0) return;
   const size_t es = dtype_size(dst.dtype());
-  Tensor s = src.on_device() ? src : src.to_device(Device::cuda);
+  Tensor s = src.to_device(Device::cuda);
   H3_CUDA(cudaMemcpy2DAsync(static_cast<std::byte*>(dst.raw()) + begin * es, dst.dim(1) * es, s.raw(), src.dim(1) * es,
                             src.dim(1) * es, src.dim(0), cudaMemcpyDeviceToDevice, stream()));
 }
@@ -400,7 +400,7 @@ Tensor swiglu_fp8_rows(const Tensor& u, bool bf) {
 
 Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t d, double eps, const Tensor& cos, const Tensor& sin,
                         bool bf, const Tensor& scale) {
-  Tensor s = scale.on_device() ? scale : scale.to_device(Device::cuda);
+  Tensor s = scale.to_device(Device::cuda);
   const int64_t n = x.dim(0), cols = x.dim(1), r = cos.dim(1);
   if (x.dtype() == DType::bf16 && d == 128 && w.dtype() == DType::bf16 && cos.dtype() == DType::bf16 &&
       sin.dtype() == DType::bf16 && x.ndim() == 2 && cols % d == 0 && cos.dim(0) == n && sin.shape() == cos.shape()) {

@@ -174,7 +174,7 @@ ElemType elem_type(DType t) {
 }
 
 Tensor on_gpu(const Tensor& t, DType dt) {
-  Tensor d = t.on_device() ? t : t.to_device(Device::cuda);
+  Tensor d = t.to_device(Device::cuda);
   return d.dtype() == dt ? d : d.to(dt);
 }
 
