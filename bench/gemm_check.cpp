@@ -19,7 +19,6 @@
 #include "core/tensor.h"
 #include "normal_gpu.h"
 #include "ops/ops.h"
-#include "pipeline/synthetic.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include "backend/backend.h"
 #include "core/knobs.h"
 #include "core/tensor.h"
-#include "pipeline/synthetic.h"
+#include "pipeline/noise.h"
 
 namespace h3::bench {
 

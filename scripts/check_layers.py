@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The include graph of src/ against the layering of docs/architecture.md (CTest source.layers).
 
-Layers, lowest first: core -> ops -> io -> backend -> dist -> media -> model -> pipeline -> verify -> serve (tools/
+Layers, lowest first: core -> ops -> io -> backend -> distributed -> media -> model -> pipeline -> verify -> serve (tools/
 above them all). Fails on:
   - an include from a lower layer to a higher one (a folder may include its own layer and those below it);
   - a loop between folders (the graph of second-level folders, e.g. model/dit, backend/cuda, must have no cycle);
@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-LAYERS = ["core", "ops", "io", "backend", "dist", "media", "model", "pipeline", "verify", "serve"]
+LAYERS = ["core", "ops", "io", "backend", "distributed", "media", "model", "pipeline", "verify", "serve"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 SOURCES = (".h", ".cpp", ".cu", ".cuh")
 GETENV_ALLOWED = {"src/core/knobs.h", "src/core/knobs.cpp", "tools/main.cpp"}

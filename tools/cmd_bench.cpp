@@ -14,10 +14,11 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/profile.h"
-#include "dist/comm.h"
-#include "dist/plan.h"
+#include "distributed/comm.h"
+#include "distributed/plan.h"
 #include "io/procedural.h"
 #include "ops/ops.h"
+#include "pipeline/noise.h"
 #include "pipeline/synthetic.h"
 #include "profile_json.h"
 

@@ -28,7 +28,7 @@
 #include "model/vae/procedural.h"
 #include "model/vae/shard.h"
 #include "model/vae/video_vae.h"
-#include "pipeline/synthetic.h"
+#include "pipeline/noise.h"
 #include "profile_json.h"
 
 namespace h3::cli {

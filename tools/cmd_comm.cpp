@@ -8,10 +8,10 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "dist/comm_check.h"
-#include "dist/comm_device.h"
-#include "dist/partition.h"
-#include "dist/plan.h"
+#include "distributed/comm_check.h"
+#include "distributed/comm_device.h"
+#include "distributed/partition.h"
+#include "distributed/plan.h"
 
 namespace h3::cli {
 

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/knobs.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "io/quant.h"
 #include "model/dit/checkpoint.h"
 #include "model/dit/export.h"

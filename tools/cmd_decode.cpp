@@ -23,7 +23,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
 #include "media/mp4_writer.h"

@@ -18,7 +18,7 @@
 #include "core/files.h"
 #include "core/hash.h"
 #include "core/parallel.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
 #include "model/dit/lora.h"

@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "core/compare.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "model/dit/lora.h"
 #include "verify/dit.h"
 

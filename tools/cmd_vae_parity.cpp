@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "core/compare.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "model/vae/shard.h"
 #include "verify/vae.h"
 

@@ -2,7 +2,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "verify/dit.h"
 #include "verify/layouts.h"
 #include "verify/pipeline.h"

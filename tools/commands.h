@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/numerics.h"
-#include "dist/comm_device.h"
+#include "distributed/comm_device.h"
 
 namespace h3::cli {
 
@@ -44,7 +44,7 @@ inline CLI::Validator finite_range(double lo, double hi) {
       "FINITE in [" + str(lo) + ", " + str(hi) + "]");
 }
 
-// --mode (or H3_MODE), --tp and --chunks: how a command spreads the DiT over --ranks N (dist/plan.h).
+// --mode (or H3_MODE), --tp and --chunks: how a command spreads the DiT over --ranks N (distributed/plan.h).
 inline void add_dist_options(CLI::App* cmd, std::string& mode, int& tp, int& chunks) {
   cmd->add_option("--mode", mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
       ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))

@@ -10,10 +10,10 @@
 #include "core/error.h"
 #include "core/knobs.h"
 #include "core/log.h"
-#include "dist/comm.h"
-#include "dist/comm_device.h"
-#include "dist/launch.h"
-#include "dist/placement.h"
+#include "distributed/comm.h"
+#include "distributed/comm_device.h"
+#include "distributed/launch.h"
+#include "distributed/placement.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"h3-engine: MiniMax-H3 video+audio generation on CPUs and GPUs (version " H3_VERSION ")"};

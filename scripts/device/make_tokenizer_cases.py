@@ -8,7 +8,7 @@
 # and commit OUT.json as tests/reference/tokenizer-qwen3-cases.json. Each case is {"text", "ids", "decoded"}: the
 # ids of encode(text, add_special_tokens=False) (what H3's pipeline asks Qwen2TokenizerFast for) and decode(ids)
 # with special tokens kept; the file records the tokenizer.json's SHA-256 so the test refuses a different file.
-# Also times a run of 65,536 spaces (the engine's bound for it is in tests/test_tokenizer.cpp).
+# Also times a run of 65,536 spaces (the engine's bound for it is in tests/model/qwen3vl/test_tokenizer.cpp).
 import hashlib
 import json
 import sys

@@ -9,8 +9,8 @@ namespace h3 {
 
 struct GpuOptions {
   // Which GPU: the launcher's local rank on this host when it gives one (knobs: OMPI_COMM_WORLD_LOCAL_RANK,
-  // SLURM_LOCALID), else `rank`, the rank's local rank on its host (dist/placement.h), modulo the visible GPUs (so
-  // several ranks may share one).
+  // SLURM_LOCALID), else `rank`, the rank's local rank on its host (distributed/placement.h), modulo the visible GPUs
+  // (so several ranks may share one).
   int rank = 0;
   int local_rank = -1;
   Numerics numerics;      // deterministic mode, FP8 attention, FP8 accumulation

@@ -15,13 +15,6 @@
 
 namespace h3 {
 
-uint64_t splitmix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 ProceduralRule procedural_rule(const std::string& name, const Shape& shape, uint64_t seed) {
   ProceduralRule r;
   r.base = seed ^ fnv1a(name);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/rng.h"
 #include "core/tensor.h"
 #include "io/safetensors.h"
 #include "io/tensor_source.h"
@@ -23,7 +24,6 @@ constexpr uint64_t kDefaultProceduralSeed = 20261129;
 inline constexpr const char* kProceduralMini = "procedural:mini";
 inline constexpr const char* kProceduralFull = "procedural:full";
 
-uint64_t splitmix64(uint64_t z);
 // Fills an f32 tensor of `shape` for parameter `name`.
 Tensor procedural_tensor(const std::string& name, const Shape& shape, uint64_t seed);
 // The same values generated on `device` (bitwise equal to the host's).

@@ -5,7 +5,7 @@
 //
 // The CPU backend (backend/cpu) is always built and answers cpu_backend(); a device backend registers its table
 // when it starts (backend/cuda/ops.cpp). An entry left null is an op that backend does not implement: the front
-// door refuses it with the op and backend named. tests/test_backend_ops.cpp runs every entry of H3_BACKEND_OPS on
+// door refuses it with the op and backend named. tests/ops/test_backend_ops.cpp runs every entry of H3_BACKEND_OPS on
 // every backend present and fails for an entry without a test case.
 #pragma once
 #include <array>

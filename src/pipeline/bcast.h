@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/tensor.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "pipeline/conditions.h"
 
 namespace h3 {

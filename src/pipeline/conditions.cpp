@@ -12,7 +12,7 @@
 #include "model/qwen3vl/tokenizer.h"
 #include "pipeline/generator.h"
 #include "pipeline/geometry.h"
-#include "pipeline/synthetic.h"
+#include "pipeline/noise.h"
 
 namespace h3 {
 

@@ -33,8 +33,8 @@
 
 #include "backend/backend.h"
 #include "core/log.h"
-#include "dist/control.h"
-#include "dist/placement.h"
+#include "distributed/control.h"
+#include "distributed/placement.h"
 #include "io/procedural.h"
 #include "media/mp4_writer.h"
 #include "model/dit/checkpoint.h"
@@ -49,9 +49,9 @@
 #include "pipeline/components.h"
 #include "pipeline/conditions.h"
 #include "pipeline/geometry.h"
+#include "pipeline/noise.h"
 #include "pipeline/sampling.h"
 #include "pipeline/streaming_mp4.h"
-#include "pipeline/synthetic.h"
 
 namespace h3 {
 

@@ -25,8 +25,8 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "dist/comm.h"
-#include "dist/plan.h"
+#include "distributed/comm.h"
+#include "distributed/plan.h"
 #include "model/dit/dit.h"
 #include "pipeline/conditions.h"
 #include "pipeline/memory_plan.h"

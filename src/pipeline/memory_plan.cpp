@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/names.h"
-#include "dist/partition.h"
+#include "distributed/partition.h"
 #include "model/dit/fp8_layers.h"
 #include "model/vae/procedural.h"
 

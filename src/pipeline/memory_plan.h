@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "dist/plan.h"
+#include "distributed/plan.h"
 #include "model/dit/config.h"
 #include "model/qwen3vl/text.h"
 #include "model/vae/audio_vae.h"

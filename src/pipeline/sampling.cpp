@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "dist/control.h"
+#include "distributed/control.h"
 #include "model/vae/shard.h"
 
 namespace h3 {

@@ -17,7 +17,7 @@
 #include <memory>
 
 #include "core/tensor.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "model/dit/dit.h"
 #include "model/dit/layout.h"
 #include "model/vae/audio_vae.h"

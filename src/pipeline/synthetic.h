@@ -17,7 +17,5 @@ struct SyntheticRequest {
 };
 
 DitInputs make_synthetic_inputs(const DitConfig& c, const SyntheticRequest& r);
-// Standard normal f32 values from a seeded counter-based generator (same values on every machine).
-Tensor seeded_normal(const Shape& shape, uint64_t seed, uint64_t stream);
 
 }  // namespace h3

@@ -1,7 +1,7 @@
 // The request rules of `h3 serve`'s HTTP front that do not depend on the HTTP library: the security checks
 // (Host against DNS rebinding, Origin / Sec-Fetch-Site against cross-site requests, the content types a route
 // takes), the RFC 9110 Range header, and the limits the front enforces. docs/api.md "Limits" and "Security"
-// describe them; tests/test_serve_policy.cpp checks them one by one.
+// describe them; tests/serve/test_http_policy.cpp checks them one by one.
 //
 // Why these rules make a key-less loopback server safe from web pages the user visits:
 //   - DNS rebinding: a page of evil.example whose name is re-pointed at 127.0.0.1 reaches the server with

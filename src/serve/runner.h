@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "pipeline/generator.h"
 
 namespace h3::serve {
@@ -18,7 +18,7 @@ struct RunnerOptions {
   ModelPaths paths;
   std::string device = "cpu";                  // the rank group's --device (cuda: the models on the GPU)
   bool deterministic = false;                  // the rank group's --deterministic
-  Transport transport = Transport::automatic;  // the rank group's --transport (dist/plan.h)
+  Transport transport = Transport::automatic;  // the rank group's --transport (distributed/plan.h)
   std::string precision;                       // DiT; "" = the device's default (generator.h: default_generate_options)
   std::string vae_precision, text_precision, text_device;  // "" = the device's defaults
   std::string memory = "auto";                             // GPU memory plan: auto, resident or phases

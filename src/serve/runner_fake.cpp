@@ -14,8 +14,8 @@
 
 #include "core/knobs.h"
 #include "core/log.h"
-#include "dist/control.h"
-#include "dist/partition.h"
+#include "distributed/control.h"
+#include "distributed/partition.h"
 #include "media/mp4_writer.h"
 #include "serve/runner.h"
 

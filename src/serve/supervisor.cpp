@@ -19,7 +19,7 @@
 
 #include "core/knobs.h"
 #include "core/log.h"
-#include "dist/launch.h"
+#include "distributed/launch.h"
 #include "serve/channel.h"
 
 extern char** environ;

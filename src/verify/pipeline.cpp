@@ -7,7 +7,7 @@
 #include "backend/backend.h"
 #include "core/compare.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "model/vae/audio_vae.h"
 #include "model/vae/video_vae.h"
 #include "pipeline/sampling.h"

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "io/safetensors.h"
 #include "verify/dit.h"
 

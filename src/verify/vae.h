@@ -1,7 +1,7 @@
 // `h3 verify` for the video and audio VAE golden files (shared/golden/{video,audio}-vae-mini.safetensors): runs every
 // case of the file (decode and encode) in the requested precision and compares with the reference's outputs.
 #pragma once
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "io/safetensors.h"
 #include "model/dit/dit.h"
 #include "verify/dit.h"

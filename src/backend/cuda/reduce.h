@@ -1,4 +1,4 @@
-// Device-side reductions for the NCCL communicator (dist/comm_nccl.cpp).
+// Device-side reductions for the NCCL communicator (distributed/comm_nccl.cpp).
 #pragma once
 #include <cuda_runtime.h>
 

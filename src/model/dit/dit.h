@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/numerics.h"
-#include "dist/plan.h"
+#include "distributed/plan.h"
 #include "model/dit/checkpoint.h"
 #include "model/dit/config.h"
 #include "model/dit/fp8_layers.h"

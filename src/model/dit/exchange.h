@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "dist/comm.h"
-#include "dist/partition.h"
+#include "distributed/comm.h"
+#include "distributed/partition.h"
 
 namespace h3 {
 

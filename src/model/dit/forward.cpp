@@ -1,4 +1,4 @@
-// The DiT forward under a DistPlan (dist/plan.h describes the modes). One code path for every world size: with a
+// The DiT forward under a DistPlan (distributed/plan.h describes the modes). One code path for every world size: with a
 // single rank every exchange is a no-op copy, so the 1-rank numbers are the reference the others must reproduce.
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include "core/knobs.h"
 #include "core/log.h"
 #include "core/profile.h"
-#include "dist/control.h"
+#include "distributed/control.h"
 #include "model/dit/dit.h"
 #include "model/dit/exchange.h"
 #include "ops/ops.h"

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "dist/partition.h"
+#include "distributed/partition.h"
 
 namespace h3 {
 

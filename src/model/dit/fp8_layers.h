@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/plan.h"
+#include "distributed/plan.h"
 #include "model/dit/config.h"
 
 namespace h3 {

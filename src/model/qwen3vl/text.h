@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "dist/comm.h"
-#include "dist/partition.h"
+#include "distributed/comm.h"
+#include "distributed/partition.h"
 #include "io/safetensors.h"
 #include "model/qwen3vl/weights.h"
 

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "model/vae/audio_vae.h"
 #include "model/vae/video_vae.h"
 

@@ -1,0 +1,106 @@
+#include "distributed/comm.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace h3 {
+
+void Comm::alltoallv(const void* send, const std::vector<int64_t>& sc, void* recv, const std::vector<int64_t>& rc,
+                     DType dt, const std::string& what) {
+  ialltoallv(send, sc, recv, rc, dt, what)->wait();
+}
+
+std::unique_ptr<Pending> Comm::iallgatherv(const void* send, void* recv, const std::vector<int64_t>& counts, DType dt,
+                                           const std::string& what) {
+  // Every rank sends its block to everyone: an all-to-all whose send blocks all alias the same buffer.
+  const int n = size();
+  const int64_t mine = counts.at(rank());
+  const size_t es = dtype_size(dt);
+  std::vector<int64_t> sc(n, mine);
+  // The send side must be one buffer with a block per destination: replicate (cheap next to the receive).
+  auto staged = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(mine * n) * es);
+  for (int j = 0; j < n; ++j) std::memcpy(staged->data() + j * mine * es, send, mine * es);
+  struct Holder : Pending {
+    std::shared_ptr<std::vector<std::byte>> buf;
+    std::unique_ptr<Pending> inner;
+    void wait() override { inner->wait(); }
+  };
+  auto h = std::make_unique<Holder>();
+  h->buf = staged;
+  h->inner = ialltoallv(staged->data(), sc, recv, counts, dt, what);
+  return h;
+}
+
+void Comm::allgatherv(const void* send, void* recv, const std::vector<int64_t>& counts, DType dt,
+                      const std::string& what) {
+  iallgatherv(send, recv, counts, dt, what)->wait();
+}
+
+void Comm::reduce_scatterv(const void* send, const std::vector<int64_t>& counts, void* recv, DType dt,
+                           const std::string& what) {
+  H3_ASSERT(dt == DType::f32 || dt == DType::f64 || dt == DType::bf16, "reduce_scatterv on {}", dtype_name(dt));
+  const int n = size();
+  const int64_t mine = counts.at(rank());
+  const size_t es = dtype_size(dt);
+  std::vector<std::byte> parts(static_cast<size_t>(mine * n) * es);
+  alltoallv(send, counts, parts.data(), std::vector<int64_t>(n, mine), dt, what);
+  auto sum = [&]<typename T>(T) {
+    const T* p = reinterpret_cast<const T*>(parts.data());
+    T* o = static_cast<T*>(recv);
+    for (int64_t i = 0; i < mine; ++i) {
+      T acc = p[i];
+      for (int j = 1; j < n; ++j) acc += p[j * mine + i];
+      o[i] = acc;
+    }
+  };
+  if (dt == DType::f32) {
+    sum(float{});
+  } else if (dt == DType::f64) {
+    sum(double{});
+  } else {
+    // bf16 partials (GPU tensor parallelism): summed in f32 in rank order, rounded once.
+    const auto* p = reinterpret_cast<const uint16_t*>(parts.data());
+    auto* o = static_cast<uint16_t*>(recv);
+    for (int64_t i = 0; i < mine; ++i) {
+      float acc = bf16_to_f32(p[i]);
+      for (int j = 1; j < n; ++j) acc += bf16_to_f32(p[j * mine + i]);
+      o[i] = f32_to_bf16(acc);
+    }
+  }
+}
+
+void Comm::allreduce_sum(const void* send, void* recv, int64_t count, DType dt, const std::string& what) {
+  // Everyone gathers everything and sums in rank order: identical bits on every rank.
+  const int n = size();
+  const size_t es = dtype_size(dt);
+  std::vector<std::byte> all(static_cast<size_t>(count * n) * es);
+  allgatherv(send, all.data(), std::vector<int64_t>(n, count), dt, what);
+  auto sum = [&]<typename T>(T) {
+    const T* p = reinterpret_cast<const T*>(all.data());
+    T* o = static_cast<T*>(recv);
+    for (int64_t i = 0; i < count; ++i) {
+      T acc = p[i];
+      for (int j = 1; j < n; ++j) acc += p[j * count + i];
+      o[i] = acc;
+    }
+  };
+  if (dt == DType::f32)
+    sum(float{});
+  else if (dt == DType::f64)
+    sum(double{});
+  else if (dt == DType::i64)
+    sum(int64_t{});
+  else
+    H3_ASSERT(false, "allreduce_sum on {}", dtype_name(dt));
+}
+
+void Comm::barrier(const std::string& what) {
+  int32_t token = 0;
+  std::vector<int32_t> all(size());
+  allgatherv(&token, all.data(), std::vector<int64_t>(size(), 1), DType::i32, what);
+}
+
+}  // namespace h3

@@ -1,0 +1,297 @@
+// The MPI communicator (host memory) and the size-1 local one. Every collective is a set of Isend/Irecv pairs
+// polled until done or until the timeout, after which the ranks whose messages are missing are named.
+#define OMPI_SKIP_MPICXX 1  // the C API only; no C++ bindings
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "core/knobs.h"
+#include "core/log.h"
+#include "distributed/comm.h"
+
+namespace h3 {
+
+namespace {
+
+constexpr int64_t kMaxMessage = int64_t{1} << 30;  // bytes per MPI message (counts are int)
+// Seconds a rank that calls abort_job gives MPI_Abort before it exits by itself.
+constexpr double kAbortGraceS = 3.0;
+
+std::string this_host() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+bool g_mpi_initialised = false;
+std::vector<std::string> g_hosts;  // by world rank
+
+void mpi_check(int rc, const std::string& what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  int wr = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+  abort_job(fmt::format("rank {} ({}): {} failed in MPI: {} -- a peer rank probably died; see the launcher's report",
+                        wr, this_host(), what, std::string(msg, len)));
+}
+
+class MpiPending : public Pending {
+ public:
+  MpiPending(std::vector<MPI_Request> reqs, std::vector<int> peers, std::vector<bool> is_recv, double timeout,
+             std::string what, int me)
+      : reqs_(std::move(reqs)),
+        peers_(std::move(peers)),
+        is_recv_(std::move(is_recv)),
+        timeout_(timeout),
+        what_(std::move(what)),
+        me_(me) {}
+  ~MpiPending() override {
+    if (!done_ && !reqs_.empty()) wait();
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    if (reqs_.empty()) return;
+    auto start = std::chrono::steady_clock::now();
+    int spins = 0;
+    for (;;) {
+      int flag = 0;
+      mpi_check(MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE), what_);
+      if (flag) return;
+      // Oversubscribed CPU runs need the core back; spin briefly, then sleep.
+      if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_) fail_timeout(waited);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail_timeout(double waited) {
+    std::string missing;
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      int flag = 0;
+      MPI_Test(&reqs_[i], &flag, MPI_STATUS_IGNORE);
+      if (!flag && is_recv_[i]) {
+        const int p = peers_[i];
+        std::string host = p < static_cast<int>(g_hosts.size()) ? g_hosts[p] : "?";
+        std::string entry = fmt::format("rank {} ({})", p, host);
+        if (missing.find(entry) == std::string::npos) missing += (missing.empty() ? "" : ", ") + entry;
+      }
+    }
+    if (missing.empty()) missing = "none pending on receive; a peer is not receiving";
+    abort_job(fmt::format("rank {} ({}): '{}' did not complete within {:.0f} s (timeout {:.0f} s): no data from {} "
+                          "-- that rank died or stalled; check its log, or raise --timeout",
+                          me_, this_host(), what_, waited, timeout_, missing),
+              4);
+  }
+  std::vector<MPI_Request> reqs_;
+  std::vector<int> peers_;
+  std::vector<bool> is_recv_;
+  double timeout_;
+  std::string what_;
+  int me_;
+  bool done_ = false;
+};
+
+class DonePending : public Pending {
+ public:
+  void wait() override {}
+};
+
+class MpiComm : public Comm {
+ public:
+  MpiComm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Group g, wg;
+    MPI_Comm_group(comm_, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    std::vector<int> local(size_), global(size_);
+    for (int i = 0; i < size_; ++i) local[i] = i;
+    MPI_Group_translate_ranks(g, size_, local.data(), wg, global.data());
+    world_ranks_ = global;
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+  }
+  ~MpiComm() override {
+    if (owned_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int world_rank(int r) const override { return world_ranks_.at(r); }
+  std::string host() const override { return this_host(); }
+
+  std::unique_ptr<Comm> split(int color, int key) override {
+    MPI_Comm sub;
+    mpi_check(MPI_Comm_split(comm_, color, key, &sub), "communicator split");
+    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    auto c = std::make_unique<MpiComm>(sub, true);
+    c->timeout_s = timeout_s;
+    return c;
+  }
+
+  std::unique_ptr<Pending> ialltoallv(const void* send, const std::vector<int64_t>& sc, void* recv,
+                                      const std::vector<int64_t>& rc, DType dt, const std::string& what) override {
+    H3_ASSERT(static_cast<int>(sc.size()) == size_ && static_cast<int>(rc.size()) == size_,
+              "{}: {} send / {} recv counts for {} ranks", what, sc.size(), rc.size(), size_);
+    const int64_t es = static_cast<int64_t>(dtype_size(dt));
+    const int tag = 1 + static_cast<int>(seq_++ % 30000);
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    std::vector<bool> is_recv;
+    const auto* s = static_cast<const std::byte*>(send);
+    auto* r = static_cast<std::byte*>(recv);
+    int64_t soff = 0, roff = 0;
+    std::vector<int64_t> sdisp(size_), rdisp(size_);
+    for (int j = 0; j < size_; ++j) {
+      sdisp[j] = soff;
+      rdisp[j] = roff;
+      soff += sc[j] * es;
+      roff += rc[j] * es;
+    }
+    // Post receives first, then sends; the local block is a copy.
+    auto post = [&](bool is_r, int j) {
+      std::byte* base = is_r ? r + rdisp[j] : const_cast<std::byte*>(s + sdisp[j]);
+      int64_t bytes = (is_r ? rc[j] : sc[j]) * es;
+      for (int64_t off = 0; off < bytes || (off == 0 && bytes == 0); off += kMaxMessage) {
+        int n = static_cast<int>(std::min(kMaxMessage, bytes - off));
+        MPI_Request q;
+        int rc2 = is_r ? MPI_Irecv(base + off, n, MPI_BYTE, j, tag, comm_, &q)
+                       : MPI_Isend(base + off, n, MPI_BYTE, j, tag, comm_, &q);
+        mpi_check(rc2, what);
+        reqs.push_back(q);
+        peers.push_back(world_ranks_[j]);
+        is_recv.push_back(is_r);
+        if (bytes == 0) break;
+      }
+    };
+    for (int k = 1; k < size_; ++k) post(true, (rank_ + size_ - k) % size_);
+    for (int k = 1; k < size_; ++k) post(false, (rank_ + k) % size_);
+    H3_ASSERT(sc[rank_] == rc[rank_], "{}: self block {} != {}", what, sc[rank_], rc[rank_]);
+    if (sc[rank_]) std::memmove(r + rdisp[rank_], s + sdisp[rank_], sc[rank_] * es);
+    return std::make_unique<MpiPending>(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s, what,
+                                        world_ranks_[rank_]);
+  }
+
+  void broadcast(void* buf, int64_t bytes, int root, const std::string& what) override {
+    const int tag = 1 + static_cast<int>(seq_++ % 30000);
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    std::vector<bool> is_recv;
+    auto* b = static_cast<std::byte*>(buf);
+    for (int64_t off = 0; off < bytes || (off == 0 && bytes == 0); off += kMaxMessage) {
+      int n = static_cast<int>(std::min(kMaxMessage, bytes - off));
+      if (rank_ == root) {
+        for (int j = 0; j < size_; ++j) {
+          if (j == root) continue;
+          MPI_Request q;
+          mpi_check(MPI_Isend(b + off, n, MPI_BYTE, j, tag, comm_, &q), what);
+          reqs.push_back(q);
+          peers.push_back(world_ranks_[j]);
+          is_recv.push_back(false);
+        }
+      } else {
+        MPI_Request q;
+        mpi_check(MPI_Irecv(b + off, n, MPI_BYTE, root, tag, comm_, &q), what);
+        reqs.push_back(q);
+        peers.push_back(world_ranks_[root]);
+        is_recv.push_back(true);
+      }
+      if (bytes == 0) break;
+    }
+    MpiPending(std::move(reqs), std::move(peers), std::move(is_recv), timeout_s, what, world_ranks_[rank_]).wait();
+  }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  uint64_t seq_ = 0;
+};
+
+class LocalComm : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int world_rank(int) const override { return 0; }
+  std::string host() const override { return this_host(); }
+  std::unique_ptr<Comm> split(int, int) override { return std::make_unique<LocalComm>(); }
+  std::unique_ptr<Pending> ialltoallv(const void* send, const std::vector<int64_t>& sc, void* recv,
+                                      const std::vector<int64_t>& rc, DType dt, const std::string& what) override {
+    H3_ASSERT(sc.size() == 1 && rc.size() == 1 && sc[0] == rc[0], "{}: local exchange counts", what);
+    if (sc[0]) std::memmove(recv, send, static_cast<size_t>(sc[0]) * dtype_size(dt));
+    return std::make_unique<DonePending>();
+  }
+  void broadcast(void*, int64_t, int, const std::string&) override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_local_comm() {
+  return std::make_unique<LocalComm>();
+}
+
+std::string host_of_world_rank(int r) {
+  if (g_hosts.empty()) return this_host();
+  return r >= 0 && r < static_cast<int>(g_hosts.size()) ? g_hosts[static_cast<size_t>(r)] : "?";
+}
+
+bool in_mpi_job() {
+  return knobs().in_mpi_job;
+}
+
+Comm& world() {
+  static std::unique_ptr<Comm> w = []() -> std::unique_ptr<Comm> {
+    if (!in_mpi_job()) return std::make_unique<LocalComm>();
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    g_mpi_initialised = true;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    auto c = std::make_unique<MpiComm>(MPI_COMM_WORLD, false);
+    // Host names of every rank, for messages that name a peer.
+    std::string me = this_host();
+    char name[256] = {0};
+    std::strncpy(name, me.c_str(), sizeof(name) - 1);
+    std::vector<char> all(256 * static_cast<size_t>(c->size()));
+    c->allgatherv(name, all.data(), std::vector<int64_t>(c->size(), 256), DType::u8, "host names");
+    for (int r = 0; r < c->size(); ++r) g_hosts.emplace_back(all.data() + 256 * r);
+    return c;
+  }();
+  return *w;
+}
+
+void abort_job(const std::string& message, int code) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stderr);
+  if (g_mpi_initialised) {
+    // MPI_Abort asks the launcher to end every rank, which it cannot finish when a host is unreachable (its
+    // daemon never answers); this rank leaves by itself after kAbortGraceS either way, and the launcher sees
+    // it exit with `code`.
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kAbortGraceS));
+      std::fflush(stderr);
+      std::_Exit(code);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  std::_Exit(code);
+}
+
+void finalize_world() {
+  if (g_mpi_initialised) {
+    MPI_Finalize();
+    g_mpi_initialised = false;
+  }
+}
+
+}  // namespace h3
