@@ -1,6 +1,7 @@
 // Starting the GPU backend: a backend-neutral entry point, implemented by backend/cuda when the CUDA toolkit was
 // found at build time and by a stub that explains what is missing otherwise.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "core/numerics.h"
@@ -15,6 +16,9 @@ struct GpuOptions {
   int local_rank = -1;
   Numerics numerics;      // deterministic mode, FP8 attention, FP8 accumulation
   bool gemm_tune = true;  // time cuBLASLt's candidates per GEMM shape (the gemm_tune knob)
+  // The device memory this process may take (--max-device-memory; its CUDA context and libraries included):
+  // 0 = what is free on the device at start, less a margin. Refused when larger than the device or than what is free.
+  int64_t max_device_bytes = 0;
 };
 
 // Selects the GPU, creates the stream and library handles and registers the device hooks and ops. Idempotent.
