@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -175,188 +176,200 @@ double ulysses_rank_block(const DitConfig& c, int64_t S, int N, Precision p, int
   });
 }
 
+struct BenchOpts {
+  std::vector<std::string> res{"480p", "768p"}, precisions{"bf16", "fp8"};
+  std::string model = "procedural:full", json;
+  int reps = 3;
+  int blocks = 0;
+  std::vector<int> partitions;
+  double link_gbps = 370;
+  bool profile = false, no_isolated = false;
+};
+
+// The rows of --res (pipeline/synthetic.h's SyntheticRequest: frames, height, width, text rows, ...).
+const std::map<std::string, Resolution>& known_resolutions() {
+  static const std::map<std::string, Resolution> known = {{"480p", {"480p", {124, 480, 832, 64, 0.25f, 0.5f, 0}}},
+                                                          {"768p", {"768p", {124, 768, 1344, 120, 0.25f, 0.5f, 0}}}};
+  return known;
+}
+
+// --profile: the regions of one real forward, printed against the median forward time `s`.
+void print_profile(const nlohmann::json& prof, double s) {
+  std::printf("      real forward (one, profiled):");
+  double sum = 0, idle = 0;
+  for (auto& [name, v] : prof.items()) {
+    const double t = v["seconds"].get<double>();
+    idle += v["idle_before_seconds"].get<double>();
+    if (v["host_only"].get<bool>()) {
+      std::printf(" %s %.3f s host", name.c_str(), t);
+      continue;
+    }
+    sum += t;
+    std::printf(" %s %.3f s (%.0f%%)", name.c_str(), t, 100 * t / s);
+  }
+  std::printf(" | other %.3f s (device idle before regions %.3f s)\n", s - sum, idle);
+}
+
+// The isolated regions of one block (regions()), times the blocks, against the median forward time `s`.
+void print_regions(const nlohmann::json& reg, int blocks, double s) {
+  std::printf("      regions (isolated, x%d blocks):", blocks);
+  double sum = 0;
+  for (auto& [name, v] : reg.items()) {
+    if (name.starts_with("_")) continue;
+    const double t = v["seconds"].get<double>() * blocks;
+    sum += t;
+    std::printf(" %s %.3f s", name.c_str(), t);
+  }
+  std::printf(" | sum %.3f s, rest of the forward %.3f s\n", sum, s - sum);
+  std::printf("      kernels:");
+  for (auto& [name, v] : reg["_not_summed"].items()) {
+    std::printf(" %s %.2f ms", name.c_str(), v["seconds"].get<double>() * 1e3);
+    if (v.contains("tflops")) std::printf(" (%.0f TF)", v["tflops"].get<double>());
+    if (v.contains("gbytes_per_s")) std::printf(" (%.0f GB/s)", v["gbytes_per_s"].get<double>());
+  }
+  std::printf("\n");
+}
+
+// One resolution on one loaded model: the table row (and the profile and region lines), and its JSON.
+nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitConfig& c, const std::string& rname,
+                                const std::string& pname, double load_s) {
+  const Precision p = precision_from_name(pname);
+  DitInputs in = make_synthetic_inputs(c, known_resolutions().at(rname).req);
+  const int64_t S = in.seq_len();
+  gpu_reset_peak();
+  const double s = time_median(o.reps, [&] { model.forward(in); });
+  const double peak = gpu_peak_bytes() / 1073741824.0;
+  const double gemm_flops = 2.0 * S * c.num_layers *
+                            (3.0 * c.inner_dim() * c.hidden_size + c.hidden_size * c.inner_dim() +
+                             2.0 * c.ffn_dim * c.hidden_size + c.hidden_size * c.ffn_dim);
+  const double attn_flops = 4.0 * S * S * c.inner_dim() * c.num_layers;
+  nlohmann::json prof = nlohmann::json::object();
+  if (o.profile) {
+    profile::set_enabled(true);
+    profile::take();
+    model.forward(in);
+    gpu_synchronize();
+    const std::vector<profile::Total> totals = profile::take();
+    profile::set_enabled(false);
+    for (const auto& t : totals) prof[t.name] = profile_json(t);
+  }
+  nlohmann::json reg = o.no_isolated ? nlohmann::json::object() : regions(c, S, p, o.reps);
+  double gemm_s = 0, attn_s = 0;
+  if (!o.no_isolated) {
+    attn_s = reg["attention"]["seconds"].get<double>() * c.num_layers;
+    for (const char* g : {"qkv", "out", "fc1", "fc2"}) gemm_s += reg[g]["seconds"].get<double>() * c.num_layers;
+  }
+  std::printf("%-5s %-5s %7lld %10.3f %9.0f %9.0f %9.0f %10.1f\n", rname.c_str(), pname.c_str(),
+              static_cast<long long>(S), s, (gemm_flops + attn_flops) / s / 1e12,
+              gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0, attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0, peak);
+  if (o.profile) print_profile(prof, s);
+  if (!o.no_isolated) print_regions(reg, c.num_layers, s);
+  return {{"gpu", gpu_description()},
+          {"resolution", rname},
+          {"precision", pname},
+          {"S", S},
+          {"blocks", c.num_layers},
+          {"seconds_per_forward", s},
+          {"tflops", (gemm_flops + attn_flops) / s / 1e12},
+          {"gemm_tflops_isolated", gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0},
+          {"attention_tflops_isolated", attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0},
+          {"peak_gib", peak},
+          {"load_seconds", load_s},
+          {"load_file_gb", model.load_report().file_bytes / 1e9},
+          {"load_gb_per_s", model.load_report().gb_per_s()},
+          {"regions_per_block", reg},
+          {"exchange_seconds", 0.0},
+          {"profile_real_forward", prof}};
+}
+
+// --partitions: per-rank compute of each N-way Ulysses partition measured here; the four all-to-alls per block
+// (q, k, v in, attention out back: each rank sends rows/N x 7168 bf16 values (N-1)/N of them away) modelled at
+// --link-gbps, not overlapped (an upper bound on the step time).
+void bench_partitions(const BenchOpts& o, const DitConfig& c, nlohmann::json& all) {
+  std::printf("\nUlysses per-rank partition (compute measured on this GPU, exchange MODELLED at %.0f GB/s)\n",
+              o.link_gbps);
+  std::printf("%-5s %-5s %3s %12s %12s %10s %9s %11s\n", "res", "dtype", "N", "compute s", "exchange s", "s/step",
+              "speed-up", "efficiency");
+  for (const auto& pname : o.precisions)
+    for (const auto& rname : o.res) {
+      const Precision p = precision_from_name(pname);
+      const int64_t S = make_synthetic_inputs(c, known_resolutions().at(rname).req).seq_len();
+      double t1 = 0;
+      for (int N : o.partitions) {
+        const double compute = c.num_layers * ulysses_rank_block(c, S, N, p, o.reps);
+        const int64_t rows = (S + N - 1) / N;
+        const double bytes = 4.0 * rows * c.inner_dim() * 2.0 * (N - 1) / N * c.num_layers;
+        const double exchange = N > 1 ? bytes / (o.link_gbps * 1e9) : 0.0;
+        const double step = compute + exchange;
+        if (N == 1) t1 = step;
+        const double speedup = t1 > 0 ? t1 / step : 0;
+        std::printf("%-5s %-5s %3d %12.3f %12.3f %10.3f %9.2f %11.2f\n", rname.c_str(), pname.c_str(), N, compute,
+                    exchange, step, speedup, t1 > 0 ? speedup / N : 0);
+        all.push_back({{"kind", "ulysses_partition_modelled"},
+                       {"resolution", rname},
+                       {"precision", pname},
+                       {"world", N},
+                       {"compute_seconds_measured", compute},
+                       {"exchange_seconds_modelled", exchange},
+                       {"seconds_per_step", step},
+                       {"speedup_vs_1", speedup},
+                       {"link_gbps", o.link_gbps}});
+      }
+    }
+}
+
+int run_bench(const BenchOpts& o, const GlobalContext& ctx) {
+  if (!ctx.cuda()) fail("h3 bench measures the GPU: run it as `h3 --device cuda bench`");
+  DitCheckpoint ck = DitCheckpoint::open(o.model);
+  if (o.blocks > 0) {
+    if (!o.model.starts_with("procedural:")) fail("--blocks needs a procedural model (procedural:full)");
+    DitConfig cfg = ck.config();
+    cfg.num_layers = o.blocks;
+    ck = DitCheckpoint::procedural(cfg, kDefaultProceduralSeed,
+                                   o.model + " (first " + std::to_string(o.blocks) + " blocks)");
+  }
+  const DitConfig& c = ck.config();
+  nlohmann::json all = nlohmann::json::array();
+  std::printf("h3 bench: %s, %d blocks, %s\n", o.model.c_str(), c.num_layers, gpu_description().c_str());
+  std::printf("%-5s %-5s %7s %10s %9s %9s %9s %10s\n", "res", "dtype", "S", "s/forward", "TFLOPS", "GEMM TF", "attn TF",
+              "peak GiB");
+  for (const auto& pname : o.precisions) {
+    const Precision p = precision_from_name(pname);
+    gpu_reset_peak();
+    auto t0 = clock_type::now();
+    auto model = std::make_unique<DitModel>(ck, p, DistPlan::single(), Device::cuda, ctx.numerics());
+    gpu_synchronize();
+    const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+    spdlog::info("{} model on the GPU in {:.1f} s ({:.1f} GiB of weights)", pname, load_s,
+                 (model->replicated_bytes() + model->sharded_bytes()) / 1073741824.0);
+    for (const auto& rname : o.res) all.push_back(bench_resolution(o, *model, c, rname, pname, load_s));
+  }
+  if (!o.partitions.empty()) bench_partitions(o, c, all);
+  if (!o.json.empty()) {
+    std::ofstream(o.json) << all.dump(2) << "\n";
+    std::printf("wrote %s\n", o.json.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "the full DiT on the GPU: time per forward, TFLOPS, memory, regions");
-  struct Opts {
-    std::vector<std::string> res{"480p", "768p"}, precisions{"bf16", "fp8"};
-    std::string model = "procedural:full", json;
-    int reps = 3;
-    int blocks = 0;
-    std::vector<int> partitions;
-    double link_gbps = 370;
-    bool profile = false, no_isolated = false;
-  };
-  auto o = std::make_shared<Opts>();
-  cmd->add_option("--res", o->res, "480p (832x480, 124 frames, 64 text rows) and/or 768p (1344x768, 124, 120)")
-      ->check(CLI::IsMember({"480p", "768p"}))
-      ->capture_default_str();
-  cmd->add_option("--precision", o->precisions, "bf16 and/or fp8")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
-      ->capture_default_str();
-  cmd->add_option("-m,--model", o->model, "DiT weights (default: the released config with procedural weights)")
-      ->capture_default_str();
-  cmd->add_option("--reps", o->reps, "timed forwards (median) after one warm-up")
-      ->check(CLI::Range(1, 100))
-      ->capture_default_str();
+  auto o = std::make_shared<BenchOpts>();
+  add(cmd, opt::res, o->res);
+  add(cmd, opt::precision, o->precisions);
+  add(cmd, opt::dit_checkpoint, o->model);
+  add(cmd, opt::reps, o->reps);
   cmd->add_option("--blocks", o->blocks, "use only the first N blocks (quick checks; 0 = all)");
-  cmd->add_option("--json", o->json, "also write the results here");
+  add(cmd, opt::json, o->json);
   cmd->add_option("--partitions", o->partitions,
                   "also time one rank's share of N-way Ulysses on this GPU (compute measured, exchange modelled)");
-  cmd->add_flag("--profile", o->profile,
-                "also time the regions of one real forward on the device (the forward's own spans, not isolated)");
+  add(cmd, opt::profile, o->profile);
   cmd->add_flag("--no-isolated", o->no_isolated, "skip the isolated per-region timings (faster)");
   cmd->add_option("--link-gbps", o->link_gbps, "bus bandwidth for the modelled all-to-alls (NVLink 4 NCCL: ~370)")
       ->capture_default_str();
-  return [o]() -> int {
-    if (g_device != "cuda") fail("h3 bench measures the GPU: run it as `h3 --device cuda bench`");
-    DitCheckpoint ck = DitCheckpoint::open(o->model);
-    if (o->blocks > 0) {
-      if (!o->model.starts_with("procedural:")) fail("--blocks needs a procedural model (procedural:full)");
-      DitConfig cfg = ck.config();
-      cfg.num_layers = o->blocks;
-      ck = DitCheckpoint::procedural(cfg, kDefaultProceduralSeed,
-                                     o->model + " (first " + std::to_string(o->blocks) + " blocks)");
-    }
-    const DitConfig& c = ck.config();
-    std::map<std::string, Resolution> known = {{"480p", {"480p", {124, 480, 832, 64, 0.25f, 0.5f, 0}}},
-                                               {"768p", {"768p", {124, 768, 1344, 120, 0.25f, 0.5f, 0}}}};
-    nlohmann::json all = nlohmann::json::array();
-    std::printf("h3 bench: %s, %d blocks, %s\n", o->model.c_str(), c.num_layers, gpu_description().c_str());
-    std::printf("%-5s %-5s %7s %10s %9s %9s %9s %10s\n", "res", "dtype", "S", "s/forward", "TFLOPS", "GEMM TF",
-                "attn TF", "peak GiB");
-    for (const auto& pname : o->precisions) {
-      const Precision p = precision_from_name(pname);
-      gpu_reset_peak();
-      auto t0 = clock_type::now();
-      auto model = std::make_unique<DitModel>(ck, p, DistPlan::single(), Device::cuda, g_numerics);
-      gpu_synchronize();
-      const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
-      spdlog::info("{} model on the GPU in {:.1f} s ({:.1f} GiB of weights)", pname, load_s,
-                   (model->replicated_bytes() + model->sharded_bytes()) / 1073741824.0);
-      for (const auto& rname : o->res) {
-        const Resolution& r = known.at(rname);
-        DitInputs in = make_synthetic_inputs(c, r.req);
-        const int64_t S = in.seq_len();
-        gpu_reset_peak();
-        const double s = time_median(o->reps, [&] { model->forward(in); });
-        const double peak = gpu_peak_bytes() / 1073741824.0;
-        const double gemm_flops = 2.0 * S * c.num_layers *
-                                  (3.0 * c.inner_dim() * c.hidden_size + c.hidden_size * c.inner_dim() +
-                                   2.0 * c.ffn_dim * c.hidden_size + c.hidden_size * c.ffn_dim);
-        const double attn_flops = 4.0 * S * S * c.inner_dim() * c.num_layers;
-        nlohmann::json prof = nlohmann::json::object();
-        if (o->profile) {
-          profile::set_enabled(true);
-          profile::take();
-          model->forward(in);
-          gpu_synchronize();
-          const std::vector<profile::Total> totals = profile::take();
-          profile::set_enabled(false);
-          for (const auto& t : totals) prof[t.name] = profile_json(t);
-        }
-        nlohmann::json reg = o->no_isolated ? nlohmann::json::object() : regions(c, S, p, o->reps);
-        double gemm_s = 0, attn_s = 0;
-        if (!o->no_isolated) {
-          attn_s = reg["attention"]["seconds"].get<double>() * c.num_layers;
-          for (const char* g : {"qkv", "out", "fc1", "fc2"}) gemm_s += reg[g]["seconds"].get<double>() * c.num_layers;
-        }
-        std::printf("%-5s %-5s %7lld %10.3f %9.0f %9.0f %9.0f %10.1f\n", rname.c_str(), pname.c_str(),
-                    static_cast<long long>(S), s, (gemm_flops + attn_flops) / s / 1e12,
-                    gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0, attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0, peak);
-        if (o->profile) {
-          std::printf("      real forward (one, profiled):");
-          double sum = 0, idle = 0;
-          for (auto& [name, v] : prof.items()) {
-            const double t = v["seconds"].get<double>();
-            idle += v["idle_before_seconds"].get<double>();
-            if (v["host_only"].get<bool>()) {
-              std::printf(" %s %.3f s host", name.c_str(), t);
-              continue;
-            }
-            sum += t;
-            std::printf(" %s %.3f s (%.0f%%)", name.c_str(), t, 100 * t / s);
-          }
-          std::printf(" | other %.3f s (device idle before regions %.3f s)\n", s - sum, idle);
-        }
-        if (!o->no_isolated) {
-          std::printf("      regions (isolated, x%d blocks):", c.num_layers);
-          double sum = 0;
-          for (auto& [name, v] : reg.items()) {
-            if (name.starts_with("_")) continue;
-            const double t = v["seconds"].get<double>() * c.num_layers;
-            sum += t;
-            std::printf(" %s %.3f s", name.c_str(), t);
-          }
-          std::printf(" | sum %.3f s, rest of the forward %.3f s\n", sum, s - sum);
-          std::printf("      kernels:");
-          for (auto& [name, v] : reg["_not_summed"].items()) {
-            std::printf(" %s %.2f ms", name.c_str(), v["seconds"].get<double>() * 1e3);
-            if (v.contains("tflops")) std::printf(" (%.0f TF)", v["tflops"].get<double>());
-            if (v.contains("gbytes_per_s")) std::printf(" (%.0f GB/s)", v["gbytes_per_s"].get<double>());
-          }
-          std::printf("\n");
-        }
-        all.push_back({{"gpu", gpu_description()},
-                       {"resolution", rname},
-                       {"precision", pname},
-                       {"S", S},
-                       {"blocks", c.num_layers},
-                       {"seconds_per_forward", s},
-                       {"tflops", (gemm_flops + attn_flops) / s / 1e12},
-                       {"gemm_tflops_isolated", gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0},
-                       {"attention_tflops_isolated", attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0},
-                       {"peak_gib", peak},
-                       {"load_seconds", load_s},
-                       {"load_file_gb", model->load_report().file_bytes / 1e9},
-                       {"load_gb_per_s", model->load_report().gb_per_s()},
-                       {"regions_per_block", reg},
-                       {"exchange_seconds", 0.0},
-                       {"profile_real_forward", prof}});
-      }
-    }
-    if (!o->partitions.empty()) {
-      // Per-rank compute of each N-way Ulysses partition measured here; the four all-to-alls per block (q, k, v in,
-      // attention out back: each rank sends rows/N x 7168 bf16 values (N-1)/N of them away) modelled at
-      // --link-gbps, not overlapped (an upper bound on the step time).
-      std::printf("\nUlysses per-rank partition (compute measured on this GPU, exchange MODELLED at %.0f GB/s)\n",
-                  o->link_gbps);
-      std::printf("%-5s %-5s %3s %12s %12s %10s %9s %11s\n", "res", "dtype", "N", "compute s", "exchange s", "s/step",
-                  "speed-up", "efficiency");
-      for (const auto& pname : o->precisions)
-        for (const auto& rname : o->res) {
-          const Precision p = precision_from_name(pname);
-          const int64_t S = make_synthetic_inputs(c, known.at(rname).req).seq_len();
-          double t1 = 0;
-          for (int N : o->partitions) {
-            const double compute = c.num_layers * ulysses_rank_block(c, S, N, p, o->reps);
-            const int64_t rows = (S + N - 1) / N;
-            const double bytes = 4.0 * rows * c.inner_dim() * 2.0 * (N - 1) / N * c.num_layers;
-            const double exchange = N > 1 ? bytes / (o->link_gbps * 1e9) : 0.0;
-            const double step = compute + exchange;
-            if (N == 1) t1 = step;
-            const double speedup = t1 > 0 ? t1 / step : 0;
-            std::printf("%-5s %-5s %3d %12.3f %12.3f %10.3f %9.2f %11.2f\n", rname.c_str(), pname.c_str(), N, compute,
-                        exchange, step, speedup, t1 > 0 ? speedup / N : 0);
-            all.push_back({{"kind", "ulysses_partition_modelled"},
-                           {"resolution", rname},
-                           {"precision", pname},
-                           {"world", N},
-                           {"compute_seconds_measured", compute},
-                           {"exchange_seconds_modelled", exchange},
-                           {"seconds_per_step", step},
-                           {"speedup_vs_1", speedup},
-                           {"link_gbps", o->link_gbps}});
-          }
-        }
-    }
-    if (!o->json.empty()) {
-      std::ofstream(o->json) << all.dump(2) << "\n";
-      std::printf("wrote %s\n", o->json.c_str());
-    }
-    return 0;
-  };
+  return [o](const GlobalContext& ctx) { return run_bench(*o, ctx); };
 }
 
 }  // namespace h3::cli

@@ -376,16 +376,12 @@ Runner add_bench_decode(CLI::App& app) {
       "the full-size video VAE decode (procedural weights) on the GPU at 768p/480p x 124 frames: 1 rank and the "
       "per-rank share of the N-way unit split, TFLOPS; and the audio decode");
   auto o = std::make_shared<BenchDecodeOpts>();
-  cmd->add_option("--res", o->res, "768p (768x1344) and/or 480p (480x832)")
-      ->check(CLI::IsMember({"768p", "480p"}))
-      ->capture_default_str();
-  cmd->add_option("--precision", o->precisions, "bf16 and/or f32")
-      ->check(CLI::IsMember({"bf16", "f32"}))
-      ->capture_default_str();
+  add(cmd, opt::res, o->res);
+  add(cmd, opt::precision, o->precisions);
   cmd->add_option("--split", o->splits, "rank counts N of the unit split")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--frames", o->frames, "pixel frames (17n+5)")->check(CLI::Range(22, 100000))->capture_default_str();
+  add(cmd, opt::frames, o->frames);
   cmd->add_option("--max-units", o->max_units, "bf16: time only this many units and extrapolate (0 = all)")
       ->capture_default_str();
   cmd->add_option("--max-units-f32", o->max_units_f32, "f32: time only this many units and extrapolate (0 = all)")
@@ -393,13 +389,11 @@ Runner add_bench_decode(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "units stacked per ViT call (0 = chosen by memory, at most 32)")
       ->capture_default_str();
   cmd->add_option("--layers", o->layers, "use only the first N decoder layers (quick checks; 0 = all 36)");
-  cmd->add_option("--seed", o->seed, "procedural weight seed")->capture_default_str();
-  cmd->add_flag("--no-audio", o->no_audio, "skip the audio decode");
-  cmd->add_flag("--profile", o->profile,
-                "also time one more whole decode per resolution with the decoder's regions (device events) and print "
-                "the seconds per region");
-  cmd->add_option("--json", o->json, "also write the results here");
-  return [o]() -> int { return run_bench_decode(*o); };
+  add(cmd, opt::seed, o->seed);
+  add(cmd, opt::no_audio, o->no_audio);
+  add(cmd, opt::profile, o->profile);
+  add(cmd, opt::json, o->json);
+  return [o](const GlobalContext&) -> int { return run_bench_decode(*o); };
 }
 
 }  // namespace h3::cli

@@ -17,8 +17,8 @@ namespace h3::cli {
 
 namespace {
 // With --device cuda and one GPU per rank: an NCCL communicator over the world (device buffers); else none.
-std::unique_ptr<Comm> device_comm(Comm& w) {
-  if (!gpu_backend_started() || pick_device_transport(w, gpu_bus_id(), g_transport) != Transport::nccl) return nullptr;
+std::unique_ptr<Comm> device_comm(Comm& w, Transport transport) {
+  if (!gpu_backend_started() || pick_device_transport(w, gpu_bus_id(), transport) != Transport::nccl) return nullptr;
   return make_nccl_comm(w);
 }
 }  // namespace
@@ -27,8 +27,8 @@ Runner add_comm_test(CLI::App& app) {
   auto* cmd = app.add_subcommand("comm-test", "collective tests on known values (in and out of place, ragged)");
   auto base = std::make_shared<int64_t>(1000);
   cmd->add_option("--elements", *base, "base element count per rank")->check(CLI::Range(1, 1 << 28));
-  return [base]() -> int {
-    std::unique_ptr<Comm> nccl = device_comm(world());
+  return [base](const GlobalContext& ctx) -> int {
+    std::unique_ptr<Comm> nccl = device_comm(world(), ctx.transport);
     Comm& w = nccl ? *nccl : world();
     comm_probe(w, nccl ? "NCCL" : "MPI");
     auto rows = run_comm_checks(w, *base);
@@ -58,11 +58,11 @@ Runner add_bench_comm(CLI::App& app) {
     std::string dtype = "bf16", json;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--seq", o->lengths, "packed lengths")->capture_default_str();
+  add(cmd, opt::seq, o->lengths);
   cmd->add_option("--iters", o->iters, "timed repetitions (median)")->capture_default_str();
-  cmd->add_option("--json", o->json, "also write the table as JSON to this file");
-  return [o]() -> int {
-    std::unique_ptr<Comm> nccl = device_comm(world());
+  add(cmd, opt::json, o->json);
+  return [o](const GlobalContext& ctx) -> int {
+    std::unique_ptr<Comm> nccl = device_comm(world(), ctx.transport);
     Comm& w = nccl ? *nccl : world();
     const char* transport = nccl ? "NCCL device" : "MPI host";
     const Device dev = nccl ? Device::cuda : Device::cpu;

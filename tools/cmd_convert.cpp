@@ -9,7 +9,6 @@
 #include "backend/backend.h"
 #include "commands.h"
 #include "core/error.h"
-#include "core/knobs.h"
 #include "core/log.h"
 #include "distributed/comm.h"
 #include "io/quant.h"
@@ -27,9 +26,9 @@ Runner add_convert(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("src", o->src, "checkpoint file, folder or procedural:NAME")->required();
-  cmd->add_option("-o,--output", o->out, "output .safetensors path")->required();
+  add(cmd, opt::output, o->out);
   cmd->add_option("--dtype", o->dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
-  cmd->add_option("--lora", o->loras, "bake this LoRA in, FILE[:STRENGTH] (repeatable)");
+  add(cmd, opt::lora, o->loras);
   cmd->add_option("--quant", o->quant,
                   "quantize the blocks' GEMM weights: fp8, scaled_fp8, int8, int8-convrot, nvfp4 or mxfp8")
       ->check(CLI::IsMember({"fp8", "scaled_fp8", "int8", "int8-convrot", "nvfp4", "mxfp8"}));
@@ -41,10 +40,14 @@ Runner add_convert(CLI::App& app) {
                   "off; the file is the same bytes either way")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
-  return [o]() -> int {
+  return [o](const GlobalContext& ctx) -> int {
     if (world().rank() != 0) return 0;
     const bool gpu = o->gpu == "on" || (o->gpu == "auto" && (gpu_backend_started() || gpu_count() > 0));
-    if (gpu) start_gpu_backend({0, knobs().local_rank, g_numerics, knobs().gemm_tune});
+    if (gpu) {
+      GpuOptions g = ctx.gpu;
+      g.rank = 0;
+      start_gpu_backend(g);
+    }
     DitCheckpoint ck = DitCheckpoint::open(o->src);
     add_loras(ck, o->loras, 0);
     const DType dt = o->dtype == "bf16" ? DType::bf16 : DType::f32;

@@ -35,25 +35,20 @@ Runner add_run(CLI::App& app) {
     SyntheticRequest req;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("-m,--model", o->model, "DiT checkpoint (file, folder or procedural:NAME)")
-      ->envname("H3_MODEL")
-      ->capture_default_str();
-  cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (CPU); bf16 or fp8 (--device cuda)")
-      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
-      ->capture_default_str();
-  cmd->add_option("--frames", o->req.num_frames, "pixel frames (snapped up to 17n+5)")->capture_default_str();
-  cmd->add_option("--height", o->req.height, "pixels, a multiple of 32")->capture_default_str();
-  cmd->add_option("--width", o->req.width, "pixels, a multiple of 32")->capture_default_str();
+  add(cmd, opt::dit_checkpoint, o->model);
+  add(cmd, opt::precision, o->precision);
+  add(cmd, opt::frames, o->req.num_frames);
+  add(cmd, opt::height, o->req.height);
+  add(cmd, opt::width, o->req.width);
   cmd->add_option("--text-tokens", o->req.num_text, "prompt rows")->check(CLI::Range(1, 4096))->capture_default_str();
-  cmd->add_option("-s,--seed", o->req.seed, "seed of the random rows")->capture_default_str();
-  add_dist_options(cmd, o->mode, o->tp, o->chunks);
-  cmd->add_option("--lora", o->loras, "LoRA merged on load, FILE[:STRENGTH] (repeatable)")->envname("H3_LORA");
+  add(cmd, opt::seed, o->req.seed);
+  add(cmd, opt::mode, o->mode);
+  add(cmd, opt::tp, o->tp);
+  add(cmd, opt::chunks, o->chunks);
+  add(cmd, opt::lora, o->loras);
   cmd->add_option("--dump-output", o->dump, "write the outputs to this .safetensors file (rank 0)");
-  cmd->add_option("--reps", o->reps,
-                  "forwards to run; with more than one the first is a warm-up and the time is the "
-                  "median of the rest (steady state: plans, algorithms and tables cached)")
-      ->check(CLI::Range(1, 100));
-  return [o]() -> int {
+  add(cmd, opt::reps, o->reps);
+  return [o](const GlobalContext& ctx) -> int {
     // Short clips are allowed here (the procedural mini model is a test bed); long ones are refused like requests.
     if (align_num_frames(o->req.num_frames) > kMaxRequestFrames)
       fail("--frames {}: at most {} frames (15 s at 24 fps) are allowed", o->req.num_frames, kMaxRequestFrames);
@@ -62,13 +57,13 @@ Runner add_run(CLI::App& app) {
     DitCheckpoint ck = DitCheckpoint::open(o->model);
     Comm& w = world();
     add_loras(ck, o->loras, w.rank());
-    DistPlan plan = w.size() > 1 ? DistPlan::make(w,
-                                                  {dist_mode_from_name(o->mode), o->tp, o->chunks,
-                                                   g_device == "cuda" ? gpu_bus_id() : "", g_transport},
-                                                  ck.config().num_attention_heads, ck.config().ffn_dim)
-                                 : DistPlan::single();
-    DitModel model(ck, precision_from_name(o->precision), plan, g_device == "cuda" ? Device::cuda : Device::cpu,
-                   g_numerics);
+    DistPlan plan =
+        w.size() > 1
+            ? DistPlan::make(
+                  w, {dist_mode_from_name(o->mode), o->tp, o->chunks, ctx.cuda() ? gpu_bus_id() : "", ctx.transport},
+                  ck.config().num_attention_heads, ck.config().ffn_dim)
+            : DistPlan::single();
+    DitModel model(ck, precision_from_name(o->precision), plan, ctx.compute_device(), ctx.numerics());
     auto t1 = clock::now();
     DitInputs in = make_synthetic_inputs(ck.config(), o->req);
     auto t2 = clock::now();

@@ -2,14 +2,13 @@
 // so it runs with no download; the output then says plainly that the pictures are meaningless.
 #include <unistd.h>
 
-#include <atomic>
 #include <cinttypes>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -18,6 +17,7 @@
 #include "core/files.h"
 #include "core/hash.h"
 #include "core/parallel.h"
+#include "core/signals.h"
 #include "distributed/comm.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
@@ -28,20 +28,6 @@
 namespace h3::cli {
 
 namespace {
-
-// The first Ctrl-C asks for a clean stop at the next check (every phase has one: before and after encoding,
-// each denoising step, around each decode, before writing); a second one stops at once (a long phase such as
-// the prompt encoding on CPU may not reach its next check soon).
-std::atomic<bool> g_cancel{false};
-extern "C" void on_sigint(int) {
-  if (g_cancel.exchange(true)) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
-    return;
-  }
-  const char msg[] = "\ncancelling at the next step; press Ctrl-C again to stop at once\n";
-  [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof(msg) - 1);
-}
 
 uint64_t tensor_hash(const Tensor& t) {
   return fnv1a(t.raw(), t.nbytes());
@@ -87,280 +73,309 @@ std::string timing_summary(const std::vector<PhaseTiming>& timings, int model_ca
   return line + fmt::format(" total {:.2f} s", total);
 }
 
+struct GenerateOpts {
+  GenerateRequest req;
+  std::string prompt_file, out = "h3-out.mp4";
+  int64_t width = 0, height = 0, frames = 0;
+  double seconds = 0;
+  std::string seed;
+  CLI::Option *width_opt = nullptr, *height_opt = nullptr, *frames_opt = nullptr, *seconds_opt = nullptr;
+  std::string precision, vae_precision, text_precision, text_device, memory = "phases", mode = "ulysses";
+  std::string json_out;
+  int tp = 1, chunks = 1, encoder_ranks = 0;
+  std::string encoder_at = "last";
+  ModelPaths paths;
+  std::string embeddings, noise;
+  bool latents = false;
+  // fl2va keyframes and ref2va references (kept in command-line order through the parse order).
+  std::string first, last;
+  std::vector<std::string> loras;
+  std::vector<std::string> ref_image, ref_video, ref_audio;
+  CLI::Option *ref_image_opt = nullptr, *ref_video_opt = nullptr, *ref_audio_opt = nullptr;
+};
+
+// generate's own options; those other commands take too are rows of tools/options.cpp (opt::).
+OptionDef own(std::string names, std::string help, OptionUse use = take("generate")) {
+  return option(std::move(names), std::move(help)).taken_by({std::move(use)});
+}
+const OptionUse kShown = take("generate").shows_default();
+const OptionDef kPrompt = own("-p,--prompt", "what to generate (text)").with_env("H3_PROMPT");
+const OptionDef kPromptFile = own("-f,--prompt-file", "read the prompt from a UTF-8 file");
+const OptionDef kAspect = own("--aspect", "W:H when no --width/--height (1:4 .. 4:1; short edge 768)", kShown);
+const OptionDef kSeconds =
+    own("--seconds", "duration instead of --frames (5..15 s)").with_check(finite_range(-1e300, 1e300));
+const OptionDef kSteps = own("--steps", "schedule grid points (N-1 DiT calls)", kShown).with_env("H3_STEPS");
+const OptionDef kShift = own("--shift", "video schedule shift", kShown).with_check(finite_range(-1e300, 1e300));
+const OptionDef kAudioShift =
+    own("--audio-shift", "audio schedule shift", kShown).with_check(finite_range(-1e300, 1e300));
+const OptionDef kFirst = own("--first", "fl2va: first keyframe image (PNG/JPEG/WebP); sets the aspect");
+const OptionDef kLast = own("--last", "fl2va: last keyframe image (cover-scaled and centre-cropped)");
+const OptionDef kRefImage = own("--ref-image", "ref2va: reference image (repeatable)");
+const OptionDef kRefVideo = own("--ref-video", "ref2va: reference video, with its soundtrack if any (repeatable)");
+const OptionDef kRefAudio = own("--ref-audio", "ref2va: reference audio (repeatable)");
+const OptionDef kEmbeddings = own("--embeddings", "precomputed prompt embeddings (safetensors: prompt_embeds)");
+const OptionDef kNoise = own("--noise", "precomputed noise (safetensors: video_noise, audio_noise_rows)");
+const OptionDef kEncoderAt = own("--encoder-at",
+                                 "which world ranks are the K encoder ranks: last (default) or first (the first "
+                                 "host's ranks when K is its rank count; rank K then writes the output)",
+                                 kShown)
+                                 .with_env("H3_ENCODER_AT")
+                                 .with_values({"first", "last"});
+const OptionDef kLatents = own("--latents", "also write OUT.latents.safetensors (final latents)");
+
+// The request as the options give it (resolve() checks it).
+GenerateRequest request_from(const GenerateOpts& o, const CLI::App& cmd) {
+  GenerateRequest req = o.req;
+  if (!o.prompt_file.empty()) {
+    H3_CHECK(req.prompt.empty(), "give --prompt or --prompt-file, not both");
+    req.prompt = read_text_file_checked(o.prompt_file, "--prompt-file", 1 << 20);
+    while (!req.prompt.empty() && (req.prompt.back() == '\n' || req.prompt.back() == '\r')) req.prompt.pop_back();
+  }
+  if (req.prompt.empty() && !o.embeddings.empty()) req.prompt = "(precomputed embeddings " + o.embeddings + ")";
+  // Every value given is passed on, 0 included, so resolve() refuses it with the allowed range.
+  if (o.width_opt->count()) req.width = o.width;
+  if (o.height_opt->count()) req.height = o.height;
+  if (o.frames_opt->count()) req.frames = o.frames;
+  if (o.seconds_opt->count()) req.seconds = o.seconds;
+  if (!o.seed.empty()) req.seed = parse_seed(o.seed);
+  for (const auto& spec : o.loras) {
+    const auto [file, strength] = parse_lora_spec(spec);
+    req.loras.push_back({file, strength});
+  }
+  req.first_image = o.first;
+  req.last_image = o.last;
+  // References in the order given: the i-th occurrence of an option is its i-th value.
+  size_t next[3] = {0, 0, 0};
+  for (const CLI::Option* opt : cmd.parse_order()) {
+    const int k = opt == o.ref_image_opt ? 0 : opt == o.ref_video_opt ? 1 : opt == o.ref_audio_opt ? 2 : -1;
+    if (k < 0) continue;
+    const std::vector<std::string>& vals = k == 0 ? o.ref_image : k == 1 ? o.ref_video : o.ref_audio;
+    H3_CHECK(next[k] < vals.size(), "internal: reference option order mismatch");
+    req.references.push_back({k == 0 ? "image" : k == 1 ? "video" : "audio", vals[next[k]++]});
+  }
+  H3_CHECK(req.references.size() == o.ref_image.size() + o.ref_video.size() + o.ref_audio.size(),
+           "give each --ref-image/--ref-video/--ref-audio one file");
+  return req;
+}
+
+// The files the run will write, checked before any model is loaded.
+void check_outputs(const GenerateOpts& o) {
+  H3_CHECK(!o.out.empty(), "-o needs a path");
+  H3_CHECK(!std::filesystem::is_directory(o.out), "-o {} is a folder; give a file name such as out.mp4", o.out);
+  check_output_file(o.out, "-o");
+  if (o.latents)
+    check_output_file(std::filesystem::path(o.out).replace_extension(".latents.safetensors").string(), "--latents");
+  if (!o.json_out.empty()) check_output_file(o.json_out, "--json");
+}
+
+PrecomputedInputs read_precomputed(const GenerateOpts& o) {
+  PrecomputedInputs pre;
+  if (!o.embeddings.empty())
+    pre.prompt_embeds =
+        pick_tensor(SafeTensors::open(o.embeddings), {"prompt_embeds", "input.prompt_embeds"}, "prompt embeddings");
+  if (!o.noise.empty()) {
+    const SafeTensors f = SafeTensors::open(o.noise);
+    pre.video_noise = pick_tensor(f, {"video_noise", "input.video_noise"}, "video noise");
+    pre.audio_noise_rows = pick_tensor(f, {"audio_noise_rows", "input.audio_noise_rows"}, "audio noise rows");
+  }
+  return pre;
+}
+
+// Where and how the models run: the precisions, the text tower's device, the memory plan and the ranks.
+GenerateOptions generate_options(const GenerateOpts& o, const GlobalContext& ctx, Comm& w) {
+  const Device device = ctx.compute_device();
+  GenerateOptions go = default_generate_options(device, o.precision);
+  if (!o.vae_precision.empty()) go.vae_precision = precision_from_name(o.vae_precision);
+  if (!o.text_precision.empty()) go.text_precision = precision_from_name(o.text_precision);
+  if (!o.text_device.empty()) go.text_device = o.text_device == "cuda" ? Device::cuda : Device::cpu;
+  // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
+  if (go.text_device == Device::cpu && o.text_precision.empty()) go.text_precision = Precision::f32;
+  go.memory = memory_policy_from_name(o.memory);
+  go.dist = DistOptions{dist_mode_from_name(o.mode), o.tp, o.chunks, device == Device::cuda ? gpu_bus_id() : "",
+                        ctx.transport};
+  go.encoder_ranks = o.encoder_ranks;
+  go.comm = &w;
+  go.write_latents = o.latents;
+  check_generate_options(go);
+  return go;
+}
+
+// The run with a progress bar (a terminal) or progress lines (a log); nullopt when Ctrl-C cancelled it.
+std::optional<GenerateResult> run_with_progress(Generator& gen, const ResolvedRequest& resolved, const std::string& out,
+                                                const PrecomputedInputs& pre, bool root) {
+  const bool tty = isatty(fileno(stderr));
+  std::string last_phase;
+  auto progress = [&](const GenerateProgress& p) {
+    if (tty) {
+      const int width = 30, fill = static_cast<int>(p.percent / 100.0 * width + 0.5);
+      std::fprintf(stderr, "\r[%s%s] %5.1f%% %-12s %d/%d ETA %s   ", std::string(fill, '#').c_str(),
+                   std::string(width - fill, '.').c_str(), p.percent, p.phase.c_str(), p.step, p.steps,
+                   eta_str(p.eta_s).c_str());
+      if (p.phase == "done") std::fprintf(stderr, "\n");
+    } else if (p.phase == "denoise" ? p.step > 0 : p.phase != last_phase) {
+      std::fprintf(stderr, "progress: %s %d/%d %.1f%% eta %s\n", p.phase.c_str(), p.step, p.steps, p.percent,
+                   eta_str(p.eta_s).c_str());
+    }
+    last_phase = p.phase;
+    std::fflush(stderr);
+  };
+  // The first Ctrl-C asks for a clean stop at the next check (every phase has one: before and after encoding,
+  // each denoising step, around each decode, before writing); a second one stops at once.
+  const SigintCancels sigint("\ncancelling at the next step; press Ctrl-C again to stop at once\n");
+  try {
+    return gen.run(resolved, out, progress, sigint.flag(), &pre);
+  } catch (const Cancelled& e) {
+    if (root) std::fprintf(stderr, "\ncancelled: %s; nothing was written\n", e.what());
+    return std::nullopt;
+  }
+}
+
+// Rank 0's report of a finished run: times, loads, peak memory, latents, what was written.
+void print_result(const GenerateResult& res, const Generator& gen, const ResolvedRequest& resolved) {
+  std::printf("%s; time to MP4 (loads excluded) %.2f s\n", timing_summary(res.timings, resolved.model_calls).c_str(),
+              res.time_to_mp4());
+  for (const auto& l : res.loads)
+    std::printf("load %-9s %7.2f s%s\n", l.model.c_str(), l.seconds,
+                l.file_bytes > 0
+                    ? fmt::format(", {:.2f} GB from file at {:.2f} GB/s", l.file_bytes / 1e9, l.gb_per_s()).c_str()
+                    : " (procedural: generated)");
+  if (!res.peaks.empty()) {
+    std::printf("peak GPU memory (rank 0):");
+    for (const auto& p : res.peaks) std::printf(" %s %.1f GiB,", p.phase.c_str(), p.bytes / 1073741824.0);
+    std::printf(" (plan: peak %.1f GiB)\n", res.memory_plan.peak() / 1073741824.0);
+  }
+  std::printf("prompt tokens %" PRId64 " (vision rows %" PRId64 " in %" PRId64
+              " blocks), latents: video %s hash %016" PRIx64 ", audio rows %s hash %016" PRIx64 "\n",
+              res.prompt_tokens, res.vision_rows, res.vision_blocks, shape_str(res.video_latents.shape()).c_str(),
+              tensor_hash(res.video_latents), shape_str(res.audio_latent_rows.shape()).c_str(),
+              tensor_hash(res.audio_latent_rows));
+  if (res.wrote_mp4) {
+    std::printf("wrote %s (%" PRId64 "x%" PRId64 ", %" PRId64 " frames at 24 fps, stereo %d Hz)\n",
+                res.out_path.c_str(), res.request.width, res.request.height, res.request.frames, gen.sample_rate());
+  } else {
+    std::printf("wrote %s (latents only: this build has no MP4 writer yet)\n", res.out_path.c_str());
+  }
+  if (gen.procedural())
+    std::printf("reminder: procedural models -> meaningless pictures; pass --model DIR for real output\n");
+  if (!res.request.loras.empty())
+    std::printf("LoRA digest %016" PRIx64 " (every denoise rank agreed)\n", res.lora_digest);
+  for (const auto& warning : res.warnings) std::printf("warning: %s\n", warning.c_str());
+}
+
+// --json: the run's record (pipeline/run_record.h).
+void write_record(const std::string& path, const GenerateResult& res, const GenerateOptions& go, Device device,
+                  int ranks) {
+  RecordContext rc;
+  rc.device_name = device == Device::cuda ? gpu_description() : "CPU";
+  rc.ranks = ranks;
+  rc.video_latents_hash = tensor_hash(res.video_latents);
+  rc.audio_latents_hash = tensor_hash(res.audio_latent_rows);
+  std::ofstream js(path);
+  H3_CHECK(js.good(), "--json {}: cannot write the file", path);
+  js << generate_record(res, go, rc).dump(2) << "\n";
+  H3_CHECK(js.good(), "--json {}: write failed", path);
+  std::printf("wrote the run record %s\n", path.c_str());
+}
+
+int run_generate(const GenerateOpts& o, const CLI::App& cmd, const GlobalContext& ctx) {
+  Comm& world_comm = world();
+  // --encoder-at first: the group is the world rotated so that world ranks [0, K) are its last K ranks (the
+  // generator's encoder ranks) and world rank K its rank 0.
+  std::unique_ptr<Comm> rotated;
+  const int n_world = world_comm.size(), K = o.encoder_ranks;
+  if (o.encoder_at == "first" && K > 0 && K < n_world)
+    rotated = world_comm.split(0, (world_comm.rank() + n_world - K) % n_world);
+  Comm& w = rotated ? *rotated : world_comm;
+  const bool root = w.rank() == 0;
+
+  // Everything about the request is checked before any model is loaded.
+  const ResolvedRequest resolved = resolve(request_from(o, cmd), Generator::limits_for(o.paths));
+  check_outputs(o);
+  const PrecomputedInputs pre = read_precomputed(o);
+  const GenerateOptions go = generate_options(o, ctx, w);
+  const Device device = go.device;
+  if (root) {
+    std::printf("h3 generate: %d rank(s), %d threads per rank, %s: DiT %s, VAEs %s, text tower %s on the %s\n",
+                w.size(), cpu_threads(), device == Device::cuda ? gpu_description().c_str() : "CPU",
+                precision_name(go.precision).data(), precision_name(go.vae_precision).data(),
+                precision_name(go.text_precision).data(), go.text_device == Device::cuda ? "GPU" : "CPU");
+    std::printf("request: %s\n", resolved.to_json().dump(2).c_str());
+    std::fflush(stdout);
+  }
+  // On the GPU the memory plan is checked before anything is loaded: a request that cannot fit is refused here,
+  // saying what would fit.
+  if (device == Device::cuda) {
+    const MemoryPlan plan = Generator::memory_plan_for(o.paths, go, resolved);
+    if (root) {
+      for (const auto& line : plan.describe()) std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+    H3_CHECK(plan.fits, "this request does not fit the GPU: {}", plan.problem);
+  }
+  Generator gen(o.paths, go);
+  if (root) {
+    for (const auto& line : gen.describe()) std::printf("  %s\n", line.c_str());
+    if (gen.procedural()) std::printf("%s\n", procedural_models_notice().c_str());
+    std::fflush(stdout);
+  }
+
+  const std::optional<GenerateResult> res = run_with_progress(gen, resolved, o.out, pre, root);
+  if (!res) return 130;
+  if (!root) return 0;
+  print_result(*res, gen, resolved);
+  if (!o.json_out.empty()) write_record(o.json_out, *res, go, device, w.size());
+  std::printf("OK\n");
+  return 0;
+}
+
 }  // namespace
 
 Runner add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "prompt -> MP4 (video + soundtrack); procedural mini models by default");
-  struct Opts {
-    GenerateRequest req;
-    std::string prompt_file, out = "h3-out.mp4";
-    int64_t width = 0, height = 0, frames = 0;
-    double seconds = 0;
-    std::string seed;
-    CLI::Option *width_opt = nullptr, *height_opt = nullptr, *frames_opt = nullptr, *seconds_opt = nullptr;
-    std::string precision, vae_precision, text_precision, text_device, memory = "phases", mode = "ulysses";
-    std::string json_out;
-    int tp = 1, chunks = 1, encoder_ranks = 0;
-    std::string encoder_at = "last";
-    ModelPaths paths;
-    std::string embeddings, noise;
-    bool latents = false;
-    // fl2va keyframes and ref2va references (kept in command-line order through the parse order).
-    std::string first, last;
-    std::vector<std::string> loras;
-    std::vector<std::string> ref_image, ref_video, ref_audio;
-    CLI::Option *ref_image_opt = nullptr, *ref_video_opt = nullptr, *ref_audio_opt = nullptr;
-  };
-  auto o = std::make_shared<Opts>();
-  cmd->add_option("-p,--prompt", o->req.prompt, "what to generate (text)")->envname("H3_PROMPT");
-  cmd->add_option("-f,--prompt-file", o->prompt_file, "read the prompt from a UTF-8 file");
-  o->width_opt = cmd->add_option("-W,--width", o->width, "pixels, a multiple of 32 (with --height)");
-  o->height_opt = cmd->add_option("-H,--height", o->height, "pixels, a multiple of 32 (with --width)");
-  cmd->add_option("--aspect", o->req.aspect, "W:H when no --width/--height (1:4 .. 4:1; short edge 768)")
-      ->capture_default_str();
-  o->frames_opt =
-      cmd->add_option("--frames", o->frames, "frames at 24 fps, snapped up to 17n+5 (124..345); default 124");
-  o->seconds_opt = cmd->add_option("--seconds", o->seconds, "duration instead of --frames (5..15 s)")
-                       ->check(finite_range(-1e300, 1e300));
-  cmd->add_option("--steps", o->req.steps, "schedule grid points (N-1 DiT calls)")
-      ->capture_default_str()
-      ->envname("H3_STEPS");
-  cmd->add_option("-s,--seed", o->seed, "noise seed (default: random, printed and stored in the file)");
-  cmd->add_option("--shift", o->req.shift, "video schedule shift")
-      ->check(finite_range(-1e300, 1e300))
-      ->capture_default_str();
-  cmd->add_option("--audio-shift", o->req.audio_shift, "audio schedule shift")
-      ->check(finite_range(-1e300, 1e300))
-      ->capture_default_str();
-  cmd->add_option("-o,--output", o->out, "output MP4 path")->capture_default_str();
-  cmd->add_option("--precision", o->precision,
-                  "DiT: bf16 or fp8 on the GPU (default bf16); f32 (default), f64 or bf16 on the CPU")
-      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
-      ->envname("H3_PRECISION");
-  cmd->add_option("--vae-precision", o->vae_precision,
-                  "VAE decoders: bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
-      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
-      ->envname("H3_VAE_PRECISION");
-  cmd->add_option(
-         "--text-precision", o->text_precision,
-         "text tower (and vision tower): bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
-      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
-      ->envname("H3_TEXT_PRECISION");
-  cmd->add_option("--text-device", o->text_device,
-                  "where the text tower runs: cuda (default with --device cuda) or cpu")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->envname("H3_TEXT_DEVICE");
-  cmd->add_option("--memory-plan", o->memory,
-                  "GPU: phases (load and free each model with its phase), resident (load all once) or auto (keep "
-                  "what fits)")
-      ->check(CLI::IsMember({"phases", "resident", "auto"}))
-      ->envname("H3_MEMORY_PLAN")
-      ->capture_default_str();
-  cmd->add_option("--json", o->json_out,
-                  "write the run's record (geometry, precisions, timings per phase, time to MP4, loads, peak "
-                  "memory per phase, memory plan) to FILE");
-  add_dist_options(cmd, o->mode, o->tp, o->chunks);
-  cmd->add_option("--encoder-ranks", o->encoder_ranks,
-                  "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
-      ->check(CLI::Range(0, 4096))
-      ->envname("H3_ENCODER_RANKS");
-  cmd->add_option("--encoder-at", o->encoder_at,
-                  "which world ranks are the K encoder ranks: last (default) or first (the first host's ranks "
-                  "when K is its rank count; rank K then writes the output)")
-      ->check(CLI::IsMember({"first", "last"}))
-      ->envname("H3_ENCODER_AT")
-      ->capture_default_str();
-  cmd->add_option("-m,--model", o->paths.model_dir,
-                  "released/diffusers folder (transformer/, vae/, audio_vae/, text_encoder/, tokenizer/)")
-      ->envname("H3_MODEL_DIR");
-  cmd->add_option("--dit", o->paths.dit, "DiT checkpoint (file, folder or procedural:mini)");
-  cmd->add_option("--video-vae", o->paths.video_vae, "video VAE (file or folder, or procedural:mini)");
-  cmd->add_option("--audio-vae", o->paths.audio_vae, "audio VAE (file or folder, or procedural:mini)");
-  cmd->add_option("--text-encoder", o->paths.text_encoder, "Qwen3-VL text tower (file or folder)");
-  cmd->add_option("--tokenizer", o->paths.tokenizer, "tokenizer.json (or its folder)")->envname("H3_TOKENIZER");
-  cmd->add_option("--embeddings", o->embeddings, "precomputed prompt embeddings (safetensors: prompt_embeds)");
-  cmd->add_option("--noise", o->noise, "precomputed noise (safetensors: video_noise, audio_noise_rows)");
-  cmd->add_flag("--latents", o->latents, "also write OUT.latents.safetensors (final latents)");
-  cmd->add_option("--lora", o->loras, "LoRA merged into the DiT, FILE[:STRENGTH] (repeatable, in order)")
-      ->envname("H3_LORA");
-  cmd->add_option("--first", o->first, "fl2va: first keyframe image (PNG/JPEG/WebP); sets the aspect");
-  cmd->add_option("--last", o->last, "fl2va: last keyframe image (cover-scaled and centre-cropped)");
-  o->ref_image_opt =
-      cmd->add_option("--ref-image", o->ref_image, "ref2va: reference image (repeatable)")->allow_extra_args(false);
-  o->ref_video_opt =
-      cmd->add_option("--ref-video", o->ref_video, "ref2va: reference video, with its soundtrack if any (repeatable)")
-          ->allow_extra_args(false);
-  o->ref_audio_opt =
-      cmd->add_option("--ref-audio", o->ref_audio, "ref2va: reference audio (repeatable)")->allow_extra_args(false);
-  return [o, cmd]() -> int {
-    Comm& world_comm = world();
-    // --encoder-at first: the group is the world rotated so that world ranks [0, K) are its last K ranks (the
-    // generator's encoder ranks) and world rank K its rank 0.
-    std::unique_ptr<Comm> rotated;
-    const int n_world = world_comm.size(), K = o->encoder_ranks;
-    if (o->encoder_at == "first" && K > 0 && K < n_world)
-      rotated = world_comm.split(0, (world_comm.rank() + n_world - K) % n_world);
-    Comm& w = rotated ? *rotated : world_comm;
-    const bool root = w.rank() == 0;
-    GenerateRequest req = o->req;
-    if (!o->prompt_file.empty()) {
-      H3_CHECK(req.prompt.empty(), "give --prompt or --prompt-file, not both");
-      req.prompt = read_text_file_checked(o->prompt_file, "--prompt-file", 1 << 20);
-      while (!req.prompt.empty() && (req.prompt.back() == '\n' || req.prompt.back() == '\r')) req.prompt.pop_back();
-    }
-    if (req.prompt.empty() && !o->embeddings.empty()) req.prompt = "(precomputed embeddings " + o->embeddings + ")";
-    // Every value given is passed on, 0 included, so resolve() refuses it with the allowed range.
-    if (o->width_opt->count()) req.width = o->width;
-    if (o->height_opt->count()) req.height = o->height;
-    if (o->frames_opt->count()) req.frames = o->frames;
-    if (o->seconds_opt->count()) req.seconds = o->seconds;
-    if (!o->seed.empty()) req.seed = parse_seed(o->seed);
-    for (const auto& spec : o->loras) {
-      const auto [file, strength] = parse_lora_spec(spec);
-      req.loras.push_back({file, strength});
-    }
-    req.first_image = o->first;
-    req.last_image = o->last;
-    {  // references in the order given: the i-th occurrence of an option is its i-th value
-      size_t next[3] = {0, 0, 0};
-      for (const CLI::Option* opt : cmd->parse_order()) {
-        const int k = opt == o->ref_image_opt ? 0 : opt == o->ref_video_opt ? 1 : opt == o->ref_audio_opt ? 2 : -1;
-        if (k < 0) continue;
-        const std::vector<std::string>& vals = k == 0 ? o->ref_image : k == 1 ? o->ref_video : o->ref_audio;
-        H3_CHECK(next[k] < vals.size(), "internal: reference option order mismatch");
-        req.references.push_back({k == 0 ? "image" : k == 1 ? "video" : "audio", vals[next[k]++]});
-      }
-      H3_CHECK(req.references.size() == o->ref_image.size() + o->ref_video.size() + o->ref_audio.size(),
-               "give each --ref-image/--ref-video/--ref-audio one file");
-    }
-
-    // Everything about the request is checked before any model is loaded.
-    const ResolvedRequest resolved = resolve(req, Generator::limits_for(o->paths));
-    H3_CHECK(!o->out.empty(), "-o needs a path");
-    H3_CHECK(!std::filesystem::is_directory(o->out), "-o {} is a folder; give a file name such as out.mp4", o->out);
-    check_output_file(o->out, "-o");
-    if (o->latents)
-      check_output_file(std::filesystem::path(o->out).replace_extension(".latents.safetensors").string(), "--latents");
-    if (!o->json_out.empty()) check_output_file(o->json_out, "--json");
-
-    PrecomputedInputs pre;
-    if (!o->embeddings.empty())
-      pre.prompt_embeds =
-          pick_tensor(SafeTensors::open(o->embeddings), {"prompt_embeds", "input.prompt_embeds"}, "prompt embeddings");
-    if (!o->noise.empty()) {
-      const SafeTensors f = SafeTensors::open(o->noise);
-      pre.video_noise = pick_tensor(f, {"video_noise", "input.video_noise"}, "video noise");
-      pre.audio_noise_rows = pick_tensor(f, {"audio_noise_rows", "input.audio_noise_rows"}, "audio noise rows");
-    }
-
-    const Device device = g_device == "cuda" ? Device::cuda : Device::cpu;
-    GenerateOptions go = default_generate_options(device, o->precision);
-    if (!o->vae_precision.empty()) go.vae_precision = precision_from_name(o->vae_precision);
-    if (!o->text_precision.empty()) go.text_precision = precision_from_name(o->text_precision);
-    if (!o->text_device.empty()) go.text_device = o->text_device == "cuda" ? Device::cuda : Device::cpu;
-    // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
-    if (go.text_device == Device::cpu && o->text_precision.empty()) go.text_precision = Precision::f32;
-    go.memory = memory_policy_from_name(o->memory);
-    go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, device == Device::cuda ? gpu_bus_id() : "",
-                          g_transport};
-    go.encoder_ranks = o->encoder_ranks;
-    go.comm = &w;
-    go.write_latents = o->latents;
-    check_generate_options(go);
-    if (root) {
-      std::printf("h3 generate: %d rank(s), %d threads per rank, %s: DiT %s, VAEs %s, text tower %s on the %s\n",
-                  w.size(), cpu_threads(), device == Device::cuda ? gpu_description().c_str() : "CPU",
-                  precision_name(go.precision).data(), precision_name(go.vae_precision).data(),
-                  precision_name(go.text_precision).data(), go.text_device == Device::cuda ? "GPU" : "CPU");
-      std::printf("request: %s\n", resolved.to_json().dump(2).c_str());
-      std::fflush(stdout);
-    }
-    // On the GPU the memory plan is checked before anything is loaded: a request that cannot fit is refused here,
-    // saying what would fit.
-    if (device == Device::cuda) {
-      const MemoryPlan plan = Generator::memory_plan_for(o->paths, go, resolved);
-      if (root) {
-        for (const auto& line : plan.describe()) std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-      }
-      H3_CHECK(plan.fits, "this request does not fit the GPU: {}", plan.problem);
-    }
-    Generator gen(o->paths, go);
-    if (root) {
-      for (const auto& line : gen.describe()) std::printf("  %s\n", line.c_str());
-      if (gen.procedural()) std::printf("%s\n", procedural_models_notice().c_str());
-      std::fflush(stdout);
-    }
-
-    const bool tty = isatty(fileno(stderr));
-    std::string last_phase;
-    auto progress = [&](const GenerateProgress& p) {
-      if (tty) {
-        const int width = 30, fill = static_cast<int>(p.percent / 100.0 * width + 0.5);
-        std::fprintf(stderr, "\r[%s%s] %5.1f%% %-12s %d/%d ETA %s   ", std::string(fill, '#').c_str(),
-                     std::string(width - fill, '.').c_str(), p.percent, p.phase.c_str(), p.step, p.steps,
-                     eta_str(p.eta_s).c_str());
-        if (p.phase == "done") std::fprintf(stderr, "\n");
-      } else if (p.phase == "denoise" ? p.step > 0 : p.phase != last_phase) {
-        std::fprintf(stderr, "progress: %s %d/%d %.1f%% eta %s\n", p.phase.c_str(), p.step, p.steps, p.percent,
-                     eta_str(p.eta_s).c_str());
-      }
-      last_phase = p.phase;
-      std::fflush(stderr);
-    };
-    std::signal(SIGINT, on_sigint);
-    GenerateResult res;
-    try {
-      res = gen.run(resolved, o->out, progress, &g_cancel, &pre);
-    } catch (const Cancelled& e) {
-      if (root) std::fprintf(stderr, "\ncancelled: %s; nothing was written\n", e.what());
-      return 130;
-    }
-    std::signal(SIGINT, SIG_DFL);
-    if (!root) return 0;
-    std::printf("%s; time to MP4 (loads excluded) %.2f s\n", timing_summary(res.timings, resolved.model_calls).c_str(),
-                res.time_to_mp4());
-    for (const auto& l : res.loads)
-      std::printf("load %-9s %7.2f s%s\n", l.model.c_str(), l.seconds,
-                  l.file_bytes > 0
-                      ? fmt::format(", {:.2f} GB from file at {:.2f} GB/s", l.file_bytes / 1e9, l.gb_per_s()).c_str()
-                      : " (procedural: generated)");
-    if (!res.peaks.empty()) {
-      std::printf("peak GPU memory (rank 0):");
-      for (const auto& p : res.peaks) std::printf(" %s %.1f GiB,", p.phase.c_str(), p.bytes / 1073741824.0);
-      std::printf(" (plan: peak %.1f GiB)\n", res.memory_plan.peak() / 1073741824.0);
-    }
-    std::printf("prompt tokens %" PRId64 " (vision rows %" PRId64 " in %" PRId64
-                " blocks), latents: video %s hash %016" PRIx64 ", audio rows %s hash %016" PRIx64 "\n",
-                res.prompt_tokens, res.vision_rows, res.vision_blocks, shape_str(res.video_latents.shape()).c_str(),
-                tensor_hash(res.video_latents), shape_str(res.audio_latent_rows.shape()).c_str(),
-                tensor_hash(res.audio_latent_rows));
-    if (res.wrote_mp4) {
-      std::printf("wrote %s (%" PRId64 "x%" PRId64 ", %" PRId64 " frames at 24 fps, stereo %d Hz)\n",
-                  res.out_path.c_str(), res.request.width, res.request.height, res.request.frames, gen.sample_rate());
-    } else {
-      std::printf("wrote %s (latents only: this build has no MP4 writer yet)\n", res.out_path.c_str());
-    }
-    if (gen.procedural())
-      std::printf("reminder: procedural models -> meaningless pictures; pass --model DIR for real output\n");
-    if (!res.request.loras.empty())
-      std::printf("LoRA digest %016" PRIx64 " (every denoise rank agreed)\n", res.lora_digest);
-    for (const auto& warning : res.warnings) std::printf("warning: %s\n", warning.c_str());
-    if (!o->json_out.empty()) {
-      RecordContext ctx;
-      ctx.device_name = device == Device::cuda ? gpu_description() : "CPU";
-      ctx.ranks = w.size();
-      ctx.video_latents_hash = tensor_hash(res.video_latents);
-      ctx.audio_latents_hash = tensor_hash(res.audio_latent_rows);
-      std::ofstream js(o->json_out);
-      H3_CHECK(js.good(), "--json {}: cannot write the file", o->json_out);
-      js << generate_record(res, go, ctx).dump(2) << "\n";
-      H3_CHECK(js.good(), "--json {}: write failed", o->json_out);
-      std::printf("wrote the run record %s\n", o->json_out.c_str());
-    }
-    std::printf("OK\n");
-    return 0;
-  };
+  auto o = std::make_shared<GenerateOpts>();
+  cmd->option_defaults()->group("Request");
+  add(cmd, kPrompt, o->req.prompt);
+  add(cmd, kPromptFile, o->prompt_file);
+  o->width_opt = add(cmd, opt::width, o->width);
+  o->height_opt = add(cmd, opt::height, o->height);
+  add(cmd, kAspect, o->req.aspect);
+  o->frames_opt = add(cmd, opt::frames, o->frames);
+  o->seconds_opt = add(cmd, kSeconds, o->seconds);
+  add(cmd, kSteps, o->req.steps);
+  add(cmd, opt::seed, o->seed);
+  add(cmd, kShift, o->req.shift);
+  add(cmd, kAudioShift, o->req.audio_shift);
+  add(cmd, kFirst, o->first);
+  add(cmd, kLast, o->last);
+  o->ref_image_opt = add(cmd, kRefImage, o->ref_image)->allow_extra_args(false);
+  o->ref_video_opt = add(cmd, kRefVideo, o->ref_video)->allow_extra_args(false);
+  o->ref_audio_opt = add(cmd, kRefAudio, o->ref_audio)->allow_extra_args(false);
+  add(cmd, kEmbeddings, o->embeddings);
+  add(cmd, kNoise, o->noise);
+  cmd->option_defaults()->group("Models");
+  add(cmd, opt::model_dir, o->paths.model_dir);
+  add(cmd, opt::dit, o->paths.dit);
+  add(cmd, opt::video_vae, o->paths.video_vae);
+  add(cmd, opt::audio_vae, o->paths.audio_vae);
+  add(cmd, opt::text_encoder, o->paths.text_encoder);
+  add(cmd, opt::tokenizer, o->paths.tokenizer);
+  add(cmd, opt::lora, o->loras);
+  cmd->option_defaults()->group("Placement");
+  add(cmd, opt::precision, o->precision);
+  add(cmd, opt::vae_precision, o->vae_precision);
+  add(cmd, opt::text_precision, o->text_precision);
+  add(cmd, opt::text_device, o->text_device);
+  add(cmd, opt::memory_plan, o->memory);
+  add(cmd, opt::mode, o->mode);
+  add(cmd, opt::tp, o->tp);
+  add(cmd, opt::chunks, o->chunks);
+  add(cmd, opt::encoder_ranks, o->encoder_ranks);
+  add(cmd, kEncoderAt, o->encoder_at);
+  cmd->option_defaults()->group("Output");
+  add(cmd, opt::output, o->out);
+  add(cmd, opt::json, o->json_out);
+  add(cmd, kLatents, o->latents);
+  return [o, cmd](const GlobalContext& ctx) { return run_generate(*o, *cmd, ctx); };
 }
 
 }  // namespace h3::cli

@@ -25,19 +25,15 @@ Runner add_info(CLI::App& app) {
       ->required();
   cmd->add_option("--qkv-layout", o->qkv, "qkv_proj row order of released-name files: interleaved or blocked")
       ->check(CLI::IsMember({"interleaved", "blocked"}));
-  cmd->add_option("--mode", o->mode, "with --ranks N: the per-rank memory of this mode")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
-      ->capture_default_str();
-  cmd->add_option("--tp", o->tp, "hybrid: tensor-parallel degree");
+  add(cmd, opt::mode, o->mode);
+  add(cmd, opt::tp, o->tp);
   cmd->add_option("--ranks-per-host", o->ranks_per_host,
                   "with --ranks N: also the memory per host, hosts filled in rank order (default: every rank on one)")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--seq", o->seq, "packed length for the activation estimate (768p: 37830)")->capture_default_str();
-  cmd->add_option("--precision", o->precision, "bytes per element of the report: f64, f32 or bf16")
-      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
-      ->capture_default_str();
+  add(cmd, opt::seq, o->seq);
+  add(cmd, opt::precision, o->precision);
   cmd->add_option("--lora-for", o->lora_for, "LORA files: the DiT they are checked against")->capture_default_str();
-  return [o]() -> int {
+  return [o](const GlobalContext& ctx) -> int {
     if (o->path.ends_with(".safetensors") && std::filesystem::exists(o->path) && looks_like_lora(o->path)) {
       DitCheckpoint base = DitCheckpoint::open(o->lora_for);
       LoraFile lf = LoraFile::open(o->path, 1.0, base.config());
@@ -67,7 +63,7 @@ Runner add_info(CLI::App& app) {
     std::printf("quantized    %s\n", qs.empty() ? "none" : (qs + " (dequantized to f32 on load)").c_str());
     std::printf("parameters   %lld (%.3f B)\n", static_cast<long long>(c.parameter_count()), c.parameter_count() / 1e9);
     std::printf("bytes        %zu (%.2f GB as stored)\n", ck.stored_bytes(), ck.stored_bytes() / 1e9);
-    const int n = g_ranks;
+    const int n = ctx.ranks;
     if (n > 1) {
       const DistMode mode = dist_mode_from_name(o->mode);
       const int K = mode == DistMode::tensor ? n : (mode == DistMode::hybrid ? o->tp : 1);

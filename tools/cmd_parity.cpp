@@ -19,49 +19,38 @@ struct Opts {
   int tp = 1, chunks = 1;
   std::vector<std::string> loras;
 };
-
-void add_dist_options(CLI::App* cmd, Opts& o) {
-  cmd->add_option("--mode", o.mode, "ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
-      ->envname("H3_MODE")
-      ->capture_default_str();
-  cmd->add_option("--tp", o.tp, "hybrid: tensor-parallel degree (divides the ranks)")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunks", o.chunks, "pieces each exchange is issued in")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-}
 }  // namespace
 
 Runner add_parity(CLI::App& app) {
   auto* cmd = app.add_subcommand("parity", "compare an N-rank run with the 1-rank run on a golden DiT file");
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "golden DiT file")->required();
-  cmd->add_option("--precision", o->precision, "f64, f32 or bf16 (CPU); bf16 or fp8 (--device cuda)")
-      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
-      ->capture_default_str();
-  cmd->add_option("--weights", o->weights, "DiT weights instead of the file's own");
-  cmd->add_option("--lora", o->loras, "LoRA merged on load, FILE[:STRENGTH] (repeatable)")->envname("H3_LORA");
-  add_dist_options(cmd, *o);
-  return [o]() -> int {
+  add(cmd, opt::precision, o->precision);
+  add(cmd, opt::weights, o->weights);
+  add(cmd, opt::lora, o->loras);
+  add(cmd, opt::mode, o->mode);
+  add(cmd, opt::tp, o->tp);
+  add(cmd, opt::chunks, o->chunks);
+  return [o](const GlobalContext& ctx) -> int {
     Comm& w = world();
     SafeTensors f = SafeTensors::open(o->file);
     if (!looks_like_dit_golden(f)) fail("{}: not a DiT golden file (parity runs DiT cases)", o->file);
     const DistMode mode = dist_mode_from_name(o->mode);
     const Precision prec = precision_from_name(o->precision);
-    const Device dev = g_device == "cuda" ? Device::cuda : Device::cpu;
+    const Device dev = ctx.compute_device();
     DitCheckpoint ck = dit_golden_weights(f, o->weights);
     add_loras(ck, o->loras, w.rank());
     // The 1-rank reference first, on rank 0, and freed before the distributed model exists (peak memory).
     std::vector<std::string> cases = dit_golden_cases(f);
     std::vector<DitOutputs> reference;
     if (w.rank() == 0) {
-      DitModel single(ck, prec, DistPlan::single(), dev, g_numerics);
+      DitModel single(ck, prec, DistPlan::single(), dev, ctx.numerics());
       for (const auto& c : cases) reference.push_back(single.forward(dit_golden_inputs(f, c)));
     }
     w.barrier("parity: reference done");
-    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks, dev == Device::cuda ? gpu_bus_id() : "", g_transport},
+    DistPlan plan = DistPlan::make(w, {mode, o->tp, o->chunks, dev == Device::cuda ? gpu_bus_id() : "", ctx.transport},
                                    ck.config().num_attention_heads, ck.config().ffn_dim);
-    DitModel dist(ck, prec, plan, dev, g_numerics);
+    DitModel dist(ck, prec, plan, dev, ctx.numerics());
     const bool exact = mode == DistMode::ulysses || mode == DistMode::ulysses_ag;
     // Tensor parallelism changes the reduction order; on the GPU the bf16 partial sums are rounded before they are
     // added, so the GPU bound is the bf16 recipe's own error scale.
@@ -72,7 +61,7 @@ Runner add_parity(CLI::App& app) {
     bool pass = true;
     if (w.rank() == 0) {
       std::printf("parity %s: %s, %s on the %s%s\n", o->file.c_str(), plan.describe().c_str(), o->precision.c_str(),
-                  dev == Device::cuda ? "GPU" : "CPU", g_deterministic ? " (deterministic)" : "");
+                  dev == Device::cuda ? "GPU" : "CPU", ctx.deterministic() ? " (deterministic)" : "");
       std::printf("%-16s %12s %12s %8s %14s  %s\n", "output", "rel_l2", "max_abs", "bitwise", "golden rel_l2",
                   "result");
     }

@@ -21,7 +21,7 @@ Runner add_probe_media(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-samples", o->max_samples, "stop after this many samples at 32 kHz (0: all)")
       ->check(CLI::NonNegativeNumber);
-  return [o]() -> int {
+  return [o](const GlobalContext&) -> int {
     const MediaInfo info = scan_media(o->path, 24, 32000, o->max_frames, o->max_samples);
     std::printf("%s\n", media_info_to_json(info).c_str());
     return 0;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/knobs.h"
 #include "core/log.h"
+#include "core/signals.h"
 #include "serve/http.h"
 #include "serve/supervisor.h"
 #include "serve/worker.h"
@@ -20,55 +21,34 @@ namespace h3::cli {
 
 namespace {
 
+// The runner's options, for serve and for the workers it starts with the same values.
 void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
-  cmd->add_option("--runner", r.kind, "generator (the models) or fake (no models; the server's own tests)")
-      ->check(CLI::IsMember({"generator", "fake"}))
-      ->envname("H3_RUNNER")
-      ->capture_default_str();
-  cmd->add_option("-m,--model-dir,--model", r.paths.model_dir,
-                  "released/diffusers folder supplying every component (as generate --model)")
-      ->envname("H3_MODEL_DIR");
-  cmd->add_option("--dit", r.paths.dit, "DiT checkpoint (file, folder or procedural:NAME)")->envname("H3_DIT");
-  cmd->add_option("--video-vae", r.paths.video_vae, "video VAE")->envname("H3_VIDEO_VAE");
-  cmd->add_option("--audio-vae", r.paths.audio_vae, "audio VAE")->envname("H3_AUDIO_VAE");
-  cmd->add_option("--text-encoder", r.paths.text_encoder, "Qwen3-VL text tower")->envname("H3_TEXT_ENCODER");
-  cmd->add_option("--tokenizer", r.paths.tokenizer, "tokenizer")->envname("H3_TOKENIZER");
-  cmd->add_option("--precision", r.precision,
-                  "DiT: bf16 (GPU default) or fp8 on the GPU; f32 (default), f64, bf16 on the CPU")
-      ->check(CLI::IsMember({"f64", "f32", "bf16", "fp8"}))
-      ->envname("H3_PRECISION");
-  cmd->add_option("--vae-precision", r.vae_precision, "VAE decoders: bf16 (GPU default) or f32; f32 or f64 on the CPU")
-      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
-      ->envname("H3_VAE_PRECISION");
-  cmd->add_option(
-         "--text-precision", r.text_precision,
-         "text tower (and vision tower): bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
-      ->check(CLI::IsMember({"f64", "f32", "bf16"}))
-      ->envname("H3_TEXT_PRECISION");
-  cmd->add_option("--text-device", r.text_device, "where the text tower runs: cuda (default with --device cuda) or cpu")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->envname("H3_TEXT_DEVICE");
-  cmd->add_option("--memory-plan", r.memory,
-                  "GPU: auto (keep every model loaded that fits beside the largest request), resident or phases")
-      ->check(CLI::IsMember({"auto", "resident", "phases"}))
-      ->envname("H3_MEMORY_PLAN")
-      ->capture_default_str();
-  cmd->add_option("--mode", r.mode, "distributed mode: ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
-      ->envname("H3_MODE")
-      ->capture_default_str();
-  cmd->add_option("--tp", r.tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunks", r.chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
-  cmd->add_option("--encoder-ranks", r.encoder_ranks, "ranks that keep the text tower loaded (0: rank 0, freed)")
-      ->check(CLI::Range(0, 4096));
-  cmd->add_flag("--write-latents", r.write_latents, "keep <id>.mp4.latents.safetensors beside each video")
-      ->envname("H3_WRITE_LATENTS");
-  cmd->add_option("--fake-step-ms", r.fake_step_ms, "fake runner: milliseconds per denoising step")
-      ->check(CLI::Range(0, 600000))
-      ->envname("H3_FAKE_STEP_MS");
-  cmd->add_option("--fake-load-ms", r.fake_load_ms, "fake runner: milliseconds to 'load models'")
-      ->check(CLI::Range(0, 600000))
-      ->envname("H3_FAKE_LOAD_MS");
+  add(cmd, opt::runner, r.kind);
+  add(cmd, opt::model_dir, r.paths.model_dir);
+  add(cmd, opt::dit, r.paths.dit);
+  add(cmd, opt::video_vae, r.paths.video_vae);
+  add(cmd, opt::audio_vae, r.paths.audio_vae);
+  add(cmd, opt::text_encoder, r.paths.text_encoder);
+  add(cmd, opt::tokenizer, r.paths.tokenizer);
+  add(cmd, opt::precision, r.precision);
+  add(cmd, opt::vae_precision, r.vae_precision);
+  add(cmd, opt::text_precision, r.text_precision);
+  add(cmd, opt::text_device, r.text_device);
+  add(cmd, opt::memory_plan, r.memory);
+  add(cmd, opt::mode, r.mode);
+  add(cmd, opt::tp, r.tp);
+  add(cmd, opt::chunks, r.chunks);
+  add(cmd, opt::encoder_ranks, r.encoder_ranks);
+  add(cmd, opt::write_latents, r.write_latents);
+  add(cmd, opt::fake_step_ms, r.fake_step_ms);
+  add(cmd, opt::fake_load_ms, r.fake_load_ms);
+}
+
+// The rank group's placement, as the global options give it.
+void set_placement(serve::RunnerOptions& r, const GlobalContext& ctx) {
+  r.device = ctx.device;
+  r.deterministic = ctx.deterministic();
+  r.transport = ctx.transport;
 }
 
 // The first line of a key file, without surrounding white space; refused when not a small regular file.
@@ -100,13 +80,44 @@ void raise_file_limit(unsigned connections) {
                  connections);
 }
 
-serve::HttpServer* g_http = nullptr;
-serve::Supervisor* g_sup = nullptr;
-int g_signal_pipe[2] = {-1, -1};
-
-void on_signal(int) {
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
+int run_serve(serve::ServeOptions& o, const std::string& key_file, const GlobalContext& ctx) {
+  if (!key_file.empty()) {
+    H3_CHECK(o.api_key.empty(), "give --api-key or --api-key-file, not both");
+    o.api_key = read_key_file(key_file);
+  }
+  o.ranks = ctx.ranks;
+  set_placement(o.runner, ctx);
+  o.device = ctx.device;
+  o.self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  o.mpirun = knobs().mpirun;
+  o.rank_timeout_s = world().timeout_s;
+  o.log_level = std::string(spdlog::level::to_string_view(spdlog::get_level()).data());
+  if (o.host != "127.0.0.1" && o.host != "::1" && o.host != "localhost" && o.api_key.empty())
+    spdlog::warn("serve: listening on {} without --api-key: anyone who can reach it can submit jobs", o.host);
+  ::signal(SIGPIPE, SIG_IGN);
+  raise_file_limit(o.http.max_connections);
+  StopSignals stop_signals;
+  serve::Supervisor sup(o);
+  serve::HttpServer http(sup);
+  http.bind();
+  stop_signals.catch_signals();
+  // Stops everything from a normal thread when a signal arrives (a handler may only write to a pipe).
+  std::thread stopper([&] {
+    if (!stop_signals.wait()) return;
+    spdlog::info("serve: stopping");
+    sup.events().close();
+    http.stop();
+  });
+  sup.start();
+  std::printf("h3 serve: listening on http://%s:%d/ (store %s, %d rank%s, runner %s)\n", o.host.c_str(), http.port(),
+              o.store_dir.c_str(), o.ranks, o.ranks > 1 ? "s" : "", o.runner.kind.c_str());
+  std::fflush(stdout);
+  http.listen();
+  sup.stop();
+  stop_signals.release();
+  stopper.join();
+  spdlog::info("serve: stopped");
+  return 0;
 }
 
 }  // namespace
@@ -183,56 +194,7 @@ Runner add_serve(CLI::App& app) {
   cmd->add_flag("--debug-faults", o->debug_faults, "accept the x_debug_fault request field (tests only)")
       ->envname("H3_DEBUG_FAULTS");
   add_runner_options(cmd, o->runner);
-  return [o, key_file, &app]() -> int {
-    if (!key_file->empty()) {
-      H3_CHECK(o->api_key.empty(), "give --api-key or --api-key-file, not both");
-      o->api_key = read_key_file(*key_file);
-    }
-    o->ranks = g_ranks;
-    o->runner.device = g_device;
-    o->runner.deterministic = g_deterministic;
-    o->runner.transport = g_transport;
-    o->device = g_device;
-    o->self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
-    o->mpirun = knobs().mpirun;
-    o->rank_timeout_s = world().timeout_s;
-    o->log_level = std::string(spdlog::level::to_string_view(spdlog::get_level()).data());
-    if (o->host != "127.0.0.1" && o->host != "::1" && o->host != "localhost" && o->api_key.empty())
-      spdlog::warn("serve: listening on {} without --api-key: anyone who can reach it can submit jobs", o->host);
-    ::signal(SIGPIPE, SIG_IGN);
-    raise_file_limit(o->http.max_connections);
-    if (::pipe(g_signal_pipe) != 0) fail("serve: pipe(): {}", std::strerror(errno));
-    serve::Supervisor sup(*o);
-    serve::HttpServer http(sup);
-    http.bind();
-    g_http = &http;
-    g_sup = &sup;
-    ::signal(SIGINT, on_signal);
-    ::signal(SIGTERM, on_signal);
-    // Stops everything from a normal thread when a signal arrives (a handler may only write to the pipe).
-    std::thread stopper([&] {
-      char c = 0;
-      while (::read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
-      }
-      if (c == 2) return;
-      spdlog::info("serve: stopping");
-      sup.events().close();
-      http.stop();
-    });
-    sup.start();
-    std::printf("h3 serve: listening on http://%s:%d/ (store %s, %d rank%s, runner %s)\n", o->host.c_str(), http.port(),
-                o->store_dir.c_str(), o->ranks, o->ranks > 1 ? "s" : "", o->runner.kind.c_str());
-    std::fflush(stdout);
-    http.listen();
-    sup.stop();
-    char quit = 2;
-    [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &quit, 1);
-    stopper.join();
-    g_http = nullptr;
-    g_sup = nullptr;
-    spdlog::info("serve: stopped");
-    return 0;
-  };
+  return [o, key_file](const GlobalContext& ctx) { return run_serve(*o, *key_file, ctx); };
 }
 
 Runner add_serve_worker(CLI::App& app) {
@@ -241,10 +203,8 @@ Runner add_serve_worker(CLI::App& app) {
   auto o = std::make_shared<serve::WorkerOptions>();
   cmd->add_option("--control", o->control, "the supervisor's control socket")->required();
   add_runner_options(cmd, o->runner);
-  return [o]() -> int {
-    o->runner.device = g_device;
-    o->runner.deterministic = g_deterministic;
-    o->runner.transport = g_transport;
+  return [o](const GlobalContext& ctx) -> int {
+    set_placement(o->runner, ctx);
     o->token = knobs().serve_token;
     ::unsetenv("H3_SERVE_TOKEN");  // not passed on to anything this worker starts
     return serve::run_worker(*o);

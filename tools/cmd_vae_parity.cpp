@@ -60,11 +60,8 @@ Runner add_vae_parity(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("file", o->file, "video- or audio-VAE golden file")->required();
-  cmd->add_option("--precision", o->precision, "f32 or f64 (CPU); f32 or bf16 with --device cuda")
-      ->check(CLI::IsMember({"f32", "f64", "bf16"}))
-      ->envname("H3_PRECISION")
-      ->capture_default_str();
-  return [o]() -> int {
+  add(cmd, opt::precision, o->precision);
+  return [o](const GlobalContext& ctx) -> int {
     Comm& w = world();
     const bool root = w.rank() == 0;
     SafeTensors f = SafeTensors::open(o->file);
@@ -72,7 +69,7 @@ Runner add_vae_parity(CLI::App& app) {
     if (!video && !looks_like_audio_vae_golden(f))
       fail("{}: not a video- or audio-VAE golden file (vae-parity runs VAE decode cases)", o->file);
     const Precision prec = precision_from_name(o->precision);
-    const Device dev = g_device == "cuda" ? Device::cuda : Device::cpu;
+    const Device dev = ctx.compute_device();
     std::unique_ptr<VideoVae> vvae;
     std::unique_ptr<AudioVae> avae;
     std::vector<DecodeCase> cases;

@@ -1,60 +1,35 @@
-// The h3 CLI's subcommands; each registers its options on the app and returns a runner.
+// The h3 CLI's subcommands; each registers its options on the app and returns a runner, which tools/main.cpp calls
+// with what the global options say once they are parsed.
 #pragma once
 #include <CLI/CLI.hpp>
-#include <cmath>
-#include <cstdio>
 #include <functional>
 #include <string>
 
+#include "backend/backend.h"
 #include "core/numerics.h"
+#include "core/tensor.h"
 #include "distributed/comm_device.h"
+#include "options.h"
 
 namespace h3::cli {
 
-// The global --ranks value (for commands that report on a world size without starting it).
-inline int g_ranks = 1;
-// The global --device (cpu or cuda) and --deterministic values; the GPU backend is started before the command runs.
-inline std::string g_device = "cpu";
-inline bool g_deterministic = false;
-// The numerics (core/numerics.h) the GPU backend was started with, for the models' options, and --transport.
-inline Numerics g_numerics;
-inline Transport g_transport = Transport::automatic;
+// The global options, built once in tools/main.cpp after parsing and handed to the command that runs.
+struct GlobalContext {
+  int ranks = 1;               // --ranks (info reports on a world of this size; serve starts its group with it)
+  std::string device = "cpu";  // --device: cpu or cuda (main starts the GPU backend before the command runs)
+  Transport transport = Transport::automatic;  // --transport
+  // How main starts the GPU backend with --device cuda (h3 convert starts its own with these): the numerics the
+  // models take too (--deterministic, the FP8 knobs).
+  GpuOptions gpu;
 
-// A number within [lo, hi]; unlike CLI::Range it refuses nan and inf (every comparison with nan is false).
-inline CLI::Validator finite_range(double lo, double hi) {
-  auto str = [](double v) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%g", v);
-    return std::string(b);
-  };
-  return CLI::Validator(
-      [lo, hi, str](std::string& v) -> std::string {
-        double d = 0;
-        try {
-          size_t used = 0;
-          d = std::stod(v, &used);
-          if (used != v.size()) return "not a number: " + v;
-        } catch (const std::exception&) {
-          return "not a number: " + v;
-        }
-        if (!std::isfinite(d) || d < lo || d > hi)
-          return "must be a finite number in [" + str(lo) + ", " + str(hi) + "], got " + v;
-        return "";
-      },
-      "FINITE in [" + str(lo) + ", " + str(hi) + "]");
-}
+  bool cuda() const { return device == "cuda"; }
+  Device compute_device() const { return cuda() ? Device::cuda : Device::cpu; }
+  const char* processor() const { return cuda() ? "GPU" : "CPU"; }  // for reports: "on the GPU"
+  const Numerics& numerics() const { return gpu.numerics; }
+  bool deterministic() const { return gpu.numerics.deterministic; }
+};
 
-// --mode (or H3_MODE), --tp and --chunks: how a command spreads the DiT over --ranks N (distributed/plan.h).
-inline void add_dist_options(CLI::App* cmd, std::string& mode, int& tp, int& chunks) {
-  cmd->add_option("--mode", mode, "with --ranks N: ulysses, ulysses-ag, tensor or hybrid")
-      ->check(CLI::IsMember({"ulysses", "ulysses-ag", "tensor", "hybrid"}))
-      ->envname("H3_MODE")
-      ->capture_default_str();
-  cmd->add_option("--tp", tp, "hybrid: tensor-parallel degree")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunks", chunks, "pieces each exchange is issued in")->check(CLI::Range(1, 64));
-}
-
-using Runner = std::function<int()>;
+using Runner = std::function<int(const GlobalContext&)>;
 Runner add_verify(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_run(CLI::App& app);

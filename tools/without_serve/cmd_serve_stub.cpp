@@ -7,7 +7,7 @@ namespace {
 Runner missing(CLI::App& app, const char* name) {
   auto* cmd = app.add_subcommand(name, "HTTP job server (not built: libmicrohttpd and SQLite were not found)");
   cmd->allow_extras();
-  return [name = std::string(name)]() -> int {
+  return [name = std::string(name)](const GlobalContext&) -> int {
     throw Error("h3 " + name +
                 ": this h3 was built without libmicrohttpd and SQLite; install them (scripts/setup.sh installs the "
                 "Debian packages libmicrohttpd-dev and libsqlite3-dev) and rebuild");

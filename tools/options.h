@@ -1,0 +1,95 @@
+// The options that several commands take, each defined once (after llama.cpp's common/arg.cpp: one definition per
+// option, tagged with the commands that take it): its names, environment variable, values or check, one help text,
+// and the commands that take it. A command attaches a row to its own variable with add(cmd, opt::precision, value);
+// a row that does not list the command is an internal error at start-up. An option only one command takes is
+// defined in that command's file, in the same form where the command's options read as a list (cmd_generate.cpp).
+//
+// Where commands took the same option with different values, variables or displayed defaults before the table,
+// the row's uses keep those differences (a script may rely on them); the help text is one for every command and
+// says what each does with it where that differs.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/knobs.h"
+
+namespace h3::cli {
+
+// A number within [lo, hi]; unlike CLI::Range it refuses nan and inf (every comparison with nan is false).
+CLI::Validator finite_range(double lo, double hi);
+
+// One command that takes an option, and where it departs from the row.
+struct OptionUse {
+  std::string command;                  // "generate"
+  std::vector<std::string> values;      // the values this command runs, when fewer than the row's
+  bool env = true;                      // reads the row's environment variable
+  bool show_default = false;            // --help shows the default value
+  bool required = false;                // the command needs a value
+  std::optional<CLI::Validator> check;  // a check of this command's own, after the row's
+  bool row_check = true;                // applies the row's check (false: a command that took any value before)
+
+  // Builders, so that a use reads as one entry: take("forward").no_env().shows_default().
+  OptionUse only(std::vector<std::string> subset) const;
+  OptionUse no_env() const;
+  OptionUse shows_default() const;
+  OptionUse needed() const;
+  OptionUse checked(CLI::Validator v) const;
+  OptionUse unchecked() const;
+};
+OptionUse take(std::string command);
+
+struct OptionDef {
+  std::string names;                    // CLI11's spelling: "-s,--seed" (short flags first)
+  std::string help;                     // one text for every command that takes it
+  std::string env;                      // the environment variable ("": none)
+  std::vector<std::string> values;      // the values it takes (empty: any); a command may take fewer
+  std::optional<CLI::Validator> check;  // a check of every value (a range)
+  std::vector<OptionUse> uses;          // the commands that take it
+
+  // Builders, so that a row reads as its parts: option("--mode", "...").with_env("H3_MODE").taken_by({...}).
+  OptionDef with_env(std::string variable) const;
+  OptionDef with_values(std::vector<std::string> accepted) const;
+  OptionDef with_check(CLI::Validator v) const;
+  OptionDef taken_by(std::vector<OptionUse> commands) const;
+
+  // The use of `command`; throws (an internal error: the row and the command's file disagree) when none.
+  const OptionUse& use_in(const std::string& command) const;
+};
+OptionDef option(std::string names, std::string help);
+// A knob's help as --help shows it: "HELP (environment: VARIABLE; default VALUE)".
+std::string knob_help(const KnobInfo& k);
+
+// Applies the row and the command's use (values, checks, variable, required, shown default) to `o`, added to
+// `cmd` with the row's names and help.
+CLI::Option* finish_option(CLI::Option* o, const OptionDef& def, const std::string& command);
+
+// Attaches `def` to `cmd`, bound to `value` (a flag for bool); further settings go on the returned option.
+template <typename T>
+CLI::Option* add(CLI::App* cmd, const OptionDef& def, T& value) {
+  return finish_option(cmd->add_option(def.names, value, def.help), def, cmd->get_name());
+}
+inline CLI::Option* add(CLI::App* cmd, const OptionDef& def, bool& flag) {
+  return finish_option(cmd->add_flag(def.names, flag, def.help), def, cmd->get_name());
+}
+
+// The rows (tools/options.cpp). Precisions and where the text tower runs:
+namespace opt {
+extern const OptionDef precision, vae_precision, text_precision, text_device, memory_plan;
+// How the DiT is spread over --ranks N (distributed/plan.h) and where the text tower stays:
+extern const OptionDef mode, tp, chunks, encoder_ranks;
+// Weights: the folder of every component, one DiT checkpoint (forward, bench), or one path per component:
+extern const OptionDef model_dir, dit_checkpoint, dit, video_vae, audio_vae, text_encoder, tokenizer, lora, weights;
+// The request or workload:
+extern const OptionDef seed, width, height, frames, reps, res, seq, profile, no_audio;
+// Output:
+extern const OptionDef output, json;
+// h3 serve's runner (serve and serve-worker):
+extern const OptionDef runner, write_latents, fake_step_ms, fake_load_ms;
+}  // namespace opt
+
+// Every row, for the tests.
+const std::vector<const OptionDef*>& option_table();
+
+}  // namespace h3::cli
