@@ -11,11 +11,13 @@
 
 namespace h3::bench {
 
-// Starts the GPU backend with the knobs' numerics and GEMM tuning (H3_FP8_FAST_ACCUM, H3_GEMM_TUNE), as h3 has them.
+// Starts the GPU backend with the knobs' numerics, GEMM tuning and memory limit (H3_FP8_FAST_ACCUM, H3_GEMM_TUNE,
+// H3_MAX_DEVICE_MEMORY), as h3 has them.
 inline void start_gpu_from_knobs() {
   GpuOptions gpu;
   gpu.numerics = numerics_from_knobs(false);
   gpu.gemm_tune = knobs().gemm_tune;
+  gpu.max_device_bytes = knobs().max_device_bytes;
   start_gpu_backend(gpu);
 }
 

@@ -19,7 +19,7 @@ struct GlobalContext {
   std::string device = "cpu";  // --device: cpu or cuda (main starts the GPU backend before the command runs)
   Transport transport = Transport::automatic;  // --transport
   // How main starts the GPU backend with --device cuda (h3 convert starts its own with these): the numerics the
-  // models take too (--deterministic, the FP8 knobs).
+  // models take too (--deterministic, the FP8 knobs) and --max-device-memory.
   GpuOptions gpu;
 
   bool cuda() const { return device == "cuda"; }

@@ -33,6 +33,13 @@ struct GlobalFlags {
   std::vector<std::pair<std::string, CLI::Option*>> knob_options;
 };
 
+// The row of tools/options.cpp of a knob only some commands take (nullptr: a global option).
+const h3::cli::OptionDef* command_knob(const std::string& name) {
+  for (const h3::cli::OptionDef* d : h3::cli::option_table())
+    if (d->knob == name) return d;
+  return nullptr;
+}
+
 void add_global_options(CLI::App& app, GlobalFlags& g) {
   app.add_option("--log-level", g.log_level, "debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
@@ -56,8 +63,9 @@ void add_global_options(CLI::App& app, GlobalFlags& g) {
       ->check(CLI::IsMember({"auto", "mpi", "nccl"}))
       ->envname("H3_TRANSPORT");
   // The knobs with a flag (core/knobs.h: the table says what each does, its variable and its default).
+  // A knob that only some commands take is a row of tools/options.cpp instead (add_command_knobs).
   for (const h3::KnobInfo& k : h3::knob_table()) {
-    if (!*k.flag) continue;
+    if (!*k.flag || command_knob(k.name)) continue;
     CLI::Option* opt = app.add_option(k.flag, g.knob_values[k.name], h3::cli::knob_help(k));
     opt->group("Run-time options");
     g.knob_options.emplace_back(k.name, opt);
@@ -86,6 +94,17 @@ std::map<CLI::App*, h3::cli::Runner> add_commands(CLI::App& app) {
   return runners;
 }
 
+// The knobs only some commands take (--max-device-memory), attached to the commands their rows list; what is given
+// reaches load_knobs() as a global knob flag's value does.
+void add_command_knobs(CLI::App& app, GlobalFlags& g) {
+  for (const h3::cli::OptionDef* d : h3::cli::option_table()) {
+    if (d->knob.empty()) continue;
+    for (const h3::cli::OptionUse& u : d->uses)
+      g.knob_options.emplace_back(
+          d->knob, h3::cli::add(app.get_subcommand(u.command), *d, g.knob_values[d->knob])->group("Run-time options"));
+  }
+}
+
 // What the global options say, for the command; the GPU options as main starts the backend (but for the GPU's
 // rank, a collective that main runs only when it starts one).
 h3::cli::GlobalContext global_context(const GlobalFlags& g) {
@@ -96,6 +115,7 @@ h3::cli::GlobalContext global_context(const GlobalFlags& g) {
   ctx.gpu.local_rank = h3::knobs().local_rank;
   ctx.gpu.numerics = h3::numerics_from_knobs(g.deterministic);
   ctx.gpu.gemm_tune = h3::knobs().gemm_tune;
+  ctx.gpu.max_device_bytes = h3::knobs().max_device_bytes;
   return ctx;
 }
 
@@ -121,6 +141,7 @@ int main(int argc, char** argv) {
   add_global_options(app, g);
   app.fallthrough();
   const std::map<CLI::App*, h3::cli::Runner> runners = add_commands(app);
+  add_command_knobs(app, g);
   // The global options each command's --help lists (a command not named here uses all of them).
   h3::cli::add_global_option_footers(
       app,

@@ -78,6 +78,18 @@ OptionDef option(std::string names, std::string help) {
 std::string knob_help(const KnobInfo& k) {
   return fmt::format("{} (environment: {}; default {})", k.help, k.env, *k.def ? k.def : "unset");
 }
+OptionDef knob_option(const std::string& knob) {
+  for (const KnobInfo& k : knob_table()) {
+    if (k.name != knob) continue;
+    if (!*k.flag) break;
+    OptionDef d = option(k.flag, knob_help(k));
+    d.env = k.env;
+    d.knob = k.name;
+    return d;
+  }
+  throw std::logic_error("internal: tools/options.cpp names the knob '" + knob +
+                         "', which core/knobs.cpp does not have with a flag");
+}
 OptionDef OptionDef::with_env(std::string variable) const {
   OptionDef d = *this;
   d.env = std::move(variable);
@@ -112,7 +124,7 @@ CLI::Option* finish_option(CLI::Option* o, const OptionDef& def, const std::stri
   if (!values.empty()) o->check(CLI::IsMember(values));
   if (def.check && u.row_check) o->check(*def.check);
   if (u.check) o->check(*u.check);
-  if (u.env && !def.env.empty()) o->envname(def.env);
+  if (u.env && !def.env.empty() && def.knob.empty()) o->envname(def.env);
   if (u.required) o->required();
   if (u.show_default) o->capture_default_str();
   return o;
@@ -325,6 +337,10 @@ const OptionDef fake_load_ms = option("--fake-load-ms", "fake runner: millisecon
                                    .with_check(CLI::Range(0, 600000))
                                    .taken_by({take("serve"), take("serve-worker")});
 
+const OptionDef max_device_memory =
+    knob_option("max_device_memory")
+        .taken_by({take("generate"), take("serve"), take("bench"), take("decode"), take("bench-decode")});
+
 }  // namespace opt
 
 const std::vector<const OptionDef*>& option_table() {
@@ -358,6 +374,7 @@ const std::vector<const OptionDef*>& option_table() {
                                                   &no_audio,
                                                   &output,
                                                   &json,
+                                                  &max_device_memory,
                                                   &runner,
                                                   &write_latents,
                                                   &fake_step_ms,

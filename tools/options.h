@@ -47,6 +47,10 @@ struct OptionDef {
   std::vector<std::string> values;      // the values it takes (empty: any); a command may take fewer
   std::optional<CLI::Validator> check;  // a check of every value (a range)
   std::vector<OptionUse> uses;          // the commands that take it
+  // The run-time option of core/knobs.h that parses the value ("": none). Its variable (env) is then read by the
+  // knob table, not by CLI11, so that an error names the flag or the variable that gave the value; tools/main.cpp
+  // attaches such a row to the commands it lists and hands what was given to load_knobs().
+  std::string knob;
 
   // Builders, so that a row reads as its parts: option("--mode", "...").with_env("H3_MODE").taken_by({...}).
   OptionDef with_env(std::string variable) const;
@@ -58,6 +62,9 @@ struct OptionDef {
   const OptionUse& use_in(const std::string& command) const;
 };
 OptionDef option(std::string names, std::string help);
+// The row of a knob with a flag (core/knobs.h): its flag, variable and help as the knob table has them, for the
+// knobs only some commands take.
+OptionDef knob_option(const std::string& knob);
 // A knob's help as --help shows it: "HELP (environment: VARIABLE; default VALUE)".
 std::string knob_help(const KnobInfo& k);
 
@@ -85,6 +92,8 @@ extern const OptionDef model_dir, dit_checkpoint, dit, video_vae, audio_vae, tex
 extern const OptionDef seed, width, height, frames, reps, res, seq, profile, no_audio;
 // Output:
 extern const OptionDef output, json;
+// The GPU memory the process may use (the knob max_device_memory; tools/main.cpp attaches it):
+extern const OptionDef max_device_memory;
 // h3 serve's runner (serve and serve-worker):
 extern const OptionDef runner, write_latents, fake_step_ms, fake_load_ms;
 }  // namespace opt

@@ -4,6 +4,7 @@
 #include <functional>
 #include <mutex>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/names.h"
 
@@ -86,6 +87,15 @@ const std::vector<Row>& rows() {
       {{"fp8_fast_accum", "H3_FP8_FAST_ACCUM", "--fp8-fast-accum", "1",
         "GPU fp8 recipe: FP8 GEMMs accumulate at full rate (0: cuBLASLt's periodic promotion to f32, slower)", ""},
        [](Knobs& k, const std::string& v, const Source& s) { k.fp8_fast_accum = parse_bool(v, s); }},
+      {{"max_device_memory", "H3_MAX_DEVICE_MEMORY", "--max-device-memory", "",
+        "GPU memory this process may use, its CUDA context included (e.g. 24G, 16GiB); default: what is free on the "
+        "device at start, less a margin",
+        ""},
+       [](Knobs& k, const std::string& v, const Source& s) {
+         const int64_t bytes = parse_byte_size_or_fail(v, s.where());
+         if (bytes == 0) fail("{}={}: no memory at all; give a size such as 24G, or leave it unset", s.where(), v);
+         k.max_device_bytes = bytes;
+       }},
       {{"debug_lora", "H3_DEBUG_LORA", "", "", "tests: RANK:FILE:STRENGTH makes that rank load another LoRA",
         "a fault-injection hook of the multi-rank LoRA tests, not an option"},
        [](Knobs& k, const std::string& v, const Source&) { k.debug_lora = v; }},

@@ -7,6 +7,7 @@
 // What the model computes is not a knob read deep inside: numerics (deterministic mode, FP8 attention, FP8
 // accumulation) travel as data (core/numerics.h) from tools/main.cpp into the backend's and the model's options.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct Knobs {
   std::string mpirun = "mpirun";   // H3_MPIRUN: the launcher of --ranks N and of h3 serve's rank group
   Fp8Attention fp8_attention = Fp8Attention::on;  // H3_ATTENTION_FP8: auto (on), off, require
   bool fp8_fast_accum = true;                     // H3_FP8_FAST_ACCUM: FP8 GEMMs without periodic f32 promotion
+  int64_t max_device_bytes = 0;                   // H3_MAX_DEVICE_MEMORY: 0 = what is free at start, less a margin
   std::string debug_lora;                         // H3_DEBUG_LORA (tests): RANK:FILE:STRENGTH loads another LoRA there
   std::string debug_fault;                        // H3_DEBUG_FAULT (tests): read through debug_fault() below
   std::string serve_token;                        // H3_SERVE_TOKEN: h3 serve's secret for its workers

@@ -99,5 +99,41 @@ TEST(Knobs, BadValuesNameTheFlagOrTheVariable) {
   }
 }
 
+// --max-device-memory / H3_MAX_DEVICE_MEMORY (core/byte_size.h sizes): unset is 0, "what is free at start".
+TEST(Knobs, MaxDeviceMemoryIsASizeFromTheFlagOrTheVariable) {
+  ScopedEnv env("H3_MAX_DEVICE_MEMORY", nullptr);
+  load_knobs();
+  EXPECT_EQ(knobs().max_device_bytes, 0);
+  load_knobs({{"max_device_memory", "24G"}});
+  EXPECT_EQ(knobs().max_device_bytes, int64_t{24} << 30);
+  const std::vector<std::string> e = knob_flag_environment();
+  EXPECT_NE(std::find(e.begin(), e.end(), "H3_MAX_DEVICE_MEMORY=24G"), e.end()) << "h3 serve hands it to its workers";
+  ::setenv("H3_MAX_DEVICE_MEMORY", "16GB", 1);
+  load_knobs();
+  EXPECT_EQ(knobs().max_device_bytes, int64_t{16000000000});
+  EXPECT_NE(knobs_summary().find("max_device_memory=16GB (H3_MAX_DEVICE_MEMORY)"), std::string::npos)
+      << knobs_summary();
+}
+
+TEST(Knobs, BadMaxDeviceMemoryNamesTheFlagOrTheVariable) {
+  ScopedEnv env("H3_MAX_DEVICE_MEMORY", "lots");
+  try {
+    load_knobs();
+    FAIL() << "H3_MAX_DEVICE_MEMORY=lots was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("H3_MAX_DEVICE_MEMORY=lots"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("24G"), std::string::npos) << "says how to write one: " << e.what();
+  }
+  ::unsetenv("H3_MAX_DEVICE_MEMORY");
+  for (const char* bad : {"0", "-1G", "24Q", ""}) {
+    try {
+      load_knobs({{"max_device_memory", bad}});
+      FAIL() << "--max-device-memory '" << bad << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("--max-device-memory=") + bad), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace h3

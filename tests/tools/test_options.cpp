@@ -138,7 +138,9 @@ TEST(OptionTable, EveryCommandShowsItsRowsAsTheTableSays) {
       EXPECT_EQ(e.names, d->names) << u.command;
       EXPECT_EQ(e.description, d->help) << u.command << " " << d->names;
       const bool shows_env = e.rest.find("(Env:" + d->env + ")") != std::string::npos;
-      EXPECT_EQ(shows_env, u.env && !d->env.empty()) << u.command << " " << d->names << ": " << e.rest;
+      // A knob's row names its variable in the help text: the knob table reads it, not CLI11.
+      EXPECT_EQ(shows_env, u.env && !d->env.empty() && d->knob.empty())
+          << u.command << " " << d->names << ": " << e.rest;
       EXPECT_EQ(e.rest.find("REQUIRED") != std::string::npos, u.required) << u.command << " " << d->names;
     }
 }
@@ -179,4 +181,51 @@ TEST(CliOptions, AnOptionOfSeveralCommandsIsARowOfTheTable) {
                             << " defines it itself: make it a row of tools/options.cpp";
     }
   }
+}
+
+// --max-device-memory: one row (a knob of core/knobs.h), taken by the commands that start the GPU to run models.
+TEST(CliOptions, MaxDeviceMemoryIsTakenByTheCommandsThatRunModelsOnTheGpu) {
+  const OptionDef& d = h3::cli::opt::max_device_memory;
+  EXPECT_EQ(d.knob, "max_device_memory");
+  EXPECT_EQ(d.env, "H3_MAX_DEVICE_MEMORY");
+  std::set<std::string> commands;
+  for (const OptionUse& u : d.uses) commands.insert(u.command);
+  EXPECT_EQ(commands, (std::set<std::string>{"generate", "serve", "bench", "decode", "bench-decode"}));
+  for (const char* c : {"generate", "serve", "bench", "decode", "bench-decode"}) {
+    if (std::string(c) == "serve" && !built(c)) continue;
+    const auto options = command_options(c);
+    const auto it = options.find("--max-device-memory");
+    ASSERT_NE(it, options.end()) << "h3 " << c << " --help does not list --max-device-memory";
+    EXPECT_NE(it->second.description.find("GPU memory this process may use"), std::string::npos) << c;
+    EXPECT_NE(it->second.description.find("H3_MAX_DEVICE_MEMORY"), std::string::npos) << c;
+  }
+  // Not a global option, and not taken by a command that runs no model on the GPU.
+  EXPECT_EQ(run_once("--help").out.find("--max-device-memory"), std::string::npos);
+  const h3::test::CliResult info = run_h3("info procedural:mini --max-device-memory 24G");
+  EXPECT_EQ(info.status, 2) << info.out;
+}
+
+// A bad size is a usage error (exit 2) naming where it came from and how to write one; the flag beats the variable.
+TEST(CliOptions, MaxDeviceMemoryRefusesABadSizeAndTheFlagBeatsTheVariable) {
+  const std::string missing = " decode /nonexistent/h3-latents.safetensors -o /nonexistent/h3-out.mp4";
+  const h3::test::CliResult bad_flag = run_h3("--log-level info" + missing + " --max-device-memory lots");
+  EXPECT_EQ(bad_flag.status, 2) << bad_flag.out;
+  EXPECT_NE(bad_flag.out.find("error: --max-device-memory=lots"), std::string::npos) << bad_flag.out;
+  EXPECT_NE(bad_flag.out.find("24G"), std::string::npos) << "says how to write a size: " << bad_flag.out;
+  const h3::test::CliResult zero = run_h3("generate --max-device-memory 0");
+  EXPECT_EQ(zero.status, 2) << zero.out;
+  EXPECT_NE(zero.out.find("--max-device-memory=0: no memory at all"), std::string::npos) << zero.out;
+
+  ::setenv("H3_MAX_DEVICE_MEMORY", "lots", 1);  // the child h3 reads it
+  const h3::test::CliResult bad_env = run_h3("--log-level info" + missing);
+  ::setenv("H3_MAX_DEVICE_MEMORY", "16GiB", 1);
+  const h3::test::CliResult from_env = run_h3("--log-level info" + missing);
+  const h3::test::CliResult flag_wins = run_h3("--log-level info" + missing + " --max-device-memory 24G");
+  ::unsetenv("H3_MAX_DEVICE_MEMORY");
+  EXPECT_EQ(bad_env.status, 2) << bad_env.out;
+  EXPECT_NE(bad_env.out.find("error: H3_MAX_DEVICE_MEMORY=lots"), std::string::npos) << bad_env.out;
+  // Past the knobs, decode fails on the missing latents file (exit 2) after logging the options it runs with.
+  EXPECT_NE(from_env.out.find("max_device_memory=16GiB (H3_MAX_DEVICE_MEMORY)"), std::string::npos) << from_env.out;
+  EXPECT_NE(flag_wins.out.find("max_device_memory=24G (--max-device-memory)"), std::string::npos) << flag_wins.out;
+  EXPECT_EQ(flag_wins.out.find("16GiB"), std::string::npos) << flag_wins.out;
 }
