@@ -1,19 +1,7 @@
 // Generator: the components opened once (pipeline/components.h), the models loaded where and when the memory plan
 // says, requests run many times, phase by phase: encode, denoise, decode, mux.
 //
-// Rank roles inside the group `comm` (size n, encoder ranks K):
-//   K = 0: every rank denoises; the text tower runs tensor-parallel over the whole group (model/qwen3vl/text.h:
-//          KV-head units, ranks beyond the KV head count hold nothing and receive the output), loaded per request
-//          and freed before denoising unless the memory plan keeps it resident. Every rank ends the encode with the
-//          embeddings, so nothing is broadcast.
-//   K > 0: ranks [0, n-K) denoise, ranks [n-K, n) keep the text tower loaded, tensor-parallel among them;
-//          rank n-K broadcasts the embeddings [L, text_dim] (L first, as one i64). Rank 0 of the group is
-//          always a denoise rank, so progress and cancellation live there; the encoder ranks follow the per-step
-//          control word and receive the final rows by broadcast before the decode.
-// The tower's fold order does not depend on its rank count, so the embeddings (and the latents) are bitwise the
-// same for every n and K.
-// Every rank decodes (units sharded over the whole group) and ends with the same latents and media; rank 0
-// writes.
+// Rank roles inside the group `comm` (size n, encoder ranks K): pipeline/rank_roles.h.
 //
 // Residency (memory_plan.h). On the CPU the DiT and the VAEs are loaded by the constructor and kept, the text tower
 // is loaded per request. On the GPU the constructor loads what the plan keeps resident (auto: planned for the largest
@@ -50,6 +38,7 @@
 #include "pipeline/conditions.h"
 #include "pipeline/geometry.h"
 #include "pipeline/noise.h"
+#include "pipeline/rank_roles.h"
 #include "pipeline/sampling.h"
 #include "pipeline/streaming_mp4.h"
 
@@ -131,13 +120,6 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// The DiT mesh (K tensor-parallel, U sequence-parallel) of n denoise ranks, as DistPlan::make builds it.
-std::pair<int, int> mesh_of(const DistOptions& d, int n) {
-  if (d.mode == DistMode::tensor) return {n, 1};
-  if (d.mode == DistMode::hybrid) return {d.tp, std::max(1, n / std::max(1, d.tp))};
-  return {1, n};
-}
-
 // The GPU memory this rank may use: the device's, divided among the ranks that share it (same PCI bus id), the
 // smallest over the group so every rank plans alike.
 int64_t agreed_device_bytes(Comm& comm) {
@@ -163,7 +145,7 @@ MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, co
   in.dit_precision = o.precision;
   in.mode = o.dist.mode;
   const int denoise = world - o.encoder_ranks;
-  std::tie(in.K, in.U) = mesh_of(o.dist, std::max(denoise, 1));
+  std::tie(in.K, in.U) = dit_mesh(o.dist, std::max(denoise, 1));
   in.video_vae = s.vvae_config;
   in.audio_vae = s.avae_config;
   in.vae_on_gpu = o.device == Device::cuda && o.vae_precision != Precision::f64;
@@ -171,8 +153,7 @@ MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, co
   in.text = s.text_config;
   in.text_layers = kConditioningLayer;
   in.text_precision = o.text_precision;
-  in.text_tp = static_cast<int>(
-      std::min<int64_t>(o.encoder_ranks > 0 ? o.encoder_ranks : world, std::max<int64_t>(s.text_config.n_kv_heads, 1)));
+  in.text_tp = text_tp_ranks(world, o.encoder_ranks, s.text_config.n_kv_heads);
   in.text_on_gpu = o.device == Device::cuda && o.text_device == Device::cuda && s.text_problem.empty();
   in.text_elsewhere = o.encoder_ranks > 0;
   // The vision tower (rank 0, beside the text tower) for requests with pictures or videos.
@@ -231,8 +212,7 @@ struct Generator::Impl {
   GenerateOptions opt;
   Comm* comm = nullptr;
   std::unique_ptr<Comm> role_comm;  // the denoise ranks (or the encoder ranks) of `comm`
-  bool denoiser = true, encoder = false;
-  int encoder_root = 0;  // rank of `comm` that encodes
+  RankRoles roles;
   bool gpu = false;
 
   ModelSources src;
@@ -260,7 +240,7 @@ struct Generator::Impl {
   }
   Device vae_device() const { return gpu && opt.vae_precision != Precision::f64 ? Device::cuda : Device::cpu; }
   Device text_device() const { return gpu && opt.text_device == Device::cuda ? Device::cuda : Device::cpu; }
-  Comm* denoise_comm() { return opt.encoder_ranks > 0 ? role_comm.get() : comm; }
+  Comm* denoise_comm() { return roles.dedicated_encoders() ? role_comm.get() : comm; }
 
   template <typename Fn>
   void timed_load(const char* model, int64_t file_bytes, Fn&& fn) {
@@ -477,10 +457,8 @@ struct Generator::Impl {
     // Rank 0 decides where the embeddings come from (precomputed ones are taken from rank 0).
     int32_t from_pre = have_pre_embeds ? 1 : 0;
     if (comm.size() > 1) comm.broadcast(&from_pre, sizeof(from_pre), 0, "embeddings source");
-    int src_rank = from_pre ? 0 : encoder_root;
-    // Every encoder rank runs the (tensor-parallel) tower; with K = 0 that is every rank, and all end with the
-    // embeddings.
-    const bool everyone_encodes = !from_pre && opt.encoder_ranks == 0;
+    const bool precomputed = from_pre != 0;
+    const int src_rank = roles.embeddings_source(precomputed);
     // Rank 0 (which holds the keyframe / reference files) builds the prompt: tokens, and for pictures and
     // videos the vision tower's rows and the mRoPE positions; the encoder ranks get it by broadcast. An error
     // there (bad file, missing tower) travels too, so every rank fails the request with rank 0's message.
@@ -501,7 +479,7 @@ struct Generator::Impl {
       }
       if (comm.size() > 1) bcast_prompt(comm, prompt, 0);
     }
-    if (comm.rank() == src_rank || (!from_pre && encoder)) {
+    if (roles.computes_embeddings(precomputed)) {
       if (from_pre) {
         H3_CHECK(have_pre_embeds, "rank 0 passed precomputed embeddings but this rank did not");
         embeds = pre->prompt_embeds.to(DType::f32);
@@ -519,8 +497,10 @@ struct Generator::Impl {
     } else if (!from_pre) {  // a rank outside the encoder ranks: the per-layer control words, in step with them
       for (int64_t li = 0; li < kConditioningLayer; ++li) run.check_cancel_layer(li, kConditioningLayer);
     }
-    if (comm.size() > 1 && !everyone_encodes) bcast_tensor(comm, embeds, src_rank, "prompt embeddings");
-    if (comm.size() > 1 && !everyone_encodes)
+    // Every encoder rank ran the (tensor-parallel) tower; with K = 0 that is every rank, and all end with the
+    // embeddings.
+    if (roles.embeddings_broadcast(precomputed)) bcast_tensor(comm, embeds, src_rank, "prompt embeddings");
+    if (roles.embeddings_broadcast(precomputed))
       prompt_extra = bcast_string(comm, prompt_extra, src_rank, "prompt vision rows");
     run.check_cancel("after encoding the prompt");
     res.prompt_tokens = embeds.dim(0);
@@ -572,7 +552,7 @@ struct Generator::Impl {
     run.res.precision = precision;
     run.res.lora_remerged = req.loras != loras_last;
     loras_last = req.loras;
-    if (denoiser && (!dit || req.loras != loras_merged || dit->precision() != precision)) {
+    if (roles.denoiser && (!dit || req.loras != loras_merged || dit->precision() != precision)) {
       if (dit_resident && dit && dit->precision() == precision) {
         const auto t_lora = clock_type::now();
         load_dit(req.loras, precision);
@@ -624,7 +604,7 @@ struct Generator::Impl {
     const auto t0 = clock_type::now();
     bool cancelled = false;
     const int calls = req.model_calls;
-    if (denoiser) {
+    if (roles.denoiser) {
       auto on_step = [&](int step, int total, const SamplingRows&) {
         run.report("denoise", step + 1, total, Run::w_encode, Run::w_denoise);
       };
@@ -635,7 +615,7 @@ struct Generator::Impl {
       cancelled = follow_denoise_loop(spec, comm);
     }
     if (cancelled) throw Cancelled(fmt::format("request cancelled during denoising"));
-    if (opt.encoder_ranks > 0) {  // the encoder ranks take the rows from rank 0
+    if (roles.final_rows_broadcast()) {  // the encoder ranks take the rows from rank 0
       bcast_tensor(comm, rows.video, 0, "final video rows");
       bcast_tensor(comm, rows.audio, 0, "final audio rows");
     }
@@ -771,21 +751,15 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
   H3_CHECK(!m.gpu || gpu_backend_started(), "the generator on the GPU needs the GPU backend started (--device cuda)");
   Comm& comm = *m.comm;
   const int n = comm.size(), K = options.encoder_ranks;
-  H3_CHECK(K >= 0 && (K == 0 || K < n),
-           "--encoder-ranks {} needs at least one denoise rank besides them: use 0 (default) or 1..{} with {} "
-           "ranks",
-           K, n - 1, n);
-  m.encoder_root = K > 0 ? n - K : 0;
-  m.denoiser = comm.rank() < n - K;
-  m.encoder = K > 0 ? !m.denoiser : true;  // K = 0: the whole group runs the tower, tensor-parallel
+  m.roles = rank_roles(n, K, comm.rank());
 
   m.src = open_model_sources(paths);
   m.described = m.src.described;
   const DitConfig& dc = m.src.dit_config;
 
   // Ranks: the denoise group and its DiT mesh.
-  if (K > 0) m.role_comm = comm.split(m.denoiser ? 0 : 1, comm.rank());
-  if (m.denoiser) {
+  if (K > 0) m.role_comm = comm.split(m.roles.denoiser ? 0 : 1, comm.rank());
+  if (m.roles.denoiser) {
     Comm* dcomm = m.denoise_comm();
     m.plan = dcomm->size() > 1 ? DistPlan::make(*dcomm, options.dist, dc.num_attention_heads, dc.ffn_dim)
                                : DistPlan::single();
@@ -810,11 +784,11 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
       m.vae_resident = p.fits && p.vae_resident;
     }
   }
-  if (m.denoiser && m.dit_resident)
+  if (m.roles.denoiser && m.dit_resident)
     m.timed_load("dit", m.src.dit_file_bytes, [&] { m.load_dit({}, options.precision, false); });
   if (m.vae_resident) m.load_vaes();
   // The text tower stays on dedicated encoder ranks, or on every rank when the plan keeps it.
-  if (K > 0 && m.encoder && m.src.text_problem.empty()) m.text = m.load_text(K > 1 ? m.role_comm.get() : nullptr);
+  if (K > 0 && m.roles.encoder && m.src.text_problem.empty()) m.text = m.load_text(K > 1 ? m.role_comm.get() : nullptr);
   if (K == 0 && m.text_resident && m.src.text_problem.empty()) m.text = m.load_text(n > 1 ? &comm : nullptr);
   m.described.push_back(
       K > 0 ? fmt::format("encoder      {} dedicated rank(s) {}..{}, tensor-parallel over {}, the tower stays loaded",
@@ -826,7 +800,8 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
                           m.text ? "resident" : "loaded per request and freed before denoising"));
   if (n > 1) {  // by host (several hosts: which one encodes, which ones denoise)
     std::vector<int> enc, den;
-    for (int r = 0; r < n; ++r) (r < n - K ? den : enc).push_back(comm.world_rank(r));
+    for (int r : m.roles.encoder_group()) enc.push_back(comm.world_rank(r));
+    for (int r : m.roles.denoise_group()) den.push_back(comm.world_rank(r));
     if (K > 0) m.described.push_back("placement    encoder: " + hosts_of_ranks(enc));
     m.described.push_back(std::string("placement    ") + (K > 0 ? "denoise: " : "encoder and denoise: ") +
                           hosts_of_ranks(den));
