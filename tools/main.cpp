@@ -115,6 +115,7 @@ h3::cli::GlobalContext global_context(const GlobalFlags& g) {
   ctx.gpu.local_rank = h3::knobs().local_rank;
   ctx.gpu.numerics = h3::numerics_from_knobs(g.deterministic);
   ctx.gpu.gemm_tune = h3::knobs().gemm_tune;
+  ctx.gpu.gemm_algos = h3::knobs().gemm_algos;
   ctx.gpu.max_device_bytes = h3::knobs().max_device_bytes;
   return ctx;
 }
