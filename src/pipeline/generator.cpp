@@ -49,6 +49,7 @@
 #include "pipeline/components.h"
 #include "pipeline/conditions.h"
 #include "pipeline/geometry.h"
+#include "pipeline/memory_plan_inputs.h"
 #include "pipeline/noise.h"
 #include "pipeline/sampling.h"
 #include "pipeline/streaming_mp4.h"
@@ -131,13 +132,6 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// The DiT mesh (K tensor-parallel, U sequence-parallel) of n denoise ranks, as DistPlan::make builds it.
-std::pair<int, int> mesh_of(const DistOptions& d, int n) {
-  if (d.mode == DistMode::tensor) return {n, 1};
-  if (d.mode == DistMode::hybrid) return {d.tp, std::max(1, n / std::max(1, d.tp))};
-  return {1, n};
-}
-
 // The GPU memory this rank may use: the device's, divided among the ranks that share it (same PCI bus id), the
 // smallest over the group so every rank plans alike.
 int64_t agreed_device_bytes(Comm& comm) {
@@ -151,51 +145,6 @@ int64_t agreed_device_bytes(Comm& comm) {
   std::vector<int64_t> all(static_cast<size_t>(comm.size()));
   comm.allgatherv(&own, all.data(), std::vector<int64_t>(comm.size(), 1), DType::i64, "GPU memory (memory plan)");
   return *std::min_element(all.begin(), all.end());
-}
-
-// The plan's inputs for one request (or the largest one a server accepts): models, precisions, placement, packed
-// length.
-MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, const ResolvedRequest& r, int world,
-                             int64_t device_bytes) {
-  MemoryPlanInputs in;
-  in.dit = s.dit_config;
-  in.dit_on_gpu = o.device == Device::cuda && (o.precision == Precision::bf16 || o.precision == Precision::fp8);
-  in.dit_precision = o.precision;
-  in.mode = o.dist.mode;
-  const int denoise = world - o.encoder_ranks;
-  std::tie(in.K, in.U) = mesh_of(o.dist, std::max(denoise, 1));
-  in.video_vae = s.vvae_config;
-  in.audio_vae = s.avae_config;
-  in.vae_on_gpu = o.device == Device::cuda && o.vae_precision != Precision::f64;
-  in.vae_precision = o.vae_precision;
-  in.text = s.text_config;
-  in.text_layers = kConditioningLayer;
-  in.text_precision = o.text_precision;
-  in.text_tp = static_cast<int>(
-      std::min<int64_t>(o.encoder_ranks > 0 ? o.encoder_ranks : world, std::max<int64_t>(s.text_config.n_kv_heads, 1)));
-  in.text_on_gpu = o.device == Device::cuda && o.text_device == Device::cuda && s.text_problem.empty();
-  in.text_elsewhere = o.encoder_ranks > 0;
-  // The vision tower (rank 0, beside the text tower) for requests with pictures or videos.
-  bool visual = false;
-  for (const ConditionMedia& c : r.media) visual |= c.visual();
-  if (visual && in.text_on_gpu && has_qwen3vl_vision(*s.text_weights)) {
-    const Qwen3VlVisionConfig vc = detect_qwen3vl_vision_config(*s.text_weights);
-    for (const auto& [key, shape] : qwen3vl_vision_parameters(vc, ""))
-      in.vision_bytes += shape_numel(shape) * (o.text_precision == Precision::bf16 ? 2 : 4);
-  }
-  // Prompt rows: the prompt's tokens and the chat template, and a vision row per 32 x 32 pixels of each picture.
-  int64_t tokens = static_cast<int64_t>(s.tokenizer->encode(r.prompt).size()) + 64;
-  for (const ConditionMedia& c : r.media)
-    if (c.visual()) tokens += c.width * c.height / 1024 * std::max<int64_t>(1, c.frames / 2);
-  in.text_tokens = tokens;
-  in.seq_len = request_layout(r, text_tags_with_vision(tokens, {})).seq_len;
-  in.latent_frames = r.latent_frames;
-  in.latent_h = r.latent_h;
-  in.latent_w = r.latent_w;
-  in.audio_latents = r.audio_latents;
-  in.device_bytes = device_bytes;
-  in.policy = o.memory;
-  return in;
 }
 
 // The largest request the models accept (the longest video at the largest canvas, a prompt of 1,000 bytes): what a
@@ -356,7 +305,7 @@ struct Generator::Impl {
     if (!gpu) return MemoryPlan{};
     GenerateOptions o = opt;
     o.precision = precision_for(r);
-    MemoryPlanInputs in = plan_inputs(src, o, r, comm->size(), device_bytes);
+    MemoryPlanInputs in = memory_plan_inputs(src, o, r, comm->size(), device_bytes);
     return plan_memory_resident(in, dit_resident, text_resident, vae_resident);
   }
 
@@ -802,7 +751,7 @@ Generator::Generator(const ModelPaths& paths, const GenerateOptions& options) : 
       m.dit_resident = m.text_resident = m.vae_resident = false;
     } else {
       const MemoryPlan p =
-          plan_memory_or_suggest(plan_inputs(m.src, options, largest_request(m.src.limits), n, m.device_bytes));
+          plan_memory_or_suggest(memory_plan_inputs(m.src, options, largest_request(m.src.limits), n, m.device_bytes));
       H3_CHECK(options.memory != MemoryPolicy::resident || p.fits,
                "--memory-plan resident: the models do not fit the GPU beside the largest request: {}", p.problem);
       m.dit_resident = p.fits && p.dit_resident;
@@ -861,7 +810,7 @@ MemoryPlan Generator::memory_plan_for(const ModelPaths& paths, const GenerateOpt
   const ModelLimits& lim = src.limits;
   GenerateOptions opt = options;
   if (!req.precision.empty()) opt.precision = precision_from_name(req.precision);
-  MemoryPlanInputs in = plan_inputs(src, opt, req, comm.size(), agreed_device_bytes(comm));
+  MemoryPlanInputs in = memory_plan_inputs(src, opt, req, comm.size(), agreed_device_bytes(comm));
   // A refusal names the longest video that fits at this canvas.
   auto at_frames = [&](int64_t frames) -> std::optional<MemoryPlanInputs> {
     GenerateRequest q;
@@ -871,7 +820,7 @@ MemoryPlan Generator::memory_plan_for(const ModelPaths& paths, const GenerateOpt
     q.frames = frames;
     q.seed = req.seed;
     try {
-      return plan_inputs(src, opt, resolve(q, lim), comm.size(), in.device_bytes);
+      return memory_plan_inputs(src, opt, resolve(q, lim), comm.size(), in.device_bytes);
     } catch (const Error&) {
       return std::nullopt;
     }
