@@ -87,10 +87,13 @@ int main(int argc, char** argv) {
   reg(h3::cli::add_serve_worker);
   reg(h3::cli::add_decode);
   reg(h3::cli::add_probe_media);
+  reg(h3::cli::add_plan);
   // The global options each command's --help lists (a command not named here uses all of them).
-  h3::cli::add_global_option_footers(
-      app,
-      {{"info", {"--log-level", "--ranks"}}, {"convert", {"--log-level"}}, {"serve-worker", {}}, {"probe-media", {}}});
+  h3::cli::add_global_option_footers(app, {{"info", {"--log-level", "--ranks"}},
+                                           {"convert", {"--log-level"}},
+                                           {"serve-worker", {}},
+                                           {"probe-media", {}},
+                                           {"plan", {"--log-level", "--ranks"}}});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -101,9 +104,9 @@ int main(int argc, char** argv) {
     for (const auto& [name, opt] : knob_options)
       if (opt->count() > 0) given[name] = knob_flags[name];
     h3::load_knobs(given);
-    // `info --ranks N` only reports what N ranks would hold; it never starts them.
+    // `info --ranks N` and `plan --ranks N` only report what N ranks would hold; they never start them.
     // `serve --ranks N` starts its rank group itself (src/serve/supervisor.h); the supervisor stays one process.
-    const bool report_only = app.got_subcommand("info") || app.got_subcommand("serve");
+    const bool report_only = app.got_subcommand("info") || app.got_subcommand("plan") || app.got_subcommand("serve");
     if (!report_only) h3::relaunch_under_mpi_if_needed(ranks, argc, argv, h3::knobs().mpirun);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -123,7 +126,7 @@ int main(int argc, char** argv) {
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
   int status = 2;
   try {
-    if (device == "cuda" && !app.got_subcommand("info"))
+    if (device == "cuda" && !app.got_subcommand("info") && !app.got_subcommand("plan"))
       h3::start_gpu_backend({h3::local_rank(world), h3::knobs().local_rank, numerics, h3::knobs().gemm_tune});
     if (world.size() > 1) {
       // What runs where, per host (docs/multi-host.md: reading the placement printout).
