@@ -261,6 +261,9 @@ Runner add_generate(CLI::App& app) {
     // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
     if (go.text_device == Device::cpu && o->text_precision.empty()) go.text_precision = Precision::f32;
     go.memory = memory_policy_from_name(o->memory);
+    // MERGE(cli): the budget reaches the plan here, go.max_device_bytes = the --max-device-memory knob
+    // (GpuOptions::max_device_bytes); until then 0, the default budget. MERGE(stream, text): go.stream_layers = true
+    // once the DiT and the text tower take the plan's layers (residency.cpp, check_loads_whole).
     go.dist = DistOptions{dist_mode_from_name(o->mode), o->tp, o->chunks, device == Device::cuda ? gpu_bus_id() : "",
                           g_transport};
     go.encoder_ranks = o->encoder_ranks;

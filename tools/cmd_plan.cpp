@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "pipeline/components.h"
 #include "pipeline/memory_plan.h"
-#include "pipeline/memory_plan_inputs.h"
 #include "pipeline/request.h"
+#include "pipeline/residency.h"
 
 namespace h3::cli {
 
@@ -133,7 +133,7 @@ int run_plan(const PlanOpts& o) {
       q.seed = 0;
       const ResolvedRequest r = resolve(q, src.limits);
       go.precision = precision_from_name(prec);
-      MemoryPlanInputs in = memory_plan_inputs(src, go, r, ranks, 0);
+      MemoryPlanInputs in = plan_inputs(src, go, r, ranks, 0);
       in.link_gbps = o.link_gbps;
       in.host_bytes = host;
       in.dit_forward_s = h200_dit_forward_seconds(in.dit, in.dit_precision, in.seq_len, in.K, in.U);

@@ -66,6 +66,9 @@ struct GenerateOptions {
   // GPU: whether the DiT's blocks and the text tower's layers may stream from host memory when they do not all fit
   // (memory_plan.h). false until the models take the plan's residency: every model then loads whole.
   bool stream_layers = false;
+  // GPU: the device memory this process may use, its CUDA context included (GpuOptions::max_device_bytes, given as
+  // --max-device-memory; 0: what is free at start less memory_plan.h's margin). Every request is planned inside it.
+  int64_t max_device_bytes = 0;
   DistOptions dist;  // how the DiT is spread over the denoise ranks
   // 0: the text tower runs tensor-parallel on every rank and is freed before denoising; K > 0: it stays loaded
   // on the last K ranks (tensor-parallel among them), which only encode and broadcast the embeddings, and the
