@@ -94,10 +94,13 @@ std::vector<std::string> MemoryPlan::describe() const {
     if (ph.phase == "encode" && text.layers > 0) line += "; " + layers_text(text, "layers");
     if (ph.phase == "denoise" && dit.layers > 0) line += "; " + layers_text(dit, "blocks");
     if (ph.phase == "decode" && vae.batch > 0) line += fmt::format("; {} units a batch", vae.batch);
+    // The cost: behind the compute when its seconds are known, else every copy second (an upper bound).
     if (ph.streamed > 0)
-      line += fmt::format("; {:.1f} GiB over the link a pass ({:.2f} s at {:.1f} GB/s{}), {:.1f} s lost a request",
-                          gib(ph.streamed), ph.copy_s, ph.gbps, ph.from_checkpoint ? ", from the checkpoint" : "",
-                          ph.slowdown_s);
+      line +=
+          fmt::format("; {:.1f} GiB over the link a {} ({:.2f} s at {:.1f} GB/s{}), {} {:.1f} s lost a request{}",
+                      gib(ph.streamed), ph.phase == "denoise" ? "forward" : "pass", ph.copy_s, ph.gbps,
+                      ph.from_checkpoint ? ", from the checkpoint" : "", ph.compute_s > 0 ? "about" : "at most",
+                      ph.slowdown_s, ph.compute_s > 0 ? fmt::format(" behind {:.2f} s of compute", ph.compute_s) : "");
     lines.push_back(line);
   }
   if (!fits) lines.push_back("  " + problem);

@@ -327,4 +327,23 @@ TEST(MemoryPlanBudget, CopiesHideBehindKnownCompute) {
   EXPECT_NEAR(slow.slowdown_s, 49 * (copy - 3.38 + static_cast<double>(block) / 4e9), 1e-6);
 }
 
+// The block printed before anything loads: the budget line and one line per phase with what is resident, what
+// streams and what that costs.
+TEST(MemoryPlanBudget, ThePrintedPlanSaysWhatStreamsAndWhatItCosts) {
+  const MemoryPlan m = plan_memory(inputs(k768, Precision::fp8, 1, 24));
+  ASSERT_TRUE(m.fits) << m.problem;
+  const std::vector<std::string> lines = m.describe();
+  for (const auto& line : lines) std::printf("%s\n", line.c_str());
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0].rfind("memory plan (phases): budget 24.0 GiB (1.0 for the runtime)", 0), 0u) << lines[0];
+  const int streamed = 50 - m.dit.resident;
+  EXPECT_NE(lines[2].find(
+                fmt::format("{} of 50 blocks resident, {} streamed through 3 x 0.84 GiB", m.dit.resident, streamed)),
+            std::string::npos)
+      << lines[2];
+  EXPECT_NE(lines[2].find("over the link a forward"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[1].find("layers resident"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[3].find("units a batch"), std::string::npos) << lines[3];
+}
+
 }  // namespace h3
