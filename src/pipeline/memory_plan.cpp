@@ -278,6 +278,15 @@ std::string problem_of(const MemoryPlanInputs& in, const MemoryPlan& m) {
 MemoryPlan plan_auto(const MemoryPlanInputs& in, const Sizes& s) {
   const MemoryPlan none = build(in, s, {});
   if (!none.fits) return none;
+  if (!in.stream_layers) {  // models that load whole are kept whole: {DiT, text, VAEs}, {DiT, VAEs}, {VAEs}, {}
+    const int all_text = static_cast<int>(s.tb.layers);
+    for (const KeptSet& k :
+         {KeptSet{s.db.blocks, all_text, true}, KeptSet{s.db.blocks, 0, true}, KeptSet{0, 0, true}}) {
+      MemoryPlan m = build(in, s, k);
+      if (m.fits) return m;
+    }
+    return none;
+  }
   KeptSet k;
   for (int d = none.dit.resident; d > 0 && k.dit_blocks == 0; --d)
     if (build(in, s, {d, 0, false}).fits) k.dit_blocks = d;

@@ -135,6 +135,23 @@ TEST(MemoryPlan, AutoKeepsTheDitAndPartOfTheF32TextTower) {
   EXPECT_FALSE(more.fits && more.dit.resident == 50);
 }
 
+// Models that load whole (h3 serve until the DiT and the text tower stream) are kept whole or not at all, the old
+// rule: the whole f32 tower (93.7 GiB) cannot be loaded beside the kept DiT (61.7) and VAEs, so auto keeps the VAEs
+// only and loads the DiT and the tower for their phases.
+TEST(MemoryPlan, AutoKeepsWholeModelsWhenLayersDoNotStream) {
+  MemoryPlanInputs in = released(k768, Precision::bf16, Precision::f32, MemoryPolicy::automatic);
+  in.stream_layers = false;
+  const MemoryPlan m = plan_memory(in);
+  ASSERT_TRUE(m.fits) << m.problem;
+  EXPECT_FALSE(m.dit_resident);
+  EXPECT_FALSE(m.text_resident);
+  EXPECT_TRUE(m.vae_resident);
+  EXPECT_EQ(m.kept.dit_blocks, 0);
+  EXPECT_EQ(m.kept.text_layers, 0);
+  EXPECT_EQ(m.text.streamed(), 0);
+  EXPECT_EQ(m.phase("encode").weights, m.text_weights);
+}
+
 TEST(MemoryPlan, ResidentBf16WithAnF32TextTowerIsRefusedNamingWhatFits) {
   const MemoryPlan m = plan_memory_or_suggest(released(k768, Precision::bf16, Precision::f32, MemoryPolicy::resident));
   EXPECT_FALSE(m.fits);
