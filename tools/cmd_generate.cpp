@@ -104,7 +104,6 @@ const OptionDef kPromptFile = own("-f,--prompt-file", "read the prompt from a UT
 const OptionDef kAspect = own("--aspect", "W:H when no --width/--height (1:4 .. 4:1; short edge 768)", kShown);
 const OptionDef kSeconds =
     own("--seconds", "duration instead of --frames (5..15 s)").with_check(finite_range(-1e300, 1e300));
-const OptionDef kSteps = own("--steps", "schedule grid points (N-1 DiT calls)", kShown).with_env("H3_STEPS");
 const OptionDef kShift = own("--shift", "video schedule shift", kShown).with_check(finite_range(-1e300, 1e300));
 const OptionDef kAudioShift =
     own("--audio-shift", "audio schedule shift", kShown).with_check(finite_range(-1e300, 1e300));
@@ -191,6 +190,7 @@ GenerateOptions generate_options(const GenerateOpts& o, const GlobalContext& ctx
   // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
   if (go.text_device == Device::cpu && o.text_precision.empty()) go.text_precision = Precision::f32;
   go.memory = memory_policy_from_name(o.memory);
+  go.max_device_bytes = ctx.gpu.max_device_bytes;  // --max-device-memory: the plan starts from it
   go.dist = DistOptions{dist_mode_from_name(o.mode), o.tp, o.chunks, device == Device::cuda ? gpu_bus_id() : "",
                         ctx.transport};
   go.encoder_ranks = o.encoder_ranks;
@@ -341,7 +341,7 @@ Runner add_generate(CLI::App& app) {
   add(cmd, kAspect, o->req.aspect);
   o->frames_opt = add(cmd, opt::frames, o->frames);
   o->seconds_opt = add(cmd, kSeconds, o->seconds);
-  add(cmd, kSteps, o->req.steps);
+  add(cmd, opt::steps, o->req.steps);
   add(cmd, opt::seed, o->seed);
   add(cmd, kShift, o->req.shift);
   add(cmd, kAudioShift, o->req.audio_shift);

@@ -45,5 +45,6 @@ Runner add_serve(CLI::App& app);
 Runner add_serve_worker(CLI::App& app);
 Runner add_decode(CLI::App& app);
 Runner add_probe_media(CLI::App& app);
+Runner add_plan(CLI::App& app);
 
 }  // namespace h3::cli

@@ -86,7 +86,7 @@ std::map<CLI::App*, h3::cli::Runner> add_commands(CLI::App& app) {
        {h3::cli::add_verify, h3::cli::add_info, h3::cli::add_run, h3::cli::add_parity, h3::cli::add_comm_test,
         h3::cli::add_bench_comm, h3::cli::add_convert, h3::cli::add_vae_parity, h3::cli::add_bench,
         h3::cli::add_bench_decode, h3::cli::add_generate, h3::cli::add_serve, h3::cli::add_serve_worker,
-        h3::cli::add_decode, h3::cli::add_probe_media}) {
+        h3::cli::add_decode, h3::cli::add_probe_media, h3::cli::add_plan}) {
     const size_t before = app.get_subcommands({}).size();
     auto run = add(app);
     runners[app.get_subcommands({}).at(before)] = run;
@@ -144,9 +144,11 @@ int main(int argc, char** argv) {
   const std::map<CLI::App*, h3::cli::Runner> runners = add_commands(app);
   add_command_knobs(app, g);
   // The global options each command's --help lists (a command not named here uses all of them).
-  h3::cli::add_global_option_footers(
-      app,
-      {{"info", {"--log-level", "--ranks"}}, {"convert", {"--log-level"}}, {"serve-worker", {}}, {"probe-media", {}}});
+  h3::cli::add_global_option_footers(app, {{"info", {"--log-level", "--ranks"}},
+                                           {"convert", {"--log-level"}},
+                                           {"serve-worker", {}},
+                                           {"probe-media", {}},
+                                           {"plan", {"--log-level", "--ranks"}}});
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -159,7 +161,7 @@ int main(int argc, char** argv) {
     h3::load_knobs(given);
     // `info --ranks N` only reports what N ranks would hold; it never starts them.
     // `serve --ranks N` starts its rank group itself (src/serve/supervisor.h); the supervisor stays one process.
-    const bool report_only = app.got_subcommand("info") || app.got_subcommand("serve");
+    const bool report_only = app.got_subcommand("info") || app.got_subcommand("plan") || app.got_subcommand("serve");
     if (!report_only) h3::relaunch_under_mpi_if_needed(g.ranks, argc, argv, h3::knobs().mpirun);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -174,7 +176,7 @@ int main(int argc, char** argv) {
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", g.ranks, world.size(), world.size());
   int status = 2;
   try {
-    if (ctx.cuda() && !app.got_subcommand("info")) {
+    if (ctx.cuda() && !app.got_subcommand("info") && !app.got_subcommand("plan")) {
       ctx.gpu.rank = h3::local_rank(world);
       h3::start_gpu_backend(ctx.gpu);
     }

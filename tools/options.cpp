@@ -144,8 +144,9 @@ const OptionDef precision =
            "for pipeline sets)")
         .with_env("H3_PRECISION")
         .with_values({"f64", "f32", "bf16", "fp8"})
-        .taken_by({take("generate"), take("serve"), take("serve-worker"), take("verify"),
-                   take("forward").no_env().shows_default(), take("parity").no_env().shows_default(),
+        .taken_by({take("plan").only({"bf16", "fp8"}).no_env().shows_default(), take("generate"), take("serve"),
+                   take("serve-worker"), take("verify"), take("forward").no_env().shows_default(),
+                   take("parity").no_env().shows_default(),
                    take("vae-parity").only({"f32", "f64", "bf16"}).shows_default(),
                    take("decode").only({"f32", "f64", "bf16"}).shows_default(),
                    take("info").only({"f64", "f32", "bf16"}).no_env().shows_default(),
@@ -156,14 +157,16 @@ const OptionDef vae_precision =
     option("--vae-precision", "VAE decoders: bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
         .with_env("H3_VAE_PRECISION")
         .with_values({"f64", "f32", "bf16"})
-        .taken_by({take("generate"), take("serve"), take("serve-worker")});
+        .taken_by({take("plan").only({"bf16", "f32"}).no_env().shows_default(), take("generate"), take("serve"),
+                   take("serve-worker")});
 
 const OptionDef text_precision =
     option("--text-precision",
            "text tower (and vision tower): bf16 (GPU default) or f32 on the GPU; f32 (default) or f64 on the CPU")
         .with_env("H3_TEXT_PRECISION")
         .with_values({"f64", "f32", "bf16"})
-        .taken_by({take("generate"), take("serve"), take("serve-worker")});
+        .taken_by({take("plan").only({"bf16", "f32"}).no_env().shows_default(), take("generate"), take("serve"),
+                   take("serve-worker")});
 
 const OptionDef text_device =
     option("--text-device", "where the text tower runs: cuda (default with --device cuda) or cpu")
@@ -177,8 +180,8 @@ const OptionDef memory_plan =
            "model loaded that fits beside the largest request)")
         .with_env("H3_MEMORY_PLAN")
         .with_values({"phases", "resident", "auto"})
-        .taken_by(
-            {take("generate").shows_default(), take("serve").shows_default(), take("serve-worker").shows_default()});
+        .taken_by({take("plan").no_env().shows_default(), take("generate").shows_default(),
+                   take("serve").shows_default(), take("serve-worker").shows_default()});
 
 const OptionDef mode =
     option("--mode",
@@ -186,21 +189,24 @@ const OptionDef mode =
            "per-rank memory of this mode)")
         .with_env("H3_MODE")
         .with_values({"ulysses", "ulysses-ag", "tensor", "hybrid"})
-        .taken_by({take("generate").shows_default(), take("forward").shows_default(), take("parity").shows_default(),
+        .taken_by({take("plan").no_env().shows_default(), take("plan").no_env().shows_default(),
+                   take("generate").shows_default(), take("forward").shows_default(), take("parity").shows_default(),
                    take("serve").shows_default(), take("serve-worker").shows_default(), take("verify").no_env(),
                    take("info").no_env().shows_default()});
 
 // verify and info took any --tp (and verify any --chunks) before the table; they still do (the plan refuses a
 // degree that does not divide the ranks).
-const OptionDef tp = option("--tp", "hybrid: tensor-parallel degree (divides the ranks)")
-                         .with_check(CLI::Range(1, 4096))
-                         .taken_by({take("generate"), take("forward"), take("parity"), take("serve"),
-                                    take("serve-worker"), take("verify").unchecked(), take("info").unchecked()});
+const OptionDef tp =
+    option("--tp", "hybrid: tensor-parallel degree (divides the ranks)")
+        .with_check(CLI::Range(1, 4096))
+        .taken_by({take("plan").no_env(), take("generate"), take("forward"), take("parity"), take("serve"),
+                   take("serve-worker"), take("verify").unchecked(), take("info").unchecked()});
 
-const OptionDef chunks = option("--chunks", "pieces each exchange is issued in")
-                             .with_check(CLI::Range(1, 64))
-                             .taken_by({take("generate"), take("forward"), take("parity").shows_default(),
-                                        take("serve"), take("serve-worker"), take("verify").unchecked()});
+const OptionDef chunks =
+    option("--chunks", "pieces each exchange is issued in")
+        .with_check(CLI::Range(1, 64))
+        .taken_by({take("plan").no_env(), take("generate"), take("forward"), take("parity").shows_default(),
+                   take("serve"), take("serve-worker"), take("verify").unchecked()});
 
 const OptionDef encoder_ranks =
     option("--encoder-ranks", "keep the text tower on K dedicated ranks (0: rank 0 encodes, then frees it)")
@@ -220,33 +226,36 @@ const OptionDef dit_checkpoint =
         .with_env("H3_MODEL")
         .taken_by({take("forward").shows_default(), take("bench").no_env().shows_default()});
 
-const OptionDef dit = option("--dit", "DiT checkpoint (file, folder or procedural:NAME)")
-                          .with_env("H3_DIT")
-                          .taken_by({take("generate").no_env(), take("serve"), take("serve-worker")});
+const OptionDef dit =
+    option("--dit", "DiT checkpoint (file, folder or procedural:NAME)")
+        .with_env("H3_DIT")
+        .taken_by({take("plan").no_env(), take("generate").no_env(), take("serve"), take("serve-worker")});
 
-const OptionDef video_vae =
-    option("--video-vae",
-           "video VAE: safetensors file, diffusers folder (one file or index + shards), "
-           "procedural:mini or procedural:full")
-        .with_env("H3_VIDEO_VAE")
-        .taken_by({take("generate").no_env(), take("serve"), take("serve-worker"), take("decode").shows_default()});
+const OptionDef video_vae = option("--video-vae",
+                                   "video VAE: safetensors file, diffusers folder (one file or index + shards), "
+                                   "procedural:mini or procedural:full")
+                                .with_env("H3_VIDEO_VAE")
+                                .taken_by({take("plan").no_env(), take("generate").no_env(), take("serve"),
+                                           take("serve-worker"), take("decode").shows_default()});
 
-const OptionDef audio_vae =
-    option("--audio-vae",
-           "audio VAE: safetensors file, diffusers folder (one file or index + shards), "
-           "procedural:mini or procedural:full")
-        .with_env("H3_AUDIO_VAE")
-        .taken_by({take("generate").no_env(), take("serve"), take("serve-worker"), take("decode").shows_default()});
+const OptionDef audio_vae = option("--audio-vae",
+                                   "audio VAE: safetensors file, diffusers folder (one file or index + shards), "
+                                   "procedural:mini or procedural:full")
+                                .with_env("H3_AUDIO_VAE")
+                                .taken_by({take("plan").no_env(), take("generate").no_env(), take("serve"),
+                                           take("serve-worker"), take("decode").shows_default()});
 
-const OptionDef text_encoder = option("--text-encoder", "Qwen3-VL text tower (file or folder)")
-                                   .with_env("H3_TEXT_ENCODER")
-                                   .taken_by({take("generate").no_env(), take("serve"), take("serve-worker")});
+const OptionDef text_encoder =
+    option("--text-encoder", "Qwen3-VL text tower (file or folder)")
+        .with_env("H3_TEXT_ENCODER")
+        .taken_by({take("plan").no_env(), take("generate").no_env(), take("serve"), take("serve-worker")});
 
-const OptionDef tokenizer = option("--tokenizer",
-                                   "tokenizer.json (or its folder); verify FILE.json: the tokenizer that FILE's "
-                                   "tokenizer cases are checked against")
-                                .with_env("H3_TOKENIZER")
-                                .taken_by({take("generate"), take("serve"), take("serve-worker"), take("verify")});
+const OptionDef tokenizer =
+    option("--tokenizer",
+           "tokenizer.json (or its folder); verify FILE.json: the tokenizer that FILE's "
+           "tokenizer cases are checked against")
+        .with_env("H3_TOKENIZER")
+        .taken_by({take("plan").no_env(), take("generate"), take("serve"), take("serve-worker"), take("verify")});
 
 const OptionDef lora =
     option("--lora",
@@ -274,7 +283,7 @@ const OptionDef height = option("-H,--height", "pixels, a multiple of 32 (genera
 
 const OptionDef frames =
     option("--frames", "pixel frames at 24 fps, snapped up to 17n+5 (generate: 124..345, default 124)")
-        .taken_by({take("generate"), take("forward").shows_default(),
+        .taken_by({take("plan").shows_default(), take("generate"), take("forward").shows_default(),
                    take("bench-decode").shows_default().checked(CLI::Range(22, 100000))});
 
 const OptionDef reps = option("--reps",
@@ -313,10 +322,15 @@ const OptionDef output =
            "is left on failure); convert: the .safetensors file")
         .taken_by({take("generate").shows_default(), take("decode").needed(), take("convert").needed()});
 
-const OptionDef json = option("--json",
-                              "also write the results as JSON to FILE (generate: the run's record: geometry, "
-                              "precisions, timings per phase, time to MP4, loads, peak memory per phase, memory plan)")
-                           .taken_by({take("generate"), take("bench"), take("bench-decode"), take("bench-comm")});
+const OptionDef json =
+    option("--json",
+           "also write the results as JSON to FILE (generate: the run's record: geometry, "
+           "precisions, timings per phase, time to MP4, loads, peak memory per phase, memory plan)")
+        .taken_by({take("generate"), take("bench"), take("bench-decode"), take("bench-comm"), take("plan")});
+
+const OptionDef steps = option("--steps", "schedule grid points (N-1 DiT calls)")
+                            .with_env("H3_STEPS")
+                            .taken_by({take("generate").shows_default(), take("plan").no_env().shows_default()});
 
 const OptionDef runner = option("--runner", "generator (the models) or fake (no models; the server's own tests)")
                              .with_env("H3_RUNNER")
@@ -346,12 +360,12 @@ const OptionDef max_device_memory =
 const std::vector<const OptionDef*>& option_table() {
   using namespace opt;
   static const std::vector<const OptionDef*> t = {
-      &precision, &vae_precision, &text_precision, &text_device, &memory_plan,    &mode,
-      &tp,        &chunks,        &encoder_ranks,  &model_dir,   &dit_checkpoint, &dit,
-      &video_vae, &audio_vae,     &text_encoder,   &tokenizer,   &lora,           &weights,
-      &seed,      &width,         &height,         &frames,      &reps,           &res,
-      &seq,       &profile,       &no_audio,       &output,      &json,           &max_device_memory,
-      &runner,    &write_latents, &fake_step_ms,   &fake_load_ms};
+      &precision, &vae_precision, &text_precision, &text_device,  &memory_plan,    &mode,
+      &tp,        &chunks,        &encoder_ranks,  &model_dir,    &dit_checkpoint, &dit,
+      &video_vae, &audio_vae,     &text_encoder,   &tokenizer,    &lora,           &weights,
+      &seed,      &width,         &height,         &frames,       &reps,           &res,
+      &seq,       &profile,       &no_audio,       &output,       &json,           &max_device_memory,
+      &steps,     &runner,        &write_latents,  &fake_step_ms, &fake_load_ms};
   return t;
 }
 

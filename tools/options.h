@@ -91,7 +91,7 @@ extern const OptionDef model_dir, dit_checkpoint, dit, video_vae, audio_vae, tex
 // The request or workload:
 extern const OptionDef seed, width, height, frames, reps, res, seq, profile, no_audio;
 // Output:
-extern const OptionDef output, json;
+extern const OptionDef output, json, steps;
 // The GPU memory the process may use (the knob max_device_memory; tools/main.cpp attaches it):
 extern const OptionDef max_device_memory;
 // h3 serve's runner (serve and serve-worker):

@@ -51,6 +51,7 @@ void check_generate_options(const GenerateOptions& o) {
   H3_CHECK(o.text_precision != Precision::fp8,
            "--text-precision fp8: the text tower runs in bf16 or f32 on the GPU, f32 or f64 on the CPU");
   H3_CHECK(gpu || o.text_device == Device::cpu, "--text-device cuda needs --device cuda");
+  H3_CHECK(o.max_device_bytes >= 0, "--max-device-memory must not be negative (got {} bytes)", o.max_device_bytes);
   H3_CHECK(o.text_device == Device::cuda || o.text_precision != Precision::bf16,
            "--text-precision bf16 runs on the GPU only (--text-device cuda); the CPU runs the text tower in f32 or "
            "f64");
@@ -195,6 +196,7 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
   } release_phase_models{models};
 
   take_request(run, models, req_in);
+  models.plan_request(res.memory_plan);  // the phases load as this request's plan says
   const Encoded enc = encode_phase(run, models);
   const Denoised den = denoise_phase(run, models, enc);
   const Decoded media = decode_phase(run, models, den, out_path);

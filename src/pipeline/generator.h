@@ -63,6 +63,12 @@ struct GenerateOptions {
   // GPU: which models stay loaded between requests (memory_plan.h). h3 generate runs one request and takes phases
   // (the smallest peak); h3 serve takes auto (the most residency that fits its largest request).
   MemoryPolicy memory = MemoryPolicy::phases;
+  // GPU: whether the DiT's blocks and the text tower's layers may stream from host memory when they do not all fit
+  // (memory_plan.h). false until the models take the plan's residency: every model then loads whole.
+  bool stream_layers = false;
+  // GPU: the device memory this process may use, its CUDA context included (GpuOptions::max_device_bytes, given as
+  // --max-device-memory; 0: what is free at start less memory_plan.h's margin). Every request is planned inside it.
+  int64_t max_device_bytes = 0;
   DistOptions dist;  // how the DiT is spread over the denoise ranks
   // 0: the text tower runs tensor-parallel on every rank and is freed before denoising; K > 0: it stays loaded
   // on the last K ranks (tensor-parallel among them), which only encode and broadcast the embeddings, and the

@@ -1,351 +1,396 @@
+// The planning policy of memory_plan.h: what each phase holds and streams for a kept set, which kept set a policy
+// takes, the minimum budget and the refusals with what would fit.
 #include "pipeline/memory_plan.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
-#include <tuple>
+#include <cmath>
 
 #include "core/error.h"
-#include "core/names.h"
-#include "distributed/partition.h"
-#include "model/dit/fp8_layers.h"
-#include "model/vae/procedural.h"
 
 namespace h3 {
 
 namespace {
 
-// The caching allocator's slack and the libraries' workspaces beside a phase's live tensors: cuBLASLt's 64 MiB, cuDNN
-// plans, RoPE / AdaLN / index tables, algorithm tuning. 1 GiB covers the difference between the DiT's measured peaks
-// and its live set at both resolutions (docs/notes.md, the H200 peaks in memory_plan.h).
-constexpr int64_t kPhaseFixed = kGiB;
-
-int64_t element_bytes(Precision p) {
-  return p == Precision::f64 ? 8 : p == Precision::f32 ? 4 : 2;
-}
-
-bool starts_with(const std::string& s, const char* p) {
-  return s.rfind(p, 0) == 0;
-}
-bool ends_with(const std::string& s, const char* p) {
-  const size_t n = std::char_traits<char>::length(p);
-  return s.size() >= n && s.compare(s.size() - n, n, p) == 0;
-}
-
 double gib(int64_t b) {
   return static_cast<double>(b) / static_cast<double>(kGiB);
 }
-
-constexpr std::array<Named<MemoryPolicy>, 3> kPolicyNames{
-    {{MemoryPolicy::automatic, "auto"}, {MemoryPolicy::resident, "resident"}, {MemoryPolicy::phases, "phases"}}};
-
-}  // namespace
-
-std::string_view memory_policy_name(MemoryPolicy p) {
-  return name_in(kPolicyNames, p);
+// GiB rounded up to the tenth printed, for a minimum a person passes back as a budget.
+double gib_up(int64_t b) {
+  return std::ceil(gib(b) * 10.0) / 10.0;
 }
 
-MemoryPolicy memory_policy_from_name(const std::string& s) {
-  if (const MemoryPolicy* p = find_named(kPolicyNames, s)) return *p;
-  fail(
-      "memory plan '{}': expected auto (keep what fits loaded), resident (load everything once) or phases (load "
-      "and free each model with its phase)",
-      s);
-}
+// The models' bytes for one set of inputs, computed once for every kept set a policy tries.
+struct Sizes {
+  bool text = false, dit = false, vae = false;  // on this rank's GPU
+  TextBytes tb;
+  DitBytes db;
+  int64_t text_act = 0, dit_act = 0, vae_weights = 0, audio_act = 0;
+  VideoDecodeBytes vd;
+  int64_t budget = 0, reserve = 0;
+  int64_t room() const { return budget - reserve; }
+};
 
-int64_t dit_weight_bytes(const DitConfig& c, Precision p, DistMode mode, int K, int U) {
-  const int heads = c.num_attention_heads;
-  const int64_t H = c.hidden_size, F = c.ffn_dim;
-  // Rank 0 holds the largest slices (the partition rule gives the remainder to the first ranks).
-  const Range heads_out = K > 1 ? part_of(heads, K, 0) : Range{0, heads};
-  const Range heads_qkv = mode == DistMode::ulysses_ag ? part_of(heads, U, 0) : heads_out;
-  const Range ffn = K > 1 ? part_of(F, K, 0) : Range{0, F};
-  const Range ada = K > 1 ? part_of(18 * H, K, 0) : Range{0, 18 * H};
-  const DitFp8Layers fp8 = p == Precision::fp8 ? dit_fp8_layers(c, mode, K, U) : DitFp8Layers{};
-  const int64_t es = element_bytes(p);
-  int64_t total = 0;
-  for (const auto& [key, shape] : c.parameters()) {
-    const int64_t n = shape_numel(shape), rows = shape[0];
-    // The released f32 layers: patch projections, time MLP, output heads.
-    if (starts_with(key, "proj_in.") || starts_with(key, "audio_proj_in.") || starts_with(key, "time_embedder.") ||
-        starts_with(key, "proj_out.") || starts_with(key, "audio_proj_out.")) {
-      total += n * 4;
-      continue;
-    }
-    if (!starts_with(key, "transformer_blocks.")) {  // refiner, norms, context embedder, final layer: bf16
-      total += n * es;
-      continue;
-    }
-    // A block GEMM weight: its rank's slice, one byte a value in FP8 (plus one f32 scale a row at most).
-    auto gemm = [&](int64_t kept, int64_t whole, bool in_fp8) {
-      const int64_t part = n / whole * kept;
-      total += in_fp8 ? part + 4 * rows : part * es;
-    };
-    if (ends_with(key, "attn.to_q.weight") || ends_with(key, "attn.to_k.weight") || ends_with(key, "attn.to_v.weight"))
-      gemm(heads_qkv.size(), heads, fp8.qkv);
-    else if (ends_with(key, "attn.to_out.0.weight"))
-      gemm(heads_out.size(), heads, fp8.out);
-    else if (ends_with(key, "ff.net.0.proj.weight"))
-      gemm(ffn.size(), F, fp8.ff_in);
-    else if (ends_with(key, "ff.net.2.weight"))
-      gemm(ffn.size(), F, fp8.ff_out);
-    else if (ends_with(key, "adaln_proj.linear.weight") || ends_with(key, "adaln_proj.linear.bias"))
-      total += n / (18 * H) * ada.size() * es;
-    else
-      total += n * es;
+Sizes sizes_of(const MemoryPlanInputs& in) {
+  H3_CHECK(in.device_bytes > 0 || in.budget_bytes > 0,
+           "memory plan: the device memory is unknown (is the GPU backend started?) and no budget was given");
+  H3_CHECK(in.ring_slots >= kMinRingSlots, "memory plan: a streaming ring needs at least {} slots, got {}",
+           kMinRingSlots, in.ring_slots);
+  H3_CHECK(in.link_gbps > 0 && in.disk_gbps > 0, "memory plan: link and disk rates must be positive ({} / {} GB/s)",
+           in.link_gbps, in.disk_gbps);
+  Sizes s;
+  s.budget = in.budget_bytes > 0 ? in.budget_bytes : default_device_budget(in.device_bytes);
+  s.reserve = in.reserve_bytes > 0 ? in.reserve_bytes : kRuntimeReserve;
+  s.text = in.text_on_gpu && !in.text_elsewhere;
+  s.dit = in.dit_on_gpu;
+  s.vae = in.vae_on_gpu;
+  if (s.text) {
+    s.tb = text_bytes(in.text, in.text_layers, in.text_precision, in.text_tp);
+    s.text_act = text_activation_bytes(in.text, in.text_precision, in.text_tokens);
   }
-  return total;
-}
-
-int64_t dit_activation_bytes(const DitConfig& c, Precision p, int64_t S, DistMode mode, int K, int U) {
-  const int64_t H = c.hidden_size, I = c.inner_dim(), F = c.ffn_dim, world = int64_t{K} * U;
-  const int64_t own = (S + world - 1) / world;
-  const int64_t group = K > 1 ? K * own : own;  // rows a tensor-parallel rank projects
-  const int64_t Ft = K > 1 ? (F + K - 1) / K : F;
-  const bool fp8 = p == Precision::fp8;
-  // The MLP's live set per projected row: the residual x before and after the fused residual pass, the pending MLP
-  // output, the block output, the normed input (one byte in FP8), u = [N, 2F] bf16 and the SwiGLU output (FP8: one
-  // byte). bf16 10H + 6F (139.8 KB a row at the released widths), FP8 9H + 5F (120.1 KB).
-  const int64_t mlp_row = fp8 ? 9 * H + 5 * Ft : 10 * H + 6 * Ft;
-  // Attention: the own rows' projections and the exchanged q, k, v and output of the rank's heads over all rows.
-  const int64_t att = own * 2 * (4 * H + 3 * I) + (U > 1 || mode == DistMode::ulysses_ag ? 4 * S * (I / U) * 2 : 0);
-  const int64_t live = std::max(group * mlp_row, att);
-  // +10 % (the measured peaks sit 1-3 % above the live set and the fixed part) and 2 KB a row of inputs, outputs and
-  // RoPE tables.
-  return live + live / 10 + S * 2048 + kPhaseFixed;
-}
-
-int64_t text_weight_bytes(const Qwen3VlTextConfig& c, int64_t layers, Precision p, int tp) {
-  const int64_t es = element_bytes(p), hidden = c.hidden, D = c.head_dim, G = c.n_kv_heads;
-  const int64_t per_kv = c.n_heads / std::max<int64_t>(G, 1);
-  int64_t per_layer = 2 * hidden + 2 * D;  // norms, replicated
-  const Range units = tp > 1 ? part_of(G, static_cast<int>(std::min<int64_t>(tp, G)), 0) : Range{0, G};
-  for (int64_t g = units.begin; g < units.end; ++g) {
-    const int64_t Fg = part_of(c.intermediate, static_cast<int>(G), static_cast<int>(g)).size();
-    per_layer += (per_kv * D + 2 * D) * hidden + hidden * per_kv * D + 3 * Fg * hidden;
+  if (s.dit) {
+    s.db = dit_bytes(in.dit, in.dit_precision, in.mode, in.K, in.U);
+    s.dit_act = dit_activation_bytes(in.dit, in.dit_precision, in.seq_len, in.mode, in.K, in.U);
   }
-  return (c.vocab_size * hidden + layers * per_layer) * es;
-}
-
-int64_t text_activation_bytes(const Qwen3VlTextConfig& c, Precision p, int64_t tokens) {
-  const int64_t es = element_bytes(p), L = std::max<int64_t>(tokens, 1);
-  // Per token: residual, normed input, partial sums, q, k, v, attention output, the MLP's [2I] and [I] (attention
-  // keeps no scores: the GPU's causal kernel runs an online softmax).
-  const int64_t row = 4 * c.hidden + 2 * c.n_heads * c.head_dim + 2 * c.n_kv_heads * c.head_dim + 3 * c.intermediate;
-  return L * row * es + kPhaseFixed;
-}
-
-int64_t video_decoder_weight_bytes(const VideoVaeConfig& c, Precision p) {
-  int64_t total = 0;
-  for (const auto& [key, shape] : video_vae_decoder_parameters(c)) {
-    // In bf16 the blocks' GEMM weights and biases are bf16; norms, LayerScale, registers, post_quant_conv, proj_in and
-    // proj_out stay f32 (VideoVae::upload_decoder).
-    const bool gemm = key.find(".attn.") != std::string::npos || key.find(".ff.") != std::string::npos ||
-                      key.find(".to_") != std::string::npos;
-    total += shape_numel(shape) * (p == Precision::bf16 && gemm ? 2 : 4);
+  if (s.vae) {
+    s.vae_weights =
+        video_decoder_weight_bytes(in.video_vae, in.vae_precision) + audio_decoder_weight_bytes(in.audio_vae);
+    s.vd = video_decode_bytes(in.video_vae, in.vae_precision, in.latent_frames, in.latent_h, in.latent_w);
+    s.audio_act = audio_decode_activation_bytes(in.audio_vae, in.audio_latents);
   }
-  return total;
+  return s;
 }
 
-int64_t video_decode_activation_bytes(const VideoVaeConfig& c, Precision p, int64_t T, int64_t h, int64_t w,
-                                      int64_t device_bytes) {
-  const VideoDecodePlan plan = video_decode_plan(c, {c.latent_channels, T, h, w});
-  const int64_t per_chunk = static_cast<int64_t>(plan.rows.starts.size() * plan.cols.starts.size());
-  int64_t unit = 0, unit_out = 0;
-  for (const VideoDecodeUnit& u : plan.units) {
-    unit = std::max(unit, video_decoder_unit_bytes(c, p, u.t1 - u.t0, u.y1 - u.y0, u.x1 - u.x0));
-    unit_out = std::max(unit_out, c.out_channels * c.temporal_ratio() * (u.t1 - u.t0) * c.spatial_ratio() *
-                                      (u.y1 - u.y0) * c.spatial_ratio() * (u.x1 - u.x0) * 4);
+struct Placement {
+  int resident = 0, slots = 0;
+  bool ok = false;
+};
+
+// As many of `layers` layers as fit `room` beside a ring of `slots` slots (fewer, down to kMinRingSlots, when that
+// is what fits), at least `kept`. Not ok: the kept layers and the smallest ring do not fit (or, without streaming,
+// the whole model does not).
+Placement place(int layers, int64_t layer, int kept, int64_t room, int slots, bool stream) {
+  if (layer <= 0 || int64_t{layers} * layer <= room) return {layers, 0, true};
+  if (!stream) return {layers, 0, false};
+  for (int b = slots; b >= kMinRingSlots; --b) {
+    const int64_t left = room - int64_t{b} * layer;
+    if (left < int64_t{kept} * layer) continue;
+    return {static_cast<int>(std::min<int64_t>(layers - 1, left / layer)), b, true};
   }
-  // Units per stacked ViT call: a quarter of the device (VideoVae::batch_size), at most 32 and a chunk row's worth.
-  const int64_t batch = std::clamp<int64_t>(device_bytes / 4 / std::max<int64_t>(unit, 1), 1,
-                                            std::min<int64_t>(VideoVae::kMaxDecodeBatch, per_chunk));
-  // Two chunk rows of decoded units wait for the stitch; one chunk's finished frames; the padded latents.
-  const int64_t frames = plan.time.chunk_frames * c.out_channels * h * c.spatial_ratio() * w * c.spatial_ratio() * 4;
-  return batch * unit + 2 * per_chunk * unit_out + frames + c.latent_channels * (T + 8) * h * w * 4 + kPhaseFixed;
+  return {kept, std::min(kMinRingSlots, layers - kept), false};
 }
 
-int64_t audio_decoder_weight_bytes(const AudioVaeConfig& c) {
-  int64_t total = 0;
-  for (const auto& [key, shape] : audio_vae_decoder_parameters(c)) total += shape_numel(shape) * 4;  // f32 on the GPU
-  return total;
-}
-
-int64_t audio_decode_activation_bytes(const AudioVaeConfig& c, int64_t A) {
-  // The widest stage (channels x samples) of the upsampling stack, for both stereo channels, times the buffers an
-  // anti-aliased AMP block keeps alive (its input, the x2-upsampled activation, three resblock branches, the sum).
-  int64_t widest = c.decoder_dim * A, len = A, ch = c.decoder_dim;
-  for (int64_t r : c.decoder_rates) {
-    len *= r;
-    ch = std::max<int64_t>(ch / 2, 1);
-    widest = std::max(widest, ch * len);
+// The streaming cost of a phase: copies per pass at `gbps`, and what they add to the request after overlapping
+// `compute_s` per pass (0: nothing overlaps).
+void cost(PhaseMemory& ph, int64_t layer_bytes, double gbps, double compute_s) {
+  ph.compute_s = compute_s;
+  ph.copy_s = static_cast<double>(ph.streamed) / (gbps * 1e9);
+  if (ph.streamed == 0) {
+    ph.slowdown_s = 0;
+    return;
   }
-  return 2 * widest * 4 * 16 + kPhaseFixed;
+  const double per_pass = compute_s > 0 ? std::max(0.0, ph.copy_s - compute_s) + layer_bytes / (gbps * 1e9) : ph.copy_s;
+  ph.slowdown_s = per_pass * ph.passes;
 }
 
-int64_t MemoryPlan::peak() const {
-  int64_t p = 0;
-  for (const auto& ph : phases) p = std::max(p, ph.peak());
-  return p;
+// A model of layers in its phase: `base` bytes on the device through it (counted in the kept bytes when kept),
+// `extra` loaded for the phase only (the vision tower), `layers` layers of `layer` bytes, `kept_layers` of them kept.
+struct Layered {
+  const char *phase, *model;
+  int64_t base = 0, extra = 0, act = 0;
+  int layers = 0;
+  int64_t layer = 0;
+  int kept_layers = 0;
+  int64_t kept_bytes = 0;  // the model's bytes kept between requests (base + kept layers; 0 when none)
+};
+
+PhaseMemory layered_phase(const Layered& l, const MemoryPlanInputs& in, int64_t kept_all, int64_t room,
+                          LayerResidency& out, bool& ok) {
+  PhaseMemory ph{l.phase, l.model};
+  ph.resident = kept_all;
+  const int64_t others = kept_all - l.kept_bytes;
+  const Placement p = place(l.layers, l.layer, l.kept_layers, room - others - l.base - l.extra - l.act, in.ring_slots,
+                            in.stream_layers);
+  ok = ok && p.ok;
+  out = LayerResidency{l.layers, p.resident, l.kept_layers, p.slots, l.layer};
+  ph.weights = (l.kept_bytes > 0 ? 0 : l.base) + l.extra + int64_t{p.resident - l.kept_layers} * l.layer;
+  ph.ring = out.ring_bytes();
+  ph.activations = l.act;
+  ph.streamed = out.streamed_bytes();
+  if (l.kept_bytes > 0 && l.kept_layers == l.layers && l.extra == 0) ph.model = "";
+  return ph;
 }
 
-const PhaseMemory& MemoryPlan::phase(const std::string& name) const {
-  for (const auto& ph : phases)
-    if (ph.phase == name) return ph;
-  fail("memory plan: no phase '{}'", name);
+int64_t frames_bytes(const MemoryPlanInputs& in) {
+  const int64_t W = in.width > 0 ? in.width : in.latent_w * in.video_vae.spatial_ratio();
+  const int64_t H = in.height > 0 ? in.height : in.latent_h * in.video_vae.spatial_ratio();
+  const int64_t F = in.frames > 0 ? in.frames : in.latent_frames * in.video_vae.temporal_ratio();
+  return W * H * F * 3 * 4;  // the decoded frames, f32 RGB, on their way to the MP4 writer
 }
 
-std::vector<std::string> MemoryPlan::describe() const {
-  std::string kept, per;
-  auto add = [](std::string& to, const char* what) { to += (to.empty() ? "" : ", ") + std::string(what); };
-  if (dit_weights > 0) add(dit_resident ? kept : per, "DiT");
-  if (text_on_gpu && text_weights > 0) add(text_resident ? kept : per, "text tower");
-  if (vae_weights > 0) add(vae_resident ? kept : per, "VAEs");
-  std::vector<std::string> lines;
-  lines.push_back(
-      fmt::format("memory plan ({}): resident {}; loaded per phase {}{}; peak {:.1f} of {:.1f} GiB "
-                  "({:.1f} GiB kept free){}",
-                  memory_policy_name(policy), kept.empty() ? "none" : kept, per.empty() ? "none" : per,
-                  text_on_gpu ? "" : "; text tower on the CPU", gib(peak()), gib(device_bytes), gib(reserve_bytes),
-                  fits ? "" : " -- DOES NOT FIT"));
-  for (const auto& ph : phases)
-    lines.push_back(fmt::format("  {:<8} peak {:6.1f} GiB = resident {:.1f} + {} {:.1f} + activations {:.1f}", ph.phase,
-                                gib(ph.peak()), gib(ph.resident), ph.model.empty() ? "loaded" : ph.model,
-                                gib(ph.weights), gib(ph.activations)));
-  if (!fits) lines.push_back("  " + problem);
-  return lines;
+// Pinned host memory per phase and where the streams come from (memory_plan.h: host memory).
+void plan_host(const MemoryPlanInputs& in, const Sizes& s, MemoryPlan& m) {
+  const bool per_phase = in.policy == MemoryPolicy::phases;
+  const int64_t parked =
+      (s.text ? s.tb.total() - (m.kept.text_layers > 0 ? s.tb.base : 0) - int64_t{m.kept.text_layers} * s.tb.layer
+              : 0) +
+      (s.dit ? s.db.total() - (m.kept.dit_blocks > 0 ? s.db.base : 0) - int64_t{m.kept.dit_blocks} * s.db.block : 0) +
+      (s.vae && !m.kept.vaes ? s.vae_weights : 0);
+  const int64_t rings = std::max(m.text.ring_bytes(), m.dit.ring_bytes());
+  for (PhaseMemory& ph : m.phases) {
+    const LayerResidency* lr = ph.phase == "encode" ? &m.text : ph.phase == "denoise" ? &m.dit : nullptr;
+    const int64_t around = kHostProcessBytes + (ph.phase == "decode" ? frames_bytes(in) : 0);
+    ph.host_pinned = per_phase ? (lr ? lr->streamed_bytes() : 0) : parked;
+    ph.from_checkpoint = in.host_bytes > 0 && ph.host_pinned + around > in.host_bytes;
+    if (ph.from_checkpoint) ph.host_pinned = per_phase ? (lr ? lr->ring_bytes() : 0) : rings;
+    ph.host_bytes = ph.host_pinned + around;
+    const double gbps = ph.from_checkpoint ? std::min(in.link_gbps, in.disk_gbps) : in.link_gbps;
+    ph.gbps = gbps;
+    cost(ph, lr ? lr->layer_bytes : 0, gbps, ph.phase == "denoise" ? in.dit_forward_s : 0);
+  }
 }
 
-nlohmann::json MemoryPlan::to_json() const {
-  nlohmann::json ph = nlohmann::json::array();
-  for (const auto& p : phases)
-    ph.push_back({{"phase", p.phase},
-                  {"model", p.model},
-                  {"resident_bytes", p.resident},
-                  {"weight_bytes", p.weights},
-                  {"activation_bytes", p.activations},
-                  {"peak_bytes", p.peak()}});
-  return {{"policy", std::string(memory_policy_name(policy))},
-          {"resident", {{"dit", dit_resident}, {"text", text_resident}, {"vae", vae_resident}}},
-          {"text_on_gpu", text_on_gpu},
-          {"weight_bytes", {{"dit", dit_weights}, {"text", text_weights}, {"vae", vae_weights}}},
-          {"phases", ph},
-          {"peak_bytes", peak()},
-          {"device_bytes", device_bytes},
-          {"reserve_bytes", reserve_bytes},
-          {"fits", fits},
-          {"problem", problem}};
+std::string request_label(const MemoryPlanInputs& in) {
+  std::string s =
+      in.width > 0 ? fmt::format("{}x{}", in.width, in.height) : fmt::format("{}x{} latents", in.latent_w, in.latent_h);
+  if (in.frames > 0) s += fmt::format(", {} frames", in.frames);
+  if (in.dit_on_gpu) s += fmt::format(", DiT {}", precision_name(in.dit_precision));
+  if (in.K * in.U > 1) s += fmt::format(", {} over {} ranks", dist_mode_name(in.mode), in.K * in.U);
+  return s;
 }
 
-// The phases' peaks with a given resident set.
-MemoryPlan plan_memory_resident(const MemoryPlanInputs& in, bool dit_res, bool text_res, bool vae_res) {
+// The least budget of the request and what makes it up (the largest phase, every layer streamed through the smallest
+// ring, a one-unit VAE batch, the runtime reserve).
+std::pair<int64_t, std::string> minimum_of(const MemoryPlanInputs& in, const Sizes& s) {
+  int64_t need = 0;
+  std::string detail;
+  auto take = [&](int64_t bytes, std::string what) {
+    if (bytes > need) need = bytes, detail = std::move(what);
+  };
+  // The layers on the device at the least: the smallest ring, or (not streaming) all of them.
+  auto least = [&](int64_t layers, int64_t layer, const char* unit) -> std::pair<int64_t, std::string> {
+    if (!in.stream_layers) return {layers * layer, fmt::format("its {} {} {:.1f}", layers, unit, gib(layers * layer))};
+    const int64_t ring = std::min<int64_t>(layers, kMinRingSlots);
+    return {ring * layer, fmt::format("a ring of {} x {:.2f}", ring, gib(layer))};
+  };
+  if (s.text) {
+    const auto [bytes, what] = least(s.tb.layers, s.tb.layer, "layers");
+    take(s.tb.base + in.vision_bytes + bytes + s.text_act,
+         fmt::format("the encode phase: text embeddings {:.1f} + {} + activations {:.1f}{}", gib(s.tb.base), what,
+                     gib(s.text_act),
+                     in.vision_bytes > 0 ? fmt::format(" + vision tower {:.1f}", gib(in.vision_bytes)) : ""));
+  }
+  if (s.dit) {
+    const auto [bytes, what] = least(s.db.blocks, s.db.block, "blocks");
+    take(s.db.base + bytes + s.dit_act,
+         fmt::format("the denoise phase: activations {:.1f} + {} + the DiT outside its blocks {:.1f}", gib(s.dit_act),
+                     what, gib(s.db.base)));
+  }
+  if (s.vae) {
+    const int64_t act = std::max(s.vd.fixed + s.vd.unit, s.audio_act);
+    take(s.vae_weights + act,
+         fmt::format("the decode phase: VAE decoders {:.1f} + activations {:.1f} at one unit a batch",
+                     gib(s.vae_weights), gib(act)));
+  }
+  return {need + s.reserve, fmt::format("{} + runtime {:.1f} GiB", detail, gib(s.reserve))};
+}
+
+MemoryPlan build(const MemoryPlanInputs& in, const Sizes& s, KeptSet k) {
   MemoryPlan m;
   m.policy = in.policy;
   m.device_bytes = in.device_bytes;
-  m.reserve_bytes = in.reserve_bytes > 0 ? in.reserve_bytes : 2 * kGiB + in.device_bytes / 20;
-  m.text_on_gpu = in.text_on_gpu && !in.text_elsewhere;
-  m.dit_weights = in.dit_on_gpu ? dit_weight_bytes(in.dit, in.dit_precision, in.mode, in.K, in.U) : 0;
-  m.text_weights = m.text_on_gpu ? text_weight_bytes(in.text, in.text_layers, in.text_precision, in.text_tp) : 0;
-  m.vae_weights = in.vae_on_gpu ? video_decoder_weight_bytes(in.video_vae, in.vae_precision) +
-                                      audio_decoder_weight_bytes(in.audio_vae)
-                                : 0;
-  m.dit_resident = dit_res;
-  m.text_resident = text_res && m.text_on_gpu;
-  m.vae_resident = vae_res;
-  const int64_t resident =
-      (dit_res ? m.dit_weights : 0) + (m.text_resident ? m.text_weights : 0) + (vae_res ? m.vae_weights : 0);
-  PhaseMemory enc{"encode", "", resident, 0, 0};
-  if (m.text_on_gpu) {
-    enc.model = m.text_resident ? "" : "text tower";
-    enc.weights = (m.text_resident ? 0 : m.text_weights) + in.vision_bytes;
-    enc.activations = text_activation_bytes(in.text, in.text_precision, in.text_tokens);
+  m.budget_bytes = s.budget;
+  m.reserve_bytes = s.reserve;
+  m.link_gbps = in.link_gbps;
+  m.text_on_gpu = s.text;
+  k.dit_blocks = s.dit ? std::clamp(k.dit_blocks, 0, s.db.blocks) : 0;
+  k.text_layers = s.text ? static_cast<int>(std::clamp<int64_t>(k.text_layers, 0, s.tb.layers)) : 0;
+  k.vaes = s.vae && k.vaes;
+  m.kept = k;
+  m.dit_weights = s.dit ? s.db.total() : 0;
+  m.text_weights = s.text ? s.tb.total() : 0;
+  m.vae_weights = s.vae_weights;
+  m.dit_resident = s.dit && k.dit_blocks == s.db.blocks;
+  m.text_resident = s.text && k.text_layers == s.tb.layers;
+  m.vae_resident = k.vaes;
+  const int64_t kd = k.dit_blocks > 0 ? s.db.base + int64_t{k.dit_blocks} * s.db.block : 0;
+  const int64_t kt = k.text_layers > 0 ? s.tb.base + int64_t{k.text_layers} * s.tb.layer : 0;
+  const int64_t kv = k.vaes ? s.vae_weights : 0;
+  const int64_t kept = kd + kt + kv, room = s.room();
+  bool ok = room > 0;
+  PhaseMemory enc{"encode", "", kept};
+  if (s.text) {
+    const Layered t{"encode",   "text tower",  s.tb.base, in.vision_bytes, s.text_act, static_cast<int>(s.tb.layers),
+                    s.tb.layer, k.text_layers, kt};
+    enc = layered_phase(t, in, kept, room, m.text, ok);
   }
-  PhaseMemory den{"denoise", "", resident, 0, 0};
-  if (in.dit_on_gpu) {
-    den.model = dit_res ? "" : "DiT";
-    den.weights = dit_res ? 0 : m.dit_weights;
-    den.activations = dit_activation_bytes(in.dit, in.dit_precision, in.seq_len, in.mode, in.K, in.U);
+  enc.passes = 1;
+  PhaseMemory den{"denoise", "", kept};
+  if (s.dit) {
+    const Layered d{"denoise", "DiT", s.db.base, 0, s.dit_act, s.db.blocks, s.db.block, k.dit_blocks, kd};
+    den = layered_phase(d, in, kept, room, m.dit, ok);
   }
-  PhaseMemory dec{"decode", "", resident, 0, 0};
-  if (in.vae_on_gpu) {
-    dec.model = vae_res ? "" : "VAEs";
-    dec.weights = vae_res ? 0 : m.vae_weights;
-    dec.activations = std::max(video_decode_activation_bytes(in.video_vae, in.vae_precision, in.latent_frames,
-                                                             in.latent_h, in.latent_w, in.device_bytes),
-                               audio_decode_activation_bytes(in.audio_vae, in.audio_latents));
+  den.passes = in.dit_calls;
+  PhaseMemory dec{"decode", "", kept};
+  if (s.vae) {
+    dec.model = k.vaes ? "" : "VAEs";
+    dec.weights = k.vaes ? 0 : s.vae_weights;
+    const int64_t stack = room - (kept - kv) - s.vae_weights - s.vd.fixed;
+    m.vae = VaeBudget{k.vaes, std::max<int64_t>(stack, 0), s.vd.batch_for(stack)};
+    dec.activations = std::max(s.vd.at(stack), s.audio_act);
   }
+  dec.passes = 1;
   m.phases = {enc, den, dec};
-  m.fits = m.peak() <= m.device_bytes - m.reserve_bytes;
-  if (!m.fits) {
-    for (const auto& ph : m.phases)
-      if (ph.peak() > m.device_bytes - m.reserve_bytes) {
-        m.problem = fmt::format(
-            "the {} phase needs {:.1f} GiB (resident {:.1f} + {} {:.1f} + activations {:.1f} GiB at {} packed rows) "
-            "but this GPU leaves {:.1f} GiB ({:.1f} GiB less {:.1f} kept free)",
-            ph.phase, gib(ph.peak()), gib(ph.resident), ph.model.empty() ? "loaded" : ph.model, gib(ph.weights),
-            gib(ph.activations), in.seq_len, gib(m.device_bytes - m.reserve_bytes), gib(m.device_bytes),
-            gib(m.reserve_bytes));
-        break;
-      }
-  }
+  plan_host(in, s, m);
+  std::tie(m.minimum_bytes, m.minimum_detail) = minimum_of(in, s);
+  m.fits = ok && m.peak() <= room && (in.device_bytes <= 0 || s.budget <= in.device_bytes);
   return m;
 }
 
+// Why `m` does not fit, in the order a person fixes it.
+std::string problem_of(const MemoryPlanInputs& in, const MemoryPlan& m) {
+  if (in.device_bytes > 0 && m.budget_bytes > in.device_bytes)
+    return fmt::format(
+        "the budget of {:.1f} GiB is larger than the {:.1f} GiB free on this GPU: give --max-device-memory (or "
+        "H3_MAX_DEVICE_MEMORY) at most {:.1f} GiB, or leave it out (what is free less {:.1f} GiB)",
+        gib(m.budget_bytes), gib(in.device_bytes), gib(in.device_bytes), gib(kDefaultDeviceMargin));
+  if (m.budget_bytes < m.minimum_bytes) {
+    const std::string head =
+        fmt::format("this request needs at least {:.1f} GiB of GPU memory at {} ({}); the budget is {:.1f} GiB",
+                    gib_up(m.minimum_bytes), request_label(in), m.minimum_detail, gib(m.budget_bytes));
+    if (in.device_bytes > 0 && m.minimum_bytes > in.device_bytes)
+      return head + fmt::format(" and this GPU has {:.1f} GiB free", gib(in.device_bytes));
+    return head + fmt::format(": give --max-device-memory {:.1f}GiB or more (the GPU needs that much free)",
+                              gib_up(m.minimum_bytes));
+  }
+  for (const PhaseMemory& ph : m.phases)
+    if (ph.peak() > m.room())
+      return fmt::format(
+          "the {} phase needs {:.1f} GiB at {} with {:.1f} GiB kept on the GPU between requests ({} + ring {:.1f} + "
+          "activations {:.1f}) but the budget of {:.1f} GiB leaves {:.1f} beside the runtime's {:.1f}; alone this "
+          "request needs at least {:.1f} GiB",
+          ph.phase, gib(ph.peak()), request_label(in), gib(ph.resident), ph.model.empty() ? "its model" : ph.model,
+          gib(ph.ring), gib(ph.activations), gib(m.budget_bytes), gib(m.room()), gib(m.reserve_bytes),
+          gib_up(m.minimum_bytes));
+  return "the plan does not fit";
+}
+
+// auto: the most kept that fits (memory_plan.h).
+MemoryPlan plan_auto(const MemoryPlanInputs& in, const Sizes& s) {
+  const MemoryPlan none = build(in, s, {});
+  if (!none.fits) return none;
+  if (!in.stream_layers) {  // models that load whole are kept whole: {DiT, text, VAEs}, {DiT, VAEs}, {VAEs}, {}
+    const int all_text = static_cast<int>(s.tb.layers);
+    for (const KeptSet& k :
+         {KeptSet{s.db.blocks, all_text, true}, KeptSet{s.db.blocks, 0, true}, KeptSet{0, 0, true}}) {
+      MemoryPlan m = build(in, s, k);
+      if (m.fits) return m;
+    }
+    return none;
+  }
+  KeptSet k;
+  for (int d = none.dit.resident; d > 0 && k.dit_blocks == 0; --d)
+    if (build(in, s, {d, 0, false}).fits) k.dit_blocks = d;
+  MemoryPlan cur = build(in, s, k);
+  if (s.vae) {
+    const MemoryPlan p = build(in, s, {k.dit_blocks, 0, true});
+    if (p.fits && p.dit.resident == cur.dit.resident) k.vaes = true, cur = p;
+  }
+  for (int t = cur.text.resident; t > 0; --t) {
+    const MemoryPlan p = build(in, s, {k.dit_blocks, t, k.vaes});
+    if (p.fits && p.dit.resident == cur.dit.resident) return p;
+  }
+  return cur;
+}
+
+MemoryPlan finish(const MemoryPlanInputs& in, MemoryPlan m) {
+  if (!m.fits) m.problem = problem_of(in, m);
+  return m;
+}
+
+}  // namespace
+
+int64_t default_device_budget(int64_t free_bytes) {
+  return std::max<int64_t>(free_bytes - kDefaultDeviceMargin, 0);
+}
+
+MemoryPlan plan_memory_kept(const MemoryPlanInputs& in, const KeptSet& kept) {
+  return finish(in, build(in, sizes_of(in), kept));
+}
+
+MemoryPlan plan_memory_resident(const MemoryPlanInputs& in, bool dit, bool text, bool vae) {
+  const Sizes s = sizes_of(in);
+  return finish(in, build(in, s, {dit ? s.db.blocks : 0, text ? static_cast<int>(s.tb.layers) : 0, vae}));
+}
+
 MemoryPlan plan_memory(const MemoryPlanInputs& in) {
-  H3_CHECK(in.device_bytes > 0, "memory plan: the device memory is unknown (is the GPU backend started?)");
+  const Sizes s = sizes_of(in);
   switch (in.policy) {
     case MemoryPolicy::resident:
-      return plan_memory_resident(in, true, true, true);
+      return finish(in, build(in, s, {s.db.blocks, static_cast<int>(s.tb.layers), true}));
     case MemoryPolicy::phases:
-      return plan_memory_resident(in, false, false, false);
+      return finish(in, build(in, s, {}));
     case MemoryPolicy::automatic:
       break;
   }
-  // The most residency that fits, the largest loads saved first.
-  for (auto [d, t, v] : {std::tuple{true, true, true}, {true, false, true}, {false, false, true}}) {
-    MemoryPlan m = plan_memory_resident(in, d, t, v);
-    if (m.fits) return m;
-  }
-  return plan_memory_resident(in, false, false, false);
+  return finish(in, plan_auto(in, s));
 }
 
 MemoryPlan plan_memory_or_suggest(const MemoryPlanInputs& in, const FramesGeometry& at_frames,
                                   const std::vector<int64_t>& frame_choices) {
   MemoryPlan m = plan_memory(in);
-  if (m.fits) return m;
+  if (m.fits || (in.device_bytes > 0 && m.budget_bytes > in.device_bytes)) return m;
   std::vector<std::string> would;
-  if (in.policy == MemoryPolicy::resident) {
+  auto fits = [](MemoryPlanInputs x) {
+    if (x.policy == MemoryPolicy::resident) x.policy = MemoryPolicy::automatic;
+    return plan_memory(x).fits;
+  };
+  if (in.policy == MemoryPolicy::resident && fits(in))
+    would.push_back("--memory-plan auto (keep what fits between requests, stream the rest)");
+  if (in.dit_on_gpu && in.dit_precision == Precision::bf16) {
     MemoryPlanInputs x = in;
-    x.policy = MemoryPolicy::phases;
-    if (plan_memory(x).fits) would.push_back("--memory-plan phases (each model loaded for its phase)");
-  }
-  MemoryPlanInputs base = in;
-  if (base.policy == MemoryPolicy::resident) base.policy = MemoryPolicy::phases;
-  if (in.dit_precision == Precision::bf16) {
-    MemoryPlanInputs x = base;
     x.dit_precision = Precision::fp8;
-    if (plan_memory(x).fits) would.push_back("--precision fp8");
+    x.dit_forward_s = 0;
+    if (fits(x)) would.push_back("--precision fp8");
   }
-  if (in.text_on_gpu && !in.text_elsewhere && m.phase("encode").peak() > m.device_bytes - m.reserve_bytes) {
-    MemoryPlanInputs x = base;
+  const bool text_here = in.text_on_gpu && !in.text_elsewhere;
+  if (text_here && m.phase("encode").peak() > m.room()) {
+    MemoryPlanInputs x = in;
+    if (in.text_precision == Precision::f32) {
+      x.text_precision = Precision::bf16;
+      if (fits(x)) would.push_back("--text-precision bf16");
+    }
+    x = in;
     x.text_on_gpu = false;
-    if (plan_memory(x).fits) would.push_back("--text-device cpu (the text tower on the CPU)");
+    if (fits(x)) would.push_back("--text-device cpu (the text tower on the CPU)");
   }
   if (at_frames) {
     for (int64_t f : frame_choices) {
-      const std::optional<MemoryPlanInputs> x = at_frames(f);
+      std::optional<MemoryPlanInputs> x = at_frames(f);
       if (!x) continue;
-      MemoryPlanInputs y = *x;
-      if (y.policy == MemoryPolicy::resident) y.policy = MemoryPolicy::phases;
-      if (plan_memory(y).fits) {
+      x->device_bytes = in.device_bytes, x->budget_bytes = in.budget_bytes, x->reserve_bytes = in.reserve_bytes;
+      x->policy = in.policy;
+      if (fits(*x)) {
         would.push_back(fmt::format("--frames {} at this size", f));
         break;
       }
     }
   }
+  for (int n = 2; n <= 64 && in.dit_on_gpu; n *= 2) {
+    if (n <= in.K * in.U) continue;
+    MemoryPlanInputs x = in;
+    x.mode = DistMode::tensor, x.K = n, x.U = 1;
+    if (!in.text_elsewhere)
+      x.text_tp = static_cast<int>(std::min<int64_t>(n, std::max<int64_t>(in.text.n_kv_heads, 1)));
+    x.dit_forward_s = in.dit_forward_s * in.K * in.U / n;
+    if (fits(x)) {
+      would.push_back(fmt::format("--ranks {} --mode tensor (each rank a GPU with this budget)", n));
+      break;
+    }
+  }
   std::string list;
   for (size_t i = 0; i < would.size(); ++i) list += (i == 0 ? "" : i + 1 == would.size() ? " or " : ", ") + would[i];
-  m.problem += would.empty() ? "; nothing smaller fits one GPU this size: spread the DiT over more GPUs (--ranks N "
-                               "--mode tensor shards its weights)"
+  m.problem += would.empty() ? "; nothing smaller fits this budget: use a larger GPU, or spread the DiT over more GPUs "
+                               "(--ranks N --mode tensor shards its weights)"
                              : "; would fit: " + list;
   return m;
 }

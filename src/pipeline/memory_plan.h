@@ -1,23 +1,40 @@
-// The device-memory plan of one GPU rank: which models stay loaded between requests and what each phase of a request
-// holds at its peak, computed from the model configs, the request geometry and the device's memory before anything
-// is loaded.
+// The device-memory plan of one GPU rank under a budget: which models (or parts of them) stay on the device between
+// requests, what each phase of a request holds at its peak, what it streams over the host link and what that costs,
+// computed from the model configs (memory_sizes.h), the request geometry and the budget before anything is loaded.
+//
+// The budget (--max-device-memory, or H3_MAX_DEVICE_MEMORY) is what this rank may take of its GPU, its CUDA context
+// and libraries included; without one it is what is free on the device at start less kDefaultDeviceMargin
+// (default_device_budget). A budget larger than what is free is refused. Inside it, kRuntimeReserve is left to what
+// takes device memory outside h3's caching allocator (CUDA context, library handles and loaded kernels, NCCL's
+// buffers): the plan's tensors get budget - reserve (its "room"), which is the allocator's cap (backend/budget.h), so
+// the plan and the allocator's refusal agree byte for byte.
 //
 // A request runs three phases on the GPU: encode (the Qwen3-VL text tower, and the vision tower for pictures),
-// denoise (the DiT) and decode (the video VAE's decoder, then the audio VAE's). Each model is either resident
-// (loaded once, kept for every request) or loaded for its phase and freed after it. A phase's peak is the weights
-// of every resident model, plus its own model's weights when that one is not resident, plus its activations:
-//   peak(phase) = sum(resident weights) + [weights(phase model) if not resident] + activations(phase)
-// The plan fits when the largest peak leaves `reserve` bytes of the device free (CUDA context, library handles and
-// the caching allocator's slack). Policies: resident (everything loaded once), phases (nothing kept: the smallest
-// peak), auto (h3 serve: the most residency that fits, trying {DiT, text, VAEs}, {DiT, VAEs}, {VAEs}, {} in that
-// order, so the largest loads are the ones saved; h3 generate runs one request, so it takes phases).
+// denoise (the DiT, model_calls forwards) and decode (the video VAE's decoder, then the audio VAE's). The DiT's
+// blocks and the text tower's decoder layers are layers that may stream: during its phase a model has `resident`
+// layers on the device (spread evenly among the others) and the rest parked in pinned host memory, copied on their
+// own stream through a ring of `ring_slots` device slots (each the size of one layer) ahead of the compute. The rest
+// of the model (the DiT outside its blocks, the tower's embeddings) is on the device through its phase. The VAEs do
+// not stream: their decode stacks as many units as the room left allows (bitwise the same result for any batch).
+// A phase's peak:
+//   peak(phase) = kept (every model's part kept between requests) + the phase model's other on-device weights
+//                 + ring + activations
+// and the plan fits when every peak is within the room. Policies (what is kept between requests):
+//   phases    nothing (h3 generate's one request): each phase loads its model, as many layers resident as fit;
+//   resident  everything, whole (refused when it does not fit, naming auto / phases);
+//   auto      (h3 serve) the most that fits: first DiT blocks (as many as its phase holds), then the VAEs and then
+//             text layers while they cost the DiT no resident block.
+// The minimum budget of a request is its phases plan with every layer streamed through the smallest ring (2 slots)
+// and a one-unit VAE batch; a budget below it is refused naming it.
 //
-// Weight bytes follow the models' own rules: the DiT keeps its patch projections, time MLP and output heads in f32
-// and the rest in bf16, its block GEMM weights in e4m3 (one byte) in FP8 where fp8_layers.h allows; a tensor-parallel
-// rank holds its slices (rank 0's, the largest by the partition rule). The video VAE uploads its ViT decoder only
-// (the encoder stays on the CPU); the audio VAE decoder runs in f32 on the GPU.
-// Activation bytes per phase are analytic upper bounds of the largest live set, checked in tests against peaks
-// measured on an H200 (docs/notes.md: the DiT alone at 480p / 768p, 64.0 / 67.0 GiB bf16, 46.0 / 48.5 GiB FP8).
+// Streaming cost: a phase copies streamed_bytes() per pass (encode 1 pass, denoise model_calls) at the link's rate
+// (default kH200LinkGBps, the H200's measured pinned host->device copies). When the compute seconds of a DiT forward
+// are known the copies overlap it: slowdown per forward = max(0, copy - compute) + one layer's copy (the wait before
+// the first streamed layer); unknown compute (and the text tower's encode) counts every copy second, an upper bound.
+// Host memory: the streamed layers live in pinned host memory (phases: the phase model's streamed part, one phase at
+// a time; auto / resident: every model's part not kept, all the time); when that exceeds the host memory given, the
+// phase streams from the memory-mapped checkpoint through a pinned staging ring of ring_slots layers instead, at the
+// disk's rate (disk_gbps).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -26,12 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "distributed/plan.h"
-#include "model/dit/config.h"
-#include "model/qwen3vl/text.h"
-#include "model/vae/audio_vae.h"
-#include "model/vae/video_vae.h"
+#include "pipeline/memory_sizes.h"
 
 namespace h3 {
 
@@ -39,23 +51,22 @@ enum class MemoryPolicy { automatic, resident, phases };
 std::string_view memory_policy_name(MemoryPolicy p);
 MemoryPolicy memory_policy_from_name(const std::string& s);  // "auto", "resident" or "phases"; throws otherwise
 
-inline constexpr int64_t kGiB = int64_t{1} << 30;
+// The two numbers of the device budget, the same as backend/budget.h's (the allocator applies them; the plan counts
+// with them): kRuntimeReserve = kGpuOutsideAllocatorBytes, what the process takes outside the caching allocator
+// (CUDA context ~0.5 GiB with lazy loading, cuBLASLt / cuDNN handles and kernels, NCCL buffers), and
+// kDefaultDeviceMargin = kGpuDefaultMarginBytes, left free for other processes when no budget is given.
+// MERGE(stream): replace both by backend/budget.h's constants once that header is on main.
+inline constexpr int64_t kRuntimeReserve = kGiB;
+inline constexpr int64_t kDefaultDeviceMargin = int64_t{512} << 20;
+inline constexpr double kH200LinkGBps = 55.5;  // pinned host -> device copies measured on an H200 (GB/s)
+inline constexpr double kDiskGBps = 1.4;       // the H200 host's local disk, page cache dropped (GB/s)
+inline constexpr int kDefaultRingSlots = 3, kMinRingSlots = 2;
+// Host memory beside the pinned weights (not measured yet; the run record's peak RSS per phase will say): the process
+// with the CUDA libraries mapped, the tokenizer, the sampler's latents, the MP4 writer.
+inline constexpr int64_t kHostProcessBytes = 2 * kGiB;
 
-// Bytes on the device of each model's weights (what one rank holds) and of each phase's largest live activations.
-int64_t dit_weight_bytes(const DitConfig& c, Precision p, DistMode mode = DistMode::ulysses, int K = 1, int U = 1);
-// seq_len: packed rows S of the request; world = K * U ranks share the rows.
-int64_t dit_activation_bytes(const DitConfig& c, Precision p, int64_t seq_len, DistMode mode = DistMode::ulysses,
-                             int K = 1, int U = 1);
-// The first `layers` decoder layers and the embeddings, split over `tp` ranks as text.h's units are.
-int64_t text_weight_bytes(const Qwen3VlTextConfig& c, int64_t layers, Precision p, int tp = 1);
-int64_t text_activation_bytes(const Qwen3VlTextConfig& c, Precision p, int64_t tokens);
-int64_t video_decoder_weight_bytes(const VideoVaeConfig& c, Precision p);
-// The stacked-unit decode of a T x h x w latent video (VideoVae::decode_streaming): its units per ViT call take at
-// most a quarter of the device's memory (video_vae.h: batch_size) and the finished chunk rows wait on the device.
-int64_t video_decode_activation_bytes(const VideoVaeConfig& c, Precision p, int64_t latent_frames, int64_t latent_h,
-                                      int64_t latent_w, int64_t device_bytes);
-int64_t audio_decoder_weight_bytes(const AudioVaeConfig& c);
-int64_t audio_decode_activation_bytes(const AudioVaeConfig& c, int64_t audio_latents);
+// The budget when none is given: what is free on the device at start less kDefaultDeviceMargin (at least 0).
+int64_t default_device_budget(int64_t free_bytes);
 
 struct MemoryPlanInputs {
   DitConfig dit;
@@ -79,46 +90,109 @@ struct MemoryPlanInputs {
   int64_t seq_len = 0;  // packed rows S
   int64_t text_tokens = 0;
   int64_t latent_frames = 0, latent_h = 0, latent_w = 0, audio_latents = 0;
+  int dit_calls = 49;                         // DiT forwards (steps - 1)
+  int64_t width = 0, height = 0, frames = 0;  // pixels and frames, for messages (0: said in latents)
 
-  int64_t device_bytes = 0;   // the GPU's memory available to this rank
-  int64_t reserve_bytes = 0;  // 0: 2 GiB + 5 % of device_bytes
+  int64_t device_bytes = 0;   // memory free on this rank's GPU at start (its share when ranks share one); 0 unknown
+  int64_t budget_bytes = 0;   // what this rank may use (--max-device-memory); 0: default_device_budget(device_bytes)
+  int64_t reserve_bytes = 0;  // inside the budget, for what the plan does not count; 0: kRuntimeReserve
   MemoryPolicy policy = MemoryPolicy::phases;
+
+  bool stream_layers = true;           // false: every layer resident (models that load whole), or no fit
+  int ring_slots = kDefaultRingSlots;  // a streamed model's ring (at least kMinRingSlots; fewer when tight)
+  double link_gbps = kH200LinkGBps;    // host -> device copies of pinned memory, GB/s
+  double dit_forward_s = 0;            // compute seconds of one DiT forward on this rank; 0 unknown
+  int64_t host_bytes = 0;              // host memory the run may use; 0 unknown (pinned copies assumed)
+  double disk_gbps = kDiskGBps;        // the checkpoint's read rate when streaming from it
+};
+
+// How a model of layers sits on the device through its phase; the model takes it as data (the streamer's ring of
+// ring_slots slots of layer_bytes, the resident layers spread evenly among the streamed ones).
+struct LayerResidency {
+  int layers = 0;           // layers the model runs (DiT blocks; text decoder layers)
+  int resident = 0;         // on the device through the phase
+  int kept = 0;             // of those, kept on the device between requests (kept <= resident)
+  int ring_slots = 0;       // 0 when every layer is resident
+  int64_t layer_bytes = 0;  // one layer on this rank (a ring slot)
+  int streamed() const { return layers - resident; }
+  int64_t streamed_bytes() const { return int64_t{streamed()} * layer_bytes; }
+  int64_t ring_bytes() const { return int64_t{ring_slots} * layer_bytes; }
+};
+using DitResidency = LayerResidency;   // the DiT's transformer blocks (the rest of it is on the device in denoise)
+using TextResidency = LayerResidency;  // the text tower's decoder layers (its embeddings on the device in encode)
+
+// The VAE decode under the budget: the bytes its stacked units may take (VideoVae's batch = stack_bytes / the unit's
+// bytes, 1..32, instead of a quarter of the device) and whether the decoders stay loaded between requests.
+struct VaeBudget {
+  bool kept = false;
+  int64_t stack_bytes = 0;
+  int64_t batch = 0;  // units of this request's largest shape per stacked call
+};
+
+// What stays on the device between requests: DiT blocks (with the rest of the DiT when > 0), text decoder layers
+// (with the embeddings when > 0), the VAE decoders.
+struct KeptSet {
+  int dit_blocks = 0, text_layers = 0;
+  bool vaes = false;
+  bool operator==(const KeptSet&) const = default;
 };
 
 struct PhaseMemory {
   std::string phase;  // "encode", "denoise", "decode"
-  std::string model;  // the model the phase loads when it is not resident ("" when resident or on the CPU)
-  int64_t resident = 0, weights = 0, activations = 0;
-  int64_t peak() const { return resident + weights + activations; }
+  std::string model;  // the model the phase runs ("" when kept whole or on the CPU)
+  // resident: bytes kept between requests (every model's); weights: the phase model's other bytes on the device.
+  int64_t resident = 0, weights = 0, ring = 0, activations = 0;
+  int64_t streamed = 0;          // bytes copied over the link per pass
+  int passes = 0;                // encode 1, denoise model_calls
+  double copy_s = 0;             // seconds of copies per pass
+  double gbps = 0;               // the copies' rate (the link's, or the disk's when streaming from the checkpoint)
+  double slowdown_s = 0;         // expected seconds the request loses to streaming in this phase (all passes)
+  double compute_s = 0;          // compute seconds per pass when known (0 unknown)
+  int64_t host_pinned = 0;       // pinned host memory for streamed (and not kept) weights during the phase
+  int64_t host_bytes = 0;        // the host need of the phase: pinned + kHostProcessBytes + decoded frames
+  bool from_checkpoint = false;  // streams from the mapped checkpoint (host memory short), at the disk's rate
+  int64_t peak() const { return resident + weights + ring + activations; }
 };
 
 struct MemoryPlan {
   MemoryPolicy policy = MemoryPolicy::phases;  // as asked
-  bool dit_resident = false, text_resident = false, vae_resident = false;
+  KeptSet kept;
+  bool dit_resident = false, text_resident = false, vae_resident = false;  // kept whole between requests
   bool text_on_gpu = true;
   int64_t dit_weights = 0, text_weights = 0, vae_weights = 0;  // video + audio decoders
+  DitResidency dit;
+  TextResidency text;
+  VaeBudget vae;
   std::vector<PhaseMemory> phases;
-  int64_t device_bytes = 0, reserve_bytes = 0;
+  int64_t device_bytes = 0, budget_bytes = 0, reserve_bytes = 0;
+  int64_t minimum_bytes = 0;   // the least budget this request runs in (its phases plan, every layer streamed)
+  std::string minimum_detail;  // what makes it up: "denoise: DiT outside its blocks 1.6 + ring 2 x 0.84 + ..."
+  double link_gbps = 0;
   bool fits = false;
-  std::string problem;  // when it does not fit: the phase that does not, by how much, and what would fit
+  std::string problem;  // when it does not fit: why, the minimum, and what would fit
 
+  int64_t room() const { return budget_bytes - reserve_bytes; }
   int64_t peak() const;
+  int64_t host_peak() const;
+  double slowdown_s() const;  // summed over the phases
   const PhaseMemory& phase(const std::string& name) const;
-  // "resident: DiT, VAEs; per phase: text tower" and one line per phase with its peak.
+  // One line with the budget and what is kept, one per phase (its peak, resident and streamed parts, the cost).
   std::vector<std::string> describe() const;
   nlohmann::json to_json() const;
 };
 
-// The plan for `in` (no suggestions when it does not fit; see plan_memory_or_suggest).
+// The plan for `in` under its policy (no suggestions when it does not fit; see plan_memory_or_suggest).
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
-// The phases' peaks for a resident set already chosen (a generator checking each request against its residency).
+// The phases' residency with a kept set already chosen: a generator plans each request against what it keeps.
+MemoryPlan plan_memory_kept(const MemoryPlanInputs& in, const KeptSet& kept);
+// The same with each model kept whole or not at all.
 MemoryPlan plan_memory_resident(const MemoryPlanInputs& in, bool dit, bool text, bool vae);
 // The request's inputs at another frame count (its packed length and latent sizes), or nullopt when that count is
 // not allowed; lets a refusal name the longest video that fits.
 using FramesGeometry = std::function<std::optional<MemoryPlanInputs>(int64_t frames)>;
-// The same; when it does not fit, `problem` also says what would: the phases policy, FP8 instead of bf16, the text
-// tower on the CPU, or (given `at_frames` and the allowed counts `frame_choices`, longest first) the most frames
-// that fit at this canvas.
+// The same; when it does not fit, `problem` also says what would: auto or phases instead of resident, FP8 instead of
+// bf16, the text tower in bf16 or on the CPU, (given `at_frames` and the allowed counts `frame_choices`, longest
+// first) the most frames that fit at this canvas, or tensor parallelism over the fewest ranks that fit.
 MemoryPlan plan_memory_or_suggest(const MemoryPlanInputs& in, const FramesGeometry& at_frames = {},
                                   const std::vector<int64_t>& frame_choices = {});
 

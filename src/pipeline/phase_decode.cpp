@@ -19,7 +19,9 @@ Decoded decode_phase(RequestRun& run, ModelResidency& models, const Denoised& de
     out.mp4 =
         std::make_unique<StreamingMp4>(out_path, media_spec(models.sources(), run.res.request), VideoVae::to_pixels01);
     const Tensor z = vvae.denormalize(run.res.video_latents.to(vvae.compute_dtype()));
-    vvae.decode_streaming(z, [&](int64_t, const Tensor& frames) { out.mp4->add_frames(frames); });
+    // Units per stacked call: the plan's under the budget (0 on the CPU or without a plan: the VAE's own rule).
+    vvae.decode_streaming(
+        z, [&](int64_t, const Tensor& frames) { out.mp4->add_frames(frames); }, models.placement().vae_batch);
   } else {
     out.pixels = decode_video_latents(vvae, run.res.video_latents, group);
   }

@@ -10,6 +10,22 @@
 
 namespace h3 {
 
+namespace {
+
+// MERGE(stream, text): the one spot where the plan's layer residency (ModelPlacement::dit_layers / text_layers:
+// `resident` layers spread among the streamed ones, `ring_slots` slots of `layer_bytes`) reaches the models. The
+// DiT (branch stream: DitModel's resident-block and ring-slot options) and the text tower (branch text:
+// Qwen3VlTextOptions::resident_layers / ring_slots) take them in load_dit and load_text below; until they do,
+// GenerateOptions::stream_layers stays false, so the plan keeps every layer resident and this check holds.
+void check_loads_whole(const LayerResidency& r, const char* model) {
+  H3_CHECK(r.streamed() == 0,
+           "internal: the memory plan streams {} of the {}'s {} layers, but the {} loads whole; keep "
+           "GenerateOptions::stream_layers false until it takes the plan's residency",
+           r.streamed(), model, r.layers, model);
+}
+
+}  // namespace
+
 ModelResidency::ModelResidency(const GenerateOptions& opt, ModelSources src, Comm& comm, const RankRoles& roles,
                                DistPlan plan, const ModelPlacement& placement)
     : opt_(opt), src_(std::move(src)), comm_(&comm), roles_(roles), plan_(std::move(plan)), placement_(placement) {}
@@ -53,7 +69,19 @@ MemoryPlan ModelResidency::plan_for(const ResolvedRequest& r) const {
   GenerateOptions o = opt_;
   o.precision = precision_for(r);
   MemoryPlanInputs in = plan_inputs(src_, o, r, comm_->size(), placement_.device_bytes);
-  return plan_memory_resident(in, placement_.dit.resident, placement_.text.resident, placement_.vae.resident);
+  // What the constructor keeps: whole models, or (auto with streaming) some of the layers.
+  KeptSet kept;
+  kept.dit_blocks = placement_.dit.resident ? src_.dit_config.num_layers : placement_.dit_layers.kept;
+  kept.text_layers = placement_.text.resident ? static_cast<int>(kConditioningLayer) : placement_.text_layers.kept;
+  kept.vaes = placement_.vae.resident;
+  return plan_memory_kept(in, kept);
+}
+
+void ModelResidency::plan_request(const MemoryPlan& plan) {
+  if (!gpu() || !plan.fits) return;
+  placement_.dit_layers = plan.dit;
+  placement_.text_layers = plan.text;
+  placement_.vae_batch = plan.vae.batch;
 }
 
 void ModelResidency::load_dit(const std::vector<GenerateRequest::LoraRef>& want, Precision precision,
@@ -68,6 +96,7 @@ void ModelResidency::load_dit(const std::vector<GenerateRequest::LoraRef>& want,
   // On the GPU the DiT computes with the numerics the GPU backend was started with (deterministic mode, FP8
   // attention: core/numerics.h).
   const Device dev = placement_.dit.device;
+  check_loads_whole(placement_.dit_layers, "DiT");  // MERGE(stream): pass placement_.dit_layers to the DiT here
   dit_ = std::make_unique<DitModel>(*ck, precision, plan_, dev, dev == Device::cuda ? gpu_numerics() : Numerics{});
   ckpt_ = std::move(ck);
   loras_merged_ = want;
@@ -109,6 +138,7 @@ void ModelResidency::load_vaes() {
 std::unique_ptr<Qwen3VlTextModel> ModelResidency::load_text(Comm* tp) {
   H3_CHECK(src_.text_problem.empty(), "{}", src_.text_problem);
   std::unique_ptr<Qwen3VlTextModel> t;
+  check_loads_whole(placement_.text_layers, "text tower");  // MERGE(text): pass placement_.text_layers here
   timed_load("text", text_file_bytes(src_, kConditioningLayer), [&] {
     t = std::make_unique<Qwen3VlTextModel>(*src_.text_weights, src_.text_config, kConditioningLayer,
                                            Qwen3VlTextOptions{opt_.text_precision, placement_.text.device, tp});

@@ -46,9 +46,15 @@ struct Placement {
 struct ModelPlacement {
   Placement dit, text, vae;  // vae: the video and audio decoders together
   int64_t device_bytes = 0;  // the GPU memory this rank may use (agreed over the group; 0 on the CPU)
+  // The plan's layers through their phase (memory_plan.h): the DiT's blocks and the text tower's decoder layers,
+  // resident (spread among the streamed ones), kept between requests, and the ring of slots the others stream
+  // through. Empty (layers 0) on the CPU or when no plan was made: the model loads whole. The constructor's
+  // placement has the plan for the largest request; each request's placement (ModelResidency::plan_request) its own.
+  LayerResidency dit_layers, text_layers;
+  int64_t vae_batch = 0;  // units per stacked VAE decode call under the budget (0: the VAE's own rule)
 };
 
-// The GPU memory this rank may use: the device's, divided among the ranks that share it (same PCI bus id), the
+// The GPU memory this rank may plan with: the device's, divided among the ranks that share it (same PCI bus id), the
 // smallest over the group so every rank plans alike. Collective over `comm`.
 int64_t agreed_device_bytes(Comm& comm);
 // The plan's inputs for one request (or the largest one a server accepts): models, precisions, placement, packed
@@ -96,6 +102,9 @@ class ModelResidency {
   Precision precision_for(const ResolvedRequest& r) const;
   // The plan `r` runs under with this residency (empty on the CPU).
   MemoryPlan plan_for(const ResolvedRequest& r) const;
+  // The request's plan becomes the placement its phases load by: the layers resident and streamed in each phase
+  // and the VAE batch (what is kept between requests stays the constructor's). Call before the request loads.
+  void plan_request(const MemoryPlan& plan);
 
   // What switch_dit did for a request.
   struct DitSwitch {

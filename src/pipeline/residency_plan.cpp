@@ -37,6 +37,8 @@ int64_t agreed_device_bytes(Comm& comm) {
   comm.allgatherv(&mine, buses.data(), std::vector<int64_t>(comm.size(), 1), DType::i64, "GPU bus ids (memory plan)");
   int64_t sharing = 0;
   for (uint64_t b : buses) sharing += b == mine;
+  // MERGE(stream): what is free at start (gpu_free_at_start_bytes(), backend/budget.h) instead of the total, so that
+  // memory other processes hold is never planned for; the budget's own check against the device is the backend's.
   const int64_t own = static_cast<int64_t>(gpu_total_bytes()) / std::max<int64_t>(sharing, 1);
   std::vector<int64_t> all(static_cast<size_t>(comm.size()));
   comm.allgatherv(&own, all.data(), std::vector<int64_t>(comm.size(), 1), DType::i64, "GPU memory (memory plan)");
@@ -80,8 +82,14 @@ MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, co
   in.latent_h = r.latent_h;
   in.latent_w = r.latent_w;
   in.audio_latents = r.audio_latents;
+  in.dit_calls = r.model_calls;
+  in.width = r.width;
+  in.height = r.height;
+  in.frames = r.frames;
   in.device_bytes = device_bytes;
+  in.budget_bytes = o.max_device_bytes;
   in.policy = o.memory;
+  in.stream_layers = o.stream_layers;
   return in;
 }
 
@@ -96,6 +104,11 @@ ModelPlacement placement_from_plan(const MemoryPlan& plan, const GenerateOptions
   p.text.resident = plan.fits && plan.text_resident;
   p.vae.resident = plan.fits && plan.vae_resident;
   p.device_bytes = device_bytes;
+  if (plan.fits) {
+    p.dit_layers = plan.dit;
+    p.text_layers = plan.text;
+    p.vae_batch = plan.vae.batch;
+  }
   return p;
 }
 

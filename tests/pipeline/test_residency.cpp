@@ -62,3 +62,23 @@ TEST(Residency, TheCpuKeepsTheDitAndTheVaesAndLoadsTheTextTowerPerRequest) {
   EXPECT_FALSE(p.text.resident);
   EXPECT_EQ(p.device_bytes, 0);
 }
+
+TEST(Residency, ThePlansLayersReachThePlacement) {
+  h3::MemoryPlan p = plan_keeping(false, false, false);
+  p.dit = {50, 14, 0, 3, 906'035'712};
+  p.text = {50, 18, 0, 3, 975'196'672};
+  p.vae.batch = 12;
+  const h3::GenerateOptions o = h3::default_generate_options(h3::Device::cuda);
+  const h3::ModelPlacement got = h3::placement_from_plan(p, o, 24 * h3::kGiB);
+  EXPECT_EQ(got.dit_layers.resident, 14);
+  EXPECT_EQ(got.dit_layers.ring_slots, 3);
+  EXPECT_EQ(got.dit_layers.streamed(), 36);
+  EXPECT_EQ(got.text_layers.resident, 18);
+  EXPECT_EQ(got.text_layers.layer_bytes, 975'196'672);
+  EXPECT_EQ(got.vae_batch, 12);
+  // A plan that does not fit places no layers: the models load whole (and the request is refused before that).
+  p.fits = false;
+  const h3::ModelPlacement none = h3::placement_from_plan(p, o, 24 * h3::kGiB);
+  EXPECT_EQ(none.dit_layers.layers, 0);
+  EXPECT_EQ(none.vae_batch, 0);
+}
