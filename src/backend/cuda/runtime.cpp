@@ -11,6 +11,7 @@
 #include "backend/budget.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/convert.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/tensors.h"
 #include "core/byte_size.h"
 #include "core/device.h"
@@ -319,6 +320,7 @@ void start_gpu_backend(const GpuOptions& o) {
   s.budget = plan_gpu_budget(o.max_device_bytes, static_cast<int64_t>(free_b), static_cast<int64_t>(total_b));
   s.numerics = o.numerics;
   s.gemm_tune = o.gemm_tune;
+  cuda::open_gemm_algo_cache(o.gemm_algos, s.prop.name);
   DeviceHooks hooks;
   hooks.name = "cuda";
   hooks.alloc = cuda::hook_alloc;
