@@ -133,8 +133,13 @@ int64_t VideoVae::decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const {
 }
 
 int64_t VideoVae::batch_size(int64_t t, int64_t h, int64_t w) const {
-  const int64_t budget =
-      dev_ == Device::cpu ? (int64_t{2} << 30) : static_cast<int64_t>(ops::device_total_bytes(dev_) / 4);
+  // On a GPU: half the room left under the device-memory budget (the other half for the finished units waiting for
+  // their stitch, the frames and the allocator's rounding), and never more than a quarter of the device, as before
+  // there was a budget. decode_blocks runs under ops::PinnedGemms: the frames do not depend on the batch.
+  const int64_t room = ops::device_budget_bytes(dev_) - ops::device_in_use_bytes(dev_);
+  const int64_t budget = dev_ == Device::cpu ? (int64_t{2} << 30)
+                                             : std::min(static_cast<int64_t>(ops::device_total_bytes(dev_) / 4),
+                                                        std::max<int64_t>(room, 0) / 2);
   return std::clamp<int64_t>(budget / std::max<int64_t>(decoder_unit_bytes(t, h, w), 1), 1, kMaxDecodeBatch);
 }
 
