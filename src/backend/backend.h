@@ -43,6 +43,15 @@ void gpu_reset_peak();
 size_t gpu_in_use_bytes();
 // Total device memory of this process's GPU (0 without one).
 size_t gpu_total_bytes();
+// The device-memory budget (backend/budget.h): the bytes h3's caching allocator may hold, in use and cached (the
+// budget less the allowance for the CUDA context and libraries). An allocation past it throws "GPU memory budget
+// exceeded". 0 without a started GPU backend.
+int64_t gpu_budget_bytes();
+// Lowers that cap (a generator that learns that several ranks share one GPU gives each its part), never above the
+// cap at start: a larger value gives the start cap back. `why` is named in budget errors. A no-op without a GPU.
+void set_gpu_budget_bytes(int64_t cap, const std::string& why = "ranks share this GPU");
+// Free device memory when the backend started (after its context and streams existed); 0 without a GPU.
+int64_t gpu_free_at_start_bytes();
 // Hands the caching allocator's free blocks back to the device (between a pipeline's phases, so that the next
 // phase's model finds the memory the last one freed); waits for queued work first. A no-op without a GPU.
 void gpu_release_cached();

@@ -26,4 +26,13 @@ const DeviceHooks& device_hooks() {
   return g_hooks;
 }
 
+ScopedDeviceHooks::ScopedDeviceHooks(const DeviceHooks& hooks) : previous_(g_hooks), had_(g_registered) {
+  register_device_hooks(hooks);
+}
+
+ScopedDeviceHooks::~ScopedDeviceHooks() {
+  g_hooks = previous_;
+  g_registered = had_;
+}
+
 }  // namespace h3

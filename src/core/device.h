@@ -11,6 +11,12 @@ namespace h3 {
 
 enum class Device : uint8_t;
 
+// A device's two queues: kernels and the copies that feed them run in order on `compute`; `transfer` carries
+// host-to-device weight copies (io/layer_stream.h) beside it, so that a copy runs while the compute queue works.
+// Work on different queues is ordered only by events: record an event at a point of one queue, make the other wait
+// for it on the device (no host synchronisation).
+enum class Queue : uint8_t { compute, transfer };
+
 struct DeviceHooks {
   const char* name = "";                   // "cuda"
   void* (*alloc)(size_t bytes) = nullptr;  // never returns null (throws h3::Error)
@@ -34,11 +40,36 @@ struct DeviceHooks {
   void (*pinned_release)(void* p) = nullptr;
   void (*copy_async)(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) = nullptr;
   void (*event_wait)(void* e) = nullptr;
+  // Two queues (Queue above), from any thread. An event made by event_create is reusable: event_record_on marks the
+  // work queued on a queue so far (recording it again moves the mark), queue_wait makes the work queued on a queue
+  // from now on start only after the event's last recording (at the time of the call) has completed: on the device,
+  // the host does not wait; an event never recorded is no wait. event_wait (the host's wait) and event_release take
+  // these events too; event_elapsed_ms does not (they keep no time). copy_on queues a copy on a queue without
+  // waiting (host memory involved must be page-locked and stay untouched until an event recorded after it has
+  // completed). event_done says whether the last recording has completed, without waiting.
+  void* (*event_create)() = nullptr;
+  void (*event_record_on)(void* e, Queue q) = nullptr;
+  void (*queue_wait)(Queue q, void* e) = nullptr;
+  void (*copy_on)(Queue q, void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) = nullptr;
+  bool (*event_done)(void* e) = nullptr;
 };
 
 void register_device_hooks(const DeviceHooks& hooks);
 // The hooks of the compiled-in backend, or a clear error when a device tensor is asked for without one.
 const DeviceHooks& device_hooks();
 bool have_device_backend();
+
+// Tests: `hooks` stand for the device until the scope ends, then what was registered before comes back (or none).
+class ScopedDeviceHooks {
+ public:
+  explicit ScopedDeviceHooks(const DeviceHooks& hooks);
+  ~ScopedDeviceHooks();
+  ScopedDeviceHooks(const ScopedDeviceHooks&) = delete;
+  ScopedDeviceHooks& operator=(const ScopedDeviceHooks&) = delete;
+
+ private:
+  DeviceHooks previous_;
+  bool had_ = false;
+};
 
 }  // namespace h3

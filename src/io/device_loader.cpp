@@ -35,6 +35,28 @@ size_t TensorRead::bytes() const {
   return n;
 }
 
+std::vector<ReadPiece> read_pieces(const TensorRead& r, size_t from, size_t bytes, size_t piece_bytes) {
+  H3_ASSERT(piece_bytes > 0, "read_pieces: piece_bytes 0");
+  std::vector<ReadPiece> pieces;
+  size_t pos = 0, done = 0;
+  for (const TensorRead::Span& s : r.spans) {
+    if (done == bytes) break;
+    const size_t end = pos + s.bytes;
+    if (end > from + done) {
+      size_t off = from + done - pos;  // into this span
+      while (off < s.bytes && done < bytes) {
+        const size_t n = std::min({s.bytes - off, bytes - done, piece_bytes});
+        pieces.push_back({s.offset + off, n, done});
+        off += n;
+        done += n;
+      }
+    }
+    pos = end;
+  }
+  H3_ASSERT(done == bytes, "read_pieces: {} of {} bytes of '{}' found in its spans", done, bytes, r.key);
+  return pieces;
+}
+
 TensorRead read_tensor(const SafeTensors& f, const std::string& key) {
   const TensorInfo& ti = f.info(key);
   TensorRead r;
@@ -139,27 +161,7 @@ void DeviceLoader::wait_all() noexcept {
 // Reads bytes [from, from + bytes) of the gathered tensor into dst: the spans' parts cut into pieces of at most
 // piece_bytes, read by the worker threads in parallel.
 void DeviceLoader::read_into(const TensorRead& r, size_t from, size_t bytes, std::byte* dst) {
-  struct Piece {
-    size_t src, bytes;
-    std::byte* dst;
-  };
-  std::vector<Piece> pieces;
-  size_t pos = 0, done = 0;
-  for (const TensorRead::Span& s : r.spans) {
-    if (done == bytes) break;
-    const size_t end = pos + s.bytes;
-    if (end > from + done) {
-      size_t off = from + done - pos;  // into this span
-      while (off < s.bytes && done < bytes) {
-        const size_t n = std::min({s.bytes - off, bytes - done, opt_.piece_bytes});
-        pieces.push_back({s.offset + off, n, dst + done});
-        off += n;
-        done += n;
-      }
-    }
-    pos = end;
-  }
-  H3_ASSERT(done == bytes, "DeviceLoader: {} of {} bytes of '{}' found in its spans", done, bytes, r.key);
+  const std::vector<ReadPiece> pieces = read_pieces(r, from, bytes, opt_.piece_bytes);
   // Every piece holds whole elements: `from` and `bytes` are element multiples (stage() keeps them so) and the
   // spans and piece_bytes are too, so each piece is scanned on its own.
   const size_t es = dtype_size(r.dtype);
@@ -170,10 +172,10 @@ void DeviceLoader::read_into(const TensorRead& r, size_t from, size_t bytes, std
   const int64_t t0 = now_ns();
   parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const Piece& p = pieces[i];
-      r.file->read(r.key, p.src, p.dst, p.bytes);
+      const ReadPiece& p = pieces[i];
+      r.file->read(r.key, p.src, dst + p.dst, p.bytes);
       if (!scan) continue;
-      const NonFinite bad = find_non_finite(r.dtype, p.dst, static_cast<int64_t>(p.bytes / es));
+      const NonFinite bad = find_non_finite(r.dtype, dst + p.dst, static_cast<int64_t>(p.bytes / es));
       if (bad.count == 0) continue;
       const int64_t first = static_cast<int64_t>(p.src / es) + bad.first;
       std::lock_guard lock(mu);

@@ -41,6 +41,13 @@ struct TensorRead {
   size_t bytes() const;
 };
 
+// Bytes [from, from + bytes) of a gather as reads of its stored tensor, each at most piece_bytes: `src` is the
+// offset in the stored tensor (TensorRead::Span::offset's frame), `dst` the offset from `from` in the gathered bytes.
+struct ReadPiece {
+  size_t src = 0, bytes = 0, dst = 0;
+};
+std::vector<ReadPiece> read_pieces(const TensorRead& r, size_t from, size_t bytes, size_t piece_bytes);
+
 // All of `key`.
 TensorRead read_tensor(const SafeTensors& f, const std::string& key);
 // The listed ranges of `key`'s first dimension, in the order given, and of a 2-D tensor only columns

@@ -122,6 +122,9 @@ struct BackendOps {
 
   // Device memory of the backend's device in bytes (0: not a device).
   size_t (*total_bytes)() = nullptr;
+  // The device-memory budget its allocator may hold and the bytes it holds in use (0: not a device).
+  int64_t (*budget_bytes)() = nullptr;
+  int64_t (*in_use_bytes)() = nullptr;
   // Pinned GEMM choice (PinnedGemms in ops.h): +1 on entering a scope on this thread, -1 on leaving it.
   void (*pin_gemms)(int delta) = nullptr;
 };

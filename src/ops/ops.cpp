@@ -321,4 +321,16 @@ size_t device_total_bytes(Device device) {
   return be.total_bytes ? be.total_bytes() : 0;
 }
 
+int64_t device_budget_bytes(Device device) {
+  if (!backend_present(device)) return 0;
+  const BackendOps& be = backend_for(device, "device_budget_bytes");
+  return be.budget_bytes ? be.budget_bytes() : 0;
+}
+
+int64_t device_in_use_bytes(Device device) {
+  if (!backend_present(device)) return 0;
+  const BackendOps& be = backend_for(device, "device_in_use_bytes");
+  return be.in_use_bytes ? be.in_use_bytes() : 0;
+}
+
 }  // namespace h3::ops

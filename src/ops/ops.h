@@ -104,6 +104,11 @@ class PinnedGemms {
 
 // Memory of `device` in bytes (0 for the CPU or without a running device backend).
 size_t device_total_bytes(Device device);
+// The bytes h3's tensors may take on `device` (--max-device-memory, less what the CUDA context and libraries take:
+// backend/budget.h) and the bytes they take now; 0 for the CPU or without a running device backend. The room left
+// for a phase is their difference.
+int64_t device_budget_bytes(Device device);
+int64_t device_in_use_bytes(Device device);
 
 }  // namespace h3::ops
 

@@ -471,6 +471,8 @@ void register_ops() {
   register_vae_ops(t);
   register_text_ops(t);
   t.total_bytes = gpu_total_bytes;
+  t.budget_bytes = gpu_budget_bytes;
+  t.in_use_bytes = [] { return static_cast<int64_t>(gpu_in_use_bytes()); };
   t.pin_gemms = pin_gemms;
   ops::register_backend(t);
 }

@@ -1,5 +1,6 @@
-// The CUDA backend's process state: the chosen GPU, one compute stream, a caching allocator and the hooks that
-// let core tensors live in device memory.
+// The CUDA backend's process state: the chosen GPU, the compute stream and the transfer stream (core/device.h:
+// Queue), a caching allocator held under the process's memory budget (backend/budget.h) and the hooks that let
+// core tensors live in device memory.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -7,10 +8,12 @@
 #include <mutex>
 
 #include "backend/backend.h"
+#include "backend/budget.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/convert.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/tensors.h"
+#include "core/byte_size.h"
 #include "core/device.h"
 #include "core/log.h"
 #include "core/profile.h"
@@ -29,11 +32,17 @@ struct State {
   int device = 0;
   int sms = 0;
   cudaStream_t stream = nullptr;
+  // Host-to-device weight copies beside the compute stream. It writes only into memory its user keeps for as long
+  // as copies into it may be queued (the layer streamer's slots, freed after a host wait for their last copy), so
+  // the compute stream alone orders the caching allocator's reuse.
+  cudaStream_t transfer = nullptr;
   cudaDeviceProp prop{};
-  // Caching allocator: freed blocks wait in `cache` by rounded size; the stream orders all reuse.
+  // Caching allocator: freed blocks wait in `cache` by rounded size; the stream orders all reuse. in_use + cached
+  // never exceeds budget.cap.
   std::mutex mu;
   std::multimap<size_t, void*> cache;
   size_t in_use = 0, cached = 0, peak = 0;
+  GpuBudget budget;
   void* ws = nullptr;
   size_t ws_bytes = 0;
 };
@@ -52,6 +61,19 @@ size_t rounded(size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+// Gives cached blocks back to the device, the largest first, until at least `bytes` are freed (all when bytes is
+// negative). The caller holds the lock. cudaFree waits for the device's queued work, so no kernel still reads them.
+void release_cached_locked(State& s, int64_t bytes) {
+  int64_t freed = 0;
+  while (!s.cache.empty() && (bytes < 0 || freed < bytes)) {
+    auto it = std::prev(s.cache.end());
+    cudaFree(it->second);
+    freed += static_cast<int64_t>(it->first);
+    s.cached -= it->first;
+    s.cache.erase(it);
+  }
+}
+
 void* raw_alloc(size_t bytes) {
   profile::HostRegion region("cuda.malloc");  // a cache miss: cudaMalloc (and cudaFree of the cache when full)
   void* p = nullptr;
@@ -59,10 +81,7 @@ void* raw_alloc(size_t bytes) {
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     // Give the cached blocks back and try once more.
-    State& s = state();
-    for (auto& [sz, q] : s.cache) cudaFree(q);
-    s.cache.clear();
-    s.cached = 0;
+    release_cached_locked(state(), -1);
     e = cudaMalloc(&p, bytes);
   }
   if (e != cudaSuccess) {
@@ -136,6 +155,48 @@ void hook_copy_async(void* dst, bool dst_dev, const void* src, bool src_dev, siz
   H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
 }
 
+// The two queues from any thread: a thread that has not used this process's GPU yet selects it first (the runtime's
+// current device is per thread; ranks sharing a host use GPUs other than 0).
+void bind_thread() {
+  thread_local int bound = -1;
+  if (bound != state().device) {
+    H3_CUDA(cudaSetDevice(state().device));
+    bound = state().device;
+  }
+}
+cudaStream_t queue_stream(Queue q) {
+  return q == Queue::transfer ? state().transfer : state().stream;
+}
+void* hook_event_create() {
+  bind_thread();
+  cudaEvent_t e = nullptr;
+  H3_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+void hook_event_record_on(void* e, Queue q) {
+  bind_thread();
+  H3_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(e), queue_stream(q)));
+}
+void hook_queue_wait(Queue q, void* e) {
+  bind_thread();
+  H3_CUDA(cudaStreamWaitEvent(queue_stream(q), static_cast<cudaEvent_t>(e), 0));
+}
+void hook_copy_on(Queue q, void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
+  bind_thread();
+  const cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                      : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, queue_stream(q)));
+}
+bool hook_event_done(void* e) {
+  const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
+  if (r == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is an answer, not an error to leave behind
+    return false;
+  }
+  H3_CUDA(r);
+  return true;
+}
+
 void hook_zero(void* p, size_t bytes) {
   H3_CUDA(cudaMemsetAsync(p, 0, bytes, stream()));
 }
@@ -203,6 +264,10 @@ void* device_alloc(size_t bytes) {
     s.cache.erase(it);
     s.cached -= r;
   } else {
+    // Under the budget by construction: refused past the cap, cached blocks given back to make room.
+    const int64_t give_back = gpu_cached_to_release(s.budget, static_cast<int64_t>(r), static_cast<int64_t>(s.in_use),
+                                                    static_cast<int64_t>(s.cached));
+    if (give_back > 0) release_cached_locked(s, give_back);
     p = raw_alloc(r);
   }
   s.in_use += r;
@@ -247,6 +312,12 @@ void start_gpu_backend(const GpuOptions& o) {
   H3_CUDA(cudaGetDeviceProperties(&s.prop, s.device));
   s.sms = s.prop.multiProcessorCount;
   H3_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  H3_CUDA(cudaStreamCreateWithFlags(&s.transfer, cudaStreamNonBlocking));
+  // The budget from what is free now that the context and streams exist (library handles come lazily, inside the
+  // allowance: backend/budget.h).
+  size_t free_b = 0, total_b = 0;
+  H3_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  s.budget = plan_gpu_budget(o.max_device_bytes, static_cast<int64_t>(free_b), static_cast<int64_t>(total_b));
   s.numerics = o.numerics;
   s.gemm_tune = o.gemm_tune;
   cuda::open_gemm_algo_cache(o.gemm_algos, s.prop.name);
@@ -265,10 +336,17 @@ void start_gpu_backend(const GpuOptions& o) {
   hooks.pinned_release = cuda::hook_pinned_release;
   hooks.copy_async = cuda::hook_copy_async;
   hooks.event_wait = cuda::hook_event_wait;
+  hooks.event_create = cuda::hook_event_create;
+  hooks.event_record_on = cuda::hook_event_record_on;
+  hooks.queue_wait = cuda::hook_queue_wait;
+  hooks.copy_on = cuda::hook_copy_on;
+  hooks.event_done = cuda::hook_event_done;
   register_device_hooks(hooks);
   cuda::register_ops();
   s.started = true;
   spdlog::info("GPU {}: {}{}", s.device, gpu_description(), o.numerics.deterministic ? " (deterministic mode)" : "");
+  spdlog::info("GPU memory budget {} ({}); h3's tensors may take {}", format_byte_size(s.budget.budget),
+               s.budget.origin, format_byte_size(s.budget.cap));
 }
 
 int gpu_count() {
@@ -306,7 +384,9 @@ std::string gpu_bus_id() {
 }
 
 void gpu_synchronize() {
-  if (cuda::state().started) H3_CUDA(cudaStreamSynchronize(cuda::stream()));
+  if (!cuda::state().started) return;
+  H3_CUDA(cudaStreamSynchronize(cuda::stream()));
+  H3_CUDA(cudaStreamSynchronize(cuda::state().transfer));
 }
 
 size_t gpu_peak_bytes() {
@@ -321,15 +401,29 @@ size_t gpu_in_use_bytes() {
 size_t gpu_total_bytes() {
   return cuda::state().started ? cuda::state().prop.totalGlobalMem : 0;
 }
+int64_t gpu_budget_bytes() {
+  cuda::State& s = cuda::state();
+  if (!s.started) return 0;
+  std::lock_guard lock(s.mu);
+  return s.budget.cap;
+}
+void set_gpu_budget_bytes(int64_t cap, const std::string& why) {
+  cuda::State& s = cuda::state();
+  if (!s.started) return;
+  std::lock_guard lock(s.mu);
+  s.budget = lower_gpu_budget(s.budget, cap, why);
+  spdlog::info("GPU memory budget {}: h3's tensors may take {}", s.budget.describe(), format_byte_size(s.budget.cap));
+}
+int64_t gpu_free_at_start_bytes() {
+  return cuda::state().started ? cuda::state().budget.free_at_start : 0;
+}
 
 void gpu_release_cached() {
   cuda::State& s = cuda::state();
   if (!s.started) return;
   H3_CUDA(cudaStreamSynchronize(s.stream));
   std::lock_guard lock(s.mu);
-  for (auto& [bytes, p] : s.cache) cudaFree(p);
-  s.cache.clear();
-  s.cached = 0;
+  cuda::release_cached_locked(s, -1);
 }
 
 }  // namespace h3

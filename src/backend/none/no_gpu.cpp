@@ -38,6 +38,13 @@ size_t gpu_in_use_bytes() {
 size_t gpu_total_bytes() {
   return 0;
 }
+int64_t gpu_budget_bytes() {
+  return 0;
+}
+void set_gpu_budget_bytes(int64_t, const std::string&) {}
+int64_t gpu_free_at_start_bytes() {
+  return 0;
+}
 void gpu_release_cached() {}
 
 }  // namespace h3

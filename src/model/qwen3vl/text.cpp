@@ -262,6 +262,7 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
     if (t.defined() && t.numel() > 0) (sharded ? bytes_sharded_ : bytes_replicated_) += t.nbytes();
     return t;
   };
+  plan_streaming(n_layers, opt);
   const int64_t h = cfg.hidden, D = cfg.head_dim, qd = cfg.n_heads * D, kd = G * D, ff = cfg.intermediate;
   const int64_t qpg = cfg.n_heads / G;  // query heads per KV head
   if (tp_rank_ >= 0) embed_ = count(load("embed_tokens.weight", {cfg.vocab_size, h}), false);
@@ -288,6 +289,7 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
       if (up.defined() && gate.defined() && up.numel() && gate.numel()) u.up_gate = count(stack_rows(up, gate), true);
       L.units.push_back(std::move(u));
     }
+    if (streams(i) && problems.empty()) park_units(i, L);  // the device holds one streamed layer at a time
     layers_.push_back(std::move(L));
   }
   if (tp_rank_ >= 0 && n_layers == cfg.n_layers) final_norm_ = count(load("norm.weight", {h}), false);
@@ -298,6 +300,7 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
          list);
   }
   if (loader) load_report_ = loader->finish();
+  start_streaming();
   if (tp_rank_ < 0) layers_.resize(static_cast<size_t>(n_layers));  // layer count for checks; no weights
   if (comm_ && n > 1) spdlog::info("{}", describe_shard());
 }
@@ -312,9 +315,11 @@ std::string Qwen3VlTextModel::describe_shard() const {
   const int64_t qpg = cfg_.n_heads / cfg_.n_kv_heads;
   return fmt::format(
       "Qwen3-VL text: rank {} of {} tensor-parallel: KV heads [{}, {}), query heads [{}, {}), FFN columns "
-      "[{}, {}); {} layers, {:.1f} MB replicated + {:.1f} MB sharded on the {}",
+      "[{}, {}); {} layers, {:.1f} MB replicated + {:.1f} MB sharded on the {}{}",
       tp_rank_, tp_size_, units_.begin, units_.end, units_.begin * qpg, units_.end * qpg, c0.begin, c1.end,
-      layers_loaded(), bytes_replicated_ / 1e6, bytes_sharded_ / 1e6, device_ == Device::cpu ? "CPU" : "GPU");
+      layers_loaded(), bytes_replicated_ / 1e6, bytes_sharded_ / 1e6, device_ == Device::cpu ? "CPU" : "GPU",
+      streamer_ ? fmt::format(" ({} layers, {:.1f} MB of it, streamed)", layers_streamed(), bytes_streamed_ / 1e6)
+                : "");
 }
 
 Qwen3VlTextOutputs Qwen3VlTextModel::forward(const std::vector<int32_t>& ids, const std::vector<int64_t>& keep,
@@ -410,9 +415,12 @@ Qwen3VlTextOutputs Qwen3VlTextModel::compute(const std::vector<int32_t>& ids, co
   // bf16: transformers takes cos/sin in f32 and casts them to the model's dtype.
   auto [cos_h, sin_h] = mrope_tables(cfg_, n, mrope_positions, dtype_ == DType::bf16 ? DType::f32 : dtype_);
   const Tensor cos = on_dev(cos_h), sin = on_dev(sin_h);
+  std::unique_lock stream_lock(stream_mu_, std::defer_lock);  // a streamed tower's ring serves one forward at a time
+  if (streamer_) stream_lock.lock();
   for (int64_t li = 0; li < last; ++li) {
     if (before_layer) before_layer(li, last);
-    const Layer& L = layers_[static_cast<size_t>(li)];
+    LayerHold hold(*this, li);  // a streamed layer's weights: in its ring slot once the compute queue gets there
+    const Layer& L = hold.layer();
     const std::string name = "layer " + std::to_string(li);
     std::vector<Tensor> parts;
     Tensor h = norm(x, L.in_norm, cfg_.hidden);
@@ -421,6 +429,7 @@ Qwen3VlTextOutputs Qwen3VlTextModel::compute(const std::vector<int32_t>& ids, co
     parts.clear();
     h = norm(x, L.post_norm, cfg_.hidden);
     for (const Unit& u : L.units) parts.push_back(mlp_partial(u, h));
+    hold.release();  // the layer's kernels are queued: its slot takes the next streamed layer
     x = ops::add(x, to_compute(fold_units(parts, name + " MLP")));
     if (kept(li + 1)) out.hidden_states[li + 1] = x;
     if (extras && static_cast<size_t>(li) < extras->deepstack.size() && rows_idx.numel() > 0) {

@@ -34,12 +34,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "distributed/comm.h"
 #include "distributed/partition.h"
+#include "io/layer_stream.h"
 #include "io/safetensors.h"
 #include "model/qwen3vl/weights.h"
 
@@ -82,6 +84,14 @@ struct Qwen3VlTextOptions {
   Precision precision = Precision::f32;  // f32; f64 on the CPU only; bf16 on the GPU only; fp8 is refused
   Device device = Device::cpu;           // Device::cuda: weights and activations on the GPU (bf16 or f32)
   Comm* comm = nullptr;  // tensor-parallel group (all its ranks construct and call forward together); null = 1
+  // Layer streaming (io/layer_stream.h, model/qwen3vl/text_streaming.cpp) for a device that cannot hold the tower:
+  // `resident_layers` of the loaded decoder layers stay on the device (spread_resident chooses which; -1: all, no
+  // streaming); the others' unit weights (q/k/v/o, [up; gate], down: all of a layer but its four norm vectors) are
+  // parked in page-locked host memory after loading and copied into a ring of `ring_slots` device slots ahead of the
+  // layer that needs them. Embeddings, norms and the final norm stay resident. Under tensor parallelism each rank parks
+  // its own slices. The same kernels run on the same bytes: the outputs are bitwise those of the resident tower.
+  int resident_layers = -1;
+  int ring_slots = 3;
 };
 
 // Called by forward() before each decoder layer it runs, with the layer's index and the number of layers the call
@@ -117,6 +127,11 @@ class Qwen3VlTextModel {
   // Bytes of weights this rank holds: replicated (embeddings, norms) and its units' slices.
   size_t bytes_replicated() const { return bytes_replicated_; }
   size_t bytes_sharded() const { return bytes_sharded_; }
+  // Of the loaded layers, how many are streamed (0: all resident), and the streamer's counts (zero when none).
+  int64_t layers_streamed() const;
+  LayerStreamStats stream_stats() const;
+  // Bytes of this rank's unit weights parked in host memory (counted in bytes_sharded() too).
+  size_t bytes_streamed() const { return bytes_streamed_; }
   // What the GPU load read and how fast (empty on the CPU).
   const LoadReport& load_report() const { return load_report_; }
   std::string describe_shard() const;
@@ -144,6 +159,34 @@ class Qwen3VlTextModel {
     Tensor in_norm, q_norm, k_norm, post_norm;  // replicated
     std::vector<Unit> units;                    // this rank's units g0..g1-1
   };
+  // A decoder layer's weights for one step of compute(): the resident layer itself, or a streamed layer with its
+  // units' tensors as views into a ring slot (LayerStreamer::acquire, in park_units' order). release() once the
+  // layer's kernels are queued (the slot is refilled then; the views must not be used after); a hold ended by an
+  // exception releases in its destructor. text_streaming.cpp.
+  class LayerHold {
+   public:
+    LayerHold(const Qwen3VlTextModel& m, int64_t layer);
+    ~LayerHold();
+    LayerHold(const LayerHold&) = delete;
+    LayerHold& operator=(const LayerHold&) = delete;
+    const Layer& layer() const { return *layer_; }
+    void release();
+
+   private:
+    LayerStreamer* streamer_ = nullptr;  // null: a resident layer
+    int index_ = 0;
+    Layer views_;
+    const Layer* layer_ = nullptr;
+  };
+  // Load time: the streamer for the layers spread_resident does not keep (none when all are kept).
+  void plan_streaming(int64_t n_layers, const Qwen3VlTextOptions& opt);
+  bool streams(int64_t layer) const;
+  // Moves a loaded streamed layer's unit tensors into the streamer (their device memory goes back); the units keep
+  // their count, with undefined tensors.
+  void park_units(int64_t layer, Layer& L);
+  // After the last layer is parked: allocates the ring and starts the first copies; logs the streamer's summary.
+  void start_streaming();
+
   // The model's RMSNorm over groups of `group` channels. f64 (CPU only) follows the reference's flow, which
   // normalizes in f32 even in its f64 run (ops_vae.h rms_norm_via_f32, RefNormWeight::kF64ThenWeight); f32
   // and the GPU use ops::rms_norm.
@@ -168,6 +211,12 @@ class Qwen3VlTextModel {
   LoadReport load_report_;
   Tensor embed_, final_norm_;
   std::vector<Layer> layers_;
+  // The streamed layers (null: every layer resident). The ring is shared, so forwards of a streamed tower run one
+  // at a time (stream_mu_).
+  std::unique_ptr<LayerStreamer> streamer_;
+  std::vector<bool> streamed_;  // per loaded layer (plan_streaming)
+  mutable std::mutex stream_mu_;
+  size_t bytes_streamed_ = 0;
 };
 
 }  // namespace h3

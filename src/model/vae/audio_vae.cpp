@@ -1,5 +1,6 @@
 #include "model/vae/audio_vae.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "core/json.h"
 #include "core/json_limits.h"
 #include "io/weight_files.h"
+#include "model/vae/decode_room.h"
 #include "model/vae/weights.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
@@ -324,12 +326,39 @@ Tensor AudioVae::amp_block(const AmpBlock& blk, const Tensor& x) const {
   return h;
 }
 
-Tensor AudioVae::decode(const Tensor& latents) const {
+int64_t audio_decoder_item_bytes(const AudioVaeConfig& c, int64_t frames) {
+  int64_t channels = c.decoder_dim, samples = frames, widest = channels * samples;
+  for (int64_t rate : c.decoder_rates) {
+    channels = std::max<int64_t>(channels / 2, 1);
+    samples *= rate;
+    widest = std::max(widest, channels * samples);
+  }
+  return widest * 4 * 16;
+}
+
+Tensor AudioVae::decode(const Tensor& latents, int64_t max_items) const {
   H3_CHECK(latents.ndim() == 3 && latents.dim(1) == cfg_.latent_channels && latents.dim(2) > 0,
            "audio VAE decode: latents must be [batch, {}, frames] (stereo = 2 batch items), got {}",
            cfg_.latent_channels, latents.describe());
   H3_CHECK(dtype_is_float(latents.dtype()), "audio VAE decode: latents must be floating point, got {}",
            latents.describe());
+  const int64_t B = latents.dim(0), A = latents.dim(2);
+  const int64_t k = max_items > 0 ? std::min(max_items, B)
+                                  : decode_units_per_call("audio VAE", fmt::format("item of {} latent frames", A),
+                                                          audio_decoder_item_bytes(cfg_, A), decode_room(dev_), 1.0, B);
+  if (k >= B) return decode_items(latents);
+  // Items k at a time into one host waveform [B, 1, A * hop].
+  Tensor out;
+  for (int64_t b = 0; b < B; b += k) {
+    const Tensor part = decode_items(latents.rows(b, std::min(B, b + k)));
+    if (!out.defined()) out = Tensor(part.dtype(), {B, part.dim(1), part.dim(2)});
+    std::memcpy(static_cast<std::byte*>(out.raw()) + static_cast<size_t>(b) * (part.nbytes() / part.dim(0)), part.raw(),
+                part.nbytes());
+  }
+  return out;
+}
+
+Tensor AudioVae::decode_items(const Tensor& latents) const {
   Tensor x = latents.on_device() ? latents.cpu().to(ct_) : latents.to(ct_);
   if (dev_ != Device::cpu) x = x.to_device(dev_);
   x = ops::conv1d(x, dec_in_w_, &dec_in_b_, 1, 0, 1, 1);

@@ -34,6 +34,13 @@ struct AudioVaeConfig {
   void validate(const std::string& where) const;
 };
 
+// The GPU activations one batch item of `frames` latent frames needs in the decoder: the widest stage (channels x
+// samples) of the upsampling stack, in f32, times the 16 buffers an anti-aliased AMP block keeps alive (its input,
+// the x2-upsampled activation, three resblock branches, the sum, the allocator's rounding). At the released sizes
+// (decoder_dim 1024, rates 5 5 2 2 2 2 2) the widest stages hold 6400 x frames values: 85 MB for a 5 s clip (208
+// latent frames).
+int64_t audio_decoder_item_bytes(const AudioVaeConfig& c, int64_t frames);
+
 class AudioVae {
  public:
   // Loads the weights stored under `prefix` ("weight." in golden files, "" in a diffusers checkpoint) and converts
@@ -50,7 +57,13 @@ class AudioVae {
   const LoadReport& load_report() const { return load_report_; }
 
   // latents [B, latent_channels, A] (already de-normalised) -> waveform [B, 1, A * hop] clamped to [-1, 1].
-  Tensor decode(const Tensor& latents) const;
+  // The items go max_items per call (0: as many as fit in the room left under the GPU's memory budget,
+  // audio_decoder_item_bytes each; all of them on the CPU); a GPU that has not the room for one item refuses, naming
+  // both. Each item is decoded independently of the others: on the CPU (whose GEMM order never depends on the row
+  // count) and in deterministic mode on the GPU the waveform is bitwise the same however the items are split; else
+  // the split GEMMs may choose other cuBLASLt algorithms and differ in the last bits, as across the ranks of
+  // decode_audio_sharded.
+  Tensor decode(const Tensor& latents, int64_t max_items = 0) const;
   // waveform [B, 1, N] -> posterior mean [B, latent_channels, ceil(N / hop)] (right-padded with zeros).
   Tensor encode_mean(const Tensor& waveform) const;
   // z * std + mean and (z - mean) / std per channel on [B, C, A] (identity when the config has no statistics).
@@ -85,7 +98,8 @@ class AudioVae {
   Tensor activation(const Act& a, const Tensor& x) const;
   Tensor amp_block(const AmpBlock& blk, const Tensor& x) const;
   Tensor residual_unit(const ResUnit& u, const Tensor& x) const;
-  Tensor pre_block(const Tensor& rows) const;  // [T, latent_dim] -> [T, latent_channels]
+  Tensor pre_block(const Tensor& rows) const;        // [T, latent_dim] -> [T, latent_channels]
+  Tensor decode_items(const Tensor& latents) const;  // decode() of these items in one call
 
   void upload_decoder();  // moves the decoder's weights to dev_ (constructor)
 

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/profile.h"
+#include "model/vae/decode_room.h"
 #include "model/vae/video_vae.h"
 #include "ops/ops.h"
 #include "ops/ops_conv.h"
@@ -133,9 +134,16 @@ int64_t VideoVae::decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const {
 }
 
 int64_t VideoVae::batch_size(int64_t t, int64_t h, int64_t w) const {
-  const int64_t budget =
-      dev_ == Device::cpu ? (int64_t{2} << 30) : static_cast<int64_t>(ops::device_total_bytes(dev_) / 4);
-  return std::clamp<int64_t>(budget / std::max<int64_t>(decoder_unit_bytes(t, h, w), 1), 1, kMaxDecodeBatch);
+  const int64_t unit = std::max<int64_t>(decoder_unit_bytes(t, h, w), 1);
+  if (dev_ == Device::cpu) return std::clamp<int64_t>((int64_t{2} << 30) / unit, 1, kMaxDecodeBatch);
+  // On a GPU: half the room left under the device-memory budget (the other half for the finished units waiting for
+  // their stitch, the frames and the allocator's rounding), never more than a quarter of the device, as before there
+  // was a budget; refused, naming the need and the room, when one unit needs more than all the room. Smaller tiles
+  // would change the frames; fewer units per call do not: decode_blocks runs under ops::PinnedGemms.
+  const int64_t quarter =
+      std::clamp<int64_t>(static_cast<int64_t>(ops::device_total_bytes(dev_) / 4) / unit, 1, kMaxDecodeBatch);
+  return decode_units_per_call("video VAE", fmt::format("unit of {}x{}x{} latents", t, h, w), unit, decode_room(dev_),
+                               0.5, quarter);
 }
 
 std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) const {

@@ -165,8 +165,9 @@ class VideoVae {
   // decode_block(blocks[i]): the CPU GEMM's order never depends on the row count, and on the GPU the GEMMs run
   // under ops::PinnedGemms (one algorithm per weight shape).
   std::vector<Tensor> decode_blocks(const std::vector<Tensor>& blocks) const;
-  // Units of this latent shape per stacked call: the activation bytes of one unit (decoder_unit_bytes) against a
-  // budget of a quarter of the GPU's memory (2 GiB on the CPU), at most kMaxDecodeBatch.
+  // Units of this latent shape per stacked call: the activation bytes of one unit (decoder_unit_bytes) against half
+  // the room left under the GPU's memory budget, at most a quarter of its memory (2 GiB on the CPU), at most
+  // kMaxDecodeBatch, at least 1; a GPU whose room cannot hold one unit refuses, naming both (model/vae/decode_room.h).
   int64_t batch_size(int64_t t, int64_t h, int64_t w) const;
   int64_t decoder_unit_bytes(int64_t t, int64_t h, int64_t w) const;
   static constexpr int64_t kMaxDecodeBatch = 32;

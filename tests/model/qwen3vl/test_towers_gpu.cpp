@@ -102,6 +102,39 @@ TEST(CudaText, TextMiniInBf16OnTheGpuFollowsTheF32Run) {
             0.0);
 }
 
+// Streamed decoder layers on the GPU (text_streaming.cpp, io/layer_stream.h: copies on the transfer queue, events
+// between the queues): every state bitwise the resident tower's, in f32 and bf16, over two passes (the ring wraps).
+TEST(CudaText, StreamedLayersOnTheGpuGiveTheResidentBits) {
+  H3_REQUIRE_GPU();
+  const auto file = test::golden("qwen3vl-text-mini.safetensors");
+  H3_REQUIRE_GOLDEN(file);
+  const TextMini mini = open_text_mini(file);
+  const int64_t n = mini.c.n_layers;
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < 29; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 11) % mini.c.vocab_size));
+  for (Precision p : {Precision::f32, Precision::bf16}) {
+    const Qwen3VlTextModel resident(mini.w, mini.c, -1, Qwen3VlTextOptions{p, Device::cuda, nullptr});
+    const Qwen3VlTextOutputs want = resident.forward(ids, {1, n / 2, n}, true);
+    for (const auto& [kept, slots] : {std::pair{0, 2}, std::pair{static_cast<int>(n / 2), 3}}) {
+      Qwen3VlTextOptions o{p, Device::cuda, nullptr};
+      o.resident_layers = kept;
+      o.ring_slots = slots;
+      const Qwen3VlTextModel streamed(mini.w, mini.c, -1, o);
+      ASSERT_EQ(streamed.layers_streamed(), n - kept);
+      for (int pass = 0; pass < 2; ++pass) {
+        SCOPED_TRACE(fmt::format("{}, {} resident, {} slots, pass {}", precision_name(p), kept, slots, pass));
+        const Qwen3VlTextOutputs got = streamed.forward(ids, {1, n / 2, n}, true);
+        for (int64_t k : {int64_t{1}, n / 2, n}) {
+          const Tensor a = got.hidden_states.at(k).cpu(), b = want.hidden_states.at(k).cpu();
+          EXPECT_TRUE(compare(a, b).bitwise) << "hidden_states[" << k << "]";
+        }
+        EXPECT_TRUE(compare(got.last_normed.cpu(), want.last_normed.cpu()).bitwise) << "normed";
+      }
+      EXPECT_GE(streamed.stream_stats().copies, 2 * (n - kept));
+    }
+  }
+}
+
 TEST(CudaText, VisionMiniOnTheGpuMatchesTheCpu) {
   H3_REQUIRE_GPU();
   const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(kDefaultProceduralSeed));

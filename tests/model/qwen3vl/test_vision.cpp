@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/compare.h"
+#include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/qwen3vl.h"
 #include "ops/ops_act.h"
 #include "support/golden.h"
@@ -169,6 +170,18 @@ TEST(Qwen3VlVision, ConfigShapesAndF32MatchesF64) {
 
 // Attention is one sequence per temporal group of each grid: two images in one call, and a 2-frame video, give
 // the same rows as running each image / frame alone. Within a sequence, rows do depend on each other.
+// vision.h keeps the tower resident because it is small: 595,266,800 parameters at the released sizes (27 blocks of
+// 15,239,504, the merger 44,838,656 and three DeepStack mergers of 44,845,568, patch embedding 1,770,624 and
+// position table 2,654,208, summed by hand from the shapes), 1.11 GiB in bf16. A config that grows past 2 GiB
+// must stream the tower like the text tower.
+TEST(Qwen3VlVision, ReleasedTowerIsSmallEnoughToStayResident) {
+  int64_t params = 0;
+  for (const auto& [key, shape] : qwen3vl_vision_parameters(Qwen3VlVisionConfig{}, "visual."))
+    params += shape_numel(shape);
+  EXPECT_EQ(params, 595266800);
+  EXPECT_LT(params * 2, int64_t{2} << 30);
+}
+
 TEST(Qwen3VlVision, AttentionSequencesAreImagesAndFrames) {
   test::ScratchDir dir;
   const std::string path = (dir / "tower.safetensors").string();
