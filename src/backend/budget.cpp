@@ -27,7 +27,10 @@ GpuBudget plan_gpu_budget(int64_t requested, int64_t free_at_start, int64_t tota
   b.total = total;
   b.explicit_budget = requested > 0;
   if (b.explicit_budget) {
-    H3_CHECK(requested <= total, "--max-device-memory {} is more than this GPU's {}", gib(requested), gib(total));
+    H3_CHECK(requested <= total,
+             "--max-device-memory {} is more than this GPU's {}; ask for at most the {} free on it at start, or leave "
+             "the option out (the default is what is free less {})",
+             gib(requested), gib(total), gib(free_at_start), gib(kGpuDefaultMarginBytes));
     H3_CHECK(requested <= free_at_start,
              "--max-device-memory {} is more than the {} free on this GPU at start (of {}; the other {} are held by "
              "other processes and this process's CUDA context); ask for at most {}, or free the GPU (nvidia-smi "

@@ -228,7 +228,7 @@ DitShard DitShard::of(const DitConfig& c, DistMode mode, int K, int U, int t, in
 }
 
 DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device,
-                   const Numerics& numerics)
+                   const Numerics& numerics, const DitStreaming& streaming)
     : config_(ck.config()),
       precision_(precision),
       ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
@@ -408,8 +408,11 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   };
   for (int r = 0; r < config_.num_refiner_layers; ++r)
     refiner_.push_back(load_block("token_refiner.refiner_blocks." + std::to_string(r) + ".", false));
-  for (int n = 0; n < config_.num_layers; ++n)
+  start_streaming(streaming);
+  for (int n = 0; n < config_.num_layers; ++n) {
     blocks_.push_back(load_block("transformer_blocks." + std::to_string(n) + ".", true));
+    if (block_streamed(blocks_.size() - 1)) park_block(blocks_.size() - 1);  // before the next block loads
+  }
   refiner_norm_ = rep("token_refiner.final_norm.weight", true);
   out_norm_ = rep("norm_out.norm.weight", true);
   out_ada_w_ = rep("norm_out.linear.weight", true);
@@ -419,6 +422,7 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   audio_out_w_ = rep("audio_proj_out.weight", false);
   audio_out_b_ = rep("audio_proj_out.bias", false);
   load_report_ = loader.finish();
+  finish_streaming();
   H3_ASSERT(rep_params == shard.replicated_params && shard_params == shard.sharded_params,
             "weights held ({} replicated + {} sharded parameters) differ from the plan's account ({} + {})", rep_params,
             shard_params, shard.replicated_params, shard.sharded_params);

@@ -3,12 +3,14 @@
 // 3-axis partial RoPE, the final modulated norm and the two output heads.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/numerics.h"
 #include "distributed/plan.h"
+#include "io/layer_stream.h"
 #include "model/dit/checkpoint.h"
 #include "model/dit/config.h"
 #include "model/dit/fp8_layers.h"
@@ -47,6 +49,17 @@ struct DitShard {
   static DitShard of(const DitConfig& c, DistMode mode, int K, int U, int t, int u, int world, int64_t S);
 };
 
+// DiT weight streaming (issue 37): how many transformer blocks keep their weights on the device. The others' large
+// per-block tensors (the q/k/v/out and FFN GEMM weights, FP8 ones as FP8 with their scales staying on the device,
+// and the AdaLN weight and bias) are parked in host memory as each block loads, and copied into a ring of
+// `ring_slots` device buffers ahead of the block that needs them (io/layer_stream.h); the norms stay resident.
+// Which blocks stay: spread_resident(num_layers, resident_blocks). The same kernels run on the same bytes, so the
+// outputs are bitwise those of the resident model. Every rank of a plan must pass the same values.
+struct DitStreaming {
+  int resident_blocks = -1;  // -1 (or num_layers and more): every block resident, no streaming; else 0..num_layers-1
+  int ring_slots = 3;        // device buffers of one block each: one in use, ring_slots - 1 copies in flight
+};
+
 // Weights of one rank, in the compute dtype. With a distributed plan the rank keeps only its slices:
 //   q/k/v rows of its heads (H_t in tensor/hybrid, H_u in ulysses-ag), out_proj columns of H_t, the FFN value and
 //   gate rows of its columns F_t (kept as [value_slice; gate_slice]), fc2 columns F_t, AdaLN rows A_t of the 18H
@@ -56,8 +69,9 @@ class DitModel {
   // device: where the weights live and the forward runs (Device::cuda needs the GPU backend started, and
   // precision bf16 or fp8). Inputs and outputs are host tensors either way. numerics: how the fp8 recipe scales and
   // attends (the GPU backend's own, core/numerics.h); no effect on the CPU.
+  // streaming: how many transformer blocks stay on the device (DitStreaming; default: all).
   DitModel(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan = DistPlan::single(),
-           Device device = Device::cpu, const Numerics& numerics = {});
+           Device device = Device::cpu, const Numerics& numerics = {}, const DitStreaming& streaming = {});
   // Runs one forward. Every rank calls it with the same inputs; every rank gets the full outputs (and, when asked,
   // the full activations).
   DitOutputs forward(const DitInputs& in, bool keep_activations = false) const;
@@ -73,6 +87,10 @@ class DitModel {
   size_t sharded_bytes() const { return sharded_bytes_; }
   // How the weights were loaded (io/device_loader.h: bytes read, seconds, GB/s; tensors generated in place).
   const LoadReport& load_report() const { return load_report_; }
+  // Transformer blocks whose weights stay on the device (num_layers without streaming), and the streamer's figures
+  // (zeros without streaming; the summary is logged once when the model goes).
+  int resident_blocks() const;
+  LayerStreamStats streaming_stats() const;
 
   struct Block {
     Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;
@@ -85,7 +103,8 @@ class DitModel {
   };
 
  private:
-  struct Step;  // per-forward state (model/dit/forward.cpp)
+  struct Step;       // per-forward state (model/dit/forward.cpp)
+  class BlockLease;  // a block's weights while its kernels are queued (model/dit/streaming.h)
   Tensor round_if_bf16(Tensor t) const;
   // Whether element-wise ops round their intermediates through bf16 (the bf16 and fp8 recipes).
   bool bf16_steps() const { return precision_ == Precision::bf16 || precision_ == Precision::fp8; }
@@ -102,7 +121,17 @@ class DitModel {
   Tensor mlp_block(const Block& b, const Tensor& h, Step& st) const;
   Tensor refiner_attention(const Block& b, const Tensor& h) const;
   Tensor refiner_mlp(const Block& b, const Tensor& h) const;
+  // Every resident block's modulation table (undefined for streamed blocks: block_table computes theirs when their
+  // weights are on the device), and the tensor-parallel all-gather that assembles tables from each rank's rows.
   std::vector<Tensor> adaln_tables(const Tensor& ada_in) const;
+  std::vector<Tensor> gather_tables(const std::vector<Tensor>& own) const;
+  Tensor block_table(const Block& b, const Tensor& ada_in) const;
+  // Streaming (model/dit/streaming.cpp): the streamer for `s` before the blocks load, a loaded block's large
+  // tensors parked, the ring started after loading.
+  void start_streaming(const DitStreaming& s);
+  void park_block(size_t n);
+  void finish_streaming();
+  bool block_streamed(size_t n) const { return !resident_.empty() && !resident_[n]; }
   // `v` as an i32 index tensor where the model's ops run: on the GPU uploaded once per distinct content and kept
   // (every step of a request has the same layout, and each host-to-device copy waits for the queued work).
   Tensor device_index(const std::vector<int32_t>& v) const;
@@ -128,6 +157,8 @@ class DitModel {
   Tensor proj_in_w, proj_in_b, audio_in_w, audio_in_b, ctx_w, ctx_b;
   Tensor t1_w, t1_b, t2_w, t2_b;
   std::vector<Block> refiner_, blocks_;
+  std::vector<bool> resident_;               // per block, when streaming (empty: all resident)
+  std::shared_ptr<LayerStreamer> streamer_;  // shared: the forward is const and DitModel stays copyable
   Tensor refiner_norm_, out_norm_, out_ada_w_, out_ada_b_, proj_out_w_, proj_out_b_, audio_out_w_, audio_out_b_;
 };
 

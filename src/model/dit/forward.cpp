@@ -16,6 +16,7 @@
 #include "distributed/control.h"
 #include "model/dit/dit.h"
 #include "model/dit/exchange.h"
+#include "model/dit/streaming.h"
 #include "ops/ops.h"
 
 namespace h3 {
@@ -250,20 +251,31 @@ Tensor DitModel::mlp_block(const Block& b, const Tensor& h, Step& st) const {
   return round_if_bf16(reduce_rows_to(*plan_.tp_comm, partial, st.tp_rows, "reduce-scatter MLP out (tensor)"));
 }
 
-// The six modulation tables of every block for this forward: each rank projects its rows A_t of the AdaLN weights,
-// then one all-gather over the tensor-parallel group assembles all blocks at once.
+// The six modulation tables of every resident block for this forward: each rank projects its rows A_t of the AdaLN
+// weights, then one all-gather over the tensor-parallel group assembles all blocks at once. A streamed block's
+// table comes when its weights do (block_table, model/dit/streaming.cpp).
 std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
-  const int64_t M = ada_in.dim(0), H = config_.hidden_size, nb = static_cast<int64_t>(blocks_.size());
-  std::vector<Tensor> full;
-  if (plan_.K == 1) {
-    for (const auto& b : blocks_) full.push_back(round_if_bf16(ops::linear(ada_in, b.adaln_w, &b.adaln_b)));
-    return full;
-  }
+  std::vector<Tensor> own(blocks_.size());
+  for (size_t n = 0; n < blocks_.size(); ++n)
+    if (!block_streamed(n)) own[n] = round_if_bf16(ops::linear(ada_in, blocks_[n].adaln_w, &blocks_[n].adaln_b));
+  if (plan_.K == 1) return own;
+  return gather_tables(own);
+}
+
+// Full tables [M, 18H] from each rank's rows A_t of them: the defined entries of `own` in one all-gather over the
+// tensor-parallel group (undefined entries stay undefined; the same entries on every rank).
+std::vector<Tensor> DitModel::gather_tables(const std::vector<Tensor>& own) const {
+  std::vector<size_t> blocks;
+  for (size_t n = 0; n < own.size(); ++n)
+    if (own[n].defined() && own[n].numel() > 0) blocks.push_back(n);
+  std::vector<Tensor> full(own.size());
+  if (blocks.empty()) return full;
+  const int64_t M = own[blocks.front()].dim(0), H = config_.hidden_size, nb = static_cast<int64_t>(blocks.size());
   const int64_t a = ada_rows_.size();
   const DType tt = dev_ == Device::cpu ? ct_ : DType::bf16;  // the tables' dtype
   Tensor mine(tt, {nb, M, a});
   for (int64_t n = 0; n < nb; ++n) {
-    Tensor s = host_side(round_if_bf16(ops::linear(ada_in, blocks_[n].adaln_w, &blocks_[n].adaln_b)));
+    Tensor s = host_side(own[blocks[n]]);
     std::memcpy(static_cast<std::byte*>(mine.raw()) + n * s.nbytes(), s.raw(), s.nbytes());
   }
   Comm& tp = *plan_.tp_comm;
@@ -279,14 +291,14 @@ std::vector<Tensor> DitModel::adaln_tables(const Tensor& ada_in) const {
   tp.allgatherv(mine.raw(), all.raw(), counts, tt, "all-gather AdaLN tables (tensor)");
   const size_t es = dtype_size(tt);
   const auto* src = static_cast<const std::byte*>(all.raw());
-  for (int64_t n = 0; n < nb; ++n) full.emplace_back(tt, Shape{M, 18 * H});
+  for (int64_t n = 0; n < nb; ++n) full[blocks[n]] = Tensor(tt, Shape{M, 18 * H});
   for (int j = 0; j < tp.size(); ++j) {
     const int64_t w = parts[j].size();
     for (int64_t n = 0; n < nb; ++n)
       for (int64_t m = 0; m < M; ++m, src += w * es)
-        std::memcpy(static_cast<std::byte*>(full[n].raw()) + (m * 18 * H + parts[j].begin) * es, src, w * es);
+        std::memcpy(static_cast<std::byte*>(full[blocks[n]].raw()) + (m * 18 * H + parts[j].begin) * es, src, w * es);
   }
-  for (auto& t : full) t = back_to(t, dev_);
+  for (size_t n : blocks) full[n] = back_to(full[n], dev_);
   return full;
 }
 
@@ -320,8 +332,10 @@ void DitModel::prepare_step(const DitInputs& in, Step& st) const {
   const bool bf = bf16_steps();
   // All ranks must be running the same forward on the same shapes before any tensor moves.
   agree(*plan_.world_comm, ++op_id_,
-        shape_hash(fmt::format("{} {} {} {} {} {}", in.video.describe(), in.audio.describe(), in.text.describe(),
-                               in.timestep.describe(), in.seq_len(), precision_name(precision_))),
+        shape_hash(fmt::format("{} {} {} {} {} {}{}", in.video.describe(), in.audio.describe(), in.text.describe(),
+                               in.timestep.describe(), in.seq_len(), precision_name(precision_),
+                               // ranks streaming different blocks would issue the tables' gathers differently
+                               streamer_ ? fmt::format(" resident {}", resident_blocks()) : "")),
         "DiT forward");
   st.S = in.seq_len();
   st.M = in.timestep.numel();
@@ -427,10 +441,13 @@ Tensor DitModel::run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) cons
   const FaultInjection fault = FaultInjection::from_knobs();
   for (size_t n = 0; n < blocks_.size(); ++n) {
     fault.at_block(plan_.rank, static_cast<int>(n));
-    const Block& b = blocks_[n];
+    // A streamed block's weights come into the ring (the compute queue waits for their copy) and go back when the
+    // lease ends, after the block's kernels are queued.
+    const BlockLease lease(*this, n);
+    const Block& b = lease.block();
     // [M, 18H] viewed as [3M, 6H]: row m*3 + modality, column k*H + c for parameter k of
     // (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp).
-    Tensor table = st.tables[n].reshape({3 * st.M, 6 * H});
+    Tensor table = (block_streamed(n) ? block_table(b, st.ada_in) : st.tables[n]).reshape({3 * st.M, 6 * H});
     Tensor p[6];
     for (int k = 0; k < 6; ++k) p[k] = ops::columns(table, k * H, (k + 1) * H);
     // The MLP's gated residual of block n-1 is applied in the same pass as block n's first norm (fused, bitwise
