@@ -72,14 +72,9 @@ nlohmann::json resolve_loras(const nlohmann::json& v, const std::string& lora_di
   return out;
 }
 
-}  // namespace
-
-JobRecord Supervisor::submit(const nlohmann::json& request) {
-  if (!request.is_object()) throw bad("the body must be a JSON object");
-  nlohmann::json body = request;
-  input_reference_to_keyframe(body);  // the OpenAI SDK's field (serve/openai_compat.h)
-  nlohmann::json gen = nlohmann::json::object();
-  nlohmann::json accepted = nlohmann::json::object();
+// The request's fields, each checked and sorted: `gen` gets what GenerateRequest reads, `accepted` what the job
+// record keeps. Throws ApiError naming the first field that is wrong.
+void read_fields(const nlohmann::json& body, const ServeOptions& o, nlohmann::json& gen, nlohmann::json& accepted) {
   static const std::vector<std::string> passthrough = {
       "prompt", "width", "height", "aspect", "frames", "seconds", "steps", "seed", "shift", "audio_shift", "precision"};
   for (auto it = body.begin(); it != body.end(); ++it) {
@@ -87,10 +82,10 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
     const nlohmann::json& v = it.value();
     if (k == "model") {
       if (!v.is_string()) throw bad("'model' must be a string");
-      if (v.get<std::string>() != o_.model_id)
+      if (v.get<std::string>() != o.model_id)
         throw ApiError{400, "model_not_found",
                        fmt::format("model '{}' is not served here; this server serves '{}'",
-                                   v.get<std::string>().substr(0, 200), o_.model_id)};
+                                   v.get<std::string>().substr(0, 200), o.model_id)};
     } else if (k == "size") {
       if (!v.is_string()) throw bad("'size' must be a string like \"1344x768\"");
       auto [w, h] = parse_size(v.get<std::string>());
@@ -115,7 +110,7 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
       if (body.contains("steps")) throw bad("give 'steps' or 'num_inference_steps', not both");
       gen["steps"] = v;
     } else if (k == "x_debug_fault") {
-      if (!o_.debug_faults)
+      if (!o.debug_faults)
         throw bad(
             "unknown field 'x_debug_fault' (a test hook; the server was not started with "
             "--debug-faults)");
@@ -126,7 +121,7 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
         throw bad(e.what());
       }
     } else if (k == "loras") {
-      gen["loras"] = resolve_loras(v, o_.lora_dir);
+      gen["loras"] = resolve_loras(v, o.lora_dir);
     } else if (is_media_field(k)) {
       continue;  // stored below (serve/uploads.h); the record keeps a summary, not the data
     } else if (std::find(passthrough.begin(), passthrough.end(), k) != passthrough.end()) {
@@ -136,6 +131,10 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
     }
     accepted[k] = v;
   }
+}
+
+// The prompt and the sizes, bounded here so that no product of them can overflow further on.
+void check_bounds(const nlohmann::json& body, const nlohmann::json& gen) {
   if (!body.contains("prompt")) throw bad("'prompt' is required");
   if (!body["prompt"].is_string()) throw bad("'prompt' must be a string");
   if (body["prompt"].get<std::string>().size() > kMaxPrompt)
@@ -150,7 +149,18 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
       (gen["steps"].is_number_unsigned() ? gen["steps"].get<uint64_t>() > 100000
                                          : std::llabs(gen["steps"].get<int64_t>()) > 100000))
     throw bad("'steps' is out of range");
+}
 
+}  // namespace
+
+JobRecord Supervisor::submit(const nlohmann::json& request) {
+  if (!request.is_object()) throw bad("the body must be a JSON object");
+  nlohmann::json body = request;
+  input_reference_to_keyframe(body);  // the OpenAI SDK's field (serve/openai_compat.h)
+  nlohmann::json gen = nlohmann::json::object();
+  nlohmann::json accepted = nlohmann::json::object();
+  read_fields(body, o_, gen, accepted);
+  check_bounds(body, gen);
   nlohmann::json limits;
   {
     std::lock_guard lock(mu_);

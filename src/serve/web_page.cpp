@@ -14,8 +14,10 @@
 
 namespace h3::serve {
 
-const char* web_page_html() {
-  return R"HTML(<!doctype html>
+namespace {
+
+// The document as one constant (data, not code: the script inside it is the page's own).
+constexpr const char kPage[] = R"HTML(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>h3 serve</title>
 <style>
@@ -484,6 +486,11 @@ async function selftest() {
 start().then(() => { if (location.hash === "#selftest") return selftest(); });
 </script></body></html>
 )HTML";
+
+}  // namespace
+
+const char* web_page_html() {
+  return kPage;
 }
 
 }  // namespace h3::serve
