@@ -176,12 +176,12 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
   // The route: HEAD is answered as GET (without a body).
   const std::string m = q.method == "HEAD" ? "GET" : q.method;
   std::string allow;
-  std::smatch sm;
+  std::vector<std::string> groups;
   for (const Route& r : routes) {
-    if (!std::regex_match(q.path, sm, r.pattern)) continue;
+    if (!route_matches(r.pattern, q.path, groups)) continue;
     if (r.method == m) {
       call.route = &r;
-      for (size_t i = 1; i < sm.size(); ++i) q.matches.push_back(sm[i].str());
+      q.matches = groups;
       break;
     }
     allow += (allow.empty() ? "" : ", ") + r.method;

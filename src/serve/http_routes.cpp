@@ -155,6 +155,25 @@ void content(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
 
 }  // namespace
 
+bool route_matches(std::string_view pattern, std::string_view path, std::vector<std::string>& groups) {
+  groups.clear();
+  size_t p = 0, q = 0;
+  while (p < pattern.size()) {
+    if (pattern.compare(p, 2, "{}") == 0) {
+      const size_t end = std::min(path.find('/', q), path.size());
+      if (end == q) return false;  // an empty segment
+      groups.emplace_back(path.substr(q, end - q));
+      p += 2;
+      q = end;
+      continue;
+    }
+    if (q >= path.size() || pattern[p] != path[q]) return false;
+    ++p;
+    ++q;
+  }
+  return q == path.size();
+}
+
 std::vector<Route> make_routes(Supervisor& sup) {
   using W = Route::Where;
   const std::vector<std::string> json_body = {"application/json"};
@@ -162,7 +181,7 @@ std::vector<Route> make_routes(Supervisor& sup) {
   auto add = [&](const char* method, const char* pattern, W where,
                  std::function<void(const HttpRequest&, HttpResponse&)> fn, std::vector<std::string> types = {},
                  bool is_public = false) {
-    r.push_back(Route{method, std::regex(pattern), std::move(fn), where, is_public, std::move(types)});
+    r.push_back(Route{method, pattern, std::move(fn), where, is_public, std::move(types)});
   };
   add(
       "GET", "/", W::event,
@@ -202,20 +221,20 @@ std::vector<Route> make_routes(Supervisor& sup) {
       },
       {"application/json", "multipart/form-data"});
   add("GET", "/v1/videos", W::api, [&sup](const HttpRequest& req, HttpResponse& res) { list(sup, req, res); });
-  add("GET", R"(/v1/videos/([^/]+))", W::api,
+  add("GET", "/v1/videos/{}", W::api,
       [&sup](const HttpRequest& req, HttpResponse& res) { res.json(sup.job_json(sup.get(req.matches.at(0)))); });
-  add("DELETE", R"(/v1/videos/([^/]+))", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
+  add("DELETE", "/v1/videos/{}", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
     const std::string id = req.matches.at(0);
     sup.remove(id);
     res.json({{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
   });
   add(
-      "POST", R"(/v1/videos/([^/]+)/cancel)", W::api,
+      "POST", "/v1/videos/{}/cancel", W::api,
       [&sup](const HttpRequest& req, HttpResponse& res) { res.json(sup.job_json(sup.cancel(req.matches.at(0)))); },
       json_body);
-  add("GET", R"(/v1/videos/([^/]+)/content)", W::api,
+  add("GET", "/v1/videos/{}/content", W::api,
       [&sup](const HttpRequest& req, HttpResponse& res) { content(sup, req, res); });
-  add("GET", R"(/v1/videos/([^/]+)/events)", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
+  add("GET", "/v1/videos/{}/events", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
     res.stream = true;
     res.stream_job = sup.get(req.matches.at(0)).id;
   });

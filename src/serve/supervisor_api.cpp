@@ -4,11 +4,11 @@
 #include <cmath>
 #include <filesystem>
 
-#include <regex>
 
 #include "core/log.h"
 #include "serve/openai_compat.h"
 #include "serve/probe.h"
+#include "serve/scrub.h"
 #include "serve/supervisor.h"
 #include "serve/uploads.h"
 
@@ -281,11 +281,6 @@ void Supervisor::remove(const std::string& id) {
 
 std::string Supervisor::scrub(std::string s) const {
   namespace fs = std::filesystem;
-  auto replace_all = [&s](const std::string& from, const std::string& to) {
-    if (from.size() < 2) return;
-    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
-      s.replace(at, from.size(), to);
-  };
   std::vector<std::pair<std::string, std::string>> known;
   auto add = [&](const std::string& path, const std::string& name) {
     if (path.empty()) return;
@@ -303,11 +298,9 @@ std::string Supervisor::scrub(std::string s) const {
   for (const auto* p : {&m.model_dir, &m.dit, &m.video_vae, &m.audio_vae, &m.text_encoder, &m.tokenizer})
     if (p->find('/') != std::string::npos) add(*p, "<model>");
   // Longest first, so a folder inside another is named by the inner one.
-  std::sort(known.begin(), known.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-  for (const auto& [from, to] : known) replace_all(from, to);
-  // Any other absolute path keeps only its last component.
-  static const std::regex other(R"((^|[\s'"(=\[])/(?:[^\s'"()\[\],;:]+/)+([^\s'"()\[\],;:/]*))");
-  return std::regex_replace(s, other, "$1.../$2");
+  std::stable_sort(known.begin(), known.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  return scrub_paths(s, known);
 }
 
 nlohmann::json Supervisor::job_json(const JobRecord& r) {

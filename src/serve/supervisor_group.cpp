@@ -16,13 +16,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <thread>
 
 #include "core/knobs.h"
 #include "core/log.h"
 #include "distributed/launch.h"
 #include "serve/channel.h"
+#include "serve/group_log.h"
 #include "serve/supervisor.h"
 
 extern char** environ;
@@ -35,48 +35,6 @@ namespace {
 
 std::string random_token() {
   return new_job_id().substr(6);
-}
-
-// The last `bytes` of a file.
-std::string file_tail(const std::string& path, size_t bytes) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return "";
-  f.seekg(0, std::ios::end);
-  const auto size = static_cast<size_t>(f.tellg());
-  const size_t from = size > bytes ? size - bytes : 0;
-  f.seekg(static_cast<std::streamoff>(from));
-  std::string s(size - from, '\0');
-  f.read(s.data(), static_cast<std::streamsize>(s.size()));
-  return s;
-}
-
-// The most specific line of a dead group's log that says which rank failed and why.
-std::string culprit_line(const std::string& log) {
-  static const std::regex patterns[] = {
-      std::regex(R"(no data from rank \d+)"),
-      std::regex(R"(process rank \d+ with PID \d+ on node \S+ exited on signal)"),
-      std::regex(R"(rank \d+ \([^)]*\): .*)"),
-      std::regex(R"(rank \d+ .*(exited|killed|signal|abort))", std::regex::icase),
-  };
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < log.size()) {
-    size_t nl = log.find('\n', start);
-    if (nl == std::string::npos) nl = log.size();
-    lines.push_back(log.substr(start, nl - start));
-    start = nl + 1;
-  }
-  for (const auto& re : patterns)
-    for (const auto& l : lines)
-      if (std::regex_search(l, re)) {
-        std::string t = l;
-        // Drop the log prefix ("12:00:00.000 error [rank 1/2] ") and mpirun's decoration.
-        auto p = t.find("rank ");
-        if (p != std::string::npos && p > 0 && t.find("[rank") == std::string::npos) t = t.substr(p);
-        while (!t.empty() && (t.back() == '\r' || t.back() == ' ')) t.pop_back();
-        return t.size() > 600 ? t.substr(0, 600) : t;
-      }
-  return "";
 }
 
 }  // namespace

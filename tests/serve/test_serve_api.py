@@ -59,6 +59,27 @@ def validation(s):
                 "a 200 KB body: 413")
 
 
+def echoed_fields(s):
+    """Fields whose error message echoes their value, 30,000 and 60,000 characters long, as JSON and as
+    multipart: each a 400 with a JSON error, and the server alive after (a regular expression over the echo once
+    recursed off the stack: exit 139)."""
+    log("echoed fields")
+    for n in (30000, 60000):
+        value = "/" + "a" * n + "/b"
+        for field in ("aspect", "width", "precision", "shift", "size", "seconds", "model"):
+            expect_error(s, "POST", "/v1/videos", body={"prompt": "x", field: value}, status=400,
+                         what="%s of %d characters" % (field, len(value)))
+            boundary = "b0undary"
+            raw = ("--%s\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\nx\r\n"
+                   "--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n--%s--\r\n"
+                   % (boundary, boundary, field, value, boundary)).encode()
+            expect_error(s, "POST", "/v1/videos", raw=raw, status=400,
+                         headers={"Content-Type": "multipart/form-data; boundary=" + boundary},
+                         what="multipart %s of %d characters" % (field, len(value)))
+    st, _, _ = s.request("GET", "/health")
+    check(st == 200 and s.proc.poll() is None, "fields echoed by their errors, up to 60 KB: 400 each, server alive")
+
+
 def ids_and_routes(s):
     log("ids and routes")
     for path in ["/v1/videos/video_000000000000000000000000", "/v1/videos/nope", "/v1/videos/..%2f..%2fetc%2fpasswd",
@@ -236,6 +257,7 @@ def run(h3):
         st, h = s.json("GET", "/health")
         check(st == 200 and h["status"] == "ok", "health 200 once ready")
         validation(s)
+        echoed_fields(s)
         ids_and_routes(s)
         lifecycle(s)
         t = time.time()
