@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "core/json_limits.h"
 #include "backend/backend.h"
 #include "core/log.h"
 #include "distributed/control.h"
@@ -425,8 +426,9 @@ struct Generator::Impl {
   // is loaded for it.
   void take_request(Run& run, const ResolvedRequest& req_in) const {
     Comm& comm = run.comm;
-    run.res.request = comm.size() > 1 ? ResolvedRequest::from_json(json::parse(bcast_string(
-                                            comm, run.root ? req_in.to_json().dump() : "", 0, "generate request")))
+    run.res.request = comm.size() > 1 ? ResolvedRequest::from_json(parse_json_bounded(
+                                            bcast_string(comm, run.root ? req_in.to_json().dump() : "", 0, "generate request"),
+                                            "the broadcast request", kJsonMaxDepth, false))
                                       : req_in;
     const ResolvedRequest& req = run.res.request;
     const ModelLimits& limits = src.limits;
@@ -525,7 +527,7 @@ struct Generator::Impl {
     run.check_cancel("after encoding the prompt");
     res.prompt_tokens = embeds.dim(0);
     if (!prompt_extra.empty()) {
-      const json pj = json::parse(prompt_extra);
+      const json pj = parse_json_bounded(prompt_extra, "the broadcast vision rows", kJsonMaxDepth, false);
       vision_ranges = pj.at("vision_ranges").get<std::vector<std::pair<int64_t, int64_t>>>();
       res.vision_rows = pj.at("vision_rows").get<int64_t>();
       res.vision_blocks = static_cast<int64_t>(vision_ranges.size());

@@ -21,6 +21,9 @@ namespace {
 
 // Request bodies nest 3 levels (references[i].data); 32 leaves room and refuses bombs before parsing.
 constexpr int kMaxRequestDepth = 32;
+// A request holds a few dozen values (fields, 16 LoRAs, references); 10,000 refuses `[{},{},...]` of --max-body
+// bytes before it costs gigabytes (each empty object is an allocation), while any real request passes.
+constexpr size_t kMaxRequestValues = 10000;
 
 const char* kPageCsp =
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -210,7 +213,7 @@ std::vector<Route> make_routes(Supervisor& sup) {
         } else {
           if (req.body.empty()) throw ApiError{400, "invalid_request", "the body must be a JSON object"};
           try {
-            body = parse_json_bounded(req.body, "the body", kMaxRequestDepth);
+            body = parse_json_bounded(req.body, "the body", kMaxRequestDepth, true, kMaxRequestValues);
           } catch (const Error& e) {
             throw ApiError{400, "invalid_json", e.what()};
           }

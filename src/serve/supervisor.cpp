@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/json_limits.h"
 #include "core/knobs.h"
 #include "core/log.h"
 #include "serve/channel.h"
@@ -47,8 +48,12 @@ Supervisor::Supervisor(ServeOptions options) : o_(std::move(options)) {
   auto meta_json = [&](const char* key, nlohmann::json fallback) {
     auto v = store_->get_meta(key);
     if (!v) return fallback;
-    auto j = nlohmann::json::parse(*v, nullptr, false);
-    return j.is_discarded() ? fallback : j;
+    try {
+      return parse_json_bounded(*v, std::string("the store's ") + key, kJsonMaxDepth, false);
+    } catch (const Error& e) {
+      spdlog::warn("serve: {}; ignored", e.what());
+      return fallback;
+    }
   };
   limits_ = meta_json("limits", nlohmann::json());
   models_ = meta_json("models", nlohmann::json::array());

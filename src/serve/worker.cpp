@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/json_limits.h"
 #include "core/knobs.h"
 #include "core/log.h"
 #include "serve/channel.h"
@@ -77,7 +78,7 @@ nlohmann::json broadcast_command(Comm& comm, const nlohmann::json& on_root) {
   comm.broadcast(&n, sizeof(n), 0, "serve command length");
   text.resize(static_cast<size_t>(n));
   comm.broadcast(text.data(), n, 0, "serve command");
-  return comm.rank() == 0 ? on_root : nlohmann::json::parse(text);
+  return comm.rank() == 0 ? on_root : parse_json_bounded(text, "serve command", kJsonMaxDepth, false);
 }
 
 }  // namespace

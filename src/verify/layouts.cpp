@@ -366,8 +366,8 @@ int verify_layouts(const SafeTensors& file, std::FILE* out) {
   if (!geometries.empty()) {
     json all;
     try {
-      all = json::parse(geometries);
-    } catch (const json::exception& e) {
+      all = parse_json_bounded(geometries, "geometries", kJsonMaxDepth, false);
+    } catch (const std::exception& e) {
       r.item("__metadata__.geometries", false, fmt::format("is not valid JSON: {}", e.what()));
       return r.finish();
     }

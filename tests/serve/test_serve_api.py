@@ -33,6 +33,9 @@ def validation(s):
     for raw in bad_json:
         expect_error(s, "POST", "/v1/videos", raw=raw, status=400, what="malformed JSON %r" % raw[:20])
     expect_error(s, "POST", "/v1/videos", raw=b"", status=400, what="empty body")
+    many = b'{"prompt": "x", "loras": [' + b",".join([b"{}"] * 12000) + b"]}"
+    st, j = expect_error(s, "POST", "/v1/videos", raw=many, status=400, what="12,000 values")
+    check("more than 10000 JSON values" in j["error"]["message"], "a body of 12,000 values: 400 before it is built")
     wrong_types = [{"prompt": 5}, {"prompt": None}, {"prompt": ["a"]}, dict(GOOD, steps="x"), dict(GOOD, steps=2.5),
                    dict(GOOD, seed=-1), dict(GOOD, seed=1.5), dict(GOOD, seed="7"), dict(GOOD, width="a", height=64),
                    {"prompt": "a", "size": 5}, {"prompt": "a", "size": "axb"}, {"prompt": "a", "size": "-5x10"},
