@@ -16,6 +16,7 @@
 // and resumed with the answer. A full pool answers 503 at once.
 #include <fmt/ranges.h>
 #include <netdb.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -162,6 +163,17 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
         return MHD_YES;
       },
       &q);
+  // A refusal decided from the headers waits for the body, read and dropped (on_request), when one follows and the
+  // client does not wait for a 100 Continue before sending it: the OpenAI SDKs, Python and browsers write the
+  // whole body before they read, and a server that answers and closes early resets the connection under them
+  // (EPIPE, and the answer lost with the unread bytes). A client that sent "Expect: 100-continue" is answered at
+  // once and sends no body.
+  {
+    const std::string& length = q.header("content-length");
+    const bool has_body = !q.header("transfer-encoding").empty() || (!length.empty() && length != "0");
+    const std::string expect = q.header("expect");
+    call.body_follows = has_body && !(expect.size() == 12 && strncasecmp(expect.c_str(), "100-continue", 12) == 0);
+  }
   const MHD_ConnectionInfo* hs = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
   if (q.headers.size() > lim.max_headers || (hs && hs->header_size > lim.max_header_bytes))
     return refuse(call, 431, "headers_too_large",
@@ -225,10 +237,12 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
       // A body a little over the limit is read and dropped, so that a client that sends the whole body before it
       // reads the answer (Python's http.client, most SDKs) gets the 413 instead of a reset connection; one far
       // over it (the bound of the chunked rule below) is refused at once and the connection closed.
-      if (digits && std::stoull(length) <= 4 * lim.max_body + (1u << 20)) {
+      if (call.body_follows && digits && std::stoull(length) <= 4 * lim.max_body + (1u << 20)) {
         call.too_large = true;
         return;
       }
+      // Past the bound nothing is read: answered at once, and the connection closed.
+      call.body_follows = false;
       return refuse(call, 413, "too_large",
                     fmt::format("the request body is larger than {} bytes (--max-body)", lim.max_body));
     }
@@ -243,10 +257,13 @@ MHD_Result HttpServer::Impl::on_request(void* cls, MHD_Connection* c, const char
     call = new Call;
     *con_cls = call;
     self->begin(*call, c, url, method);
-    return call->decided ? self->send(c, *call) : MHD_YES;
+    return call->decided && !call->body_follows ? self->send(c, *call) : MHD_YES;
   }
   if (*upload_size > 0) {
-    if (!call->too_large && call->req.body.size() + *upload_size > self->lim.max_body) {
+    if (call->decided) {
+      // Refused from its headers: the body is dropped as it comes, then the answer sent (begin() says why).
+      call->too_large = true;
+    } else if (!call->too_large && call->req.body.size() + *upload_size > self->lim.max_body) {
       call->too_large = true;
       self->release(*call);
     }
@@ -268,6 +285,7 @@ MHD_Result HttpServer::Impl::on_request(void* cls, MHD_Connection* c, const char
     return MHD_YES;
   }
   if (call->dispatched) return call->finished ? self->send(c, *call) : MHD_YES;
+  if (call->decided) return self->send(c, *call);
   if (call->too_large) {
     self->refuse(*call, 413, "too_large",
                  fmt::format("the request body is larger than {} bytes (--max-body)", self->lim.max_body));
