@@ -179,6 +179,19 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
     return refuse(call, 431, "headers_too_large",
                   fmt::format("the request has more than {} header fields or {} bytes of headers", lim.max_headers,
                               lim.max_header_bytes));
+  // Two Content-Length fields that differ: which body is meant is unknowable (RFC 9112 6.3), and a proxy in front
+  // may have read the other one. Refused, and the connection closed.
+  {
+    const std::string* first = nullptr;
+    for (const auto& [k, v] : q.headers)
+      if (k == "content-length") {
+        if (first && *first != v) {
+          call.body_follows = false;
+          return refuse(call, 400, "bad_request", "the request has two different Content-Length fields");
+        }
+        first = &v;
+      }
+  }
   const std::string& host = q.header("host");
   if (!host_allowed(host, allowed_hosts))
     return refuse(call, 421, "host_not_allowed",
@@ -199,6 +212,14 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
     allow += (allow.empty() ? "" : ", ") + r.method;
   }
   if (!call.route) {
+    // The OpenAI video API's other operations (remix, edits, extensions, characters) under /v1/videos/: named as
+    // not supported, 404 whatever else the path matches (docs/api.md, "Not served").
+    if (q.method == "POST" && q.path.starts_with("/v1/videos/") && !q.path.ends_with("/cancel"))
+      return refuse(call, 404, "not_supported",
+                    fmt::format("POST {} is not supported by this server: it makes videos from a prompt, keyframes "
+                                "and references (POST /v1/videos); remix, edits, extensions and characters are not "
+                                "served",
+                                q.path.substr(0, 200)));
     if (allow.empty())
       return refuse(call, 404, "not_found", "no such route: " + q.method.substr(0, 20) + " " + q.path.substr(0, 200));
     refuse(call, 405, "method_not_allowed",
@@ -364,7 +385,8 @@ void HttpServer::bind() {
   const bool v6 = ai->ai_family == AF_INET6;
   ::freeaddrinfo(ai);
   m.api_pool.start(m.lim.api_threads, m.lim.max_pending);
-  m.submit_pool.start(m.lim.submit_threads, 64);
+  // Submissions wait as API requests do (max_pending); what they hold is bounded by max_body_total.
+  m.submit_pool.start(m.lim.submit_threads, m.lim.max_pending);
   const size_t pool_bytes = std::max<size_t>(32768, 2 * m.lim.max_header_bytes);
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   if (v6) flags |= MHD_USE_IPv6;
@@ -382,6 +404,9 @@ void HttpServer::bind() {
       std::lock_guard lock(m.log_mu);
       why = m.last_log;
     }
+    // libmicrohttpd's line names the port it was given inside the address ("Failed to bind to port 0: ..."): only
+    // the reason after its last ": " is shown.
+    if (const size_t colon = why.rfind(": "); colon != std::string::npos) why = why.substr(colon + 2);
     fail("serve: cannot listen on {}:{} ({}); is another server using the port? choose --host/--port", o.host, o.port,
          why.empty() ? "in use, or not an address of this machine" : why);
   }

@@ -5,7 +5,9 @@
 #include <filesystem>
 
 
+#include "core/dtype.h"
 #include "core/log.h"
+#include "pipeline/generator.h"
 #include "serve/openai_compat.h"
 #include "serve/probe.h"
 #include "serve/scrub.h"
@@ -161,6 +163,9 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
   nlohmann::json accepted = nlohmann::json::object();
   read_fields(body, o_, gen, accepted);
   check_bounds(body, gen);
+  // FP8 GEMMs are a GPU path: a CPU server refuses them here instead of accepting a job that fails when it runs.
+  if (o_.device != "cuda" && gen.contains("precision") && gen["precision"] == "fp8")
+    throw bad("precision 'fp8' needs a GPU server (--device cuda); this server runs on the CPU: f64, f32 or bf16");
   nlohmann::json limits;
   {
     std::lock_guard lock(mu_);
@@ -411,7 +416,10 @@ nlohmann::json Supervisor::models() {
              {"runner", o_.runner.kind},
              {"ranks", o_.ranks},
              {"device", o_.device},
-             {"precision", o_.runner.precision},
+             // The DiT precision jobs run at (the device's default unless --precision names one).
+             {"precision", std::string(precision_name(
+                               default_generate_options(gpu ? Device::cuda : Device::cpu, o_.runner.precision)
+                                   .precision))},
              {"components", models_},
              {"procedural", !notice_.empty()},
              {"notice", notice_.empty() ? nlohmann::json() : nlohmann::json(notice_)},

@@ -83,6 +83,20 @@ def echoed_fields(s):
     check(st == 200 and s.proc.poll() is None, "fields echoed by their errors, up to 60 KB: 400 each, server alive")
 
 
+def not_served(s):
+    """The OpenAI operations this server does not serve are named so (404 not_supported), whatever the path looks
+    like; fp8 on a CPU server is refused at submit; /v1/models names the precision jobs run at."""
+    log("operations not served, fp8 on the CPU, the precision shown")
+    for path in ("/v1/videos/edits", "/v1/videos/extensions", "/v1/videos/characters", "/v1/videos/video_x/remix"):
+        st, j = expect_error(s, "POST", path, body={"prompt": "x"}, status=404, what=path)
+        check(j["error"]["code"] == "not_supported" and "not supported" in j["error"]["message"],
+              "POST %s: 404 not_supported" % path)
+    st, j = expect_error(s, "POST", "/v1/videos", body=dict(GOOD, precision="fp8"), status=400, what="fp8 on CPU")
+    check("needs a GPU" in j["error"]["message"], "precision fp8 on a CPU server: 400 at submit")
+    st, m = s.json("GET", "/v1/models")
+    check(st == 200 and m["data"][0]["precision"] == "f32", "/v1/models precision: %r" % m["data"][0]["precision"])
+
+
 def ids_and_routes(s):
     log("ids and routes")
     for path in ["/v1/videos/video_000000000000000000000000", "/v1/videos/nope", "/v1/videos/..%2f..%2fetc%2fpasswd",
@@ -247,6 +261,17 @@ def auth(h3):
             check(r.status == 401 and b"error" in body, "401 with %s" % (hdr or "no header"))
         st, j = s.json("GET", "/v1/videos")
         check(st == 200, "the right key is accepted")
+        # /health needs no key, so it says whether a job runs, not which.
+        st, j = s.json("POST", "/v1/videos", dict(GOOD, steps=40))
+        deadline, running = time.time() + 20, None
+        while time.time() < deadline and running is None:
+            c = s.conn()
+            c.request("GET", "/health")
+            running = json.loads(c.getresponse().read())["running"]
+            c.close()
+            time.sleep(0.05)
+        check(running is True, "/health without the key: running is %r, not the job id" % running)
+        s.json("POST", "/v1/videos/%s/cancel" % j["id"])
         c = s.conn()
         c.request("GET", "/health")
         check(c.getresponse().status == 200, "/health needs no key")
@@ -261,6 +286,7 @@ def run(h3):
         check(st == 200 and h["status"] == "ok", "health 200 once ready")
         validation(s)
         echoed_fields(s)
+        not_served(s)
         ids_and_routes(s)
         lifecycle(s)
         t = time.time()
