@@ -54,7 +54,12 @@ Runner add_convert(CLI::App& app) {
     }
     check_output_not_input(o->out, inputs, "-o");
     check_output_file(o->out, "-o");
-    if (gpu) start_gpu_backend({0, knobs().local_rank, g_numerics, knobs().gemm_tune});
+    if (gpu)
+      start_gpu_backend({.rank = 0,
+                         .local_rank = knobs().local_rank,
+                         .numerics = g_numerics,
+                         .gemm_tune = knobs().gemm_tune,
+                         .gemm_algos = knobs().gemm_algos});
     DitCheckpoint ck = DitCheckpoint::open(o->src);
     add_loras(ck, o->loras, 0);
     const DType dt = o->dtype == "bf16" ? DType::bf16 : DType::f32;

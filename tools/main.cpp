@@ -123,8 +123,15 @@ int main(int argc, char** argv) {
     spdlog::warn("--ranks {} but the MPI job has {} ranks; using {}", ranks, world.size(), world.size());
   int status = 2;
   try {
-    if (device == "cuda" && !app.got_subcommand("info"))
-      h3::start_gpu_backend({h3::local_rank(world), h3::knobs().local_rank, numerics, h3::knobs().gemm_tune});
+    if (device == "cuda" && !app.got_subcommand("info")) {
+      h3::GpuOptions gpu;
+      gpu.rank = h3::local_rank(world);
+      gpu.local_rank = h3::knobs().local_rank;
+      gpu.numerics = numerics;
+      gpu.gemm_tune = h3::knobs().gemm_tune;
+      gpu.gemm_algos = h3::knobs().gemm_algos;
+      h3::start_gpu_backend(gpu);
+    }
     if (world.size() > 1) {
       // What runs where, per host (docs/multi-host.md: reading the placement printout).
       const std::string dev = h3::gpu_backend_started() ? "GPU " + h3::gpu_bus_id() : "cpu";

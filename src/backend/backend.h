@@ -19,6 +19,7 @@ struct GpuOptions {
   // The device memory this process may take (--max-device-memory; its CUDA context and libraries included):
   // 0 = what is free on the device at start, less a margin. Refused when larger than the device or than what is free.
   int64_t max_device_bytes = 0;
+  std::string gemm_algos;  // the gemm_algos knob: a file keeping cuBLASLt's choice per GEMM shape ("" = none)
 };
 
 // Selects the GPU, creates the stream and library handles and registers the device hooks and ops. Idempotent.

@@ -59,6 +59,12 @@ const std::vector<Row>& rows() {
         "GPU: time cuBLASLt's candidate algorithms once per GEMM shape and keep the fastest (0: the first that runs)",
         ""},
        [](Knobs& k, const std::string& v, const Source& s) { k.gemm_tune = parse_bool(v, s); }},
+      {{"gemm_algos", "H3_GEMM_ALGOS", "--gemm-algos", "",
+        "GPU: a file of cuBLASLt's chosen algorithm per GEMM shape, read at start when it exists and rewritten as new "
+        "shapes are chosen: another run with the file makes the same choices, hence the same bits (a budgeted run "
+        "against the resident one), without tuning",
+        ""},
+       [](Knobs& k, const std::string& v, const Source&) { k.gemm_algos = v; }},
       {{"mkl_rt", "H3_MKL_RT", "--mkl-rt", "",
         "Intel MKL's libmkl_rt.so for the reference's f32 exp/sin/cos (off: libm; unset: the configured copy, then "
         "the loader path)",

@@ -20,6 +20,7 @@ struct Knobs {
   bool cpu_gemm_openblas = false;  // H3_CPU_GEMM=openblas: OpenBLAS GEMMs (faster, not bitwise over ranks)
   bool profile = false;            // H3_PROFILE=1: time the profile regions of any command
   bool gemm_tune = true;           // H3_GEMM_TUNE: time cuBLASLt's candidates per GEMM shape
+  std::string gemm_algos;          // H3_GEMM_ALGOS: a file keeping cuBLASLt's choice per GEMM shape across runs
   std::string mkl_rt;              // H3_MKL_RT: "" (search), "off", or the path of libmkl_rt.so
   std::string mpirun = "mpirun";   // H3_MPIRUN: the launcher of --ranks N and of h3 serve's rank group
   Fp8Attention fp8_attention = Fp8Attention::on;  // H3_ATTENTION_FP8: auto (on), off, require

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/common.h"
+#include "backend/cuda/gemm_algo_cache.h"
 #include "core/log.h"
 
 namespace h3::cuda {
@@ -153,6 +154,16 @@ bool tuning() {
   return gemm_tune();
 }
 
+GemmAlgoCache& algo_cache() {
+  static GemmAlgoCache c;
+  return c;
+}
+std::string key_text(const Key& k) {
+  const auto [in, out, n, m, k_, bias, det, rows] = k;
+  return fmt::format("{}:{}:{}x{}x{}:{}{}{}", in, out, n, m, k_, bias ? "bias" : "nobias", det ? ":det" : "",
+                     rows ? ":rows" : "");
+}
+
 }  // namespace
 
 bool gemm_supported(const GemmArgs& g) {
@@ -178,6 +189,13 @@ void gemm(const GemmArgs& g) {
   {
     std::lock_guard lock(g_mu);
     auto it = g_algos.find(key);
+    if (it == g_algos.end() && algo_cache().enabled()) {
+      // Another run's choice for this shape (the gemm_algos file): the same algorithm, hence the same bits.
+      if (const auto kept = algo_cache().find(key_text(key)); kept && run(*kept) == CUBLAS_STATUS_SUCCESS) {
+        g_algos.emplace(key, *kept);
+        return;
+      }
+    }
     if (it == g_algos.end()) {
       std::vector<cublasLtMatmulAlgo_t> candidates;
       if (det) {
@@ -222,6 +240,7 @@ void gemm(const GemmArgs& g) {
                         g.n, g.m, g.k, g.row_scales ? " (row scales)" : "", best, candidates.size(), best_ms,
                         2.0 * g.n * g.m * g.k / (best_ms * 1e-3) / 1e12);
           g_algos.emplace(key, candidates[best]);
+          algo_cache().remember(key_text(key), candidates[best]);
           check(run(candidates[best]), "matmul");
           return;
         }
@@ -230,6 +249,7 @@ void gemm(const GemmArgs& g) {
         last = run(a);
         if (last == CUBLAS_STATUS_SUCCESS) {
           g_algos.emplace(key, a);
+          algo_cache().remember(key_text(key), a);
           return;
         }
       }
@@ -273,6 +293,11 @@ void gemm(const GemmArgs& g) {
     }
   }
   check(run(algo), "matmul");
+}
+
+void open_gemm_algo_cache(const std::string& path, const std::string& device) {
+  std::lock_guard lock(g_mu);
+  algo_cache().open(path, device);
 }
 
 void pin_gemms(int delta) {

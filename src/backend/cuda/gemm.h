@@ -2,11 +2,12 @@
 //   bf16 x bf16 -> bf16, f32 x f32 -> f32 (no TF32), fp8 e4m3 x fp8 e4m3 -> bf16 with per-tensor scales or with
 //   per-row scales (one per row of x and one per row of w: cuBLASLt's outer-vector scaling).
 // Algorithms: cuBLASLt's heuristic candidates for the shape, each timed once on the real buffers and the fastest
-// kept (H3_GEMM_TUNE=0: the first that runs). In deterministic mode one algorithm per (dtypes, m, k) is chosen at a
-// fixed reference row count without split-K and without timing, so a row's result never depends on how many rows a
-// rank holds.
+// kept (H3_GEMM_TUNE=0: the first that runs); with a gemm_algos file, the algorithm it names for the shape. In
+// deterministic mode one algorithm per (dtypes, m, k) is chosen at a fixed reference row count without split-K and
+// without timing, so a row's result never depends on how many rows a rank holds.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 
@@ -25,6 +26,9 @@ struct GemmArgs {
 };
 
 void gemm(const GemmArgs& a);
+// The gemm_algos knob (GpuOptions::gemm_algos): keep the chosen algorithm per shape in `path` and take the ones it
+// holds (backend/cuda/gemm_algo_cache.h); empty: none. Called once at start.
+void open_gemm_algo_cache(const std::string& path, const std::string& device);
 // Whether cuBLASLt has an algorithm for this GEMM (used to fall back when per-row FP8 scaling is unsupported).
 bool gemm_supported(const GemmArgs& a);
 // ops::PinnedGemms on the GPU (the table's pin_gemms): +1 entering a scope on this thread, -1 leaving it. While any

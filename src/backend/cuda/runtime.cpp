@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/convert.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/tensors.h"
 #include "core/device.h"
 #include "core/log.h"
@@ -248,6 +249,7 @@ void start_gpu_backend(const GpuOptions& o) {
   H3_CUDA(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   s.numerics = o.numerics;
   s.gemm_tune = o.gemm_tune;
+  cuda::open_gemm_algo_cache(o.gemm_algos, s.prop.name);
   DeviceHooks hooks;
   hooks.name = "cuda";
   hooks.alloc = cuda::hook_alloc;
