@@ -49,7 +49,7 @@ Runner add_convert(CLI::App& app) {
     // replaced a 102-tensor file with 62 tensors, exit 0).
     std::vector<std::string> inputs = {o->src};
     for (const std::string& l : o->loras) {
-      inputs.push_back(l);                         // FILE
+      inputs.push_back(l);                          // FILE
       inputs.push_back(l.substr(0, l.rfind(':')));  // FILE:STRENGTH
     }
     check_output_not_input(o->out, inputs, "-o");

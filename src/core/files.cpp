@@ -68,15 +68,16 @@ void check_output_not_input(const std::string& path, const std::vector<std::stri
     std::error_code e1, e2;
     if (in.empty() || !fs::exists(in, e1)) continue;
     if (fs::exists(path, e2) && fs::equivalent(path, in, e2))
-      fail("{} {} is the input {}: writing it would replace what is being read; give another output path", what,
-           path, in);
+      fail("{} {} is the input {}: writing it would replace what is being read; give another output path", what, path,
+           in);
     if (fs::is_directory(in, e1)) {
       const fs::path dir = fs::weakly_canonical(fs::absolute(in, e1), e1);
       const auto [d, o] = std::mismatch(dir.begin(), dir.end(), out.begin(), out.end());
       if (d == dir.end())
-        fail("{} {} lies inside the input folder {}: writing it could replace a file being read; give an output "
-             "path outside it",
-             what, path, in);
+        fail(
+            "{} {} lies inside the input folder {}: writing it could replace a file being read; give an output "
+            "path outside it",
+            what, path, in);
     }
   }
 }

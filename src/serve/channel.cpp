@@ -11,8 +11,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/json_limits.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "serve/store.h"
 
 namespace h3::serve {

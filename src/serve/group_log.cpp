@@ -27,7 +27,8 @@ size_t word_number(std::string_view s, size_t at, std::string_view word) {
 }
 
 bool no_data_from_rank(std::string_view l) {
-  for (size_t at = l.find("no data from rank "); at != std::string_view::npos; at = l.find("no data from rank ", at + 1))
+  for (size_t at = l.find("no data from rank "); at != std::string_view::npos;
+       at = l.find("no data from rank ", at + 1))
     if (word_number(l, at, "no data from rank ") != std::string_view::npos) return true;
   return false;
 }

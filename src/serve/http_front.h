@@ -78,13 +78,13 @@ struct Call {
   HttpRequest req;
   const Route* route = nullptr;
   HttpResponse res;
-  bool decided = false;      // `res` is the answer (a refusal or the handler's result)
-  bool body_follows = false; // a body comes (no "Expect: 100-continue"): a refusal is sent once it is read
-  bool too_large = false;    // the body passed --max-body: it is discarded and 413 answered
-  bool over_budget = false;  // the bodies of all requests passed max_body_total: discarded, 503 answered
-  size_t counted = 0;        // body bytes this request holds in the front's budget
-  size_t discarded = 0;      // body bytes read and dropped
-  bool dispatched = false;   // handed to a pool; the connection is suspended until `finished`
+  bool decided = false;       // `res` is the answer (a refusal or the handler's result)
+  bool body_follows = false;  // a body comes (no "Expect: 100-continue"): a refusal is sent once it is read
+  bool too_large = false;     // the body passed --max-body: it is discarded and 413 answered
+  bool over_budget = false;   // the bodies of all requests passed max_body_total: discarded, 503 answered
+  size_t counted = 0;         // body bytes this request holds in the front's budget
+  size_t discarded = 0;       // body bytes read and dropped
+  bool dispatched = false;    // handed to a pool; the connection is suspended until `finished`
   std::atomic<bool> finished{false};
 };
 

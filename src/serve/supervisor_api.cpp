@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 
-
 #include "core/dtype.h"
 #include "core/log.h"
 #include "pipeline/generator.h"
@@ -408,28 +407,28 @@ nlohmann::json Supervisor::models() {
   const nlohmann::json presets = nlohmann::json::array(
       {{{"name", "draft"}, {"steps", 8}}, {{"name", "standard"}, {"steps", 25}}, {{"name", "full"}, {"steps", 50}}});
   std::lock_guard lock(mu_);
-  return {{"object", "list"},
-          {"data",
-           {{{"id", o_.model_id},
-             {"object", "model"},
-             {"owned_by", "h3-engine"},
-             {"runner", o_.runner.kind},
-             {"ranks", o_.ranks},
-             {"device", o_.device},
-             // The DiT precision jobs run at (the device's default unless --precision names one).
-             {"precision", std::string(precision_name(
-                               default_generate_options(gpu ? Device::cuda : Device::cpu, o_.runner.precision)
-                                   .precision))},
-             {"components", models_},
-             {"procedural", !notice_.empty()},
-             {"notice", notice_.empty() ? nlohmann::json() : nlohmann::json(notice_)},
-             {"loras", loras},
-             {"limits", limits_},
-             {"max_body_bytes", o_.http.max_body},
-             {"max_upload_bytes", kMaxUploadBytes},
-             {"defaults", defaults},
-             {"presets", presets},
-             {"measured", measured_}}}}};
+  return {
+      {"object", "list"},
+      {"data",
+       {{{"id", o_.model_id},
+         {"object", "model"},
+         {"owned_by", "h3-engine"},
+         {"runner", o_.runner.kind},
+         {"ranks", o_.ranks},
+         {"device", o_.device},
+         // The DiT precision jobs run at (the device's default unless --precision names one).
+         {"precision", std::string(precision_name(
+                           default_generate_options(gpu ? Device::cuda : Device::cpu, o_.runner.precision).precision))},
+         {"components", models_},
+         {"procedural", !notice_.empty()},
+         {"notice", notice_.empty() ? nlohmann::json() : nlohmann::json(notice_)},
+         {"loras", loras},
+         {"limits", limits_},
+         {"max_body_bytes", o_.http.max_body},
+         {"max_upload_bytes", kMaxUploadBytes},
+         {"defaults", defaults},
+         {"presets", presets},
+         {"measured", measured_}}}}};
 }
 
 std::string Supervisor::metrics() {

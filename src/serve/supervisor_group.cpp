@@ -169,7 +169,8 @@ pid_t Supervisor::spawn_group(GroupCommand& cmd) {
   for (auto& e : cmd.env) envp.push_back(e.data());
   envp.push_back(nullptr);
   int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  spdlog::info("serve: starting rank group {} ({} rank{}), log {}", generation_, o_.ranks, o_.ranks > 1 ? "s" : "", log_path_);
+  spdlog::info("serve: starting rank group {} ({} rank{}), log {}", generation_, o_.ranks, o_.ranks > 1 ? "s" : "",
+               log_path_);
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -193,7 +194,6 @@ pid_t Supervisor::spawn_group(GroupCommand& cmd) {
   if (log_fd >= 0) ::close(log_fd);
   return pid;
 }
-
 
 // Waits for rank 0 to connect and prove it is ours (the group's token); false when it does not within the
 // startup timeout, the group exits first, or the server stops.

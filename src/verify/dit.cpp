@@ -2,9 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_limits.h"
 #include "backend/backend.h"
 #include "core/compare.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "io/procedural.h"
 #include "model/dit/lora.h"

@@ -39,7 +39,8 @@ bool is_space(char c) {
 std::string note_shift(std::string_view note) {
   for (size_t at = note.find("schedule.step"); at != std::string_view::npos;) {
     const size_t stop = std::min(note.find(';', at), note.size());
-    for (size_t w = note.find("shift", at + 13); w != std::string_view::npos && w < stop; w = note.find("shift", w + 1)) {
+    for (size_t w = note.find("shift", at + 13); w != std::string_view::npos && w < stop;
+         w = note.find("shift", w + 1)) {
       size_t v = w + 5;
       while (v < note.size() && is_space(note[v])) ++v;
       size_t e = v;

@@ -4,9 +4,9 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "core/json_limits.h"
 #include "backend/backend.h"
 #include "core/compare.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "distributed/comm.h"
 #include "model/vae/audio_vae.h"

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/json_limits.h"
 #include "core/compare.h"
 #include "core/files.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/text.h"

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "core/json_limits.h"
 #include "core/compare.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "model/qwen3vl/qwen3vl.h"
 
@@ -60,7 +60,8 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
   pre.temporal_patch = vcfg.temporal_patch;
   pre.merge = vcfg.merge;
   try {
-    const auto j = parse_json_bounded(f.meta("config").empty() ? "{}" : f.meta("config"), "config", kJsonMaxDepth, false);
+    const auto j =
+        parse_json_bounded(f.meta("config").empty() ? "{}" : f.meta("config"), "config", kJsonMaxDepth, false);
     tok.vision_start = j.value("vision_start_token_id", tok.vision_start);
     tok.vision_end = j.value("vision_end_token_id", tok.vision_end);
     tok.image = j.value("image_token_id", tok.image);
@@ -86,9 +87,9 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
   nlohmann::json bf16_errors;
   if (precision == Precision::bf16 && tolerance <= 0) {
     try {
-      bf16_errors = parse_json_bounded(f.meta("reference_rel_l2_vs_f64"), "reference_rel_l2_vs_f64", kJsonMaxDepth,
-                                       false)
-                        .at("bf16");
+      bf16_errors =
+          parse_json_bounded(f.meta("reference_rel_l2_vs_f64"), "reference_rel_l2_vs_f64", kJsonMaxDepth, false)
+              .at("bf16");
     } catch (const std::exception& e) {
       fail(
           "{}: no transformers bf16 errors in its metadata ({}): regenerate it with "

@@ -53,11 +53,13 @@ TEST(Files, OutputThatWouldReplaceAnInputIsRefused) {
   EXPECT_NE(e.find("is the input"), std::string::npos) << "the same file by another name: " << e;
   e = error_of([&] { h3::check_output_not_input((dir / "folder/../model.safetensors").string(), {in}, "-o"); });
   EXPECT_NE(e.find("is the input"), std::string::npos) << e;
-  e = error_of([&] { h3::check_output_not_input((dir / "folder/x.safetensors").string(), {(dir / "folder").string()}, "-o"); });
+  e = error_of(
+      [&] { h3::check_output_not_input((dir / "folder/x.safetensors").string(), {(dir / "folder").string()}, "-o"); });
   EXPECT_NE(e.find("inside the input folder"), std::string::npos) << e;
-  EXPECT_NO_THROW(h3::check_output_not_input((dir / "other.safetensors").string(), {in, (dir / "folder").string(),
-                                             "procedural:mini", ""}, "-o"));
-  EXPECT_NO_THROW(h3::check_output_not_input((dir / "folderx.safetensors").string(), {(dir / "folder").string()}, "-o"));
+  EXPECT_NO_THROW(h3::check_output_not_input((dir / "other.safetensors").string(),
+                                             {in, (dir / "folder").string(), "procedural:mini", ""}, "-o"));
+  EXPECT_NO_THROW(
+      h3::check_output_not_input((dir / "folderx.safetensors").string(), {(dir / "folder").string()}, "-o"));
 }
 
 TEST(Files, ConvertRefusesToOverwriteItsInput) {
@@ -67,7 +69,8 @@ TEST(Files, ConvertRefusesToOverwriteItsInput) {
   const std::string make = std::string(H3_BIN_DIR) + "/h3 --log-level error convert procedural:mini -o " + f;
   ASSERT_EQ(std::system(make.c_str()), 0);
   const auto size = fs::file_size(f);
-  const std::string again = std::string(H3_BIN_DIR) + "/h3 --log-level error convert " + f + " -o " + f + " 2>/dev/null";
+  const std::string again =
+      std::string(H3_BIN_DIR) + "/h3 --log-level error convert " + f + " -o " + f + " 2>/dev/null";
   const int st = std::system(again.c_str());
   EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2);
   EXPECT_EQ(fs::file_size(f), size) << "the input is untouched";

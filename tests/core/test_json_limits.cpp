@@ -65,8 +65,10 @@ TEST(JsonLimits, ParsingIsLinear) {
       s += (i ? ",\"t" : "\"t") + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
     return s + "}";
   };
-  for (const auto& [what, make] : std::vector<std::pair<std::string, std::function<std::string(size_t)>>>{
-           {"[{},{},...]", array_of_empties}, {"{\"kN\":{},...}", object_of_empties}, {"tensor header", tensor_header}}) {
+  for (const auto& [what, make] :
+       std::vector<std::pair<std::string, std::function<std::string(size_t)>>>{{"[{},{},...]", array_of_empties},
+                                                                               {"{\"kN\":{},...}", object_of_empties},
+                                                                               {"tensor header", tensor_header}}) {
     h3::test::expect_linear(
         [&, make = make](size_t n) {
           const std::string text = make(n);
