@@ -38,6 +38,29 @@ bool changes_state(const std::string& m) {
   return m != "GET" && m != "HEAD" && m != "OPTIONS";
 }
 
+// Whether a body follows the headers without waiting for the server. A refusal decided from the headers then waits
+// for the body, read and dropped (on_request): the OpenAI SDKs, Python and browsers write the whole body before
+// they read, and a server that answers and closes early resets the connection under them (EPIPE, and the answer
+// lost with the unread bytes). A client that sent "Expect: 100-continue" is answered at once and sends no body.
+bool body_follows(const HttpRequest& q) {
+  const std::string& length = q.header("content-length");
+  const bool has_body = !q.header("transfer-encoding").empty() || (!length.empty() && length != "0");
+  const std::string& expect = q.header("expect");
+  return has_body && !(expect.size() == 12 && strncasecmp(expect.c_str(), "100-continue", 12) == 0);
+}
+
+// Two Content-Length fields that differ: which body is meant is unknowable (RFC 9112 6.3), and a proxy in front
+// may have read the other one.
+bool lengths_differ(const HttpRequest& q) {
+  const std::string* first = nullptr;
+  for (const auto& [k, v] : q.headers)
+    if (k == "content-length") {
+      if (first && *first != v) return true;
+      first = &v;
+    }
+  return false;
+}
+
 }  // namespace
 
 void HttpServer::Impl::count(int status) {
@@ -163,34 +186,15 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
         return MHD_YES;
       },
       &q);
-  // A refusal decided from the headers waits for the body, read and dropped (on_request), when one follows and the
-  // client does not wait for a 100 Continue before sending it: the OpenAI SDKs, Python and browsers write the
-  // whole body before they read, and a server that answers and closes early resets the connection under them
-  // (EPIPE, and the answer lost with the unread bytes). A client that sent "Expect: 100-continue" is answered at
-  // once and sends no body.
-  {
-    const std::string& length = q.header("content-length");
-    const bool has_body = !q.header("transfer-encoding").empty() || (!length.empty() && length != "0");
-    const std::string expect = q.header("expect");
-    call.body_follows = has_body && !(expect.size() == 12 && strncasecmp(expect.c_str(), "100-continue", 12) == 0);
-  }
+  call.body_follows = body_follows(q);
   const MHD_ConnectionInfo* hs = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
   if (q.headers.size() > lim.max_headers || (hs && hs->header_size > lim.max_header_bytes))
     return refuse(call, 431, "headers_too_large",
                   fmt::format("the request has more than {} header fields or {} bytes of headers", lim.max_headers,
                               lim.max_header_bytes));
-  // Two Content-Length fields that differ: which body is meant is unknowable (RFC 9112 6.3), and a proxy in front
-  // may have read the other one. Refused, and the connection closed.
-  {
-    const std::string* first = nullptr;
-    for (const auto& [k, v] : q.headers)
-      if (k == "content-length") {
-        if (first && *first != v) {
-          call.body_follows = false;
-          return refuse(call, 400, "bad_request", "the request has two different Content-Length fields");
-        }
-        first = &v;
-      }
+  if (lengths_differ(q)) {
+    call.body_follows = false;  // and the connection closed
+    return refuse(call, 400, "bad_request", "the request has two different Content-Length fields");
   }
   const std::string& host = q.header("host");
   if (!host_allowed(host, allowed_hosts))
