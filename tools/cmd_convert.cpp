@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "distributed/comm.h"
 #include "io/quant.h"
@@ -43,6 +44,15 @@ Runner add_convert(CLI::App& app) {
   return [o](const GlobalContext& ctx) -> int {
     if (world().rank() != 0) return 0;
     const bool gpu = o->gpu == "on" || (o->gpu == "auto" && (gpu_backend_started() || gpu_count() > 0));
+    // Refused before any work: the output is written while the checkpoint and LoRAs are read (`h3 convert F -o F`
+    // replaced a 102-tensor file with 62 tensors, exit 0).
+    std::vector<std::string> inputs = {o->src};
+    for (const std::string& l : o->loras) {
+      inputs.push_back(l);                          // FILE
+      inputs.push_back(l.substr(0, l.rfind(':')));  // FILE:STRENGTH
+    }
+    check_output_not_input(o->out, inputs, "-o");
+    check_output_file(o->out, "-o");
     if (gpu) {
       GpuOptions g = ctx.gpu;
       g.rank = 0;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -44,6 +45,41 @@ void check_output_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
     fail("{} {}: the folder {} does not exist (create it first)", what, path, parent.string());
+  // The writers make PATH.partial and rename it: try to make it now (as root a mode-0555 folder takes it, as it
+  // will at the end; a read-only file system or another user's folder does not).
+  const std::string partial = path + ".partial";
+  struct stat pst {};
+  if (::lstat(partial.c_str(), &pst) == 0) return;
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) return;  // made by another writer meanwhile
+    fail("{} {}: cannot write a file in {} ({}): choose an output path in a writable folder", what, path,
+         parent.empty() ? std::string("the current folder") : parent.string(), std::strerror(errno));
+  }
+  ::close(fd);
+  ::unlink(partial.c_str());
+}
+
+void check_output_not_input(const std::string& path, const std::vector<std::string>& inputs, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  for (const std::string& in : inputs) {
+    std::error_code e1, e2;
+    if (in.empty() || !fs::exists(in, e1)) continue;
+    if (fs::exists(path, e2) && fs::equivalent(path, in, e2))
+      fail("{} {} is the input {}: writing it would replace what is being read; give another output path", what, path,
+           in);
+    if (fs::is_directory(in, e1)) {
+      const fs::path dir = fs::weakly_canonical(fs::absolute(in, e1), e1);
+      const auto [d, o] = std::mismatch(dir.begin(), dir.end(), out.begin(), out.end());
+      if (d == dir.end())
+        fail(
+            "{} {} lies inside the input folder {}: writing it could replace a file being read; give an output "
+            "path outside it",
+            what, path, in);
+    }
+  }
 }
 
 std::string read_text_file_checked(const std::string& path, const std::string& what, size_t max_bytes) {

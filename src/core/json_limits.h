@@ -2,8 +2,11 @@
 // tokenizer files, shard indexes, HTTP request bodies): nesting is measured by a loop over the text before
 // anything is built, so a deeply nested input is refused without recursing over it (nlohmann's serializer,
 // comparisons and our own walkers recurse), and duplicate object keys are refused instead of silently keeping
-// the last one. Every refusal is an h3::Error naming `what`.
+// the last one. Parsing is linear in the text. Every refusal is an h3::Error naming `what`. Nothing else in src/
+// or tools/ calls nlohmann's parser (CTest source.json_parse checks).
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -17,8 +20,10 @@ inline constexpr int kJsonMaxDepth = 64;
 int json_nesting_depth(std::string_view text, int stop_at = 1 << 30);
 
 // Parses `text`, refusing nesting deeper than `max_depth`, duplicate keys inside one object (when
-// `unique_keys`) and anything that is not JSON. `what` names the source in errors ("tokenizer x.json").
+// `unique_keys`), more than `max_values` values (scalars, arrays and objects: a request body holds a few hundred)
+// and anything that is not JSON. `what` names the source in errors ("tokenizer x.json"). Linear in the text: the
+// value is built as the text is read (json_limits.cpp says why not nlohmann's callback parser).
 nlohmann::json parse_json_bounded(std::string_view text, const std::string& what, int max_depth = kJsonMaxDepth,
-                                  bool unique_keys = true);
+                                  bool unique_keys = true, size_t max_values = SIZE_MAX);
 
 }  // namespace h3

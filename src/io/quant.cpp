@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
-#include <regex>
 
 #include "core/error.h"
 #include "core/names.h"

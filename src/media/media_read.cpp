@@ -21,6 +21,7 @@ extern "C" {
 #include <memory>
 #include <mutex>
 
+#include "core/files.h"
 #include "core/log.h"
 #include "media/media_util.h"
 
@@ -96,6 +97,7 @@ class Demuxer {
     namespace fs = std::filesystem;
     H3_CHECK(fs::exists(path), "media file {} does not exist: check the path", path);
     H3_CHECK(!fs::is_directory(path), "media file {} is a folder: give an image, video or audio file", path);
+    check_input_file(path, "media file");  // a FIFO would block the open forever, a device be read without end
     int ret = avformat_open_input(&fc_, path.c_str(), nullptr, nullptr);
     H3_CHECK(ret >= 0, "cannot open {} as media ({}): give a PNG/JPEG/WebP image, a video or an audio file", path,
              av_error_text(ret));

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_limits.h"
+
 namespace h3 {
 
 using json = nlohmann::json;
@@ -63,7 +65,7 @@ void bcast_prompt(Comm& comm, PromptInputs& p, int root) {
                .dump(-1, ' ', false, json::error_handler_t::replace);
   head = bcast_string(comm, head, root, "prompt tokens");
   if (!me) {
-    const json j = json::parse(head);
+    const json j = parse_json_bounded(head, "the broadcast prompt tokens", kJsonMaxDepth, false);
     p.ids = j.at("ids").get<std::vector<int32_t>>();
     p.positions = j.at("positions").get<std::vector<int64_t>>();
     p.extras.rows = j.at("rows").get<std::vector<int64_t>>();

@@ -2,6 +2,7 @@
 // precomputed ones), the packed layout, and the keyframe / reference rows.
 #include <nlohmann/json.hpp>
 
+#include "core/json_limits.h"
 #include "model/qwen3vl/vision.h"
 #include "pipeline/bcast.h"
 #include "pipeline/phases.h"
@@ -108,7 +109,7 @@ Tensor prompt_embeddings(RequestRun& run, ModelResidency& models,
   run.check_cancel("after encoding the prompt");
   res.prompt_tokens = embeds.dim(0);
   if (!prompt_extra.empty()) {
-    const json pj = json::parse(prompt_extra);
+    const json pj = parse_json_bounded(prompt_extra, "the broadcast vision rows", kJsonMaxDepth, false);
     vision_ranges = pj.at("vision_ranges").get<std::vector<std::pair<int64_t, int64_t>>>();
     res.vision_rows = pj.at("vision_rows").get<int64_t>();
     res.vision_blocks = static_cast<int64_t>(vision_ranges.size());

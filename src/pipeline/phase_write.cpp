@@ -13,6 +13,21 @@ namespace h3 {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The request as the MP4 tells it: keyframes, references and LoRAs by file name only. The file travels (a server's
+// output is downloaded by its client), and an absolute path told where the server keeps its uploads and models.
+nlohmann::json comment_of(const ResolvedRequest& req) {
+  nlohmann::json j = req.to_json();
+  for (const char* list : {"media", "loras"})
+    for (nlohmann::json& e : j[list])
+      if (e.contains("path") && e["path"].is_string())
+        e["path"] = fs::path(e["path"].get<std::string>()).filename().string();
+  return j;
+}
+
+}  // namespace
+
 MediaSpec media_spec(const ModelSources& src, const ResolvedRequest& req) {
   MediaSpec ms;
   ms.width = req.width;
@@ -20,7 +35,7 @@ MediaSpec media_spec(const ModelSources& src, const ResolvedRequest& req) {
   ms.fps = static_cast<int>(kFps);
   ms.sample_rate = static_cast<int>(src.avae_config.sampling_rate);
   ms.channels = 2;
-  ms.metadata["comment"] = req.to_json().dump();
+  ms.metadata["comment"] = comment_of(req).dump();
   ms.metadata["title"] = req.prompt.substr(0, 200);
   ms.metadata["h3_seed"] = std::to_string(req.seed);
   return ms;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "core/json_limits.h"
 #include "pipeline/bcast.h"
 
 namespace h3 {
@@ -66,9 +67,11 @@ void phase_done(RequestRun& run, const ModelResidency& models, const char* name,
 
 void take_request(RequestRun& run, const ModelResidency& models, const ResolvedRequest& req_in) {
   Comm& comm = run.comm;
-  run.res.request = comm.size() > 1 ? ResolvedRequest::from_json(json::parse(bcast_string(
-                                          comm, run.root ? req_in.to_json().dump() : "", 0, "generate request")))
-                                    : req_in;
+  run.res.request = comm.size() > 1
+                        ? ResolvedRequest::from_json(parse_json_bounded(
+                              bcast_string(comm, run.root ? req_in.to_json().dump() : "", 0, "generate request"),
+                              "the broadcast request", kJsonMaxDepth, false))
+                        : req_in;
   const ResolvedRequest& req = run.res.request;
   const ModelLimits& limits = models.sources().limits;
   H3_CHECK(req.height % limits.canvas_multiple == 0 && req.width % limits.canvas_multiple == 0 &&

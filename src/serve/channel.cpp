@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "serve/store.h"
 
 namespace h3::serve {
@@ -55,7 +56,12 @@ std::optional<nlohmann::json> LineChannel::take_line() {
     if (nl == std::string::npos) return std::nullopt;
     std::string line = buf_.substr(0, nl);
     buf_.erase(0, nl + 1);
-    auto j = nlohmann::json::parse(line, nullptr, false);
+    nlohmann::json j;
+    try {
+      j = parse_json_bounded(line, "control message", kJsonMaxDepth, false);
+    } catch (const Error&) {
+      continue;  // not a message of ours
+    }
     if (j.is_object() && j.contains("type") && j["type"].is_string()) return j;
   }
 }

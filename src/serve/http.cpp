@@ -14,84 +14,21 @@
 // (/health, the page, the event streams' framing). Store reads and writes run on the API pool, job submission
 // (body parsing, upload decoding, media probing) on the submit pool; the connection is suspended meanwhile
 // and resumed with the answer. A full pool answers 503 at once.
-#include "serve/http.h"
-
 #include <fmt/ranges.h>
-#include <microhttpd.h>
 #include <netdb.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <condition_variable>
-#include <cstdarg>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <mutex>
-#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "serve/http_policy.h"
-#include "serve/http_routes.h"
+#include "serve/http_front.h"
 
 namespace h3::serve {
 
 namespace {
-
-constexpr int kSseHeartbeatS = 5;
-constexpr unsigned kEventThreads = 2;
-
-// A fixed set of threads with a bounded queue; post() refuses when full or stopped.
-class WorkPool {
- public:
-  void start(unsigned threads, size_t max_pending) {
-    max_pending_ = max_pending;
-    for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
-  }
-  bool post(std::function<void()> f) {
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_ || queue_.size() >= max_pending_) return false;
-      queue_.push_back(std::move(f));
-    }
-    cv_.notify_one();
-    return true;
-  }
-  // Runs what is queued, then joins.
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-    threads_.clear();
-  }
-
- private:
-  void loop() {
-    for (;;) {
-      std::function<void()> f;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        f = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      f();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  std::vector<std::thread> threads_;
-  size_t max_pending_ = 0;
-  bool stopping_ = false;
-};
 
 bool has_body_method(const std::string& m) {
   return m == "POST" || m == "PUT" || m == "PATCH";
@@ -101,438 +38,335 @@ bool changes_state(const std::string& m) {
   return m != "GET" && m != "HEAD" && m != "OPTIONS";
 }
 
+// Whether a body follows the headers without waiting for the server. A refusal decided from the headers then waits
+// for the body, read and dropped (on_request): the OpenAI SDKs, Python and browsers write the whole body before
+// they read, and a server that answers and closes early resets the connection under them (EPIPE, and the answer
+// lost with the unread bytes). A client that sent "Expect: 100-continue" is answered at once and sends no body.
+bool body_follows(const HttpRequest& q) {
+  const std::string& length = q.header("content-length");
+  const bool has_body = !q.header("transfer-encoding").empty() || (!length.empty() && length != "0");
+  const std::string& expect = q.header("expect");
+  return has_body && !(expect.size() == 12 && strncasecmp(expect.c_str(), "100-continue", 12) == 0);
+}
+
+// Two Content-Length fields that differ: which body is meant is unknowable (RFC 9112 6.3), and a proxy in front
+// may have read the other one.
+bool lengths_differ(const HttpRequest& q) {
+  const std::string* first = nullptr;
+  for (const auto& [k, v] : q.headers)
+    if (k == "content-length") {
+      if (first && *first != v) return true;
+      first = &v;
+    }
+  return false;
+}
+
 }  // namespace
 
-// One request on its way through the front.
-struct Call {
-  HttpRequest req;
-  const Route* route = nullptr;
-  HttpResponse res;
-  bool decided = false;      // `res` is the answer (a refusal or the handler's result)
-  bool too_large = false;    // the body passed --max-body: it is discarded and 413 answered
-  bool over_budget = false;  // the bodies of all requests passed max_body_total: discarded, 503 answered
-  size_t counted = 0;        // body bytes this request holds in the front's budget
-  size_t discarded = 0;      // body bytes read and dropped
-  bool dispatched = false;   // handed to a pool; the connection is suspended until `finished`
-  std::atomic<bool> finished{false};
-};
+void HttpServer::Impl::count(int status) {
+  if (status >= 500)
+    ++sup.http_5xx;
+  else if (status >= 400)
+    ++sup.http_4xx;
+}
 
-// One server-sent-event stream (the response's content reader).
-struct Stream {
-  HttpServer::Impl* impl = nullptr;
-  MHD_Connection* conn = nullptr;
-  std::string job;  // "" = every event
-  uint64_t after = 0;
-  std::string pending;
-  size_t sent = 0;
-  bool ended = false;
-  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
-};
-
-struct HttpServer::Impl {
-  Supervisor& sup;
-  HttpLimits lim;
-  std::vector<std::string> allowed_hosts;
-  std::vector<Route> routes;
-  MHD_Daemon* daemon = nullptr;
-  int port = 0;
-  WorkPool api_pool, submit_pool;
-  std::atomic<size_t> body_bytes{0};  // held by all requests' bodies
-
-  std::mutex log_mu;
-  std::string last_log;
-
-  // Streams waiting for events (their connections suspended); the notifier resumes them.
-  std::mutex sse_mu;
-  std::vector<Stream*> parked;
-  bool sse_stopping = false;
-  std::atomic<unsigned> streams{0};
-  std::thread notifier;
-
-  std::mutex stop_mu;
-  std::condition_variable stop_cv;
-  bool stopped = false;
-
-  explicit Impl(Supervisor& s) : sup(s), lim(s.options().http), allowed_hosts(s.options().allowed_hosts) {
-    routes = make_routes(sup);
+MHD_Result HttpServer::Impl::send(MHD_Connection* c, Call& call) {
+  HttpResponse& r = call.res;
+  MHD_Response* resp = nullptr;
+  if (r.stream && r.status == 200 && call.req.method != "HEAD") {
+    if (streams.load() >= lim.max_streams) {
+      r.stream = false;
+      r.error(503, "too_many_streams",
+              fmt::format("{} event streams are open (the server's limit); retry later", lim.max_streams));
+      r.headers.emplace_back("Retry-After", "5");
+    } else {
+      auto* s = new Stream;
+      s->impl = this;
+      s->conn = c;
+      s->job = r.stream_job;
+      s->after = r.stream_after;
+      s->pending = r.body;
+      s->ended = r.stream_ended;
+      ++streams;
+      ++sup.sse_streams;
+      resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, &Impl::sse_read, s, &Impl::sse_free);
+      r.content_type = "text/event-stream";
+      r.headers.emplace_back("X-Accel-Buffering", "no");
+    }
   }
-
-  // ---- answering
-
-  void count(int status) {
-    if (status >= 500)
-      ++sup.http_5xx;
-    else if (status >= 400)
-      ++sup.http_4xx;
+  if (!resp && r.file_fd >= 0) {
+    resp = MHD_create_response_from_fd_at_offset64(r.file_length, r.file_fd, r.file_offset);
+    if (resp) r.file_fd = -1;  // owned by the response now
   }
+  if (!resp) {
+    if (r.file_fd >= 0) {
+      ::close(r.file_fd);
+      r.file_fd = -1;
+    }
+    resp = MHD_create_response_from_buffer(r.body.size(), r.body.data(), MHD_RESPMEM_MUST_COPY);
+  }
+  if (!resp) return MHD_NO;
+  MHD_add_response_header(resp, "Content-Type", r.content_type.c_str());
+  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+  MHD_add_response_header(resp, "Cache-Control", "no-store");
+  MHD_add_response_header(resp, "Cross-Origin-Resource-Policy", "same-origin");
+  MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+  for (const auto& [k, v] : r.headers) MHD_add_response_header(resp, k.c_str(), v.c_str());
+  count(r.status);
+  const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned>(r.status), resp);
+  MHD_destroy_response(resp);
+  return ok;
+}
 
-  MHD_Result send(MHD_Connection* c, Call& call) {
-    HttpResponse& r = call.res;
-    MHD_Response* resp = nullptr;
-    if (r.stream && r.status == 200 && call.req.method != "HEAD") {
-      if (streams.load() >= lim.max_streams) {
-        r.stream = false;
-        r.error(503, "too_many_streams",
-                fmt::format("{} event streams are open (the server's limit); retry later", lim.max_streams));
-        r.headers.emplace_back("Retry-After", "5");
+void HttpServer::Impl::refuse(Call& call, int status, const std::string& code, const std::string& message) {
+  call.res = HttpResponse{};
+  call.res.error(status, code, message);
+  call.decided = true;
+}
+
+void HttpServer::Impl::run_handler(Call& call) {
+  try {
+    call.route->handler(call.req, call.res);
+    if (call.res.stream) {
+      // The stream's first frames: the current state, so a client needs no separate GET. The stream
+      // continues after the event seen before the snapshot was taken, so nothing is missed.
+      const uint64_t after = sup.events().last_seq();
+      std::string first = "retry: 2000\n\n";
+      Event snap;
+      snap.seq = after;
+      bool ended = false;
+      if (call.res.stream_job.empty()) {
+        snap.type = "group";
+        snap.data = sup.health();
       } else {
-        auto* s = new Stream;
-        s->impl = this;
-        s->conn = c;
-        s->job = r.stream_job;
-        s->after = r.stream_after;
-        s->pending = r.body;
-        s->ended = r.stream_ended;
-        ++streams;
-        ++sup.sse_streams;
-        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, &Impl::sse_read, s, &Impl::sse_free);
-        r.content_type = "text/event-stream";
-        r.headers.emplace_back("X-Accel-Buffering", "no");
+        const JobRecord r = sup.get(call.res.stream_job);
+        snap.type = "video";
+        snap.job_id = r.id;
+        snap.data = sup.job_json(r);
+        ended = is_terminal(r.status);
       }
+      call.res.body = first + sse_frame(snap);
+      call.res.stream_after = after;
+      call.res.stream_ended = ended;
     }
-    if (!resp && r.file_fd >= 0) {
-      resp = MHD_create_response_from_fd_at_offset64(r.file_length, r.file_fd, r.file_offset);
-      if (resp) r.file_fd = -1;  // owned by the response now
-    }
-    if (!resp) {
-      if (r.file_fd >= 0) {
-        ::close(r.file_fd);
-        r.file_fd = -1;
-      }
-      resp = MHD_create_response_from_buffer(r.body.size(), r.body.data(), MHD_RESPMEM_MUST_COPY);
-    }
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "Content-Type", r.content_type.c_str());
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
-    MHD_add_response_header(resp, "Cross-Origin-Resource-Policy", "same-origin");
-    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
-    for (const auto& [k, v] : r.headers) MHD_add_response_header(resp, k.c_str(), v.c_str());
-    count(r.status);
-    const MHD_Result ok = MHD_queue_response(c, static_cast<unsigned>(r.status), resp);
-    MHD_destroy_response(resp);
-    return ok;
-  }
-
-  void refuse(Call& call, int status, const std::string& code, const std::string& message) {
+  } catch (const ApiError& e) {
     call.res = HttpResponse{};
-    call.res.error(status, code, message);
-    call.decided = true;
+    call.res.error(e.status, e.code, e.message);
+    if (e.status == 503) call.res.headers.emplace_back("Retry-After", "5");
+    // A conflict (not ready, running, not cancellable) does not resolve within the OpenAI SDKs' retry backoff.
+    if (e.status == 409) call.res.headers.emplace_back("x-should-retry", "false");
+  } catch (const std::exception& e) {
+    // The details (which may name server paths) go to the log only.
+    spdlog::error("serve: {} {} failed: {}", call.req.method, call.req.path.substr(0, 200), e.what());
+    call.res = HttpResponse{};
+    call.res.error(500, "internal_error", "internal error (the server log has the details)");
   }
+  call.decided = true;
+}
 
-  void run_handler(Call& call) {
-    try {
-      call.route->handler(call.req, call.res);
-      if (call.res.stream) {
-        // The stream's first frames: the current state, so a client needs no separate GET. The stream
-        // continues after the event seen before the snapshot was taken, so nothing is missed.
-        const uint64_t after = sup.events().last_seq();
-        std::string first = "retry: 2000\n\n";
-        Event snap;
-        snap.seq = after;
-        bool ended = false;
-        if (call.res.stream_job.empty()) {
-          snap.type = "group";
-          snap.data = sup.health();
-        } else {
-          const JobRecord r = sup.get(call.res.stream_job);
-          snap.type = "video";
-          snap.job_id = r.id;
-          snap.data = sup.job_json(r);
-          ended = is_terminal(r.status);
-        }
-        call.res.body = first + sse_frame(snap);
-        call.res.stream_after = after;
-        call.res.stream_ended = ended;
-      }
-    } catch (const ApiError& e) {
-      call.res = HttpResponse{};
-      call.res.error(e.status, e.code, e.message);
-      if (e.status == 503) call.res.headers.emplace_back("Retry-After", "5");
-      // A conflict (not ready, running, not cancellable) does not resolve within the OpenAI SDKs' retry backoff.
-      if (e.status == 409) call.res.headers.emplace_back("x-should-retry", "false");
-    } catch (const std::exception& e) {
-      // The details (which may name server paths) go to the log only.
-      spdlog::error("serve: {} {} failed: {}", call.req.method, call.req.path.substr(0, 200), e.what());
-      call.res = HttpResponse{};
-      call.res.error(500, "internal_error", "internal error (the server log has the details)");
-    }
-    call.decided = true;
+void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, const char* method) {
+  HttpRequest& q = call.req;
+  q.method = method ? method : "";
+  q.path = url ? url : "";
+  ++sup.http_requests;
+  MHD_get_connection_values(
+      c, MHD_HEADER_KIND,
+      [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
+        auto* req = static_cast<HttpRequest*>(cls);
+        std::string name = k ? k : "";
+        for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        req->headers.emplace_back(std::move(name), v ? v : "");
+        return MHD_YES;
+      },
+      &q);
+  MHD_get_connection_values(
+      c, MHD_GET_ARGUMENT_KIND,
+      [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
+        static_cast<HttpRequest*>(cls)->query.emplace(k ? k : "", v ? v : "");
+        return MHD_YES;
+      },
+      &q);
+  call.body_follows = body_follows(q);
+  const MHD_ConnectionInfo* hs = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+  if (q.headers.size() > lim.max_headers || (hs && hs->header_size > lim.max_header_bytes))
+    return refuse(call, 431, "headers_too_large",
+                  fmt::format("the request has more than {} header fields or {} bytes of headers", lim.max_headers,
+                              lim.max_header_bytes));
+  if (lengths_differ(q)) {
+    call.body_follows = false;  // and the connection closed
+    return refuse(call, 400, "bad_request", "the request has two different Content-Length fields");
   }
-
-  // ---- the request's first call: everything known from the request line and headers
-
-  void begin(Call& call, MHD_Connection* c, const char* url, const char* method) {
-    HttpRequest& q = call.req;
-    q.method = method ? method : "";
-    q.path = url ? url : "";
-    ++sup.http_requests;
-    MHD_get_connection_values(
-        c, MHD_HEADER_KIND,
-        [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
-          auto* req = static_cast<HttpRequest*>(cls);
-          std::string name = k ? k : "";
-          for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-          req->headers.emplace_back(std::move(name), v ? v : "");
-          return MHD_YES;
-        },
-        &q);
-    MHD_get_connection_values(
-        c, MHD_GET_ARGUMENT_KIND,
-        [](void* cls, MHD_ValueKind, const char* k, const char* v) -> MHD_Result {
-          static_cast<HttpRequest*>(cls)->query.emplace(k ? k : "", v ? v : "");
-          return MHD_YES;
-        },
-        &q);
-    const MHD_ConnectionInfo* hs = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-    if (q.headers.size() > lim.max_headers || (hs && hs->header_size > lim.max_header_bytes))
-      return refuse(call, 431, "headers_too_large",
-                    fmt::format("the request has more than {} header fields or {} bytes of headers", lim.max_headers,
-                                lim.max_header_bytes));
-    const std::string& host = q.header("host");
-    if (!host_allowed(host, allowed_hosts))
-      return refuse(call, 421, "host_not_allowed",
-                    fmt::format("Host '{}' is not an address of this server (DNS rebinding protection): use an IP "
-                                "address or localhost, or start the server with --allowed-host NAME",
-                                host.substr(0, 100)));
-    // The route: HEAD is answered as GET (without a body).
-    const std::string m = q.method == "HEAD" ? "GET" : q.method;
-    std::string allow;
-    std::smatch sm;
-    for (const Route& r : routes) {
-      if (!std::regex_match(q.path, sm, r.pattern)) continue;
-      if (r.method == m) {
-        call.route = &r;
-        for (size_t i = 1; i < sm.size(); ++i) q.matches.push_back(sm[i].str());
-        break;
-      }
-      allow += (allow.empty() ? "" : ", ") + r.method;
+  const std::string& host = q.header("host");
+  if (!host_allowed(host, allowed_hosts))
+    return refuse(call, 421, "host_not_allowed",
+                  fmt::format("Host '{}' is not an address of this server (DNS rebinding protection): use an IP "
+                              "address or localhost, or start the server with --allowed-host NAME",
+                              host.substr(0, 100)));
+  // The route: HEAD is answered as GET (without a body).
+  const std::string m = q.method == "HEAD" ? "GET" : q.method;
+  std::string allow;
+  std::vector<std::string> groups;
+  for (const Route& r : routes) {
+    if (!route_matches(r.pattern, q.path, groups)) continue;
+    if (r.method == m) {
+      call.route = &r;
+      q.matches = groups;
+      break;
     }
-    if (!call.route) {
-      if (allow.empty())
-        return refuse(call, 404, "not_found", "no such route: " + q.method.substr(0, 20) + " " + q.path.substr(0, 200));
-      refuse(call, 405, "method_not_allowed",
-             fmt::format("{} is not allowed here (allowed: {})", q.method.substr(0, 20), allow));
-      call.res.headers.emplace_back("Allow", allow);
+    allow += (allow.empty() ? "" : ", ") + r.method;
+  }
+  if (!call.route) {
+    // The OpenAI video API's other operations (remix, edits, extensions, characters) under /v1/videos/: named as
+    // not supported, 404 whatever else the path matches (docs/api.md, "Not served").
+    if (q.method == "POST" && q.path.starts_with("/v1/videos/") && !q.path.ends_with("/cancel"))
+      return refuse(call, 404, "not_supported",
+                    fmt::format("POST {} is not supported by this server: it makes videos from a prompt, keyframes "
+                                "and references (POST /v1/videos); remix, edits, extensions and characters are not "
+                                "served",
+                                q.path.substr(0, 200)));
+    if (allow.empty())
+      return refuse(call, 404, "not_found", "no such route: " + q.method.substr(0, 20) + " " + q.path.substr(0, 200));
+    refuse(call, 405, "method_not_allowed",
+           fmt::format("{} is not allowed here (allowed: {})", q.method.substr(0, 20), allow));
+    call.res.headers.emplace_back("Allow", allow);
+    return;
+  }
+  const std::string& key = sup.options().api_key;
+  if (!key.empty() && !call.route->public_route) {
+    const std::string& auth = q.header("authorization");
+    if (!(auth.rfind("Bearer ", 0) == 0 && key_matches(std::string_view(auth).substr(7), key))) {
+      refuse(call, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer KEY')");
+      call.res.headers.emplace_back("WWW-Authenticate", "Bearer");
       return;
     }
-    const std::string& key = sup.options().api_key;
-    if (!key.empty() && !call.route->public_route) {
-      const std::string& auth = q.header("authorization");
-      if (!(auth.rfind("Bearer ", 0) == 0 && key_matches(std::string_view(auth).substr(7), key))) {
-        refuse(call, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer KEY')");
-        call.res.headers.emplace_back("WWW-Authenticate", "Bearer");
+  }
+  if (changes_state(q.method) && !same_origin_or_absent(q.header("origin"), q.header("sec-fetch-site"), host))
+    return refuse(call, 403, "cross_origin",
+                  "cross-site requests are refused (the Origin is not this server's own); use the API from "
+                  "the server's page or from a client that is not a browser");
+  const std::string& length = q.header("content-length");
+  const bool chunked = !q.header("transfer-encoding").empty();
+  const bool body = chunked || (!length.empty() && length != "0");
+  if (body && has_body_method(q.method)) {
+    const std::string type = media_type(q.header("content-type"));
+    const auto& ok = call.route->body_types;
+    if (std::find(ok.begin(), ok.end(), type) == ok.end())
+      return refuse(call, 415, "unsupported_media_type",
+                    ok.empty() ? std::string("this route takes no body")
+                               : fmt::format("the body must be {} (got Content-Type '{}')", fmt::join(ok, " or "),
+                                             q.header("content-type").substr(0, 100)));
+  }
+  if (!length.empty()) {
+    const bool digits = length.size() <= 19 && length.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoull(length) > lim.max_body) {
+      // A body a little over the limit is read and dropped, so that a client that sends the whole body before it
+      // reads the answer (Python's http.client, most SDKs) gets the 413 instead of a reset connection; one far
+      // over it (the bound of the chunked rule below) is refused at once and the connection closed.
+      if (call.body_follows && digits && std::stoull(length) <= 4 * lim.max_body + (1u << 20)) {
+        call.too_large = true;
         return;
       }
-    }
-    if (changes_state(q.method) && !same_origin_or_absent(q.header("origin"), q.header("sec-fetch-site"), host))
-      return refuse(call, 403, "cross_origin",
-                    "cross-site requests are refused (the Origin is not this server's own); use the API from "
-                    "the server's page or from a client that is not a browser");
-    const std::string& length = q.header("content-length");
-    const bool chunked = !q.header("transfer-encoding").empty();
-    const bool body = chunked || (!length.empty() && length != "0");
-    if (body && has_body_method(q.method)) {
-      const std::string type = media_type(q.header("content-type"));
-      const auto& ok = call.route->body_types;
-      if (std::find(ok.begin(), ok.end(), type) == ok.end())
-        return refuse(call, 415, "unsupported_media_type",
-                      ok.empty() ? std::string("this route takes no body")
-                                 : fmt::format("the body must be {} (got Content-Type '{}')", fmt::join(ok, " or "),
-                                               q.header("content-type").substr(0, 100)));
-    }
-    if (!length.empty()) {
-      const bool digits = length.size() <= 19 && length.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits || std::stoull(length) > lim.max_body) {
-        // A body a little over the limit is read and dropped, so that a client that sends the whole body before it
-        // reads the answer (Python's http.client, most SDKs) gets the 413 instead of a reset connection; one far
-        // over it (the bound of the chunked rule below) is refused at once and the connection closed.
-        if (digits && std::stoull(length) <= 4 * lim.max_body + (1u << 20)) {
-          call.too_large = true;
-          return;
-        }
-        return refuse(call, 413, "too_large",
-                      fmt::format("the request body is larger than {} bytes (--max-body)", lim.max_body));
-      }
+      // Past the bound nothing is read: answered at once, and the connection closed.
+      call.body_follows = false;
+      return refuse(call, 413, "too_large",
+                    fmt::format("the request body is larger than {} bytes (--max-body)", lim.max_body));
     }
   }
+}
 
-  // ---- MHD callbacks
-
-  static MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
-                               const char* upload_data, size_t* upload_size, void** con_cls) {
-    auto* self = static_cast<Impl*>(cls);
-    auto* call = static_cast<Call*>(*con_cls);
-    if (!call) {
-      call = new Call;
-      *con_cls = call;
-      self->begin(*call, c, url, method);
-      return call->decided ? self->send(c, *call) : MHD_YES;
+MHD_Result HttpServer::Impl::on_request(void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
+                                        const char* upload_data, size_t* upload_size, void** con_cls) {
+  auto* self = static_cast<Impl*>(cls);
+  auto* call = static_cast<Call*>(*con_cls);
+  if (!call) {
+    call = new Call;
+    *con_cls = call;
+    self->begin(*call, c, url, method);
+    return call->decided && !call->body_follows ? self->send(c, *call) : MHD_YES;
+  }
+  if (*upload_size > 0) {
+    if (call->decided) {
+      // Refused from its headers: the body is dropped as it comes, then the answer sent (begin() says why).
+      call->too_large = true;
+    } else if (!call->too_large && call->req.body.size() + *upload_size > self->lim.max_body) {
+      call->too_large = true;
+      self->release(*call);
     }
-    if (*upload_size > 0) {
-      if (!call->too_large && call->req.body.size() + *upload_size > self->lim.max_body) {
-        call->too_large = true;
-        self->release(*call);
-      }
-      const size_t budget = std::max(self->lim.max_body_total, self->lim.max_body);
-      if (!call->too_large && !call->over_budget && self->body_bytes.fetch_add(*upload_size) + *upload_size > budget) {
-        self->body_bytes -= *upload_size;
-        call->over_budget = true;
-        self->release(*call);
-      }
-      if (call->too_large || call->over_budget) {
-        call->discarded += *upload_size;
-        // A chunked body far beyond the limit is not read to its end: the connection is closed.
-        if (call->discarded > 4 * self->lim.max_body + (1u << 20)) return MHD_NO;
-      } else {
-        call->req.body.append(upload_data, *upload_size);
-        call->counted += *upload_size;
-      }
-      *upload_size = 0;
-      return MHD_YES;
+    const size_t budget = std::max(self->lim.max_body_total, self->lim.max_body);
+    if (!call->too_large && !call->over_budget && self->body_bytes.fetch_add(*upload_size) + *upload_size > budget) {
+      self->body_bytes -= *upload_size;
+      call->over_budget = true;
+      self->release(*call);
     }
-    if (call->dispatched) return call->finished ? self->send(c, *call) : MHD_YES;
-    if (call->too_large) {
-      self->refuse(*call, 413, "too_large",
-                   fmt::format("the request body is larger than {} bytes (--max-body)", self->lim.max_body));
-      return self->send(c, *call);
+    if (call->too_large || call->over_budget) {
+      call->discarded += *upload_size;
+      // A chunked body far beyond the limit is not read to its end: the connection is closed.
+      if (call->discarded > 4 * self->lim.max_body + (1u << 20)) return MHD_NO;
+    } else {
+      call->req.body.append(upload_data, *upload_size);
+      call->counted += *upload_size;
     }
-    if (call->over_budget) {
-      self->refuse(*call, 503, "busy", "the server is receiving too many large bodies at once; retry in a moment");
-      call->res.headers.emplace_back("Retry-After", "5");
-      return self->send(c, *call);
-    }
-    if (call->route->where == Route::Where::event) {
-      self->run_handler(*call);
-      return self->send(c, *call);
-    }
-    WorkPool& pool = call->route->where == Route::Where::submit ? self->submit_pool : self->api_pool;
-    call->dispatched = true;
-    MHD_suspend_connection(c);
-    const bool queued = pool.post([self, call, c] {
-      self->run_handler(*call);
-      call->finished = true;
-      MHD_resume_connection(c);  // the last touch of `call` from this thread
-    });
-    if (!queued) {
-      self->refuse(*call, 503, "busy", "the server is busy (too many requests waiting); retry in a moment");
-      call->res.headers.emplace_back("Retry-After", "2");
-      call->finished = true;
-      MHD_resume_connection(c);
-    }
+    *upload_size = 0;
     return MHD_YES;
   }
-
-  // Drops a request's body and its share of the budget.
-  void release(Call& call) {
-    body_bytes -= call.counted;
-    call.counted = 0;
-    std::string().swap(call.req.body);
+  if (call->dispatched) return call->finished ? self->send(c, *call) : MHD_YES;
+  if (call->decided) return self->send(c, *call);
+  if (call->too_large) {
+    self->refuse(*call, 413, "too_large",
+                 fmt::format("the request body is larger than {} bytes (--max-body)", self->lim.max_body));
+    return self->send(c, *call);
   }
-
-  static void on_completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
-    auto* call = static_cast<Call*>(*con_cls);
-    if (call) static_cast<Impl*>(cls)->release(*call);
-    if (call && call->res.file_fd >= 0) ::close(call->res.file_fd);
-    delete call;
-    *con_cls = nullptr;
+  if (call->over_budget) {
+    self->refuse(*call, 503, "busy", "the server is receiving too many large bodies at once; retry in a moment");
+    call->res.headers.emplace_back("Retry-After", "5");
+    return self->send(c, *call);
   }
-
-  static void on_log(void* cls, const char* fmt_str, va_list ap) {
-    auto* self = static_cast<Impl*>(cls);
-    char buf[512];
-    std::vsnprintf(buf, sizeof(buf), fmt_str, ap);
-    std::string line(buf);
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-    spdlog::debug("serve: http: {}", line);
-    std::lock_guard lock(self->log_mu);
-    self->last_log = line;
+  if (call->route->where == Route::Where::event) {
+    self->run_handler(*call);
+    return self->send(c, *call);
   }
-
-  // ---- event streams
-
-  // New frames for `s` without blocking: events after its position, a heartbeat after 5 s of silence.
-  void fill(Stream& s) {
-    if (sup.events().closed()) {
-      s.ended = true;
-      return;
-    }
-    bool skipped = false;
-    for (const Event& e : sup.events().wait_after(s.after, 0, &skipped)) {
-      s.after = e.seq;
-      if (!s.job.empty() && e.job_id != s.job) continue;
-      s.pending += sse_frame(e);
-      if (!s.job.empty() && (e.data.value("deleted", false) || is_terminal(e.data.value("status", std::string())))) {
-        s.ended = true;
-        break;
-      }
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (s.pending.empty() && !s.ended && now - s.last_write > std::chrono::seconds(kSseHeartbeatS))
-      s.pending = ": keep-alive\n\n";
-    if (!s.pending.empty()) s.last_write = now;
+  WorkPool& pool = call->route->where == Route::Where::submit ? self->submit_pool : self->api_pool;
+  call->dispatched = true;
+  MHD_suspend_connection(c);
+  const bool queued = pool.post([self, call, c] {
+    self->run_handler(*call);
+    call->finished = true;
+    MHD_resume_connection(c);  // the last touch of `call` from this thread
+  });
+  if (!queued) {
+    self->refuse(*call, 503, "busy", "the server is busy (too many requests waiting); retry in a moment");
+    call->res.headers.emplace_back("Retry-After", "2");
+    call->finished = true;
+    MHD_resume_connection(c);
   }
+  return MHD_YES;
+}
 
-  // Suspends `s` until the notifier resumes it; false when it must not wait (new events, or shutting down).
-  // Suspending under the lock the notifier resumes under: no resume can come before its suspend.
-  bool park(Stream* s) {
-    std::lock_guard lock(sse_mu);
-    if (sse_stopping) {
-      s->ended = true;
-      return false;
-    }
-    if (sup.events().last_seq() > s->after) return false;
-    MHD_suspend_connection(s->conn);
-    parked.push_back(s);
-    return true;
-  }
+// Drops a request's body and its share of the budget.
+void HttpServer::Impl::release(Call& call) {
+  body_bytes -= call.counted;
+  call.counted = 0;
+  std::string().swap(call.req.body);
+}
 
-  static ssize_t sse_read(void* cls, uint64_t, char* buf, size_t max) {
-    auto* s = static_cast<Stream*>(cls);
-    for (;;) {
-      if (s->sent < s->pending.size()) {
-        const size_t n = std::min(max, s->pending.size() - s->sent);
-        std::memcpy(buf, s->pending.data() + s->sent, n);
-        s->sent += n;
-        if (s->sent == s->pending.size()) {
-          s->pending.clear();
-          s->sent = 0;
-        }
-        return static_cast<ssize_t>(n);
-      }
-      if (s->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-      s->impl->fill(*s);
-      if (!s->pending.empty() || s->ended) continue;
-      if (s->impl->park(s)) return 0;
-    }
-  }
+void HttpServer::Impl::on_completed(void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode) {
+  auto* call = static_cast<Call*>(*con_cls);
+  if (call) static_cast<Impl*>(cls)->release(*call);
+  if (call && call->res.file_fd >= 0) ::close(call->res.file_fd);
+  delete call;
+  *con_cls = nullptr;
+}
 
-  static void sse_free(void* cls) {
-    auto* s = static_cast<Stream*>(cls);
-    Impl* self = s->impl;
-    {
-      std::lock_guard lock(self->sse_mu);
-      self->parked.erase(std::remove(self->parked.begin(), self->parked.end(), s), self->parked.end());
-    }
-    --self->streams;
-    --self->sup.sse_streams;
-    delete s;
-  }
-
-  void notify_loop() {
-    uint64_t seen = sup.events().last_seq();
-    for (;;) {
-      // An event, or a second for heartbeats and departed clients (a suspended connection notices nothing).
-      const uint64_t now = sup.events().wait_seq(seen, 1000);
-      if (now == seen && sup.events().closed()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      seen = now;
-      std::lock_guard lock(sse_mu);
-      for (Stream* s : parked) MHD_resume_connection(s->conn);
-      parked.clear();
-      if (sse_stopping) return;
-    }
-  }
-};
+void HttpServer::Impl::on_log(void* cls, const char* fmt_str, va_list ap) {
+  auto* self = static_cast<Impl*>(cls);
+  char buf[512];
+  std::vsnprintf(buf, sizeof(buf), fmt_str, ap);
+  std::string line(buf);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  spdlog::debug("serve: http: {}", line);
+  std::lock_guard lock(self->log_mu);
+  self->last_log = line;
+}
 
 HttpServer::HttpServer(Supervisor& sup) : impl_(std::make_unique<Impl>(sup)) {}
 
@@ -555,7 +389,8 @@ void HttpServer::bind() {
   const bool v6 = ai->ai_family == AF_INET6;
   ::freeaddrinfo(ai);
   m.api_pool.start(m.lim.api_threads, m.lim.max_pending);
-  m.submit_pool.start(m.lim.submit_threads, 64);
+  // Submissions wait as API requests do (max_pending); what they hold is bounded by max_body_total.
+  m.submit_pool.start(m.lim.submit_threads, m.lim.max_pending);
   const size_t pool_bytes = std::max<size_t>(32768, 2 * m.lim.max_header_bytes);
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   if (v6) flags |= MHD_USE_IPv6;
@@ -573,6 +408,9 @@ void HttpServer::bind() {
       std::lock_guard lock(m.log_mu);
       why = m.last_log;
     }
+    // libmicrohttpd's line names the port it was given inside the address ("Failed to bind to port 0: ..."): only
+    // the reason after its last ": " is shown.
+    if (const size_t colon = why.rfind(": "); colon != std::string::npos) why = why.substr(colon + 2);
     fail("serve: cannot listen on {}:{} ({}); is another server using the port? choose --host/--port", o.host, o.port,
          why.empty() ? "in use, or not an address of this machine" : why);
   }

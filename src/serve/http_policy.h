@@ -28,7 +28,10 @@ namespace h3::serve {
 
 // Limits of the HTTP front (ServeOptions fills them from the command line; docs/api.md lists them).
 struct HttpLimits {
-  size_t max_body = 65536;             // bytes of a request body (Content-Length or chunked), else 413
+  // Bytes of a request body (Content-Length or chunked), else 413. 64 MiB takes what the SDKs send for a reference
+  // (a 5 MB phone photo, a few seconds of 1080p video: ~10-40 MB); what an upload costs is bounded apart (each
+  // file decoded at most 64 MiB and probed in a limited child, all bodies held at once by max_body_total).
+  size_t max_body = 64u << 20;
   size_t max_body_total = 256u << 20;  // body bytes held by all requests together (at least max_body), else 503
   size_t max_header_bytes = 16384;     // request line + headers of one request, else 431 (or 414 for the URL)
   size_t max_headers = 64;             // header fields of one request, else 431

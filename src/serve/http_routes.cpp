@@ -21,6 +21,9 @@ namespace {
 
 // Request bodies nest 3 levels (references[i].data); 32 leaves room and refuses bombs before parsing.
 constexpr int kMaxRequestDepth = 32;
+// A request holds a few dozen values (fields, 16 LoRAs, references); 10,000 refuses `[{},{},...]` of --max-body
+// bytes before it costs gigabytes (each empty object is an allocation), while any real request passes.
+constexpr size_t kMaxRequestValues = 10000;
 
 const char* kPageCsp =
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
@@ -155,6 +158,25 @@ void content(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
 
 }  // namespace
 
+bool route_matches(std::string_view pattern, std::string_view path, std::vector<std::string>& groups) {
+  groups.clear();
+  size_t p = 0, q = 0;
+  while (p < pattern.size()) {
+    if (pattern.compare(p, 2, "{}") == 0) {
+      const size_t end = std::min(path.find('/', q), path.size());
+      if (end == q) return false;  // an empty segment
+      groups.emplace_back(path.substr(q, end - q));
+      p += 2;
+      q = end;
+      continue;
+    }
+    if (q >= path.size() || pattern[p] != path[q]) return false;
+    ++p;
+    ++q;
+  }
+  return q == path.size();
+}
+
 std::vector<Route> make_routes(Supervisor& sup) {
   using W = Route::Where;
   const std::vector<std::string> json_body = {"application/json"};
@@ -162,7 +184,7 @@ std::vector<Route> make_routes(Supervisor& sup) {
   auto add = [&](const char* method, const char* pattern, W where,
                  std::function<void(const HttpRequest&, HttpResponse&)> fn, std::vector<std::string> types = {},
                  bool is_public = false) {
-    r.push_back(Route{method, std::regex(pattern), std::move(fn), where, is_public, std::move(types)});
+    r.push_back(Route{method, pattern, std::move(fn), where, is_public, std::move(types)});
   };
   add(
       "GET", "/", W::event,
@@ -174,7 +196,13 @@ std::vector<Route> make_routes(Supervisor& sup) {
       {}, true);
   add(
       "GET", "/health", W::event,
-      [&sup](const HttpRequest&, HttpResponse& res) { res.json(sup.health(), sup.ready() ? 200 : 503); }, {}, true);
+      [&sup](const HttpRequest&, HttpResponse& res) {
+        nlohmann::json h = sup.health();
+        // Answered without the key: with --api-key set, whether a job runs, not which one.
+        if (!sup.options().api_key.empty() && !h["running"].is_null()) h["running"] = true;
+        res.json(h, sup.ready() ? 200 : 503);
+      },
+      {}, true);
   add("GET", "/metrics", W::api, [&sup](const HttpRequest&, HttpResponse& res) {
     res.content_type = "text/plain; version=0.0.4; charset=utf-8";
     res.body = sup.metrics();
@@ -191,7 +219,7 @@ std::vector<Route> make_routes(Supervisor& sup) {
         } else {
           if (req.body.empty()) throw ApiError{400, "invalid_request", "the body must be a JSON object"};
           try {
-            body = parse_json_bounded(req.body, "the body", kMaxRequestDepth);
+            body = parse_json_bounded(req.body, "the body", kMaxRequestDepth, true, kMaxRequestValues);
           } catch (const Error& e) {
             throw ApiError{400, "invalid_json", e.what()};
           }
@@ -202,20 +230,20 @@ std::vector<Route> make_routes(Supervisor& sup) {
       },
       {"application/json", "multipart/form-data"});
   add("GET", "/v1/videos", W::api, [&sup](const HttpRequest& req, HttpResponse& res) { list(sup, req, res); });
-  add("GET", R"(/v1/videos/([^/]+))", W::api,
+  add("GET", "/v1/videos/{}", W::api,
       [&sup](const HttpRequest& req, HttpResponse& res) { res.json(sup.job_json(sup.get(req.matches.at(0)))); });
-  add("DELETE", R"(/v1/videos/([^/]+))", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
+  add("DELETE", "/v1/videos/{}", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
     const std::string id = req.matches.at(0);
     sup.remove(id);
     res.json({{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
   });
   add(
-      "POST", R"(/v1/videos/([^/]+)/cancel)", W::api,
+      "POST", "/v1/videos/{}/cancel", W::api,
       [&sup](const HttpRequest& req, HttpResponse& res) { res.json(sup.job_json(sup.cancel(req.matches.at(0)))); },
       json_body);
-  add("GET", R"(/v1/videos/([^/]+)/content)", W::api,
+  add("GET", "/v1/videos/{}/content", W::api,
       [&sup](const HttpRequest& req, HttpResponse& res) { content(sup, req, res); });
-  add("GET", R"(/v1/videos/([^/]+)/events)", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
+  add("GET", "/v1/videos/{}/events", W::api, [&sup](const HttpRequest& req, HttpResponse& res) {
     res.stream = true;
     res.stream_job = sup.get(req.matches.at(0)).id;
   });

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <map>
 
+#include "core/json_limits.h"
 #include "serve/supervisor.h"
 
 namespace h3::serve {
@@ -176,8 +177,11 @@ void numbers_back(nlohmann::json& v) {
   if (!v.is_string()) return;
   const std::string& t = v.get_ref<const std::string&>();
   if (t.empty() || t.size() > 32 || t.find_first_not_of("0123456789+-.eE") != std::string::npos) return;
-  auto n = nlohmann::json::parse(t, nullptr, false);
-  if (!n.is_discarded() && n.is_number()) v = n;
+  try {
+    nlohmann::json n = parse_json_bounded(t, "a number", 1);
+    if (n.is_number()) v = n;
+  } catch (const Error&) {
+  }
 }
 
 }  // namespace

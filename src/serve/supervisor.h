@@ -94,9 +94,20 @@ class Supervisor {
  private:
   enum class State { starting, loading, ready, busy, restarting, stopped };
   static const char* state_name(State s);
+  static double steady_now();
+  // The group thread (serve/supervisor_group.cpp).
+  struct GroupCommand {
+    std::vector<std::string> args, env;  // argv and environment of the group's command
+  };
   void group_loop();
   bool launch_group();
+  GroupCommand group_command(const std::string& sock, const std::string& token) const;
+  pid_t spawn_group(GroupCommand& cmd);
+  bool await_rank0(int listen_fd, const std::string& token);
   void run_group();
+  bool drain_messages(bool& loaded, std::string& death);
+  void on_ready(const nlohmann::json& m);
+  void shutdown_group();
   void kill_group(const std::string& why);
   std::string reap_reason();
   void set_state(State s, const std::string& error = "");

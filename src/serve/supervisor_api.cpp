@@ -4,11 +4,12 @@
 #include <cmath>
 #include <filesystem>
 
-#include <regex>
-
+#include "core/dtype.h"
 #include "core/log.h"
+#include "pipeline/generator.h"
 #include "serve/openai_compat.h"
 #include "serve/probe.h"
+#include "serve/scrub.h"
 #include "serve/supervisor.h"
 #include "serve/uploads.h"
 
@@ -72,14 +73,9 @@ nlohmann::json resolve_loras(const nlohmann::json& v, const std::string& lora_di
   return out;
 }
 
-}  // namespace
-
-JobRecord Supervisor::submit(const nlohmann::json& request) {
-  if (!request.is_object()) throw bad("the body must be a JSON object");
-  nlohmann::json body = request;
-  input_reference_to_keyframe(body);  // the OpenAI SDK's field (serve/openai_compat.h)
-  nlohmann::json gen = nlohmann::json::object();
-  nlohmann::json accepted = nlohmann::json::object();
+// The request's fields, each checked and sorted: `gen` gets what GenerateRequest reads, `accepted` what the job
+// record keeps. Throws ApiError naming the first field that is wrong.
+void read_fields(const nlohmann::json& body, const ServeOptions& o, nlohmann::json& gen, nlohmann::json& accepted) {
   static const std::vector<std::string> passthrough = {
       "prompt", "width", "height", "aspect", "frames", "seconds", "steps", "seed", "shift", "audio_shift", "precision"};
   for (auto it = body.begin(); it != body.end(); ++it) {
@@ -87,10 +83,10 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
     const nlohmann::json& v = it.value();
     if (k == "model") {
       if (!v.is_string()) throw bad("'model' must be a string");
-      if (v.get<std::string>() != o_.model_id)
+      if (v.get<std::string>() != o.model_id)
         throw ApiError{400, "model_not_found",
                        fmt::format("model '{}' is not served here; this server serves '{}'",
-                                   v.get<std::string>().substr(0, 200), o_.model_id)};
+                                   v.get<std::string>().substr(0, 200), o.model_id)};
     } else if (k == "size") {
       if (!v.is_string()) throw bad("'size' must be a string like \"1344x768\"");
       auto [w, h] = parse_size(v.get<std::string>());
@@ -115,7 +111,7 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
       if (body.contains("steps")) throw bad("give 'steps' or 'num_inference_steps', not both");
       gen["steps"] = v;
     } else if (k == "x_debug_fault") {
-      if (!o_.debug_faults)
+      if (!o.debug_faults)
         throw bad(
             "unknown field 'x_debug_fault' (a test hook; the server was not started with "
             "--debug-faults)");
@@ -126,7 +122,7 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
         throw bad(e.what());
       }
     } else if (k == "loras") {
-      gen["loras"] = resolve_loras(v, o_.lora_dir);
+      gen["loras"] = resolve_loras(v, o.lora_dir);
     } else if (is_media_field(k)) {
       continue;  // stored below (serve/uploads.h); the record keeps a summary, not the data
     } else if (std::find(passthrough.begin(), passthrough.end(), k) != passthrough.end()) {
@@ -136,6 +132,10 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
     }
     accepted[k] = v;
   }
+}
+
+// The prompt and the sizes, bounded here so that no product of them can overflow further on.
+void check_bounds(const nlohmann::json& body, const nlohmann::json& gen) {
   if (!body.contains("prompt")) throw bad("'prompt' is required");
   if (!body["prompt"].is_string()) throw bad("'prompt' must be a string");
   if (body["prompt"].get<std::string>().size() > kMaxPrompt)
@@ -150,7 +150,21 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
       (gen["steps"].is_number_unsigned() ? gen["steps"].get<uint64_t>() > 100000
                                          : std::llabs(gen["steps"].get<int64_t>()) > 100000))
     throw bad("'steps' is out of range");
+}
 
+}  // namespace
+
+JobRecord Supervisor::submit(const nlohmann::json& request) {
+  if (!request.is_object()) throw bad("the body must be a JSON object");
+  nlohmann::json body = request;
+  input_reference_to_keyframe(body);  // the OpenAI SDK's field (serve/openai_compat.h)
+  nlohmann::json gen = nlohmann::json::object();
+  nlohmann::json accepted = nlohmann::json::object();
+  read_fields(body, o_, gen, accepted);
+  check_bounds(body, gen);
+  // FP8 GEMMs are a GPU path: a CPU server refuses them here instead of accepting a job that fails when it runs.
+  if (o_.device != "cuda" && gen.contains("precision") && gen["precision"] == "fp8")
+    throw bad("precision 'fp8' needs a GPU server (--device cuda); this server runs on the CPU: f64, f32 or bf16");
   nlohmann::json limits;
   {
     std::lock_guard lock(mu_);
@@ -271,11 +285,6 @@ void Supervisor::remove(const std::string& id) {
 
 std::string Supervisor::scrub(std::string s) const {
   namespace fs = std::filesystem;
-  auto replace_all = [&s](const std::string& from, const std::string& to) {
-    if (from.size() < 2) return;
-    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
-      s.replace(at, from.size(), to);
-  };
   std::vector<std::pair<std::string, std::string>> known;
   auto add = [&](const std::string& path, const std::string& name) {
     if (path.empty()) return;
@@ -293,11 +302,9 @@ std::string Supervisor::scrub(std::string s) const {
   for (const auto* p : {&m.model_dir, &m.dit, &m.video_vae, &m.audio_vae, &m.text_encoder, &m.tokenizer})
     if (p->find('/') != std::string::npos) add(*p, "<model>");
   // Longest first, so a folder inside another is named by the inner one.
-  std::sort(known.begin(), known.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-  for (const auto& [from, to] : known) replace_all(from, to);
-  // Any other absolute path keeps only its last component.
-  static const std::regex other(R"((^|[\s'"(=\[])/(?:[^\s'"()\[\],;:]+/)+([^\s'"()\[\],;:/]*))");
-  return std::regex_replace(s, other, "$1.../$2");
+  std::stable_sort(known.begin(), known.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  return scrub_paths(s, known);
 }
 
 nlohmann::json Supervisor::job_json(const JobRecord& r) {
@@ -400,25 +407,28 @@ nlohmann::json Supervisor::models() {
   const nlohmann::json presets = nlohmann::json::array(
       {{{"name", "draft"}, {"steps", 8}}, {{"name", "standard"}, {"steps", 25}}, {{"name", "full"}, {"steps", 50}}});
   std::lock_guard lock(mu_);
-  return {{"object", "list"},
-          {"data",
-           {{{"id", o_.model_id},
-             {"object", "model"},
-             {"owned_by", "h3-engine"},
-             {"runner", o_.runner.kind},
-             {"ranks", o_.ranks},
-             {"device", o_.device},
-             {"precision", o_.runner.precision},
-             {"components", models_},
-             {"procedural", !notice_.empty()},
-             {"notice", notice_.empty() ? nlohmann::json() : nlohmann::json(notice_)},
-             {"loras", loras},
-             {"limits", limits_},
-             {"max_body_bytes", o_.http.max_body},
-             {"max_upload_bytes", kMaxUploadBytes},
-             {"defaults", defaults},
-             {"presets", presets},
-             {"measured", measured_}}}}};
+  return {
+      {"object", "list"},
+      {"data",
+       {{{"id", o_.model_id},
+         {"object", "model"},
+         {"owned_by", "h3-engine"},
+         {"runner", o_.runner.kind},
+         {"ranks", o_.ranks},
+         {"device", o_.device},
+         // The DiT precision jobs run at (the device's default unless --precision names one).
+         {"precision", std::string(precision_name(
+                           default_generate_options(gpu ? Device::cuda : Device::cpu, o_.runner.precision).precision))},
+         {"components", models_},
+         {"procedural", !notice_.empty()},
+         {"notice", notice_.empty() ? nlohmann::json() : nlohmann::json(notice_)},
+         {"loras", loras},
+         {"limits", limits_},
+         {"max_body_bytes", o_.http.max_body},
+         {"max_upload_bytes", kMaxUploadBytes},
+         {"defaults", defaults},
+         {"presets", presets},
+         {"measured", measured_}}}}};
 }
 
 std::string Supervisor::metrics() {

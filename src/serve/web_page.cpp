@@ -14,8 +14,10 @@
 
 namespace h3::serve {
 
-const char* web_page_html() {
-  return R"HTML(<!doctype html>
+namespace {
+
+// The document as one constant (data, not code: the script inside it is the page's own).
+constexpr const char kPage[] = R"HTML(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>h3 serve</title>
 <style>
@@ -48,6 +50,8 @@ button{padding:4px 10px;margin:2px;cursor:pointer}
 .phases span.done{background:#b9d7b9;color:#234} .phases span.current{background:#3a7bd5;color:#fff}
 .bar{background:#e6e6e6;height:6px;border-radius:3px} .bar i{display:block;height:6px;background:#3a7bd5;border-radius:3px}
 .err{color:#a33;font-size:12px} .muted{color:#888;font-size:12px} .status{font-weight:600}
+@media (max-width:720px){main{grid-template-columns:minmax(0,1fr);padding:8px;gap:8px} #apikey{width:100%!important}
+#gallery{grid-template-columns:minmax(0,1fr)}}
 </style></head><body>
 <header><b>h3 serve</b><span id="health">...</span><span id="server"></span>
 <span style="flex:1"></span><input id="apikey" type="password" placeholder="API key (if required)" style="width:220px"></header>
@@ -413,7 +417,7 @@ async function start() {
   if (live) live.abort();
   live = new AbortController();
   await refresh();
-  if (location.hash === "#selftest") return;  // the self-test waits on finite streams only
+  if (location.hash === "#selftest" || location.hash === "#layout") return;  // finite streams only
   const ctl = live;
   for (;;) {
     try { await stream("/v1/events", onEvent, ctl.signal); } catch (e) { if (ctl.signal.aborted) return; }
@@ -481,9 +485,19 @@ async function selftest() {
     log("SELFTEST PASS");
   } catch (e) { log("SELFTEST FAIL: " + e.message); }
 }
-start().then(() => { if (location.hash === "#selftest") return selftest(); });
+start().then(() => {
+  if (location.hash === "#selftest") return selftest();
+  // #layout: the page's width as laid out, for the test at a phone's width (no horizontal scrolling).
+  if (location.hash === "#layout")
+    $("selftest").textContent = "LAYOUT " + document.documentElement.scrollWidth + " " + window.innerWidth;
+});
 </script></body></html>
 )HTML";
+
+}  // namespace
+
+const char* web_page_html() {
+  return kPage;
 }
 
 }  // namespace h3::serve

@@ -7,16 +7,22 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "core/json_limits.h"
 #include "core/knobs.h"
 #include "core/log.h"
+#include "serve/at_work.h"
 #include "serve/channel.h"
 #include "serve/store.h"
 
 namespace h3::serve {
 
 namespace {
+
+// How often rank 0 says it is at work during a long call: far inside the stall timeout (2 x --timeout + 30 s).
+constexpr double kAtWorkEveryS = 10;
 
 // Rank 0's side of the control channel: the reader thread's inbox and the running job's cancel flag.
 struct Inbox {
@@ -77,7 +83,7 @@ nlohmann::json broadcast_command(Comm& comm, const nlohmann::json& on_root) {
   comm.broadcast(&n, sizeof(n), 0, "serve command length");
   text.resize(static_cast<size_t>(n));
   comm.broadcast(text.data(), n, 0, "serve command");
-  return comm.rank() == 0 ? on_root : nlohmann::json::parse(text);
+  return comm.rank() == 0 ? on_root : parse_json_bounded(text, "serve command", kJsonMaxDepth, false);
 }
 
 }  // namespace
@@ -139,6 +145,9 @@ int run_worker(const WorkerOptions& o) {
                     {"percent", p.percent},
                     {"eta_s", p.eta_s}});
         };
+      // Between progress messages, "at work" every 10 s while rank 0 computes (serve/at_work.h).
+      std::optional<AtWork> at_work;
+      if (ch) at_work.emplace([&] { ch->send({{"type", "at_work"}, {"id", id}}); }, kAtWorkEveryS);
       nlohmann::json result = runner->run(req, cmd.value("out", ""), progress, &inbox.cancel);
       done["status"] = "completed";
       done["result"] = result;

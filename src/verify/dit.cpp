@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "core/compare.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "io/procedural.h"
 #include "model/dit/lora.h"
@@ -19,7 +20,7 @@ nlohmann::json meta_json(const SafeTensors& f, const std::string& k) {
   std::string s = f.meta(k);
   if (s.empty()) return nullptr;
   try {
-    return nlohmann::json::parse(s);
+    return parse_json_bounded(s, k, kJsonMaxDepth, false);
   } catch (const std::exception&) {
     return nullptr;
   }

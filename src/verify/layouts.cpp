@@ -9,17 +9,65 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/json_limits.h"
 #include "model/dit/layout.h"
 #include "pipeline/geometry.h"
 #include "pipeline/schedule.h"
 
 namespace h3 {
 namespace {
+
+// Key names and metadata notes are read by hand, never by a regular expression: both are as long as the file makes
+// them, and a backtracking expression recursed off the stack on a long one.
+
+// The end of the run of digits at `at` (at itself when there is none).
+size_t digits_end(std::string_view s, size_t at) {
+  while (at < s.size() && s[at] >= '0' && s[at] <= '9') ++at;
+  return at;
+}
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// The shift a note names for the Euler step: "schedule.step ... shift S" with no ';' between, S digits and dots.
+std::string note_shift(std::string_view note) {
+  for (size_t at = note.find("schedule.step"); at != std::string_view::npos;) {
+    const size_t stop = std::min(note.find(';', at), note.size());
+    for (size_t w = note.find("shift", at + 13); w != std::string_view::npos && w < stop;
+         w = note.find("shift", w + 1)) {
+      size_t v = w + 5;
+      while (v < note.size() && is_space(note[v])) ++v;
+      size_t e = v;
+      while (e < note.size() && ((note[e] >= '0' && note[e] <= '9') || note[e] == '.')) ++e;
+      if (e > v) return std::string(note.substr(v, e - v));
+    }
+    // A later "schedule.step" before the same ';' sees a part of this stretch only: none can match there.
+    at = stop < note.size() ? note.find("schedule.step", stop) : std::string_view::npos;
+  }
+  return "";
+}
+
+// The grid points a note names: "N grid points" (white space allowed before "grid"), N at most 9 digits.
+std::string note_grid_points(std::string_view note) {
+  for (size_t at = 0; at < note.size();) {
+    if (note[at] < '0' || note[at] > '9') {
+      ++at;
+      continue;
+    }
+    const size_t end = digits_end(note, at);
+    size_t g = end;
+    while (g < note.size() && is_space(note[g])) ++g;
+    if (note.compare(g, 11, "grid points") == 0 && end - at <= 9) return std::string(note.substr(at, end - at));
+    at = end;
+  }
+  return "";
+}
 
 using nlohmann::json;
 
@@ -222,12 +270,14 @@ void verify_case(const SafeTensors& f, Report& r, const std::string& name, const
   // Row-timestep plans for whichever steps the file holds.
   const FlowSchedule video = make_flow_schedule(c.plan_grid_points, kVideoShift);
   const FlowSchedule audio = make_flow_schedule(c.plan_grid_points, kAudioShift);
-  const std::regex step_key(std::regex_replace(name, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
-                            R"(\.step([0-9]+)\.timestep)");
+  // NAME.stepK.timestep
   std::set<int64_t> steps;
+  const std::string head = name + ".step";
   for (const std::string& key : f.keys()) {
-    std::smatch m;
-    if (std::regex_match(key, m, step_key)) steps.insert(std::stoll(m[1]));
+    if (!key.starts_with(head)) continue;
+    const size_t end = digits_end(key, head.size());
+    if (end > head.size() && end - head.size() <= 9 && key.compare(end, std::string::npos, ".timestep") == 0)
+      steps.insert(std::stoll(key.substr(head.size(), end - head.size())));
   }
   for (int64_t k : steps) {
     const std::string base = fmt::format("{}.step{}", name, k);
@@ -246,12 +296,23 @@ void verify_case(const SafeTensors& f, Report& r, const std::string& name, const
 // ------------------------------------------------------------------------------
 
 void verify_schedules(const SafeTensors& f, Report& r) {
-  const std::regex key_re(R"(schedule\.shift([0-9]+(?:\.[0-9]+)?)\.n([0-9]+)\.(sigmas|timesteps))");
+  // schedule.shiftS.nN.sigmas / .timesteps, S a decimal number ("12" or "12.5"), N an integer
   for (const std::string& key : f.keys()) {
-    std::smatch m;
-    if (!std::regex_match(key, m, key_re)) continue;
-    FlowSchedule s = make_flow_schedule(std::stoll(m[2]), std::stod(m[1]));
-    const std::vector<float>& got = m[3] == "sigmas" ? s.sigmas : s.timesteps;
+    const std::string_view k = key;
+    if (!k.starts_with("schedule.shift")) continue;
+    size_t at = 14, end = digits_end(k, at);
+    if (end == at) continue;
+    if (end < k.size() && k[end] == '.' && digits_end(k, end + 1) > end + 1) end = digits_end(k, end + 1);
+    const std::string shift(k.substr(at, end - at));
+    if (k.compare(end, 2, ".n") != 0) continue;
+    at = end + 2;
+    end = digits_end(k, at);
+    if (end == at || end - at > 9) continue;
+    const std::string points(k.substr(at, end - at));
+    const std::string_view what = k.substr(end);
+    if (what != ".sigmas" && what != ".timesteps") continue;
+    FlowSchedule s = make_flow_schedule(std::stoll(points), std::stod(shift));
+    const std::vector<float>& got = what == ".sigmas" ? s.sigmas : s.timesteps;
     compare_exact(f, r, key, got, {static_cast<int64_t>(got.size())}, "bitwise (f32)");
   }
 }
@@ -261,14 +322,12 @@ void verify_schedules(const SafeTensors& f, Report& r) {
 void verify_euler(const SafeTensors& f, Report& r) {
   if (!f.has("schedule.step.x")) return;
   const std::string note = f.meta("note");
-  std::smatch ms, mn;
-  const bool have_shift = std::regex_search(note, ms, std::regex(R"(schedule\.step[^;]*?shift\s*([0-9.]+))"));
-  const bool have_points = std::regex_search(note, mn, std::regex(R"(([0-9]+)\s*grid points)"));
-  if (!have_shift || !have_points) {
+  const std::string shift = note_shift(note), points = note_grid_points(note);
+  if (shift.empty() || points.empty()) {
     r.item("schedule.step", false, "the metadata note does not name the step's shift and grid points");
     return;
   }
-  FlowSchedule s = make_flow_schedule(std::stoll(mn[1]), std::stod(ms[1]));
+  FlowSchedule s = make_flow_schedule(std::stoll(points), std::stod(shift));
   Tensor x0 = f.get("schedule.step.x");
   auto v = fetch(f, r, "schedule.step.v", DType::f32, x0.shape());
   if (!v || x0.dtype() != DType::f32) {
@@ -308,8 +367,8 @@ int verify_layouts(const SafeTensors& file, std::FILE* out) {
   if (!geometries.empty()) {
     json all;
     try {
-      all = json::parse(geometries);
-    } catch (const json::exception& e) {
+      all = parse_json_bounded(geometries, "geometries", kJsonMaxDepth, false);
+    } catch (const std::exception& e) {
       r.item("__metadata__.geometries", false, fmt::format("is not valid JSON: {}", e.what()));
       return r.finish();
     }

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "core/compare.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "distributed/comm.h"
 #include "model/vae/audio_vae.h"
@@ -76,7 +77,7 @@ VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOpti
   const double tol = opt.tolerance ? *opt.tolerance : (opt.precision == Precision::f64 ? 1e-6 : 1e-5);
   nlohmann::json info;
   try {
-    info = nlohmann::json::parse(f.meta("info"));
+    info = parse_json_bounded(f.meta("info"), f.path() + ": metadata info", kJsonMaxDepth, false);
   } catch (const std::exception& e) {
     fail("{}: metadata 'info' is missing or not JSON ({})", f.path(), e.what());
   }

@@ -7,6 +7,7 @@
 
 #include "core/compare.h"
 #include "core/files.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/text.h"
@@ -58,9 +59,10 @@ VerifyReport verify_qwen3vl_text_file(const SafeTensors& f, Precision precision,
           "{}: bf16 against this f64 set needs --bf16-errors FILE.json (transformers' own bf16 errors on it, e.g. "
           "tests/reference/qwen3vl-text-mini-bf16-errors.json) or --tol",
           f.path());
+    const std::string text = read_text_file_checked(bf16_errors, "bf16 error file");
     try {
-      errors = nlohmann::json::parse(read_text_file_checked(bf16_errors, "bf16 error file")).at("bf16");
-    } catch (const nlohmann::json::exception& e) {
+      errors = parse_json_bounded(text, bf16_errors).at("bf16");
+    } catch (const std::exception& e) {
       fail("{}: expected {{\"bf16\": {{\"<case>.<output>\": rel_l2}}}} ({})", bf16_errors, e.what());
     }
   }
@@ -128,10 +130,10 @@ VerifyReport verify_qwen3vl_text_procedural(const SafeTensors& f, Precision prec
   json weights, errors;
   std::vector<int64_t> keep;
   try {
-    weights = json::parse(f.meta("weights"));
-    errors = json::parse(f.meta("reference_rel_l2_vs_f64"));
-    keep = json::parse(f.meta("states")).get<std::vector<int64_t>>();
-  } catch (const json::exception& e) {
+    weights = parse_json_bounded(f.meta("weights"), "weights", kJsonMaxDepth, false);
+    errors = parse_json_bounded(f.meta("reference_rel_l2_vs_f64"), "reference_rel_l2_vs_f64", kJsonMaxDepth, false);
+    keep = parse_json_bounded(f.meta("states"), "states", kJsonMaxDepth, false).get<std::vector<int64_t>>();
+  } catch (const std::exception& e) {
     fail(
         "{}: unreadable weights/states/reference_rel_l2_vs_f64 metadata ({}); regenerate it with "
         "scripts/device/make_qwen3vl_text_golden.py",
@@ -186,12 +188,9 @@ VerifyReport verify_qwen3vl_text_procedural(const SafeTensors& f, Precision prec
 
 VerifyReport verify_tokenizer_cases(const std::string& cases_json, const std::string& tokenizer_json) {
   const Tokenizer tok = Tokenizer::from_file(tokenizer_json);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text_file_checked(cases_json, "tokenizer cases file"));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON ({})", cases_json, e.what());
-  }
+  // (the bounded parser's refusal already names the file and says what is wrong)
+  const nlohmann::json j =
+      parse_json_bounded(read_text_file_checked(cases_json, "tokenizer cases file"), cases_json + ": tokenizer cases");
   if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
     fail("{}: no \"cases\" list; expected {{\"cases\": [{{\"text\", \"ids\"}}]}}", cases_json);
   VerifyReport rep;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/compare.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "model/qwen3vl/qwen3vl.h"
 
@@ -59,13 +60,14 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
   pre.temporal_patch = vcfg.temporal_patch;
   pre.merge = vcfg.merge;
   try {
-    const auto j = nlohmann::json::parse(f.meta("config").empty() ? "{}" : f.meta("config"));
+    const auto j =
+        parse_json_bounded(f.meta("config").empty() ? "{}" : f.meta("config"), "config", kJsonMaxDepth, false);
     tok.vision_start = j.value("vision_start_token_id", tok.vision_start);
     tok.vision_end = j.value("vision_end_token_id", tok.vision_end);
     tok.image = j.value("image_token_id", tok.image);
     tok.video = j.value("video_token_id", tok.video);
     if (!f.meta("preprocess").empty()) {
-      const auto p = nlohmann::json::parse(f.meta("preprocess"));
+      const auto p = parse_json_bounded(f.meta("preprocess"), "preprocess", kJsonMaxDepth, false);
       for (int c = 0; c < 3; ++c) {
         pre.mean[c] = p.value("image_mean", 0.5);
         pre.std[c] = p.value("image_std", 0.5);
@@ -73,7 +75,7 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
       pre.min_pixels = p.value("min_pixels", pre.min_pixels);
       pre.max_pixels = p.value("max_pixels", pre.max_pixels);
     }
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const std::exception& e) {
     fail("{}: unreadable config/preprocess metadata: {}", f.path(), e.what());
   }
 
@@ -85,8 +87,10 @@ VerifyReport verify_qwen3vl_vision_file(const SafeTensors& f, Precision precisio
   nlohmann::json bf16_errors;
   if (precision == Precision::bf16 && tolerance <= 0) {
     try {
-      bf16_errors = nlohmann::json::parse(f.meta("reference_rel_l2_vs_f64")).at("bf16");
-    } catch (const nlohmann::json::exception& e) {
+      bf16_errors =
+          parse_json_bounded(f.meta("reference_rel_l2_vs_f64"), "reference_rel_l2_vs_f64", kJsonMaxDepth, false)
+              .at("bf16");
+    } catch (const std::exception& e) {
       fail(
           "{}: no transformers bf16 errors in its metadata ({}): regenerate it with "
           "scripts/device/make_qwen3vl_vision_golden.py on a GPU machine, or pass --tol",

@@ -2,6 +2,7 @@
 // request resolution and its errors, the packed layouts built from a request against the golden layouts, and
 // `h3 generate` fl2va / ref2va end to end on 1, 2 and 3 ranks (pipeline/conditions.h).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <cmath>
@@ -560,5 +561,18 @@ TEST(ConditionCli, BadMediaRequestsAreRefusedBeforeAnyWork) {
     EXPECT_NE(r.out.find(expect), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("dit "), std::string::npos) << "no model may be loaded for a bad request:\n" << r.out;
     EXPECT_FALSE(fs::exists(out));
+  }
+}
+
+// A FIFO or a device as a keyframe or reference is refused at once (a FIFO blocked the open forever).
+TEST(MediaRead, NonRegularFilesAreRefusedAtOnce) {
+  h3::test::ScratchDir dir;
+  const std::string fifo = (dir.path() / "frame.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& p : {fifo, std::string("/dev/zero")}) {
+    const std::string e = error_of([&] { h3::scan_media(p); });
+    EXPECT_NE(e.find("give a regular file"), std::string::npos) << p << ": " << e;
+    const std::string e2 = error_of([&] { h3::read_picture(p, 80, 48, h3::FitMode::stretch); });
+    EXPECT_NE(e2.find("give a regular file"), std::string::npos) << p << ": " << e2;
   }
 }

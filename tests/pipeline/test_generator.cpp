@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/compare.h"
+#include "core/json_limits.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
 #include "model/qwen3vl/procedural.h"
@@ -21,6 +22,7 @@
 #include "model/vae/procedural.h"
 #include "pipeline/components.h"
 #include "pipeline/generator.h"
+#include "pipeline/phases.h"
 #include "support/cli_run.h"
 #include "support/error_of.h"
 #include "support/golden.h"
@@ -582,4 +584,23 @@ TEST(Generator, FileComponentsAndPrecomputedInputsReproduceThePipelineGolden) {
   EXPECT_LE(h3::compare(r.audio_latent_rows, f.get("step2.audio_rows")).rel_l2, 1e-5);
   EXPECT_LE(h3::compare(r.pixels01, f.get("output.pixels01")).rel_l2, 1e-5);
   EXPECT_LE(h3::compare(r.waveform, f.get("output.waveform")).rel_l2, 1e-5);
+}
+
+// The MP4's comment (the resolved request) names keyframes, references and LoRAs by file name only: a server's
+// output is downloaded by its client, and the comment held the server's absolute upload path.
+TEST(Generator, Mp4CommentNamesNoServerPath) {
+  h3::ModelSources src;
+  h3::ResolvedRequest req;
+  req.prompt = "x";
+  h3::ConditionMedia m;
+  m.role = "first";
+  m.path = "/srv/h3/store/uploads/0123abcd/0.png";
+  req.media.push_back(m);
+  req.loras.push_back({"/srv/h3/loras/style.safetensors", 0.5});
+  const std::string comment = h3::media_spec(src, req).metadata.at("comment");
+  EXPECT_EQ(comment.find("/srv"), std::string::npos) << comment;
+  const nlohmann::json j = h3::parse_json_bounded(comment, "comment");
+  EXPECT_EQ(j["media"][0]["path"], "0.png");
+  EXPECT_EQ(j["loras"][0]["path"], "style.safetensors");
+  EXPECT_EQ(j["prompt"], "x");
 }

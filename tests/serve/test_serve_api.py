@@ -33,6 +33,9 @@ def validation(s):
     for raw in bad_json:
         expect_error(s, "POST", "/v1/videos", raw=raw, status=400, what="malformed JSON %r" % raw[:20])
     expect_error(s, "POST", "/v1/videos", raw=b"", status=400, what="empty body")
+    many = b'{"prompt": "x", "loras": [' + b",".join([b"{}"] * 12000) + b"]}"
+    st, j = expect_error(s, "POST", "/v1/videos", raw=many, status=400, what="12,000 values")
+    check("more than 10000 JSON values" in j["error"]["message"], "a body of 12,000 values: 400 before it is built")
     wrong_types = [{"prompt": 5}, {"prompt": None}, {"prompt": ["a"]}, dict(GOOD, steps="x"), dict(GOOD, steps=2.5),
                    dict(GOOD, seed=-1), dict(GOOD, seed=1.5), dict(GOOD, seed="7"), dict(GOOD, width="a", height=64),
                    {"prompt": "a", "size": 5}, {"prompt": "a", "size": "axb"}, {"prompt": "a", "size": "-5x10"},
@@ -57,6 +60,41 @@ def validation(s):
                          what="oversized body")
     check(True, "malformed JSON, wrong types, out-of-range values and unknown fields: 400 with a JSON error; "
                 "a 200 KB body: 413")
+
+
+def echoed_fields(s):
+    """Fields whose error message echoes their value, 30,000 and 60,000 characters long, as JSON and as
+    multipart: each a 400 with a JSON error, and the server alive after (a regular expression over the echo once
+    recursed off the stack: exit 139)."""
+    log("echoed fields")
+    for n in (30000, 60000):
+        value = "/" + "a" * n + "/b"
+        for field in ("aspect", "width", "precision", "shift", "size", "seconds", "model"):
+            expect_error(s, "POST", "/v1/videos", body={"prompt": "x", field: value}, status=400,
+                         what="%s of %d characters" % (field, len(value)))
+            boundary = "b0undary"
+            raw = ("--%s\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\nx\r\n"
+                   "--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n--%s--\r\n"
+                   % (boundary, boundary, field, value, boundary)).encode()
+            expect_error(s, "POST", "/v1/videos", raw=raw, status=400,
+                         headers={"Content-Type": "multipart/form-data; boundary=" + boundary},
+                         what="multipart %s of %d characters" % (field, len(value)))
+    st, _, _ = s.request("GET", "/health")
+    check(st == 200 and s.proc.poll() is None, "fields echoed by their errors, up to 60 KB: 400 each, server alive")
+
+
+def not_served(s):
+    """The OpenAI operations this server does not serve are named so (404 not_supported), whatever the path looks
+    like; fp8 on a CPU server is refused at submit; /v1/models names the precision jobs run at."""
+    log("operations not served, fp8 on the CPU, the precision shown")
+    for path in ("/v1/videos/edits", "/v1/videos/extensions", "/v1/videos/characters", "/v1/videos/video_x/remix"):
+        st, j = expect_error(s, "POST", path, body={"prompt": "x"}, status=404, what=path)
+        check(j["error"]["code"] == "not_supported" and "not supported" in j["error"]["message"],
+              "POST %s: 404 not_supported" % path)
+    st, j = expect_error(s, "POST", "/v1/videos", body=dict(GOOD, precision="fp8"), status=400, what="fp8 on CPU")
+    check("needs a GPU" in j["error"]["message"], "precision fp8 on a CPU server: 400 at submit")
+    st, m = s.json("GET", "/v1/models")
+    check(st == 200 and m["data"][0]["precision"] == "f32", "/v1/models precision: %r" % m["data"][0]["precision"])
 
 
 def ids_and_routes(s):
@@ -223,6 +261,17 @@ def auth(h3):
             check(r.status == 401 and b"error" in body, "401 with %s" % (hdr or "no header"))
         st, j = s.json("GET", "/v1/videos")
         check(st == 200, "the right key is accepted")
+        # /health needs no key, so it says whether a job runs, not which.
+        st, j = s.json("POST", "/v1/videos", dict(GOOD, steps=40))
+        deadline, running = time.time() + 20, None
+        while time.time() < deadline and running is None:
+            c = s.conn()
+            c.request("GET", "/health")
+            running = json.loads(c.getresponse().read())["running"]
+            c.close()
+            time.sleep(0.05)
+        check(running is True, "/health without the key: running is %r, not the job id" % running)
+        s.json("POST", "/v1/videos/%s/cancel" % j["id"])
         c = s.conn()
         c.request("GET", "/health")
         check(c.getresponse().status == 200, "/health needs no key")
@@ -236,6 +285,8 @@ def run(h3):
         st, h = s.json("GET", "/health")
         check(st == 200 and h["status"] == "ok", "health 200 once ready")
         validation(s)
+        echoed_fields(s)
+        not_served(s)
         ids_and_routes(s)
         lifecycle(s)
         t = time.time()

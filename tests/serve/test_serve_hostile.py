@@ -121,7 +121,7 @@ def store_lock(h3, s):
 
 
 def damaged_rows(h3):
-    log("a row whose JSON does not parse; leftover .partial files")
+    log("a row whose JSON does not parse, a metadata row nested 200k deep; leftover .partial files")
     s = Server(h3, args=["--runner", "fake", "--fake-step-ms", "20", "--fake-load-ms", "0"]).start()
     try:
         st, a = s.json("POST", "/v1/videos", GOOD)
@@ -133,6 +133,8 @@ def damaged_rows(h3):
     c.execute("UPDATE jobs SET result = '{not json' WHERE id = ?", (a["id"],))
     c.execute("INSERT INTO jobs (id, status, request, resolved, created_at) VALUES (?, 'queued', '{}', '[[[', ?)",
               ("video_" + "ab" * 12, time.time()))
+    # The store's remembered model list nested 200,000 deep (nlohmann's parser recursed off the stack at start).
+    c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('models', ?)", ("[" * 200000 + "]" * 200000,))
     c.commit()
     c.close()
     partial = os.path.join(s.store, "outputs", "video_" + "cd" * 12 + ".mp4.partial")

@@ -6,8 +6,11 @@
   - Range requests per RFC 9110 (416, several ranges ignored, no wrapped lengths);
   - a second server on the same port fails to bind; the API key from a file or the environment (not in ps).
 usage: test_serve_http.py H3_BINARY"""
+import http.client
 import json
 import os
+import struct
+import zlib
 import socket
 import subprocess
 import tempfile
@@ -225,9 +228,90 @@ def second_server(h3, s):
     p = subprocess.run([h3, "serve", "--store", store, "--port", str(s.port), "--runner", "fake"],
                        capture_output=True, timeout=60)
     err = p.stderr.decode(errors="replace")
-    check(p.returncode != 0 and "cannot listen" in err, "the second server fails to bind: %s" % err.strip()[-160:])
+    check(p.returncode != 0 and "cannot listen" in err and "port 0" not in err and "in use" in err,
+          "the second server fails to bind, saying the port is in use: %s" % err.strip()[-160:])
     st, _, _ = s.request("GET", "/health")
     check(st == 200, "the first server still answers")
+
+
+def refused_with_body(s, method, path, body, headers, status, times, what):
+    """A client that writes its whole body before it reads (Python's http.client, as the OpenAI SDKs do) gets the
+    refusal's status and JSON body every time, never a reset connection or a broken pipe."""
+    for i in range(times):
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        try:
+            c.request(method, path, body=body, headers=headers)
+            r = c.getresponse()
+            payload = r.read()
+        except OSError as e:
+            raise AssertionError("%s, try %d: the connection failed instead of %d: %r" % (what, i + 1, status, e))
+        finally:
+            c.close()
+        try:
+            message = json.loads(payload)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = None
+        if r.status != status or not message:
+            raise AssertionError("%s, try %d: %d %r instead of %d with a JSON error" % (what, i + 1, r.status,
+                                                                                       payload[:200], status))
+    check(True, "%s: %d with its JSON error, %d of %d times" % (what, status, times, times))
+
+
+def refusals_reach_clients(s, max_body):
+    log("refusals decided before the body reach a client that sends the body first")
+    big = b"x" * (1 << 20)  # past --max-body, within the bound of what is read and dropped
+    js = {"Content-Type": "application/json"}
+    refused_with_body(s, "POST", "/v1/videos", big, js, 413, 20, "1 MiB past --max-body %d" % max_body)
+    refused_with_body(s, "POST", "/v1/videos/video_x/edit", big, js, 404, 20, "an unknown route with 1 MiB")
+    refused_with_body(s, "PUT", "/v1/videos", big, js, 405, 20, "a method not allowed with 1 MiB")
+    refused_with_body(s, "POST", "/v1/videos", big, {"Content-Type": "text/plain"}, 415, 20,
+                      "a media type not taken with 1 MiB")
+    # Two Content-Length fields that differ: 400 (which body is meant cannot be known).
+    resp = raw(s.port, b"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}")
+    check(status_of(resp) == 400 and b"two different Content-Length" in resp,
+          "two different Content-Length fields: 400 (%r)" % resp[:40])
+
+
+def photo(size):
+    """A PNG of about `size` bytes that does not compress (noise), as a phone photo is."""
+    w = int((size / 3) ** 0.5)
+    rows = b"".join(b"\0" + os.urandom(3 * w) for _ in range(w))
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, w, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows, 1)) + chunk(b"IEND", b""))
+
+
+def multipart(fields, files):
+    boundary = "h3test" + os.urandom(8).hex()
+    out = b""
+    for k, v in fields.items():
+        out += b"--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n" % (
+            boundary.encode(), k.encode(), v.encode())
+    for k, (name, data) in files.items():
+        out += (b"--%s\r\nContent-Disposition: form-data; name=\"%s\"; filename=\"%s\"\r\n"
+                b"Content-Type: application/octet-stream\r\n\r\n" % (boundary.encode(), k.encode(), name.encode()))
+        out += data + b"\r\n"
+    return out + b"--%s--\r\n" % boundary.encode(), "multipart/form-data; boundary=" + boundary
+
+
+def default_body_limit(s):
+    """At the default --max-body: a 5 MB photo as the SDK sends it is taken; with a wrong key it is refused with
+    401, and a body past the limit with 413, each read by the client."""
+    log("the default body limit: a 5 MB photo, a wrong key, a body past 64 MiB")
+    body, ctype = multipart({"prompt": "the same street at night", "seconds": "5", "steps": "2"},
+                            {"input_reference": ("photo.png", photo(5 << 20))})
+    st, h, p = s.request("POST", "/v1/videos", raw=body, headers={"Content-Type": ctype}, timeout=120)
+    check(st == 202, "a %.1f MB photo as input_reference on a default server: %d %r" % (len(body) / 1e6, st, p[:200]))
+    refused_with_body(s, "POST", "/v1/videos", body, {"Content-Type": ctype, "Authorization": "Bearer wrong"}, 401,
+                      20, "a 5 MB upload with a wrong key")
+    st, m = s.json("GET", "/v1/models")
+    limit = m["data"][0]["max_body_bytes"]
+    check(limit >= 64 << 20, "the default --max-body takes a few seconds of video: %d bytes" % limit)
+    refused_with_body(s, "POST", "/v1/videos", b" " * (limit + 1), {"Content-Type": "application/json",
+                      "Authorization": "Bearer " + s.api_key}, 413, 2, "a body one byte past the default limit")
 
 
 def key_sources(h3):
@@ -241,6 +325,7 @@ def key_sources(h3):
         s.api_key = "filekey123"
         st, _ = s.json("GET", "/v1/videos")
         check(st == 200, "the key read from --api-key-file is accepted")
+        default_body_limit(s)
         st, _, _ = s.request("GET", "/v1/videos", headers={"Authorization": "Bearer wrong"})
         check(st == 401, "another key is refused")
         with open("/proc/%d/cmdline" % s.proc.pid, "rb") as f:
@@ -265,6 +350,7 @@ def run(h3):
     try:
         security(s)
         limits(s, max_body)
+        refusals_reach_clients(s, max_body)
         ranges(s)
         abusive_clients(s)
         second_server(h3, s)

@@ -79,6 +79,15 @@ def run(h3):
                       l["data"][0]["request"]["first_image"]["filename"] == "key.png",
                       "the server agrees (one completed job, made with the keyframe)")
                 break
+        # A phone's width (390 px asked; headless Chromium's narrowest window is 500 px): the page lays out in one
+        # column and scrolls only down (it was 698 px wide).
+        with running(Server(h3, ranks=1, args=["--runner", "fake", "--fake-load-ms", "0"]).start()) as s:
+            r = subprocess.run(chrome_cmd(binary, profile, ["--window-size=390,844", "--virtual-time-budget=5000",
+                                                            "--dump-dom", "http://127.0.0.1:%d/#layout" % s.port]),
+                               capture_output=True, timeout=120)
+            m = re.search(r'<pre id="selftest"[^>]*>LAYOUT (\d+) (\d+)</pre>', r.stdout.decode("utf-8", "replace"))
+            check(m is not None and int(m.group(1)) <= int(m.group(2)) <= 520,
+                  "at a phone's width the page is no wider than the window: %s" % (m.groups() if m else None,))
     finally:
         shutil.rmtree(profile, ignore_errors=True)
 

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -57,11 +56,17 @@ std::string official_to_diffusers(const std::string& k) {
   };
   for (const auto& [from, to] : top)
     if (starts_with(k, from)) return to + k.substr(from.size());
-  static const std::regex block(R"(^(token_refiner\.blocks|blocks)\.(\d+)\.(.+)$)");
-  std::smatch m;
-  if (!std::regex_match(k, m, block)) return "";
-  std::string prefix = m[1] == "blocks" ? "transformer_blocks." : "token_refiner.refiner_blocks.";
-  prefix += m[2].str() + ".";
+  // "blocks.N.REST" / "token_refiner.blocks.N.REST", read by hand: tensor names are as long as a file makes them, and
+  // a regular expression over one recursed off the stack (a 40,000-character name).
+  const bool refiner = starts_with(k, "token_refiner.blocks.");
+  if (!refiner && !starts_with(k, "blocks.")) return "";
+  const size_t digits = refiner ? 21 : 7;
+  size_t dot = digits;
+  while (dot < k.size() && k[dot] >= '0' && k[dot] <= '9') ++dot;
+  if (dot == digits || dot >= k.size() || k[dot] != '.' || dot + 1 == k.size()) return "";
+  const std::string rest = k.substr(dot + 1);
+  std::string prefix = refiner ? "token_refiner.refiner_blocks." : "transformer_blocks.";
+  prefix += k.substr(digits, dot - digits) + ".";
   static const std::vector<std::pair<std::string, std::string>> inner = {
       {"norm1.weight", "norm1.weight"},
       {"norm2.weight", "norm2.weight"},
@@ -75,7 +80,7 @@ std::string official_to_diffusers(const std::string& k) {
       {"adaln_proj.linear.bias", "adaln_proj.linear.bias"},
   };
   for (const auto& [from, to] : inner)
-    if (m[3] == from) return prefix + to;
+    if (rest == from) return prefix + to;
   return "";
 }
 

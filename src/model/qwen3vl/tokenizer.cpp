@@ -9,14 +9,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/json_limits.h"
 
 namespace h3 {
@@ -384,11 +383,9 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the tokenizer file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return from_json_text(ss.str(), path);
+  // A regular file of at most 256 MiB (Qwen3-VL's is 11 MB): /dev/zero was read until memory ran out, a FIFO
+  // blocked the open forever.
+  return from_json_text(read_text_file_checked(path, "tokenizer file"), path);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

@@ -736,3 +736,16 @@ TEST(CheckpointProcedural, NegativeSeedIsRejected) {
   expect_open_error("procedural:mini:seed=-1", {"-1"});
   expect_open_error("procedural:mini:seed= 7", {"seed"});
 }
+
+// Released tensor names are read by hand: a 40,000-character name sent `h3 info` off the stack through a `(.+)$`
+// regular expression.
+TEST(CheckpointOfficial, NamesOfAnyLengthAreReadByHand) {
+  EXPECT_EQ(h3::dit_official_to_diffusers("blocks.7.norm1.weight"), "transformer_blocks.7.norm1.weight");
+  EXPECT_EQ(h3::dit_official_to_diffusers("token_refiner.blocks.1.norm2.weight"),
+            "token_refiner.refiner_blocks.1.norm2.weight");
+  EXPECT_EQ(h3::dit_official_to_diffusers("blocks..norm1.weight"), "");
+  EXPECT_EQ(h3::dit_official_to_diffusers("blocks.7."), "");
+  EXPECT_EQ(h3::dit_official_to_diffusers("blocks.7.norm1.weightx"), "");
+  EXPECT_EQ(h3::dit_official_to_diffusers("blocks.7." + std::string(40000, 'a')), "");
+  EXPECT_EQ(h3::dit_official_to_diffusers("blocks." + std::string(1000000, '7') + ".x"), "");
+}

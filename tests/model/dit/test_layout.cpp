@@ -200,3 +200,19 @@ TEST(Layout, VerifierRejectsAlteredLayout) {
   EXPECT_EQ(verify_layouts(SafeTensors::open(dir + "/h3_layout_bad.safetensors"), sink), 1);
   std::fclose(sink);
 }
+
+// A golden file's metadata is read by the bounded parser: geometries nested 150,000 deep are a failed item, not a
+// crash (nlohmann's own parser recursed off the stack), and a long note or key costs one pass.
+TEST(Layout, HostileMetadataIsRefusedNotRecursed) {
+  const std::string dir = ::testing::TempDir();
+  const std::string deep = std::string(150000, '[') + std::string(150000, ']');
+  std::string note = "schedule.step shift " + std::string(100000, ' ') + "x; " + std::string(100000, '7') + " grid";
+  write_safetensors(
+      dir + "/h3_layout_deep.safetensors",
+      {{"schedule.step.x", Tensor::from(std::vector<float>{0.f}, {1})},
+       {"schedule.shift" + std::string(40000, '1') + ".n5.sigmas", Tensor::from(std::vector<float>{0.f}, {1})}},
+      {{"geometries", deep}, {"note", note}});
+  std::FILE* sink = std::tmpfile();
+  EXPECT_EQ(verify_layouts(SafeTensors::open(dir + "/h3_layout_deep.safetensors"), sink), 1);
+  std::fclose(sink);
+}

@@ -1,6 +1,7 @@
 // The byte-level BPE tokenizer against the golden cases (produced by Hugging Face tokenizers), plus the
 // edges: both merges syntaxes, special tokens, empty input, invalid UTF-8 and malformed files.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -11,7 +12,9 @@
 
 #include "core/error.h"
 #include "model/qwen3vl/tokenizer.h"
+#include "support/error_of.h"
 #include "support/golden.h"
+#include "support/scratch_dir.h"
 #include "verify/qwen3vl_text.h"
 
 using namespace h3;
@@ -264,5 +267,17 @@ TEST(TokenizerQwen3, LongRunsAreFastAndMatchTheReferenceCounts) {
     EXPECT_LT(s, 1.0) << name;
     EXPECT_EQ(static_cast<int64_t>(ids.size()), timings.at(name).at("ids").get<int64_t>()) << name;
     EXPECT_EQ(tok.decode(ids), text) << name;
+  }
+}
+
+// The tokenizer file must be a regular file of bounded size: /dev/zero was read until memory ran out (8 GB in
+// 10 s), a FIFO blocked the open forever.
+TEST(Tokenizer, NonRegularFilesAreRefusedAtOnce) {
+  h3::test::ScratchDir dir;
+  const std::string fifo = (dir / "tok.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& p : {std::string("/dev/zero"), fifo, dir.path().string()}) {
+    const std::string e = h3::test::error_of([&] { h3::Tokenizer::from_file(p); });
+    EXPECT_NE(e.find("give a regular file"), std::string::npos) << p << ": " << e;
   }
 }

@@ -1,0 +1,30 @@
+// "At work" while a job runs (serve/at_work.h): said while the process computes, never while it only waits, so
+// that the stall timeout means silence and a long call is not taken for a stall.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "serve/at_work.h"
+
+using h3::serve::AtWork;
+
+TEST(ServeAtWork, SaidWhileComputingOnly) {
+  std::atomic<int> said{0};
+  {
+    AtWork w([&] { ++said; }, 0.05, 0.1);
+    // 0.5 s of computing on this thread (a DiT call's GEMMs): at least a few "at work" of about ten chances, even
+    // with the machine's cores shared.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    volatile double x = 0;
+    while (std::chrono::steady_clock::now() < until) x = x + 1e-9;
+  }
+  EXPECT_GE(said.load(), 3);
+  said = 0;
+  {
+    AtWork w([&] { ++said; }, 0.05, 0.1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // blocked: a stalled rank
+  }
+  EXPECT_EQ(said.load(), 0);
+}
