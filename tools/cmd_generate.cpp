@@ -244,6 +244,12 @@ void print_result(const GenerateResult& res, const Generator& gen, const Resolve
     for (const auto& p : res.peaks) std::printf(" %s %.1f GiB,", p.phase.c_str(), p.bytes / 1073741824.0);
     std::printf(" (plan: peak %.1f GiB)\n", res.memory_plan.peak() / 1073741824.0);
   }
+  if (!res.windows.empty()) {
+    std::printf("peak host memory (RSS, rank 0):");
+    for (const auto& w : res.windows)
+      std::printf(" %s %.1f GiB,", w.phase.c_str(), w.host_rss_peak_bytes / 1073741824.0);
+    std::printf("\n");
+  }
   std::printf("prompt tokens %" PRId64 " (vision rows %" PRId64 " in %" PRId64
               " blocks), latents: video %s hash %016" PRIx64 ", audio rows %s hash %016" PRIx64 "\n",
               res.prompt_tokens, res.vision_rows, res.vision_blocks, shape_str(res.video_latents.shape()).c_str(),

@@ -64,8 +64,8 @@ struct GenerateOptions {
   // (the smallest peak); h3 serve takes auto (the most residency that fits its largest request).
   MemoryPolicy memory = MemoryPolicy::phases;
   // GPU: whether the DiT's blocks and the text tower's layers may stream from host memory when they do not all fit
-  // (memory_plan.h). false until the models take the plan's residency: every model then loads whole.
-  bool stream_layers = false;
+  // (memory_plan.h); false: every model loads whole (or the request is refused).
+  bool stream_layers = true;
   // GPU: the device memory this process may use, its CUDA context included (GpuOptions::max_device_bytes, given as
   // --max-device-memory; 0: what is free at start less memory_plan.h's margin). Every request is planned inside it.
   int64_t max_device_bytes = 0;
@@ -115,6 +115,14 @@ struct PhasePeak {
   int64_t bytes = 0;
 };
 
+// One phase of a request on rank 0: when it ran (unix seconds, for matching another process's samples of the
+// device's memory to it) and this process's peak resident host memory in it.
+struct PhaseWindow {
+  std::string phase;
+  double start_unix_s = 0, end_unix_s = 0;
+  int64_t host_rss_peak_bytes = 0;
+};
+
 // Precomputed inputs replacing the text tower and/or the noise generator (tests, golden checks). Only rank
 // 0's are used (broadcast to the others).
 struct PrecomputedInputs {
@@ -139,6 +147,7 @@ struct GenerateResult {
   std::vector<PhaseTiming> timings;
   std::vector<LoadTiming> loads;      // the loads counted in timings' "load"
   std::vector<PhasePeak> peaks;       // GPU runs only
+  std::vector<PhaseWindow> windows;   // encode, denoise, decode_video, decode_audio
   MemoryPlan memory_plan;             // GPU runs: the plan this request ran under
   double time_to_mp4() const;         // seconds, loads excluded
   std::vector<std::string> warnings;  // e.g. vision rows absent from the prompt (pipeline/conditions.h)

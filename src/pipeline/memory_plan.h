@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/budget.h"
 #include "pipeline/memory_sizes.h"
 
 namespace h3 {
@@ -55,9 +56,8 @@ MemoryPolicy memory_policy_from_name(const std::string& s);  // "auto", "residen
 // with them): kRuntimeReserve = kGpuOutsideAllocatorBytes, what the process takes outside the caching allocator
 // (CUDA context ~0.5 GiB with lazy loading, cuBLASLt / cuDNN handles and kernels, NCCL buffers), and
 // kDefaultDeviceMargin = kGpuDefaultMarginBytes, left free for other processes when no budget is given.
-// MERGE(stream): replace both by backend/budget.h's constants once that header is on main.
-inline constexpr int64_t kRuntimeReserve = kGiB;
-inline constexpr int64_t kDefaultDeviceMargin = int64_t{512} << 20;
+inline constexpr int64_t kRuntimeReserve = kGpuOutsideAllocatorBytes;
+inline constexpr int64_t kDefaultDeviceMargin = kGpuDefaultMarginBytes;
 inline constexpr double kH200LinkGBps = 55.5;  // pinned host -> device copies measured on an H200 (GB/s)
 inline constexpr double kDiskGBps = 1.4;       // the H200 host's local disk, page cache dropped (GB/s)
 inline constexpr int kDefaultRingSlots = 3, kMinRingSlots = 2;

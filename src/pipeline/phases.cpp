@@ -44,16 +44,27 @@ void RequestRun::check_cancel_layer(int64_t layer, int64_t layers) const {
         fmt::format("request cancelled while encoding the prompt (before text layer {} of {})", layer + 1, layers));
 }
 
+namespace {
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 PhaseMeter::PhaseMeter(bool on_gpu) : gpu(on_gpu) {
-  if (!gpu) return;
-  gpu_release_cached();
-  gpu_reset_peak();
+  if (gpu) {
+    gpu_release_cached();
+    gpu_reset_peak();
+  }
+  host = std::make_unique<PeakHostMemory>();
+  start_unix_s = unix_seconds();
 }
 
 void PhaseMeter::done(const char* phase, GenerateResult& res) const {
-  if (!gpu) return;
-  gpu_synchronize();
-  res.peaks.push_back({phase, static_cast<int64_t>(gpu_peak_bytes())});
+  if (gpu) {
+    gpu_synchronize();
+    res.peaks.push_back({phase, static_cast<int64_t>(gpu_peak_bytes())});
+  }
+  res.windows.push_back({phase, start_unix_s, unix_seconds(), host->peak_bytes()});
 }
 
 void phase_done(RequestRun& run, const ModelResidency& models, const char* name, phase_clock::time_point t0,

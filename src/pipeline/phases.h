@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "core/host_memory.h"
 #include "distributed/comm.h"
 #include "distributed/control.h"
 #include "media/mp4_writer.h"
@@ -58,8 +59,12 @@ struct RequestRun {
 };
 
 // Peak device memory of one phase (rank 0 reports it): the allocator's high-water mark from a clean start.
+// A phase's memory and wall-clock window: the GPU allocator's peak (GPU runs), this process's peak host RSS and the
+// phase's start and end in unix seconds (for matching device-read memory samples of another process to it).
 struct PhaseMeter {
   bool gpu;
+  double start_unix_s = 0;
+  std::unique_ptr<PeakHostMemory> host;
   explicit PhaseMeter(bool on_gpu);
   void done(const char* phase, GenerateResult& res) const;
 };

@@ -12,16 +12,13 @@ namespace h3 {
 
 namespace {
 
-// MERGE(stream, text): the one spot where the plan's layer residency (ModelPlacement::dit_layers / text_layers:
-// `resident` layers spread among the streamed ones, `ring_slots` slots of `layer_bytes`) reaches the models. The
-// DiT (branch stream: DitModel's resident-block and ring-slot options) and the text tower (branch text:
-// Qwen3VlTextOptions::resident_layers / ring_slots) take them in load_dit and load_text below; until they do,
-// GenerateOptions::stream_layers stays false, so the plan keeps every layer resident and this check holds.
-void check_loads_whole(const LayerResidency& r, const char* model) {
-  H3_CHECK(r.streamed() == 0,
-           "internal: the memory plan streams {} of the {}'s {} layers, but the {} loads whole; keep "
-           "GenerateOptions::stream_layers false until it takes the plan's residency",
-           r.streamed(), model, r.layers, model);
+// The plan's layer residency (ModelPlacement::dit_layers / text_layers: `resident` layers spread among the streamed
+// ones, `ring_slots` slots) as the models take it: -1 resident when nothing streams.
+int resident_or_all(const LayerResidency& r) {
+  return r.streamed() > 0 ? r.resident : -1;
+}
+int ring_or_default(const LayerResidency& r) {
+  return r.streamed() > 0 && r.ring_slots > 0 ? r.ring_slots : 3;
 }
 
 }  // namespace
@@ -96,8 +93,10 @@ void ModelResidency::load_dit(const std::vector<GenerateRequest::LoraRef>& want,
   // On the GPU the DiT computes with the numerics the GPU backend was started with (deterministic mode, FP8
   // attention: core/numerics.h).
   const Device dev = placement_.dit.device;
-  check_loads_whole(placement_.dit_layers, "DiT");  // MERGE(stream): pass placement_.dit_layers to the DiT here
-  dit_ = std::make_unique<DitModel>(*ck, precision, plan_, dev, dev == Device::cuda ? gpu_numerics() : Numerics{});
+  const DitStreaming streaming{.resident_blocks = resident_or_all(placement_.dit_layers),
+                               .ring_slots = ring_or_default(placement_.dit_layers)};
+  dit_ = std::make_unique<DitModel>(*ck, precision, plan_, dev, dev == Device::cuda ? gpu_numerics() : Numerics{},
+                                    streaming);
   ckpt_ = std::move(ck);
   loras_merged_ = want;
   lora_digest_ = want.empty() ? 0 : ckpt_->lora_digest();
@@ -138,10 +137,14 @@ void ModelResidency::load_vaes() {
 std::unique_ptr<Qwen3VlTextModel> ModelResidency::load_text(Comm* tp) {
   H3_CHECK(src_.text_problem.empty(), "{}", src_.text_problem);
   std::unique_ptr<Qwen3VlTextModel> t;
-  check_loads_whole(placement_.text_layers, "text tower");  // MERGE(text): pass placement_.text_layers here
   timed_load("text", text_file_bytes(src_, kConditioningLayer), [&] {
-    t = std::make_unique<Qwen3VlTextModel>(*src_.text_weights, src_.text_config, kConditioningLayer,
-                                           Qwen3VlTextOptions{opt_.text_precision, placement_.text.device, tp});
+    t = std::make_unique<Qwen3VlTextModel>(
+        *src_.text_weights, src_.text_config, kConditioningLayer,
+        Qwen3VlTextOptions{.precision = opt_.text_precision,
+                           .device = placement_.text.device,
+                           .comm = tp,
+                           .resident_layers = resident_or_all(placement_.text_layers),
+                           .ring_slots = ring_or_default(placement_.text_layers)});
   });
   return t;
 }

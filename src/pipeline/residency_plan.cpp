@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/budget.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/vision.h"
 #include "pipeline/conditions.h"
@@ -37,9 +38,17 @@ int64_t agreed_device_bytes(Comm& comm) {
   comm.allgatherv(&mine, buses.data(), std::vector<int64_t>(comm.size(), 1), DType::i64, "GPU bus ids (memory plan)");
   int64_t sharing = 0;
   for (uint64_t b : buses) sharing += b == mine;
-  // MERGE(stream): what is free at start (gpu_free_at_start_bytes(), backend/budget.h) instead of the total, so that
-  // memory other processes hold is never planned for; the budget's own check against the device is the backend's.
-  const int64_t own = static_cast<int64_t>(gpu_total_bytes()) / std::max<int64_t>(sharing, 1);
+  // What this rank may plan for: its share of what was free when the backend started (never the card's total, so
+  // memory other processes hold is never planned for), and never more than the backend's budget (the allocator's
+  // cap plus what the process takes outside it: backend/budget.h). Ranks sharing a GPU without a budget each get
+  // their share, and their allocators are capped to it; with --max-device-memory each rank has the budget given.
+  const int64_t share = gpu_free_at_start_bytes() / std::max<int64_t>(sharing, 1);
+  const int64_t budget = gpu_budget_bytes() + kGpuOutsideAllocatorBytes;
+  const int64_t own = std::min(share, budget);
+  if (sharing > 1 && own < budget)
+    set_gpu_budget_bytes(own - kGpuOutsideAllocatorBytes,
+                         fmt::format("{} ranks share this GPU's {:.2f} GiB free at start", sharing,
+                                     static_cast<double>(gpu_free_at_start_bytes()) / kGiB));
   std::vector<int64_t> all(static_cast<size_t>(comm.size()));
   comm.allgatherv(&own, all.data(), std::vector<int64_t>(comm.size(), 1), DType::i64, "GPU memory (memory plan)");
   return *std::min_element(all.begin(), all.end());

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace h3 {
 
 nlohmann::json timings_json(const GenerateResult& r) {
@@ -24,6 +26,18 @@ nlohmann::json loads_json(const GenerateResult& r) {
 nlohmann::json peaks_json(const GenerateResult& r) {
   nlohmann::json p = nlohmann::json::object();
   for (const auto& x : r.peaks) p[x.phase] = x.bytes;
+  return p;
+}
+
+nlohmann::json windows_json(const GenerateResult& r) {
+  nlohmann::json w = nlohmann::json::object();
+  for (const auto& x : r.windows) w[x.phase] = {x.start_unix_s, x.end_unix_s};
+  return w;
+}
+
+nlohmann::json host_peaks_json(const GenerateResult& r) {
+  nlohmann::json p = nlohmann::json::object();
+  for (const auto& x : r.windows) p[x.phase] = std::max(p.value(x.phase, int64_t{0}), x.host_rss_peak_bytes);
   return p;
 }
 
@@ -51,6 +65,8 @@ nlohmann::json generate_record(const GenerateResult& r, const GenerateOptions& o
       {"time_to_mp4_s", r.time_to_mp4()},
       {"loads", loads_json(r)},
       {"peak_memory_bytes", peaks_json(r)},
+      {"phase_windows", windows_json(r)},
+      {"host_rss_peak_bytes", host_peaks_json(r)},
       {"prompt_tokens", r.prompt_tokens},
       {"output", r.out_path},
       {"wrote_mp4", r.wrote_mp4},

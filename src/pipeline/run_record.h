@@ -15,6 +15,9 @@ nlohmann::json timings_json(const GenerateResult& r);
 nlohmann::json loads_json(const GenerateResult& r);
 // {"encode": bytes, "denoise": bytes, ...} (GPU runs; empty on the CPU)
 nlohmann::json peaks_json(const GenerateResult& r);
+// Per phase: [start, end] in unix seconds, and the peak host RSS (rank 0).
+nlohmann::json windows_json(const GenerateResult& r);
+nlohmann::json host_peaks_json(const GenerateResult& r);
 
 struct RecordContext {
   std::string device_name;  // backend/backend.h gpu_description(), or "CPU"
