@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Issue 37 on one H200 (the `device` tool's machine): the whole job on a small card, made honestly -- a separate
+# process (scripts/device/hold_gpu_memory.py) takes all but N GiB of the device and holds it while h3 runs -- beside
+# the resident run, back to back in one device call: procedural:full, 124 frames, 50 steps, time to MP4 without
+# loads. Every run writes its record (--json) and the holder's device-read memory samples; budget_matrix_summary.py
+# folds them into $OUT/summary.json and prints the table: time ratio against the resident run, latent hashes equal,
+# h3's device use per phase read from the device (max used in the phase's window - what was used before h3
+# started), host RSS per phase.
+# The resident run of each shape writes the GEMM choices (--gemm-algos) that the capped runs read: the same
+# algorithms, so the same arithmetic gives the same bits (tuning times candidates once; near-equal ones can flip).
+# Steps (each bounded by its own limit; seconds expected on the H200):
+#   build             unpack the carried .debs (H3_DEBS, default .debs), build h3 and h3_tests for sm_90a  ~90-150
+#   checks            the streamer's and the budget's GPU tests; a budgeted 8-block bench (smoke)          ~40
+#   gen480-fp8        480p FP8: resident, then 24 GiB and 12 GiB                                          ~180
+#   gen768-fp8        768p FP8: resident, then 24 GiB                                                      ~390
+#   gen768-fp8-16     768p FP8 at 16 GiB (needs gen768-fp8's GEMM file from the same machine)              ~200
+#   gen768-bf16       768p bf16: resident, then 24 GiB                                                     ~580
+#   tensor2           768p FP8, 2 steps: 1 rank resident, then 2 ranks in tensor mode sharing the GPU, 16 GiB
+#                     each (the holder leaves 32 GiB); latents within 4e-2 rel-L2 of 1 rank (FP8 per tensor
+#                     on a rank's slices: a different quantization than the whole weight's, docs/numerics.md) ~120
+#   bench-bf16        h3 bench bf16 480p/768p resident, then streamed under 16 GiB                         ~120
+#   anchor            ../shared/anchors/perf_diffusers_offload.py (carried in .anchors): diffusers' group
+#                     offloading, resident and streamed, 480p/768p bf16                                    ~180
+# Usage, from the checkout's root there: scripts/device/budget_matrix.sh STEP...
+set -uo pipefail
+source scripts/device/common.sh
+bdir=${H3_BUILD_DIR:-build-gpu}
+h3=${H3_BIN:-$bdir/bin/h3}
+algos=$out/gemm-algos
+mkdir -p "$algos"
+prompt='a red kite over a windy beach at dusk, waves breaking, gulls calling'
+step() {  # step NAME LIMIT_S COMMAND...: run_step (common.sh), the log folded into all-logs.txt, the table redone
+  run_step "$@"
+  local rc=$? name=$1
+  { echo "######## $name (rc $rc)"; cat "$out/$name.log"; } >> "$out/all-logs.txt"
+  rm -f "$out/$name.log"
+  python3 scripts/device/budget_matrix_summary.py "$out" > "$out/matrix.txt" 2>&1
+  return $rc
+}
+hold() {  # hold NAME GIB: the holder takes all but GIB GiB of the device; returns once it holds it
+  rm -f "$out/$1.hold.ready"
+  python3 scripts/device/hold_gpu_memory.py --leave "${2}G" --ready "$out/$1.hold.ready" --json "$out/$1.hold.json" \
+    > "$out/$1.hold.log" 2>&1 &
+  echo $! > "$out/$1.hold.pid"
+  for _ in $(seq 1 120); do
+    [ -e "$out/$1.hold.ready" ] && { cat "$out/$1.hold.ready"; return 0; }
+    kill -0 "$(cat "$out/$1.hold.pid")" 2> /dev/null || break
+    sleep 0.5
+  done
+  echo "holder for $1 did not get ready:"; cat "$out/$1.hold.log"
+  return 1
+}
+release() {  # release NAME: the holder writes its samples and exits
+  local pid
+  pid=$(cat "$out/$1.hold.pid" 2> /dev/null) || return 0
+  kill -TERM "$pid" 2> /dev/null
+  for _ in $(seq 1 60); do kill -0 "$pid" 2> /dev/null || break; sleep 0.5; done
+  cat "$out/$1.hold.log" >> "$out/all-logs.txt"
+  rm -f "$out/$1.hold.pid" "$out/$1.hold.log" "$out/$1.hold.ready"
+}
+gen() {  # gen NAME LIMIT_S W H PRECISION GIB|resident [more flags]: one whole job, its record in $OUT/NAME.json
+  local name=$1 limit=$2 w=$3 h=$4 p=$5 cap=$6
+  shift 6
+  if [ "$cap" != resident ]; then hold "$name" "$cap" || return 1; fi
+  TAIL=18 step "$name" "$limit" "$h3" --device cuda --gemm-algos "$algos/$h-$p.json" generate --model procedural:full \
+    --prompt "$prompt" --width "$w" --height "$h" --frames "${FRAMES:-124}" --steps "${STEPS:-50}" --seed 1 \
+    --precision "$p" --json "$out/$name.json" -o "$out/$name.mp4" "$@"
+  local rc=$?
+  [ "$cap" != resident ] && release "$name"
+  rm -f "$out/$name.mp4"
+  return $rc
+}
+for s in "$@"; do
+  case $s in
+    build)
+      TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_TARGETS="h3 h3_tests" scripts/device/build.sh "$bdir" ;;
+    checks)
+      TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" --gtest_filter='*Stream*:*Budget*:CudaLoader.*'
+      hold bench-smoke 10 && TAIL=12 step bench-smoke 120 "$h3" --device cuda bench --blocks 8 --res 480p \
+        --precision fp8 bf16 --reps 2 --no-isolated --json "$out/bench-smoke.json"
+      release bench-smoke ;;
+    gen480-fp8)
+      gen gen480-fp8 150 832 480 fp8 resident
+      gen gen480-fp8-24 150 832 480 fp8 24
+      gen gen480-fp8-12 180 832 480 fp8 12 ;;
+    gen768-fp8)
+      gen gen768-fp8 260 1344 768 fp8 resident
+      gen gen768-fp8-24 280 1344 768 fp8 24 ;;
+    gen768-fp8-16)
+      gen gen768-fp8-16 290 1344 768 fp8 16 ;;
+    gen768-bf16)
+      gen gen768-bf16 330 1344 768 bf16 resident
+      gen gen768-bf16-24 360 1344 768 bf16 24 ;;
+    tensor2)
+      FRAMES=124 STEPS=2 gen tensor2-ref 120 1344 768 fp8 resident --latents
+      hold tensor2 32 && TAIL=18 step tensor2 300 "$h3" --device cuda --ranks 2 --max-device-memory 16G generate \
+        --mode tensor --model procedural:full --prompt "$prompt" --width 1344 --height 768 --frames 124 --steps 2 \
+        --seed 1 --precision fp8 --json "$out/tensor2.json" -o "$out/tensor2.mp4" --latents
+      release tensor2
+      TAIL=6 step tensor2-compare 60 python3 scripts/device/compare_latents.py "$out/tensor2-ref.latents.safetensors" \
+        "$out/tensor2.latents.safetensors" --max-rel-l2 "${TENSOR_TOL:-4e-2}"
+      rm -f "$out"/tensor2*.mp4 "$out"/tensor2*.latents.safetensors ;;
+    bench-bf16)
+      TAIL=12 step bench-bf16 200 "$h3" --device cuda bench --res 480p 768p --precision bf16 --reps 2 --no-isolated \
+        --json "$out/bench-bf16.json"
+      hold bench-bf16-16 16 && TAIL=12 step bench-bf16-16 260 "$h3" --device cuda bench --res 480p 768p \
+        --precision bf16 --reps 2 --no-isolated --json "$out/bench-bf16-16.json"
+      release bench-bf16-16 ;;
+    anchor)
+      rm -rf /tmp/diffusers && mkdir -p /tmp/diffusers && tar -C /tmp/diffusers -xJf .anchors/diffusers-src.tar.xz
+      TAIL=14 step anchor-offload 420 env PYTHONPATH=/tmp/diffusers/src PYTHONUNBUFFERED=1 \
+        python3 .anchors/perf_diffusers_offload.py ;;
+    *) echo "unknown step $s" | tee -a "$out/summary.txt" ;;
+  esac
+done
+python3 scripts/device/budget_matrix_summary.py "$out" > "$out/matrix.txt" 2>&1
+cat "$out/matrix.txt"
