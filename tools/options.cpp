@@ -189,9 +189,9 @@ const OptionDef mode =
            "per-rank memory of this mode)")
         .with_env("H3_MODE")
         .with_values({"ulysses", "ulysses-ag", "tensor", "hybrid"})
-        .taken_by({take("plan").no_env().shows_default(), take("plan").no_env().shows_default(),
-                   take("generate").shows_default(), take("forward").shows_default(), take("parity").shows_default(),
-                   take("serve").shows_default(), take("serve-worker").shows_default(), take("verify").no_env(),
+        .taken_by({take("plan").no_env().shows_default(), take("generate").shows_default(),
+                   take("forward").shows_default(), take("parity").shows_default(), take("serve").shows_default(),
+                   take("serve-worker").shows_default(), take("verify").no_env(),
                    take("info").no_env().shows_default()});
 
 // verify and info took any --tp (and verify any --chunks) before the table; they still do (the plan refuses a
