@@ -19,6 +19,7 @@
 #include "distributed/plan.h"
 #include "io/procedural.h"
 #include "ops/ops.h"
+#include "pipeline/memory_plan.h"
 #include "pipeline/noise.h"
 #include "pipeline/synthetic.h"
 #include "profile_json.h"
@@ -318,6 +319,28 @@ void bench_partitions(const BenchOpts& o, const DitConfig& c, nlohmann::json& al
     }
 }
 
+// The DiT's residency under this process's device budget (--max-device-memory, else what was free at start less the
+// margin: backend/budget.h), planned as h3 generate plans its denoise phase (pipeline/memory_plan.h) at the longest
+// packed length asked for: every block resident when that fits, else as many as the budget holds and the rest
+// streamed from pinned host memory. Refused before anything loads when even every block streamed does not fit.
+DitStreaming bench_streaming(const BenchOpts& o, const DitConfig& c, Precision p) {
+  MemoryPlanInputs in;
+  in.dit = c;
+  in.dit_precision = p;
+  in.text_on_gpu = false;
+  in.vae_on_gpu = false;
+  for (const auto& rname : o.res)
+    in.seq_len = std::max(in.seq_len, make_synthetic_inputs(c, known_resolutions().at(rname).req).seq_len());
+  in.dit_calls = o.reps + 1;
+  in.budget_bytes = gpu_budget_bytes() + kRuntimeReserve;
+  in.device_bytes = in.budget_bytes;
+  const MemoryPlan plan = plan_memory(in);
+  if (!plan.fits) fail("h3 bench {}: {}", precision_name(p), plan.problem);
+  if (plan.dit.streamed() == 0) return {};
+  for (const auto& line : plan.describe()) spdlog::info("plan: {}", line);
+  return {.resident_blocks = plan.dit.resident, .ring_slots = plan.dit.ring_slots};
+}
+
 int run_bench(const BenchOpts& o, const GlobalContext& ctx) {
   if (!ctx.cuda()) fail("h3 bench measures the GPU: run it as `h3 --device cuda bench`");
   DitCheckpoint ck = DitCheckpoint::open(o.model);
@@ -337,12 +360,19 @@ int run_bench(const BenchOpts& o, const GlobalContext& ctx) {
     const Precision p = precision_from_name(pname);
     gpu_reset_peak();
     auto t0 = clock_type::now();
-    auto model = std::make_unique<DitModel>(ck, p, DistPlan::single(), Device::cuda, ctx.numerics());
+    const DitStreaming streaming = bench_streaming(o, c, p);
+    auto model = std::make_unique<DitModel>(ck, p, DistPlan::single(), Device::cuda, ctx.numerics(), streaming);
     gpu_synchronize();
     const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
-    spdlog::info("{} model on the GPU in {:.1f} s ({:.1f} GiB of weights)", pname, load_s,
-                 (model->replicated_bytes() + model->sharded_bytes()) / 1073741824.0);
-    for (const auto& rname : o.res) all.push_back(bench_resolution(o, *model, c, rname, pname, load_s));
+    const int resident = streaming.resident_blocks < 0 ? c.num_layers : streaming.resident_blocks;
+    spdlog::info("{} model loaded in {:.1f} s ({:.1f} GiB of weights; {} of {} blocks resident on the GPU)", pname,
+                 load_s, (model->replicated_bytes() + model->sharded_bytes()) / 1073741824.0, resident, c.num_layers);
+    for (const auto& rname : o.res) {
+      nlohmann::json row = bench_resolution(o, *model, c, rname, pname, load_s);
+      row["resident_blocks"] = resident;
+      row["budget_gib"] = (gpu_budget_bytes() + kRuntimeReserve) / 1073741824.0;
+      all.push_back(std::move(row));
+    }
   }
   if (!o.partitions.empty()) bench_partitions(o, c, all);
   if (!o.json.empty()) {

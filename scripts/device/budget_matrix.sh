@@ -18,12 +18,23 @@
 #   tensor2           768p FP8, 2 steps: 1 rank resident, then 2 ranks in tensor mode sharing the GPU, 16 GiB
 #                     each (the holder leaves 32 GiB); latents within 4e-2 rel-L2 of 1 rank (FP8 per tensor
 #                     on a rank's slices: a different quantization than the whole weight's, docs/numerics.md) ~120
-#   bench-bf16        h3 bench bf16 480p/768p resident, then streamed under 16 GiB                         ~120
+#   bench-bf16        h3 bench bf16 480p/768p resident, then under 16 GiB (the blocks that do not fit streamed)  ~120
 #   anchor            ../shared/anchors/perf_diffusers_offload.py (carried in .anchors): diffusers' group
 #                     offloading, resident and streamed, 480p/768p bf16                                    ~180
+# The records live in H3_MATRIX_DIR (default /tmp/h3-matrix), which outlasts a device call while the machine stays
+# warm (a later call's capped runs find the resident records and GEMM choices of an earlier one); each call ends by
+# copying the table, summary.json and this call's logs to $OUT (the device tool brings back at most 8 files).
+# STOP_ON_FAIL=1 skips the steps after one that failed (a broken build or check spends no more device time).
 # Usage, from the checkout's root there: scripts/device/budget_matrix.sh STEP...
 set -uo pipefail
+back=${OUT:-/tmp/h3-out}
+export OUT=${H3_MATRIX_DIR:-/tmp/h3-matrix}
 source scripts/device/common.sh
+mkdir -p "$back"
+: > "$out/all-logs.txt"
+: > "$out/summary.txt"
+bring_back() { cp -f "$out/matrix.txt" "$out/summary.json" "$out/all-logs.txt" "$out/summary.txt" "$back/" 2> /dev/null; }
+trap bring_back EXIT
 bdir=${H3_BUILD_DIR:-build-gpu}
 h3=${H3_BIN:-$bdir/bin/h3}
 algos=$out/gemm-algos
@@ -32,9 +43,11 @@ prompt='a red kite over a windy beach at dusk, waves breaking, gulls calling'
 step() {  # step NAME LIMIT_S COMMAND...: run_step (common.sh), the log folded into all-logs.txt, the table redone
   run_step "$@"
   local rc=$? name=$1
+  [ $rc -eq 0 ] || failed="$failed $name"
   { echo "######## $name (rc $rc)"; cat "$out/$name.log"; } >> "$out/all-logs.txt"
   rm -f "$out/$name.log"
   python3 scripts/device/budget_matrix_summary.py "$out" > "$out/matrix.txt" 2>&1
+  bring_back  # after every step: a call killed at its limit still brings back what was done
   return $rc
 }
 hold() {  # hold NAME GIB: the holder takes all but GIB GiB of the device; returns once it holds it
@@ -48,6 +61,7 @@ hold() {  # hold NAME GIB: the holder takes all but GIB GiB of the device; retur
     sleep 0.5
   done
   echo "holder for $1 did not get ready:"; cat "$out/$1.hold.log"
+  failed="$failed hold-$1"
   return 1
 }
 release() {  # release NAME: the holder writes its samples and exits
@@ -70,12 +84,17 @@ gen() {  # gen NAME LIMIT_S W H PRECISION GIB|resident [more flags]: one whole j
   rm -f "$out/$name.mp4"
   return $rc
 }
+failed=
 for s in "$@"; do
+  if [ -n "${STOP_ON_FAIL:-}" ] && [ -n "$failed" ]; then
+    echo "== skipping $s: STOP_ON_FAIL and$failed failed" | tee -a "$out/summary.txt"
+    continue
+  fi
   case $s in
     build)
       TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_TARGETS="h3 h3_tests" scripts/device/build.sh "$bdir" ;;
     checks)
-      TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" --gtest_filter='*Stream*:*Budget*:CudaLoader.*'
+      TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" --gtest_filter='*Stream*:*Budget*:CudaLoader.*:Residency*'
       hold bench-smoke 10 && TAIL=12 step bench-smoke 120 "$h3" --device cuda bench --blocks 8 --res 480p \
         --precision fp8 bf16 --reps 2 --no-isolated --json "$out/bench-smoke.json"
       release bench-smoke ;;
@@ -115,3 +134,4 @@ for s in "$@"; do
 done
 python3 scripts/device/budget_matrix_summary.py "$out" > "$out/matrix.txt" 2>&1
 cat "$out/matrix.txt"
+bring_back

@@ -144,7 +144,8 @@ nlohmann::json MemoryPlan::to_json() const {
           {"minimum_bytes", minimum_bytes},
           {"minimum_detail", minimum_detail},
           {"fits", fits},
-          {"problem", problem}};
+          {"problem", problem},
+          {"describe", describe()}};
 }
 
 }  // namespace h3
