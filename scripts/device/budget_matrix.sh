@@ -92,7 +92,7 @@ for s in "$@"; do
   fi
   case $s in
     build)
-      TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_TARGETS="h3 h3_tests" scripts/device/build.sh "$bdir" ;;
+      TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_TARGETS="${H3_TARGETS:-h3 h3_tests}" scripts/device/build.sh "$bdir" ;;
     checks)
       TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" --gtest_filter='*Stream*:*Budget*:CudaLoader.*:Residency*'
       hold bench-smoke 10 && TAIL=12 step bench-smoke 120 "$h3" --device cuda bench --blocks 8 --res 480p \

@@ -72,14 +72,14 @@ const h3::test::CliResult& run_once(const std::string& args) {
 
 // The options of COMMAND (its own, before the global ones in the footer).
 std::map<std::string, HelpEntry> command_options(const std::string& command) {
-  const h3::test::CliResult& r = run_once(command + " --help");
+  const h3::test::CliResult r = run_once(command + " --help");
   EXPECT_EQ(r.status, 0) << command << " --help:\n" << r.out;
   return parse_help(r.out.substr(0, r.out.find("\nGlobal options")));
 }
 
 // Every command of the binary: those `h3 --help` lists and the internal ones.
 std::vector<std::string> all_commands() {
-  const h3::test::CliResult& r = run_once("--help");
+  const h3::test::CliResult r = run_once("--help");
   std::vector<std::string> out = {"serve-worker", "probe-media"};
   std::stringstream in(r.out.substr(r.out.find("Subcommands:")));
   std::string line;

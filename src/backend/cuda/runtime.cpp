@@ -42,6 +42,11 @@ struct State {
   std::mutex mu;
   std::multimap<size_t, void*> cache;
   size_t in_use = 0, cached = 0, peak = 0;
+  // Blocks handed out larger than their request (a cached block reused at the cap): their real size.
+  std::map<void*, size_t> oversized;
+  // Since the last gpu_release_cached: cudaMallocs, and cached blocks given back to stay under the cap (each such
+  // cudaFree waits for the whole device, so a phase that does it every forward loses its copy/compute overlap).
+  int64_t mallocs = 0, malloc_bytes = 0, cap_frees = 0, cap_free_bytes = 0, cap_reuses = 0;
   GpuBudget budget;
   void* ws = nullptr;
   size_t ws_bytes = 0;
@@ -68,6 +73,7 @@ void release_cached_locked(State& s, int64_t bytes) {
   while (!s.cache.empty() && (bytes < 0 || freed < bytes)) {
     auto it = std::prev(s.cache.end());
     cudaFree(it->second);
+    if (bytes >= 0) s.cap_frees += 1, s.cap_free_bytes += static_cast<int64_t>(it->first);
     freed += static_cast<int64_t>(it->first);
     s.cached -= it->first;
     s.cache.erase(it);
@@ -264,11 +270,32 @@ void* device_alloc(size_t bytes) {
     s.cache.erase(it);
     s.cached -= r;
   } else {
-    // Under the budget by construction: refused past the cap, cached blocks given back to make room.
-    const int64_t give_back = gpu_cached_to_release(s.budget, static_cast<int64_t>(r), static_cast<int64_t>(s.in_use),
-                                                    static_cast<int64_t>(s.cached));
-    if (give_back > 0) release_cached_locked(s, give_back);
-    p = raw_alloc(r);
+    // Under the budget by construction: refused past the cap, cached blocks given back to make room. At the cap a
+    // cached block up to twice the size is reused first: giving one back waits for the device.
+    size_t got = r;
+    int64_t give_back = 0;
+    if (s.in_use + s.cached + r > static_cast<size_t>(std::max<int64_t>(s.budget.cap, 0))) {
+      auto big = s.cache.lower_bound(r);
+      if (big != s.cache.end() && big->first <= 2 * r) {
+        got = big->first;
+        p = big->second;
+        s.cache.erase(big);
+        s.cached -= got;
+        s.oversized[p] = got;
+        s.cap_reuses += 1;
+      }
+    }
+    if (p == nullptr) {
+      give_back = gpu_cached_to_release(s.budget, static_cast<int64_t>(r), static_cast<int64_t>(s.in_use),
+                                        static_cast<int64_t>(s.cached));
+      if (give_back > 0) release_cached_locked(s, give_back);
+      p = raw_alloc(r);
+      s.mallocs += 1;
+      s.malloc_bytes += static_cast<int64_t>(r);
+    }
+    s.in_use += got;
+    s.peak = std::max(s.peak, s.in_use);
+    return p;
   }
   s.in_use += r;
   s.peak = std::max(s.peak, s.in_use);
@@ -278,7 +305,11 @@ void* device_alloc(size_t bytes) {
 void device_free(void* p, size_t bytes) {
   State& s = state();
   std::lock_guard lock(s.mu);
-  const size_t r = rounded(bytes);
+  size_t r = rounded(bytes);
+  if (!s.oversized.empty()) {
+    auto o = s.oversized.find(p);
+    if (o != s.oversized.end()) r = o->second, s.oversized.erase(o);
+  }
   s.in_use -= r;
   s.cache.emplace(r, p);
   s.cached += r;
@@ -423,6 +454,12 @@ void gpu_release_cached() {
   if (!s.started) return;
   H3_CUDA(cudaStreamSynchronize(s.stream));
   std::lock_guard lock(s.mu);
+  if (s.cap_frees > 0 || s.cap_reuses > 0)
+    spdlog::info("GPU allocator since the last release: {} cudaMalloc ({}), {} cached blocks given back at the "
+                 "budget's cap ({}), {} larger cached blocks reused at the cap",
+                 s.mallocs, format_byte_size(s.malloc_bytes), s.cap_frees, format_byte_size(s.cap_free_bytes),
+                 s.cap_reuses);
+  s.mallocs = s.malloc_bytes = s.cap_frees = s.cap_free_bytes = s.cap_reuses = 0;
   cuda::release_cached_locked(s, -1);
 }
 
