@@ -112,7 +112,7 @@ for s in "$@"; do
       gen gen768-bf16-24 360 1344 768 bf16 24 ;;
     tensor2)
       FRAMES=124 STEPS=2 gen tensor2-ref 120 1344 768 fp8 resident --latents
-      hold tensor2 32 && TAIL=18 step tensor2 300 "$h3" --device cuda --ranks 2 --max-device-memory 16G generate \
+      hold tensor2 32 && TAIL=18 step tensor2 300 "$h3" --device cuda --ranks 2 generate --max-device-memory 16G \
         --mode tensor --model procedural:full --prompt "$prompt" --width 1344 --height 768 --frames 124 --steps 2 \
         --seed 1 --precision fp8 --json "$out/tensor2.json" -o "$out/tensor2.mp4" --latents
       release tensor2

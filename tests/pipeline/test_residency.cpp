@@ -82,3 +82,35 @@ TEST(Residency, ThePlansLayersReachThePlacement) {
   EXPECT_EQ(none.dit_layers.layers, 0);
   EXPECT_EQ(none.vae_batch, 0);
 }
+
+// Two ranks sharing one GPU under --max-device-memory 16G with 31 GiB free: the backend lowers each rank's cap to its
+// share (agreed_device_bytes), and the plan must start from that share, not refuse the 16 GiB as more than the
+// 15.5 GiB the rank has (the H200 run of issue 37's tensor case failed so: "the budget of 16.0 GiB is larger than the
+// 15.5 GiB free on this GPU").
+TEST(Residency, AnExplicitBudgetPlansWithinTheRanksShareOfASharedGpu) {
+  h3::ModelPaths paths;
+  paths.model_dir = "procedural:full";
+  const h3::ModelSources src = h3::open_model_sources(paths);
+  h3::GenerateOptions o = h3::default_generate_options(h3::Device::cuda);
+  o.precision = h3::Precision::fp8;
+  o.dist.mode = h3::DistMode::tensor;
+  o.stream_layers = true;
+  o.max_device_bytes = 16 * h3::kGiB;
+  h3::GenerateRequest q;
+  q.prompt = "a red kite over a windy beach at dusk";
+  q.width = 1344;
+  q.height = 768;
+  q.frames = 124;
+  q.steps = 2;
+  const h3::ResolvedRequest r = h3::resolve(q, src.limits);
+  const int64_t share = 15 * h3::kGiB + h3::kGiB / 2;
+  const h3::MemoryPlanInputs shared = h3::plan_inputs(src, o, r, 2, share);
+  EXPECT_EQ(shared.budget_bytes, share);
+  const h3::MemoryPlan m = h3::plan_memory(shared);
+  EXPECT_TRUE(m.fits) << m.problem;
+  EXPECT_LE(m.peak(), m.room());
+  // A rank with the GPU to itself keeps the budget given; without one, the plan takes what is free (budget 0).
+  EXPECT_EQ(h3::plan_inputs(src, o, r, 1, 40 * h3::kGiB).budget_bytes, 16 * h3::kGiB);
+  o.max_device_bytes = 0;
+  EXPECT_EQ(h3::plan_inputs(src, o, r, 2, share).budget_bytes, 0);
+}
