@@ -98,8 +98,8 @@ MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, co
   in.device_bytes = device_bytes;
   // An explicit budget, lowered to this rank's share where ranks share the GPU (agreed_device_bytes: the backend's
   // cap was lowered the same way, so the plan and the allocator agree).
-  in.budget_bytes = o.max_device_bytes > 0 && device_bytes > 0 ? std::min(o.max_device_bytes, device_bytes)
-                                                               : o.max_device_bytes;
+  in.budget_bytes =
+      o.max_device_bytes > 0 && device_bytes > 0 ? std::min(o.max_device_bytes, device_bytes) : o.max_device_bytes;
   in.policy = o.memory;
   in.stream_layers = o.stream_layers;
   return in;
