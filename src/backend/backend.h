@@ -55,5 +55,8 @@ int64_t gpu_free_at_start_bytes();
 // Hands the caching allocator's free blocks back to the device (between a pipeline's phases, so that the next
 // phase's model finds the memory the last one freed); waits for queued work first. A no-op without a GPU.
 void gpu_release_cached();
+// Frees the page-locked host blocks kept for reuse between the models of a request (backend/pinned_pool.h), logging
+// what was reused; the end of a request calls it. A no-op without a GPU.
+void gpu_trim_pinned();
 
 }  // namespace h3

@@ -189,6 +189,7 @@ void ModelResidency::release_phase_models() {
   } catch (const std::exception& e) {  // a broken device: the next request reports it
     spdlog::warn("releasing the GPU's cached memory after a request: {}", e.what());
   }
+  if (gpu()) gpu_trim_pinned();  // the page-locked blocks kept between the request's models
 }
 
 std::vector<LoadTiming> ModelResidency::take_loads() {

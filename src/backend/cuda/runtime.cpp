@@ -13,6 +13,7 @@
 #include "backend/cuda/convert.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/tensors.h"
+#include "backend/pinned_pool.h"
 #include "core/byte_size.h"
 #include "core/device.h"
 #include "core/log.h"
@@ -140,27 +141,6 @@ void hook_event_wait(void* e) {
   H3_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(e)));
 }
 
-void* hook_pinned_alloc(size_t bytes) {
-  void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    fail("cannot allocate {:.1f} MiB of page-locked host memory for staged copies: {} (host memory short?)",
-         bytes / 1048576.0, cudaGetErrorString(e));
-  }
-  return p;
-}
-void hook_pinned_release(void* p) {
-  cudaFreeHost(p);
-}
-// Queued on the compute stream: later kernels (the conversions of what was copied) are ordered after it, and the
-// caching allocator's stream-ordered reuse covers the device side.
-void hook_copy_async(void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
-  const cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-                                      : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-  H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
-}
-
 // The two queues from any thread: a thread that has not used this process's GPU yet selects it first (the runtime's
 // current device is per thread; ranks sharing a host use GPUs other than 0).
 void bind_thread() {
@@ -170,6 +150,41 @@ void bind_thread() {
     bound = state().device;
   }
 }
+void* raw_pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("cannot allocate {:.1f} MiB of page-locked host memory for staged copies: {} (host memory short?)",
+         bytes / 1048576.0, cudaGetErrorString(e));
+  }
+  return p;
+}
+// Page-locked blocks are kept between the models of a request (backend/pinned_pool.h says why and how); never
+// destroyed, so no cudaFreeHost runs after the runtime's own teardown at exit.
+PinnedPool& pinned_pool() {
+  static PinnedPool* pool = new PinnedPool(raw_pinned_alloc, [](void* p) { cudaFreeHost(p); });
+  return *pool;
+}
+void* hook_pinned_alloc(size_t bytes) {
+  return pinned_pool().take(bytes);
+}
+// cudaFreeHost waited for the device; a kept block must not be handed out again while a queued copy still uses it,
+// so the release waits the same way (its users have already waited for their own copies: cheap). Called from
+// destructors: a failing device is left for the next checked call to report, as cudaFreeHost's errors were.
+void hook_pinned_release(void* p) {
+  (void)cudaSetDevice(state().device);
+  if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+  pinned_pool().give(p);
+}
+// Queued on the compute stream: later kernels (the conversions of what was copied) are ordered after it, and the
+// caching allocator's stream-ordered reuse covers the device side.
+void hook_copy_async(void* dst, bool dst_dev, const void* src, bool src_dev, size_t bytes) {
+  const cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                      : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  H3_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
+}
+
 cudaStream_t queue_stream(Queue q) {
   return q == Queue::transfer ? state().transfer : state().stream;
 }
@@ -461,6 +476,17 @@ void gpu_release_cached() {
         s.mallocs, format_byte_size(s.malloc_bytes), s.cap_frees, format_byte_size(s.cap_free_bytes), s.cap_reuses);
   s.mallocs = s.malloc_bytes = s.cap_frees = s.cap_free_bytes = s.cap_reuses = 0;
   cuda::release_cached_locked(s, -1);
+}
+
+void gpu_trim_pinned() {
+  if (!cuda::state().started) return;
+  const PinnedPoolStats s = cuda::pinned_pool().trim();
+  if (s.reused > 0 || s.freed > 0)
+    spdlog::info(
+        "page-locked host memory since the last trim: {} blocks reused ({}), {} allocated ({}), {} freed "
+        "({})",
+        s.reused, format_byte_size(s.reused_bytes), s.allocated, format_byte_size(s.allocated_bytes), s.freed,
+        format_byte_size(s.freed_bytes));
 }
 
 }  // namespace h3

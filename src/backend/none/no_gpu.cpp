@@ -46,5 +46,6 @@ int64_t gpu_free_at_start_bytes() {
   return 0;
 }
 void gpu_release_cached() {}
+void gpu_trim_pinned() {}
 
 }  // namespace h3
