@@ -237,9 +237,18 @@ nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitCo
   const Precision p = precision_from_name(pname);
   DitInputs in = make_synthetic_inputs(c, known_resolutions().at(rname).req);
   const int64_t S = in.seq_len();
+  // Each resolution starts from an empty cache, as a generate phase does: under a budget the blocks cached for the
+  // last resolution would otherwise be given back inside this one's forwards.
+  gpu_release_cached();
   gpu_reset_peak();
   const double s = time_median(o.reps, [&] { model.forward(in); });
   const double peak = gpu_peak_bytes() / 1073741824.0;
+  const GpuAllocatorCounts alloc = gpu_allocator_counts();  // the warm-up forward and the timed ones
+  if (alloc.cap_frees > 0)
+    spdlog::warn(
+        "{} {}: {} cached blocks ({:.2f} GiB) given back at the budget's cap in {} forwards (each waits for "
+        "the whole device); {} reused at the cap",
+        rname, pname, alloc.cap_frees, alloc.cap_free_bytes / 1073741824.0, o.reps + 1, alloc.cap_reuses);
   const double gemm_flops = 2.0 * S * c.num_layers *
                             (3.0 * c.inner_dim() * c.hidden_size + c.hidden_size * c.inner_dim() +
                              2.0 * c.ffn_dim * c.hidden_size + c.hidden_size * c.ffn_dim);
@@ -275,6 +284,12 @@ nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitCo
           {"gemm_tflops_isolated", gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0},
           {"attention_tflops_isolated", attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0},
           {"peak_gib", peak},
+          {"allocator",
+           {{"forwards", o.reps + 1},
+            {"mallocs", alloc.mallocs},
+            {"cap_frees", alloc.cap_frees},
+            {"cap_free_bytes", alloc.cap_free_bytes},
+            {"cap_reuses", alloc.cap_reuses}}},
           {"load_seconds", load_s},
           {"load_file_gb", model.load_report().file_bytes / 1e9},
           {"load_gb_per_s", model.load_report().gb_per_s()},

@@ -478,6 +478,12 @@ void gpu_release_cached() {
   cuda::release_cached_locked(s, -1);
 }
 
+GpuAllocatorCounts gpu_allocator_counts() {
+  cuda::State& s = cuda::state();
+  std::lock_guard lock(s.mu);
+  return {s.mallocs, s.malloc_bytes, s.cap_frees, s.cap_free_bytes, s.cap_reuses};
+}
+
 void gpu_trim_pinned() {
   if (!cuda::state().started) return;
   const PinnedPoolStats s = cuda::pinned_pool().trim();

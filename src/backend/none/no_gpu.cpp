@@ -46,6 +46,9 @@ int64_t gpu_free_at_start_bytes() {
   return 0;
 }
 void gpu_release_cached() {}
+GpuAllocatorCounts gpu_allocator_counts() {
+  return {};
+}
 void gpu_trim_pinned() {}
 
 }  // namespace h3
