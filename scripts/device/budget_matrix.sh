@@ -22,6 +22,7 @@
 #                     each (the holder leaves 32 GiB); latents within 4e-2 rel-L2 of 1 rank (FP8 per tensor
 #                     on a rank's slices: a different quantization than the whole weight's, docs/numerics.md) ~120
 #   bench-bf16        h3 bench bf16 480p/768p resident, then under 16 GiB (the blocks that do not fit streamed)  ~120
+#   serve24           h3 serve FP8 under a 24 GiB card (auto): two short 768p jobs; the second loads no DiT      ~120
 #   anchor            ../shared/anchors/perf_diffusers_offload.py (carried in .anchors): diffusers' group
 #                     offloading, resident and streamed, 480p/768p bf16                                    ~180
 # The records live in H3_MATRIX_DIR (default /tmp/h3-matrix), which outlasts a device call while the machine stays
@@ -129,6 +130,11 @@ for s in "$@"; do
       hold bench-bf16-16 16 && TAIL=12 step bench-bf16-16 260 "$h3" --device cuda bench --res 480p 768p \
         --precision bf16 --reps 2 --no-isolated --json "$out/bench-bf16-16.json"
       release bench-bf16-16 ;;
+    serve24)  # h3 serve under a 24 GiB card (memory plan auto): two short 768p FP8 jobs, the second loads no DiT
+      hold serve24 24 && TAIL=20 step serve24 300 python3 scripts/device/serve_two_jobs.py "$h3" "$out/serve24.json" \
+        --width 1344 --height 768 --frames 124 --steps 3 --kept dit --model-dir procedural:full --precision fp8 \
+        --memory-plan auto
+      release serve24 ;;
     anchor)
       rm -rf /tmp/diffusers && mkdir -p /tmp/diffusers && tar -C /tmp/diffusers -xJf .anchors/diffusers-src.tar.xz
       TAIL=14 step anchor-offload 420 env PYTHONPATH=/tmp/diffusers/src PYTHONUNBUFFERED=1 \

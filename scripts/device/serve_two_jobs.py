@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """`h3 --device cuda serve` with the given runner flags (e.g. FP8, models resident) and two jobs, one after the other:
 writes both jobs' results (timings, time to MP4, loads, peak memory) and the server's /v1/models to OUT_JSON, and
-prints them. The second job of a resident server must show no load.
-usage: serve_two_jobs.py H3 OUT_JSON [--width W --height H --frames F --steps N] SERVE_FLAGS..."""
+prints them. The second job of a resident server must show no load (--kept MODEL...: no load of those models, e.g.
+`--kept dit` for a server under a budget that keeps the DiT's blocks it can and loads the text tower per job).
+usage: serve_two_jobs.py H3 OUT_JSON [--width W --height H --frames F --steps N] [--kept MODEL...] SERVE_FLAGS..."""
 import argparse
 import json
 import os
@@ -21,6 +22,7 @@ def main():
     ap.add_argument("--frames", type=int, default=124)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--prompt", default="a red kite over a windy beach at dusk, waves breaking, gulls calling")
+    ap.add_argument("--kept", nargs="+", default=None, help="models the second job must not load (default: none at all)")
     a, serve_flags = ap.parse_known_args()
     s = Server(a.h3, global_args=["--device", "cuda"], args=["--runner", "generator"] + serve_flags, timeout=120)
     s.start(timeout=400)
@@ -47,7 +49,12 @@ def main():
     jobs = record["jobs"]
     ok = len(jobs) == 2 and all(j["status"] == "completed" for j in jobs)
     second = (jobs[1].get("result") or {}) if len(jobs) == 2 else {}
-    no_load = "load" not in second.get("timings", {"load": 1})
+    if a.kept:
+        loaded = [entry.get("model") for entry in second.get("loads", [])]
+        no_load = bool(second) and not any(m in loaded for m in a.kept)
+        log("second job loads %s; none of %s: %s" % (loaded, a.kept, no_load))
+    else:
+        no_load = "load" not in second.get("timings", {"load": 1})
     log("second job without load: %s; its time to MP4 %.2f s" % (no_load, second.get("time_to_mp4_s", -1)))
     sys.exit(0 if ok and no_load else 1)
 

@@ -117,8 +117,14 @@ void Generator::Impl::describe_placement() {
   }
   if (models->gpu()) {
     const bool dit = where.dit.resident, vae = where.vae.resident, text = models->text() != nullptr;
+    // A model kept with some of its layers (the rest stream in its phase) says how many.
+    auto part = [](const LayerResidency& r, const char* unit) {
+      return r.layers > 0 && r.kept < r.layers ? fmt::format(" ({} of {} {})", r.kept, r.layers, unit) : std::string();
+    };
     described.push_back(fmt::format("memory       {} GiB of GPU memory per rank; resident: {}{}{}{}",
-                                    where.device_bytes / kGiB, dit ? "DiT " : "", text ? "text tower " : "",
+                                    where.device_bytes / kGiB,
+                                    dit ? "DiT" + part(where.dit_layers, "blocks") + " " : "",
+                                    text ? "text tower" + part(where.text_layers, "layers") + " " : "",
                                     vae ? "VAEs" : "", !dit && !text && !vae ? "none (each model per phase)" : ""));
   }
 }

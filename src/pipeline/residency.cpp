@@ -13,9 +13,13 @@ namespace h3 {
 namespace {
 
 // The plan's layer residency (ModelPlacement::dit_layers / text_layers: `resident` layers spread among the streamed
-// ones, `ring_slots` slots) as the models take it: -1 resident when nothing streams.
-int resident_or_all(const LayerResidency& r) {
-  return r.streamed() > 0 ? r.resident : -1;
+// ones, `ring_slots` slots) as the models take it: -1 when every layer is resident. A model that stays loaded between
+// requests is built with the layers the plan keeps (the other phases' room counts only those), one loaded for its
+// phase with the phase's. No plan (layers 0): the model loads whole.
+int resident_layers_for(const Placement& where, const LayerResidency& r) {
+  if (r.layers == 0) return -1;
+  const int n = where.resident ? r.kept : r.resident;
+  return n >= r.layers ? -1 : n;
 }
 int ring_or_default(const LayerResidency& r) {
   return r.streamed() > 0 && r.ring_slots > 0 ? r.ring_slots : 3;
@@ -68,8 +72,12 @@ MemoryPlan ModelResidency::plan_for(const ResolvedRequest& r) const {
   MemoryPlanInputs in = plan_inputs(src_, o, r, comm_->size(), placement_.device_bytes);
   // What the constructor keeps: whole models, or (auto with streaming) some of the layers.
   KeptSet kept;
-  kept.dit_blocks = placement_.dit.resident ? src_.dit_config.num_layers : placement_.dit_layers.kept;
-  kept.text_layers = placement_.text.resident ? static_cast<int>(kConditioningLayer) : placement_.text_layers.kept;
+  auto kept_of = [](const Placement& where, const LayerResidency& layers, int all) {
+    if (!where.resident) return 0;
+    return layers.layers > 0 ? layers.kept : all;
+  };
+  kept.dit_blocks = kept_of(placement_.dit, placement_.dit_layers, src_.dit_config.num_layers);
+  kept.text_layers = kept_of(placement_.text, placement_.text_layers, static_cast<int>(kConditioningLayer));
   kept.vaes = placement_.vae.resident;
   return plan_memory_kept(in, kept);
 }
@@ -93,7 +101,7 @@ void ModelResidency::load_dit(const std::vector<GenerateRequest::LoraRef>& want,
   // On the GPU the DiT computes with the numerics the GPU backend was started with (deterministic mode, FP8
   // attention: core/numerics.h).
   const Device dev = placement_.dit.device;
-  const DitStreaming streaming{.resident_blocks = resident_or_all(placement_.dit_layers),
+  const DitStreaming streaming{.resident_blocks = resident_layers_for(placement_.dit, placement_.dit_layers),
                                .ring_slots = ring_or_default(placement_.dit_layers)};
   dit_ = std::make_unique<DitModel>(*ck, precision, plan_, dev, dev == Device::cuda ? gpu_numerics() : Numerics{},
                                     streaming);
@@ -143,7 +151,7 @@ std::unique_ptr<Qwen3VlTextModel> ModelResidency::load_text(Comm* tp) {
         Qwen3VlTextOptions{.precision = opt_.text_precision,
                            .device = placement_.text.device,
                            .comm = tp,
-                           .resident_layers = resident_or_all(placement_.text_layers),
+                           .resident_layers = resident_layers_for(placement_.text, placement_.text_layers),
                            .ring_slots = ring_or_default(placement_.text_layers)});
   });
   return t;

@@ -112,8 +112,10 @@ ModelPlacement placement_from_plan(const MemoryPlan& plan, const GenerateOptions
       gpu && (opt.precision == Precision::bf16 || opt.precision == Precision::fp8) ? Device::cuda : Device::cpu;
   p.vae.device = gpu && opt.vae_precision != Precision::f64 ? Device::cuda : Device::cpu;
   p.text.device = gpu && opt.text_device == Device::cuda ? Device::cuda : Device::cpu;
-  p.dit.resident = plan.fits && plan.dit_resident;
-  p.text.resident = plan.fits && plan.text_resident;
+  // A model of which the plan keeps some layers (auto under a budget) stays loaded between requests with those layers
+  // on the device; the rest stream in its phase (residency.cpp: resident_layers_for).
+  p.dit.resident = plan.fits && (plan.dit_resident || plan.kept.dit_blocks > 0);
+  p.text.resident = plan.fits && (plan.text_resident || plan.kept.text_layers > 0);
   p.vae.resident = plan.fits && plan.vae_resident;
   p.device_bytes = device_bytes;
   if (plan.fits) {

@@ -114,3 +114,23 @@ TEST(Residency, AnExplicitBudgetPlansWithinTheRanksShareOfASharedGpu) {
   o.max_device_bytes = 0;
   EXPECT_EQ(h3::plan_inputs(src, o, r, 2, share).budget_bytes, 0);
 }
+
+// h3 serve under a budget (auto): a plan that keeps some of the DiT's blocks and some text layers keeps those models
+// loaded between requests, with the kept layers (the rest stream in their phase), not reloaded per request.
+TEST(Residency, APartlyKeptModelStaysLoadedBetweenRequests) {
+  h3::MemoryPlan p = plan_keeping(false, false, true);
+  p.kept = {13, 4, true};
+  p.dit = {50, 17, 13, 3, 906'035'712};
+  p.text = {50, 20, 4, 3, 975'196'672};
+  const h3::GenerateOptions o = h3::default_generate_options(h3::Device::cuda);
+  const h3::ModelPlacement got = h3::placement_from_plan(p, o, 24 * h3::kGiB);
+  EXPECT_TRUE(got.dit.resident);
+  EXPECT_TRUE(got.text.resident);
+  EXPECT_EQ(got.dit_layers.kept, 13);
+  EXPECT_EQ(got.text_layers.kept, 4);
+  // Nothing kept: loaded for each request's phase.
+  p.kept = {0, 0, true};
+  const h3::ModelPlacement phase = h3::placement_from_plan(p, o, 24 * h3::kGiB);
+  EXPECT_FALSE(phase.dit.resident);
+  EXPECT_FALSE(phase.text.resident);
+}
