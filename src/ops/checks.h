@@ -28,6 +28,11 @@ void index(const BackendOps& be, const Tensor& idx, int64_t n, int64_t rows, con
 // An fp8 e4m3 tensor with a per-tensor f32 scale ([1]) on its own device (quantize_fp8's output), on a backend
 // that computes in fp8.
 void fp8_per_tensor(const BackendOps& be, const Tensor& t, const char* op, const char* what);
+// modulate's table rules (ops/elementwise.h, and the norms fused with it): shift/scale [R, C] for h [N, C].
+void tables(const Tensor& h, const Tensor& shift, const Tensor& scale, const char* op);
+// add_scaled's rules (ops/elementwise.h, and add_scaled_rms_norm): x [N, C], y x's shape (and dtype, or bf16 on an
+// f32 x where the backend converts parameters), scale [C].
+void add_scaled(const BackendOps& be, const Tensor& x, const Tensor& y, const Tensor& scale, const char* op);
 // The width of a row: elements per leading index (1 for a 0-D tensor).
 int64_t row_width(const Tensor& t);
 

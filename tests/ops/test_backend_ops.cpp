@@ -436,7 +436,8 @@ std::map<std::string, Case> make_cases() {
       const Tensor w = pos({group}, group == 45 ? 2 : 3);
       const std::string label = "group " + std::to_string(group);
       if (!emulate) {
-        o.push_back({label, ops::rms_norm_rounded(e.in(x), e.in(w), group, 1e-6)});
+        const Tensor we = e.in(w);
+        o.push_back({label, ops::rms_norm(e.in(x), &we, group, 1e-6, ops::NormRound::twice)});
         continue;
       }
       Tensor v = ops::rms_norm(x, nullptr, group, 1e-6);
@@ -450,12 +451,14 @@ std::map<std::string, Case> make_cases() {
                            {1e-6, 1e-6, 1e-3},
                            [norm_rounded](const Env& e) { return norm_rounded(e, e.bf16_steps); }};
   // f32 sums kept for bf16 operands (the exact products of bf16-exact inputs, summed in f32 as the CPU's f32 GEMM).
-  c["linear_acc"] = {[](const Env& e) {
-                       return Outs{{"53x129 -> 77", ops::linear_acc(e.in(rnd({53, 129}, 1)), e.in(rnd({77, 129}, 2)))},
-                                   {"29x150 -> 83", ops::linear_acc(e.in(rnd({29, 150}, 3)), e.in(rnd({83, 150}, 4)))},
-                                   {"1x7 -> 3", ops::linear_acc(e.in(rnd({1, 7}, 5)), e.in(rnd({3, 7}, 6)))}};
-                     },
-                     {2e-6, 1e-6, 2e-6}};
+  c["linear_acc"] = {
+      [](const Env& e) {
+        return Outs{
+            {"53x129 -> 77", ops::linear(e.in(rnd({53, 129}, 1)), e.in(rnd({77, 129}, 2)), nullptr, ops::Sums::kept)},
+            {"29x150 -> 83", ops::linear(e.in(rnd({29, 150}, 3)), e.in(rnd({83, 150}, 4)), nullptr, ops::Sums::kept)},
+            {"1x7 -> 3", ops::linear(e.in(rnd({1, 7}, 5)), e.in(rnd({3, 7}, 6)), nullptr, ops::Sums::kept)}};
+      },
+      {2e-6, 1e-6, 2e-6}};
   c["conv3d"] = {
       [](const Env& e) {
         Tensor b = e.in(rnd({5}, 3, 0.1));
@@ -588,33 +591,34 @@ std::map<std::string, Case> make_cases() {
                        },
                        {1e-7, 1e-7, 4e-3}};
   // The reference's f32 norm inside an f64 run: f64 in, f64 out. Against the plain f64 norm: f32 roundings only.
-  c["rms_norm_via_f32"] = {[](const Env& e) {
-                             Tensor x = rnd({7, 96}, 1).to(DType::f64).to_device(e.device),
-                                    w = pos({48}, 2).to(DType::f64).to_device(e.device);
-                             return Outs{{"groups of 48", ops::rms_norm_via_f32(x, &w, 48, 1e-6)},
-                                         {"transformers' weight",
-                                          ops::rms_norm_via_f32(x, &w, 48, 1e-6, ops::RefNormWeight::kF64ThenWeight)}};
-                           },
-                           {1e-6, -1, -1},
-                           [](const Env&) {
-                             Tensor x = rnd({7, 96}, 1).to(DType::f64), w = pos({48}, 2).to(DType::f64);
-                             Tensor r = ops::rms_norm(x, &w, 48, 1e-6);
-                             return Outs{{"groups of 48", r}, {"transformers' weight", r}};
-                           },
-                           {"cuda"}};
-  c["rms_norm_to"] = {[](const Env& e) {
-                        Tensor x = e.in(rnd({9, 2048}, 1)), w = e.in(pos({64}, 2));
-                        return Outs{{"to bf16, heads of 64", ops::rms_norm_to(x, &w, 64, 1e-6, DType::bf16)},
-                                    {"to own dtype, rows", ops::rms_norm_to(x, nullptr, 2048, 1e-6, e.dtype)}};
-                      },
-                      {4e-3, 4e-3, 1e-2}};
-  c["add_scaled_norm_to"] = {
+  c["rms_norm_via_f32"] = {
+      [](const Env& e) {
+        Tensor x = rnd({7, 96}, 1).to(DType::f64).to_device(e.device),
+               w = pos({48}, 2).to(DType::f64).to_device(e.device);
+        return Outs{{"groups of 48", ops::rms_norm(x, &w, 48, 1e-6, ops::NormRound::f32_in_f64)},
+                    {"transformers' weight", ops::rms_norm(x, &w, 48, 1e-6, ops::NormRound::f32_in_f64_weight_f64)}};
+      },
+      {1e-6, -1, -1},
+      [](const Env&) {
+        Tensor x = rnd({7, 96}, 1).to(DType::f64), w = pos({48}, 2).to(DType::f64);
+        Tensor r = ops::rms_norm(x, &w, 48, 1e-6);
+        return Outs{{"groups of 48", r}, {"transformers' weight", r}};
+      },
+      {"cuda"}};
+  c["rms_norm_to"] = {
+      [](const Env& e) {
+        Tensor x = e.in(rnd({9, 2048}, 1)), w = e.in(pos({64}, 2));
+        return Outs{{"to bf16, heads of 64", ops::rms_norm(x, &w, 64, 1e-6, ops::NormRound::once, DType::bf16)},
+                    {"to own dtype, rows", ops::rms_norm(x, nullptr, 2048, 1e-6, ops::NormRound::once, e.dtype)}};
+      },
+      {4e-3, 4e-3, 1e-2}};
+  c["add_scaled_rms_norm"] = {
       [](const Env& e) {
         Outs o;
         for (auto [n, w, g] : {std::tuple<int64_t, int64_t, int64_t>{9, 2048, 2048}, {5, 45, 45}, {3, 96, 32}}) {
           Tensor wt = e.in(pos({g}, 4));
-          auto [sum, normed] = ops::add_scaled_norm_to(e.in(rnd({n, w}, 1)), e.in(rnd({n, w}, 2)),
-                                                       e.in(rnd({w}, 3, 0.1)), &wt, g, 1e-6, DType::bf16);
+          auto [sum, normed] = ops::add_scaled_rms_norm(e.in(rnd({n, w}, 1)), e.in(rnd({n, w}, 2)),
+                                                        e.in(rnd({w}, 3, 0.1)), &wt, g, 1e-6, DType::bf16);
           const std::string s = std::to_string(n) + "x" + std::to_string(w);
           o.push_back({s + " sum", sum, e.bf16_steps ? -1 : 1e-6});
           o.push_back({s + " normed", normed});

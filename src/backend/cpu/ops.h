@@ -8,8 +8,8 @@
 namespace h3::cpu {
 
 using ops::Fp8Out;
+using ops::NormRound;
 using ops::PadMode;
-using ops::RefNormWeight;
 using ops::ResidualNorm;
 using ops::StitchAxis;
 using ops::StitchFrame;

@@ -14,7 +14,6 @@
 #include "core/parallel.h"
 #include "core/ref_math.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
 
 namespace h3 {
 

@@ -11,8 +11,6 @@
 #include "core/json_limits.h"
 #include "model/qwen3vl/weights.h"
 #include "ops/ops.h"
-#include "ops/ops_act.h"
-#include "ops/ops_conv.h"
 
 namespace h3 {
 

@@ -12,8 +12,6 @@
 #include "model/vae/decode_room.h"
 #include "model/vae/weights.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
-#include "ops/ops_vae.h"
 
 namespace h3 {
 

@@ -21,7 +21,7 @@
 #include "io/device_loader.h"
 #include "io/safetensors.h"
 #include "io/tensor_source.h"
-#include "ops/ops_vae.h"
+#include "ops/layout.h"
 
 namespace h3 {
 

@@ -7,7 +7,6 @@
 #include "core/compare.h"
 #include "model/qwen3vl/text.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
 #include "support/golden.h"
 #include "verify/qwen3vl_text.h"
 
