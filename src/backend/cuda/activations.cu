@@ -71,8 +71,8 @@ __device__ __forceinline__ void swiglu_chunk_bf16(const uint4& vr, const uint4& 
 }
 
 // SwiGLU of one row (u = [value | gate], f values each) into per-row FP8 (one block per row). With bf16 steps (the
-// DiT's) in bf16 pairs, the row's max taken on the way: ~40 % fewer instructions than the f32-then-round steps, the
-// same bits; 0.75 -> 0.62 ms for the 768p FP8 forward's rows on an H200 (4.4 TB/s; docs/notes.md).
+// DiT's) in bf16 pairs, the row's max taken on the way: fewer instructions than the f32-then-round steps, the same
+// bits, less time (docs/notes.md, "2026-12-06 (rooms)").
 template <int VPT>
 __global__ void __launch_bounds__(256, 3)
     swiglu_rows_kernel(const __nv_bfloat16* __restrict__ u, RowOut out, int64_t f, bool bf) {

@@ -126,9 +126,8 @@ std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p, bool row_scales) {
   const size_t ws = kWorkspace;
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
         "workspace preference");
-  // How many of the heuristic's results to consider (and time, for large GEMMs): 8, or 32 for per-row-scaled FP8 (on
-  // the H200 at 14,908 rows, per-row fc1 1,445 TFLOPS with 32 against 1,371 with 8, the other shapes within 3 %;
-  // bf16 and per-tensor FP8 forwards unchanged with 32).
+  // How many of the heuristic's results to consider (and time, for large GEMMs): 8, or 32 for per-row-scaled FP8,
+  // whose fc1 found a faster algorithm among 32 (docs/notes.md, "2026-12-06 (rooms)").
   const int wanted = row_scales ? 32 : 8;
   std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(wanted));
   int found = 0;

@@ -51,8 +51,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias) {
     return known.emplace(key, ok).first->second;
   };
   // Activations: quantized here unless the caller already did — per tensor, or per row in deterministic mode (a
-  // per-tensor scale depends on which rows a rank holds). Per-row scales everywhere measured 1-2 % slower in the
-  // whole FP8 forward on the H200 (0.934 / 3.915 s against 0.926 / 3.830 s at 480p / 768p).
+  // per-tensor scale depends on which rows a rank holds). Per-row scales everywhere were slower in the whole FP8
+  // forward (docs/notes.md, "2026-12-06 (rooms)").
   Tensor xq = x;
   const bool want_rows =
       x.dtype() == DType::fp8_e4m3 ? (x.scale() && x.scale()->numel() == n && n != 1) : numerics().fp8_row_scales();
