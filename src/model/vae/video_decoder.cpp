@@ -144,22 +144,10 @@ int64_t VideoVae::batch_size(int64_t t, int64_t h, int64_t w) const {
                                0.5, quarter);
 }
 
-std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) const {
-  const int64_t lc = cfg_.latent_channels;
-  H3_CHECK(!blocks.empty(), "video VAE decoder: no blocks to decode");
-  const Tensor& z0 = blocks[0];
-  for (const Tensor& z : blocks)
-    H3_CHECK(z.ndim() == 4 && z.dim(0) == lc && z.shape() == z0.shape(),
-             "video VAE decoder: blocks must all be [{}, t, h, w] of one shape, got {} and {}", lc, z.describe(),
-             z0.describe());
-  const int64_t K = static_cast<int64_t>(blocks.size());
-  const int64_t t = z0.dim(1), h = z0.dim(2), w = z0.dim(3), V = t * h * w;
-  const int64_t D = cfg_.decoder_dim(), hd = cfg_.decoder_attention_head_dim;
-  const int64_t reg = cfg_.decoder_num_register_tokens, N = V + reg + 1;
-  const double eps = cfg_.decoder_norm_eps;
+Tensor VideoVae::embed_blocks(const std::vector<Tensor>& blocks, int64_t N) const {
+  const int64_t lc = cfg_.latent_channels, K = static_cast<int64_t>(blocks.size());
+  const int64_t V = blocks[0].dim(1) * blocks[0].dim(2) * blocks[0].dim(3), D = cfg_.decoder_dim();
   const bool gpu = dev_ != Device::cpu;
-  // One cuBLASLt algorithm per weight shape, so that a unit's rows come out the same however many are stacked.
-  const ops::PinnedGemms pin(dev_);
   // Tokens [K * V, lc]: block i's voxels in (t, h, w) order at rows [i * V, (i + 1) * V) (a transpose of each
   // channel-first block, on the host; they are small).
   Tensor tok(ct_, {K * V, lc});
@@ -190,6 +178,26 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
       copy_rows_into(x, i * N + V, registers_);
     }
   }
+  return x;
+}
+
+std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) const {
+  const int64_t lc = cfg_.latent_channels;
+  H3_CHECK(!blocks.empty(), "video VAE decoder: no blocks to decode");
+  const Tensor& z0 = blocks[0];
+  for (const Tensor& z : blocks)
+    H3_CHECK(z.ndim() == 4 && z.dim(0) == lc && z.shape() == z0.shape(),
+             "video VAE decoder: blocks must all be [{}, t, h, w] of one shape, got {} and {}", lc, z.describe(),
+             z0.describe());
+  const int64_t K = static_cast<int64_t>(blocks.size());
+  const int64_t t = z0.dim(1), h = z0.dim(2), w = z0.dim(3), V = t * h * w;
+  const int64_t D = cfg_.decoder_dim(), hd = cfg_.decoder_attention_head_dim;
+  const int64_t reg = cfg_.decoder_num_register_tokens, N = V + reg + 1;
+  const double eps = cfg_.decoder_norm_eps;
+  const bool gpu = dev_ != Device::cpu;
+  // One cuBLASLt algorithm per weight shape, so that a unit's rows come out the same however many are stacked.
+  const ops::PinnedGemms pin(dev_);
+  Tensor x = embed_blocks(blocks, N);
   // The blocks' GEMM inputs in the weights' dtype (bf16 in the bf16 recipe): the norms round their output to it in
   // the same pass (bitwise the norm then the conversion).
   const DType gemm_dt = blocks_.empty() ? ct_ : blocks_[0].to_q.dtype();
