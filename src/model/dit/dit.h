@@ -103,6 +103,11 @@ class DitModel {
   };
 
  private:
+  // Construction (model/dit/load.cpp): checks (device, precision), this rank's plan (its slices, the FP8 layers),
+  // then the loads (LoRA agreement, every weight, streamed blocks parked).
+  void check_setup() const;
+  DitShard plan_rank();
+  void load_weights(const DitCheckpoint& ck, const DitStreaming& streaming, const DitShard& shard);
   struct Step;       // per-forward state (model/dit/forward.cpp)
   class BlockLease;  // a block's weights while its kernels are queued (model/dit/streaming.h)
   Tensor round_if_bf16(Tensor t) const;
