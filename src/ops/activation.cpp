@@ -6,10 +6,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-using check::param;
-
 namespace {
 
 void check_swiglu(const BackendOps& be, const Tensor& u, const char* op) {

@@ -6,10 +6,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-using check::same;
-
 namespace {
 
 // q [Nq, H*D], k/v [Nk, H*D]: the float path (q, k, v of one dtype) or, on an fp8 backend, fp8 q and k with

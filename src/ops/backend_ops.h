@@ -98,6 +98,22 @@ using TensorPair = std::pair<Tensor, Tensor>;
   /* ops.h */                                                                                                          \
   X(procedural, Tensor, (uint64_t base, double scale, double offset, const Shape& shape))
 
+// Declares a backend's entries in the namespace it is used in: ret name(params) for every op of H3_BACKEND_OPS, with
+// the op API's types in scope (backend/cpu/ops.h, backend/cuda/ops.h; an entry a backend lacks is declared and
+// defined nowhere).
+#define H3_DECLARE_BACKEND_ENTRIES() \
+  using ::h3::ops::Fp8Out;           \
+  using ::h3::ops::NormRound;        \
+  using ::h3::ops::PadMode;          \
+  using ::h3::ops::ResidualNorm;     \
+  using ::h3::ops::StitchAxis;       \
+  using ::h3::ops::StitchFrame;      \
+  using ::h3::ops::StitchGrid;       \
+  using ::h3::ops::StitchLayout;     \
+  using ::h3::ops::TensorPair;       \
+  H3_BACKEND_OPS(H3_DECLARE_BACKEND_ENTRY)
+#define H3_DECLARE_BACKEND_ENTRY(name, ret, params) ret name params;
+
 // A set of dtypes, one bit per DType.
 constexpr uint32_t dtype_bit(DType t) {
   return uint32_t{1} << static_cast<unsigned>(t);

@@ -46,5 +46,13 @@ F entry(const BackendOps& be, F f, const char* op) {
 
 }  // namespace h3::ops::check
 
+namespace h3::ops {
+// The checks every front-door file uses, by their short names.
+using check::act;
+using check::backend_of;
+using check::param;
+using check::same;
+}  // namespace h3::ops
+
 // Calls backend `be`'s entry for op `name` with the given arguments (after the checks).
 #define H3_OP_CALL(be, name, ...) ::h3::ops::check::entry((be), (be).name, #name)(__VA_ARGS__)

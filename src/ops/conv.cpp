@@ -6,11 +6,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-using check::param;
-using check::same;
-
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, std::array<int64_t, 3> stride) {
   const BackendOps& be = backend_of(x, "conv3d");
   act(be, x, "conv3d", "x");

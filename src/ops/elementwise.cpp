@@ -6,10 +6,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-using check::same;
-
 Tensor add(const Tensor& x, const Tensor& y) {
   const BackendOps& be = backend_of(x, "add");
   act(be, x, "add", "x");

@@ -6,11 +6,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-using check::param;
-using check::same;
-
 namespace {
 
 Tensor linear_rounded(const Tensor& x, const Tensor& w, const Tensor* bias) {

@@ -8,9 +8,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-
 namespace {
 
 StitchAxis stitch_axis(const std::vector<int64_t>& sizes, const std::vector<int64_t>& overlaps, const char* op,

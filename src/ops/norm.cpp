@@ -6,11 +6,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-using check::param;
-using check::same;
-
 namespace {
 
 void check_norm_to(const BackendOps& be, const Tensor& x, const Tensor* w, int64_t group, DType out, const char* op) {

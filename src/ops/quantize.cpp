@@ -6,9 +6,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-
 namespace {
 
 void check_rows_2d(const Tensor& x, const char* op) {

@@ -6,10 +6,6 @@
 
 namespace h3::ops {
 
-using check::act;
-using check::backend_of;
-using check::same;
-
 namespace {
 
 // rope's table rules, shared with qk_norm_rope(_fp8): x [N, heads * d], cos/sin [N, R], R even, R <= d.

@@ -20,15 +20,23 @@ namespace h3::cuda {
 
 namespace {
 
-// One block per (row, group); threads stride over the group.
-template <typename T>
-__global__ void rms_norm_kernel(const T* x, const T* w, T* y, int64_t cols, int64_t group, float eps) {
+// RMSNorm in its roundings (ops::NormRound): one block per (row, group), threads stride over the group. TO is the
+// stored type (T, or bf16 for f32 rows: rounded once at the store); kTwice is transformers' Qwen3 rounding, the
+// normalised value rounded to T before the weight (which it needs).
+template <typename T, typename TO, bool kTwice>
+__global__ void rms_norm_kernel(const T* x, const T* w, TO* y, int64_t cols, int64_t group, float eps) {
   const int64_t base = row_group_base(cols, group);
   __shared__ float partial[32];
   const float inv = block_rms_inverse(x, base, group, eps, partial);
   for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
-    const float v = ld(x, base + c) * inv;
-    st(y, base + c, w ? v * ld(w, c) : v);
+    if constexpr (kTwice) {
+      T normed;
+      st(&normed, 0, ld(x, base + c) * inv);  // rounded to T: transformers' hidden_states.to(input_dtype)
+      st(y, base + c, ld(&normed, 0) * ld(w, c));
+    } else {
+      const float v = ld(x, base + c) * inv;
+      st(y, base + c, w ? v * ld(w, c) : v);
+    }
   }
 }
 
@@ -190,7 +198,7 @@ cudaError_t rms_norm(const void* x, const void* w, void* y, ElemType t, int64_t 
   const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    rms_norm_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+    rms_norm_kernel<T, T, false><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
         static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), cols, group, eps);
   });
 }
@@ -243,19 +251,6 @@ cudaError_t residual_norm_modulate(const void* x, const void* gate, const void* 
 
 namespace {
 
-// One block per (row, group); threads stride over the group.
-template <typename T>
-__global__ void rms_norm_rounded_kernel(const T* x, const T* w, T* y, int64_t cols, int64_t group, float eps) {
-  const int64_t base = row_group_base(cols, group);
-  __shared__ float partial[32];
-  const float inv = block_rms_inverse(x, base, group, eps, partial);
-  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
-    T normed;
-    st(&normed, 0, ld(x, base + c) * inv);  // rounded to T: transformers' hidden_states.to(input_dtype)
-    st(y, base + c, ld(&normed, 0) * ld(w, c));
-  }
-}
-
 // One block per row.
 template <typename T>
 __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, int64_t cols, float eps) {
@@ -290,7 +285,7 @@ cudaError_t rms_norm_rounded(const void* x, const void* w, void* y, ElemType t, 
   const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
   return by_type(t, [&](auto tag) {
     using T = decltype(tag);
-    rms_norm_rounded_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+    rms_norm_kernel<T, T, true><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
         static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), cols, group, eps);
   });
 }
@@ -308,19 +303,7 @@ cudaError_t layer_norm(const void* x, const void* w, const void* b, void* y, Ele
 
 namespace {
 
-// norm.cu's rms_norm_kernel with a bf16 store: one block per (row, group), threads stride over the group.
-__global__ void rms_norm_f32_to_bf16_kernel(const float* x, const float* w, __nv_bfloat16* y, int64_t cols,
-                                            int64_t group, float eps) {
-  const int64_t base = row_group_base(cols, group);
-  __shared__ float partial[32];
-  const float inv = block_rms_inverse(x, base, group, eps, partial);
-  for (int64_t c = threadIdx.x; c < group; c += blockDim.x) {
-    const float v = x[base + c] * inv;
-    y[base + c] = __float2bfloat16_rn(w ? v * w[c] : v);
-  }
-}
-
-// add_scaled_kernel's sum and rms_norm_f32_to_bf16_kernel's norm of it in one pass: the same expressions, the same
+// add_scaled_kernel's sum and rms_norm_kernel's f32 -> bf16 norm of it in one pass: the same expressions, the same
 // per-thread column order and the same reduction, the sum kept in registers (kResidualNormMaxPer values a thread)
 // instead of re-read, so both outputs are bitwise those of the two kernels.
 template <typename TY>
@@ -459,8 +442,8 @@ cudaError_t rms_norm_f32_to_bf16(const float* x, const float* w, void* y, int64_
     return cudaGetLastError();
   const int64_t blocks = rows * (cols / group);
   const int threads = group >= 1024 ? 1024 : static_cast<int>((group + 31) / 32 * 32);
-  rms_norm_f32_to_bf16_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(x, w, static_cast<__nv_bfloat16*>(y),
-                                                                                cols, group, eps);
+  rms_norm_kernel<float, __nv_bfloat16, false>
+      <<<static_cast<unsigned>(blocks), threads, 0, s>>>(x, w, static_cast<__nv_bfloat16*>(y), cols, group, eps);
   return cudaGetLastError();
 }
 

@@ -11,19 +11,7 @@
 
 namespace h3::cuda::op {
 
-using ops::Fp8Out;
-using ops::NormRound;
-using ops::PadMode;
-using ops::ResidualNorm;
-using ops::StitchAxis;
-using ops::StitchFrame;
-using ops::StitchGrid;
-using ops::StitchLayout;
-using ops::TensorPair;
-
-#define H3_CUDA_ENTRY(name, ret, params) ret name params;
-H3_BACKEND_OPS(H3_CUDA_ENTRY)
-#undef H3_CUDA_ENTRY
+H3_DECLARE_BACKEND_ENTRIES()
 
 // The index as i32 on the GPU (host indices were range-checked by the front door).
 Tensor index_on_gpu(const Tensor& idx);

@@ -7,14 +7,13 @@
 
 #include "model/dit/dit.h"
 #include "pipeline/synthetic.h"
+#include "support/bitwise.h"
 
 using namespace h3;
 
 namespace {
 
-bool bitwise(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
+const auto bitwise = test::same_bits;
 
 }  // namespace
 
