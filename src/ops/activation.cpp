@@ -16,9 +16,7 @@ void check_swiglu(const BackendOps& be, const Tensor& u, const char* op) {
 }  // namespace
 
 Tensor silu(const Tensor& x) {
-  const BackendOps& be = backend_of(x, "silu");
-  act(be, x, "silu", "x");
-  return H3_OP_CALL(be, silu, x);
+  return check::unary<&BackendOps::silu>(x, "silu");
 }
 
 Tensor swiglu(const Tensor& u, bool bf16) {
@@ -34,15 +32,11 @@ Tensor swiglu_fp8_rows(const Tensor& u, bool bf16) {
 }
 
 Tensor gelu_tanh(const Tensor& x) {
-  const BackendOps& be = backend_of(x, "gelu_tanh");
-  act(be, x, "gelu_tanh", "x");
-  return H3_OP_CALL(be, gelu_tanh, x);
+  return check::unary<&BackendOps::gelu_tanh>(x, "gelu_tanh");
 }
 
 Tensor gelu_erf(const Tensor& x) {
-  const BackendOps& be = backend_of(x, "gelu_erf");
-  act(be, x, "gelu_erf", "x");
-  return H3_OP_CALL(be, gelu_erf, x);
+  return check::unary<&BackendOps::gelu_erf>(x, "gelu_erf");
 }
 
 Tensor snake_beta(const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain) {

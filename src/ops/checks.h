@@ -44,6 +44,15 @@ F entry(const BackendOps& be, F f, const char* op) {
   return f;
 }
 
+// The front door of an op whose one rule is that its single input (named `what` in errors) is an activation of its
+// backend: the check, then the backend's entry `Entry` (&BackendOps::silu, ...), named `op`.
+template <auto Entry>
+Tensor unary(const Tensor& x, const char* op, const char* what = "x") {
+  const BackendOps& be = backend_of(x, op);
+  act(be, x, op, what);
+  return entry(be, be.*Entry, op)(x);
+}
+
 }  // namespace h3::ops::check
 
 namespace h3::ops {

@@ -15,9 +15,7 @@ void check_rows_2d(const Tensor& x, const char* op) {
 }  // namespace
 
 Tensor quantize_fp8(const Tensor& w) {
-  const BackendOps& be = backend_of(w, "quantize_fp8");
-  act(be, w, "quantize_fp8", "w");
-  return H3_OP_CALL(be, quantize_fp8, w);
+  return check::unary<&BackendOps::quantize_fp8>(w, "quantize_fp8", "w");
 }
 
 Tensor quantize_fp8_rows(const Tensor& x) {
