@@ -161,6 +161,56 @@ void print_profile(const std::vector<profile::Total>& totals, double whole_s, in
               "other", whole_s - sum, 100 * (whole_s - sum) / whole_s, idle);
 }
 
+// One whole decode with the profile regions on (profile.h): their totals (in `totals`, the decode's seconds in
+// `whole_s`) as JSON.
+nlohmann::json profiled_decode(const VideoVae& vae, const Tensor& z, const VideoDecodePlan& plan,
+                               std::vector<profile::Total>& totals, double& whole_s) {
+  nlohmann::json prof = nlohmann::json::object();
+  profile::set_enabled(true);
+  (void)profile::take();
+  gpu_synchronize();
+  const auto t2 = clock_type::now();
+  const Tensor video = vae.decode(z);
+  gpu_synchronize();
+  whole_s = seconds_since(t2);
+  totals = profile::take();
+  profile::set_enabled(false);
+  H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode --profile: decoded {} frames, expected {}", video.dim(1),
+           plan.time.out_frames);
+  for (const auto& tt : totals) prof[tt.name] = profile_json(tt);
+  prof["whole_decode_s"] = whole_s;
+  return prof;
+}
+
+// The N-way splits: the busiest rank of the sharded decode's rule (largest load, then most units) decodes its units
+// stacked as that rank would, timed on this GPU; a table row each into `split_lines`, and their JSON records.
+nlohmann::json time_splits(const BenchDecodeOpts& o, const VideoVae& vae, const VideoDecodePlan& plan, const Tensor& zp,
+                           int64_t batch, const std::vector<int64_t>& costs, double units_s, double flops,
+                           double all_cost, const std::string& res_name, const std::string& pname,
+                           std::vector<std::string>& split_lines) {
+  nlohmann::json splits = nlohmann::json::array();
+  for (int N : o.splits) {
+    if (N == 1) continue;
+    const ShardAssignment as = assign_balanced(costs, N);
+    int busiest = 0;
+    for (int rk = 1; rk < N; ++rk)
+      if (as.load[rk] > as.load[busiest] ||
+          (as.load[rk] == as.load[busiest] && as.units[rk].size() > as.units[busiest].size()))
+        busiest = rk;
+    const double mx = time_units(vae, plan, zp, as.units[busiest], batch);
+    const size_t umax = as.units[busiest].size();
+    split_lines.push_back(fmt::format("{:<5} {:<5} {:>3} {:>9} {:>12.3f} {:>8.2f} {:>9.0f}", res_name, pname, N, umax,
+                                      mx, units_s / mx,
+                                      flops * (static_cast<double>(as.load[busiest]) / all_cost) / mx / 1e12));
+    splits.push_back({{"ranks", N},
+                      {"busiest_rank", busiest},
+                      {"max_units_per_rank", umax},
+                      {"max_rank_s", mx},
+                      {"speedup_vs_1", units_s / mx}});
+  }
+  return splits;
+}
+
 // One resolution at one precision: the units (all, or the first max_units extrapolated by cost), the stitch and
 // the whole decode, the profiled decode, and the busiest rank of each N-way split. Prints the table row (the split
 // rows go to `split_lines`) and returns the JSON record.
@@ -224,21 +274,7 @@ nlohmann::json bench_resolution(const BenchDecodeOpts& o, const VideoVaeConfig& 
   nlohmann::json prof = nlohmann::json::object();
   double prof_whole_s = -1;
   std::vector<profile::Total> totals;
-  if (o.profile && !extrapolated) {
-    profile::set_enabled(true);
-    (void)profile::take();
-    gpu_synchronize();
-    const auto t2 = clock_type::now();
-    const Tensor video = vae.decode(z);
-    gpu_synchronize();
-    prof_whole_s = seconds_since(t2);
-    totals = profile::take();
-    profile::set_enabled(false);
-    H3_CHECK(video.dim(1) == plan.time.out_frames, "bench-decode --profile: decoded {} frames, expected {}",
-             video.dim(1), plan.time.out_frames);
-    for (const auto& tt : totals) prof[tt.name] = profile_json(tt);
-    prof["whole_decode_s"] = prof_whole_s;
-  }
+  if (o.profile && !extrapolated) prof = profiled_decode(vae, z, plan, totals, prof_whole_s);
   const double peak = gpu_peak_bytes() / 1073741824.0;
   const std::string note =
       extrapolated ? fmt::format("units extrapolated from {} of {} timed", timed, m) : "all units timed";
@@ -267,30 +303,10 @@ nlohmann::json bench_resolution(const BenchDecodeOpts& o, const VideoVaeConfig& 
                         {"tflops_units", flops / units_s / 1e12},
                         {"peak_gib", peak},
                         {"profile", prof}};
-  // The N-way split: the busiest rank of the sharded decode's rule (largest load, then most units) decodes
-  // its units stacked as that rank would, timed on this GPU.
-  nlohmann::json splits = nlohmann::json::array();
-  if (!extrapolated)
-    for (int N : o.splits) {
-      if (N == 1) continue;
-      const ShardAssignment as = assign_balanced(costs, N);
-      int busiest = 0;
-      for (int rk = 1; rk < N; ++rk)
-        if (as.load[rk] > as.load[busiest] ||
-            (as.load[rk] == as.load[busiest] && as.units[rk].size() > as.units[busiest].size()))
-          busiest = rk;
-      const double mx = time_units(vae, plan, zp, as.units[busiest], batch);
-      const size_t umax = as.units[busiest].size();
-      split_lines.push_back(fmt::format("{:<5} {:<5} {:>3} {:>9} {:>12.3f} {:>8.2f} {:>9.0f}", res.name, pname, N, umax,
-                                        mx, units_s / mx,
-                                        flops * (static_cast<double>(as.load[busiest]) / all_cost) / mx / 1e12));
-      splits.push_back({{"ranks", N},
-                        {"busiest_rank", busiest},
-                        {"max_units_per_rank", umax},
-                        {"max_rank_s", mx},
-                        {"speedup_vs_1", units_s / mx}});
-    }
-  rec["splits"] = splits;
+  // The N-way splits (time_splits).
+  rec["splits"] = extrapolated ? nlohmann::json::array()
+                               : time_splits(o, vae, plan, zp, batch, costs, units_s, flops, all_cost, res.name, pname,
+                                             split_lines);
   return rec;
 }
 

@@ -42,9 +42,7 @@ Runner add_run(CLI::App& app) {
   add(cmd, opt::width, o->req.width);
   cmd->add_option("--text-tokens", o->req.num_text, "prompt rows")->check(CLI::Range(1, 4096))->capture_default_str();
   add(cmd, opt::seed, o->req.seed);
-  add(cmd, opt::mode, o->mode);
-  add(cmd, opt::tp, o->tp);
-  add(cmd, opt::chunks, o->chunks);
+  add_dist(cmd, o->mode, o->tp, o->chunks);
   add(cmd, opt::lora, o->loras);
   cmd->add_option("--dump-output", o->dump, "write the outputs to this .safetensors file (rank 0)");
   add(cmd, opt::reps, o->reps);

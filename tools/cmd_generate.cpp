@@ -372,9 +372,7 @@ Runner add_generate(CLI::App& app) {
   add(cmd, opt::text_precision, o->text_precision);
   add(cmd, opt::text_device, o->text_device);
   add(cmd, opt::memory_plan, o->memory);
-  add(cmd, opt::mode, o->mode);
-  add(cmd, opt::tp, o->tp);
-  add(cmd, opt::chunks, o->chunks);
+  add_dist(cmd, o->mode, o->tp, o->chunks);
   add(cmd, opt::encoder_ranks, o->encoder_ranks);
   add(cmd, kEncoderAt, o->encoder_at);
   cmd->option_defaults()->group("Output");

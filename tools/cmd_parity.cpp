@@ -28,9 +28,7 @@ Runner add_parity(CLI::App& app) {
   add(cmd, opt::precision, o->precision);
   add(cmd, opt::weights, o->weights);
   add(cmd, opt::lora, o->loras);
-  add(cmd, opt::mode, o->mode);
-  add(cmd, opt::tp, o->tp);
-  add(cmd, opt::chunks, o->chunks);
+  add_dist(cmd, o->mode, o->tp, o->chunks);
   return [o](const GlobalContext& ctx) -> int {
     Comm& w = world();
     SafeTensors f = SafeTensors::open(o->file);

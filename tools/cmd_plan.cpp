@@ -205,9 +205,7 @@ Runner add_plan(CLI::App& app) {
   add(cmd, opt::text_precision, o->text_precision);
   add(cmd, opt::vae_precision, o->vae_precision);
   add(cmd, opt::memory_plan, o->memory);
-  add(cmd, opt::mode, o->mode);
-  add(cmd, opt::tp, o->tp);
-  add(cmd, opt::chunks, o->chunks);
+  add_dist(cmd, o->mode, o->tp, o->chunks);
   cmd->add_option("--budget", o->budgets,
                   "device budgets per rank to plan for instead of the cards (e.g. 20G 36GiB; as --max-device-memory)");
   cmd->add_option("--host-link-gbps", o->link_gbps, "host -> device copy rate, GB/s")

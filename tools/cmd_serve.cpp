@@ -35,9 +35,7 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
   add(cmd, opt::text_precision, r.text_precision);
   add(cmd, opt::text_device, r.text_device);
   add(cmd, opt::memory_plan, r.memory);
-  add(cmd, opt::mode, r.mode);
-  add(cmd, opt::tp, r.tp);
-  add(cmd, opt::chunks, r.chunks);
+  add_dist(cmd, r.mode, r.tp, r.chunks);
   add(cmd, opt::encoder_ranks, r.encoder_ranks);
   add(cmd, opt::write_latents, r.write_latents);
   add(cmd, opt::fake_step_ms, r.fake_step_ms);

@@ -133,9 +133,7 @@ Runner add_verify(CLI::App& app) {
   add(cmd, opt::precision, o->precision);
   add(cmd, opt::weights, o->weights);
   cmd->add_option("--tol", o->tol, "override the rel-L2 tolerance");
-  add(cmd, opt::mode, o->mode);
-  add(cmd, opt::tp, o->tp);
-  add(cmd, opt::chunks, o->chunks);
+  add_dist(cmd, o->mode, o->tp, o->chunks);
   add(cmd, opt::tokenizer, o->tokenizer);
   cmd->add_option("--bf16-errors", o->bf16_errors,
                   "Qwen3-VL text golden sets in bf16: JSON of the reference's own bf16 rel-L2 per output; the "

@@ -369,4 +369,10 @@ const std::vector<const OptionDef*>& option_table() {
   return t;
 }
 
+void add_dist(CLI::App* cmd, std::string& mode, int& tp, int& chunks) {
+  add(cmd, opt::mode, mode);
+  add(cmd, opt::tp, tp);
+  add(cmd, opt::chunks, chunks);
+}
+
 }  // namespace h3::cli

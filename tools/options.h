@@ -98,6 +98,9 @@ extern const OptionDef max_device_memory;
 extern const OptionDef runner, write_latents, fake_step_ms, fake_load_ms;
 }  // namespace opt
 
+// opt::mode, opt::tp and opt::chunks attached in that order: how a command spreads the DiT over its ranks.
+void add_dist(CLI::App* cmd, std::string& mode, int& tp, int& chunks);
+
 // Every row, for the tests.
 const std::vector<const OptionDef*>& option_table();
 

@@ -39,6 +39,23 @@ void Comm::allgatherv(const void* send, void* recv, const std::vector<int64_t>& 
   iallgatherv(send, recv, counts, dt, what)->wait();
 }
 
+namespace {
+
+// out[i] = parts[0][i] + parts[1][i] + ... + parts[n-1][i], in rank order (parts: n blocks of `count` values each),
+// so that every rank forms the same bits.
+template <typename T>
+void sum_in_rank_order(const std::byte* parts, int n, int64_t count, void* out) {
+  const T* p = reinterpret_cast<const T*>(parts);
+  T* o = static_cast<T*>(out);
+  for (int64_t i = 0; i < count; ++i) {
+    T acc = p[i];
+    for (int j = 1; j < n; ++j) acc += p[j * count + i];
+    o[i] = acc;
+  }
+}
+
+}  // namespace
+
 void Comm::reduce_scatterv(const void* send, const std::vector<int64_t>& counts, void* recv, DType dt,
                            const std::string& what) {
   H3_ASSERT(dt == DType::f32 || dt == DType::f64 || dt == DType::bf16, "reduce_scatterv on {}", dtype_name(dt));
@@ -47,19 +64,10 @@ void Comm::reduce_scatterv(const void* send, const std::vector<int64_t>& counts,
   const size_t es = dtype_size(dt);
   std::vector<std::byte> parts(static_cast<size_t>(mine * n) * es);
   alltoallv(send, counts, parts.data(), std::vector<int64_t>(n, mine), dt, what);
-  auto sum = [&]<typename T>(T) {
-    const T* p = reinterpret_cast<const T*>(parts.data());
-    T* o = static_cast<T*>(recv);
-    for (int64_t i = 0; i < mine; ++i) {
-      T acc = p[i];
-      for (int j = 1; j < n; ++j) acc += p[j * mine + i];
-      o[i] = acc;
-    }
-  };
   if (dt == DType::f32) {
-    sum(float{});
+    sum_in_rank_order<float>(parts.data(), n, mine, recv);
   } else if (dt == DType::f64) {
-    sum(double{});
+    sum_in_rank_order<double>(parts.data(), n, mine, recv);
   } else {
     // bf16 partials (GPU tensor parallelism): summed in f32 in rank order, rounded once.
     const auto* p = reinterpret_cast<const uint16_t*>(parts.data());
@@ -78,21 +86,12 @@ void Comm::allreduce_sum(const void* send, void* recv, int64_t count, DType dt, 
   const size_t es = dtype_size(dt);
   std::vector<std::byte> all(static_cast<size_t>(count * n) * es);
   allgatherv(send, all.data(), std::vector<int64_t>(n, count), dt, what);
-  auto sum = [&]<typename T>(T) {
-    const T* p = reinterpret_cast<const T*>(all.data());
-    T* o = static_cast<T*>(recv);
-    for (int64_t i = 0; i < count; ++i) {
-      T acc = p[i];
-      for (int j = 1; j < n; ++j) acc += p[j * count + i];
-      o[i] = acc;
-    }
-  };
   if (dt == DType::f32)
-    sum(float{});
+    sum_in_rank_order<float>(all.data(), n, count, recv);
   else if (dt == DType::f64)
-    sum(double{});
+    sum_in_rank_order<double>(all.data(), n, count, recv);
   else if (dt == DType::i64)
-    sum(int64_t{});
+    sum_in_rank_order<int64_t>(all.data(), n, count, recv);
   else
     H3_ASSERT(false, "allreduce_sum on {}", dtype_name(dt));
 }

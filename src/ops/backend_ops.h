@@ -15,84 +15,104 @@
 
 #include "core/tensor.h"
 #include "ops/ops.h"
-#include "ops/ops_act.h"
-#include "ops/ops_conv.h"
-#include "ops/ops_text.h"
-#include "ops/ops_vae.h"
 
 namespace h3::ops {
 
 using TensorPair = std::pair<Tensor, Tensor>;
 
-// X(name, return type, (parameters)) for every op a backend implements; the parameters are the public op's
-// (ops.h, ops_act.h, ops_text.h, ops_conv.h, ops_vae.h), plus the stitch layouts the front door derives.
+// X(name, return type, (parameters)) for every op a backend implements, by family; the parameters are the public
+// op's (ops/<family>.h), plus the stitch layouts the front door derives. A public op whose forms differ only in how
+// they round is one entry per form, the front door picking it: ops::linear's Sums (linear, linear_acc) and
+// ops::rms_norm's NormRound and output dtype (rms_norm, rms_norm_to, rms_norm_rounded for `twice`,
+// rms_norm_via_f32 for the f32-in-f64 forms).
 #define H3_BACKEND_OPS(X)                                                                                              \
-  /* ops.h */                                                                                                          \
+  /* gemm.h */                                                                                                         \
   X(linear, Tensor, (const Tensor& x, const Tensor& w, const Tensor* bias))                                            \
+  X(linear_acc, Tensor, (const Tensor& x, const Tensor& w))                                                            \
+  /* norm.h */                                                                                                         \
   X(rms_norm, Tensor, (const Tensor& x, const Tensor* w, int64_t group, double eps))                                   \
-  X(modulate, Tensor, (const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf16))       \
-  X(gate_residual, Tensor, (const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf16))       \
-  X(add, Tensor, (const Tensor& x, const Tensor& y))                                                                   \
-  X(silu, Tensor, (const Tensor& x))                                                                                   \
-  X(swiglu, Tensor, (const Tensor& u, bool bf16))                                                                      \
+  X(rms_norm_to, Tensor, (const Tensor& x, const Tensor* w, int64_t group, double eps, DType out))                     \
+  X(rms_norm_rounded, Tensor, (const Tensor& x, const Tensor& w, int64_t group, double eps))                           \
+  X(rms_norm_via_f32, Tensor, (const Tensor& x, const Tensor* w, int64_t group, double eps, NormRound round))          \
   X(norm_modulate, Tensor,                                                                                             \
     (const Tensor& x, const Tensor& w, double eps, const Tensor& shift, const Tensor& scale, const Tensor& idx,        \
      bool bf16))                                                                                                       \
-  X(qk_norm_rope, Tensor,                                                                                              \
-    (const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos, const Tensor& sin, bool bf16)) \
-  X(rope, Tensor, (const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16))                \
-  X(attention, Tensor, (const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim))                          \
-  X(attention_fp8_out, Tensor, (const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim))                  \
-  X(scatter_rows, void, (Tensor & out, const Tensor& rows, const Tensor& idx))                                         \
-  X(gather_rows, Tensor, (const Tensor& x, const Tensor& idx))                                                         \
-  X(columns, Tensor, (const Tensor& t, int64_t begin, int64_t end))                                                    \
-  X(set_columns, void, (Tensor & dst, int64_t begin, const Tensor& src))                                               \
-  X(quantize_fp8, Tensor, (const Tensor& w))                                                                           \
-  X(quantize_fp8_rows, Tensor, (const Tensor& x))                                                                      \
-  X(dequantize_fp8, Tensor, (const Tensor& q))                                                                         \
   X(residual_norm_modulate, ResidualNorm,                                                                              \
     (const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, const Tensor& w, double eps,             \
      const Tensor& shift, const Tensor& scale, bool bf16, Fp8Out fp8))                                                 \
+  X(add_scaled_rms_norm, TensorPair,                                                                                   \
+    (const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor* w, int64_t group, double eps, DType out))    \
+  X(layer_norm, Tensor, (const Tensor& x, const Tensor* w, const Tensor* b, double eps))                               \
+  X(group_norm_frames, Tensor, (const Tensor& x, int64_t groups, const Tensor* w, const Tensor* b, double eps))        \
+  X(weight_norm, Tensor, (const Tensor& g, const Tensor& v))                                                           \
+  /* rope.h */                                                                                                         \
+  X(rope, Tensor, (const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16))                \
+  X(qk_norm_rope, Tensor,                                                                                              \
+    (const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos, const Tensor& sin, bool bf16)) \
   X(qk_norm_rope_fp8, Tensor,                                                                                          \
     (const Tensor& x, const Tensor& w, int64_t head_dim, double eps, const Tensor& cos, const Tensor& sin, bool bf16,  \
      const Tensor& scale))                                                                                             \
+  /* attention.h */                                                                                                    \
+  X(attention, Tensor, (const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim))                          \
+  X(attention_fp8_out, Tensor, (const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim))                  \
+  X(attention_causal, Tensor, (const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim))                   \
+  X(attention_blocks, Tensor, (const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, int64_t blocks))   \
+  /* activation.h */                                                                                                   \
+  X(silu, Tensor, (const Tensor& x))                                                                                   \
+  X(swiglu, Tensor, (const Tensor& u, bool bf16))                                                                      \
   X(swiglu_fp8_rows, Tensor, (const Tensor& u, bool bf16))                                                             \
-  X(round_bf16_, void, (Tensor & x))                                                                                   \
-  X(procedural, Tensor, (uint64_t base, double scale, double offset, const Shape& shape))                              \
-  /* ops_act.h */                                                                                                      \
   X(gelu_tanh, Tensor, (const Tensor& x))                                                                              \
   X(gelu_erf, Tensor, (const Tensor& x))                                                                               \
-  /* ops_text.h */                                                                                                     \
-  X(rms_norm_rounded, Tensor, (const Tensor& x, const Tensor& w, int64_t group, double eps))                           \
-  X(linear_acc, Tensor, (const Tensor& x, const Tensor& w))                                                            \
-  /* ops_conv.h */                                                                                                     \
+  X(snake_beta, Tensor, (const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain))                       \
+  /* conv.h */                                                                                                         \
   X(conv3d, Tensor, (const Tensor& x, const Tensor& w, const Tensor* bias, std::array<int64_t, 3> stride))             \
   X(pad3d, Tensor,                                                                                                     \
     (const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int64_t left, int64_t right, PadMode mode))        \
-  X(group_norm_frames, Tensor, (const Tensor& x, int64_t groups, const Tensor* w, const Tensor* b, double eps))        \
-  X(layer_norm, Tensor, (const Tensor& x, const Tensor* w, const Tensor* b, double eps))                               \
   X(conv1d, Tensor,                                                                                                    \
     (const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,              \
      int64_t groups))                                                                                                  \
   X(conv_transpose1d, Tensor,                                                                                          \
     (const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t groups))               \
   X(pad1d, Tensor, (const Tensor& x, int64_t left, int64_t right, PadMode mode))                                       \
-  X(attention_causal, Tensor, (const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim))                   \
-  X(weight_norm, Tensor, (const Tensor& g, const Tensor& v))                                                           \
-  /* ops_vae.h */                                                                                                      \
+  /* elementwise.h */                                                                                                  \
+  X(add, Tensor, (const Tensor& x, const Tensor& y))                                                                   \
+  X(modulate, Tensor, (const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf16))       \
+  X(gate_residual, Tensor, (const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf16))       \
   X(add_scaled, Tensor, (const Tensor& x, const Tensor& y, const Tensor& scale))                                       \
-  X(unpatchify3d, Tensor, (const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t channels, int64_t pt, int64_t r)) \
-  X(snake_beta, Tensor, (const Tensor& x, const Tensor& alpha, const Tensor& beta, double gain))                       \
-  X(slice_last, Tensor, (const Tensor& x, int64_t begin, int64_t end))                                                 \
   X(divide_clamp, Tensor, (const Tensor& x, double divisor, double lo, double hi))                                     \
-  X(rms_norm_via_f32, Tensor, (const Tensor& x, const Tensor* w, int64_t group, double eps, RefNormWeight weight))     \
-  X(rms_norm_to, Tensor, (const Tensor& x, const Tensor* w, int64_t group, double eps, DType out))                     \
-  X(add_scaled_norm_to, TensorPair,                                                                                    \
-    (const Tensor& x, const Tensor& y, const Tensor& scale, const Tensor* w, int64_t group, double eps, DType out))    \
-  X(attention_blocks, Tensor, (const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, int64_t blocks))   \
+  X(round_bf16_, void, (Tensor & x))                                                                                   \
+  /* layout.h */                                                                                                       \
+  X(scatter_rows, void, (Tensor & out, const Tensor& rows, const Tensor& idx))                                         \
+  X(gather_rows, Tensor, (const Tensor& x, const Tensor& idx))                                                         \
+  X(columns, Tensor, (const Tensor& t, int64_t begin, int64_t end))                                                    \
+  X(set_columns, void, (Tensor & dst, int64_t begin, const Tensor& src))                                               \
+  X(slice_last, Tensor, (const Tensor& x, int64_t begin, int64_t end))                                                 \
+  X(unpatchify3d, Tensor, (const Tensor& y, int64_t t, int64_t h, int64_t w, int64_t channels, int64_t pt, int64_t r)) \
   X(stitch_frames, Tensor,                                                                                             \
     (const std::vector<Tensor>& cur, const std::vector<Tensor>& prev, const StitchGrid& grid,                          \
-     const std::vector<StitchFrame>& frames, const StitchLayout& layout, const StitchLayout& prev_layout))
+     const std::vector<StitchFrame>& frames, const StitchLayout& layout, const StitchLayout& prev_layout))             \
+  /* quantize.h */                                                                                                     \
+  X(quantize_fp8, Tensor, (const Tensor& w))                                                                           \
+  X(quantize_fp8_rows, Tensor, (const Tensor& x))                                                                      \
+  X(dequantize_fp8, Tensor, (const Tensor& q))                                                                         \
+  /* ops.h */                                                                                                          \
+  X(procedural, Tensor, (uint64_t base, double scale, double offset, const Shape& shape))
+
+// Declares a backend's entries in the namespace it is used in: ret name(params) for every op of H3_BACKEND_OPS, with
+// the op API's types in scope (backend/cpu/ops.h, backend/cuda/ops.h; an entry a backend lacks is declared and
+// defined nowhere).
+#define H3_DECLARE_BACKEND_ENTRIES() \
+  using ::h3::ops::Fp8Out;           \
+  using ::h3::ops::NormRound;        \
+  using ::h3::ops::PadMode;          \
+  using ::h3::ops::ResidualNorm;     \
+  using ::h3::ops::StitchAxis;       \
+  using ::h3::ops::StitchFrame;      \
+  using ::h3::ops::StitchGrid;       \
+  using ::h3::ops::StitchLayout;     \
+  using ::h3::ops::TensorPair;       \
+  H3_BACKEND_OPS(H3_DECLARE_BACKEND_ENTRY)
+#define H3_DECLARE_BACKEND_ENTRY(name, ret, params) ret name params;
 
 // A set of dtypes, one bit per DType.
 constexpr uint32_t dtype_bit(DType t) {

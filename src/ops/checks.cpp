@@ -71,4 +71,22 @@ int64_t row_width(const Tensor& t) {
   return w;
 }
 
+void tables(const Tensor& h, const Tensor& shift, const Tensor& scale, const char* op) {
+  H3_ASSERT(h.ndim() == 2 && shift.ndim() == 2 && scale.ndim() == 2, "{}: 2-D tensors needed, got {} {} {}", op,
+            h.describe(), shift.describe(), scale.describe());
+  H3_ASSERT(shift.dim(1) == h.dim(1) && scale.shape() == shift.shape(), "{}: tables {} {} for {}", op, shift.describe(),
+            scale.describe(), h.describe());
+}
+
+void add_scaled(const BackendOps& be, const Tensor& x, const Tensor& y, const Tensor& scale, const char* op) {
+  act(be, x, op, "x");
+  if (be.converts_params && x.dtype() == DType::f32 && y.dtype() == DType::bf16)
+    H3_ASSERT(y.device() == x.device(), "{}: y {} must sit with x {}", op, y.describe(), x.describe());
+  else
+    same(x, y, op, "y");
+  param(be, x, scale, op, "scale");
+  H3_ASSERT(x.ndim() == 2 && y.shape() == x.shape() && scale.numel() == x.dim(1), "{}: x {} y {} scale {}", op,
+            x.describe(), y.describe(), scale.describe());
+}
+
 }  // namespace h3::ops::check

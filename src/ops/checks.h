@@ -28,6 +28,11 @@ void index(const BackendOps& be, const Tensor& idx, int64_t n, int64_t rows, con
 // An fp8 e4m3 tensor with a per-tensor f32 scale ([1]) on its own device (quantize_fp8's output), on a backend
 // that computes in fp8.
 void fp8_per_tensor(const BackendOps& be, const Tensor& t, const char* op, const char* what);
+// modulate's table rules (ops/elementwise.h, and the norms fused with it): shift/scale [R, C] for h [N, C].
+void tables(const Tensor& h, const Tensor& shift, const Tensor& scale, const char* op);
+// add_scaled's rules (ops/elementwise.h, and add_scaled_rms_norm): x [N, C], y x's shape (and dtype, or bf16 on an
+// f32 x where the backend converts parameters), scale [C].
+void add_scaled(const BackendOps& be, const Tensor& x, const Tensor& y, const Tensor& scale, const char* op);
 // The width of a row: elements per leading index (1 for a 0-D tensor).
 int64_t row_width(const Tensor& t);
 
@@ -39,7 +44,24 @@ F entry(const BackendOps& be, F f, const char* op) {
   return f;
 }
 
+// The front door of an op whose one rule is that its single input (named `what` in errors) is an activation of its
+// backend: the check, then the backend's entry `Entry` (&BackendOps::silu, ...), named `op`.
+template <auto Entry>
+Tensor unary(const Tensor& x, const char* op, const char* what = "x") {
+  const BackendOps& be = backend_of(x, op);
+  act(be, x, op, what);
+  return entry(be, be.*Entry, op)(x);
+}
+
 }  // namespace h3::ops::check
+
+namespace h3::ops {
+// The checks every front-door file uses, by their short names.
+using check::act;
+using check::backend_of;
+using check::param;
+using check::same;
+}  // namespace h3::ops
 
 // Calls backend `be`'s entry for op `name` with the given arguments (after the checks).
 #define H3_OP_CALL(be, name, ...) ::h3::ops::check::entry((be), (be).name, #name)(__VA_ARGS__)

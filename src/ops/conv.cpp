@@ -1,26 +1,10 @@
-// The front door of ops_conv.h and ops_act.h: shapes and dtypes checked once, then the backend's entry.
+// The front door of ops/conv.h: shapes and dtypes checked once, then the entry of the backend holding x
+// (ops/backend_ops.h).
+#include "ops/conv.h"
+
 #include "ops/checks.h"
-#include "ops/ops_act.h"
-#include "ops/ops_conv.h"
 
 namespace h3::ops {
-
-using check::act;
-using check::backend_of;
-using check::param;
-using check::same;
-
-Tensor gelu_tanh(const Tensor& x) {
-  const BackendOps& be = backend_of(x, "gelu_tanh");
-  act(be, x, "gelu_tanh", "x");
-  return H3_OP_CALL(be, gelu_tanh, x);
-}
-
-Tensor gelu_erf(const Tensor& x) {
-  const BackendOps& be = backend_of(x, "gelu_erf");
-  act(be, x, "gelu_erf", "x");
-  return H3_OP_CALL(be, gelu_erf, x);
-}
 
 Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, std::array<int64_t, 3> stride) {
   const BackendOps& be = backend_of(x, "conv3d");
@@ -49,38 +33,6 @@ Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int6
   if (mode == PadMode::replicate)
     H3_ASSERT(x.dim(2) > 0 && x.dim(3) > 0, "pad3d: replicate pad of an empty input {}", x.describe());
   return H3_OP_CALL(be, pad3d, x, t_front, top, bottom, left, right, mode);
-}
-
-Tensor group_norm_frames(const Tensor& x, int64_t groups, const Tensor* w, const Tensor* b, double eps) {
-  const BackendOps& be = backend_of(x, "group_norm_frames");
-  act(be, x, "group_norm_frames", "x");
-  H3_ASSERT(x.ndim() >= 2, "group_norm_frames: x {}", x.describe());
-  const int64_t C = x.dim(0);
-  H3_ASSERT(groups > 0 && C % groups == 0, "group_norm_frames: {} groups for {} channels", groups, C);
-  if (w) {
-    same(x, *w, "group_norm_frames", "weight");
-    H3_ASSERT(w->numel() == C, "group_norm_frames: weight {} for {} channels", w->describe(), C);
-  }
-  if (b) {
-    same(x, *b, "group_norm_frames", "bias");
-    H3_ASSERT(b->numel() == C, "group_norm_frames: bias {} for {} channels", b->describe(), C);
-  }
-  return H3_OP_CALL(be, group_norm_frames, x, groups, w, b, eps);
-}
-
-Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps) {
-  const BackendOps& be = backend_of(x, "layer_norm");
-  act(be, x, "layer_norm", "x");
-  const int64_t C = x.ndim() ? x.dim(-1) : 1;
-  if (w) {
-    param(be, x, *w, "layer_norm", "weight");
-    H3_ASSERT(w->numel() == C, "layer_norm: weight {} for width {}", w->describe(), C);
-  }
-  if (b) {
-    param(be, x, *b, "layer_norm", "bias");
-    H3_ASSERT(b->numel() == C, "layer_norm: bias {} for width {}", b->describe(), C);
-  }
-  return H3_OP_CALL(be, layer_norm, x, w, b, eps);
 }
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, int64_t pad, int64_t dilation,
@@ -127,28 +79,6 @@ Tensor pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode) {
     H3_ASSERT(left < L && right < L, "pad1d: reflect pad larger than the input {}", x.describe());
   if (mode == PadMode::replicate) H3_ASSERT(L > 0, "pad1d: replicate pad of an empty input {}", x.describe());
   return H3_OP_CALL(be, pad1d, x, left, right, mode);
-}
-
-Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
-  const BackendOps& be = backend_of(q, "attention_causal");
-  act(be, q, "attention_causal", "q");
-  same(q, k, "attention_causal", "k");
-  same(q, v, "attention_causal", "v");
-  H3_ASSERT(d > 0 && q.ndim() == 2 && k.ndim() == 2 && v.shape() == k.shape() && k.dim(0) == q.dim(0),
-            "attention_causal: q {} k {} v {} head_dim {}", q.describe(), k.describe(), v.describe(), d);
-  const int64_t heads = q.dim(1) / d, kv_heads = k.dim(1) / d;
-  H3_ASSERT(q.dim(1) % d == 0 && k.dim(1) % d == 0 && kv_heads > 0 && heads % kv_heads == 0,
-            "attention_causal: {} query / {} key channels are not whole heads of {} (or not grouped)", q.dim(1),
-            k.dim(1), d);
-  return H3_OP_CALL(be, attention_causal, q, k, v, d);
-}
-
-Tensor weight_norm(const Tensor& g, const Tensor& v) {
-  const BackendOps& be = backend_of(v, "weight_norm");
-  act(be, v, "weight_norm", "v");
-  same(v, g, "weight_norm", "g");
-  H3_ASSERT(v.ndim() >= 1 && g.numel() == v.dim(0), "weight_norm: g {} for v {}", g.describe(), v.describe());
-  return H3_OP_CALL(be, weight_norm, g, v);
 }
 
 }  // namespace h3::ops

@@ -1,9 +1,9 @@
-// torch_cpu_sum_f32 (ops_vae.h): ATen's CPU float sum, order for order. A plain function of floats, no backend.
+// torch_cpu_sum_f32 (ops/norm.h): ATen's CPU float sum, order for order. A plain function of floats, no backend.
 #include <algorithm>
 #include <array>
 
 #include "core/error.h"
-#include "ops/ops_vae.h"
+#include "ops/norm.h"
 
 namespace h3::ops {
 

@@ -249,29 +249,23 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
   return r;
 }
 
-ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, const MediaScanner& scan) {
-  ResolvedRequest r;
-  if (!req.precision.empty()) {
-    H3_CHECK(req.precision == "f64" || req.precision == "f32" || req.precision == "bf16" || req.precision == "fp8",
-             "precision '{}' is not allowed: f64, f32 or bf16 (CPU), bf16 or fp8 (GPU), or leave it out for the "
-             "generator's",
-             req.precision);
-    r.precision = req.precision;
-  }
-  // Prompt: non-empty text (the tokenizer refuses invalid UTF-8 later; refuse it here, before any work).
-  {
-    const bool blank = req.prompt.find_first_not_of(" \t\r\n") == std::string::npos;
-    H3_CHECK(!blank,
-             "the prompt is empty: give a description of the video and its sound (--prompt TEXT or "
-             "--prompt-file FILE)");
-    constexpr size_t kMaxPromptBytes = 1 << 16;
-    H3_CHECK(req.prompt.size() <= kMaxPromptBytes, "the prompt has {} bytes; at most {} are allowed", req.prompt.size(),
-             kMaxPromptBytes);
-    utf8_nfc(req.prompt, "the prompt");  // throws naming the first invalid byte
-    r.prompt = req.prompt;
-  }
+namespace {
 
-  // Canvas.
+// Prompt: non-empty text (the tokenizer refuses invalid UTF-8 later; refuse it here, before any work).
+void resolve_prompt(const GenerateRequest& req, ResolvedRequest& r) {
+  const bool blank = req.prompt.find_first_not_of(" \t\r\n") == std::string::npos;
+  H3_CHECK(!blank,
+           "the prompt is empty: give a description of the video and its sound (--prompt TEXT or "
+           "--prompt-file FILE)");
+  constexpr size_t kMaxPromptBytes = 1 << 16;
+  H3_CHECK(req.prompt.size() <= kMaxPromptBytes, "the prompt has {} bytes; at most {} are allowed", req.prompt.size(),
+           kMaxPromptBytes);
+  utf8_nfc(req.prompt, "the prompt");  // throws naming the first invalid byte
+  r.prompt = req.prompt;
+}
+
+// Canvas: a size in multiples of the VAE's, or one from the aspect (fl2va without a size: the first keyframe's).
+void resolve_canvas(const GenerateRequest& req, const ModelLimits& lim, const MediaScanner& scan, ResolvedRequest& r) {
   const int64_t m = lim.canvas_multiple;
   if (req.width || req.height) {
     H3_CHECK(req.width && req.height, "give both width and height (multiples of {}), or neither and an aspect ratio",
@@ -301,8 +295,10 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, cons
     r.notes.push_back(fmt::format("aspect {}{} -> {}x{}", aspect,
                                   keyframe_aspect.empty() ? "" : " (of the first keyframe)", r.width, r.height));
   }
+}
 
-  // Duration.
+// Duration: frames or seconds, snapped up to 17n+5 frames within the model's range; the latent sizes follow.
+void resolve_duration(const GenerateRequest& req, const ModelLimits& lim, ResolvedRequest& r) {
   H3_CHECK(!(req.frames && req.seconds), "give frames or seconds, not both");
   int64_t frames = 124;
   if (req.seconds) {
@@ -328,8 +324,10 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, cons
   r.latent_h = r.height / lim.vae_spatial_ratio;
   r.latent_w = r.width / lim.vae_spatial_ratio;
   r.audio_latents = audio_latents_per_channel(aligned);
+}
 
-  // Sampling.
+// Sampling: steps and shifts within the limits, the model calls they take, the seed (a random one when none).
+void resolve_sampling(const GenerateRequest& req, const ModelLimits& lim, ResolvedRequest& r) {
   H3_CHECK(req.steps >= lim.min_steps && req.steps <= lim.max_steps,
            "steps = {} is not allowed: {}..{} (schedule grid points; {} means {} model calls)", req.steps,
            lim.min_steps, lim.max_steps, req.steps, req.steps - 1);
@@ -354,9 +352,11 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, cons
     r.seed = (static_cast<uint64_t>(rd()) << 32 | rd()) & ((1ull << 53) - 1);  // exact in JSON doubles too
     r.notes.push_back(fmt::format("random seed {}", r.seed));
   }
+}
 
-  // LoRAs: files that exist and hold LoRA keys, finite strengths (their keys are checked against the DiT
-  // when the generator merges them).
+// LoRAs: files that exist and hold LoRA keys, finite strengths (their keys are checked against the DiT
+// when the generator merges them).
+void resolve_loras(const GenerateRequest& req, ResolvedRequest& r) {
   H3_CHECK(req.loras.size() <= 16, "{} LoRAs given; at most 16 are allowed", req.loras.size());
   for (size_t i = 0; i < req.loras.size(); ++i) {
     const auto& l = req.loras[i];
@@ -371,7 +371,24 @@ ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, cons
     }
     r.loras.push_back(l);
   }
+}
 
+}  // namespace
+
+ResolvedRequest resolve(const GenerateRequest& req, const ModelLimits& lim, const MediaScanner& scan) {
+  ResolvedRequest r;
+  if (!req.precision.empty()) {
+    H3_CHECK(req.precision == "f64" || req.precision == "f32" || req.precision == "bf16" || req.precision == "fp8",
+             "precision '{}' is not allowed: f64, f32 or bf16 (CPU), bf16 or fp8 (GPU), or leave it out for the "
+             "generator's",
+             req.precision);
+    r.precision = req.precision;
+  }
+  resolve_prompt(req, r);
+  resolve_canvas(req, lim, scan, r);
+  resolve_duration(req, lim, r);
+  resolve_sampling(req, lim, r);
+  resolve_loras(req, r);
   // Keyframes / references: every file scanned and checked, their geometry fixed.
   resolve_conditions(req, r, lim, scan);
   return r;

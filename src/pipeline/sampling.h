@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 
 #include "core/tensor.h"
@@ -38,6 +39,10 @@ struct SamplingSpec {
   std::shared_ptr<const PackedLayout> layout;
   Tensor cond_video_rows;  // [layout->num_condition_video_rows, C*4] f32
   Tensor cond_audio_rows;  // [layout->num_condition_audio_rows, C_a] f32
+  // Debugging against a reference: the DiT's named intermediates to keep at every step (DitCapture,
+  // model/dit/hooks.h: none by default; the same on every denoise rank), handed to on_capture with the step.
+  DitCapture capture;
+  std::function<void(int step, const std::map<std::string, Tensor>& intermediates)> on_capture;
 };
 
 struct SamplingRows {

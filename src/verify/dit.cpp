@@ -44,6 +44,15 @@ std::optional<std::pair<double, double>> dit_reference_bf16_error(const SafeTens
   return std::nullopt;
 }
 
+void VerifyReport::add(const std::string& what, const Tensor& got, const Tensor& ref, double tol) {
+  const Diff d = compare(got, ref);
+  lines.push_back({what, d.rel_l2, d.max_abs, tol, d.shape_ok && d.rel_l2 <= tol});
+}
+
+void VerifyReport::add_exact(const std::string& what, bool ok) {
+  lines.push_back({what, ok ? 0.0 : 1.0, ok ? 0.0 : 1.0, 0.0, ok});
+}
+
 bool VerifyReport::pass() const {
   if (lines.empty()) return false;
   for (const auto& l : lines)
@@ -159,8 +168,7 @@ VerifyReport verify_dit_file(const SafeTensors& f, const VerifyOptions& opt) {
       write_safetensors(dump + (c.empty() ? "" : "." + c) + ".safetensors", ts);
     }
     auto add = [&](const std::string& what, const Tensor& got, const Tensor& ref, double tol) {
-      Diff d = compare(got, ref);
-      rep.lines.push_back({label + what, d.rel_l2, d.max_abs, tol, d.shape_ok && d.rel_l2 <= tol});
+      rep.add(label + what, got, ref, tol);
     };
     add("video", out.video, f.get(key(c, "output.f64.video")), tol_for(0));
     add("audio", out.audio, f.get(key(c, "output.f64.audio")), tol_for(1));

@@ -30,6 +30,10 @@ struct VerifyLine {
 
 struct VerifyReport {
   std::vector<VerifyLine> lines;
+  // A line comparing got with ref (host tensors): it passes when the shapes match and rel-L2 <= tol.
+  void add(const std::string& what, const Tensor& got, const Tensor& ref, double tol);
+  // A line for a check that holds or not: rel-L2 and max 0 when it holds, 1 when not; tolerance 0.
+  void add_exact(const std::string& what, bool ok);
   bool pass() const;
   // Prints the table and the final PASS/FAIL line.
   void print(std::FILE* out) const;

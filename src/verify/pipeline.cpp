@@ -68,13 +68,10 @@ std::string pipeline_sibling(const SafeTensors& f, const std::string& component)
   return sib.string();
 }
 
-VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOptions& opt) {
-  const bool gpu = opt.device == Device::cuda;
-  H3_CHECK(gpu ? opt.precision == Precision::bf16 || opt.precision == Precision::f32
-               : opt.precision == Precision::f32 || opt.precision == Precision::f64,
-           "{}: the pipeline set is checked in f32 or f64 on the CPU, in bf16 or f32 on the GPU (--device cuda)",
-           f.path());
-  const double tol = opt.tolerance ? *opt.tolerance : (opt.precision == Precision::f64 ? 1e-6 : 1e-5);
+namespace {
+
+// The chain's sizes and schedule from the file's "info" metadata and its inputs.
+SamplingSpec read_spec(const SafeTensors& f) {
   nlohmann::json info;
   try {
     info = parse_json_bounded(f.meta("info"), f.path() + ": metadata info", kJsonMaxDepth, false);
@@ -96,23 +93,13 @@ VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOpti
   } catch (const nlohmann::json::exception& e) {
     fail("{}: metadata 'info' lacks a field: {}", f.path(), e.what());
   }
+  return spec;
+}
 
-  const std::string dit_path = opt.dit_weights.empty() ? pipeline_sibling(f, "dit") : opt.dit_weights;
-  const SafeTensors vf = SafeTensors::open(pipeline_sibling(f, "video-vae"));
-  const SafeTensors af = SafeTensors::open(pipeline_sibling(f, "audio-vae"));
-  const DitCheckpoint ck = DitCheckpoint::open(dit_path);
-  spdlog::info("{}", ck.detection_summary());
-  const VideoVaeConfig vcfg = VideoVaeConfig::from_json_text(vf.meta("config"), vf.meta("tiling"), vf.path());
-  const AudioVaeConfig acfg =
-      af.meta("config").empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(af.meta("config"), af.path());
-  // On the GPU the decoders run there (the audio decoder in f32 whatever the recipe, audio_vae.h); the DiT too in
-  // bf16, while an f32 DiT runs on the CPU (the GPU DiT has no f32 recipe).
-  const Device vae_dev = gpu ? Device::cuda : Device::cpu;
-  const Device dit_dev = gpu && opt.precision == Precision::bf16 ? Device::cuda : Device::cpu;
-  const VideoVae vvae(vf, "weight.", vcfg, opt.precision, vae_dev);
-  const AudioVae avae(af, "weight.", acfg, gpu ? Precision::f32 : opt.precision, vae_dev);
-  // Per compared tensor: bf16 adds the parts' own bounds (see pipeline.h).
-  std::function<double(const std::string&)> tol_of = [&](const std::string&) { return tol; };
+// The bound of each compared tensor: `tol`, or in bf16 (no --tol) the parts' own bounds added (see pipeline.h).
+std::function<double(const std::string&)> output_tolerances(const SafeTensors& f, const PipelineVerifyOptions& opt,
+                                                            const std::string& dit_path, double tol) {
+  std::function<double(const std::string&)> tol_of = [tol](const std::string&) { return tol; };
   if (opt.precision == Precision::bf16 && !opt.tolerance) {
     const SafeTensors df = SafeTensors::open(dit_path);
     const auto ref = dit_reference_bf16_error(df, "t2va");
@@ -126,21 +113,13 @@ VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOpti
       return video;
     };
   }
+  return tol_of;
+}
 
-  Comm& w = world();
-  const bool distributed = w.size() > 1;
-  const DitConfig& c = ck.config();
-  DistOptions dist = opt.dist.value_or(DistOptions{});
-  if (dit_dev == Device::cuda) dist.gpu_bus = gpu_bus_id();
-  const DistPlan plan = distributed ? DistPlan::make(w, dist, c.num_attention_heads, c.ffn_dim) : DistPlan::single();
-  if (distributed) spdlog::info("{}", plan.describe());
-  spdlog::info("pipeline: DiT {} on the {}, VAE decoders on the {}", precision_name(opt.precision),
-               dit_dev == Device::cuda ? "GPU" : "CPU", gpu ? "GPU" : "CPU");
-  const DitModel dit(ck, opt.precision, plan, dit_dev);
-  const ChainOutputs got = run_chain(dit, vvae, avae, spec, f, w, distributed ? &w : nullptr);
-  const bool split_waveform = opt.precision == Precision::bf16 && !opt.tolerance;
-
-  VerifyReport rep;
+// One line per chain output against the file's: f64 results against an f32-stored reference rounded to f32 first;
+// with `split_waveform` the end-to-end waveform for information only (its decoder is held to its own bound).
+void add_outputs(VerifyReport& rep, const SafeTensors& f, const ChainOutputs& got, double tol,
+                 const std::function<double(const std::string&)>& tol_of, bool split_waveform) {
   for_each_output(got, [&](const std::string& key, const Tensor& t) {
     if (!f.has(key)) {
       rep.lines.push_back({key + " (missing in the file)", 0, 0, tol, false});
@@ -165,6 +144,50 @@ VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOpti
     }
     rep.lines.push_back({label, d.rel_l2, d.max_abs, bound, shape_ok && d.rel_l2 <= bound});
   });
+}
+
+}  // namespace
+
+VerifyReport verify_pipeline_file(const SafeTensors& f, const PipelineVerifyOptions& opt) {
+  const bool gpu = opt.device == Device::cuda;
+  H3_CHECK(gpu ? opt.precision == Precision::bf16 || opt.precision == Precision::f32
+               : opt.precision == Precision::f32 || opt.precision == Precision::f64,
+           "{}: the pipeline set is checked in f32 or f64 on the CPU, in bf16 or f32 on the GPU (--device cuda)",
+           f.path());
+  const double tol = opt.tolerance ? *opt.tolerance : (opt.precision == Precision::f64 ? 1e-6 : 1e-5);
+  const SamplingSpec spec = read_spec(f);
+
+  const std::string dit_path = opt.dit_weights.empty() ? pipeline_sibling(f, "dit") : opt.dit_weights;
+  const SafeTensors vf = SafeTensors::open(pipeline_sibling(f, "video-vae"));
+  const SafeTensors af = SafeTensors::open(pipeline_sibling(f, "audio-vae"));
+  const DitCheckpoint ck = DitCheckpoint::open(dit_path);
+  spdlog::info("{}", ck.detection_summary());
+  const VideoVaeConfig vcfg = VideoVaeConfig::from_json_text(vf.meta("config"), vf.meta("tiling"), vf.path());
+  const AudioVaeConfig acfg =
+      af.meta("config").empty() ? AudioVaeConfig{} : AudioVaeConfig::from_json_text(af.meta("config"), af.path());
+  // On the GPU the decoders run there (the audio decoder in f32 whatever the recipe, audio_vae.h); the DiT too in
+  // bf16, while an f32 DiT runs on the CPU (the GPU DiT has no f32 recipe).
+  const Device vae_dev = gpu ? Device::cuda : Device::cpu;
+  const Device dit_dev = gpu && opt.precision == Precision::bf16 ? Device::cuda : Device::cpu;
+  const VideoVae vvae(vf, "weight.", vcfg, opt.precision, vae_dev);
+  const AudioVae avae(af, "weight.", acfg, gpu ? Precision::f32 : opt.precision, vae_dev);
+  const auto tol_of = output_tolerances(f, opt, dit_path, tol);
+
+  Comm& w = world();
+  const bool distributed = w.size() > 1;
+  const DitConfig& c = ck.config();
+  DistOptions dist = opt.dist.value_or(DistOptions{});
+  if (dit_dev == Device::cuda) dist.gpu_bus = gpu_bus_id();
+  const DistPlan plan = distributed ? DistPlan::make(w, dist, c.num_attention_heads, c.ffn_dim) : DistPlan::single();
+  if (distributed) spdlog::info("{}", plan.describe());
+  spdlog::info("pipeline: DiT {} on the {}, VAE decoders on the {}", precision_name(opt.precision),
+               dit_dev == Device::cuda ? "GPU" : "CPU", gpu ? "GPU" : "CPU");
+  const DitModel dit(ck, opt.precision, plan, dit_dev);
+  const ChainOutputs got = run_chain(dit, vvae, avae, spec, f, w, distributed ? &w : nullptr);
+  const bool split_waveform = opt.precision == Precision::bf16 && !opt.tolerance;
+
+  VerifyReport rep;
+  add_outputs(rep, f, got, tol, tol_of, split_waveform);
   if (split_waveform) {
     // The audio decoder as a part: the GPU's f32 decode of this run's latents against an f64 CPU decode of the
     // same latents (the f64 decoder is itself held to the golden audio set at 1e-6), within the f32 bound.

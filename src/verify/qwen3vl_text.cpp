@@ -101,13 +101,8 @@ VerifyReport verify_qwen3vl_text_file(const SafeTensors& f, Precision precision,
     Qwen3VlTextOutputs one;
     if (single) one = single->forward(ids, keep, normed);
     auto add = [&](const std::string& what, const Tensor& got, const Tensor& ref, const Tensor* got_one) {
-      Diff d = compare(got.cpu(), ref);
-      const double t = bound(c + "." + what, tol);
-      rep.lines.push_back({c + " " + what, d.rel_l2, d.max_abs, t, d.shape_ok && d.rel_l2 <= t});
-      if (!got_one) return;
-      Diff r = compare(got.cpu(), got_one->cpu());
-      rep.lines.push_back(
-          {c + " " + what + " vs 1 rank", r.rel_l2, r.max_abs, tol_ranks, r.shape_ok && r.rel_l2 <= tol_ranks});
+      rep.add(c + " " + what, got.cpu(), ref, bound(c + "." + what, tol));
+      if (got_one) rep.add(c + " " + what + " vs 1 rank", got.cpu(), got_one->cpu(), tol_ranks);
     };
     for (int64_t k : keep)
       add("hidden_states_" + std::to_string(k), out.hidden_states.at(k), f.get(hs + std::to_string(k)),
@@ -175,12 +170,8 @@ VerifyReport verify_qwen3vl_text_procedural(const SafeTensors& f, Precision prec
       }
       if (tolerance > 0) tol = tolerance;
       const Tensor got = out.hidden_states.at(k).cpu().to(DType::f64);
-      const Diff d = compare(got, f.get(c + ".output.f64.hidden_states." + std::to_string(k)).to(DType::f64));
-      rep.lines.push_back({name, d.rel_l2, d.max_abs, tol, d.shape_ok && d.rel_l2 <= tol});
-      if (single) {
-        const Diff r = compare(got, one.hidden_states.at(k).cpu().to(DType::f64));
-        rep.lines.push_back({name + " vs 1 rank", r.rel_l2, r.max_abs, 1e-6, r.shape_ok && r.rel_l2 <= 1e-6});
-      }
+      rep.add(name, got, f.get(c + ".output.f64.hidden_states." + std::to_string(k)).to(DType::f64), tol);
+      if (single) rep.add(name + " vs 1 rank", got, one.hidden_states.at(k).cpu().to(DType::f64), 1e-6);
     }
   }
   return rep;
@@ -208,14 +199,14 @@ VerifyReport verify_tokenizer_cases(const std::string& cases_json, const std::st
       spdlog::error("{}: {}", label, e.what());
     }
     const bool ok = got == want;
-    rep.lines.push_back({label, ok ? 0.0 : 1.0, ok ? 0.0 : 1.0, 0.0, ok});
+    rep.add_exact(label, ok);
     if (!ok) spdlog::warn("{}: got {} ids, expected {}", label, got.size(), want.size());
     const bool check_decode = (c.contains("decode") && c["decode"].is_boolean() && c["decode"].get<bool>()) ||
                               (c.contains("decoded") && c["decoded"].is_string());
     if (check_decode) {
       const std::string expect = c.contains("decoded") ? c["decoded"].get<std::string>() : text;
       const bool dec_ok = tok.decode(want) == expect;
-      rep.lines.push_back({label + " decode", dec_ok ? 0.0 : 1.0, dec_ok ? 0.0 : 1.0, 0.0, dec_ok});
+      rep.add_exact(label + " decode", dec_ok);
     }
     ++i;
   }

@@ -50,23 +50,32 @@ double vae_tolerance(Precision p) {
   return p == Precision::f64 ? 1e-9 : p == Precision::f32 ? 1e-5 : 1e-2;
 }
 
-bool looks_like_video_vae_golden(const SafeTensors& f) {
-  if (!f.has("weight.post_quant_conv.weight")) return false;
-  if (!f.has("weight.decoder.proj_in.weight") && !f.has("weight.encoder.conv_in.weight")) return false;
+namespace {
+
+// A VAE golden file: one of its decoder's or encoder's first weights, and a case input whose key ends in one of
+// `inputs`.
+bool looks_like_vae_golden(const SafeTensors& f, std::initializer_list<const char*> first_weights,
+                           std::initializer_list<const char*> inputs) {
+  bool weights = false;
+  for (const char* w : first_weights) weights = weights || f.has(w);
+  if (!weights) return false;
   for (const auto& k : f.keys())
-    if (k.ends_with(".input.latents_normalized") || k.ends_with(".input.latents") ||
-        k.ends_with(".input.pixels_normalized"))
-      return true;
+    for (const char* in : inputs)
+      if (k.ends_with(in)) return true;
   return false;
 }
 
+}  // namespace
+
+bool looks_like_video_vae_golden(const SafeTensors& f) {
+  return f.has("weight.post_quant_conv.weight") &&
+         looks_like_vae_golden(f, {"weight.decoder.proj_in.weight", "weight.encoder.conv_in.weight"},
+                               {".input.latents_normalized", ".input.latents", ".input.pixels_normalized"});
+}
+
 bool looks_like_audio_vae_golden(const SafeTensors& f) {
-  if (!f.has("weight.dec_in_proj.weight") && !f.has("weight.encoder.block.0.weight_v")) return false;
-  for (const auto& k : f.keys())
-    if (k.ends_with(".input.latents_denormalized") || k.ends_with(".input.latents_normalized") ||
-        k.ends_with(".input.waveform"))
-      return true;
-  return false;
+  return looks_like_vae_golden(f, {"weight.dec_in_proj.weight", "weight.encoder.block.0.weight_v"},
+                               {".input.latents_denormalized", ".input.latents_normalized", ".input.waveform"});
 }
 
 VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision, Comm* comm, Device device) {

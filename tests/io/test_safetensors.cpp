@@ -387,6 +387,32 @@ struct CorruptionStats {
   std::string first_wrong;
 };
 
+// What a successful parse of a file of `size` bytes got wrong, or "" (the invariants safetensors_parse promises).
+std::string parse_problem(const std::map<std::string, TensorInfo>& infos, const std::vector<std::string>& keys,
+                          size_t size, size_t data_offset) {
+  std::string problem;
+  if (data_offset < 8 || data_offset > size) problem = "data offset outside the file";
+  if (keys.size() != infos.size()) problem = "keys and infos disagree";
+  const size_t data_size = size - std::min(size, data_offset);
+  size_t prev_begin = 0;
+  for (const auto& k : keys) {
+    auto it = infos.find(k);
+    if (it == infos.end()) {
+      problem = "key without info: " + k;
+      break;
+    }
+    const TensorInfo& ti = it->second;
+    if (ti.begin > ti.end || ti.end > data_size) problem = "tensor '" + k + "' outside the data region";
+    if (ti.begin < prev_begin) problem = "keys not in data order";
+    prev_begin = ti.begin;
+    int64_t numel = 1;
+    for (int64_t d : ti.shape) numel *= d;
+    if (static_cast<size_t>(numel) * dtype_size(ti.dtype) != ti.end - ti.begin)
+      problem = "tensor '" + k + "' byte count disagrees with its shape";
+  }
+  return problem;
+}
+
 // Mutates copies of `base` (a valid safetensors file) `count` times with a fixed seed. The parser never reads
 // the data region, so only the first 8 + header + slack bytes are restored between mutants; data bytes
 // shifted by an insertion or deletion are simply different data.
@@ -500,26 +526,7 @@ CorruptionStats corrupt_and_parse(const std::vector<std::byte>& base, int count,
       continue;
     }
     ++stats.parsed;
-    std::string problem;
-    if (data_offset < 8 || data_offset > size) problem = "data offset outside the file";
-    if (keys.size() != infos.size()) problem = "keys and infos disagree";
-    const size_t data_size = size - std::min(size, data_offset);
-    size_t prev_begin = 0;
-    for (const auto& k : keys) {
-      auto it = infos.find(k);
-      if (it == infos.end()) {
-        problem = "key without info: " + k;
-        break;
-      }
-      const TensorInfo& ti = it->second;
-      if (ti.begin > ti.end || ti.end > data_size) problem = "tensor '" + k + "' outside the data region";
-      if (ti.begin < prev_begin) problem = "keys not in data order";
-      prev_begin = ti.begin;
-      int64_t numel = 1;
-      for (int64_t d : ti.shape) numel *= d;
-      if (static_cast<size_t>(numel) * dtype_size(ti.dtype) != ti.end - ti.begin)
-        problem = "tensor '" + k + "' byte count disagrees with its shape";
-    }
+    const std::string problem = parse_problem(infos, keys, size, data_offset);
     if (!problem.empty() && stats.wrong++ == 0)
       stats.first_wrong = "iteration " + std::to_string(iter) + ": " + problem;
   }

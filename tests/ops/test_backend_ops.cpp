@@ -150,11 +150,11 @@ void compare_outs(const Outs& got, const Outs& want, double tol, bool round_ref_
 
 // ---- the cases, one per entry of H3_BACKEND_OPS ----
 
-std::map<std::string, Case> make_cases() {
-  std::map<std::string, Case> c;
-  const Tol elem{1e-6, 1e-6, 4e-3};
-  const Tol exact{0, 0, 0};
+using Cases = std::map<std::string, Case>;
+const Tol elem{1e-6, 1e-6, 4e-3};
+const Tol exact{0, 0, 0};
 
+void add_gemm_cases(Cases& c) {
   c["linear"] = {[](const Env& e) {
                    Tensor b = e.in(rnd({77}, 3, 0.1));
                    return Outs{
@@ -163,6 +163,18 @@ std::map<std::string, Case> make_cases() {
                        {"0 rows", ops::linear(e.in(rnd({0, 9}, 6)), e.in(rnd({5, 9}, 7)))}};
                  },
                  {2e-6, 1e-6, 6e-3}};
+  // f32 sums kept for bf16 operands (the exact products of bf16-exact inputs, summed in f32 as the CPU's f32 GEMM).
+  c["linear_acc"] = {
+      [](const Env& e) {
+        return Outs{
+            {"53x129 -> 77", ops::linear(e.in(rnd({53, 129}, 1)), e.in(rnd({77, 129}, 2)), nullptr, ops::Sums::kept)},
+            {"29x150 -> 83", ops::linear(e.in(rnd({29, 150}, 3)), e.in(rnd({83, 150}, 4)), nullptr, ops::Sums::kept)},
+            {"1x7 -> 3", ops::linear(e.in(rnd({1, 7}, 5)), e.in(rnd({3, 7}, 6)), nullptr, ops::Sums::kept)}};
+      },
+      {2e-6, 1e-6, 2e-6}};
+}
+
+void add_norm_cases(Cases& c) {
   c["rms_norm"] = {[](const Env& e) {
                      Tensor x = e.in(rnd({37, 270}, 1)), w = e.in(pos({270}, 2)), wd = e.in(pos({45}, 3));
                      return Outs{{"rows", ops::rms_norm(x, &w, 270, 1e-6)},
@@ -171,35 +183,6 @@ std::map<std::string, Case> make_cases() {
                                  {"3-D", ops::rms_norm(e.in(rnd({5, 3, 14}, 4)), nullptr, 7, 1e-6)}};
                    },
                    elem};
-  c["modulate"] = {[](const Env& e) {
-                     Outs o;
-                     for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 270}, {9, 256}})
-                       o.push_back({std::to_string(n) + "x" + std::to_string(w),
-                                    ops::modulate(e.in(rnd({n, w}, 1)), e.in(rnd({5, w}, 2, 0.3)),
-                                                  e.in(rnd({5, w}, 3, 0.3)), idx(n, 5, 1), e.bf16_steps)});
-                     return o;
-                   },
-                   elem};
-  c["gate_residual"] = {[](const Env& e) {
-                          Outs o;
-                          for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 270}, {9, 256}})
-                            o.push_back({std::to_string(n) + "x" + std::to_string(w),
-                                         ops::gate_residual(e.in(rnd({n, w}, 1)), e.in(rnd({5, w}, 2, 0.3)),
-                                                            idx(n, 5, 2), e.in(rnd({n, w}, 3)), e.bf16_steps)});
-                          return o;
-                        },
-                        elem};
-  c["add"] = {[](const Env& e) {
-                return Outs{{"37x270", ops::add(e.in(rnd({37, 270}, 1)), e.in(rnd({37, 270}, 2)))},
-                            {"9x256", ops::add(e.in(rnd({9, 256}, 3)), e.in(rnd({9, 256}, 4)))}};
-              },
-              elem};
-  c["silu"] = {[](const Env& e) { return Outs{{"37x270", ops::silu(e.in(rnd({37, 270}, 1, 3.0)))}}; }, elem};
-  c["swiglu"] = {[](const Env& e) {
-                   return Outs{{"37x(2x270)", ops::swiglu(e.in(rnd({37, 540}, 1, 2.0)), e.bf16_steps)},
-                               {"9x(2x128)", ops::swiglu(e.in(rnd({9, 256}, 2, 2.0)), e.bf16_steps)}};
-                 },
-                 elem};
   c["norm_modulate"] = {
       [](const Env& e) {
         Outs o;
@@ -210,6 +193,121 @@ std::map<std::string, Case> make_cases() {
         return o;
       },
       elem};
+  // Gated and not, each FP8 mode; widths of the GPU's row kernel (1000, 96) and an odd one (45: the separate ops).
+  c["residual_norm_modulate"] = {
+      [](const Env& e) {
+        Outs o;
+        for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 1000}, {3, 96}, {5, 45}}) {
+          Tensor x = e.in(rnd({n, w}, 1)), y = e.in(rnd({n, w}, 2)), g = e.in(rnd({7, w}, 3, 0.3)),
+                 sh = e.in(rnd({7, w}, 4, 0.3)), sc = e.in(rnd({7, w}, 5, 0.3)), wt = e.in(pos({w}, 6));
+          Tensor i = idx(n, 7, 2);
+          const std::string s = std::to_string(n) + "x" + std::to_string(w);
+          ops::ResidualNorm r = ops::residual_norm_modulate(x, g, i, y, wt, 1e-6, sh, sc, e.bf16_steps);
+          o.push_back({s + " x", r.x});
+          o.push_back({s + " h", r.h});
+          ops::ResidualNorm u = ops::residual_norm_modulate(x, Tensor(), i, Tensor(), wt, 1e-6, sh, sc, e.bf16_steps);
+          o.push_back({s + " h, no gate", u.h});
+          const bool fp8_ok = !e.for_gpu() || (e.bf16_steps && w % 8 == 0);  // the GPU's bounded FP8 out
+          if (!e.for_gpu() || w % 8 == 0)  // the GPU's per-row FP8 (quantize_fp8_rows)
+            o.push_back({s + " fp8 rows",
+                         ops::residual_norm_modulate(x, g, i, y, wt, 1e-6, sh, sc, e.bf16_steps, ops::Fp8Out::rows).h,
+                         e.for_gpu() ? 2e-2 : 3e-2});
+          if (fp8_ok)
+            o.push_back({s + " fp8 bound",
+                         ops::residual_norm_modulate(x, g, i, y, wt, 1e-6, sh, sc, e.bf16_steps, ops::Fp8Out::bound).h,
+                         e.for_gpu() ? 2e-2 : 3e-2});
+        }
+        return o;
+      },
+      elem};
+  c["add_scaled_rms_norm"] = {
+      [](const Env& e) {
+        Outs o;
+        for (auto [n, w, g] : {std::tuple<int64_t, int64_t, int64_t>{9, 2048, 2048}, {5, 45, 45}, {3, 96, 32}}) {
+          Tensor wt = e.in(pos({g}, 4));
+          auto [sum, normed] = ops::add_scaled_rms_norm(e.in(rnd({n, w}, 1)), e.in(rnd({n, w}, 2)),
+                                                        e.in(rnd({w}, 3, 0.1)), &wt, g, 1e-6, DType::bf16);
+          const std::string s = std::to_string(n) + "x" + std::to_string(w);
+          o.push_back({s + " sum", sum, e.bf16_steps ? -1 : 1e-6});
+          o.push_back({s + " normed", normed});
+        }
+        return o;
+      },
+      {4e-3, 4e-3, 1e-2}};
+}
+
+// The rms_norm forms of the other recipes (NormRound::twice, another output dtype, the f32-in-f64 reference),
+// LayerNorm, GroupNorm and weight normalisation.
+void add_norm_form_cases(Cases& c) {
+  // transformers' Qwen3 RMSNorm: rms_norm itself in f32 and f64; in bf16 two roundings (the normalised value, then
+  // its product with w), emulated on the CPU's f32 norm for the reference (1e-3: the sums may differ by an f32 ulp,
+  // which tips a bf16 rounding on a few elements).
+  auto norm_rounded = [](const Env& e, bool emulate) {
+    Outs o;
+    const Tensor x = rnd({37, 270}, 1);
+    for (int64_t group : {int64_t{45}, int64_t{270}}) {
+      const Tensor w = pos({group}, group == 45 ? 2 : 3);
+      const std::string label = "group " + std::to_string(group);
+      if (!emulate) {
+        const Tensor we = e.in(w);
+        o.push_back({label, ops::rms_norm(e.in(x), &we, group, 1e-6, ops::NormRound::twice)});
+        continue;
+      }
+      Tensor v = ops::rms_norm(x, nullptr, group, 1e-6);
+      float* p = v.data<float>();
+      for (int64_t i = 0; i < v.numel(); ++i) p[i] = round_bf16(p[i]) * w.data<float>()[i % group];
+      o.push_back({label, v});
+    }
+    return o;
+  };
+  c["rms_norm_rounded"] = {[norm_rounded](const Env& e) { return norm_rounded(e, false); },
+                           {1e-6, 1e-6, 1e-3},
+                           [norm_rounded](const Env& e) { return norm_rounded(e, e.bf16_steps); }};
+  c["group_norm_frames"] = {
+      [](const Env& e) {
+        Tensor w = e.in(pos({6}, 2)), b = e.in(rnd({6}, 3, 0.1));
+        return Outs{{"6x5x(3x7), 3 groups", ops::group_norm_frames(e.in(rnd({6, 5, 3, 7}, 1)), 3, &w, &b, 1e-6)}};
+      },
+      elem,
+      {},
+      {"cuda"}};
+  c["layer_norm"] = {[](const Env& e) {
+                       Tensor x = e.in(rnd({37, 203}, 1, 2.0)), w = e.in(rnd({203}, 2)), b = e.in(rnd({203}, 3));
+                       return Outs{{"affine", ops::layer_norm(x, &w, &b, 1e-5)},
+                                   {"no affine", ops::layer_norm(x, nullptr, nullptr, 1e-5)}};
+                     },
+                     {1e-6, 1e-6, 1e-2}};
+  c["weight_norm"] = {[](const Env& e) {
+                        return Outs{{"7x5x3", ops::weight_norm(e.in(pos({7}, 1)), e.in(rnd({7, 5, 3}, 2)))}};
+                      },
+                      elem,
+                      {},
+                      {"cuda"}};
+  // The reference's f32 norm inside an f64 run: f64 in, f64 out. Against the plain f64 norm: f32 roundings only.
+  c["rms_norm_via_f32"] = {
+      [](const Env& e) {
+        Tensor x = rnd({7, 96}, 1).to(DType::f64).to_device(e.device),
+               w = pos({48}, 2).to(DType::f64).to_device(e.device);
+        return Outs{{"groups of 48", ops::rms_norm(x, &w, 48, 1e-6, ops::NormRound::f32_in_f64)},
+                    {"transformers' weight", ops::rms_norm(x, &w, 48, 1e-6, ops::NormRound::f32_in_f64_weight_f64)}};
+      },
+      {1e-6, -1, -1},
+      [](const Env&) {
+        Tensor x = rnd({7, 96}, 1).to(DType::f64), w = pos({48}, 2).to(DType::f64);
+        Tensor r = ops::rms_norm(x, &w, 48, 1e-6);
+        return Outs{{"groups of 48", r}, {"transformers' weight", r}};
+      },
+      {"cuda"}};
+  c["rms_norm_to"] = {
+      [](const Env& e) {
+        Tensor x = e.in(rnd({9, 2048}, 1)), w = e.in(pos({64}, 2));
+        return Outs{{"to bf16, heads of 64", ops::rms_norm(x, &w, 64, 1e-6, ops::NormRound::once, DType::bf16)},
+                    {"to own dtype, rows", ops::rms_norm(x, nullptr, 2048, 1e-6, ops::NormRound::once, e.dtype)}};
+      },
+      {4e-3, 4e-3, 1e-2}};
+}
+
+void add_rope_cases(Cases& c) {
   // Head widths 45 (generic kernel), 128 (rotary 96 and 128: the DiT's kernel) and 64 (rotary 48 and 64: the video
   // VAE's), the last two also with f32 steps on bf16 tensors (the VAE decoder's mode).
   c["qk_norm_rope"] = {
@@ -236,6 +334,21 @@ std::map<std::string, Case> make_cases() {
                                                        e.in(rnd({5, 16}, 6)), 16, e.bf16_steps)}};
                },
                elem};
+  c["qk_norm_rope_fp8"] = {
+      [](const Env& e) {
+        Outs o;
+        for (auto [heads, d, rot] : {std::tuple<int64_t, int64_t, int64_t>{3, 128, 128}, {5, 45, 30}}) {
+          Tensor scale = Tensor::from(std::vector<float>{1.0f / 64}, {1});
+          o.push_back({std::to_string(heads) + " heads of " + std::to_string(d),
+                       ops::qk_norm_rope_fp8(e.in(rnd({37, heads * d}, 1)), e.in(pos({d}, 2)), d, 1e-6,
+                                             e.in(rnd({37, rot}, 3)), e.in(rnd({37, rot}, 4)), e.bf16_steps, scale)});
+        }
+        return o;
+      },
+      {3e-2, 3e-2, 3e-2}};
+}
+
+void add_attention_cases(Cases& c) {
   // Odd lengths against the 128-row query and 192-key tiles of the GPU kernel, more keys than queries and fewer,
   // head_dim 128 (our kernel), 64 (cuDNN) and 7 (the plain kernel / the CPU only).
   c["attention"] = {
@@ -286,106 +399,37 @@ std::map<std::string, Case> make_cases() {
       },
       {"cpu"},
       "fp8 in, fp8 or bf16 out: compared once, from bf16 inputs"};
-  c["scatter_rows"] = {[](const Env& e) {
-                         Tensor out = e.in(rnd({41, 19}, 1));
-                         ops::scatter_rows(out, e.in(rnd({23, 19}, 2)), distinct(23, 41));
-                         Tensor none = e.in(rnd({4, 3}, 3));
-                         ops::scatter_rows(none, e.in(rnd({0, 3}, 4)), distinct(0, 4));
-                         return Outs{{"23 into 41", out}, {"no rows", none}};
-                       },
-                       exact};
-  c["gather_rows"] = {[](const Env& e) {
-                        return Outs{{"23 of 41", ops::gather_rows(e.in(rnd({41, 19}, 1)), idx(23, 41, 5))},
-                                    {"3-D rows", ops::gather_rows(e.in(rnd({7, 3, 5}, 2)), idx(11, 7, 1))}};
-                      },
-                      exact};
-  c["columns"] = {[](const Env& e) {
-                    return Outs{{"3..17 of 19", ops::columns(e.in(rnd({41, 19}, 1)), 3, 17)},
-                                {"empty", ops::columns(e.in(rnd({5, 4}, 2)), 2, 2)}};
-                  },
-                  exact};
-  c["set_columns"] = {[](const Env& e) {
-                        Tensor dst = e.in(rnd({13, 29}, 1));
-                        ops::set_columns(dst, 5, e.in(rnd({13, 11}, 2)));
-                        return Outs{{"11 at 5 of 29", dst}};
-                      },
-                      exact};
-  // Quantizers on bf16-exact values: the same power-of-two scales and round-to-nearest-even on every backend. A
-  // vector-width size (37x272) and odd ones; the amax in the middle, negative.
-  auto quant_in = [](const Env& e, int64_t n, int64_t w) {
-    Tensor x = rnd({n, w}, 1, 2.5);
-    x.data<float>()[(n * w) / 2] = -37.5f;
-    return e.in(x);
-  };
-  c["quantize_fp8"] = {
-      [quant_in](const Env& e) {
-        Outs o;
-        for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 272}, {29, 45}, {1, 8}, {300, 1432}})
-          o.push_back({std::to_string(n) + "x" + std::to_string(w), ops::quantize_fp8(quant_in(e, n, w))});
-        return o;
-      },
-      {0, 2e-2, 0}};
-  // Per-row FP8 on the GPU takes rows of a multiple of 8 values (its kernel's 16-byte vectors; the DiT keeps other
-  // layers in bf16): the odd width runs on the CPU only.
-  c["quantize_fp8_rows"] = {
-      [quant_in](const Env& e) {
-        Outs o;
-        for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 1000}, {3, 96}, {5, 45}})
-          if (!e.for_gpu() || w % 8 == 0)
-            o.push_back({std::to_string(n) + "x" + std::to_string(w), ops::quantize_fp8_rows(quant_in(e, n, w))});
-        return o;
-      },
-      {0, 2e-2, 0}};
-  // Stored FP8 weights (a checkpoint's values and scale) to bf16: the same exact products rounded once everywhere.
-  c["dequantize_fp8"] = {
-      [quant_in](const Env& e) {
-        Outs o;
-        const Tensor x = quant_in({}, 29, 45), xr = quant_in({}, 37, 1000);
-        for (const auto& [label, q] : {std::pair{std::string("29x45 per tensor"), ops::quantize_fp8(x)},
-                                       std::pair{std::string("37x1000 per row"), ops::quantize_fp8_rows(xr)}})
-          o.push_back({label, ops::dequantize_fp8(q.to_device(e.device).with_scale(q.scale()->to_device(e.device)))});
-        return o;
-      },
-      exact};
-  // Gated and not, each FP8 mode; widths of the GPU's row kernel (1000, 96) and an odd one (45: the separate ops).
-  c["residual_norm_modulate"] = {
+  c["attention_causal"] = {
       [](const Env& e) {
+        struct A {
+          int64_t n, heads, kv_heads, d;
+        };
         Outs o;
-        for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 1000}, {3, 96}, {5, 45}}) {
-          Tensor x = e.in(rnd({n, w}, 1)), y = e.in(rnd({n, w}, 2)), g = e.in(rnd({7, w}, 3, 0.3)),
-                 sh = e.in(rnd({7, w}, 4, 0.3)), sc = e.in(rnd({7, w}, 5, 0.3)), wt = e.in(pos({w}, 6));
-          Tensor i = idx(n, 7, 2);
-          const std::string s = std::to_string(n) + "x" + std::to_string(w);
-          ops::ResidualNorm r = ops::residual_norm_modulate(x, g, i, y, wt, 1e-6, sh, sc, e.bf16_steps);
-          o.push_back({s + " x", r.x});
-          o.push_back({s + " h", r.h});
-          ops::ResidualNorm u = ops::residual_norm_modulate(x, Tensor(), i, Tensor(), wt, 1e-6, sh, sc, e.bf16_steps);
-          o.push_back({s + " h, no gate", u.h});
-          const bool fp8_ok = !e.for_gpu() || (e.bf16_steps && w % 8 == 0);  // the GPU's bounded FP8 out
-          if (!e.for_gpu() || w % 8 == 0)  // the GPU's per-row FP8 (quantize_fp8_rows)
-            o.push_back({s + " fp8 rows",
-                         ops::residual_norm_modulate(x, g, i, y, wt, 1e-6, sh, sc, e.bf16_steps, ops::Fp8Out::rows).h,
-                         e.for_gpu() ? 2e-2 : 3e-2});
-          if (fp8_ok)
-            o.push_back({s + " fp8 bound",
-                         ops::residual_norm_modulate(x, g, i, y, wt, 1e-6, sh, sc, e.bf16_steps, ops::Fp8Out::bound).h,
-                         e.for_gpu() ? 2e-2 : 3e-2});
-        }
+        for (A a : {A{1, 3, 1, 7}, A{23, 6, 2, 5}, A{37, 5, 5, 33}, A{70, 8, 1, 128}, A{19, 4, 2, 200}})
+          o.push_back({"n " + std::to_string(a.n) + " heads " + std::to_string(a.heads) + "/" +
+                           std::to_string(a.kv_heads) + " d " + std::to_string(a.d),
+                       ops::attention_causal(e.in(rnd({a.n, a.heads * a.d}, 1)), e.in(rnd({a.n, a.kv_heads * a.d}, 2)),
+                                             e.in(rnd({a.n, a.kv_heads * a.d}, 3)), a.d)});
         return o;
       },
-      elem};
-  c["qk_norm_rope_fp8"] = {
+      {2e-6, 1e-6, 5e-3}};
+  c["attention_blocks"] = {
       [](const Env& e) {
-        Outs o;
-        for (auto [heads, d, rot] : {std::tuple<int64_t, int64_t, int64_t>{3, 128, 128}, {5, 45, 30}}) {
-          Tensor scale = Tensor::from(std::vector<float>{1.0f / 64}, {1});
-          o.push_back({std::to_string(heads) + " heads of " + std::to_string(d),
-                       ops::qk_norm_rope_fp8(e.in(rnd({37, heads * d}, 1)), e.in(pos({d}, 2)), d, 1e-6,
-                                             e.in(rnd({37, rot}, 3)), e.in(rnd({37, rot}, 4)), e.bf16_steps, scale)});
-        }
-        return o;
+        return Outs{{"3 blocks of 17, d 64", ops::attention_blocks(e.in(rnd({51, 128}, 1)), e.in(rnd({51, 128}, 2)),
+                                                                   e.in(rnd({51, 128}, 3)), 64, 3)},
+                    {"1 block", ops::attention_blocks(e.in(rnd({19, 128}, 4)), e.in(rnd({19, 128}, 5)),
+                                                      e.in(rnd({19, 128}, 6)), 64, 1)}};
       },
-      {3e-2, 3e-2, 3e-2}};
+      {2e-6, 1e-6, 8e-3}};
+}
+
+void add_activation_cases(Cases& c) {
+  c["silu"] = {[](const Env& e) { return Outs{{"37x270", ops::silu(e.in(rnd({37, 270}, 1, 3.0)))}}; }, elem};
+  c["swiglu"] = {[](const Env& e) {
+                   return Outs{{"37x(2x270)", ops::swiglu(e.in(rnd({37, 540}, 1, 2.0)), e.bf16_steps)},
+                               {"9x(2x128)", ops::swiglu(e.in(rnd({9, 256}, 2, 2.0)), e.bf16_steps)}};
+                 },
+                 elem};
   c["swiglu_fp8_rows"] = {[](const Env& e) {
                             Outs o{{"37x(2x1000)", ops::swiglu_fp8_rows(e.in(rnd({37, 2000}, 1, 1.5)), e.bf16_steps)}};
                             if (!e.for_gpu())  // 45 per row: the GPU's per-row FP8 takes multiples of 8
@@ -393,69 +437,16 @@ std::map<std::string, Case> make_cases() {
                             return o;
                           },
                           {3e-2, 4e-2, 4e-2}};
-  // An emulation step of the CPU: against core's own bf16 conversion of the same values.
-  c["round_bf16_"] = {[](const Env& e) {
-                        Tensor x = e.in(seeded_normal({37, 45}, 7, 1));
-                        ops::round_bf16_(x);
-                        return Outs{{"37x45", x.to(DType::f32)}};
-                      },
-                      exact,
-                      [](const Env&) {
-                        return Outs{{"37x45", seeded_normal({37, 45}, 7, 1).to(DType::bf16).to(DType::f32)}};
-                      },
-                      {"cuda"}};
-  c["procedural"] = {
-      [](const Env& e) {
-        Outs o;
-        for (auto [name, shape] : {std::pair{std::string("transformer_blocks.0.attn.to_q.weight"), Shape{96, 131}},
-                                   std::pair{std::string("transformer_blocks.3.norm1.weight"), Shape{1001}}}) {
-          const ProceduralRule r = procedural_rule(name, shape, 20261129);
-          o.push_back({name, ops::procedural(r.base, r.scale, r.offset, shape, e.device)});
-        }
-        return o;
-      },
-      {-1, 0, -1},
-      [](const Env&) {
-        Outs o;
-        for (auto [name, shape] : {std::pair{std::string("transformer_blocks.0.attn.to_q.weight"), Shape{96, 131}},
-                                   std::pair{std::string("transformer_blocks.3.norm1.weight"), Shape{1001}}})
-          o.push_back({name, procedural_tensor(name, shape, 20261129)});
-        return o;
-      },
-      {"cpu"},
-      "f32 values whatever the env: compared once"};
   c["gelu_tanh"] = {[](const Env& e) { return Outs{{"37x45", ops::gelu_tanh(e.in(rnd({37, 45}, 1, 3.0)))}}; }, elem};
   c["gelu_erf"] = {[](const Env& e) { return Outs{{"37x45", ops::gelu_erf(e.in(rnd({37, 45}, 1, 3.0)))}}; }, elem};
-  // transformers' Qwen3 RMSNorm: rms_norm itself in f32 and f64; in bf16 two roundings (the normalised value, then
-  // its product with w), emulated on the CPU's f32 norm for the reference (1e-3: the sums may differ by an f32 ulp,
-  // which tips a bf16 rounding on a few elements).
-  auto norm_rounded = [](const Env& e, bool emulate) {
-    Outs o;
-    const Tensor x = rnd({37, 270}, 1);
-    for (int64_t group : {int64_t{45}, int64_t{270}}) {
-      const Tensor w = pos({group}, group == 45 ? 2 : 3);
-      const std::string label = "group " + std::to_string(group);
-      if (!emulate) {
-        o.push_back({label, ops::rms_norm_rounded(e.in(x), e.in(w), group, 1e-6)});
-        continue;
-      }
-      Tensor v = ops::rms_norm(x, nullptr, group, 1e-6);
-      float* p = v.data<float>();
-      for (int64_t i = 0; i < v.numel(); ++i) p[i] = round_bf16(p[i]) * w.data<float>()[i % group];
-      o.push_back({label, v});
-    }
-    return o;
-  };
-  c["rms_norm_rounded"] = {[norm_rounded](const Env& e) { return norm_rounded(e, false); },
-                           {1e-6, 1e-6, 1e-3},
-                           [norm_rounded](const Env& e) { return norm_rounded(e, e.bf16_steps); }};
-  // f32 sums kept for bf16 operands (the exact products of bf16-exact inputs, summed in f32 as the CPU's f32 GEMM).
-  c["linear_acc"] = {[](const Env& e) {
-                       return Outs{{"53x129 -> 77", ops::linear_acc(e.in(rnd({53, 129}, 1)), e.in(rnd({77, 129}, 2)))},
-                                   {"29x150 -> 83", ops::linear_acc(e.in(rnd({29, 150}, 3)), e.in(rnd({83, 150}, 4)))},
-                                   {"1x7 -> 3", ops::linear_acc(e.in(rnd({1, 7}, 5)), e.in(rnd({3, 7}, 6)))}};
+  c["snake_beta"] = {[](const Env& e) {
+                       return Outs{{"2x13x57", ops::snake_beta(e.in(rnd({2, 13, 57}, 1)), e.in(rnd({13}, 2, 0.3)),
+                                                               e.in(rnd({13}, 3, 0.3)), 2.0)}};
                      },
-                     {2e-6, 1e-6, 2e-6}};
+                     {1e-6, 1e-6, 1e-2}};
+}
+
+void add_conv_cases(Cases& c) {
   c["conv3d"] = {
       [](const Env& e) {
         Tensor b = e.in(rnd({5}, 3, 0.1));
@@ -476,20 +467,6 @@ std::map<std::string, Case> make_cases() {
                 exact,
                 {},
                 {"cuda"}};
-  c["group_norm_frames"] = {
-      [](const Env& e) {
-        Tensor w = e.in(pos({6}, 2)), b = e.in(rnd({6}, 3, 0.1));
-        return Outs{{"6x5x(3x7), 3 groups", ops::group_norm_frames(e.in(rnd({6, 5, 3, 7}, 1)), 3, &w, &b, 1e-6)}};
-      },
-      elem,
-      {},
-      {"cuda"}};
-  c["layer_norm"] = {[](const Env& e) {
-                       Tensor x = e.in(rnd({37, 203}, 1, 2.0)), w = e.in(rnd({203}, 2)), b = e.in(rnd({203}, 3));
-                       return Outs{{"affine", ops::layer_norm(x, &w, &b, 1e-5)},
-                                   {"no affine", ops::layer_norm(x, nullptr, nullptr, 1e-5)}};
-                     },
-                     {1e-6, 1e-6, 1e-2}};
   // Dense (the GPU's im2col + GEMM), strided and dilated, 1x1, depthwise, grouped, one output channel (direct).
   c["conv1d"] = {
       [](const Env& e) {
@@ -536,25 +513,42 @@ std::map<std::string, Case> make_cases() {
         return o;
       },
       exact};
-  c["attention_causal"] = {
-      [](const Env& e) {
-        struct A {
-          int64_t n, heads, kv_heads, d;
-        };
-        Outs o;
-        for (A a : {A{1, 3, 1, 7}, A{23, 6, 2, 5}, A{37, 5, 5, 33}, A{70, 8, 1, 128}, A{19, 4, 2, 200}})
-          o.push_back({"n " + std::to_string(a.n) + " heads " + std::to_string(a.heads) + "/" +
-                           std::to_string(a.kv_heads) + " d " + std::to_string(a.d),
-                       ops::attention_causal(e.in(rnd({a.n, a.heads * a.d}, 1)), e.in(rnd({a.n, a.kv_heads * a.d}, 2)),
-                                             e.in(rnd({a.n, a.kv_heads * a.d}, 3)), a.d)});
-        return o;
-      },
-      {2e-6, 1e-6, 5e-3}};
-  c["weight_norm"] = {[](const Env& e) {
-                        return Outs{{"7x5x3", ops::weight_norm(e.in(pos({7}, 1)), e.in(rnd({7, 5, 3}, 2)))}};
+}
+
+void add_elementwise_cases(Cases& c) {
+  c["modulate"] = {[](const Env& e) {
+                     Outs o;
+                     for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 270}, {9, 256}})
+                       o.push_back({std::to_string(n) + "x" + std::to_string(w),
+                                    ops::modulate(e.in(rnd({n, w}, 1)), e.in(rnd({5, w}, 2, 0.3)),
+                                                  e.in(rnd({5, w}, 3, 0.3)), idx(n, 5, 1), e.bf16_steps)});
+                     return o;
+                   },
+                   elem};
+  c["gate_residual"] = {[](const Env& e) {
+                          Outs o;
+                          for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 270}, {9, 256}})
+                            o.push_back({std::to_string(n) + "x" + std::to_string(w),
+                                         ops::gate_residual(e.in(rnd({n, w}, 1)), e.in(rnd({5, w}, 2, 0.3)),
+                                                            idx(n, 5, 2), e.in(rnd({n, w}, 3)), e.bf16_steps)});
+                          return o;
+                        },
+                        elem};
+  c["add"] = {[](const Env& e) {
+                return Outs{{"37x270", ops::add(e.in(rnd({37, 270}, 1)), e.in(rnd({37, 270}, 2)))},
+                            {"9x256", ops::add(e.in(rnd({9, 256}, 3)), e.in(rnd({9, 256}, 4)))}};
+              },
+              elem};
+  // An emulation step of the CPU: against core's own bf16 conversion of the same values.
+  c["round_bf16_"] = {[](const Env& e) {
+                        Tensor x = e.in(seeded_normal({37, 45}, 7, 1));
+                        ops::round_bf16_(x);
+                        return Outs{{"37x45", x.to(DType::f32)}};
                       },
-                      elem,
-                      {},
+                      exact,
+                      [](const Env&) {
+                        return Outs{{"37x45", seeded_normal({37, 45}, 7, 1).to(DType::bf16).to(DType::f32)}};
+                      },
                       {"cuda"}};
   // Also the decoder's mix on the GPU: an f32 residual with a bf16 branch.
   c["add_scaled"] = {
@@ -567,69 +561,48 @@ std::map<std::string, Case> make_cases() {
         return o;
       },
       {1e-6, 1e-7, 1e-2}};
-  c["unpatchify3d"] = {[](const Env& e) {
-                         return Outs{{"3x5x7 tokens, C 3, pt 2, r 3",
-                                      ops::unpatchify3d(e.in(rnd({3 * 5 * 7, 3 * 2 * 3 * 3}, 1)), 3, 5, 7, 3, 2, 3)}};
-                       },
-                       exact};
-  c["snake_beta"] = {[](const Env& e) {
-                       return Outs{{"2x13x57", ops::snake_beta(e.in(rnd({2, 13, 57}, 1)), e.in(rnd({13}, 2, 0.3)),
-                                                               e.in(rnd({13}, 3, 0.3)), 2.0)}};
-                     },
-                     {1e-6, 1e-6, 1e-2}};
-  c["slice_last"] = {[](const Env& e) {
-                       return Outs{{"4..23 of 29", ops::slice_last(e.in(rnd({3, 5, 29}, 1)), 4, 23)}};
-                     },
-                     exact};
   c["divide_clamp"] = {[](const Env& e) {
                          Tensor a = e.in(rnd({2, 13, 57}, 1));
                          return Outs{{"divide by 3", ops::divide_clamp(a, 3.0, -INFINITY, INFINITY)},
                                      {"clamp", ops::divide_clamp(a, 1.0, -1.0, 1.0), 0}};
                        },
                        {1e-7, 1e-7, 4e-3}};
-  // The reference's f32 norm inside an f64 run: f64 in, f64 out. Against the plain f64 norm: f32 roundings only.
-  c["rms_norm_via_f32"] = {[](const Env& e) {
-                             Tensor x = rnd({7, 96}, 1).to(DType::f64).to_device(e.device),
-                                    w = pos({48}, 2).to(DType::f64).to_device(e.device);
-                             return Outs{{"groups of 48", ops::rms_norm_via_f32(x, &w, 48, 1e-6)},
-                                         {"transformers' weight",
-                                          ops::rms_norm_via_f32(x, &w, 48, 1e-6, ops::RefNormWeight::kF64ThenWeight)}};
-                           },
-                           {1e-6, -1, -1},
-                           [](const Env&) {
-                             Tensor x = rnd({7, 96}, 1).to(DType::f64), w = pos({48}, 2).to(DType::f64);
-                             Tensor r = ops::rms_norm(x, &w, 48, 1e-6);
-                             return Outs{{"groups of 48", r}, {"transformers' weight", r}};
-                           },
-                           {"cuda"}};
-  c["rms_norm_to"] = {[](const Env& e) {
-                        Tensor x = e.in(rnd({9, 2048}, 1)), w = e.in(pos({64}, 2));
-                        return Outs{{"to bf16, heads of 64", ops::rms_norm_to(x, &w, 64, 1e-6, DType::bf16)},
-                                    {"to own dtype, rows", ops::rms_norm_to(x, nullptr, 2048, 1e-6, e.dtype)}};
+}
+
+void add_layout_cases(Cases& c) {
+  c["scatter_rows"] = {[](const Env& e) {
+                         Tensor out = e.in(rnd({41, 19}, 1));
+                         ops::scatter_rows(out, e.in(rnd({23, 19}, 2)), distinct(23, 41));
+                         Tensor none = e.in(rnd({4, 3}, 3));
+                         ops::scatter_rows(none, e.in(rnd({0, 3}, 4)), distinct(0, 4));
+                         return Outs{{"23 into 41", out}, {"no rows", none}};
+                       },
+                       exact};
+  c["gather_rows"] = {[](const Env& e) {
+                        return Outs{{"23 of 41", ops::gather_rows(e.in(rnd({41, 19}, 1)), idx(23, 41, 5))},
+                                    {"3-D rows", ops::gather_rows(e.in(rnd({7, 3, 5}, 2)), idx(11, 7, 1))}};
                       },
-                      {4e-3, 4e-3, 1e-2}};
-  c["add_scaled_norm_to"] = {
-      [](const Env& e) {
-        Outs o;
-        for (auto [n, w, g] : {std::tuple<int64_t, int64_t, int64_t>{9, 2048, 2048}, {5, 45, 45}, {3, 96, 32}}) {
-          Tensor wt = e.in(pos({g}, 4));
-          auto [sum, normed] = ops::add_scaled_norm_to(e.in(rnd({n, w}, 1)), e.in(rnd({n, w}, 2)),
-                                                       e.in(rnd({w}, 3, 0.1)), &wt, g, 1e-6, DType::bf16);
-          const std::string s = std::to_string(n) + "x" + std::to_string(w);
-          o.push_back({s + " sum", sum, e.bf16_steps ? -1 : 1e-6});
-          o.push_back({s + " normed", normed});
-        }
-        return o;
-      },
-      {4e-3, 4e-3, 1e-2}};
-  c["attention_blocks"] = {
-      [](const Env& e) {
-        return Outs{{"3 blocks of 17, d 64", ops::attention_blocks(e.in(rnd({51, 128}, 1)), e.in(rnd({51, 128}, 2)),
-                                                                   e.in(rnd({51, 128}, 3)), 64, 3)},
-                    {"1 block", ops::attention_blocks(e.in(rnd({19, 128}, 4)), e.in(rnd({19, 128}, 5)),
-                                                      e.in(rnd({19, 128}, 6)), 64, 1)}};
-      },
-      {2e-6, 1e-6, 8e-3}};
+                      exact};
+  c["columns"] = {[](const Env& e) {
+                    return Outs{{"3..17 of 19", ops::columns(e.in(rnd({41, 19}, 1)), 3, 17)},
+                                {"empty", ops::columns(e.in(rnd({5, 4}, 2)), 2, 2)}};
+                  },
+                  exact};
+  c["set_columns"] = {[](const Env& e) {
+                        Tensor dst = e.in(rnd({13, 29}, 1));
+                        ops::set_columns(dst, 5, e.in(rnd({13, 11}, 2)));
+                        return Outs{{"11 at 5 of 29", dst}};
+                      },
+                      exact};
+  c["unpatchify3d"] = {[](const Env& e) {
+                         return Outs{{"3x5x7 tokens, C 3, pt 2, r 3",
+                                      ops::unpatchify3d(e.in(rnd({3 * 5 * 7, 3 * 2 * 3 * 3}, 1)), 3, 5, 7, 3, 2, 3)}};
+                       },
+                       exact};
+  c["slice_last"] = {[](const Env& e) {
+                       return Outs{{"4..23 of 29", ops::slice_last(e.in(rnd({3, 5, 29}, 1)), 4, 23)}};
+                     },
+                     exact};
   // A 2 x 3 grid of uneven tiles with overlaps, cross-faded against a previous chunk.
   c["stitch_frames"] = {[](const Env& e) {
                           const std::vector<int64_t> hs{9, 7}, ws{8, 11, 6};
@@ -647,6 +620,84 @@ std::map<std::string, Case> make_cases() {
                         {},
                         {},
                         "the GPU stitch takes f32 tiles only"};
+}
+
+void add_quantize_cases(Cases& c) {
+  // Quantizers on bf16-exact values: the same power-of-two scales and round-to-nearest-even on every backend. A
+  // vector-width size (37x272) and odd ones; the amax in the middle, negative.
+  auto quant_in = [](const Env& e, int64_t n, int64_t w) {
+    Tensor x = rnd({n, w}, 1, 2.5);
+    x.data<float>()[(n * w) / 2] = -37.5f;
+    return e.in(x);
+  };
+  c["quantize_fp8"] = {
+      [quant_in](const Env& e) {
+        Outs o;
+        for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 272}, {29, 45}, {1, 8}, {300, 1432}})
+          o.push_back({std::to_string(n) + "x" + std::to_string(w), ops::quantize_fp8(quant_in(e, n, w))});
+        return o;
+      },
+      {0, 2e-2, 0}};
+  // Per-row FP8 on the GPU takes rows of a multiple of 8 values (its kernel's 16-byte vectors; the DiT keeps other
+  // layers in bf16): the odd width runs on the CPU only.
+  c["quantize_fp8_rows"] = {
+      [quant_in](const Env& e) {
+        Outs o;
+        for (auto [n, w] : {std::pair<int64_t, int64_t>{37, 1000}, {3, 96}, {5, 45}})
+          if (!e.for_gpu() || w % 8 == 0)
+            o.push_back({std::to_string(n) + "x" + std::to_string(w), ops::quantize_fp8_rows(quant_in(e, n, w))});
+        return o;
+      },
+      {0, 2e-2, 0}};
+  // Stored FP8 weights (a checkpoint's values and scale) to bf16: the same exact products rounded once everywhere.
+  c["dequantize_fp8"] = {
+      [quant_in](const Env& e) {
+        Outs o;
+        const Tensor x = quant_in({}, 29, 45), xr = quant_in({}, 37, 1000);
+        for (const auto& [label, q] : {std::pair{std::string("29x45 per tensor"), ops::quantize_fp8(x)},
+                                       std::pair{std::string("37x1000 per row"), ops::quantize_fp8_rows(xr)}})
+          o.push_back({label, ops::dequantize_fp8(q.to_device(e.device).with_scale(q.scale()->to_device(e.device)))});
+        return o;
+      },
+      exact};
+}
+
+void add_device_cases(Cases& c) {
+  c["procedural"] = {
+      [](const Env& e) {
+        Outs o;
+        for (auto [name, shape] : {std::pair{std::string("transformer_blocks.0.attn.to_q.weight"), Shape{96, 131}},
+                                   std::pair{std::string("transformer_blocks.3.norm1.weight"), Shape{1001}}}) {
+          const ProceduralRule r = procedural_rule(name, shape, 20261129);
+          o.push_back({name, ops::procedural(r.base, r.scale, r.offset, shape, e.device)});
+        }
+        return o;
+      },
+      {-1, 0, -1},
+      [](const Env&) {
+        Outs o;
+        for (auto [name, shape] : {std::pair{std::string("transformer_blocks.0.attn.to_q.weight"), Shape{96, 131}},
+                                   std::pair{std::string("transformer_blocks.3.norm1.weight"), Shape{1001}}})
+          o.push_back({name, procedural_tensor(name, shape, 20261129)});
+        return o;
+      },
+      {"cpu"},
+      "f32 values whatever the env: compared once"};
+}
+
+std::map<std::string, Case> make_cases() {
+  Cases c;
+  add_gemm_cases(c);
+  add_norm_cases(c);
+  add_norm_form_cases(c);
+  add_rope_cases(c);
+  add_attention_cases(c);
+  add_activation_cases(c);
+  add_conv_cases(c);
+  add_elementwise_cases(c);
+  add_layout_cases(c);
+  add_quantize_cases(c);
+  add_device_cases(c);
   return c;
 }
 

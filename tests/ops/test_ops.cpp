@@ -827,7 +827,7 @@ TEST(OpsInvalid, WrongRankThrows) {
 }
 
 // DISABLED: today both calls die with SIGFPE (integer division by the head_dim of 0 before the shape
-// assertion in backend/cpu/ops.cpp), which would take the whole test binary down. Enable once attention and rope
+// assertion in backend/cpu/attention.cpp), which would take the whole test binary down. Enable once attention and rope
 // check head_dim > 0.
 TEST(OpsInvalid, ZeroHeadDimThrows) {
   const Tensor q = make(std::vector<double>(3 * 16, 0.5), {3, 16}, DType::f32);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/memory_plan.h"
+#include "support/released_geometry.h"
 
 namespace h3 {
 namespace {
@@ -14,26 +15,12 @@ namespace {
 constexpr int64_t kH200 = static_cast<int64_t>(139.8 * kGiB);
 constexpr double kGB = 1e9;
 
-struct Geometry {
-  int64_t S, L, T, h, w, A;
-};
-// The packed layouts of shared/golden/layouts.safetensors (t2va_480p_124: S 14,908; t2va_768p_124: S 37,830) and
-// their latent sizes (124 frames: 37 latent frames; 207 audio latents per channel).
-constexpr Geometry k480{14908, 64, 37, 30, 52, 207};
-constexpr Geometry k768{37830, 120, 37, 48, 84, 207};
+using test::Geometry;
+using test::k480;
+using test::k768;
 
 MemoryPlanInputs released(const Geometry& g, Precision dit, Precision text, MemoryPolicy policy) {
-  MemoryPlanInputs in;
-  in.dit = *DitConfig::named("full");
-  in.dit_precision = dit;
-  in.text_precision = text;
-  in.vae_precision = Precision::bf16;
-  in.seq_len = g.S;
-  in.text_tokens = g.L;
-  in.latent_frames = g.T;
-  in.latent_h = g.h;
-  in.latent_w = g.w;
-  in.audio_latents = g.A;
+  MemoryPlanInputs in = test::released_inputs(g, dit, text);
   in.device_bytes = kH200;
   in.policy = policy;
   return in;

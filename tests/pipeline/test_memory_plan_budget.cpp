@@ -16,6 +16,7 @@
 
 #include "model/vae/video_vae.h"
 #include "pipeline/memory_plan.h"
+#include "support/released_geometry.h"
 
 namespace h3 {
 namespace {
@@ -76,28 +77,13 @@ int64_t text_activations(int64_t tokens) {
   return tokens * (4 * kTh + 2 * 64 * D + 2 * 8 * D + 3 * kTi) * 2 + kGiB;
 }
 
-struct Geometry {
-  const char* name;
-  int64_t width, height, S, L, T, h, w, A;
-};
-// The packed layouts of shared/golden/layouts.safetensors (t2va_480p_124: S 14,908; t2va_768p_124: S 37,830), their
-// prompt rows and latent sizes (124 frames: 37 latent frames, 207 audio latents per channel).
-constexpr Geometry k480{"480p", 832, 480, 14908, 64, 37, 30, 52, 207};
-constexpr Geometry k768{"768p", 1344, 768, 37830, 120, 37, 48, 84, 207};
+using test::Geometry;
+using test::k480;
+using test::k768;
 
 MemoryPlanInputs inputs(const Geometry& g, Precision dit, int K, int64_t budget_gib) {
-  MemoryPlanInputs in;
-  in.dit = *DitConfig::named("full");
-  in.dit_precision = dit;
-  in.text_precision = Precision::bf16;
-  in.vae_precision = Precision::bf16;
+  MemoryPlanInputs in = test::released_inputs(g, dit, Precision::bf16);
   if (K > 1) in.mode = DistMode::tensor, in.K = K, in.text_tp = K;
-  in.seq_len = g.S;
-  in.text_tokens = g.L;
-  in.latent_frames = g.T;
-  in.latent_h = g.h;
-  in.latent_w = g.w;
-  in.audio_latents = g.A;
   in.width = g.width, in.height = g.height, in.frames = 124;
   in.dit_calls = 49;
   in.budget_bytes = budget_gib * kGiB;

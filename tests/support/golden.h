@@ -23,6 +23,12 @@ inline std::string golden(const std::string& name) {
                    << " (the reference tensors live in ../shared/golden next to the checkout)"; \
   } while (0)
 
+// `var`: the golden file `name` opened (its path in var_path), or the test skipped loudly when the file is missing.
+#define H3_OPEN_GOLDEN(var, name)                          \
+  const std::string var##_path = ::h3::test::golden(name); \
+  H3_REQUIRE_GOLDEN(var##_path);                           \
+  ::h3::SafeTensors var = ::h3::SafeTensors::open(var##_path)
+
 namespace h3::test {
 
 // The fixture of a suite whose tests read one golden file: SetUp skips loudly when the file is absent, else opens

@@ -1,34 +1,17 @@
-// CPU reference implementations of ops_conv.h in f32 and f64 (entries of the CPU backend's table; the front door
-// has checked shapes and dtypes). Each task owns whole output rows/planes and adds its terms in one fixed order, so
-// the result is independent of the thread count.
+// CPU reference entries of the convolution family (ops/conv.h) in f32 and f64: 3-D and 1-D convolutions, transposed
+// 1-D convolutions and padding. Each task owns whole output rows/planes and adds its terms in one fixed order, so the
+// result is independent of the thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/loops.h"
 #include "backend/cpu/ops.h"
 #include "core/parallel.h"
 
 namespace h3::cpu {
 
 namespace {
-
-template <typename F>
-auto dispatch(const Tensor& x, F f) {
-  return x.dtype() == DType::f32 ? f(float{}) : f(double{});
-}
-
-// A layer's data as T: input, weight and bias (null when absent), output.
-template <typename T>
-struct Data {
-  const T* x;
-  const T* w;
-  const T* b;
-  T* y;
-};
-template <typename T>
-Data<T> data_of(const Tensor& x, const Tensor* w, const Tensor* b, Tensor& y) {
-  return {x.data<T>(), w ? w->data<T>() : nullptr, b ? b->data<T>() : nullptr, y.data<T>()};
-}
 
 // Source index of padded position p in [-pad, n + pad) for a dimension of size n; -1 means "zero".
 inline int64_t pad_index(int64_t p, int64_t n, PadMode mode) {
@@ -106,76 +89,6 @@ Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int6
         }
       }
     });
-    return 0;
-  });
-  return y;
-}
-
-Tensor group_norm_frames(const Tensor& x, int64_t groups, const Tensor* w, const Tensor* b, double eps) {
-  const int64_t C = x.dim(0), T = x.dim(1), S = x.numel() / std::max<int64_t>(C * T, 1);
-  if (w) H3_ASSERT(w->numel() == C, "group_norm_frames: weight {} for {} channels", w->describe(), C);
-  if (b) H3_ASSERT(b->numel() == C, "group_norm_frames: bias {} for {} channels", b->describe(), C);
-  const int64_t cg = C / groups;
-  Tensor y(x.dtype(), x.shape());
-  dispatch(x, [&]<typename T_>(T_) {
-    const auto [xp, wp, bp, yp] = data_of<T_>(x, w, b, y);
-    parallel_for(groups * T, [&](int64_t tb, int64_t te) {
-      for (int64_t task = tb; task < te; ++task) {
-        const int64_t g = task / T, t = task % T;
-        const double n = static_cast<double>(cg * S);
-        T_ sum = 0;
-        for (int64_t c = g * cg; c < (g + 1) * cg; ++c) {
-          const T_* p = xp + (c * T + t) * S;
-          for (int64_t s = 0; s < S; ++s) sum += p[s];
-        }
-        const T_ mean = sum / T_(n);
-        T_ var = 0;
-        for (int64_t c = g * cg; c < (g + 1) * cg; ++c) {
-          const T_* p = xp + (c * T + t) * S;
-          for (int64_t s = 0; s < S; ++s) var += (p[s] - mean) * (p[s] - mean);
-        }
-        const T_ inv = T_(1) / std::sqrt(var / T_(n) + T_(eps));
-        for (int64_t c = g * cg; c < (g + 1) * cg; ++c) {
-          const T_* p = xp + (c * T + t) * S;
-          T_* q = yp + (c * T + t) * S;
-          const T_ sc = wp ? wp[c] : T_(1), sh = bp ? bp[c] : T_(0);
-          for (int64_t s = 0; s < S; ++s) q[s] = (p[s] - mean) * inv * sc + sh;
-        }
-      }
-    });
-    return 0;
-  });
-  return y;
-}
-
-Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps) {
-  const int64_t C = x.dim(-1), N = x.numel() / std::max<int64_t>(C, 1);
-  if (w) H3_ASSERT(w->numel() == C, "layer_norm: weight {} for width {}", w->describe(), C);
-  if (b) H3_ASSERT(b->numel() == C, "layer_norm: bias {} for width {}", b->describe(), C);
-  Tensor y(x.dtype(), x.shape());
-  dispatch(x, [&]<typename T_>(T_) {
-    const auto [xp, wp, bp, yp] = data_of<T_>(x, w, b, y);
-    parallel_for(
-        N,
-        [&](int64_t rb, int64_t re) {
-          for (int64_t r = rb; r < re; ++r) {
-            const T_* p = xp + r * C;
-            T_* q = yp + r * C;
-            T_ sum = 0;
-            for (int64_t c = 0; c < C; ++c) sum += p[c];
-            const T_ mean = sum / T_(C);
-            T_ var = 0;
-            for (int64_t c = 0; c < C; ++c) var += (p[c] - mean) * (p[c] - mean);
-            const T_ inv = T_(1) / std::sqrt(var / T_(C) + T_(eps));
-            for (int64_t c = 0; c < C; ++c) {
-              T_ v = (p[c] - mean) * inv;
-              if (wp) v *= wp[c];
-              if (bp) v += bp[c];
-              q[c] = v;
-            }
-          }
-        },
-        16);
     return 0;
   });
   return y;
@@ -269,68 +182,6 @@ Tensor pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode) {
     return 0;
   });
   return y;
-}
-
-Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
-  const int64_t n = q.dim(0), qcols = q.dim(1), kcols = k.dim(1), heads = qcols / d, kv_heads = kcols / d;
-  const int64_t group = heads / kv_heads;
-  Tensor out(q.dtype(), {n, qcols});
-  dispatch(q, [&]<typename T_>(T_) {
-    const T_* qp = q.data<T_>();
-    const T_* kp = k.data<T_>();
-    const T_* vp = v.data<T_>();
-    T_* op = out.data<T_>();
-    const T_ scale = T_(1) / std::sqrt(T_(d));
-    // One task = one (query head, query row): a two-pass softmax over keys 0..i of KV head h / group, in order.
-    parallel_for(
-        heads * n,
-        [&](int64_t tb, int64_t te) {
-          std::vector<T_> s(n), acc(d);
-          for (int64_t task = tb; task < te; ++task) {
-            const int64_t h = task / n, i = task % n, kvh = h / group;
-            const T_* qi = qp + i * qcols + h * d;
-            T_ m = -INFINITY;
-            for (int64_t j = 0; j <= i; ++j) {
-              const T_* kj = kp + j * kcols + kvh * d;
-              T_ dot = 0;
-              for (int64_t c = 0; c < d; ++c) dot += qi[c] * kj[c];
-              s[j] = dot * scale;
-              m = std::max(m, s[j]);
-            }
-            T_ l = 0;
-            std::fill(acc.begin(), acc.end(), T_(0));
-            for (int64_t j = 0; j <= i; ++j) {
-              const T_ p = std::exp(s[j] - m);
-              l += p;
-              const T_* vj = vp + j * kcols + kvh * d;
-              for (int64_t c = 0; c < d; ++c) acc[c] += p * vj[c];
-            }
-            T_* oi = op + i * qcols + h * d;
-            for (int64_t c = 0; c < d; ++c) oi[c] = acc[c] / l;
-          }
-        },
-        8);
-    return 0;
-  });
-  return out;
-}
-
-Tensor weight_norm(const Tensor& g, const Tensor& v) {
-  const int64_t rows = v.dim(0), per = v.numel() / std::max<int64_t>(rows, 1);
-  Tensor w(v.dtype(), v.shape());
-  dispatch(v, [&]<typename T_>(T_) {
-    const T_* gp = g.data<T_>();
-    const T_* vp = v.data<T_>();
-    T_* wp = w.data<T_>();
-    for (int64_t r = 0; r < rows; ++r) {
-      T_ ss = 0;
-      for (int64_t i = 0; i < per; ++i) ss += vp[r * per + i] * vp[r * per + i];
-      const T_ f = gp[r] / std::sqrt(ss);
-      for (int64_t i = 0; i < per; ++i) wp[r * per + i] = vp[r * per + i] * f;
-    }
-    return 0;
-  });
-  return w;
 }
 
 }  // namespace h3::cpu

@@ -1,11 +1,19 @@
+// CPU reference entries of the GEMM family (ops/gemm.h) in f32 and f64: linear (and linear_acc, the same on host
+// tensors) through our fixed-order GEMM or, with the cpu_gemm knob, OpenBLAS.
+//
 // y[N,M] = x[N,K] * w[M,K]^T with a reduction order that depends only on K: every output element is a dot product
 // accumulated in 8 interleaved lanes (lane l takes k = l, l+8, ...), the lanes combined in a fixed tree, the tail
 // added last. No output depends on N, M, the row or column it sits at, the tile it lands in, or the thread count,
 // so a row-sharded run gives the same bits as the whole (OpenBLAS does not: its tiles change the order).
 // The explicit lanes vectorise without reassociation, so the SSE2 and AVX2 clones compute identical bits.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
+#include "backend/cpu/ops.h"
+#include "core/knobs.h"
 #include "core/parallel.h"
 
 namespace h3::cpu {
@@ -64,5 +72,45 @@ void gemm_nt(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y) {
 
 template void gemm_nt<float>(int64_t, int64_t, int64_t, const float*, const float*, float*);
 template void gemm_nt<double>(int64_t, int64_t, int64_t, const double*, const double*, double*);
+
+namespace {
+
+// The cpu_gemm knob (H3_CPU_GEMM=openblas) trades the fixed reduction order (bitwise results across world sizes)
+// for OpenBLAS speed.
+template <typename T>
+void dispatch_gemm(int64_t n, int64_t m, int64_t k, const T* x, const T* w, T* y) {
+  if (!knobs().cpu_gemm_openblas)
+    gemm_nt<T>(n, m, k, x, w, y);
+  else if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, w, k, 0.0f, y, m);
+  else
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0, x, k, w, k, 0.0, y, m);
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  const int64_t n = x.dim(0), m = w.dim(0), k = x.dim(1);
+  Tensor y(x.dtype(), {n, m});
+  if (n == 0) return y;
+  auto run = [&]<typename T>(T) {
+    dispatch_gemm<T>(n, m, k, x.data<T>(), w.data<T>(), y.data<T>());
+    if (bias) {
+      const T* b = bias->data<T>();
+      T* o = y.data<T>();
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < m; ++c) o[r * m + c] += b[c];
+    }
+  };
+  if (x.dtype() == DType::f32)
+    run(float{});
+  else
+    run(double{});
+  return y;
+}
+
+Tensor linear_acc(const Tensor& x, const Tensor& w) {
+  return linear(x, w, nullptr);
+}
 
 }  // namespace h3::cpu

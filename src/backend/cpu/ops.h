@@ -7,18 +7,6 @@
 
 namespace h3::cpu {
 
-using ops::Fp8Out;
-using ops::PadMode;
-using ops::RefNormWeight;
-using ops::ResidualNorm;
-using ops::StitchAxis;
-using ops::StitchFrame;
-using ops::StitchGrid;
-using ops::StitchLayout;
-using ops::TensorPair;
-
-#define H3_CPU_ENTRY(name, ret, params) ret name params;
-H3_BACKEND_OPS(H3_CPU_ENTRY)
-#undef H3_CPU_ENTRY
+H3_DECLARE_BACKEND_ENTRIES()
 
 }  // namespace h3::cpu

@@ -1,6 +1,6 @@
-// SiLU and SwiGLU (backend/cuda/activations.h): the generic f32/bf16 kernels, the 16-byte bf16 path, and the bf16
-// row kernels (backend/cuda/row.cuh) with their per-row FP8 output. Built with --fmad=false, so that a*b+c rounds
-// twice, as on the CPU backend.
+// The activations (backend/cuda/activations.h): SiLU and SwiGLU (the generic f32/bf16 kernels, the 16-byte bf16 path,
+// and the bf16 row kernels of backend/cuda/row.cuh with their per-row FP8 output), GELU and SnakeBeta. Built with
+// --fmad=false, so that a*b+c rounds twice, as on the CPU backend.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -71,8 +71,8 @@ __device__ __forceinline__ void swiglu_chunk_bf16(const uint4& vr, const uint4& 
 }
 
 // SwiGLU of one row (u = [value | gate], f values each) into per-row FP8 (one block per row). With bf16 steps (the
-// DiT's) in bf16 pairs, the row's max taken on the way: ~40 % fewer instructions than the f32-then-round steps, the
-// same bits; 0.75 -> 0.62 ms for the 768p FP8 forward's rows on an H200 (4.4 TB/s; docs/notes.md).
+// DiT's) in bf16 pairs, the row's max taken on the way: fewer instructions than the f32-then-round steps, the same
+// bits, less time (docs/notes.md, "2026-12-06 (rooms)").
 template <int VPT>
 __global__ void __launch_bounds__(256, 3)
     swiglu_rows_kernel(const __nv_bfloat16* __restrict__ u, RowOut out, int64_t f, bool bf) {
@@ -208,6 +208,58 @@ cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_
     swiglu_chunks_kernel<int64_t>
         <<<blocks, threads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f, bf16_steps, amax);
   return cudaGetLastError();
+}
+
+namespace {
+
+template <typename T>
+__global__ void gelu_kernel(const T* x, T* out, int64_t n, bool tanh_form) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = ld(x, i);
+    float r;
+    if (tanh_form) {
+      const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+      r = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+    } else {
+      r = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    }
+    st(out, i, r);
+  }
+}
+
+template <typename T>
+__global__ void snake_beta_kernel(const T* x, const T* alpha, const T* beta, T* y, int64_t C, int64_t L, float gain,
+                                  int64_t n) {
+  H3_GRID_LOOP(idx, n) {
+    const int64_t c = (idx / L) % C;
+    const float fa = expf(ld(alpha, c));
+    const float inv_b = 1.0f / (expf(ld(beta, c)) + 1e-9f);
+    const float u = gain * ld(x, idx);
+    const float s = sinf(fa * u);
+    st(y, idx, u + inv_b * (s * s));
+  }
+}
+
+}  // namespace
+
+cudaError_t gelu(const void* x, void* out, ElemType t, int64_t n, bool tanh_form, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    gelu_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), n, tanh_form);
+  });
+}
+
+cudaError_t snake_beta(const void* x, const void* alpha, const void* beta, void* y, ElemType t, int64_t B, int64_t C,
+                       int64_t L, float gain, cudaStream_t s) {
+  const int64_t n = B * C * L;
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    snake_beta_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(alpha),
+                                                            static_cast<const T*>(beta), static_cast<T*>(y), C, L, gain,
+                                                            n);
+  });
 }
 
 }  // namespace h3::cuda

@@ -126,9 +126,8 @@ std::vector<cublasLtMatmulAlgo_t> candidates_for(Problem& p, bool row_scales) {
   const size_t ws = kWorkspace;
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
         "workspace preference");
-  // How many of the heuristic's results to consider (and time, for large GEMMs): 8, or 32 for per-row-scaled FP8 (on
-  // the H200 at 14,908 rows, per-row fc1 1,445 TFLOPS with 32 against 1,371 with 8, the other shapes within 3 %;
-  // bf16 and per-tensor FP8 forwards unchanged with 32).
+  // How many of the heuristic's results to consider (and time, for large GEMMs): 8, or 32 for per-row-scaled FP8,
+  // whose fc1 found a faster algorithm among 32 (docs/notes.md, "2026-12-06 (rooms)").
   const int wanted = row_scales ? 32 : 8;
   std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(wanted));
   int found = 0;
@@ -172,6 +171,55 @@ bool gemm_supported(const GemmArgs& g) {
   return !candidates_for(p, g.row_scales).empty();
 }
 
+namespace {
+
+// The candidates of deterministic mode (and PinnedGemms): the heuristic's for the shape at kReferenceRows rows, split-K
+// off, so that every output element is one uninterrupted reduction over k whatever the row count.
+std::vector<cublasLtMatmulAlgo_t> pinned_candidates(const GemmArgs& g) {
+  GemmArgs ref = g;
+  Problem pr(ref, kReferenceRows);
+  pr.set_pointers(g);
+  std::vector<cublasLtMatmulAlgo_t> candidates = heuristic(g, pr);
+  for (auto& a : candidates) {
+    // No split-K: every output element is one uninterrupted reduction over k.
+    const int32_t one = 1;
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one);
+    const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none);
+  }
+  return candidates;
+}
+
+// Every candidate run once to warm up (and to see that it runs), then timed once; the index of the fastest, or -1
+// when none runs. Logged at debug level.
+template <typename Run>
+int fastest(const std::vector<cublasLtMatmulAlgo_t>& candidates, Run& run, const GemmArgs& g) {
+  cudaEvent_t t0, t1;
+  H3_CUDA(cudaEventCreate(&t0));
+  H3_CUDA(cudaEventCreate(&t1));
+  float best_ms = 0;
+  int best = -1;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (run(candidates[i]) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up, and does it run at all
+    H3_CUDA(cudaEventRecord(t0, stream()));
+    run(candidates[i]);
+    H3_CUDA(cudaEventRecord(t1, stream()));
+    H3_CUDA(cudaEventSynchronize(t1));
+    float ms = 0;
+    H3_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+    if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  if (best >= 0)
+    spdlog::debug("GEMM {} {}x{}x{}{}: candidate {} of {} fastest ({:.3f} ms, {:.0f} TFLOPS)", dtype_name(g.in), g.n,
+                  g.m, g.k, g.row_scales ? " (row scales)" : "", best, candidates.size(), best_ms,
+                  2.0 * g.n * g.m * g.k / (best_ms * 1e-3) / 1e12);
+  return best;
+}
+
+}  // namespace
+
 void gemm(const GemmArgs& g) {
   if (g.n == 0 || g.m == 0) return;
   H3_ASSERT(g.k > 0, "gemm with k = 0");
@@ -197,48 +245,14 @@ void gemm(const GemmArgs& g) {
       }
     }
     if (it == g_algos.end()) {
-      std::vector<cublasLtMatmulAlgo_t> candidates;
-      if (det) {
-        GemmArgs ref = g;
-        Problem pr(ref, kReferenceRows);
-        pr.set_pointers(g);
-        candidates = heuristic(g, pr);
-        for (auto& a : candidates) {
-          // No split-K: every output element is one uninterrupted reduction over k.
-          const int32_t one = 1;
-          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one);
-          const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none);
-        }
-      } else {
-        candidates = heuristic(g, p);
-      }
+      std::vector<cublasLtMatmulAlgo_t> candidates = det ? pinned_candidates(g) : heuristic(g, p);
       // Deterministic mode (or H3_GEMM_TUNE=0, or a small GEMM): the first candidate that runs. Otherwise every
       // candidate is timed once after a warm-up run and the fastest is kept; the last run leaves y computed.
       const bool timed = !det && tuning() && 2.0 * g.n * g.m * g.k >= 1e10 && candidates.size() > 1;
       cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
       if (timed) {
-        cudaEvent_t t0, t1;
-        H3_CUDA(cudaEventCreate(&t0));
-        H3_CUDA(cudaEventCreate(&t1));
-        float best_ms = 0;
-        int best = -1;
-        for (size_t i = 0; i < candidates.size(); ++i) {
-          if (run(candidates[i]) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up, and does it run at all
-          H3_CUDA(cudaEventRecord(t0, stream()));
-          run(candidates[i]);
-          H3_CUDA(cudaEventRecord(t1, stream()));
-          H3_CUDA(cudaEventSynchronize(t1));
-          float ms = 0;
-          H3_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-          if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
-        }
-        cudaEventDestroy(t0);
-        cudaEventDestroy(t1);
+        const int best = fastest(candidates, run, g);
         if (best >= 0) {
-          spdlog::debug("GEMM {} {}x{}x{}{}: candidate {} of {} fastest ({:.3f} ms, {:.0f} TFLOPS)", dtype_name(g.in),
-                        g.n, g.m, g.k, g.row_scales ? " (row scales)" : "", best, candidates.size(), best_ms,
-                        2.0 * g.n * g.m * g.k / (best_ms * 1e-3) / 1e12);
           g_algos.emplace(key, candidates[best]);
           algo_cache().remember(key_text(key), candidates[best]);
           check(run(candidates[best]), "matmul");

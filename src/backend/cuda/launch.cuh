@@ -1,6 +1,6 @@
 // Launch helpers and the 16-byte bf16 accesses shared by the element-wise kernel files (backend/cuda/*.cu):
-// the block size, grid sizing, alignment checks, eight bf16 values as floats, and the rounding of a value to the
-// storage type T. Internal to src/backend/cuda.
+// the block size, grid sizing and the grid-stride loop, alignment checks, eight bf16 values as floats, and the rounding
+// of a value to the storage type T. Internal to src/backend/cuda.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -20,6 +20,11 @@ inline int blocks_for(int64_t n, int per_block = kThreads) {
   const int64_t b = (n + per_block - 1) / per_block;
   return static_cast<int>(b < 65535 * 32 ? (b > 0 ? b : 1) : 65535 * 32);
 }
+
+// A grid-stride loop of i over [0, n): the element-wise kernels' one output element per iteration.
+#define H3_GRID_LOOP(i, n)                                                               \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 struct Bf8 {
   float v[8];

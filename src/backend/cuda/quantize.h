@@ -1,7 +1,7 @@
 // FP8 e4m3 quantization and its inverse (backend/cuda/quantize.cu).
 // Launchers: plain functions of pointers, sizes and a stream that return a CUDA error code. They know nothing of
-// tensors or of the model; the backend's entries (backend/cuda/ops.cpp) call them after the front door's checks.
-// T is float or __nv_bfloat16 (the dtype tag `bf16`); arithmetic is f32, and `bf16_steps` rounds the
+// tensors or of the model; the backend's entries (backend/cuda/<family>_ops.cpp) call them after the front door's
+// checks. T is float or __nv_bfloat16 (the dtype tag `bf16`); arithmetic is f32, and `bf16_steps` rounds the
 // intermediates exactly where the CPU backend's bf16 emulation does.
 #pragma once
 #include <cuda_runtime.h>

@@ -114,8 +114,8 @@ __global__ void qk_norm_rope_d128(const __nv_bfloat16* x, const __nv_bfloat16* w
 //
 // A persistent grid (kQkBlocksPerSm blocks an SM): each lane group takes the groups of items g, g + stride, ... and
 // loads the next one's items (and cos / sin) before it works on the current one, so that a group's loads are in
-// flight while the previous group computes. On an H200 this took the DiT's 768p FP8 call from 0.281 to 0.244 ms
-// (2.9 -> 3.4 TB/s; docs/notes.md); one-shot blocks (four an SM) left the memory idle between waves.
+// flight while the previous group computes (docs/notes.md, "2026-12-06 (rooms)"); one-shot blocks (four an SM) left the
+// memory idle between waves.
 constexpr int kQkItems = 4;
 
 constexpr int kQkBlocksPerSm = 3;  // 80 registers with the prefetched group: three blocks an SM (four spilled, slower)

@@ -14,6 +14,7 @@
 #include "model/dit/checkpoint.h"
 #include "model/dit/config.h"
 #include "model/dit/fp8_layers.h"
+#include "model/dit/hooks.h"
 
 namespace h3 {
 
@@ -36,7 +37,8 @@ struct DitInputs {
 struct DitOutputs {
   Tensor video;  // [Nv, in_channels*4] velocity, f32 for bf16/f32 runs, f64 for f64 runs
   Tensor audio;  // [Na, audio_in_channels]
-  // Named intermediates when requested: "token_refiner" [L,H], "block.N" [S,H], "norm_out" [S,H].
+  // Named intermediates when requested (DitCapture, model/dit/hooks.h): "token_refiner" [L,H], "block.N" [S,H],
+  // "norm_out" [S,H].
   std::map<std::string, Tensor> activations;
 };
 
@@ -73,8 +75,10 @@ class DitModel {
   DitModel(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan = DistPlan::single(),
            Device device = Device::cpu, const Numerics& numerics = {}, const DitStreaming& streaming = {});
   // Runs one forward. Every rank calls it with the same inputs; every rank gets the full outputs (and, when asked,
-  // the full activations).
+  // the full activations). keep_activations keeps every named intermediate (DitCapture::all()); `capture` the
+  // ones it names (the same on every rank). Neither changes the outputs.
   DitOutputs forward(const DitInputs& in, bool keep_activations = false) const;
+  DitOutputs forward(const DitInputs& in, const DitCapture& capture) const;
   const DitConfig& config() const { return config_; }
   Precision precision() const { return precision_; }
   Device device() const { return dev_; }
@@ -103,6 +107,11 @@ class DitModel {
   };
 
  private:
+  // Construction (model/dit/load.cpp): checks (device, precision), this rank's plan (its slices, the FP8 layers),
+  // then the loads (LoRA agreement, every weight, streamed blocks parked).
+  void check_setup() const;
+  DitShard plan_rank();
+  void load_weights(const DitCheckpoint& ck, const DitStreaming& streaming, const DitShard& shard);
   struct Step;       // per-forward state (model/dit/forward.cpp)
   class BlockLease;  // a block's weights while its kernels are queued (model/dit/streaming.h)
   Tensor round_if_bf16(Tensor t) const;
@@ -114,8 +123,8 @@ class DitModel {
   // The phases of forward(): setup (rank agreement, row partition, RoPE tables), prologue (token refiner, input
   // projections, time embedding, modulation tables), the blocks with the final norm, one output head.
   void prepare_step(const DitInputs& in, Step& st) const;
-  Tensor prologue(const DitInputs& in, Step& st, bool keep, DitOutputs& out) const;
-  Tensor run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) const;
+  Tensor prologue(const DitInputs& in, Step& st, const DitCapture& capture, DitOutputs& out) const;
+  Tensor run_blocks(Tensor x, Step& st, const DitCapture& capture, DitOutputs& out) const;
   Tensor output_head(const Tensor& h, const Tensor& idx, const Tensor& w, const Tensor& bias, const Step& st) const;
   Tensor attention_block(const Block& b, const Tensor& h, Step& st) const;
   Tensor mlp_block(const Block& b, const Tensor& h, Step& st) const;

@@ -1,21 +1,18 @@
 // The DiT forward under a DistPlan (distributed/plan.h describes the modes). One code path for every world size: with a
 // single rank every exchange is a no-op copy, so the 1-rank numbers are the reference the others must reproduce.
 #include <algorithm>
-#include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "core/hash.h"
-#include "core/knobs.h"
 #include "core/log.h"
 #include "core/profile.h"
 #include "distributed/control.h"
 #include "model/dit/dit.h"
 #include "model/dit/exchange.h"
+#include "model/dit/hooks.h"
 #include "model/dit/streaming.h"
 #include "ops/ops.h"
 
@@ -35,30 +32,6 @@ struct DitModel::Step {
 };
 
 namespace {
-
-// Test hook for the failure tests: H3_DEBUG_FAULT="RANK:BLOCK:kill" (SIGKILL itself) or "RANK:BLOCK:stall" (sleep
-// forever) at the start of that block (core/knobs.h: debug_fault). Never set in normal runs.
-struct FaultInjection {
-  int rank = -1, block = -1;
-  bool kill = false;
-  static FaultInjection from_knobs() {
-    FaultInjection f;
-    if (const std::string e = debug_fault(); !e.empty()) {
-      char what[16] = {0};
-      if (std::sscanf(e.c_str(), "%d:%d:%15s", &f.rank, &f.block, what) == 3)
-        f.kill = std::string(what) == "kill";
-      else
-        f.rank = -1;
-    }
-    return f;
-  }
-  void at_block(int rank_now, int block_now) const {
-    if (rank_now != rank || block_now != block) return;
-    spdlog::warn("H3_DEBUG_FAULT: rank {} {} at block {}", rank, kill ? "killing itself" : "stalling", block);
-    if (kill) std::raise(SIGKILL);
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-};
 
 Tensor index_i32(const std::vector<int32_t>& v) {
   return Tensor::from(v, {static_cast<int64_t>(v.size())});
@@ -314,11 +287,15 @@ Tensor DitModel::device_index(const std::vector<int32_t>& v) const {
 }
 
 DitOutputs DitModel::forward(const DitInputs& in, bool keep) const {
+  return forward(in, keep ? DitCapture::all() : DitCapture{});
+}
+
+DitOutputs DitModel::forward(const DitInputs& in, const DitCapture& capture) const {
   Step st;
   DitOutputs out;
   prepare_step(in, st);
-  Tensor x = prologue(in, st, keep, out);
-  const Tensor h = run_blocks(std::move(x), st, keep, out);
+  Tensor x = prologue(in, st, capture, out);
+  const Tensor h = run_blocks(std::move(x), st, capture, out);
   profile::Region heads_region("output heads");
   out.video = output_head(h, in.video_indices, proj_out_w_, proj_out_b_, st);
   out.audio = output_head(h, in.audio_indices, audio_out_w_, audio_out_b_, st);
@@ -374,12 +351,13 @@ void DitModel::prepare_step(const DitInputs& in, Step& st) const {
 
 // Prologue: only the rows this rank owns (the refiner needs every text row, so text owners run it whole). Returns
 // the residual stream of the own rows; fills the step's AdaLN input, tables and modulation index.
-Tensor DitModel::prologue(const DitInputs& in, Step& st, bool keep, DitOutputs& out) const {
+Tensor DitModel::prologue(const DitInputs& in, Step& st, const DitCapture& capture, DitOutputs& out) const {
   const int64_t H = config_.hidden_size;
   const DType act = dev_ == Device::cpu ? ct_ : DType::bf16;  // the residual stream's dtype
   Tensor x(act, {st.own.size(), H}, dev_);
   {
     auto [src, dst] = scatter_own(in.text_indices, st.own);
+    const bool keep = capture.wants("token_refiner");
     if (!src.empty() || (keep && plan_.rank == 0)) {
       Tensor text = round_if_bf16(ops::linear(round_if_bf16(upload(in.text)), ctx_w, &ctx_b));
       for (const auto& blk : refiner_) {
@@ -424,7 +402,7 @@ Tensor DitModel::prologue(const DitInputs& in, Step& st, bool keep, DitOutputs& 
 }
 
 // The transformer blocks over the own rows `x`, then the final norm. Returns the normed rows the heads read.
-Tensor DitModel::run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) const {
+Tensor DitModel::run_blocks(Tensor x, Step& st, const DitCapture& capture, DitOutputs& out) const {
   const bool bf = bf16_steps();
   const int64_t H = config_.hidden_size;
   // FP8 on the GPU: the norms hand their output to the projections already quantized when the projections take
@@ -466,11 +444,10 @@ Tensor DitModel::run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) cons
     x = r.x;
     pending_y = mlp_block(b, r.h, st);
     pending_gate = p[5];
-    if (keep) {
+    if (const std::string name = "block." + std::to_string(n); capture.wants(name)) {
       x = ops::gate_residual(x, pending_gate, st.ada_idx, pending_y, bf);
       pending_gate = pending_y = Tensor();
-      out.activations["block." + std::to_string(n)] =
-          to_host(gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations"));
+      out.activations[name] = to_host(gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations"));
     }
   }
   // Final norm modulated per timestep only (not per modality): its [M, 2H] table repeated for the three modalities
@@ -487,7 +464,7 @@ Tensor DitModel::run_blocks(Tensor x, Step& st, bool keep, DitOutputs& out) cons
                                     ops::columns(fin3, 0, H), ops::columns(fin3, H, 2 * H), bf)
             .h;
   }
-  if (keep)
+  if (capture.wants("norm_out"))
     out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
   return h;
 }

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
+#include <set>
+
+#include "core/log.h"
 #include "distributed/partition.h"
 
 namespace h3 {
@@ -43,6 +47,14 @@ DitFp8Layers dit_fp8_layers(const DitConfig& c, DistMode mode, int K, int U) {
       check(r.ff_out, "ff_out", H, ffn.size());
     }
   return r;
+}
+
+void warn_fp8_layers_once(const DitFp8Layers& layers) {
+  static std::mutex reported_mu;
+  static std::set<std::string> reported;
+  std::lock_guard lock(reported_mu);
+  if (!layers.all_fp8() && reported.insert(layers.summary()).second)
+    spdlog::warn("DiT precision fp8: {}", layers.summary());
 }
 
 }  // namespace h3

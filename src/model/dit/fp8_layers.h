@@ -38,5 +38,8 @@ struct DitFp8Layers {
 
 // The rule above for the blocks of `c` split as (mode, K, U) (DistPlan::single(): K = U = 1).
 DitFp8Layers dit_fp8_layers(const DitConfig& c, DistMode mode, int K, int U);
+// Logs the layers kept in bf16 as a warning, once per process for each distinct summary (every model of a run, and
+// every rank thread of a test, would say the same).
+void warn_fp8_layers_once(const DitFp8Layers& layers);
 
 }  // namespace h3

@@ -101,14 +101,10 @@ std::pair<std::string, double> parse_lora_spec(const std::string& spec) {
   return {spec, 1.0};
 }
 
-LoraFile LoraFile::open(const std::string& path, double strength, const DitConfig& config, int interleaved_override) {
-  if (!std::isfinite(strength)) fail("LoRA {}: strength {} is not a finite number", path, strength);
-  SafeTensors st = SafeTensors::open(path);
-  LoraFile lf;
-  lf.path = path;
-  lf.strength = strength;
+namespace {
 
-  // Which layout: from the key suffixes and prefixes.
+// Which layout a LoRA file is in, from its key suffixes and prefixes.
+LoraLayout detect_lora_layout(const SafeTensors& st, const std::string& path) {
   bool kohya = false, plain_ab = false, peft_default = false, ai_prefix = false;
   for (const auto& k : st.keys()) {
     if (k.find(".lora_down.") != std::string::npos || k.find(".lora_up.") != std::string::npos)
@@ -123,36 +119,31 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
     fail("{}: no LoRA keys (expected '<module>.lora_A.weight'/'lora_B.weight' or kohya 'lora_down'/'lora_up')", path);
   if (kohya && (plain_ab || peft_default))
     fail("{}: mixes kohya (lora_down/lora_up) and PEFT (lora_A/lora_B) keys; give one LoRA per file", path);
-  lf.layout = kohya          ? LoraLayout::kohya
-              : peft_default ? LoraLayout::peft
-              : ai_prefix    ? LoraLayout::ai_toolkit
-                             : LoraLayout::reference;
+  return kohya          ? LoraLayout::kohya
+         : peft_default ? LoraLayout::peft
+         : ai_prefix    ? LoraLayout::ai_toolkit
+                        : LoraLayout::reference;
+}
+
+// Whether the qkv deltas' rows are interleaved per head: the override (0 or 1), else the file's metadata, else the
+// layout's habit (PEFT/DiffSynth interleaves).
+bool detect_qkv_interleaved(const SafeTensors& st, LoraLayout layout, int interleaved_override) {
   std::string qkv_meta;
   for (const auto& [k, v] : st.metadata())
     if (k.find("qkv") != std::string::npos || v.find("qkv") != std::string::npos) qkv_meta += v + " ";
-  lf.qkv_interleaved = interleaved_override >= 0                           ? interleaved_override == 1
-                       : qkv_meta.find("interleaved") != std::string::npos ? true
-                       : qkv_meta.find("blocked") != std::string::npos     ? false
-                                                                           : lf.layout == LoraLayout::peft;
+  return interleaved_override >= 0                           ? interleaved_override == 1
+         : qkv_meta.find("interleaved") != std::string::npos ? true
+         : qkv_meta.find("blocked") != std::string::npos     ? false
+                                                             : layout == LoraLayout::peft;
+}
 
-  std::optional<double> meta_alpha;
-  for (const char* mk : {"alpha", "lora_alpha", "ss_network_alpha"})
-    if (!st.meta(mk).empty()) meta_alpha = parse_number(st.meta(mk), path + ": metadata '" + mk + "'");
+// One LoRA module's tensors: lora_A / lora_down, lora_B / lora_up and its optional alpha.
+struct Parts {
+  std::string down_key, up_key, alpha_key;
+};
 
-  const auto table = module_table(config);
-  std::map<std::string, std::string> kohya_names;  // "blocks_0_attn_qkv_proj" -> "blocks.0.attn.qkv_proj"
-  if (kohya)
-    for (const auto& [name, r] : table) {
-      std::string u = name;
-      for (char& ch : u)
-        if (ch == '.') ch = '_';
-      kohya_names[u] = name;
-    }
-
-  // Group the keys by module: down/up/alpha.
-  struct Parts {
-    std::string down_key, up_key, alpha_key;
-  };
+// The file's keys grouped by module; any key of another kind is refused.
+std::map<std::string, Parts> group_modules(const SafeTensors& st, const std::string& path) {
   std::map<std::string, Parts> modules;
   std::vector<std::string> unknown;
   for (const auto& k : st.keys()) {
@@ -184,98 +175,135 @@ LoraFile LoraFile::open(const std::string& path, double strength, const DitConfi
         "{}: key '{}' is not a LoRA tensor of a known layout ({} such keys; expected lora_A/lora_B, "
         "lora_down/lora_up/alpha)",
         path, unknown.front(), unknown.size());
+  return modules;
+}
 
-  Fnv1a fnv;
-  fnv.f64(strength);
-  for (const auto& [m, p] : modules) {
+// The DiT module that LoRA module m adapts, in the spelling of module_table: kohya's "lora_unet_blocks_0_attn_qkv_proj"
+// through `kohya_names`, the other layouts with their prefix taken off.
+std::string dit_module_name(const std::string& m, const Parts& p, bool kohya,
+                            const std::map<std::string, std::string>& kohya_names, const std::string& path) {
+  std::string name = m;
+  if (kohya) {
+    if (!starts_with(name, "lora_unet_"))
+      fail("{}: key '{}': kohya modules must start with 'lora_unet_'", path, p.down_key);
+    auto it = kohya_names.find(name.substr(10));
+    if (it == kohya_names.end()) fail("{}: key '{}' names no module of this DiT", path, p.down_key);
+    return it->second;
+  }
+  for (const char* pre : {"model.diffusion_model.", "diffusion_model.", "base_model.model.", "transformer."})
+    if (starts_with(name, pre)) return name.substr(std::strlen(pre));
+  return name;
+}
+
+// One module's delta checked and added to lf.targets: down [rank, in], up [out, rank] in f32, its scale
+// strength * alpha / rank, the released fc1's halves swapped and its qkv cut into thirds (per head when interleaved).
+void add_module(LoraFile& lf, const SafeTensors& st, const std::string& m, const Parts& p, const std::string& name,
+                const Resolved& res, const DitConfig& config, std::optional<double> meta_alpha) {
+  const std::string& path = lf.path;
+  Tensor A = st.get(p.down_key), B = st.get(p.up_key);
+  if (A.ndim() != 2 || B.ndim() != 2 || A.dim(0) != B.dim(1) || A.dim(0) <= 0)
+    fail("{}: key '{}' {} and '{}' {}: expected lora_A [rank, in] and lora_B [out, rank] with one rank", path,
+         p.down_key, shape_str(A.shape()), p.up_key, shape_str(B.shape()));
+  const int64_t rank = A.dim(0);
+  Shape base = param_shape(config, res.kind == Resolved::qkv ? res.key + "to_q.weight" : res.key);
+  const int64_t out_rows = res.kind == Resolved::qkv ? 3 * base[0] : base[0];
+  if (A.dim(1) != base[1] || B.dim(0) != out_rows)
+    fail("{}: key '{}' {} / '{}' {} do not fit '{}' [{}, {}] (lora_A must be [rank, {}], lora_B [{}, rank])", path,
+         p.down_key, shape_str(A.shape()), p.up_key, shape_str(B.shape()), name, out_rows, base[1], base[1], out_rows);
+  double alpha = static_cast<double>(rank);
+  if (!p.alpha_key.empty()) {
+    Tensor a = st.get(p.alpha_key);
+    if (a.numel() != 1) fail("{}: key '{}' {} must hold one value", path, p.alpha_key, shape_str(a.shape()));
+    alpha = a.get(0);
+  } else if (meta_alpha) {
+    alpha = *meta_alpha;
+  }
+  // Non-finite numbers are refused here, where they enter: merged, they would turn every output into NaN.
+  if (!std::isfinite(alpha))
+    fail("{}: module '{}' has alpha {}; a LoRA's alpha must be a finite number", path, m, alpha);
+  for (const auto& [key, t] : {std::pair<const std::string&, const Tensor&>{p.down_key, A}, {p.up_key, B}})
+    if (!dtype_is_float(t.dtype()))
+      fail("{}: key '{}' is stored as {}; LoRA weights must be float (F32, F16, BF16)", path, key,
+           dtype_safetensors_name(t.dtype()));
+  const double scale = lf.strength * alpha / static_cast<double>(rank);
+  A = A.to(DType::f32);
+  B = B.to(DType::f32);
+  for (const auto& [key, t] : {std::pair<const std::string&, const Tensor&>{p.down_key, A}, {p.up_key, B}}) {
+    const float* v = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (!std::isfinite(v[i]))
+        fail("{}: key '{}' holds a non-finite value (NaN or Inf) at element {}; the LoRA is damaged", path, key, i);
+  }
+  lf.ranks[rank] += 1;
+  lf.modules += 1;
+  auto add = [&](const std::string& key, Tensor up) {
+    if (lf.targets.count(key)) fail("{}: module '{}' adapts '{}' a second time", path, m, key);
+    lf.targets[key] = LoraTarget{m, A, std::move(up), scale};
+  };
+  const size_t row_bytes = static_cast<size_t>(rank) * sizeof(float);
+  const auto* b = static_cast<const std::byte*>(B.raw());
+  if (res.kind == Resolved::plain) {
+    add(res.key, B);
+  } else if (res.kind == Resolved::fc1) {  // [gate; value] -> [value; gate]
+    const int64_t half = out_rows / 2;
+    Tensor o(DType::f32, B.shape());
+    std::memcpy(o.raw(), b + half * row_bytes, half * row_bytes);
+    std::memcpy(static_cast<std::byte*>(o.raw()) + half * row_bytes, b, half * row_bytes);
+    add(res.key, o);
+  } else {  // qkv thirds; interleaved row of head h, channel d of part p is h*3*D + p*D + d
+    const int64_t inner = base[0], D = config.attention_head_dim, heads = inner / D;
+    const char* parts[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
+    for (int part = 0; part < 3; ++part) {
+      Tensor o(DType::f32, {inner, rank});
+      auto* dst = static_cast<std::byte*>(o.raw());
+      if (!lf.qkv_interleaved)
+        std::memcpy(dst, b + part * inner * row_bytes, inner * row_bytes);
+      else
+        for (int64_t h = 0; h < heads; ++h)
+          std::memcpy(dst + h * D * row_bytes, b + (h * 3 * D + part * D) * row_bytes, D * row_bytes);
+      add(res.key + parts[part], o);
+    }
+  }
+}
+
+}  // namespace
+
+LoraFile LoraFile::open(const std::string& path, double strength, const DitConfig& config, int interleaved_override) {
+  if (!std::isfinite(strength)) fail("LoRA {}: strength {} is not a finite number", path, strength);
+  SafeTensors st = SafeTensors::open(path);
+  LoraFile lf;
+  lf.path = path;
+  lf.strength = strength;
+  lf.layout = detect_lora_layout(st, path);
+  const bool kohya = lf.layout == LoraLayout::kohya;
+  lf.qkv_interleaved = detect_qkv_interleaved(st, lf.layout, interleaved_override);
+
+  std::optional<double> meta_alpha;
+  for (const char* mk : {"alpha", "lora_alpha", "ss_network_alpha"})
+    if (!st.meta(mk).empty()) meta_alpha = parse_number(st.meta(mk), path + ": metadata '" + mk + "'");
+
+  const auto table = module_table(config);
+  std::map<std::string, std::string> kohya_names;  // "blocks_0_attn_qkv_proj" -> "blocks.0.attn.qkv_proj"
+  if (kohya)
+    for (const auto& [name, r] : table) {
+      std::string u = name;
+      for (char& ch : u)
+        if (ch == '.') ch = '_';
+      kohya_names[u] = name;
+    }
+
+  for (const auto& [m, p] : group_modules(st, path)) {
     if (p.down_key.empty() || p.up_key.empty())
       fail("{}: module '{}' lacks its {} tensor", path, m, p.down_key.empty() ? "lora_A/lora_down" : "lora_B/lora_up");
-    // The module's name in the DiT.
-    std::string name = m;
-    if (kohya) {
-      if (!starts_with(name, "lora_unet_"))
-        fail("{}: key '{}': kohya modules must start with 'lora_unet_'", path, p.down_key);
-      auto it = kohya_names.find(name.substr(10));
-      if (it == kohya_names.end()) fail("{}: key '{}' names no module of this DiT", path, p.down_key);
-      name = it->second;
-    } else {
-      for (const char* pre : {"model.diffusion_model.", "diffusion_model.", "base_model.model.", "transformer."})
-        if (starts_with(name, pre)) {
-          name = name.substr(std::strlen(pre));
-          break;
-        }
-    }
+    const std::string name = dit_module_name(m, p, kohya, kohya_names, path);
     auto it = table.find(name);
     if (it == table.end())
       fail("{}: key '{}' targets '{}', which is not a linear layer of this DiT ({} layers, {} refiner layers)", path,
            p.down_key, name, config.num_layers, config.num_refiner_layers);
-    const Resolved& res = it->second;
-    Tensor A = st.get(p.down_key), B = st.get(p.up_key);
-    if (A.ndim() != 2 || B.ndim() != 2 || A.dim(0) != B.dim(1) || A.dim(0) <= 0)
-      fail("{}: key '{}' {} and '{}' {}: expected lora_A [rank, in] and lora_B [out, rank] with one rank", path,
-           p.down_key, shape_str(A.shape()), p.up_key, shape_str(B.shape()));
-    const int64_t rank = A.dim(0);
-    Shape base = param_shape(config, res.kind == Resolved::qkv ? res.key + "to_q.weight" : res.key);
-    const int64_t out_rows = res.kind == Resolved::qkv ? 3 * base[0] : base[0];
-    if (A.dim(1) != base[1] || B.dim(0) != out_rows)
-      fail("{}: key '{}' {} / '{}' {} do not fit '{}' [{}, {}] (lora_A must be [rank, {}], lora_B [{}, rank])", path,
-           p.down_key, shape_str(A.shape()), p.up_key, shape_str(B.shape()), name, out_rows, base[1], base[1],
-           out_rows);
-    double alpha = static_cast<double>(rank);
-    if (!p.alpha_key.empty()) {
-      Tensor a = st.get(p.alpha_key);
-      if (a.numel() != 1) fail("{}: key '{}' {} must hold one value", path, p.alpha_key, shape_str(a.shape()));
-      alpha = a.get(0);
-    } else if (meta_alpha) {
-      alpha = *meta_alpha;
-    }
-    // Non-finite numbers are refused here, where they enter: merged, they would turn every output into NaN.
-    if (!std::isfinite(alpha))
-      fail("{}: module '{}' has alpha {}; a LoRA's alpha must be a finite number", path, m, alpha);
-    for (const auto& [key, t] : {std::pair<const std::string&, const Tensor&>{p.down_key, A}, {p.up_key, B}})
-      if (!dtype_is_float(t.dtype()))
-        fail("{}: key '{}' is stored as {}; LoRA weights must be float (F32, F16, BF16)", path, key,
-             dtype_safetensors_name(t.dtype()));
-    const double scale = strength * alpha / static_cast<double>(rank);
-    A = A.to(DType::f32);
-    B = B.to(DType::f32);
-    for (const auto& [key, t] : {std::pair<const std::string&, const Tensor&>{p.down_key, A}, {p.up_key, B}}) {
-      const float* v = t.data<float>();
-      for (int64_t i = 0; i < t.numel(); ++i)
-        if (!std::isfinite(v[i]))
-          fail("{}: key '{}' holds a non-finite value (NaN or Inf) at element {}; the LoRA is damaged", path, key, i);
-    }
-    lf.ranks[rank] += 1;
-    lf.modules += 1;
-    auto add = [&](const std::string& key, Tensor up) {
-      if (lf.targets.count(key)) fail("{}: module '{}' adapts '{}' a second time", path, m, key);
-      lf.targets[key] = LoraTarget{m, A, std::move(up), scale};
-    };
-    const size_t row_bytes = static_cast<size_t>(rank) * sizeof(float);
-    const auto* b = static_cast<const std::byte*>(B.raw());
-    if (res.kind == Resolved::plain) {
-      add(res.key, B);
-    } else if (res.kind == Resolved::fc1) {  // [gate; value] -> [value; gate]
-      const int64_t half = out_rows / 2;
-      Tensor o(DType::f32, B.shape());
-      std::memcpy(o.raw(), b + half * row_bytes, half * row_bytes);
-      std::memcpy(static_cast<std::byte*>(o.raw()) + half * row_bytes, b, half * row_bytes);
-      add(res.key, o);
-    } else {  // qkv thirds; interleaved row of head h, channel d of part p is h*3*D + p*D + d
-      const int64_t inner = base[0], D = config.attention_head_dim, heads = inner / D;
-      const char* parts[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
-      for (int part = 0; part < 3; ++part) {
-        Tensor o(DType::f32, {inner, rank});
-        auto* dst = static_cast<std::byte*>(o.raw());
-        if (!lf.qkv_interleaved)
-          std::memcpy(dst, b + part * inner * row_bytes, inner * row_bytes);
-        else
-          for (int64_t h = 0; h < heads; ++h)
-            std::memcpy(dst + h * D * row_bytes, b + (h * 3 * D + part * D) * row_bytes, D * row_bytes);
-        add(res.key + parts[part], o);
-      }
-    }
+    add_module(lf, st, m, p, name, it->second, config, meta_alpha);
   }
+  Fnv1a fnv;
+  fnv.f64(strength);
   for (const auto& [key, t] : lf.targets) {
     fnv.str(key);
     fnv.f64(t.scale);

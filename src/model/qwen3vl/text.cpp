@@ -14,7 +14,6 @@
 #include "core/parallel.h"
 #include "core/ref_math.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
 
 namespace h3 {
 
@@ -199,21 +198,7 @@ Tensor stack_rows(const Tensor& a, const Tensor& b) {
 Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTextConfig& cfg, int64_t n_layers,
                                    const Qwen3VlTextOptions& opt)
     : cfg_(cfg), device_(opt.device), comm_(opt.comm) {
-  switch (opt.precision) {
-    case Precision::fp8:
-      fail("Qwen3-VL text tower: fp8 compute is not implemented; use bf16 (GPU) or f32");
-    case Precision::bf16:
-      if (device_ != Device::cuda)
-        fail("Qwen3-VL text tower: bf16 runs on the GPU only (--device cuda); the CPU computes f32 or f64");
-      dtype_ = DType::bf16;
-      break;
-    case Precision::f64:
-      if (device_ != Device::cpu) fail("Qwen3-VL text tower: f64 runs on the CPU only; on the GPU use bf16 or f32");
-      dtype_ = DType::f64;
-      break;
-    default:
-      dtype_ = DType::f32;
-  }
+  dtype_ = qwen3vl_tower_dtype(opt.precision, device_, "text");
   if (n_layers < 0) n_layers = cfg.n_layers;
   if (n_layers > cfg.n_layers)
     fail("{}: {} decoder layers requested, the model has {}", w.path(), n_layers, cfg.n_layers);

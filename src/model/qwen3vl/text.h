@@ -25,9 +25,9 @@
 //
 // bf16 (GPU only) is the released recipe as transformers runs a bf16 Qwen3-VL: bf16 weights and activations, GEMMs
 // accumulating in f32, RMSNorm statistics in f32 with the normalised row rounded to bf16 before the weight multiplies
-// it (ops::rms_norm_rounded), cos/sin computed in f32 and rounded to bf16, the rotation in bf16 steps, SwiGLU's
-// silu(gate) and product rounded, every residual add rounded. A unit's output projection stays in f32 until the fold
-// (text_tp.cpp), so the residual takes each projection rounded once, as from one GEMM.
+// it (ops::rms_norm with NormRound::twice), cos/sin computed in f32 and rounded to bf16, the rotation in bf16 steps,
+// SwiGLU's silu(gate) and product rounded, every residual add rounded. A unit's output projection stays in f32 until
+// the fold (text_tp.cpp), so the residual takes each projection rounded once, as from one GEMM.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -188,7 +188,7 @@ class Qwen3VlTextModel {
   void start_streaming();
 
   // The model's RMSNorm over groups of `group` channels. f64 (CPU only) follows the reference's flow, which
-  // normalizes in f32 even in its f64 run (ops_vae.h rms_norm_via_f32, RefNormWeight::kF64ThenWeight); f32
+  // normalizes in f32 even in its f64 run (ops::rms_norm with NormRound::f32_in_f64_weight_f64); f32
   // and the GPU use ops::rms_norm.
   Tensor norm(const Tensor& x, const Tensor& w, int64_t group) const;
   Tensor attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos, const Tensor& sin) const;

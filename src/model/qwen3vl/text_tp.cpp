@@ -15,31 +15,27 @@
 // one rank does, and an all-gather of the folded slices gives every rank fold(P). Bytes per rank and fold:
 // sent |U_t| * N*H (minus its own slice), received G * |E_t| + N*H.
 //
-// bf16 runs: the partials are the f32 sums of each unit's output projection (ops::linear_acc), folded in f32 and
-// rounded to bf16 once (text.cpp), so the residual takes one rounded projection as in transformers' model. With a
-// device communicator (NCCL) the exchange and the fold run on the GPU, else through host memory; the fold is the same
+// bf16 runs: the partials are the f32 sums of each unit's output projection (ops::linear with Sums::kept), folded in
+// f32 and rounded to bf16 once (text.cpp), so the residual takes one rounded projection as in transformers' model. With
+// a device communicator (NCCL) the exchange and the fold run on the GPU, else through host memory; the fold is the same
 // chain of adds on either side.
 #include <cstring>
 
 #include "core/device.h"
 #include "model/qwen3vl/text.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
-#include "ops/ops_text.h"
-#include "ops/ops_vae.h"
 
 namespace h3 {
 
 Tensor Qwen3VlTextModel::norm(const Tensor& x, const Tensor& w, int64_t group) const {
-  if (dtype_ == DType::f64)
-    return ops::rms_norm_via_f32(x, &w, group, cfg_.rms_eps, ops::RefNormWeight::kF64ThenWeight);
-  if (dtype_ == DType::bf16) return ops::rms_norm_rounded(x, w, group, cfg_.rms_eps);
+  if (dtype_ == DType::f64) return ops::rms_norm(x, &w, group, cfg_.rms_eps, ops::NormRound::f32_in_f64_weight_f64);
+  if (dtype_ == DType::bf16) return ops::rms_norm(x, &w, group, cfg_.rms_eps, ops::NormRound::twice);
   return ops::rms_norm(x, &w, group, cfg_.rms_eps);
 }
 
 // bf16 (transformers' bf16 model): every projection, the q/k norms, the rotation (q*cos, rotate_half(q)*sin and their
 // sum each rounded) and SwiGLU's silu(gate) and product are rounded to bf16; the output projections of a unit keep
-// their f32 sums (linear_acc) so that the fold rounds the whole projection once.
+// their f32 sums (Sums::kept) so that the fold rounds the whole projection once.
 Tensor Qwen3VlTextModel::attention_partial(const Unit& u, const Tensor& h, const Layer& L, const Tensor& cos,
                                            const Tensor& sin) const {
   const int64_t D = cfg_.head_dim;
@@ -48,13 +44,13 @@ Tensor Qwen3VlTextModel::attention_partial(const Unit& u, const Tensor& h, const
   const Tensor k = ops::rope(norm(ops::linear(h, u.k), L.k_norm, D), cos, sin, D, bf);
   const Tensor v = ops::linear(h, u.v);
   const Tensor a = ops::attention_causal(q, k, v, D);
-  return bf ? ops::linear_acc(a, u.o) : ops::linear(a, u.o);
+  return bf ? ops::linear(a, u.o, nullptr, ops::Sums::kept) : ops::linear(a, u.o);
 }
 
 Tensor Qwen3VlTextModel::mlp_partial(const Unit& u, const Tensor& h) const {
   const bool bf = dtype_ == DType::bf16;
   const Tensor s = ops::swiglu(ops::linear(h, u.up_gate), bf);
-  return bf ? ops::linear_acc(s, u.down) : ops::linear(s, u.down);
+  return bf ? ops::linear(s, u.down, nullptr, ops::Sums::kept) : ops::linear(s, u.down);
 }
 
 Tensor Qwen3VlTextModel::fold_units(const std::vector<Tensor>& partials, const std::string& what) const {

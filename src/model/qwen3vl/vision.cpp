@@ -11,8 +11,6 @@
 #include "core/json_limits.h"
 #include "model/qwen3vl/weights.h"
 #include "ops/ops.h"
-#include "ops/ops_act.h"
-#include "ops/ops_conv.h"
 
 namespace h3 {
 
@@ -196,21 +194,7 @@ Qwen3VlVisionModel::Qwen3VlVisionModel(const Qwen3VlTextWeights& w, const Qwen3V
 void Qwen3VlVisionModel::load(const Qwen3VlTextWeights& f, const Qwen3VlVisionOptions& opt) {
   const Qwen3VlVisionConfig& cfg = cfg_;
   device_ = opt.device;
-  switch (opt.precision) {
-    case Precision::fp8:
-      fail("Qwen3-VL vision tower: fp8 compute is not implemented; use bf16 (GPU) or f32");
-    case Precision::bf16:
-      if (device_ != Device::cuda)
-        fail("Qwen3-VL vision tower: bf16 runs on the GPU only (--device cuda); the CPU computes f32 or f64");
-      dtype_ = DType::bf16;
-      break;
-    case Precision::f64:
-      if (device_ != Device::cpu) fail("Qwen3-VL vision tower: f64 runs on the CPU only; on the GPU use bf16 or f32");
-      dtype_ = DType::f64;
-      break;
-    default:
-      dtype_ = DType::f32;
-  }
+  dtype_ = qwen3vl_tower_dtype(opt.precision, device_, "vision");
   const std::string p = vision_prefix_of(f);
   std::vector<std::string> problems;
   auto present = [&](const std::string& full, const Shape& shape) {

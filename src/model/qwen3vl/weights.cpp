@@ -8,6 +8,22 @@
 
 namespace h3 {
 
+DType qwen3vl_tower_dtype(Precision precision, Device device, const char* tower) {
+  switch (precision) {
+    case Precision::fp8:
+      fail("Qwen3-VL {} tower: fp8 compute is not implemented; use bf16 (GPU) or f32", tower);
+    case Precision::bf16:
+      if (device != Device::cuda)
+        fail("Qwen3-VL {} tower: bf16 runs on the GPU only (--device cuda); the CPU computes f32 or f64", tower);
+      return DType::bf16;
+    case Precision::f64:
+      if (device != Device::cpu) fail("Qwen3-VL {} tower: f64 runs on the CPU only; on the GPU use bf16 or f32", tower);
+      return DType::f64;
+    default:
+      return DType::f32;
+  }
+}
+
 Qwen3VlTextWeights Qwen3VlTextWeights::from_file(std::shared_ptr<const SafeTensors> f) {
   H3_ASSERT(f != nullptr, "Qwen3VlTextWeights::from_file: no file");
   Qwen3VlTextWeights w;

@@ -21,6 +21,10 @@
 
 namespace h3 {
 
+// The dtype a tower ("text", "vision") computes in for `precision` on `device`: bf16 on the GPU only, f64 on the CPU
+// only, f32 on either; fp8 is refused (messages name the tower).
+DType qwen3vl_tower_dtype(Precision precision, Device device, const char* tower);
+
 // Rows or columns [begin, end) of a stored tensor; end < 0 means all of them.
 struct Slice {
   int64_t begin = 0, end = -1;

@@ -12,8 +12,6 @@
 #include "model/vae/decode_room.h"
 #include "model/vae/weights.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
-#include "ops/ops_vae.h"
 
 namespace h3 {
 
@@ -145,44 +143,33 @@ std::string AudioVaeConfig::summary() const {
       num_attention_heads, sampling_rate);
 }
 
-AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
-                   Device device)
-    : AudioVae(*WeightFiles::of(f), prefix, cfg, precision, device) {}
+namespace {
 
-AudioVae::AudioVae(const TensorSource& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
-                   Device device)
-    : cfg_(cfg), dev_(device) {
-  if (dev_ == Device::cpu)
-    H3_CHECK(precision == Precision::f64 || precision == Precision::f32,
-             "audio VAE: {} is not supported on the CPU; use f32 or f64", precision_name(precision));
-  else
-    H3_CHECK(precision == Precision::f32 || precision == Precision::bf16,
-             "audio VAE on the GPU: precision {} is not supported; use f32 (bf16 also runs in f32 there)",
-             precision_name(precision));
-  ct_ = precision == Precision::f64 ? DType::f64 : DType::f32;
-  cfg_.validate(f.path());
-  // Read on the host (the weight-normalised convolutions are folded there), then uploaded: the decoder is small.
-  DeviceLoader host(Device::cpu, "audio VAE");
-  VaeWeightReader r(f, prefix, ct_, "audio VAE", host);
+// A weight-normalised convolution's weight w = g * v / ||v|| from its stored g and v (v of `v_shape`).
+Tensor weight_normed(VaeWeightReader& r, const std::string& n, const Shape& v_shape) {
+  Tensor g = r.get(n + ".weight_g", {v_shape[0], 1, 1});
+  Tensor v = r.get(n + ".weight_v", v_shape);
+  return ops::weight_norm(g, v);
+}
+
+}  // namespace
+
+AudioVae::Act AudioVae::read_act(VaeWeightReader& r, const std::string& n, int64_t C, const std::string& path) {
+  Act a;
+  a.alpha = r.get(n + ".act.alpha", {C});
+  a.beta = r.get(n + ".act.beta", {C});
+  a.up_filter = r.get(n + ".upsample.filter", {});
+  a.down_filter = r.get(n + ".downsample.lowpass.filter", {});
+  H3_CHECK(a.up_filter.numel() > 0 && a.down_filter.numel() > 0, "{}: empty resampling filter in {}", path, n);
+  a.up_filter = depthwise(a.up_filter, C);
+  a.down_filter = depthwise(a.down_filter, C);
+  return a;
+}
+
+void AudioVae::load_decoder(VaeWeightReader& r, const std::string& path) {
   const int64_t lc = cfg_.latent_channels, ld = cfg_.latent_dim;
-  auto wn = [&](const std::string& n, const Shape& v_shape) {
-    Tensor g = r.get(n + ".weight_g", {v_shape[0], 1, 1});
-    Tensor v = r.get(n + ".weight_v", v_shape);
-    return ops::weight_norm(g, v);
-  };
-  auto act = [&](const std::string& n, int64_t C) {
-    Act a;
-    a.alpha = r.get(n + ".act.alpha", {C});
-    a.beta = r.get(n + ".act.beta", {C});
-    a.up_filter = r.get(n + ".upsample.filter", {});
-    a.down_filter = r.get(n + ".downsample.lowpass.filter", {});
-    H3_CHECK(a.up_filter.numel() > 0 && a.down_filter.numel() > 0, "{}: empty resampling filter in {}", f.path(), n);
-    a.up_filter = depthwise(a.up_filter, C);
-    a.down_filter = depthwise(a.down_filter, C);
-    return a;
-  };
-
-  // Decoder.
+  auto wn = [&](const std::string& n, const Shape& v_shape) { return weight_normed(r, n, v_shape); };
+  auto act = [&](const std::string& n, int64_t C) { return read_act(r, n, C, path); };
   dec_in_w_ = r.get("dec_in_proj.weight", {ld, lc, 1});
   dec_in_b_ = r.get("dec_in_proj.bias", {ld});
   conv_pre_w_ = wn("decoder.conv_pre", {cfg_.decoder_dim, ld, 7});
@@ -211,8 +198,12 @@ AudioVae::AudioVae(const TensorSource& f, const std::string& prefix, const Audio
   }
   act_post_ = act("decoder.activation_post", ch);
   conv_post_w_ = wn("decoder.conv_post", {1, ch, 7});
+}
 
-  // Encoder (optional: decode-only checkpoints may leave it out).
+// Optional: decode-only checkpoints may leave the encoder out.
+void AudioVae::load_encoder(VaeWeightReader& r) {
+  const int64_t lc = cfg_.latent_channels, ld = cfg_.latent_dim;
+  auto wn = [&](const std::string& n, const Shape& v_shape) { return weight_normed(r, n, v_shape); };
   has_encoder_ = r.has("encoder.block.0.weight_v");
   if (has_encoder_) {
     int64_t d = cfg_.encoder_dim;
@@ -275,7 +266,31 @@ AudioVae::AudioVae(const TensorSource& f, const std::string& prefix, const Audio
     mean_w_ = r.get("mean_proj.weight", {lc, lc, 1});
     mean_b_ = r.get("mean_proj.bias", {lc});
   }
+}
+
+AudioVae::AudioVae(const SafeTensors& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
+                   Device device)
+    : AudioVae(*WeightFiles::of(f), prefix, cfg, precision, device) {}
+
+AudioVae::AudioVae(const TensorSource& f, const std::string& prefix, const AudioVaeConfig& cfg, Precision precision,
+                   Device device)
+    : cfg_(cfg), dev_(device) {
+  if (dev_ == Device::cpu)
+    H3_CHECK(precision == Precision::f64 || precision == Precision::f32,
+             "audio VAE: {} is not supported on the CPU; use f32 or f64", precision_name(precision));
+  else
+    H3_CHECK(precision == Precision::f32 || precision == Precision::bf16,
+             "audio VAE on the GPU: precision {} is not supported; use f32 (bf16 also runs in f32 there)",
+             precision_name(precision));
+  ct_ = precision == Precision::f64 ? DType::f64 : DType::f32;
+  cfg_.validate(f.path());
+  // Read on the host (the weight-normalised convolutions are folded there), then uploaded: the decoder is small.
+  DeviceLoader host(Device::cpu, "audio VAE");
+  VaeWeightReader r(f, prefix, ct_, "audio VAE", host);
+  load_decoder(r, f.path());
+  load_encoder(r);
   r.finish();
+  const int64_t lc = cfg_.latent_channels;
   if (!cfg_.latents_mean.empty()) {
     lat_mean_ = Tensor::from(cfg_.latents_mean, {lc}).to(ct_);
     lat_std_ = Tensor::from(cfg_.latents_std, {lc}).to(ct_);

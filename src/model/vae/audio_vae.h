@@ -12,6 +12,8 @@
 
 namespace h3 {
 
+class VaeWeightReader;  // model/vae/weights.h
+
 struct AudioVaeConfig {
   int64_t encoder_dim = 64;
   std::vector<int64_t> encoder_rates{2, 4, 4, 5, 5};
@@ -102,6 +104,11 @@ class AudioVae {
   Tensor decode_items(const Tensor& latents) const;  // decode() of these items in one call
 
   void upload_decoder();  // moves the decoder's weights to dev_ (constructor)
+  // The constructor's reads: the decoder, the optional encoder and its pre-block, and one anti-aliased activation
+  // (`path` names the file in errors).
+  void load_decoder(VaeWeightReader& r, const std::string& path);
+  void load_encoder(VaeWeightReader& r);
+  static Act read_act(VaeWeightReader& r, const std::string& name, int64_t channels, const std::string& path);
 
   AudioVaeConfig cfg_;
   DType ct_;

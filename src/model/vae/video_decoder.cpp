@@ -11,8 +11,6 @@
 #include "model/vae/decode_room.h"
 #include "model/vae/video_vae.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
-#include "ops/ops_vae.h"
 
 namespace h3 {
 
@@ -146,22 +144,10 @@ int64_t VideoVae::batch_size(int64_t t, int64_t h, int64_t w) const {
                                0.5, quarter);
 }
 
-std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) const {
-  const int64_t lc = cfg_.latent_channels;
-  H3_CHECK(!blocks.empty(), "video VAE decoder: no blocks to decode");
-  const Tensor& z0 = blocks[0];
-  for (const Tensor& z : blocks)
-    H3_CHECK(z.ndim() == 4 && z.dim(0) == lc && z.shape() == z0.shape(),
-             "video VAE decoder: blocks must all be [{}, t, h, w] of one shape, got {} and {}", lc, z.describe(),
-             z0.describe());
-  const int64_t K = static_cast<int64_t>(blocks.size());
-  const int64_t t = z0.dim(1), h = z0.dim(2), w = z0.dim(3), V = t * h * w;
-  const int64_t D = cfg_.decoder_dim(), hd = cfg_.decoder_attention_head_dim;
-  const int64_t reg = cfg_.decoder_num_register_tokens, N = V + reg + 1;
-  const double eps = cfg_.decoder_norm_eps;
+Tensor VideoVae::embed_blocks(const std::vector<Tensor>& blocks, int64_t N) const {
+  const int64_t lc = cfg_.latent_channels, K = static_cast<int64_t>(blocks.size());
+  const int64_t V = blocks[0].dim(1) * blocks[0].dim(2) * blocks[0].dim(3), D = cfg_.decoder_dim();
   const bool gpu = dev_ != Device::cpu;
-  // One cuBLASLt algorithm per weight shape, so that a unit's rows come out the same however many are stacked.
-  const ops::PinnedGemms pin(dev_);
   // Tokens [K * V, lc]: block i's voxels in (t, h, w) order at rows [i * V, (i + 1) * V) (a transpose of each
   // channel-first block, on the host; they are small).
   Tensor tok(ct_, {K * V, lc});
@@ -192,16 +178,36 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
       copy_rows_into(x, i * N + V, registers_);
     }
   }
+  return x;
+}
+
+std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) const {
+  const int64_t lc = cfg_.latent_channels;
+  H3_CHECK(!blocks.empty(), "video VAE decoder: no blocks to decode");
+  const Tensor& z0 = blocks[0];
+  for (const Tensor& z : blocks)
+    H3_CHECK(z.ndim() == 4 && z.dim(0) == lc && z.shape() == z0.shape(),
+             "video VAE decoder: blocks must all be [{}, t, h, w] of one shape, got {} and {}", lc, z.describe(),
+             z0.describe());
+  const int64_t K = static_cast<int64_t>(blocks.size());
+  const int64_t t = z0.dim(1), h = z0.dim(2), w = z0.dim(3), V = t * h * w;
+  const int64_t D = cfg_.decoder_dim(), hd = cfg_.decoder_attention_head_dim;
+  const int64_t reg = cfg_.decoder_num_register_tokens, N = V + reg + 1;
+  const double eps = cfg_.decoder_norm_eps;
+  const bool gpu = dev_ != Device::cpu;
+  // One cuBLASLt algorithm per weight shape, so that a unit's rows come out the same however many are stacked.
+  const ops::PinnedGemms pin(dev_);
+  Tensor x = embed_blocks(blocks, N);
   // The blocks' GEMM inputs in the weights' dtype (bf16 in the bf16 recipe): the norms round their output to it in
   // the same pass (bitwise the norm then the conversion).
   const DType gemm_dt = blocks_.empty() ? ct_ : blocks_[0].to_q.dtype();
   Tensor cos, sin;
   rope_tables_for(t, h, w, K, gemm_dt, cos, sin);
   // The f64 run follows the reference's precision flow: its block and q/k RMSNorms run on x.float() (f32),
-  // the rest of the decoder in f64 (ops_vae.h, rms_norm_via_f32). The f32 and GPU paths keep their own norms.
+  // the rest of the decoder in f64 (ops/norm.h, NormRound::f32_in_f64). The f32 and GPU paths keep their own norms.
   const bool norms_via_f32 = ct_ == DType::f64 && !gpu;
   auto norm = [&](const Tensor& a, const Tensor* weight, int64_t group) {
-    return norms_via_f32 ? ops::rms_norm_via_f32(a, weight, group, eps) : ops::rms_norm(a, weight, group, eps);
+    return ops::rms_norm(a, weight, group, eps, norms_via_f32 ? ops::NormRound::f32_in_f64 : ops::NormRound::once);
   };
   // q/k: non-affine RMSNorm per head, then RoPE (fused on the GPU, with a weight of ones).
   auto norm_rope = [&](const Tensor& a) {
@@ -209,7 +215,7 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
     return ops::rope(norm(a, nullptr, hd), cos, sin, hd, false);
   };
 
-  // Each residual update runs with the norm that follows it (ops::add_scaled_norm_to: one pass on the GPU, bitwise
+  // Each residual update runs with the norm that follows it (ops::add_scaled_rms_norm: one pass on the GPU, bitwise
   // the two ops): scale1's with norm2, scale2's with the next block's norm1. The regions name the parts for
   // `bench-decode --profile` (profile.h; a disabled region costs a branch).
   auto gemm = [&](const char* name, const Tensor& a, const Tensor& weight, const Tensor& bias) {
@@ -220,7 +226,7 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
   if (!blocks_.empty()) {
     profile::Region r("vae.norm");
     const Tensor* w1 = &blocks_.front().norm1;
-    n1 = norms_via_f32 ? norm(x, w1, D) : ops::rms_norm_to(x, w1, D, eps, gemm_dt);
+    n1 = norms_via_f32 ? norm(x, w1, D) : ops::rms_norm(x, w1, D, eps, ops::NormRound::once, gemm_dt);
   }
   for (size_t li = 0; li < blocks_.size(); ++li) {
     const Block& b = blocks_[li];
@@ -249,7 +255,7 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
         x = ops::add_scaled(x, a, b.scale1);
         n2 = norm(x, &b.norm2, D);
       } else {
-        std::tie(x, n2) = ops::add_scaled_norm_to(x, a, b.scale1, &b.norm2, D, eps, gemm_dt);
+        std::tie(x, n2) = ops::add_scaled_rms_norm(x, a, b.scale1, &b.norm2, D, eps, gemm_dt);
       }
     }
     a = Tensor();
@@ -269,7 +275,7 @@ std::vector<Tensor> VideoVae::decode_blocks(const std::vector<Tensor>& blocks) c
         x = ops::add_scaled(x, f, b.scale2);
         n1 = norm(x, &next->norm1, D);
       } else {
-        std::tie(x, n1) = ops::add_scaled_norm_to(x, f, b.scale2, &next->norm1, D, eps, gemm_dt);
+        std::tie(x, n1) = ops::add_scaled_rms_norm(x, f, b.scale2, &next->norm1, D, eps, gemm_dt);
       }
     }
   }

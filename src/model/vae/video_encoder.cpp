@@ -3,7 +3,6 @@
 // (reflect) and put kernel_t - 1 zero frames in front; GroupNorm statistics are per frame.
 #include "model/vae/video_vae.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
 
 namespace h3 {
 

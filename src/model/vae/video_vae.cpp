@@ -223,6 +223,50 @@ TemporalChunkPlan plan_temporal_chunks(int64_t T, int64_t clip, int64_t drop, in
   return p;
 }
 
+void VideoVae::load_encoder(VaeWeightReader& r) {
+  const int64_t lc = cfg_.latent_channels;
+  const auto& ch = cfg_.block_out_channels;
+  conv_in_w_ = r.get("encoder.conv_in.weight", {ch[0], cfg_.in_channels, 3, 3, 3});
+  conv_in_b_ = r.get("encoder.conv_in.bias", {ch[0]});
+  int64_t cin = ch[0];
+  for (size_t l = 0; l < ch.size(); ++l) {
+    Level lv;
+    lv.ts = cfg_.temporal_downsample_factors[l];
+    lv.ss = cfg_.spatial_downsample_factors[l];
+    for (int64_t i = 0; i < cfg_.layers_per_block; ++i) {
+      const std::string n = fmt::format("encoder.down_blocks.{}.resnets.{}.", l, i);
+      const int64_t in = i == 0 ? cin : ch[l], out = ch[l];
+      Resnet rs;
+      rs.n1_w = r.get(n + "norm1.weight", {in});
+      rs.n1_b = r.get(n + "norm1.bias", {in});
+      rs.c1_w = r.get(n + "conv1.weight", {out, in, 3, 3, 3});
+      rs.c1_b = r.get(n + "conv1.bias", {out});
+      rs.n2_w = r.get(n + "norm2.weight", {out});
+      rs.n2_b = r.get(n + "norm2.bias", {out});
+      rs.c2_w = r.get(n + "conv2.weight", {out, out, 3, 3, 3});
+      rs.c2_b = r.get(n + "conv2.bias", {out});
+      if (in != out) {
+        rs.sc_w = r.get(n + "conv_shortcut.weight", {out, in, 1, 1, 1});
+        rs.sc_b = r.get(n + "conv_shortcut.bias", {out});
+      }
+      lv.resnets.push_back(std::move(rs));
+    }
+    if (lv.ts * lv.ss > 1) {
+      const std::string n = fmt::format("encoder.down_blocks.{}.downsamplers.0.conv.", l);
+      lv.down_w = r.get(n + "weight", {ch[l], ch[l], 3, 3, 3});
+      lv.down_b = r.get(n + "bias", {ch[l]});
+    }
+    levels_.push_back(std::move(lv));
+    cin = ch[l];
+  }
+  norm_out_enc_w_ = r.get("encoder.norm_out.weight", {ch.back()});
+  norm_out_enc_b_ = r.get("encoder.norm_out.bias", {ch.back()});
+  conv_out_w_ = r.get("encoder.conv_out.weight", {2 * lc, ch.back(), 3, 3, 3});
+  conv_out_b_ = r.get("encoder.conv_out.bias", {2 * lc});
+  quant_w_ = r.get("quant_conv.weight", {2 * lc, 2 * lc, 1, 1, 1});
+  quant_b_ = r.get("quant_conv.bias", {2 * lc});
+}
+
 VideoVae::VideoVae(const SafeTensors& f, const std::string& prefix, const VideoVaeConfig& cfg, Precision precision,
                    Device device)
     : VideoVae(*WeightFiles::of(f), prefix, cfg, precision, device) {}
@@ -304,48 +348,7 @@ VideoVae::VideoVae(const TensorSource& f, const std::string& prefix, const Video
   if (gpu) load_report_ = dev.finish();  // the decoder's device load, timed alone
 
   has_encoder_ = r.has("encoder.conv_in.weight");
-  if (has_encoder_) {
-    const auto& ch = cfg_.block_out_channels;
-    conv_in_w_ = r.get("encoder.conv_in.weight", {ch[0], cfg_.in_channels, 3, 3, 3});
-    conv_in_b_ = r.get("encoder.conv_in.bias", {ch[0]});
-    int64_t cin = ch[0];
-    for (size_t l = 0; l < ch.size(); ++l) {
-      Level lv;
-      lv.ts = cfg_.temporal_downsample_factors[l];
-      lv.ss = cfg_.spatial_downsample_factors[l];
-      for (int64_t i = 0; i < cfg_.layers_per_block; ++i) {
-        const std::string n = fmt::format("encoder.down_blocks.{}.resnets.{}.", l, i);
-        const int64_t in = i == 0 ? cin : ch[l], out = ch[l];
-        Resnet rs;
-        rs.n1_w = r.get(n + "norm1.weight", {in});
-        rs.n1_b = r.get(n + "norm1.bias", {in});
-        rs.c1_w = r.get(n + "conv1.weight", {out, in, 3, 3, 3});
-        rs.c1_b = r.get(n + "conv1.bias", {out});
-        rs.n2_w = r.get(n + "norm2.weight", {out});
-        rs.n2_b = r.get(n + "norm2.bias", {out});
-        rs.c2_w = r.get(n + "conv2.weight", {out, out, 3, 3, 3});
-        rs.c2_b = r.get(n + "conv2.bias", {out});
-        if (in != out) {
-          rs.sc_w = r.get(n + "conv_shortcut.weight", {out, in, 1, 1, 1});
-          rs.sc_b = r.get(n + "conv_shortcut.bias", {out});
-        }
-        lv.resnets.push_back(std::move(rs));
-      }
-      if (lv.ts * lv.ss > 1) {
-        const std::string n = fmt::format("encoder.down_blocks.{}.downsamplers.0.conv.", l);
-        lv.down_w = r.get(n + "weight", {ch[l], ch[l], 3, 3, 3});
-        lv.down_b = r.get(n + "bias", {ch[l]});
-      }
-      levels_.push_back(std::move(lv));
-      cin = ch[l];
-    }
-    norm_out_enc_w_ = r.get("encoder.norm_out.weight", {ch.back()});
-    norm_out_enc_b_ = r.get("encoder.norm_out.bias", {ch.back()});
-    conv_out_w_ = r.get("encoder.conv_out.weight", {2 * lc, ch.back(), 3, 3, 3});
-    conv_out_b_ = r.get("encoder.conv_out.bias", {2 * lc});
-    quant_w_ = r.get("quant_conv.weight", {2 * lc, 2 * lc, 1, 1, 1});
-    quant_b_ = r.get("quant_conv.bias", {2 * lc});
-  }
+  if (has_encoder_) load_encoder(r);
   r.finish();
   if (!cfg_.latents_mean.empty()) {
     lat_mean_ = Tensor::from(cfg_.latents_mean, {lc}).to(ct_);

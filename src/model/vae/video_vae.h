@@ -21,9 +21,11 @@
 #include "io/device_loader.h"
 #include "io/safetensors.h"
 #include "io/tensor_source.h"
-#include "ops/ops_vae.h"
+#include "ops/layout.h"
 
 namespace h3 {
+
+class VaeWeightReader;  // model/vae/weights.h
 
 struct VideoVaeConfig {
   int64_t in_channels = 3, out_channels = 3, latent_channels = 24;
@@ -215,6 +217,11 @@ class VideoVae {
   // k copies stacked: [k * N, rope_dim].
   void rope_tables_for(int64_t t, int64_t h, int64_t w, int64_t k, DType dt, Tensor& cos, Tensor& sin) const;
   Tensor decode_into_clip(const Tensor& z) const;  // decode() of a GPU VAE: streamed into one host clip
+  void load_encoder(VaeWeightReader& r);           // the encoder's weights, on the host (constructor)
+  // decode_blocks' residual stream x [K * N, D] for K blocks of [C, t, h, w] latents (N = t*h*w + registers + 1): each
+  // block's voxels (transposed to rows on the host) through post_quant_conv and proj_in, then the registers and one
+  // zero row, block i at rows [i * N, (i + 1) * N).
+  Tensor embed_blocks(const std::vector<Tensor>& blocks, int64_t rows_per_block) const;
 
   VideoVaeConfig cfg_;
   DType ct_;

@@ -8,6 +8,7 @@
 
 #include "model/dit/dit.h"
 #include "pipeline/synthetic.h"
+#include "support/bitwise.h"
 #include "support/error_of.h"
 
 using namespace h3;
@@ -18,20 +19,9 @@ DitCheckpoint mini() {
   return DitCheckpoint::open("procedural:mini");
 }
 
-bool bitwise(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
-// Two forwards at different timesteps (the second reuses the ring after a full pass), outputs side by side.
-std::vector<DitOutputs> two_forwards(const DitModel& m, bool keep = false) {
-  DitInputs in = make_synthetic_inputs(m.config(), SyntheticRequest{});
-  std::vector<DitOutputs> out;
-  out.push_back(m.forward(in, keep));
-  in.timestep =
-      Tensor::from(std::vector<float>(static_cast<size_t>(in.timestep.numel()), 0.375f), {in.timestep.numel()});
-  out.push_back(m.forward(in, keep));
-  return out;
-}
+using test::expect_same_outputs;
+using test::two_forwards;
+const auto bitwise = test::same_bits;
 
 }  // namespace
 
@@ -49,13 +39,9 @@ TEST(DitStreaming, EveryResidentCountIsBitwiseTheResidentRun) {
       for (const int slots : {1, 2, 3}) {
         const DitModel streamed(ck, p, DistPlan::single(), Device::cpu, {}, DitStreaming{r, slots});
         EXPECT_EQ(streamed.resident_blocks(), r);
-        const std::vector<DitOutputs> got = two_forwards(streamed);
-        for (size_t f = 0; f < got.size(); ++f) {
-          const std::string what = std::string(precision_name(p)) + ", " + std::to_string(r) + " resident, " +
-                                   std::to_string(slots) + " slots, forward " + std::to_string(f);
-          EXPECT_TRUE(bitwise(got[f].video, want[f].video)) << what;
-          EXPECT_TRUE(bitwise(got[f].audio, want[f].audio)) << what;
-        }
+        expect_same_outputs(two_forwards(streamed), want,
+                            std::string(precision_name(p)) + ", " + std::to_string(r) + " resident, " +
+                                std::to_string(slots) + " slots");
         const LayerStreamStats st = streamed.streaming_stats();
         EXPECT_EQ(st.streamed, n - r);
         EXPECT_EQ(st.misses, 0) << "forwards acquire the blocks in order";

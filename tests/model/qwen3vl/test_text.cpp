@@ -7,7 +7,6 @@
 #include "core/compare.h"
 #include "model/qwen3vl/text.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
 #include "support/golden.h"
 #include "verify/qwen3vl_text.h"
 
@@ -39,9 +38,7 @@ Tensor random_tensor(DType dt, Shape s, uint32_t seed) {
 }  // namespace
 
 TEST(Qwen3VlText, GoldenF32AllLengthsWithinTolerance) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   ASSERT_TRUE(looks_like_qwen3vl_text_golden(f));
   VerifyReport r = verify_qwen3vl_text_file(f, Precision::f32);
   r.print(stdout);
@@ -51,9 +48,7 @@ TEST(Qwen3VlText, GoldenF32AllLengthsWithinTolerance) {
 }
 
 TEST(Qwen3VlText, GoldenF64AllLengthsAtTheF32WeightFloor) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   VerifyReport r = verify_qwen3vl_text_file(f, Precision::f64);
   r.print(stdout);
   ASSERT_EQ(r.lines.size(), 9u);
@@ -64,9 +59,7 @@ TEST(Qwen3VlText, GoldenF64AllLengthsAtTheF32WeightFloor) {
 }
 
 TEST(Qwen3VlText, DetectsTheGoldenConfig) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   Qwen3VlTextConfig c = detect_qwen3vl_text_config(f);
   EXPECT_EQ(c.n_layers, 51);
   EXPECT_EQ(c.hidden, 32);
@@ -79,9 +72,7 @@ TEST(Qwen3VlText, DetectsTheGoldenConfig) {
 }
 
 TEST(Qwen3VlText, FiftyLayersGiveTheConditioningAndStateZeroIsTheEmbedding) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   Qwen3VlTextConfig c = detect_qwen3vl_text_config(f);
   Qwen3VlTextModel m50(f, c, 50, Precision::f32);
   EXPECT_EQ(m50.layers_loaded(), 50);
@@ -97,9 +88,7 @@ TEST(Qwen3VlText, FiftyLayersGiveTheConditioningAndStateZeroIsTheEmbedding) {
 }
 
 TEST(Qwen3VlText, CausalEarlierRowsIgnoreLaterTokens) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   Qwen3VlTextModel m(f, detect_qwen3vl_text_config(f), 50, Precision::f64);
   const auto a = golden_ids(f, "L40");
   auto b = a;

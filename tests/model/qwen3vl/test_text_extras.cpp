@@ -46,9 +46,7 @@ Tensor pick_rows(const Tensor& x, const std::vector<int64_t>& rows) {
 }  // namespace
 
 TEST(Qwen3VlTextExtras, ReplacingRowsWithTheirOwnEmbeddingsOrAddingZeroDeepstackChangesNothing) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   const Qwen3VlTextModel m(f, detect_qwen3vl_text_config(f), 50, Precision::f32);
   const auto ids = golden_ids(f, "L13");
   const Qwen3VlTextOutputs plain = m.forward(ids, {0, 1, 50}, false);
@@ -62,9 +60,7 @@ TEST(Qwen3VlTextExtras, ReplacingRowsWithTheirOwnEmbeddingsOrAddingZeroDeepstack
 }
 
 TEST(Qwen3VlTextExtras, ReplacedEmbeddingsAndDeepstackChangeOnlyRowsFromTheFirstReplacedOne) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   const Qwen3VlTextModel m(f, detect_qwen3vl_text_config(f), 50, Precision::f32);
   const auto ids = golden_ids(f, "L13");
   const Qwen3VlTextOutputs plain = m.forward(ids, {0, 1, 2, 50}, false);
@@ -103,9 +99,7 @@ TEST(Qwen3VlTextExtras, ReplacedEmbeddingsAndDeepstackChangeOnlyRowsFromTheFirst
 }
 
 TEST(Qwen3VlTextExtras, BadExtrasAreRefusedWithTheReason) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   const Qwen3VlTextModel m(f, detect_qwen3vl_text_config(f), 50, Precision::f32);
   const auto ids = golden_ids(f, "L13");
   TextExtras ex;
@@ -164,9 +158,7 @@ Folder write_folder(const SafeTensors& f, const fs::path& dir) {
 }  // namespace
 
 TEST(Qwen3VlTextFolder, ShardedFolderGivesTheSameStatesAndSkipsVisionShards) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   test::ScratchDir scratch;
   write_folder(f, scratch.path());
   const Qwen3VlTextWeights w = Qwen3VlTextWeights::open(scratch.path().string());
@@ -183,9 +175,7 @@ TEST(Qwen3VlTextFolder, ShardedFolderGivesTheSameStatesAndSkipsVisionShards) {
 }
 
 TEST(Qwen3VlTextFolder, MissingShardsKeysAndIndexAreNamed) {
-  const auto file = test::golden("qwen3vl-text-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "qwen3vl-text-mini.safetensors");
   {
     test::ScratchDir scratch;
     write_folder(f, scratch.path());

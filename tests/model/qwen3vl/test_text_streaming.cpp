@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "model/qwen3vl/text.h"
+#include "support/bitwise.h"
 #include "support/error_of.h"
 #include "support/golden.h"
 #include "support/thread_comm.h"
@@ -22,9 +23,7 @@ std::vector<int32_t> prompt(int64_t n, int64_t vocab) {
   return ids;
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
+const auto same_bytes = test::same_bits;
 
 struct Pass {
   Qwen3VlTextOutputs out;

@@ -11,9 +11,6 @@
 #include "model/qwen3vl/text.h"
 #include "model/qwen3vl/vision.h"
 #include "ops/ops.h"
-#include "ops/ops_act.h"
-#include "ops/ops_conv.h"
-#include "ops/ops_text.h"
 #include "support/golden.h"
 
 #include "support/gpu_test.h"

@@ -11,7 +11,7 @@
 #include "core/compare.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/qwen3vl.h"
-#include "ops/ops_act.h"
+#include "ops/ops.h"
 #include "support/golden.h"
 #include "support/scratch_dir.h"
 #include "verify/qwen3vl_vision.h"

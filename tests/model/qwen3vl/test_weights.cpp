@@ -13,6 +13,7 @@
 #include "model/qwen3vl/vision.h"
 #include "model/qwen3vl/weights.h"
 #include "ops/ops.h"
+#include "support/bitwise.h"
 #include "support/error_of.h"
 
 namespace h3 {
@@ -20,9 +21,7 @@ namespace {
 
 using test::error_of;
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
+using test::same_bits;
 
 TEST(QwenWeights, BlocksOfStoredAndProceduralTensorsAreTheSliceOfTheWhole) {
   const Qwen3VlTextWeights file = Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(kDefaultProceduralSeed));

@@ -10,9 +10,7 @@
 using namespace h3;
 
 TEST(AudioVaeDecode, ItemsOneAtATimeAreBitwiseTheBatchedDecode) {
-  const auto file = test::golden("audio-vae-mini.safetensors");
-  H3_REQUIRE_GOLDEN(file);
-  SafeTensors f = SafeTensors::open(file);
+  H3_OPEN_GOLDEN(f, "audio-vae-mini.safetensors");
   const AudioVae vae(f, "weight.", AudioVaeConfig::from_json_text(f.meta("config"), f.path()), Precision::f32);
   const Tensor z = f.get("decode.input.latents_denormalized");
   ASSERT_EQ(z.dim(0), 2) << "stereo: two items";

@@ -15,8 +15,6 @@
 #include "model/qwen3vl/procedural.h"
 #include "model/vae/procedural.h"
 #include "ops/ops.h"
-#include "ops/ops_conv.h"
-#include "ops/ops_vae.h"
 #include "support/golden.h"
 #include "verify/vae.h"
 
@@ -83,16 +81,16 @@ TEST(CudaVaeOps, RmsNormToBf16EqualsNormThenRound) {
   H3_REQUIRE_GPU();
   const Tensor x = rnd({37, 203}, 600, 3.0), w = rnd({203}, 601), x2 = rnd({29, 192}, 602, 2.0), w2 = rnd({64}, 603);
   const Tensor gx = gpu(x), gw = gpu(w), gx2 = gpu(x2), gw2 = gpu(w2);
-  const Tensor fused = ops::rms_norm_to(gx, &gw, 203, 1e-5, DType::bf16);
+  const Tensor fused = ops::rms_norm(gx, &gw, 203, 1e-5, ops::NormRound::once, DType::bf16);
   ASSERT_EQ(fused.dtype(), DType::bf16);
   expect_bitwise(fused, ops::rms_norm(gx, &gw, 203, 1e-5).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to rows");
-  expect_bitwise(ops::rms_norm_to(gx2, &gw2, 64, 1e-6, DType::bf16),
+  expect_bitwise(ops::rms_norm(gx2, &gw2, 64, 1e-6, ops::NormRound::once, DType::bf16),
                  ops::rms_norm(gx2, &gw2, 64, 1e-6).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to heads");
-  expect_bitwise(ops::rms_norm_to(gx2, nullptr, 192, 1e-6, DType::bf16),
+  expect_bitwise(ops::rms_norm(gx2, nullptr, 192, 1e-6, ops::NormRound::once, DType::bf16),
                  ops::rms_norm(gx2, nullptr, 192, 1e-6).to(DType::bf16).cpu().to(DType::f32), "rms_norm_to no weight");
   // f32 out: the plain norm.
-  expect_bitwise(ops::rms_norm_to(gx, &gw, 203, 1e-5, DType::f32), ops::rms_norm(gx, &gw, 203, 1e-5).cpu(),
-                 "rms_norm_to f32");
+  expect_bitwise(ops::rms_norm(gx, &gw, 203, 1e-5, ops::NormRound::once, DType::f32),
+                 ops::rms_norm(gx, &gw, 203, 1e-5).cpu(), "rms_norm_to f32");
 }
 
 // The fused residual update + norm against add_scaled then rms_norm_to, both outputs bitwise: the decoder's width
@@ -117,12 +115,12 @@ TEST(CudaVaeOps, AddScaledNormToEqualsTheTwoOps) {
     const Tensor x = gpu(rnd({c.rows, c.cols}, seed++, 3.0)), y = gpu(rnd({c.rows, c.cols}, seed++), c.branch);
     const Tensor sc = gpu(rnd({c.cols}, seed++, 0.2)), w = gpu(rnd({c.group}, seed++));
     const Tensor* wp = c.weight ? &w : nullptr;
-    const auto [sum, normed] = ops::add_scaled_norm_to(x, y, sc, wp, c.group, 1e-5, c.out);
+    const auto [sum, normed] = ops::add_scaled_rms_norm(x, y, sc, wp, c.group, 1e-5, c.out);
     ASSERT_EQ(normed.dtype(), c.out) << what;
     const Tensor want_sum = ops::add_scaled(x, y, sc);
-    expect_bitwise(sum, want_sum.cpu(), "add_scaled_norm_to sum " + what);
-    expect_bitwise(normed, ops::rms_norm_to(want_sum, wp, c.group, 1e-5, c.out).cpu().to(DType::f32),
-                   "add_scaled_norm_to norm " + what);
+    expect_bitwise(sum, want_sum.cpu(), "add_scaled_rms_norm sum " + what);
+    expect_bitwise(normed, ops::rms_norm(want_sum, wp, c.group, 1e-5, ops::NormRound::once, c.out).cpu().to(DType::f32),
+                   "add_scaled_rms_norm norm " + what);
   }
 }
 

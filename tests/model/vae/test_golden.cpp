@@ -107,7 +107,7 @@ TEST(VideoVaeChunks, FrameCountsFollowTheEncoderGeometry) {
 // ---- golden files ----
 
 // f64: the encode and both decodes at ~4e-16. The decodes need the reference's precision flow: diffusers' ViT
-// decoder runs its block and q/k RMSNorms on x.float() even in the f64 run (ops_vae.h, rms_norm_via_f32);
+// decoder runs its block and q/k RMSNorms on x.float() even in the f64 run (ops/norm.h, NormRound::f32_in_f64);
 // with f64 norms they sat at 3.4e-8 on every pixel (docs/notes.md, 2026-12-01).
 TEST_F(VideoVaeGolden, AllCasesF64) {
   const SafeTensors& f = file();

@@ -1,8 +1,7 @@
-// The f64 video decoder's reference-flow RMSNorm (ops_vae.h: rms_norm_via_f32, torch_cpu_sum_f32). Each
-// expectation is spelled out here from ATen's sum order for one shape, written independently of the cascade
-// code in src/backend/cpu/vae.cpp, and compared bitwise. The data spans 2^-12 .. 2^12 so that a different
-// order of the same additions gives a different float: every case also checks that the naive left-to-right
-// sum differs.
+// The f64 video decoder's reference-flow RMSNorm (ops/norm.h: rms_norm with NormRound::f32_in_f64, torch_cpu_sum_f32).
+// Each expectation is spelled out here from ATen's sum order for one shape, written independently of the cascade code
+// in src/backend/cpu/norm.cpp, and compared bitwise. The data spans 2^-12 .. 2^12 so that a different order of the same
+// additions gives a different float: every case also checks that the naive left-to-right sum differs.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -12,8 +11,8 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/norm.h"
 #include "ops/ops.h"
-#include "ops/ops_vae.h"
 
 using namespace h3;
 
@@ -107,8 +106,8 @@ TEST(VaeRefNorm, RmsNormViaF32RoundsWhereTheReferenceDoes) {
   for (auto& v : wv) v = 1.0 + 0.1 * nd(rng);
   const Tensor x = Tensor::from(xv, {rows, cols}), w = Tensor::from(wv, {group});
   const double eps = 1e-5;
-  const Tensor got = ops::rms_norm_via_f32(x, &w, group, eps);
-  const Tensor got_plain = ops::rms_norm_via_f32(x, nullptr, group, eps);
+  const Tensor got = ops::rms_norm(x, &w, group, eps, ops::NormRound::f32_in_f64);
+  const Tensor got_plain = ops::rms_norm(x, nullptr, group, eps, ops::NormRound::f32_in_f64);
   const Tensor f64 = ops::rms_norm(x, &w, group, eps);
   ASSERT_EQ(got.dtype(), DType::f64);
   ASSERT_EQ(got.shape(), x.shape());
@@ -142,7 +141,7 @@ TEST(VaeRefNorm, RmsNormViaF32RoundsWhereTheReferenceDoes) {
   // The f32 steps are visible against the all-f64 norm, and bounded by a few f32 roundings.
   EXPECT_GT(max_rel_to_f64, 1e-9);
   EXPECT_LT(max_rel_to_f64, 1e-6);
-  EXPECT_THROW(ops::rms_norm_via_f32(x.to(DType::f32), &w, group, eps), Error);
+  EXPECT_THROW(ops::rms_norm(x.to(DType::f32), &w, group, eps, ops::NormRound::f32_in_f64), Error);
 }
 
 TEST(VaeRefNorm, RmsNormViaF32TransformersWeightStaysF64) {
@@ -158,8 +157,8 @@ TEST(VaeRefNorm, RmsNormViaF32TransformersWeightStaysF64) {
     for (auto& v : wv) v = 1.0 + 0.1 * nd(rng);
     const Tensor x = Tensor::from(xv, {rows, cols}), w = Tensor::from(wv, {group});
     const double eps = 1e-6;
-    const Tensor got = ops::rms_norm_via_f32(x, &w, group, eps, ops::RefNormWeight::kF64ThenWeight);
-    const Tensor vae = ops::rms_norm_via_f32(x, &w, group, eps);  // kWeightThenF32
+    const Tensor got = ops::rms_norm(x, &w, group, eps, ops::NormRound::f32_in_f64_weight_f64);
+    const Tensor vae = ops::rms_norm(x, &w, group, eps, ops::NormRound::f32_in_f64);
     ASSERT_EQ(got.dtype(), DType::f64);
     int64_t differs_from_vae = 0, not_f32 = 0;
     std::vector<float> xf(static_cast<size_t>(group)), sq(static_cast<size_t>(group));

@@ -1,11 +1,13 @@
 // The text tower's causal grouped-query attention (backend/cuda/attention/causal.h). A simple kernel: the text tower is
-// a few percent of a job, so one warp walks the keys of one (row, query head) in order.
+// a few percent of a job, so one warp walks the keys of one (row, query head) in order (attention/warp_row.cuh, as the
+// plain kernel of attention/simple.cu does).
 #include <cuda_bf16.h>
 
 #include <cfloat>
 #include <cstdint>
 
 #include "backend/cuda/attention/causal.h"
+#include "backend/cuda/attention/warp_row.cuh"
 #include "backend/cuda/device.cuh"
 
 namespace h3::cuda {
@@ -15,7 +17,7 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxPerLane = 8;  // head_dim <= 32 * 8
 
-// Warp w handles query row i = w / heads, head h = w % heads; lane l holds channels l, l+32, ...
+// Warp w handles query row i = w / heads, head h = w % heads (KV head h / group), keys 0..i.
 template <typename T>
 __global__ void attention_causal_kernel(const T* q, const T* k, const T* v, T* o, int64_t n, int64_t heads,
                                         int64_t group, int64_t d, float scale) {
@@ -24,32 +26,7 @@ __global__ void attention_causal_kernel(const T* q, const T* k, const T* v, T* o
   if (warp >= n * heads) return;
   const int64_t i = warp / heads, h = warp % heads, kvh = h / group;
   const int64_t qcols = heads * d, kcols = (heads / group) * d;
-  float qv[kMaxPerLane], acc[kMaxPerLane];
-  for (int e = 0; e < kMaxPerLane; ++e) {
-    const int64_t c = lane + 32 * e;
-    qv[e] = c < d ? ld(q, i * qcols + h * d + c) : 0.f;
-    acc[e] = 0.f;
-  }
-  float m = -FLT_MAX, l = 0.f;
-  for (int64_t j = 0; j <= i; ++j) {
-    float dot = 0.f;
-    for (int e = 0; e < kMaxPerLane; ++e) {
-      const int64_t c = lane + 32 * e;
-      if (c < d) dot += qv[e] * ld(k, j * kcols + kvh * d + c);
-    }
-    const float s = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
-    l = l * corr + p;
-    for (int e = 0; e < kMaxPerLane; ++e) {
-      const int64_t c = lane + 32 * e;
-      acc[e] = acc[e] * corr + (c < d ? p * ld(v, j * kcols + kvh * d + c) : 0.f);
-    }
-    m = m_new;
-  }
-  for (int e = 0; e < kMaxPerLane; ++e) {
-    const int64_t c = lane + 32 * e;
-    if (c < d) st(o, i * qcols + h * d + c, acc[e] / l);
-  }
+  warp_attention_row<T, kMaxPerLane>(q, k, v, o, lane, i, h, kvh, qcols, kcols, d, i + 1, scale);
 }
 
 template <typename T>

@@ -1,5 +1,5 @@
 // The text tower's CUDA kernels (backend/cuda/attention/causal.cu): plain functions of pointers, sizes and a stream
-// that return a CUDA error code; backend/cuda/text_ops.cpp checks tensors first.
+// that return a CUDA error code; backend/cuda/attention_ops.cpp checks tensors first.
 #pragma once
 #include <cuda_runtime.h>
 

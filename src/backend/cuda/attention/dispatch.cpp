@@ -24,8 +24,8 @@ namespace h3::cuda {
 
 namespace {
 
-// Our wgmma kernel for one kind of attention, where it runs (it is 10-20 % faster than cuDNN at the DiT's lengths:
-// bf16 650-755 TFLOPS against cuDNN's 580-640, FP8 966-1,065 against cuDNN's FP8 graph's 838 on the H200).
+// Our wgmma kernel for one kind of attention, where it runs (faster than cuDNN at the DiT's lengths, in bf16 and FP8:
+// docs/notes.md, "2026-12-06 (rooms)").
 struct OurKernel {
   const char* what;  // "bf16 attention", "FP8 attention"
   std::string (*unsupported)(const void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t,

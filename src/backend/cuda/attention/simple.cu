@@ -1,4 +1,5 @@
-// The plain attention kernel (backend/cuda/attention/simple.h). Built with --fmad=false, so that a*b+c rounds
+// The plain attention kernel (backend/cuda/attention/simple.h): one warp per query row and head
+// (attention/warp_row.cuh). Built with --fmad=false, so that a*b+c rounds
 // twice, as on the CPU backend.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -9,6 +10,7 @@
 #include <initializer_list>
 
 #include "backend/cuda/attention/simple.h"
+#include "backend/cuda/attention/warp_row.cuh"
 #include "backend/cuda/device.cuh"
 #include "backend/cuda/launch.cuh"
 
@@ -16,6 +18,7 @@ namespace h3::cuda {
 
 namespace {
 
+// Warp w handles query row i = w / heads, head h = w % heads, every key.
 template <typename T, int kPer>
 __global__ void attention_simple_kernel(const T* q, const T* k, const T* v, T* o, int64_t nq, int64_t nk, int64_t heads,
                                         int64_t d, float scale) {
@@ -23,32 +26,7 @@ __global__ void attention_simple_kernel(const T* q, const T* k, const T* v, T* o
   const int lane = threadIdx.x & 31;
   if (warp >= nq * heads) return;
   const int64_t i = warp / heads, h = warp % heads, cols = heads * d;
-  float qv[kPer], acc[kPer];
-  for (int e = 0; e < kPer; ++e) {
-    const int64_t c = lane + 32 * e;
-    qv[e] = c < d ? ld(q, i * cols + h * d + c) : 0.f;
-    acc[e] = 0.f;
-  }
-  float m = -FLT_MAX, l = 0.f;
-  for (int64_t j = 0; j < nk; ++j) {
-    float dot = 0.f;
-    for (int e = 0; e < kPer; ++e) {
-      const int64_t c = lane + 32 * e;
-      if (c < d) dot += qv[e] * ld(k, j * cols + h * d + c);
-    }
-    const float s = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
-    l = l * corr + p;
-    for (int e = 0; e < kPer; ++e) {
-      const int64_t c = lane + 32 * e;
-      acc[e] = acc[e] * corr + (c < d ? p * ld(v, j * cols + h * d + c) : 0.f);
-    }
-    m = m_new;
-  }
-  for (int e = 0; e < kPer; ++e) {
-    const int64_t c = lane + 32 * e;
-    if (c < d) st(o, i * cols + h * d + c, acc[e] / l);
-  }
+  warp_attention_row<T, kPer>(q, k, v, o, lane, i, h, h, cols, cols, d, nk, scale);
 }
 
 }  // namespace

@@ -30,9 +30,9 @@ using namespace wgmma;
 
 constexpr int kD = 128;   // head dim
 constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups of 64)
-// Keys per tile (kBN, the kernel's template parameter): 192, ~2 % faster than 128 on an H200 (208 of the 240
-// registers for S, O and P); the kernel still compiles for 128. K and V stages are [kBN x 128], two [kBN x 64]
-// halves.
+// Keys per tile (kBN, the kernel's template parameter): 192, faster than 128 (docs/notes.md, "2026-12-06 (rooms)"; 208
+// of the 240 registers for S, O and P); the kernel still compiles for 128. K and V stages are [kBN x 128], two [kBN x
+// 64] halves.
 constexpr int kKeysPerTile = 192;
 constexpr int kStages = 2;       // K / V ring depth
 constexpr int kConsumers = 256;  // threads of the two consumer warpgroups

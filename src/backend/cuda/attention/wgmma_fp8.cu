@@ -31,11 +31,11 @@ using namespace wgmma;
 
 constexpr int kD = 128;   // head dim
 constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups of 64)
-// Keys per tile (kBN, the kernel's template parameter): 224, 4-6 % faster than 128 on an H200 (fewer per-tile steps
-// for the same MMAs; 256 does not fit the registers); the kernel still compiles for 128. K's stage is [kBN keys x 128]
-// with the 128-byte swizzle. V^T's is a [128 x 128 keys] block with the 128-byte swizzle, then for 224 a [128 x 64
-// keys] block with the 64-byte one and a [128 x 32 keys] block with the 32-byte one: wgmma reads a K-major operand in
-// rows of its swizzle's span.
+// Keys per tile (kBN, the kernel's template parameter): 224, faster than 128 (fewer per-tile steps for the same MMAs;
+// docs/notes.md, "2026-12-06 (rooms)"; 256 does not fit the registers); the kernel still compiles for 128. K's stage is
+// [kBN keys x 128] with the 128-byte swizzle. V^T's is a [128 x 128 keys] block with the 128-byte swizzle, then for 224
+// a [128 x 64 keys] block with the 64-byte one and a [128 x 32 keys] block with the 32-byte one: wgmma reads a K-major
+// operand in rows of its swizzle's span.
 constexpr int kKeysPerTile = 224;
 constexpr int kStages = 2;                  // K / V ring depth (3 measured no faster with 224-key tiles)
 constexpr int kConsumers = 256;             // threads of the two consumer warpgroups
@@ -269,8 +269,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       float c0, c1;
       softmax(j, s_acc, c0, c1);
       // Row 0's sums done before P V's wait (e4m3 O: the forward's single-rank path): ptxas then keeps ~5/6 of the
-      // softmax beside P V, +3.5 % at 14,908 x 56 and +2.6 % at 37,830 x 56 (with the whole of it, both sums, the
-      // kernel ran 4-8 % slower than without the boundary: measured, not understood).
+      // softmax beside P V, which is faster; with the whole of it (both sums) the kernel ran slower than without the
+      // boundary, measured, not understood (docs/notes.md, "2026-12-06 (rooms)").
       if constexpr (kOutFp8) block_boundary_after(l0);
       wg_wait<0>();
       fence_regs(o_acc);
@@ -506,7 +506,8 @@ void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_sc
   const Kernel kernel = chosen->kernel;
   const int smem = chosen->smem;
   // One CTA per SM taking the work items in turn (the ring running on across items, the next item's Q and first
-  // tiles loading while one finishes): +1.6 % at 14,908 x 56 on the H200 against one CTA per item, the same bits.
+  // tiles loading while one finishes): faster than one CTA per item (docs/notes.md, "2026-12-06 (rooms)"), the same
+  // bits.
   const int64_t items = (nq + kBM - 1) / kBM * heads;
   int64_t ctas = items;
   int dev = 0, sms = 0;

@@ -1,6 +1,6 @@
-// Convolution, normalisation and padding ops the two VAEs need, with the same contract as ops.h: f32 or f64 host
-// tensors, every output element computed by one thread with a fixed accumulation order (so results never depend
-// on the thread count).
+// The convolution family of the op API (ops/ops.h has the contract every op shares): the two VAEs' 3-D and 1-D
+// convolutions and their padding, every output element computed by one thread with a fixed accumulation order (so
+// results never depend on the thread count).
 //
 // Layouts (row-major):
 //   video: x[C, T, H, W], conv3d weight w[O, C, kt, kh, kw]          (one video; the VAE runs batch 1)
@@ -21,11 +21,6 @@ Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor* bias, std::array<i
 // Pads x[C,T,H,W]: `t_front` zero frames before the first frame, then `top/bottom/left/right` pixels with `mode`
 // (reflect: x[-i] = x[i], replicate: x[-i] = x[0], zeros).
 Tensor pad3d(const Tensor& x, int64_t t_front, int64_t top, int64_t bottom, int64_t left, int64_t right, PadMode mode);
-// Group norm of x[C, T, S] with statistics per (group, t) over the group's C/groups channels and all S positions
-// (the video encoder's "temporally isolated" GroupNorm), then the per-channel affine w[C], b[C].
-Tensor group_norm_frames(const Tensor& x, int64_t groups, const Tensor* w, const Tensor* b, double eps);
-// LayerNorm over the last dim of x[N, C] (biased variance), then the affine w[C], b[C] when given.
-Tensor layer_norm(const Tensor& x, const Tensor* w, const Tensor* b, double eps);
 
 // 1-D convolution of x[B,C,L] with zero padding `pad` on both sides:
 //   y[b,o,j] = bias[o] + sum_{c in group(o), k} w[o,c',k] * x[b,c, j*stride + k*dilation - pad].
@@ -37,13 +32,5 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor* bias, in
                         int64_t groups);
 // Pads the last dim of x[B,C,L] by `left` and `right` samples with `mode`.
 Tensor pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode);
-
-// Causal attention per head: q/k/v[N, H*D], row i attends to rows 0..i; softmax scale 1/sqrt(D).
-// Causal attention with grouped KV heads: q[N, Hq*D], k/v[N, Hkv*D] (Hkv divides Hq; query head h reads KV head
-// h / (Hq / Hkv)); row i attends to rows 0..i; softmax scale 1/sqrt(D).
-Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim);
-
-// Weight normalisation (torch.nn.utils.weight_norm, dim 0): w = g * v / ||v||, the norm over all dims but 0.
-Tensor weight_norm(const Tensor& g, const Tensor& v);
 
 }  // namespace h3::ops

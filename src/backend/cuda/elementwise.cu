@@ -1,6 +1,6 @@
-// The AdaLN modulation, the gated residual and the sum (backend/cuda/modulate.h): f32 or bf16, the bf16 rows of a
-// width in 8s through 16-byte accesses. Built with --fmad=false, so that a*b+c rounds
-// twice, as on the CPU backend.
+// The element-wise family (backend/cuda/elementwise.h): the AdaLN modulation, the gated residual and the sum (f32 or
+// bf16, the bf16 rows of a width in 8s through 16-byte accesses), the LayerScale residual and the divide-and-clamp.
+// Built with --fmad=false, so that a*b+c rounds twice, as on the CPU backend.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -10,8 +10,8 @@
 #include <initializer_list>
 
 #include "backend/cuda/device.cuh"
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.cuh"
-#include "backend/cuda/modulate.h"
 
 namespace h3::cuda {
 
@@ -137,6 +137,52 @@ cudaError_t add(const void* x, const void* y, void* out, ElemType t, int64_t n, 
     using T = decltype(tag);
     add_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(y),
                                                      static_cast<T*>(out), n);
+  });
+}
+
+namespace {
+
+template <typename TX, typename TY>
+__global__ void add_scaled_kernel(const TX* x, const TY* y, const TX* scale, TX* out, int64_t cols, int64_t n) {
+  H3_GRID_LOOP(idx, n) st(out, idx, ld(x, idx) + ld(y, idx) * ld(scale, idx % cols));
+}
+
+template <typename T>
+__global__ void divide_clamp_kernel(const T* x, T* y, float d, float lo, float hi, int64_t n) {
+  H3_GRID_LOOP(idx, n) st(y, idx, fminf(hi, fmaxf(lo, ld(x, idx) / d)));
+}
+
+}  // namespace
+
+cudaError_t add_scaled(const void* x, const void* y, const void* scale, void* out, ElemType tx, ElemType ty,
+                       int64_t rows, int64_t cols, cudaStream_t s) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  using B = __nv_bfloat16;
+  if (tx == ElemType::f32 && ty == ElemType::f32)
+    add_scaled_kernel<float, float>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(x), static_cast<const float*>(y),
+                                            static_cast<const float*>(scale), static_cast<float*>(out), cols, n);
+  else if (tx == ElemType::f32 && ty == ElemType::bf16)
+    add_scaled_kernel<float, B>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(x), static_cast<const B*>(y),
+                                            static_cast<const float*>(scale), static_cast<float*>(out), cols, n);
+  else if (tx == ElemType::bf16 && ty == ElemType::bf16)
+    add_scaled_kernel<B, B><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(y),
+                                                               static_cast<const B*>(scale), static_cast<B*>(out), cols,
+                                                               n);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float divisor, float lo, float hi,
+                         cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    divide_clamp_kernel<T>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), divisor, lo, hi, n);
   });
 }
 
