@@ -358,7 +358,7 @@ const OptionDef preview_every =
            "and the job's latest at content?variant=preview). 10 costs about 1.4 % of a 768p denoise (docs/notes.md)")
         .with_env("H3_PREVIEW_EVERY")
         .with_check(CLI::Range(0, 1000))
-        .taken_by({take("generate").shows_default()});
+        .taken_by({take("generate").shows_default(), take("serve").shows_default()});
 
 const OptionDef max_device_memory =
     knob_option("max_device_memory")
