@@ -1,14 +1,14 @@
 #include "serve/worker.h"
 
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -18,6 +18,7 @@
 #include "media/mp4_writer.h"
 #include "serve/at_work.h"
 #include "serve/channel.h"
+#include "serve/inbox.h"
 #include "serve/store.h"
 
 namespace h3::serve {
@@ -26,61 +27,6 @@ namespace {
 
 // How often rank 0 says it is at work during a long call: far inside the stall timeout (2 x --timeout + 30 s).
 constexpr double kAtWorkEveryS = 10;
-
-// Rank 0's side of the control channel: the reader thread's inbox and the running job's cancel flag.
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<nlohmann::json> commands;  // job / forget / shutdown
-  std::string running;                  // id of the job in progress ("" when idle)
-  std::atomic<bool> cancel{false}, suspend{false};
-  std::string pending_cancel, pending_suspend;
-
-  void reader(LineChannel& ch) {
-    for (;;) {
-      auto m = ch.receive(-1);
-      if (!m) break;
-      const std::string type = (*m)["type"].get<std::string>();
-      std::lock_guard lock(mu);
-      if (type == "cancel" || type == "suspend") {
-        const std::string id = m->value("id", "");
-        // A job still waiting in the inbox starts cancelled / suspended (it must still run, so "done" is reported).
-        std::atomic<bool>& flag = type == "cancel" ? cancel : suspend;
-        if (!id.empty() && id == running)
-          flag = true;
-        else
-          (type == "cancel" ? pending_cancel : pending_suspend) = id;
-      } else if (type == "job" || type == "shutdown" || type == "forget") {
-        commands.push_back(std::move(*m));
-        cv.notify_all();
-      }
-    }
-    std::lock_guard lock(mu);
-    commands.push_back({{"type", "shutdown"}, {"why", "the supervisor closed the control channel"}});
-    cv.notify_all();
-  }
-
-  nlohmann::json next(double wait_s) {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::duration<double>(wait_s), [&] { return !commands.empty(); });
-    if (commands.empty()) return {{"type", "tick"}};
-    nlohmann::json c = std::move(commands.front());
-    commands.pop_front();
-    if (c["type"] == "job") {
-      running = c.value("id", "");
-      cancel = !running.empty() && running == pending_cancel;
-      suspend = !running.empty() && running == pending_suspend;
-    }
-    return c;
-  }
-
-  void finished() {
-    std::lock_guard lock(mu);
-    running.clear();
-    cancel = false;
-    suspend = false;
-  }
-};
 
 // The jobs this rank suspended for others (RunHooks::suspend): each one's state and the video it stopped in. Every
 // rank keeps its own; the supervisor keeps the count small (Supervisor::maybe_preempt) and says when one is dropped.
@@ -265,6 +211,11 @@ int run_worker(const WorkerOptions& o) {
           comm.size() > 1 ? fmt::format("rank {} ({}): {}", comm.rank(), comm.host(), e.what()) : std::string(e.what());
     }
     set_debug_fault("");
+    // What the job freed goes back to the system: jobs of other sizes and modes would otherwise leave the heap at its
+    // high-water mark for the group's life (the soak measures the workers' memory between jobs).
+#ifdef __GLIBC__
+    ::malloc_trim(0);
+#endif
     if (ch) {
       inbox.finished();
       ch->send(done);

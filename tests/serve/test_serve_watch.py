@@ -150,6 +150,13 @@ def run_fake(h3):
         st, ej = s.json("POST", "/v1/videos/%s/cancel" % e["id"])
         check(ej["status"] == "cancelled", "the suspended job cancelled while queued")
         check(s.wait_job(f["id"])["status"] == "completed", "the urgent job completed")
+        # 6. A job suspended before its first step (the suspend reached the ranks with the job) resumes once and
+        #    completes: the suspend is not found again when it starts the second time.
+        g = submit(s, {"prompt": "first", "size": "320x192", "steps": 6, "seed": 11})
+        h = submit(s, {"prompt": "second", "size": "320x192", "steps": 3, "seed": 12, "priority": 1})
+        gj, hj = s.wait_job(g["id"], timeout=30), s.wait_job(h["id"], timeout=30)
+        check(gj["status"] == "completed" and hj["status"] == "completed" and gj["preemptions"] <= 1,
+              "a job suspended at once resumes and completes (preempted %d time)" % gj["preemptions"])
         st, h = s.json("GET", "/health")
         check(h["restarts"] == 0 and h["status"] == "ok", "no rank group restart")
 
