@@ -45,6 +45,7 @@ struct ServeOptions {
   int max_attempts = 2;                      // a job interrupted by server restarts runs at most this often
   bool debug_faults = false;                 // accept the "x_debug_fault" request field (tests only)
   int preview_every = kDefaultPreviewEvery;  // previews every K DiT calls (0 = none; pipeline/preview.h)
+  int64_t event_log = 4096;                  // events kept in memory for streams (serve/events.h)
   std::string lora_dir;                      // LoRA files a job may name ("loras": [{"name", "strength"}]); "" = none
   std::string model_id = "minimax-h3";
   std::string device = "cpu";  // where the group runs (h3 --device): the web page's defaults follow it
@@ -138,7 +139,7 @@ class Supervisor {
 
   ServeOptions o_;
   std::unique_ptr<JobStore> store_;
-  EventHub events_;
+  EventHub events_{static_cast<size_t>(o_.event_log)};
   std::thread group_thread_;
   std::atomic<bool> stopping_{false};
   int wake_pipe_[2] = {-1, -1};
