@@ -141,7 +141,10 @@ async function showPreview(d) {
   try {
     const r = await fetch(d.url, {headers: headers()});
     if (!r.ok) return false;
-    const u = URL.createObjectURL(await r.blob());
+    const b = await r.blob();
+    const j = jobs.get(d.id);
+    if (j && ["completed", "failed", "cancelled"].includes(j.status)) return false;  // over meanwhile: its poster shows
+    const u = URL.createObjectURL(b);
     const old = previews.get(d.id);
     previews.set(d.id, {url: u, step: d.step, steps: d.steps});
     if (old) URL.revokeObjectURL(old.url);
@@ -238,7 +241,13 @@ function forget(id) {
   if (pv) URL.revokeObjectURL(pv.url);
   previews.delete(id);
 }
-function upsert(j) { if (j && j.id) { if (j.deleted) forget(j.id); else jobs.set(j.id, j); render(); } }
+function upsert(j) {
+  if (!j || !j.id) return;
+  if (j.deleted) forget(j.id); else jobs.set(j.id, j);
+  const pv = previews.get(j.id);  // a finished job shows its poster: its last preview is let go
+  if (pv && ["completed", "failed", "cancelled"].includes(j.status)) { URL.revokeObjectURL(pv.url); previews.delete(j.id); }
+  render();
+}
 function showHealth(h) {
   $("health").textContent = h.status === "ok" ? "ready" : (h.group || "unavailable");
   $("health").className = h.status === "ok" ? "ok" : "bad";
