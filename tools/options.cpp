@@ -355,7 +355,7 @@ const OptionDef preview_every =
     option("--preview-every",
            "a preview of the video every K DiT calls while denoising (0: none): the prediction's first frames decoded "
            "by the video VAE, a picture at most 480 pixels wide (generate: with --preview-dir; serve: preview events "
-           "and the job's latest at content?variant=preview). 10 costs about 1.4 % of a 768p denoise (docs/notes.md)")
+           "and the job's latest at content?variant=preview). 10: an estimated 1.4 % of a 768p denoise (docs/notes.md)")
         .with_env("H3_PREVIEW_EVERY")
         .with_check(CLI::Range(0, 1000))
         .taken_by({take("generate").shows_default(), take("serve").shows_default()});
