@@ -21,8 +21,10 @@
 #include "distributed/comm.h"
 #include "io/procedural.h"
 #include "io/safetensors.h"
+#include "media/mp4_writer.h"
 #include "model/dit/lora.h"
 #include "pipeline/generator.h"
+#include "pipeline/preview.h"
 #include "pipeline/run_record.h"
 
 namespace h3::cli {
@@ -41,6 +43,8 @@ Tensor pick_tensor(const SafeTensors& f, std::initializer_list<const char*> name
   fail("{}: no {} tensor (looked for {})", f.path(), what, list);
 }
 
+constexpr int kMaxCount = 8;  // as a server job's `n`
+
 // --seed: an integer 0 .. 2^64 - 1, refused (not wrapped, not taken as "random") otherwise.
 uint64_t parse_seed(const std::string& s) {
   const bool digits = !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
@@ -48,6 +52,12 @@ uint64_t parse_seed(const std::string& s) {
   H3_CHECK(fits, "--seed {}: give an integer 0 .. 18446744073709551615 (or leave it out for a random seed)",
            s.substr(0, 40));
   return std::stoull(s);
+}
+
+double denoise_seconds(const GenerateResult& r) {
+  for (const auto& t : r.timings)
+    if (t.phase == "denoise") return t.seconds;
+  return 0;
 }
 
 std::string eta_str(double s) {
@@ -87,6 +97,9 @@ struct GenerateOpts {
   ModelPaths paths;
   std::string embeddings, noise;
   bool latents = false;
+  int count = 1;            // videos from one load, seeds seed, seed + 1, ...
+  std::string preview_dir;  // previews while denoising (PNG), "" = none
+  int preview_every = kDefaultPreviewEvery;
   // fl2va keyframes and ref2va references (kept in command-line order through the parse order).
   std::string first, last;
   std::vector<std::string> loras;
@@ -121,6 +134,17 @@ const OptionDef kEncoderAt = own("--encoder-at",
                                  .with_env("H3_ENCODER_AT")
                                  .with_values({"first", "last"});
 const OptionDef kLatents = own("--latents", "also write OUT.latents.safetensors (final latents)");
+const OptionDef kCount = own("--count",
+                             "videos made from one load of the models, one after the other: seeds SEED, SEED+1, ...; "
+                             "with N > 1 the outputs are OUT-0.mp4 .. OUT-(N-1).mp4 (and so --latents, --json)",
+                             kShown)
+                             .with_env("H3_COUNT")
+                             .with_check(CLI::Range(1, kMaxCount));
+const OptionDef kPreviewDir =
+    own("--preview-dir",
+        "write a preview PNG every --preview-every DiT calls while denoising: DIR/<output name>-step<NNN>.png "
+        "(created if missing)")
+        .with_env("H3_PREVIEW_DIR");
 
 // The request as the options give it (resolve() checks it).
 GenerateRequest request_from(const GenerateOpts& o, const CLI::App& cmd) {
@@ -157,14 +181,42 @@ GenerateRequest request_from(const GenerateOpts& o, const CLI::App& cmd) {
   return req;
 }
 
+// Video k of --count N: the path with "-k" before its extension (N = 1: the path itself).
+std::string nth_path(const std::string& path, int k, int count) {
+  if (count <= 1 || path.empty()) return path;
+  std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + "-" + std::to_string(k) + p.extension().string())).string();
+}
+
+// The preview of video `out` after `step` DiT calls.
+std::string preview_path(const GenerateOpts& o, const std::string& out, int step) {
+  return (std::filesystem::path(o.preview_dir) /
+          fmt::format("{}-step{:03}.png", std::filesystem::path(out).stem().string(), step))
+      .string();
+}
+
 // The files the run will write, checked before any model is loaded.
 void check_outputs(const GenerateOpts& o) {
   H3_CHECK(!o.out.empty(), "-o needs a path");
   H3_CHECK(!std::filesystem::is_directory(o.out), "-o {} is a folder; give a file name such as out.mp4", o.out);
-  check_output_file(o.out, "-o");
-  if (o.latents)
-    check_output_file(std::filesystem::path(o.out).replace_extension(".latents.safetensors").string(), "--latents");
-  if (!o.json_out.empty()) check_output_file(o.json_out, "--json");
+  H3_CHECK(o.count == 1 || o.noise.empty(),
+           "--count {} with --noise: every video would start from the same noise and be the same; give one", o.count);
+  for (int k = 0; k < o.count; ++k) {
+    const std::string out = nth_path(o.out, k, o.count);
+    check_output_file(out, "-o");
+    if (o.latents)
+      check_output_file(std::filesystem::path(out).replace_extension(".latents.safetensors").string(), "--latents");
+    if (!o.json_out.empty()) check_output_file(nth_path(o.json_out, k, o.count), "--json");
+  }
+  if (!o.preview_dir.empty()) {
+    H3_CHECK(o.preview_every > 0, "--preview-dir {} with --preview-every 0 would write no preview; give K > 0",
+             o.preview_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(o.preview_dir, ec);
+    H3_CHECK(std::filesystem::is_directory(o.preview_dir), "--preview-dir {}: cannot create the folder{}",
+             o.preview_dir, ec ? ": " + ec.message() : std::string());
+    check_output_file(preview_path(o, o.out, o.preview_every), "--preview-dir");
+  }
 }
 
 PrecomputedInputs read_precomputed(const GenerateOpts& o) {
@@ -202,7 +254,7 @@ GenerateOptions generate_options(const GenerateOpts& o, const GlobalContext& ctx
 
 // The run with a progress bar (a terminal) or progress lines (a log); nullopt when Ctrl-C cancelled it.
 std::optional<GenerateResult> run_with_progress(Generator& gen, const ResolvedRequest& resolved, const std::string& out,
-                                                const PrecomputedInputs& pre, bool root) {
+                                                const PrecomputedInputs& pre, bool root, const RunHooks& hooks) {
   const bool tty = isatty(fileno(stderr));
   std::string last_phase;
   auto progress = [&](const GenerateProgress& p) {
@@ -223,7 +275,7 @@ std::optional<GenerateResult> run_with_progress(Generator& gen, const ResolvedRe
   // each denoising step, around each decode, before writing); a second one stops at once.
   const SigintCancels sigint("\ncancelling at the next step; press Ctrl-C again to stop at once\n");
   try {
-    return gen.run(resolved, out, progress, sigint.flag(), &pre);
+    return gen.run(resolved, out, progress, sigint.flag(), &pre, &hooks);
   } catch (const Cancelled& e) {
     if (root) std::fprintf(stderr, "\ncancelled: %s; nothing was written\n", e.what());
     return std::nullopt;
@@ -325,12 +377,35 @@ int run_generate(const GenerateOpts& o, const CLI::App& cmd, const GlobalContext
     std::fflush(stdout);
   }
 
-  const std::optional<GenerateResult> res = run_with_progress(gen, resolved, o.out, pre, root);
-  if (!res) return 130;
-  if (!root) return 0;
-  print_result(*res, gen, resolved);
-  if (!o.json_out.empty()) write_record(o.json_out, *res, go, device, w.size());
-  std::printf("OK\n");
+  // --count N: the same request with seeds seed, seed + 1, ... (wrapping at 2^64), the models loaded once.
+  for (int k = 0; k < o.count; ++k) {
+    ResolvedRequest req = resolved;
+    req.seed = resolved.seed + static_cast<uint64_t>(k);
+    const std::string out = nth_path(o.out, k, o.count);
+    if (root && o.count > 1) {
+      std::printf("video %d of %d: seed %" PRIu64 " -> %s\n", k + 1, o.count, req.seed, out.c_str());
+      std::fflush(stdout);
+    }
+    RunHooks hooks;
+    if (!o.preview_dir.empty()) {
+      hooks.preview_every = o.preview_every;
+      hooks.preview = [&](const PreviewPicture& p) {
+        const std::string path = preview_path(o, out, p.step);
+        write_png(path, p.picture);
+        std::fprintf(stderr, "%spreview after %d/%d DiT calls (frame %" PRId64 "): %s\n",
+                     isatty(fileno(stderr)) ? "\n" : "", p.step, p.steps, p.frame, path.c_str());
+      };
+    }
+    const std::optional<GenerateResult> res = run_with_progress(gen, req, out, pre, root, hooks);
+    if (!res) return 130;
+    if (!root) continue;
+    print_result(*res, gen, req);
+    if (res->previews > 0)
+      std::printf("previews: %d in %.2f s (%.1f%% of the denoise)\n", res->previews, res->preview_seconds,
+                  100.0 * res->preview_seconds / std::max(1e-9, denoise_seconds(*res)));
+    if (!o.json_out.empty()) write_record(nth_path(o.json_out, k, o.count), *res, go, device, w.size());
+  }
+  if (root) std::printf("OK\n");
   return 0;
 }
 
@@ -379,6 +454,9 @@ Runner add_generate(CLI::App& app) {
   add(cmd, opt::output, o->out);
   add(cmd, opt::json, o->json_out);
   add(cmd, kLatents, o->latents);
+  add(cmd, kCount, o->count);
+  add(cmd, kPreviewDir, o->preview_dir);
+  add(cmd, opt::preview_every, o->preview_every);
   return [o, cmd](const GlobalContext& ctx) { return run_generate(*o, *cmd, ctx); };
 }
 

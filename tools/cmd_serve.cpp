@@ -189,8 +189,15 @@ Runner add_serve(CLI::App& app) {
                   "pristine weights; no client paths)")
       ->envname("H3_LORA_DIR")
       ->check(CLI::ExistingDirectory);
-  cmd->add_flag("--debug-faults", o->debug_faults, "accept the x_debug_fault request field (tests only)")
+  cmd->add_flag("--debug-faults", o->debug_faults,
+                "accept the x_debug_fault and x_debug_runner request fields (tests only)")
       ->envname("H3_DEBUG_FAULTS");
+  add(cmd, opt::preview_every, o->preview_every);
+  cmd->add_option("--event-log", o->event_log,
+                  "events kept in memory for event streams that fall behind (each a few KB)")
+      ->check(CLI::Range(64, 1000000))
+      ->envname("H3_EVENT_LOG")
+      ->capture_default_str();
   add_runner_options(cmd, o->runner);
   return [o, key_file](const GlobalContext& ctx) { return run_serve(*o, *key_file, ctx); };
 }

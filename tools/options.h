@@ -96,6 +96,8 @@ extern const OptionDef output, json, steps;
 extern const OptionDef max_device_memory;
 // h3 serve's runner (serve and serve-worker):
 extern const OptionDef runner, write_latents, fake_step_ms, fake_load_ms;
+// Previews while denoising (generate, serve):
+extern const OptionDef preview_every;
 }  // namespace opt
 
 // opt::mode, opt::tp and opt::chunks attached in that order: how a command spreads the DiT over its ranks.

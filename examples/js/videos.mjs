@@ -1,6 +1,6 @@
 // The official OpenAI JavaScript SDK (npm `openai`), unmodified, against `h3 serve`: create a video from text
-// and one from a first frame (input_reference), follow them, download each video and its poster, list them
-// page by page, see an error as the SDK's own class, delete them.
+// and one from a first frame (input_reference), follow them, download each video and its poster, make three videos
+// from one request (n) and download each, list them page by page, see an error as the SDK's own class, delete them.
 //
 //   cd examples/js && npm install && H3_URL=http://127.0.0.1:8190 node videos.mjs [IMAGE]
 //
@@ -70,12 +70,28 @@ for (const v of done) {
   check(png.subarray(1, 4).toString() === 'PNG', `${v.id}.thumbnail.png downloaded (${png.length} bytes)`);
 }
 
-// 5. List page by page (limit 1 per page: the SDK follows has_more / after itself).
+// 5. Several videos from one request (an engine field, n): each its own seed, listed in `videos` and downloaded one
+//    by one with the query's `index` (the SDK passes it on).
+const many = await finished(
+  (await client.videos.create({ prompt: 'A paper boat on a puddle, three takes', seconds: '4', steps, seed: 40, n: 3 })).id,
+);
+check(many.status === 'completed' && many.videos.map((v) => v.seed).join() === '40,41,42', 'n: 3 made seeds 40, 41, 42');
+const takes = [];
+for (const v of many.videos) {
+  const mp4 = Buffer.from(await (await client.videos.downloadContent(many.id, { variant: 'video', index: v.index })).arrayBuffer());
+  fs.writeFileSync(path.join(out, `${many.id}-${v.index}.mp4`), mp4);
+  check(mp4.length === v.bytes && mp4.subarray(4, 8).toString() === 'ftyp', `video ${v.index} of ${many.id} downloaded (${mp4.length} bytes)`);
+  takes.push(mp4.toString('base64'));
+}
+check(new Set(takes).size === 3, 'three different videos');
+done.push(many);
+
+// 6. List page by page (limit 1 per page: the SDK follows has_more / after itself).
 const listed = [];
 for await (const v of client.videos.list({ limit: 1, order: 'asc' })) listed.push(v.id);
-check(done.every((v) => listed.includes(v.id)), `both listed (${listed.length} videos, one per page)`);
+check(done.every((v) => listed.includes(v.id)), `all listed (${listed.length} jobs, one per page)`);
 
-// 6. Errors are the SDK's classes.
+// 7. Errors are the SDK's classes.
 try {
   await client.videos.retrieve('video_000000000000000000000000');
   check(false, 'an unknown id is refused');
@@ -83,7 +99,7 @@ try {
   check(e instanceof OpenAI.NotFoundError && e.status === 404, `an unknown id is a NotFoundError: ${e.message}`);
 }
 
-// 7. Delete them.
+// 8. Delete them.
 for (const v of done) {
   const d = await client.videos.delete(v.id);
   check(d.deleted === true && d.object === 'video.deleted', `${v.id} deleted`);

@@ -190,20 +190,28 @@ double Generator::load_seconds() const {
 }
 
 GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& out_path, const ProgressFn& progress,
-                              const std::atomic<bool>* cancel, const PrecomputedInputs* pre) {
+                              const std::atomic<bool>* cancel, const PrecomputedInputs* pre, const RunHooks* hooks) {
   Impl& m = *impl_;
   ModelResidency& models = *m.models;
-  RequestRun run(*m.comm, m.roles, progress, cancel, pre);
+  RequestRun run(*m.comm, m.roles, progress, cancel, pre, hooks);
   GenerateResult& res = run.res;
-  res.loads = models.take_loads();  // the constructor's loads are reported with the first request
+  if (hooks && hooks->resume) {
+    run.resume = std::dynamic_pointer_cast<const SuspendedGeneration>(hooks->resume);
+    H3_CHECK(run.resume, "resume: the state was not made by a Generator's run");
+    res = run.resume->res;  // what the first part recorded (its loads included)
+    run.t_start -=
+        std::chrono::duration_cast<phase_clock::duration>(std::chrono::duration<double>(run.resume->elapsed_s));
+  }
+  // The constructor's loads are reported with the first request.
+  for (auto& l : models.take_loads()) res.loads.push_back(std::move(l));
   struct ReleasePhaseModels {
     ModelResidency& models;
     ~ReleasePhaseModels() { models.release_phase_models(); }
   } release_phase_models{models};
 
-  take_request(run, models, req_in);
+  take_request(run, models, run.resume ? run.resume->res.request : req_in);
   models.plan_request(res.memory_plan);  // the phases load as this request's plan says
-  const Encoded enc = encode_phase(run, models);
+  const Encoded enc = run.resume ? run.resume->enc : encode_phase(run, models);
   const Denoised den = denoise_phase(run, models, enc);
   const Decoded media = decode_phase(run, models, den, out_path);
   write_phase(run, models, media, out_path);

@@ -41,6 +41,50 @@ class Cancelled : public Error {
   explicit Cancelled(const std::string& what) : Error(what) {}
 };
 
+// A run stopped at a denoising step boundary (RunHooks::suspend) by Suspended, to be continued later by handing the
+// state back (RunHooks::resume) to the same Generator or runner on the same rank: every rank keeps its own. The state
+// is the run's own (pipeline/phases.h: the prompt embeddings, the rows after `steps_done` DiT calls, what was
+// reported so far); a run resumed from it gives bitwise the result it would have given without the stop.
+struct SuspendedRun {
+  virtual ~SuspendedRun() = default;
+  int steps_done = 0;  // DiT calls made
+  int steps = 0;       // DiT calls of the whole run
+};
+
+// Thrown by Generator::run on every rank when a suspend was asked for (RunHooks::suspend): carries this rank's state.
+class Suspended : public Error {
+ public:
+  Suspended(const std::string& what, std::shared_ptr<SuspendedRun> s) : Error(what), state(std::move(s)) {}
+  std::shared_ptr<SuspendedRun> state;
+};
+
+// A preview of a run while it denoises (pipeline/preview.h): the x0 prediction after `step` of `steps` DiT calls,
+// its first temporal chunk decoded by the video VAE, one frame of it scaled to a small picture.
+struct PreviewPicture {
+  int step = 0, steps = 0;
+  int64_t frame = 0;  // the frame of the video it shows (its decode of the same latents gives that frame exactly)
+  Tensor picture;     // [3, H, W] f32 in [0, 1], at most kPreviewMaxWidth wide (preview.h)
+  Tensor x0_latents;  // [C, T', h, w] f32: the prediction's first latent frames, which the picture was decoded from
+};
+using PreviewFn = std::function<void(const PreviewPicture&)>;
+
+// What a run does besides generating; each part optional. Nothing here changes the result: a run with previews, or
+// suspended and resumed, gives bitwise the latents of a plain run.
+struct RunHooks {
+  // Previews: after every `preview_every` DiT calls (0 = none; never after the last call, whose prediction is the
+  // final video), made by rank 0 between two calls, synchronously (the other ranks wait at the next step's control
+  // word; nothing is exchanged for it). Needs the video VAE loaded while denoising (always on the CPU; on the GPU
+  // when the memory plan keeps the VAEs resident): without it the run makes none and logs why once.
+  int preview_every = 0;
+  PreviewFn preview;  // rank 0
+  // Rank 0: true stops the run at the next denoising step boundary (Suspended, with this rank's state); outside the
+  // denoising the flag waits for its first step boundary (a run past it completes).
+  const std::atomic<bool>* suspend = nullptr;
+  // The state a Suspended carried: the run continues from it (every rank passes its own; the request must be the
+  // same). Null: a fresh run.
+  std::shared_ptr<SuspendedRun> resume;
+};
+
 // Where the weights are. Each component: a file or folder in any accepted layout, or "procedural:mini"
 // (generated in code, no download). `model_dir` is a released/diffusers folder whose subfolders supply any
 // component not given explicitly (transformer/, vae/ or video_vae/, audio_vae/, text_encoder/, tokenizer/).
@@ -151,6 +195,8 @@ struct GenerateResult {
   MemoryPlan memory_plan;             // GPU runs: the plan this request ran under
   double time_to_mp4() const;         // seconds, loads excluded
   std::vector<std::string> warnings;  // e.g. vision rows absent from the prompt (pipeline/conditions.h)
+  int previews = 0;                   // previews made (RunHooks::preview_every; rank 0)
+  double preview_seconds = 0;         // their time, inside the denoise phase's
   std::string out_path;               // what was written on rank 0 ("" elsewhere)
   bool wrote_mp4 = false;             // false: latents only (no MP4 writer in this build)
 };
@@ -183,9 +229,11 @@ class Generator {
   double load_seconds() const;  // time the constructor spent loading
 
   // Runs one request (collective). Writes `out_path` (MP4, atomically, on rank 0) unless it is empty. Throws
-  // Cancelled when *cancel becomes true (checked once per denoising step and between decode phases).
+  // Cancelled when *cancel becomes true (checked once per denoising step and between decode phases), Suspended when
+  // hooks->suspend asks for it (every rank, at the same step).
   GenerateResult run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress = {},
-                     const std::atomic<bool>* cancel = nullptr, const PrecomputedInputs* precomputed = nullptr);
+                     const std::atomic<bool>* cancel = nullptr, const PrecomputedInputs* precomputed = nullptr,
+                     const RunHooks* hooks = nullptr);
 
   struct Impl;
 

@@ -31,11 +31,19 @@ namespace h3 {
 using phase_clock = std::chrono::steady_clock;
 double seconds_since(phase_clock::time_point t0);
 
+struct SuspendedGeneration;
+
 // One request on its way through the phases: where it runs, how it reports, what it has produced.
 struct RequestRun {
   RequestRun(Comm& c, const RankRoles& rank_roles, const ProgressFn& progress_fn, const std::atomic<bool>* cancel_flag,
-             const PrecomputedInputs* inputs)
-      : comm(c), roles(rank_roles), root(c.rank() == 0), progress(progress_fn), cancel(cancel_flag), pre(inputs) {}
+             const PrecomputedInputs* inputs, const RunHooks* run_hooks)
+      : comm(c),
+        roles(rank_roles),
+        root(c.rank() == 0),
+        progress(progress_fn),
+        cancel(cancel_flag),
+        pre(inputs),
+        hooks(run_hooks) {}
   Comm& comm;
   const RankRoles& roles;
   bool root = false;
@@ -43,6 +51,8 @@ struct RequestRun {
   const ProgressFn& progress;
   const std::atomic<bool>* cancel = nullptr;
   const PrecomputedInputs* pre = nullptr;
+  const RunHooks* hooks = nullptr;                    // previews, suspend (null: none)
+  std::shared_ptr<const SuspendedGeneration> resume;  // the state this run continues from (null: a fresh run)
   GenerateResult res;
 
   // Progress: fixed shares of the whole request per phase; ETA from the elapsed time and the share done.
@@ -86,6 +96,16 @@ struct Denoised {
   SamplingRows rows;  // final, on every rank
 };
 
+// A run stopped at a denoising step boundary (Suspended, generator.h): what it had made, to continue from there. Every
+// rank keeps its own (the rows only on the denoise ranks).
+struct SuspendedGeneration : SuspendedRun {
+  GenerateResult res;    // the request and what was recorded so far (encode timing, loads, windows, previews)
+  Encoded enc;           // the prompt embeddings, layout and condition rows
+  SamplingRows rows;     // after steps_done DiT calls (denoise ranks)
+  double denoise_s = 0;  // the denoise phase's seconds before the stop (loads excluded)
+  double elapsed_s = 0;  // the run's seconds before the stop (its ETA continues from them)
+};
+
 // What the decode phase hands to the write phase.
 struct Decoded {
   Tensor pixels;                      // [3, frames, H, W] in [0, 1]; undefined when streamed to `mp4`
@@ -97,6 +117,7 @@ struct Decoded {
 // is loaded for it.
 void take_request(RequestRun& run, const ModelResidency& models, const ResolvedRequest& req_in);
 Encoded encode_phase(RequestRun& run, ModelResidency& models);
+// From the noise, or from run.resume's step and rows; throws Suspended (with this rank's state) when asked to stop.
 Denoised denoise_phase(RequestRun& run, ModelResidency& models, const Encoded& enc);
 Decoded decode_phase(RequestRun& run, ModelResidency& models, const Denoised& den, const std::string& out_path);
 void write_phase(RequestRun& run, const ModelResidency& models, const Decoded& media, const std::string& out_path);

@@ -76,6 +76,8 @@ nlohmann::json generate_record(const GenerateResult& r, const GenerateOptions& o
   };
   if (gpu) j["memory_plan"] = r.memory_plan.to_json();
   if (!q.loras.empty()) j["lora_digest"] = fmt::format("{:016x}", r.lora_digest);
+  // Previews while denoising (their time is inside the denoise's): how many, how long (issue 39's 2 % budget).
+  if (r.previews > 0) j["previews"] = {{"count", r.previews}, {"seconds", r.preview_seconds}};
   return j;
 }
 

@@ -48,6 +48,21 @@ Tensor concat_rows(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// x0 = x + (1 - t) v, one f32 rounding per operation in euler_step's order (schedule.cpp), into a fresh tensor.
+Tensor x0_prediction(const Tensor& x, const Tensor& v, float t) {
+  H3_ASSERT(x.numel() == v.numel(), "x0 prediction: {} vs {}", x.describe(), v.describe());
+  Tensor x0(DType::f32, x.shape());
+  const float sigma_t = 1.0f - t;
+  const float* px = x.data<float>();
+  const float* pv = v.data<float>();
+  float* o = x0.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float scaled_v = sigma_t * pv[i];
+    o[i] = px[i] + scaled_v;
+  }
+  return x0;
+}
+
 void check_shape(const Tensor& t, const Shape& want, const char* what) {
   H3_CHECK(t.shape() == want, "sampling: {} is {}, expected {}", what, shape_str(t.shape()), shape_str(want));
 }
@@ -57,8 +72,21 @@ void check_shape(const Tensor& t, const Shape& want, const char* what) {
 SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const Tensor& prompt_embeds,
                           const Tensor& video_noise, const Tensor& audio_noise_rows, Comm& control,
                           const SamplingCancelFn& cancel, const SamplingStepFn& on_step, bool* cancelled) {
+  SamplingHooks hooks;
+  hooks.cancel = cancel;
+  hooks.on_step = on_step;
+  LoopEnd end = LoopEnd::done;
+  int done = 0;
+  SamplingRows x = denoise_loop(dit, spec, prompt_embeds, video_noise, audio_noise_rows, control, hooks, &end, &done);
+  if (cancelled) *cancelled = end == LoopEnd::cancelled;
+  return x;
+}
+
+SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const Tensor& prompt_embeds,
+                          const Tensor& video_noise, const Tensor& audio_noise_rows, Comm& control,
+                          const SamplingHooks& hooks, LoopEnd* end, int* steps_done) {
   const DitConfig& c = dit.config();
-  if (cancelled) *cancelled = false;
+  if (end) *end = LoopEnd::done;
   const PackedLayout layout = spec.layout ? *spec.layout : t2va_layout(spec);
   H3_CHECK(layout.num_text == spec.num_text && layout.target.latent_frames == spec.latent_frames &&
                layout.target.latent_h == spec.latent_h && layout.target.latent_w == spec.latent_w &&
@@ -70,21 +98,28 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
   const int64_t ncv = layout.num_condition_video_rows, nca = layout.num_condition_audio_rows;
   FlowSchedule vs, as;
   sampling_schedules(spec, vs, as);
+  const int calls = static_cast<int>(vs.num_steps());
+  H3_CHECK(hooks.start_step >= 0 && hooks.start_step <= calls, "sampling: resuming at step {} of {}", hooks.start_step,
+           calls);
 
-  Tensor vnoise = video_noise;
-  if (vnoise.ndim() == 5 && vnoise.dim(0) == 1)
-    vnoise = vnoise.reshape({vnoise.dim(1), vnoise.dim(2), vnoise.dim(3), vnoise.dim(4)});
-  check_shape(vnoise, {c.in_channels, spec.latent_frames, spec.latent_h, spec.latent_w}, "video noise");
-  check_shape(audio_noise_rows, {2 * spec.audio_latents, c.audio_in_channels}, "audio noise rows");
   check_shape(prompt_embeds, {spec.num_text, c.text_dim}, "prompt embeddings");
-
   const int64_t nv = static_cast<int64_t>(layout.video_indices.size());
   const int64_t na = static_cast<int64_t>(layout.audio_indices.size());
   if (ncv > 0) check_shape(spec.cond_video_rows, {ncv, c.in_channels * kPatch * kPatch}, "condition video rows");
   if (nca > 0) check_shape(spec.cond_audio_rows, {nca, c.audio_in_channels}, "reference audio rows");
   SamplingRows x;
-  x.video = f32_copy(patchify_video(f32_copy(vnoise)));
-  x.audio = f32_copy(audio_noise_rows);
+  if (hooks.start_rows.video.defined()) {  // resuming: the rows after start_step calls, as they were
+    x.video = hooks.start_rows.video.clone();
+    x.audio = hooks.start_rows.audio.clone();
+  } else {
+    Tensor vnoise = video_noise;
+    if (vnoise.ndim() == 5 && vnoise.dim(0) == 1)
+      vnoise = vnoise.reshape({vnoise.dim(1), vnoise.dim(2), vnoise.dim(3), vnoise.dim(4)});
+    check_shape(vnoise, {c.in_channels, spec.latent_frames, spec.latent_h, spec.latent_w}, "video noise");
+    check_shape(audio_noise_rows, {2 * spec.audio_latents, c.audio_in_channels}, "audio noise rows");
+    x.video = f32_copy(patchify_video(f32_copy(vnoise)));
+    x.audio = f32_copy(audio_noise_rows);
+  }
   H3_ASSERT(x.video.dim(0) == nv - ncv && x.audio.dim(0) == na - nca, "sampling rows {} / {} vs layout {} / {}",
             x.video.dim(0), x.audio.dim(0), nv - ncv, na - nca);
 
@@ -104,11 +139,18 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
     return n_cond > 0 ? f32_copy(v.rows(n_cond, v.dim(0))) : f32_copy(v);
   };
 
-  const int calls = static_cast<int>(vs.num_steps());
-  for (int i = 0; i < calls; ++i) {
-    const bool want_cancel = control.rank() == 0 && cancel && cancel();
-    if (step_control(control, want_cancel ? ControlWord::cancel : ControlWord::proceed) == ControlWord::cancel) {
-      if (cancelled) *cancelled = true;
+  for (int i = hooks.start_step; i < calls; ++i) {
+    if (steps_done) *steps_done = i;
+    ControlWord want = ControlWord::proceed;
+    if (control.rank() == 0) {
+      if (hooks.cancel && hooks.cancel())
+        want = ControlWord::cancel;
+      else if (hooks.suspend && hooks.suspend())
+        want = ControlWord::suspend;
+    }
+    const ControlWord word = step_control(control, want);
+    if (word != ControlWord::proceed) {
+      if (end) *end = word == ControlWord::cancel ? LoopEnd::cancelled : LoopEnd::suspended;
       return x;
     }
     const RowTimesteps plan = plan_row_timesteps(layout, vs.timesteps[i], as.timesteps[i]);
@@ -122,19 +164,33 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
     // and the callback may hold on to the rows it was given.
     SamplingRows next{x.video.clone(), x.audio.clone()};
     const Tensor v_video = target_part(out.video, ncv), v_audio = target_part(out.audio, nca);
+    if (hooks.on_prediction && hooks.predict_at && hooks.predict_at(i, calls))
+      hooks.on_prediction(i, calls, x0_prediction(x.video, v_video, vs.timesteps[i]));
     euler_step(vs, i, next.video.span<float>(), cspan(v_video));
     euler_step(as, i, next.audio.span<float>(), cspan(v_audio));
     x = std::move(next);
-    if (on_step) on_step(i, calls, x);
+    if (steps_done) *steps_done = i + 1;
+    if (hooks.on_step) hooks.on_step(i, calls, x);
   }
+  if (steps_done) *steps_done = calls;
   return x;
 }
 
 bool follow_denoise_loop(const SamplingSpec& spec, Comm& control) {
+  int done = 0;
+  return follow_denoise_loop(spec, control, 0, &done) == LoopEnd::cancelled;
+}
+
+LoopEnd follow_denoise_loop(const SamplingSpec& spec, Comm& control, int start_step, int* steps_done) {
   const int calls = sampling_model_calls(spec);
-  for (int i = 0; i < calls; ++i)
-    if (step_control(control, ControlWord::proceed) == ControlWord::cancel) return true;
-  return false;
+  for (int i = start_step; i < calls; ++i) {
+    if (steps_done) *steps_done = i;
+    const ControlWord w = step_control(control, ControlWord::proceed);
+    if (w == ControlWord::cancel) return LoopEnd::cancelled;
+    if (w == ControlWord::suspend) return LoopEnd::suspended;
+  }
+  if (steps_done) *steps_done = calls;
+  return LoopEnd::done;
 }
 
 Tensor rows_to_video_latents(const SamplingRows& rows, const SamplingSpec& spec, int64_t channels) {

@@ -67,9 +67,38 @@ int sampling_model_calls(const SamplingSpec& spec);
 SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const Tensor& prompt_embeds,
                           const Tensor& video_noise, const Tensor& audio_noise_rows, Comm& control,
                           const SamplingCancelFn& cancel, const SamplingStepFn& on_step, bool* cancelled);
+
+// How a loop ended: every step made, cancelled, or suspended at a step boundary (the rows then are those after
+// `steps_done` calls, from which a later loop continues bitwise as if it had never stopped).
+enum class LoopEnd { done, cancelled, suspended };
+
+// The x0 prediction of the video target rows after a DiT call: x + (1 - t) v in the Euler step's own f32 order
+// (schedule.h), computed into a fresh tensor, so nothing done with it reaches the rows.
+using SamplingPredictionFn = std::function<void(int step, int calls, const Tensor& x0_video_rows)>;
+
+// Everything the loop does besides stepping; each part optional.
+struct SamplingHooks {
+  SamplingCancelFn cancel;   // rank 0 of the control group, before each step: true = cancel
+  SamplingCancelFn suspend;  // rank 0, before each step (a cancel wins): true = stop here, keeping the rows
+  SamplingStepFn on_step;
+  // Asked after each DiT call (on every rank: answer false where no prediction is wanted); when true,
+  // on_prediction gets the call's x0 prediction before the Euler update.
+  std::function<bool(int step, int calls)> predict_at;
+  SamplingPredictionFn on_prediction;
+  // Resuming: the DiT calls already made and the rows after them (undefined rows: start from the noise).
+  int start_step = 0;
+  SamplingRows start_rows;
+};
+
+// The loop with hooks; `*end` says how it ended and `*steps_done` how many DiT calls the returned rows have had.
+SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const Tensor& prompt_embeds,
+                          const Tensor& video_noise, const Tensor& audio_noise_rows, Comm& control,
+                          const SamplingHooks& hooks, LoopEnd* end, int* steps_done);
 // What a rank outside the denoise group does meanwhile: the same control broadcasts, nothing else. Returns
 // true when cancelled.
 bool follow_denoise_loop(const SamplingSpec& spec, Comm& control);
+// The same from `start_step`; returns how the loop ended and sets `*steps_done` like denoise_loop.
+LoopEnd follow_denoise_loop(const SamplingSpec& spec, Comm& control, int start_step, int* steps_done);
 
 // Final rows -> latents: video [C, T, h, w] and audio [2, C_a, A] (both f32).
 Tensor rows_to_video_latents(const SamplingRows& rows, const SamplingSpec& spec, int64_t channels);

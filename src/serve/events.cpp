@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "serve/store.h"
+
 namespace h3::serve {
 
 uint64_t EventHub::publish(const std::string& type, const std::string& job_id, nlohmann::json data) {
@@ -9,7 +11,8 @@ uint64_t EventHub::publish(const std::string& type, const std::string& job_id, n
   {
     std::lock_guard lock(mu_);
     s = ++seq_;
-    log_.push_back(Event{s, type, job_id, std::move(data)});
+    const bool ends = type == "video" && ends_job(data);
+    log_.push_back(Event{s, type, job_id, std::make_shared<const std::string>(sse_frame(s, type, data)), ends});
     while (log_.size() > capacity_) log_.pop_front();
   }
   cv_.notify_all();
@@ -50,10 +53,17 @@ bool EventHub::closed() {
   return closed_;
 }
 
-std::string sse_frame(const Event& e) {
+std::string sse_frame(uint64_t seq, const std::string& type, const nlohmann::json& data) {
   // JSON from nlohmann::json::dump() has no raw newlines, so one data line carries it.
-  return "id: " + std::to_string(e.seq) + "\nevent: " + e.type +
-         "\ndata: " + e.data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+  return "id: " + std::to_string(seq) + "\nevent: " + type +
+         "\ndata: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+}
+
+bool ends_job(const nlohmann::json& data) {
+  if (!data.is_object()) return false;
+  if (data.value("deleted", false)) return true;
+  const auto it = data.find("status");
+  return it != data.end() && it->is_string() && is_terminal(it->get<std::string>());
 }
 
 }  // namespace h3::serve

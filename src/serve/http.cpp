@@ -132,20 +132,15 @@ void HttpServer::Impl::run_handler(Call& call) {
       // continues after the event seen before the snapshot was taken, so nothing is missed.
       const uint64_t after = sup.events().last_seq();
       std::string first = "retry: 2000\n\n";
-      Event snap;
-      snap.seq = after;
       bool ended = false;
       if (call.res.stream_job.empty()) {
-        snap.type = "group";
-        snap.data = sup.health();
+        first += sse_frame(after, "group", sup.health());
       } else {
         const JobRecord r = sup.get(call.res.stream_job);
-        snap.type = "video";
-        snap.job_id = r.id;
-        snap.data = sup.job_json(r);
+        first += sse_frame(after, "video", sup.job_json(r));
         ended = is_terminal(r.status);
       }
-      call.res.body = first + sse_frame(snap);
+      call.res.body = first;
       call.res.stream_after = after;
       call.res.stream_ended = ended;
     }

@@ -105,17 +105,36 @@ void list(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
             {"has_more", more}});
 }
 
-// The MP4, or a picture made from it (variant thumbnail / spritesheet, serve/previews.h).
+// The MP4 (video `index` of the job), a picture made from it (variant thumbnail / spritesheet, serve/previews.h), or
+// the job's latest preview while it denoises (variant preview).
 void content(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
   JobRecord r = sup.get(req.matches.at(0));
   const std::string variant = req.has_param("variant") ? req.param("variant") : "video";
-  if (variant != "video" && variant != "thumbnail" && variant != "spritesheet")
-    throw ApiError{400, "invalid_request", "'variant' must be video, thumbnail or spritesheet"};
-  if (r.status != kCompleted || r.output_bytes <= 0)
-    throw ApiError{409, "not_ready", fmt::format("the video is {}; content exists once it is completed", r.status)};
+  if (variant != "video" && variant != "thumbnail" && variant != "spritesheet" && variant != "preview")
+    throw ApiError{400, "invalid_request", "'variant' must be video, thumbnail, spritesheet or preview"};
+  int index = 0;
+  if (req.has_param("index")) {
+    const std::string v = req.param("index");
+    if (v.empty() || v.size() > 2 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) >= r.n())
+      throw ApiError{400, "invalid_request",
+                     fmt::format("'index' must be a video of this job, 0 .. {} (it has n = {})", r.n() - 1, r.n())};
+    index = std::stoi(v);
+  }
   // The path comes from the store and the server's own id, never from the request.
-  std::string path = sup.store().output_path(r.id);
-  if (variant != "video" && std::filesystem::is_regular_file(path)) {
+  std::string path = sup.store().output_path(r.id, index);
+  if (variant == "preview") {
+    path = sup.store().preview_path(r.id);
+    if (!std::filesystem::is_regular_file(path))
+      throw ApiError{404, "no_preview",
+                     fmt::format("no preview of this video yet (the job is {}; one is made every --preview-every DiT "
+                                 "calls while it denoises)",
+                                 r.status)};
+  } else if (!r.video_ready(index)) {
+    throw ApiError{409, "not_ready",
+                   r.n() > 1 ? fmt::format("video {} of this job is not made yet (the job is {})", index, r.status)
+                             : fmt::format("the video is {}; content exists once it is completed", r.status)};
+  }
+  if (variant != "video" && variant != "preview" && std::filesystem::is_regular_file(path)) {
     try {
       path =
           ensure_preview(path, variant, r.resolved.value("width", int64_t{0}), r.resolved.value("height", int64_t{0}));
@@ -132,7 +151,8 @@ void content(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   res.content_type = variant == "video" ? "video/mp4" : "image/png";
-  res.headers.emplace_back("Content-Disposition", "inline; filename=\"" + r.id +
+  const std::string name = index == 0 ? r.id : fmt::format("{}-{}", r.id, index);
+  res.headers.emplace_back("Content-Disposition", "inline; filename=\"" + (variant == "preview" ? r.id : name) +
                                                       (variant == "video" ? ".mp4" : "." + variant + ".png") + "\"");
   res.headers.emplace_back("Accept-Ranges", "bytes");
   res.file_fd = fd;

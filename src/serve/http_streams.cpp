@@ -17,8 +17,8 @@ void HttpServer::Impl::fill(Stream& s) {
   for (const Event& e : sup.events().wait_after(s.after, 0, &skipped)) {
     s.after = e.seq;
     if (!s.job.empty() && e.job_id != s.job) continue;
-    s.pending += sse_frame(e);
-    if (!s.job.empty() && (e.data.value("deleted", false) || is_terminal(e.data.value("status", std::string())))) {
+    s.pending += *e.frame;
+    if (!s.job.empty() && e.ends_job) {
       s.ended = true;
       break;
     }

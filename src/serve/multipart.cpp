@@ -289,7 +289,8 @@ nlohmann::json form_to_request(const std::vector<FormPart>& parts) {
   }
   for (const auto& [where, filename] : names)
     if (out[where].is_object() && !out[where].contains("filename")) out[where]["filename"] = filename;
-  for (const char* k : {"width", "height", "frames", "steps", "num_inference_steps", "seed", "shift", "audio_shift"})
+  for (const char* k :
+       {"width", "height", "frames", "steps", "num_inference_steps", "seed", "shift", "audio_shift", "n", "priority"})
     if (out.contains(k)) numbers_back(out[k]);
   if (out.contains("loras") && out["loras"].is_array())
     for (auto& l : out["loras"])

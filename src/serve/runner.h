@@ -37,9 +37,10 @@ class JobRunner {
   // Why the videos mean nothing (procedural models, the fake runner), or "" for real weights: the web page's
   // banner.
   virtual std::string notice() const = 0;
-  // Runs one resolved request collectively. Rank 0 writes `out_path`. Throws Cancelled or h3::Error.
+  // Runs one resolved request collectively. Rank 0 writes `out_path`. Throws Cancelled, Suspended (hooks.suspend; a
+  // state this runner takes back as hooks.resume) or h3::Error. Previews as RunHooks says (pipeline/generator.h).
   virtual nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
-                             const std::atomic<bool>* cancel) = 0;
+                             const std::atomic<bool>* cancel, const RunHooks& hooks) = 0;
 };
 
 // Collective: every rank of `comm` constructs its runner (models load here).

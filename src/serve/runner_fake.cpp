@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/hash.h"
 #include "core/knobs.h"
 #include "core/log.h"
 #include "distributed/control.h"
@@ -73,8 +74,8 @@ class FakeRunner : public JobRunner {
   }
 
   nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
-                     const std::atomic<bool>* cancel) override {
-    const auto t0 = std::chrono::steady_clock::now();
+                     const std::atomic<bool>* cancel, const RunHooks& hooks) override {
+    auto t0 = std::chrono::steady_clock::now();
     const FaultSpec fault = FaultSpec::parse(debug_fault());
     const int steps = req.model_calls;
     const int decode_chunks = 3;
@@ -90,13 +91,36 @@ class FakeRunner : public JobRunner {
       if (step_control(comm_, stop ? ControlWord::cancel : ControlWord::proceed) == ControlWord::cancel)
         throw Cancelled("cancelled " + where);
     };
-    // Each rank owns a contiguous share of the latent vector (quotient/remainder rule) and fills it per step.
+    // Each rank owns a contiguous share of the latent vector (quotient/remainder rule) and fills it per step; a
+    // suspended run keeps its share and step (FakeState) and goes on from them.
     const int64_t n = 4096;
     const Range own = part_of(n, comm_.size(), comm_.rank());
     std::vector<float> mine(static_cast<size_t>(own.end - own.begin), 0.0f);
+    int start = 0;
+    if (hooks.resume) {
+      const auto* st = dynamic_cast<const FakeState*>(hooks.resume.get());
+      H3_CHECK(st && st->mine.size() == mine.size(), "fake runner: the state to resume is not a fake run's");
+      mine = st->mine;
+      start = st->steps_done;
+      t0 -=
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(st->elapsed_s));
+    }
     report("encode", 0, 1, 0);
-    for (int s = 0; s < steps; ++s) {
-      agree_continue(fmt::format("at denoising step {} of {}", s + 1, steps));
+    for (int s = start; s < steps; ++s) {
+      const bool stop = comm_.rank() == 0 && cancel && cancel->load();
+      const bool pause = comm_.rank() == 0 && hooks.suspend && hooks.suspend->load();
+      const ControlWord w = step_control(comm_, stop    ? ControlWord::cancel
+                                                : pause ? ControlWord::suspend
+                                                        : ControlWord::proceed);
+      if (w == ControlWord::cancel) throw Cancelled(fmt::format("cancelled at denoising step {} of {}", s + 1, steps));
+      if (w == ControlWord::suspend) {
+        auto st = std::make_shared<FakeState>();
+        st->steps_done = s;
+        st->steps = steps;
+        st->mine = mine;
+        st->elapsed_s = seconds_since(t0);
+        throw Suspended(fmt::format("suspended after {} of {} denoising steps", s, steps), std::move(st));
+      }
       fault.at_step(comm_.rank(), s);
       std::this_thread::sleep_for(std::chrono::milliseconds(o_.fake_step_ms));
       for (int64_t i = own.begin; i < own.end; ++i) {
@@ -105,6 +129,9 @@ class FakeRunner : public JobRunner {
         h *= 0xbf58476d1ce4e5b9ull;
         mine[static_cast<size_t>(i - own.begin)] += static_cast<float>(h >> 40) / static_cast<float>(1 << 24);
       }
+      if (comm_.rank() == 0 && hooks.preview && hooks.preview_every > 0 && (s + 1) % hooks.preview_every == 0 &&
+          s + 1 < steps)
+        hooks.preview(preview(req, mine, s + 1, steps));
       report("denoise", s + 1, steps, s + 1);
     }
     const double denoise_s = seconds_since(t0);
@@ -116,7 +143,9 @@ class FakeRunner : public JobRunner {
       std::this_thread::sleep_for(std::chrono::milliseconds(o_.fake_step_ms / 2));
       report("decode_video", c + 1, decode_chunks, steps + c + 1);
     }
-    nlohmann::json result = {{"fake", true}, {"latent_values", n}};
+    nlohmann::json result = {{"fake", true},
+                             {"latent_values", n},
+                             {"latent_hash", fmt::format("{:016x}", fnv1a(all.data(), all.size() * sizeof(float)))}};
     if (comm_.rank() == 0 && !out_path.empty()) {
       report("write", 0, 1, total);
       if (media_library_versions().empty())
@@ -131,6 +160,30 @@ class FakeRunner : public JobRunner {
   }
 
  private:
+  // A fake run stopped at a step boundary: this rank's share of the values and the time spent.
+  struct FakeState : SuspendedRun {
+    std::vector<float> mine;
+    double elapsed_s = 0;
+  };
+  // A preview of the fake run: a sixteenth of the canvas, a colour field from rank 0's values that brightens with
+  // the steps (a test pattern like the video; no model ran).
+  static PreviewPicture preview(const ResolvedRequest& req, const std::vector<float>& v, int step, int steps) {
+    PreviewPicture p;
+    p.step = step;
+    p.steps = steps;
+    const int64_t W = std::max<int64_t>(8, req.width / 16), H = std::max<int64_t>(8, req.height / 16);
+    p.picture = Tensor(DType::f32, {3, H, W});
+    float* d = p.picture.data<float>();
+    const float level = static_cast<float>(step) / static_cast<float>(std::max(steps, 1));
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t x = 0; x < W; ++x) {
+          const float base =
+              v.empty() ? 0.5f : std::fmod(std::abs(v[static_cast<size_t>((c * 131 + x) % v.size())]), 1.0f);
+          d[(c * H + y) * W + x] = std::clamp(0.2f * base + 0.8f * level * static_cast<float>(y + 1) / H, 0.0f, 1.0f);
+        }
+    return p;
+  }
   static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

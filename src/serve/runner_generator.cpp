@@ -20,8 +20,8 @@ class GeneratorRunner : public JobRunner {
   }
   std::string notice() const override { return gen_.procedural() ? procedural_models_notice() : ""; }
   nlohmann::json run(const ResolvedRequest& req, const std::string& out_path, const ProgressFn& progress,
-                     const std::atomic<bool>* cancel) override {
-    GenerateResult r = gen_.run(req, out_path, progress, cancel);
+                     const std::atomic<bool>* cancel, const RunHooks& hooks) override {
+    GenerateResult r = gen_.run(req, out_path, progress, cancel, nullptr, &hooks);
     // Time to MP4 excludes loads: a server whose models stay resident shows none after its first job.
     nlohmann::json j = {{"prompt_tokens", r.prompt_tokens},
                         {"vision_rows", r.vision_rows},
@@ -33,6 +33,7 @@ class GeneratorRunner : public JobRunner {
     if (!r.peaks.empty()) j["peak_memory_bytes"] = peaks_json(r);
     if (!r.request.loras.empty()) j["lora_digest"] = fmt::format("{:016x}", r.lora_digest);
     j["lora_remerged"] = r.lora_remerged;
+    if (r.previews > 0) j["previews"] = {{"count", r.previews}, {"seconds", r.preview_seconds}};
     if (latents_ && !out_path.empty())
       j["latents_file"] = std::filesystem::path(out_path).replace_extension(".latents.safetensors").filename().string();
     return j;

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,14 @@ namespace fs = std::filesystem;
 
 bool is_terminal(const std::string& s) {
   return s == kCompleted || s == kFailed || s == kCancelled;
+}
+
+bool JobRecord::video_ready(int index) const {
+  if (videos.is_array() && !videos.empty()) {
+    if (index < 0 || index >= static_cast<int>(videos.size()) || !videos[index].is_object()) return false;
+    return videos[index].value("status", "") == kCompleted && videos[index].value("bytes", int64_t{0}) > 0;
+  }
+  return index == 0 && status == kCompleted && output_bytes > 0;
 }
 
 double unix_now() {
@@ -55,7 +64,10 @@ namespace {
 
 constexpr const char* kColumns =
     "seq, id, status, request, resolved, phase, progress, eta_s, step, steps, error, error_code, attempts, "
-    "cancel_requested, created_at, started_at, finished_at, output_bytes, result";
+    "cancel_requested, created_at, started_at, finished_at, output_bytes, result, priority, videos, preemptions";
+constexpr int kColumnCount = 22;
+// The queue's order (next_queued, queue_position): the highest priority, then the lowest sequence.
+constexpr const char* kQueueOrder = " ORDER BY priority DESC, seq ASC";
 
 std::string text_col(sqlite3_stmt* st, int i) {
   const unsigned char* t = sqlite3_column_text(st, i);
@@ -141,7 +153,22 @@ JobStore::JobStore(const std::string& dir) : dir_(dir) {
       " attempts INTEGER NOT NULL DEFAULT 0, cancel_requested INTEGER NOT NULL DEFAULT 0,"
       " created_at REAL NOT NULL, started_at REAL NOT NULL DEFAULT 0, finished_at REAL NOT NULL DEFAULT 0,"
       " output_bytes INTEGER NOT NULL DEFAULT 0, result TEXT NOT NULL DEFAULT '{}')");
+  // Columns added after the first release: a store made before them gets them (old rows: priority 0, one video).
+  std::vector<std::string> have;
+  {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db_, "PRAGMA table_info(jobs)", -1, &st, nullptr) == SQLITE_OK)
+      while (sqlite3_step(st) == SQLITE_ROW) have.push_back(text_col(st, 1));
+    if (st) sqlite3_finalize(st);
+  }
+  const std::pair<const char*, const char*> added[] = {
+      {"priority", "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"},
+      {"videos", "ALTER TABLE jobs ADD COLUMN videos TEXT NOT NULL DEFAULT '[]'"},
+      {"preemptions", "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0"}};
+  for (const auto& [column, sql] : added)
+    if (std::find(have.begin(), have.end(), column) == have.end()) exec(sql);
   exec("CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, seq)");
+  exec("CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(status, priority DESC, seq)");
   exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
 }
 
@@ -150,13 +177,31 @@ JobStore::~JobStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-int JobStore::remove_partials(const std::string& id) {
+namespace {
+
+// The files of job `id` in outputs/: every name starting with the id (ids have one length, so no id is another's
+// prefix), those ending in one of `suffixes` when given.
+std::vector<fs::path> job_files(const std::string& dir, const std::string& id,
+                                std::initializer_list<const char*> suffixes = {}) {
+  std::vector<fs::path> out;
   std::error_code ec;
-  const std::string base = output_path(id);
+  for (const auto& e : fs::directory_iterator(fs::path(dir) / "outputs", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(id, 0) != 0) continue;
+    bool match = suffixes.size() == 0;
+    for (const char* s : suffixes) match |= name.ends_with(s);
+    if (match) out.push_back(e.path());
+  }
+  return out;
+}
+
+}  // namespace
+
+int JobStore::remove_partials(const std::string& id) {
+  H3_ASSERT(valid_job_id(id), "remove_partials for a malformed id '{}'", id);
+  std::error_code ec;
   int n = 0;
-  for (const std::string& p : {base + ".partial", base + ".tmp",
-                               fs::path(base).replace_extension(".latents.safetensors").string() + ".partial"})
-    n += fs::remove(p, ec) ? 1 : 0;
+  for (const fs::path& p : job_files(dir_, id, {".partial", ".mp4.tmp"})) n += fs::remove(p, ec) ? 1 : 0;
   return n;
 }
 
@@ -170,9 +215,15 @@ int JobStore::sweep_partials() {
   return n;
 }
 
-std::string JobStore::output_path(const std::string& id) const {
+std::string JobStore::output_path(const std::string& id, int index) const {
   H3_ASSERT(valid_job_id(id), "output path for a malformed id '{}'", id);
-  return (fs::path(dir_) / "outputs" / (id + ".mp4")).string();
+  H3_ASSERT(index >= 0 && index < kMaxVideos, "output path for video {} of {}", index, id);
+  return (fs::path(dir_) / "outputs" / (index == 0 ? id + ".mp4" : fmt::format("{}-{}.mp4", id, index))).string();
+}
+
+std::string JobStore::preview_path(const std::string& id) const {
+  H3_ASSERT(valid_job_id(id), "preview path for a malformed id '{}'", id);
+  return (fs::path(dir_) / "outputs" / (id + ".preview.png")).string();
 }
 
 void JobStore::exec(const char* sql) {
@@ -213,7 +264,7 @@ std::vector<JobRecord> JobStore::query(const std::string& sql, const std::vector
     int rc = sqlite3_step(s.st);
     if (rc == SQLITE_DONE) break;
     if (rc != SQLITE_ROW) fail("job store: '{}' failed: {}", sql, sqlite3_errmsg(db_));
-    if (sqlite3_column_count(s.st) < 19) continue;
+    if (sqlite3_column_count(s.st) < kColumnCount) continue;
     JobRecord r;
     std::string damaged;
     r.seq = sqlite3_column_int64(s.st, 0);
@@ -235,6 +286,10 @@ std::vector<JobRecord> JobStore::query(const std::string& sql, const std::vector
     r.finished_at = sqlite3_column_double(s.st, 16);
     r.output_bytes = sqlite3_column_int64(s.st, 17);
     r.result = json_col(s.st, 18, "result", damaged);
+    r.priority = sqlite3_column_int(s.st, 19);
+    r.videos = json_col(s.st, 20, "videos", damaged);
+    if (!r.videos.is_array()) r.videos = nlohmann::json::array();
+    r.preemptions = sqlite3_column_int(s.st, 21);
     r.damaged = damaged;
     out.push_back(std::move(r));
   }
@@ -247,15 +302,17 @@ int JobStore::changes(const std::string& sql, const std::vector<Arg>& args) {
 }
 
 std::optional<JobRecord> JobStore::insert(const nlohmann::json& request, const nlohmann::json& resolved,
-                                          int64_t max_queued) {
+                                          int64_t max_queued, int priority, const nlohmann::json& videos) {
   std::lock_guard lock(mu_);
   Stmt s;
   sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM jobs WHERE status = 'queued'", -1, &s.st, nullptr);
   int64_t queued = sqlite3_step(s.st) == SQLITE_ROW ? sqlite3_column_int64(s.st, 0) : 0;
   if (queued >= max_queued) return std::nullopt;
   const std::string id = new_job_id();
-  query("INSERT INTO jobs (id, status, request, resolved, created_at) VALUES (?, 'queued', ?, ?, ?)",
-        {id, dump_json(request), dump_json(resolved), unix_now()});
+  query(
+      "INSERT INTO jobs (id, status, request, resolved, created_at, priority, videos) VALUES (?, 'queued', ?, ?, ?, ?, "
+      "?)",
+      {id, dump_json(request), dump_json(resolved), unix_now(), int64_t{priority}, dump_json(videos)});
   auto r = query(std::string("SELECT ") + kColumns + " FROM jobs WHERE id = ?", {id});
   H3_ASSERT(r.size() == 1, "inserted job {} not found", id);
   return r[0];
@@ -288,9 +345,33 @@ std::vector<JobRecord> JobStore::list(int64_t limit, std::optional<int64_t> afte
 
 std::optional<JobRecord> JobStore::next_queued() {
   std::lock_guard lock(mu_);
-  auto r = query(std::string("SELECT ") + kColumns + " FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1", {});
+  auto r =
+      query(std::string("SELECT ") + kColumns + " FROM jobs WHERE status = 'queued'" + kQueueOrder + " LIMIT 1", {});
   if (r.empty()) return std::nullopt;
   return r[0];
+}
+
+std::optional<int> JobStore::top_queued_priority() {
+  std::lock_guard lock(mu_);
+  Stmt s;
+  sqlite3_prepare_v2(db_, "SELECT MAX(priority) FROM jobs WHERE status = 'queued'", -1, &s.st, nullptr);
+  if (sqlite3_step(s.st) != SQLITE_ROW || sqlite3_column_type(s.st, 0) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_int(s.st, 0);
+}
+
+int64_t JobStore::count_suspended() {
+  std::lock_guard lock(mu_);
+  Stmt s;
+  sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM jobs WHERE status = 'queued' AND phase != ''", -1, &s.st, nullptr);
+  return sqlite3_step(s.st) == SQLITE_ROW ? sqlite3_column_int64(s.st, 0) : 0;
+}
+
+std::vector<JobRecord> JobStore::queued_ahead(const JobRecord& r) {
+  std::lock_guard lock(mu_);
+  return query(std::string("SELECT ") + kColumns +
+                   " FROM jobs WHERE status = 'queued' AND id != ? AND (priority > ? OR (priority = ? AND seq < ?))" +
+                   kQueueOrder,
+               {r.id, int64_t{r.priority}, int64_t{r.priority}, r.seq});
 }
 
 int64_t JobStore::count(const std::string& status) {
@@ -301,20 +382,29 @@ int64_t JobStore::count(const std::string& status) {
   return sqlite3_step(s.st) == SQLITE_ROW ? sqlite3_column_int64(s.st, 0) : 0;
 }
 
-int64_t JobStore::queue_position(int64_t seq) {
+int64_t JobStore::queue_position(const JobRecord& r) {
   std::lock_guard lock(mu_);
   Stmt s;
-  sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM jobs WHERE status = 'queued' AND seq < ?", -1, &s.st, nullptr);
-  sqlite3_bind_int64(s.st, 1, seq);
+  sqlite3_prepare_v2(db_,
+                     "SELECT COUNT(*) FROM jobs WHERE status = 'queued' AND id != ? AND (priority > ? OR (priority = ? "
+                     "AND seq < ?))",
+                     -1, &s.st, nullptr);
+  sqlite3_bind_text(s.st, 1, r.id.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s.st, 2, r.priority);
+  sqlite3_bind_int64(s.st, 3, r.priority);
+  sqlite3_bind_int64(s.st, 4, r.seq);
   return 1 + (sqlite3_step(s.st) == SQLITE_ROW ? sqlite3_column_int64(s.st, 0) : 0);
 }
 
 bool JobStore::mark_running(const std::string& id) {
   std::lock_guard lock(mu_);
+  // A job suspended for one of higher priority (its phase kept) resumes: no new attempt, its progress kept.
   return changes(
-             "UPDATE jobs SET status = 'in_progress', attempts = attempts + 1, started_at = ?, phase = "
-             "'start',"
-             " progress = 0, eta_s = -1, step = 0, steps = 0 WHERE id = ? AND status = 'queued'",
+             "UPDATE jobs SET status = 'in_progress', started_at = ?, eta_s = -1,"
+             " attempts = attempts + (CASE WHEN phase = '' THEN 1 ELSE 0 END),"
+             " progress = CASE WHEN phase = '' THEN 0 ELSE progress END,"
+             " step = CASE WHEN phase = '' THEN 0 ELSE step END, steps = CASE WHEN phase = '' THEN 0 ELSE steps END,"
+             " phase = CASE WHEN phase = '' THEN 'start' ELSE phase END WHERE id = ? AND status = 'queued'",
              {unix_now(), id}) == 1;
 }
 
@@ -366,20 +456,31 @@ bool JobStore::requeue(const std::string& id) {
 bool JobStore::remove(const std::string& id) {
   std::lock_guard lock(mu_);
   if (changes("DELETE FROM jobs WHERE id = ? AND status != 'in_progress'", {id}) != 1) return false;
+  // Every file of the job: its videos, their latents and the pictures made from them (serve/previews.h), the latest
+  // preview, anything unfinished.
   std::error_code ec;
-  const std::string base = output_path(id);
-  fs::remove(base, ec);
-  fs::remove(fs::path(base).replace_extension(".latents.safetensors"), ec);
-  remove_partials(id);
-  // The pictures made from the MP4 on request (serve/previews.h).
-  for (const char* preview : {".thumbnail.png", ".spritesheet.png"})
-    fs::remove(fs::path(base).replace_extension(preview), ec);
+  for (const fs::path& p : job_files(dir_, id)) fs::remove(p, ec);
   return true;
+}
+
+bool JobStore::suspend(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return changes(
+             "UPDATE jobs SET status = 'queued', eta_s = -1, preemptions = preemptions + 1 WHERE id = ? AND status = "
+             "'in_progress'",
+             {id}) == 1;
+}
+
+bool JobStore::update_videos(const std::string& id, const nlohmann::json& videos) {
+  std::lock_guard lock(mu_);
+  return changes("UPDATE jobs SET videos = ? WHERE id = ? AND status = 'in_progress'", {dump_json(videos), id}) == 1;
 }
 
 std::vector<std::string> JobStore::recover(int max_attempts) {
   std::lock_guard lock(mu_);
   std::vector<std::string> ids;
+  // Jobs suspended for others lost their state with the old rank group: they start afresh.
+  changes("UPDATE jobs SET phase = '', progress = 0, eta_s = -1, step = 0, steps = 0 WHERE status = 'queued'", {});
   for (auto& r : query(std::string("SELECT ") + kColumns + " FROM jobs WHERE status = 'in_progress'", {})) {
     ids.push_back(r.id);
     remove_partials(r.id);

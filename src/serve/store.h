@@ -1,6 +1,7 @@
 // The server's durable job queue: one SQLite database and an outputs folder inside the store directory
-// (`h3 serve --store DIR`). The queue is FIFO by insertion sequence; a job keeps its sequence when it is
-// requeued after a restart, so it runs before anything submitted later. Every path the server reads or writes
+// (`h3 serve --store DIR`). The queue runs the highest priority first and, within a priority, FIFO by insertion
+// sequence; a job keeps its sequence when it is requeued after a restart or suspended for a job of higher priority, so
+// it runs before anything of its priority submitted later. Every path the server reads or writes
 // is derived from the store directory and a job id the server generated itself; nothing a client sends
 // becomes a path.
 #pragma once
@@ -41,7 +42,18 @@ struct JobRecord {
   int64_t output_bytes = 0;                                // > 0 when the MP4 is in the store
   nlohmann::json result;                                   // timings, tokens, latents file (completed jobs)
   std::string damaged;  // non-empty when a stored JSON column did not parse (which one); the job cannot run
+  int priority = 0;     // higher runs first (0 .. kMaxPriority)
+  // The job's videos (`n` of them): [{index, seed, status (queued | completed | failed), bytes}], in index order;
+  // empty for a record from before `n` (one video: the job's own status and output_bytes).
+  nlohmann::json videos;
+  int preemptions = 0;  // times the job was suspended for a job of higher priority
+  int n() const { return videos.is_array() && !videos.empty() ? static_cast<int>(videos.size()) : 1; }
+  // Whether video `index` is in the store (completed): its entry, or for a record without entries the job's status.
+  bool video_ready(int index) const;
 };
+
+inline constexpr int kMaxVideos = 8;  // `n` per job
+inline constexpr int kMaxPriority = 100;
 
 class JobStore {
  public:
@@ -55,24 +67,34 @@ class JobStore {
   JobStore& operator=(const JobStore&) = delete;
 
   const std::string& dir() const { return dir_; }
-  // Where a job's files live: outputs/<id>.mp4 (and <id>.latents.safetensors beside it with --write-latents).
-  std::string output_path(const std::string& id) const;
-  // Removes a job's unfinished files (`.partial` of the MP4 and the latents) and returns how many there were.
+  // Where a job's files live: outputs/<id>.mp4 for its first video, outputs/<id>-<k>.mp4 for video k > 0 (and
+  // .latents.safetensors beside each with --write-latents; thumbnails made on request), outputs/<id>.preview.png the
+  // latest preview.
+  std::string output_path(const std::string& id, int index = 0) const;
+  std::string preview_path(const std::string& id) const;
+  // Removes a job's unfinished files (`.partial` of the MP4s and the latents) and returns how many there were.
   int remove_partials(const std::string& id);
   // Removes every `.partial` file in outputs/ (at start-up nothing is being written).
   int sweep_partials();
 
-  // Inserts a queued job unless `max_queued` jobs are already queued (then returns nullopt).
-  std::optional<JobRecord> insert(const nlohmann::json& request, const nlohmann::json& resolved, int64_t max_queued);
+  // Inserts a queued job unless `max_queued` jobs are already queued (then returns nullopt). `videos` as in JobRecord.
+  std::optional<JobRecord> insert(const nlohmann::json& request, const nlohmann::json& resolved, int64_t max_queued,
+                                  int priority = 0, const nlohmann::json& videos = nlohmann::json::array());
   std::optional<JobRecord> get(const std::string& id);
   // Newest first when `descending`; `after_seq` continues a page (exclusive); `status` filters when
   // non-empty.
   std::vector<JobRecord> list(int64_t limit, std::optional<int64_t> after_seq, bool descending,
                               const std::string& status);
+  // The queued job to run next: the highest priority, then the lowest sequence.
   std::optional<JobRecord> next_queued();
   int64_t count(const std::string& status);
-  // 1 + the number of queued jobs ahead of `seq`.
-  int64_t queue_position(int64_t seq);
+  // 1 + the number of queued jobs that run before `r` (a higher priority, or the same and an earlier sequence).
+  int64_t queue_position(const JobRecord& r);
+  // Those jobs, in the order they run.
+  std::vector<JobRecord> queued_ahead(const JobRecord& r);
+  // The highest priority among queued jobs (nullopt: none queued), and how many queued jobs were suspended.
+  std::optional<int> top_queued_priority();
+  int64_t count_suspended();
 
   // Transitions; each returns false when the job is not in the state the transition starts from.
   bool mark_running(const std::string& id);
@@ -83,6 +105,11 @@ class JobStore {
   bool finish(const std::string& id, const std::string& status, const std::string& error_code, const std::string& error,
               int64_t output_bytes, const nlohmann::json& result);
   bool requeue(const std::string& id);  // a running job back to the queue (shutdown)
+  // A running job stopped at a step boundary for one of higher priority: queued again at its place, its progress
+  // kept, preemptions + 1.
+  bool suspend(const std::string& id);
+  // The running job's videos as they finish.
+  bool update_videos(const std::string& id, const nlohmann::json& videos);
   // Deletes a job that is not running, with its files. False when unknown or running.
   bool remove(const std::string& id);
 

@@ -201,20 +201,73 @@ void Supervisor::dispatch_next() {
     }
     return;
   }
+  // A job suspended for one of higher priority kept its phase: the rank group resumes it from the state it kept
+  // (a group that lost it, restarted since, starts it afresh).
+  const bool resume = !next->phase.empty();
   if (!store_->mark_running(next->id)) return;
   {
     std::lock_guard lock(mu_);
     running_ = next->id;
+    running_priority_ = next->priority;
+    suspend_asked_ = false;
   }
-  nlohmann::json job = {
-      {"type", "job"}, {"id", next->id}, {"request", next->resolved}, {"out", store_->output_path(next->id)}};
+  // The videos still to make, in order (a resumed job's finished ones stay as they are).
+  nlohmann::json videos = nlohmann::json::array();
+  const int n = next->n();
+  for (int k = 0; k < n; ++k) {
+    const nlohmann::json v = next->videos.is_array() && k < static_cast<int>(next->videos.size())
+                                 ? next->videos[k]
+                                 : nlohmann::json{{"index", k}, {"seed", next->resolved.value("seed", uint64_t{0})}};
+    if (next->video_ready(k)) continue;
+    videos.push_back({{"index", k}, {"seed", v.value("seed", uint64_t{0})}, {"out", store_->output_path(next->id, k)}});
+  }
+  nlohmann::json job = {{"type", "job"},
+                        {"id", next->id},
+                        {"request", next->resolved},
+                        {"out", store_->output_path(next->id)},
+                        {"videos", videos},
+                        {"n", n},
+                        {"resume", resume},
+                        {"preview_every", o_.preview_every},
+                        {"preview_out", store_->preview_path(next->id)}};
   if (o_.debug_faults && next->request.contains("x_debug_fault") && next->request["x_debug_fault"].is_string())
     job["fault"] = next->request["x_debug_fault"];
+  if (o_.debug_faults && next->request.contains("x_debug_runner") && next->request["x_debug_runner"].is_string())
+    job["runner"] = next->request["x_debug_runner"];
   last_word_ = steady_now();
   set_state(State::busy);
   publish_job(next->id);
-  spdlog::info("serve: running job {}", next->id);
+  spdlog::info("serve: {} job {}", resume ? "resuming" : "running", next->id);
   channel_->send(job);
+}
+
+// Why a suspend at a step boundary and not only a queue order: a 768p job takes minutes, so a job of higher priority
+// ordered first would still wait for the whole of the running one. The rank group stops the running job at its next
+// denoising step boundary (one DiT call at most, the same word that carries a cancel), keeps its state in memory
+// (prompt embeddings and rows: tens of MB at 768p) and runs the other one; the suspended job resumes where it stopped
+// and ends bitwise as if it had never stopped. Inside the encode, decode or write there is no step boundary to stop
+// at: the other job waits for the phase's end (seconds). At most kMaxSuspended states are kept; beyond that the queue
+// order alone decides.
+void Supervisor::maybe_preempt() {
+  constexpr int64_t kMaxSuspended = 8;
+  std::string id;
+  int priority = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (running_.empty() || suspend_asked_) return;
+    id = running_;
+    priority = running_priority_;
+  }
+  const std::optional<int> top = store_->top_queued_priority();
+  if (!top || *top <= priority) return;
+  if (store_->count_suspended() >= kMaxSuspended) return;
+  {
+    std::lock_guard lock(mu_);
+    if (running_ != id) return;
+    suspend_asked_ = true;
+  }
+  spdlog::info("serve: job {} (priority {}) stops at its next step for a job of priority {}", id, priority, *top);
+  post({{"type", "suspend"}, {"id", id}});
 }
 
 void Supervisor::on_message(const nlohmann::json& m) {
@@ -230,48 +283,108 @@ void Supervisor::on_message(const nlohmann::json& m) {
                             static_cast<int>(num("steps", 0)), std::clamp(num("percent", 0), 0.0, 100.0),
                             num("eta_s", -1));
     publish_job(id);
+  } else if (type == "video_done") {
+    on_video_done(id, m);
+  } else if (type == "preview") {
+    on_preview(id, m);
   } else if (type == "done") {
-    const std::string status = m.value("status", "failed");
-    int64_t bytes = 0;
-    std::string error = m.value("error", "");
-    std::string st = status;
-    if (status == "completed") {
-      std::error_code ec;
-      bytes = static_cast<int64_t>(fs::file_size(store_->output_path(id), ec));
-      const auto& res = m.contains("result") ? m["result"] : nlohmann::json();
-      if (ec && res.is_object() && res.value("wrote_mp4", true) == false) {
-        bytes = 0;  // a build without the MP4 writer: latents only, no content to serve
-      } else if (ec) {
-        st = kFailed;
-        error = "the rank group reported success but wrote no output file";
-      }
-    }
-    const std::string code = st == kCompleted ? "" : st == kCancelled ? "cancelled" : "generation_failed";
-    if (st != kCompleted) store_->remove_partials(id);
-    std::optional<JobRecord> rec;
-    try {
-      rec = store_->get(id);
-    } catch (const std::exception&) {
-    }
+    on_job_end(id, m);
+  }
+}
+
+// One of the job's videos is made: recorded (downloadable from now on) and published.
+void Supervisor::on_video_done(const std::string& id, const nlohmann::json& m) {
+  auto rec = store_->get(id);
+  if (!rec) return;
+  const int index = m.value("index", -1);
+  nlohmann::json videos = rec->videos;
+  if (!videos.is_array() || index < 0 || index >= static_cast<int>(videos.size())) return;
+  std::error_code ec;
+  const auto bytes = static_cast<int64_t>(fs::file_size(store_->output_path(id, index), ec));
+  videos[index]["status"] = ec ? kFailed : kCompleted;
+  videos[index]["bytes"] = ec ? 0 : bytes;
+  if (m.contains("result") && m["result"].is_object()) {
+    const nlohmann::json& res = m["result"];
+    if (res.contains("time_to_mp4_s")) videos[index]["time_to_mp4_s"] = res["time_to_mp4_s"];
+  }
+  store_->update_videos(id, videos);
+  publish_job(id);
+}
+
+// A preview is in the store (the rank group wrote it at preview_path): an event says where, with its step.
+void Supervisor::on_preview(const std::string& id, const nlohmann::json& m) {
+  nlohmann::json e = {{"id", id},
+                      {"object", "video.preview"},
+                      {"url", "/v1/videos/" + id + "/content?variant=preview"},
+                      {"video_index", m.value("index", 0)},
+                      {"step", m.value("step", 0)},
+                      {"steps", m.value("steps", 0)},
+                      {"frame", m.value("frame", 0)},
+                      {"width", m.value("width", 0)},
+                      {"height", m.value("height", 0)},
+                      {"created_at", static_cast<int64_t>(unix_now())}};
+  events_.publish("preview", id, std::move(e));
+}
+
+void Supervisor::on_job_end(const std::string& id, const nlohmann::json& m) {
+  const std::string status = m.value("status", "failed");
+  if (status == "suspended") {
     {
       std::lock_guard lock(mu_);
       running_.clear();
+      suspend_asked_ = false;
     }
-    finish_job(id, st, code, error, bytes, m.value("result", nlohmann::json::object()));
-    if (st == kCompleted && rec && m.contains("result")) record_timing(*rec, m["result"]);
-    if (st == kCompleted)
-      ++jobs_completed_;
-    else if (st == kCancelled)
-      ++jobs_cancelled_;
-    else
-      ++jobs_failed_;
-    if (rec) {
-      std::lock_guard lock(mu_);
-      job_seconds_sum_ += unix_now() - rec->started_at;
-    }
-    spdlog::info("serve: job {} {}{}", id, st, error.empty() ? "" : ": " + error);
+    store_->suspend(id);
+    spdlog::info("serve: job {} suspended ({}); it resumes when its turn comes", id, m.value("error", ""));
+    publish_job(id);
     set_state(State::ready);
+    return;
   }
+  int64_t bytes = 0;
+  std::string error = m.value("error", "");
+  std::string st = status;
+  std::optional<JobRecord> rec;
+  try {
+    rec = store_->get(id);
+  } catch (const std::exception&) {
+  }
+  if (status == "completed") {
+    const auto& res = m.contains("result") ? m["result"] : nlohmann::json();
+    const bool no_writer = res.is_object() && res.value("wrote_mp4", true) == false;
+    // Every video must be in the store (the first one's size is the job's `bytes`).
+    const int n = rec ? rec->n() : 1;
+    for (int k = 0; k < n && st == kCompleted; ++k) {
+      std::error_code ec;
+      const auto size = static_cast<int64_t>(fs::file_size(store_->output_path(id, k), ec));
+      if (k == 0) bytes = ec ? 0 : size;
+      if (ec && !no_writer) {
+        st = kFailed;
+        error = n > 1 ? fmt::format("the rank group reported success but wrote no file for video {}", k)
+                      : "the rank group reported success but wrote no output file";
+      }
+    }
+    if (no_writer) bytes = 0;  // a build without the MP4 writer: latents only, no content to serve
+  }
+  const std::string code = st == kCompleted ? "" : st == kCancelled ? "cancelled" : "generation_failed";
+  if (st != kCompleted) store_->remove_partials(id);
+  {
+    std::lock_guard lock(mu_);
+    running_.clear();
+  }
+  finish_job(id, st, code, error, bytes, m.value("result", nlohmann::json::object()));
+  if (st == kCompleted && rec && m.contains("result")) record_timing(*rec, m["result"]);
+  if (st == kCompleted)
+    ++jobs_completed_;
+  else if (st == kCancelled)
+    ++jobs_cancelled_;
+  else
+    ++jobs_failed_;
+  if (rec) {
+    std::lock_guard lock(mu_);
+    job_seconds_sum_ += unix_now() - rec->started_at;
+  }
+  spdlog::info("serve: job {} {}{}", id, st, error.empty() ? "" : ": " + error);
+  set_state(State::ready);
 }
 
 // The last completed job's time per DiT call and for everything else, with its geometry: the web page scales it

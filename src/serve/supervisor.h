@@ -1,7 +1,8 @@
 // The supervisor of `h3 serve`: owns the job store, the event hub and the rank group. One thread (the group
 // thread) starts the group (`mpirun -np N h3 serve-worker ...`, or the worker directly for one rank), waits
-// for rank 0 to connect and report its models loaded, hands it one job at a time in FIFO order, relays
-// progress, and watches it: when the group exits (a rank crashed, or a rank's collective timed out and
+// for rank 0 to connect and report its models loaded, hands it one job at a time (the highest priority first, FIFO
+// within a priority; a job of higher priority suspends the running one at its next step boundary), relays progress and
+// previews, and watches it: when the group exits (a rank crashed, or a rank's collective timed out and
 // aborted the job) or stops talking for longer than the stall timeout while running a job, the running job
 // fails with the reason read from the group's log (which names the rank), the group is recreated, and the
 // queue continues.
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "pipeline/preview.h"
 #include "serve/events.h"
 #include "serve/http_policy.h"
 #include "serve/runner.h"
@@ -34,15 +36,17 @@ struct ServeOptions {
   std::string store_dir;
   std::string api_key;  // empty: no authentication
   int ranks = 1;
-  double rank_timeout_s = 120;             // the ranks' collective timeout (h3 --timeout)
-  double stall_timeout_s = 0;              // no word from rank 0 while running a job; 0 = 2 x rank timeout + 30 s
-  double startup_timeout_s = 1800;         // to connect and load the models
-  int64_t max_queue = 64;                  // queued jobs; more -> 429
-  HttpLimits http;                         // the HTTP front's limits (serve/http_policy.h)
-  std::vector<std::string> allowed_hosts;  // Host names served besides IP literals and localhost ("*": any)
-  int max_attempts = 2;                    // a job interrupted by server restarts runs at most this often
-  bool debug_faults = false;               // accept the "x_debug_fault" request field (tests only)
-  std::string lora_dir;                    // LoRA files a job may name ("loras": [{"name", "strength"}]); "" = none
+  double rank_timeout_s = 120;               // the ranks' collective timeout (h3 --timeout)
+  double stall_timeout_s = 0;                // no word from rank 0 while running a job; 0 = 2 x rank timeout + 30 s
+  double startup_timeout_s = 1800;           // to connect and load the models
+  int64_t max_queue = 64;                    // queued jobs; more -> 429
+  HttpLimits http;                           // the HTTP front's limits (serve/http_policy.h)
+  std::vector<std::string> allowed_hosts;    // Host names served besides IP literals and localhost ("*": any)
+  int max_attempts = 2;                      // a job interrupted by server restarts runs at most this often
+  bool debug_faults = false;                 // accept the "x_debug_fault" request field (tests only)
+  int preview_every = kDefaultPreviewEvery;  // previews every K DiT calls (0 = none; pipeline/preview.h)
+  int64_t event_log = 4096;                  // events kept in memory for streams (serve/events.h)
+  std::string lora_dir;                      // LoRA files a job may name ("loras": [{"name", "strength"}]); "" = none
   std::string model_id = "minimax-h3";
   std::string device = "cpu";  // where the group runs (h3 --device): the web page's defaults follow it
   std::string log_level = "info";
@@ -113,7 +117,15 @@ class Supervisor {
   void set_state(State s, const std::string& error = "");
   void publish_job(const std::string& id);
   void dispatch_next();
+  // Asks the running job to stop at its next step boundary when a queued job has a higher priority (serve/
+  // supervisor.cpp says why a suspend and not a queue order only).
+  void maybe_preempt();
   void on_message(const nlohmann::json& m);
+  void on_job_end(const std::string& id, const nlohmann::json& m);
+  void on_video_done(const std::string& id, const nlohmann::json& m);
+  void on_preview(const std::string& id, const nlohmann::json& m);
+  // Seconds a job still needs (all its videos not yet made), scaled from the last measured job; nullopt before one.
+  std::optional<double> estimate_remaining_s(const JobRecord& r);
   void record_timing(const JobRecord& job, const nlohmann::json& result);
   void fail_running(const std::string& code, const std::string& message);
   // Records a job's end; a store failure keeps it in pending_ (retried by retry_pending, shown meanwhile).
@@ -127,7 +139,7 @@ class Supervisor {
 
   ServeOptions o_;
   std::unique_ptr<JobStore> store_;
-  EventHub events_;
+  EventHub events_{static_cast<size_t>(o_.event_log)};
   std::thread group_thread_;
   std::atomic<bool> stopping_{false};
   int wake_pipe_[2] = {-1, -1};
@@ -141,6 +153,8 @@ class Supervisor {
   nlohmann::json measured_;  // the timing of the last completed job (for estimates), or null
   std::deque<nlohmann::json> outbox_;
   std::string running_;  // job id the group is running
+  int running_priority_ = 0;
+  bool suspend_asked_ = false;  // the running job was asked to stop for one of higher priority
   int generation_ = 0;
   int restarts_ = 0;
   double ready_since_ = 0;

@@ -24,6 +24,20 @@ ApiError bad(const std::string& message) {
   return {400, "invalid_request", message};
 }
 
+// A JSON integer within [lo, hi] (no float, no string; hi >= 0).
+bool integer_in(const nlohmann::json& v, int64_t lo, int64_t hi) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    return u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo;
+  }
+  return v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+}
+
+// Job field `k` as an integer, `fallback` when absent (read_fields checked it).
+int int_field(const nlohmann::json& body, const char* k, int fallback) {
+  return body.contains(k) && body[k].is_number_integer() ? static_cast<int>(body[k].get<int64_t>()) : fallback;
+}
+
 // "1280x720" -> width, height.
 std::pair<int64_t, int64_t> parse_size(const std::string& s) {
   const auto x = s.find('x');
@@ -121,6 +135,23 @@ void read_fields(const nlohmann::json& body, const ServeOptions& o, nlohmann::js
       } catch (const std::exception& e) {
         throw bad(e.what());
       }
+    } else if (k == "x_debug_runner") {
+      if (!o.debug_faults)
+        throw bad(
+            "unknown field 'x_debug_runner' (a test hook; the server was not started with "
+            "--debug-faults)");
+      if (!v.is_string() || v.get<std::string>() != "fake")
+        throw bad("'x_debug_runner' must be \"fake\" (this job runs on the fake runner; tests only)");
+    } else if (k == "n") {
+      if (!integer_in(v, 1, kMaxVideos))
+        throw bad(fmt::format("'n' must be an integer 1 .. {}: the videos this request makes, each its own seed",
+                              kMaxVideos));
+    } else if (k == "priority") {
+      if (!integer_in(v, 0, kMaxPriority))
+        throw bad(
+            fmt::format("'priority' must be an integer 0 .. {} (higher runs first; default 0, first come first "
+                        "served)",
+                        kMaxPriority));
     } else if (k == "loras") {
       gen["loras"] = resolve_loras(v, o.lora_dir);
     } else if (is_media_field(k)) {
@@ -201,9 +232,16 @@ JobRecord Supervisor::submit(const nlohmann::json& request) {
     }
     throw bad(what + hint);
   }
+  // `n` videos: the resolved seed for the first, then seed + 1, ... (wrapping at 2^64): video k is what a job of
+  // seed + k alone makes.
+  const int n = int_field(body, "n", 1), priority = int_field(body, "priority", 0);
+  nlohmann::json videos = nlohmann::json::array();
+  const uint64_t seed = resolved.value("seed", uint64_t{0});
+  for (int k = 0; k < n; ++k)
+    videos.push_back({{"index", k}, {"seed", seed + static_cast<uint64_t>(k)}, {"status", kQueued}, {"bytes", 0}});
   std::optional<JobRecord> rec;
   try {
-    rec = store_->insert(accepted, resolved, o_.max_queue);
+    rec = store_->insert(accepted, resolved, o_.max_queue, priority, videos);
   } catch (const std::exception& e) {
     remove_uploads(upload_dir);
     spdlog::error("serve: cannot queue a job: {}", e.what());
@@ -259,6 +297,7 @@ JobRecord Supervisor::cancel(const std::string& id) {
   JobRecord r = get(id);
   if (r.status == kQueued && store_->cancel_queued(id)) {
     ++jobs_cancelled_;
+    if (!r.phase.empty()) post({{"type", "forget"}, {"id", id}});  // a suspended job: the ranks drop its state
     publish_job(id);
     return get(id);
   }
@@ -279,6 +318,7 @@ void Supervisor::remove(const std::string& id) {
   if (r.status == kRunning)
     throw ApiError{409, "running", "the video is being generated; cancel it first (POST /v1/videos/{id}/cancel)"};
   if (!store_->remove(id)) throw ApiError{409, "running", "the video started running; cancel it first"};
+  if (r.status == kQueued && !r.phase.empty()) post({{"type", "forget"}, {"id", id}});
   remove_job_uploads(r.resolved, o_.store_dir);
   events_.publish("video", id, {{"id", id}, {"object", "video.deleted"}, {"deleted", true}});
 }
@@ -338,7 +378,63 @@ nlohmann::json Supervisor::job_json(const JobRecord& r) {
                     ? nlohmann::json()
                     : nlohmann::json{{"code", r.error_code}, {"message", scrub(r.error)}}},
   };
-  if (r.status == kQueued) j["queue_position"] = store_->queue_position(r.seq);
+  j["n"] = r.n();
+  j["priority"] = r.priority;
+  j["preemptions"] = r.preemptions;
+  // Each video: its seed, whether it is made, and where (downloadable as soon as it is, whatever the others do).
+  nlohmann::json videos = nlohmann::json::array();
+  for (int k = 0; k < r.n(); ++k) {
+    const nlohmann::json e = r.videos.is_array() && k < static_cast<int>(r.videos.size()) && r.videos[k].is_object()
+                                 ? r.videos[k]
+                                 : nlohmann::json::object();
+    const bool ready = r.video_ready(k);
+    const std::string st = ready ? kCompleted : e.value("status", r.status == kCompleted ? kCompleted : kQueued);
+    nlohmann::json v = {{"index", k},
+                        {"seed", e.contains("seed") ? e["seed"] : res.value("seed", nlohmann::json())},
+                        {"status", st == kQueued && r.status != kQueued && r.status != kRunning ? r.status : st}};
+    if (ready) {
+      const std::string q = k == 0 ? "" : fmt::format("&index={}", k);
+      v["content_url"] = "/v1/videos/" + r.id + "/content" + (k == 0 ? "" : "?index=" + std::to_string(k));
+      v["thumbnail_url"] = "/v1/videos/" + r.id + "/content?variant=thumbnail" + q;
+      v["bytes"] = e.value("bytes", r.output_bytes);
+    }
+    videos.push_back(std::move(v));
+  }
+  j["videos"] = std::move(videos);
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(store_->preview_path(r.id), ec))
+    j["preview_url"] = "/v1/videos/" + r.id + "/content?variant=preview";
+  if (r.status == kQueued) {
+    j["queue_position"] = store_->queue_position(r);
+    // When it starts: what the running job still needs, then each job ahead of it, from the last measured job.
+    std::optional<double> wait = 0;
+    std::string running;
+    {
+      std::lock_guard lock(mu_);
+      running = running_;
+    }
+    if (!running.empty())
+      if (auto rr = store_->get(running)) {
+        if (rr->eta_s >= 0)
+          *wait += rr->eta_s;
+        else if (auto e = estimate_remaining_s(*rr))
+          *wait += *e;
+        else
+          wait.reset();
+      }
+    if (wait)
+      for (const JobRecord& a : store_->queued_ahead(r)) {
+        const std::optional<double> e = estimate_remaining_s(a);
+        if (!e) {
+          wait.reset();
+          break;
+        }
+        *wait += *e;
+      }
+    j["queue_eta_seconds"] = wait ? nlohmann::json(std::round(*wait * 10) / 10) : nlohmann::json();
+  }
+  if (const auto e = estimate_remaining_s(r); e && !is_terminal(r.status))
+    j["estimate_seconds"] = std::round(*e * 10) / 10;
   if (r.status == kCompleted && r.output_bytes > 0) {
     j["content_url"] = "/v1/videos/" + r.id + "/content";
     j["thumbnail_url"] = "/v1/videos/" + r.id + "/content?variant=thumbnail";
@@ -346,6 +442,34 @@ nlohmann::json Supervisor::job_json(const JobRecord& r) {
     j["result"] = r.result;
   }
   return j;
+}
+
+// The last measured job (record_timing) scaled as the web page scales it: the DiT's time by video tokens, the rest
+// by pixels x frames; times the videos not yet made, less what a started job has done of the current one.
+std::optional<double> Supervisor::estimate_remaining_s(const JobRecord& r) {
+  nlohmann::json ms;
+  {
+    std::lock_guard lock(mu_);
+    ms = measured_;
+  }
+  const nlohmann::json& p = r.resolved;
+  if (!ms.is_object() || !p.is_object()) return std::nullopt;
+  auto num = [](const nlohmann::json& j, const char* k) {
+    return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
+  };
+  const double tok = num(p, "latent_frames") * num(p, "latent_h") * num(p, "latent_w");
+  const double tok_m = num(ms, "latent_frames") * num(ms, "latent_h") * num(ms, "latent_w");
+  const double px = num(p, "width") * num(p, "height") * num(p, "frames");
+  const double px_m = num(ms, "width") * num(ms, "height") * num(ms, "frames");
+  if (tok <= 0 || tok_m <= 0 || px <= 0 || px_m <= 0) return std::nullopt;
+  const double one =
+      num(p, "model_calls") * num(ms, "seconds_per_call") * tok / tok_m + num(ms, "other_seconds") * px / px_m;
+  int left = 0;
+  for (int k = 0; k < r.n(); ++k) left += r.video_ready(k) ? 0 : 1;
+  // A job that was started (and suspended) has made part of its current video: its progress says how much.
+  const double done_of_job = std::clamp(r.progress / 100.0, 0.0, 1.0) * r.n();
+  const double done_of_current = std::max(0.0, done_of_job - (r.n() - left));
+  return std::max(0.0, one * (left - std::min(done_of_current, 1.0)));
 }
 
 bool Supervisor::ready() {

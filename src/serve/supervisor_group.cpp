@@ -392,6 +392,7 @@ void Supervisor::run_group() {
     if (loaded) {
       try {
         dispatch_next();
+        maybe_preempt();
       } catch (const std::exception& e) {
         const double now = steady_now();
         if (now - last_store_error_ > 30) spdlog::error("serve: cannot start the next job: {}", e.what());

@@ -1,15 +1,17 @@
 // The web page at `/`: one self-contained HTML document (no external resources; the server's
 // Content-Security-Policy forbids them). It talks to the same JSON API as any client (docs/api.md):
-//   - a gallery of the jobs: poster thumbnails (content?variant=thumbnail) for finished videos, played inline;
-//     live progress per phase with ETA from GET /v1/events (read with fetch so the bearer key can be sent);
-//     cancel, delete, download;
+//   - a gallery of the jobs: poster thumbnails (content?variant=thumbnail) for finished videos, played inline (each
+//     of a job's n videos); live progress per phase with ETA from GET /v1/events (read with fetch so the bearer key
+//     can be sent), the latest preview picture on the running card (`preview` events); a queued job's place, its
+//     priority and when it should start; cancel, delete, download;
 //   - a form: prompt, size and duration, presets of steps with the time each would take (scaled from the last
 //     job the server measured, GET /v1/models "measured"), seed, keyframes and references (drag and drop or
 //     choose; sent as multipart/form-data like the OpenAI SDKs), LoRAs of the server's --lora-dir;
 //   - defaults for the server's device (GET /v1/models "defaults": small and short on a CPU, 768p on a GPU) and
 //     a banner when the models are procedural or the runner is fake.
-// `/#selftest` drives the page itself (fill the form with a keyframe made on a canvas, submit, cancel, watch,
-// play, delete) and writes PASS/FAIL into #selftest; the test suite loads it in headless Chromium.
+// `/#selftest` drives the page itself (fill the form with a keyframe made on a canvas, submit, see a preview on the
+// running card, cancel, watch, play, delete) and writes PASS/FAIL into #selftest; the test suite loads it in headless
+// Chromium.
 #include "serve/http.h"
 
 namespace h3::serve {
@@ -45,6 +47,7 @@ button{padding:4px 10px;margin:2px;cursor:pointer}
 .poster{aspect-ratio:16/9;background:#222;display:flex;align-items:center;justify-content:center;color:#ccc;position:relative}
 .poster img,.poster video{width:100%;height:100%;object-fit:contain;background:#000;display:block}
 .poster img{cursor:pointer} .poster .play{position:absolute;font-size:32px;color:#fff;pointer-events:none;opacity:.8}
+.poster img.preview{cursor:default;opacity:.92} .poster .pstep{position:absolute;left:6px;bottom:4px;font-size:11px;color:#fff;background:rgba(0,0,0,.55);padding:1px 5px;border-radius:3px}
 .info{padding:8px;font-size:12px} .info .prompt{font-size:13px;margin-bottom:4px;word-break:break-word}
 .phases{display:flex;gap:2px;margin:4px 0} .phases span{flex:1;font-size:10px;text-align:center;padding:2px 0;background:#e6e6e6;border-radius:3px;color:#666}
 .phases span.done{background:#b9d7b9;color:#234} .phases span.current{background:#3a7bd5;color:#fff}
@@ -67,6 +70,8 @@ button{padding:4px 10px;margin:2px;cursor:pointer}
 <div class="row"><div><label for="seconds">Seconds (5 - 15)</label><input id="seconds" type="number" min="5" max="15" step="0.5" value="5"></div>
 <div><label for="steps">Steps (2 - 200)</label><input id="steps" type="number" min="2" max="200" value="50"></div>
 <div><label for="seed">Seed (empty = random)</label><input id="seed" type="number" min="0"></div></div>
+<div class="row"><div><label for="n">Videos (1 - 8, seeds S, S+1, ...)</label><input id="n" type="number" min="1" max="8" value="1"></div>
+<div><label for="priority">Priority (0 - 100, higher first)</label><input id="priority" type="number" min="0" max="100" value="0"></div></div>
 <label>Preset (steps; the time from the last job this server ran)</label><div class="presets" id="presets"></div>
 <div id="estimate" class="muted"></div>
 <label>Keyframes (fl2va: the video starts / ends on these pictures)</label>
@@ -87,7 +92,7 @@ button{padding:4px 10px;margin:2px;cursor:pointer}
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
-const jobs = new Map(), thumbs = new Map(), players = new Map();
+const jobs = new Map(), thumbs = new Map(), players = new Map(), previews = new Map();
 const PHASES = ["encode", "denoise", "decode_video", "decode_audio", "write"];
 let model = null;
 const keyInput = $("apikey");
@@ -131,6 +136,22 @@ async function thumbnail(j) {
   thumbs.set(j.id, p);
   return p;
 }
+// A `preview` event: the picture at its URL (the job's latest) shown on the running card.
+async function showPreview(d) {
+  try {
+    const r = await fetch(d.url, {headers: headers()});
+    if (!r.ok) return false;
+    const b = await r.blob();
+    const j = jobs.get(d.id);
+    if (j && ["completed", "failed", "cancelled"].includes(j.status)) return false;  // over meanwhile: its poster shows
+    const u = URL.createObjectURL(b);
+    const old = previews.get(d.id);
+    previews.set(d.id, {url: u, step: d.step, steps: d.steps});
+    if (old) URL.revokeObjectURL(old.url);
+    render();
+    return true;
+  } catch (e) { return false; }
+}
 function phaseBar(j) {
   const at = PHASES.indexOf(j.phase);
   return el("div", {class: "phases"}, ...PHASES.map((p, i) =>
@@ -139,15 +160,22 @@ function phaseBar(j) {
 }
 function card(j) {
   const poster = el("div", {class: "poster"});
+  const pv = previews.get(j.id);
   if (players.has(j.id)) poster.appendChild(players.get(j.id));
   else if (j.status === "completed") {
     const img = el("img", {class: "thumb", alt: "poster of " + j.id, "data-id": j.id, onclick: () => play(j.id)});
     thumbnail(j).then((u) => { if (u) img.src = u; });
     poster.append(img, el("span", {class: "play"}, "\u25B6"));
-  } else poster.appendChild(el("span", {}, j.status === "queued" ? "queued" + (j.queue_position ? " #" + j.queue_position : "") : j.status));
+  } else if (pv && j.status === "in_progress") {
+    poster.append(el("img", {class: "preview", alt: "preview of " + j.id, "data-id": j.id, "data-step": String(pv.step), src: pv.url}),
+                  el("span", {class: "pstep"}, "preview after step " + pv.step + "/" + pv.steps));
+  } else poster.appendChild(el("span", {}, j.status === "queued" ? "queued" + (j.queue_position ? " #" + j.queue_position : "") +
+    (j.queue_eta_seconds != null ? ", starts in about " + clock(j.queue_eta_seconds) : "") : j.status));
+  const n = j.n || 1;
   const info = el("div", {class: "info"}, el("div", {class: "prompt"}, (j.prompt || "").slice(0, 140)),
     el("div", {class: "muted"}, j.size + ", " + j.seconds + " s, " + ((j.parameters || {}).steps || "?") + " steps, seed " +
-       ((j.parameters || {}).seed != null ? j.parameters.seed : "?")));
+       ((j.parameters || {}).seed != null ? j.parameters.seed : "?") + (n > 1 ? ", " + n + " videos" : "") +
+       (j.priority ? ", priority " + j.priority : "") + (j.preemptions ? ", paused " + j.preemptions + "\u00D7 for others" : "")));
   if (j.status === "in_progress" || j.status === "completed") {
     const eta = j.status === "in_progress" && j.eta_seconds != null ? ", about " + clock(j.eta_seconds) + " left" : "";
     const took = j.status === "completed" && j.started_at && j.completed_at ? "took " + clock(j.completed_at - j.started_at) :
@@ -159,7 +187,14 @@ function card(j) {
   if (j.error && j.error.message) info.appendChild(el("div", {class: "err"}, j.error.message));
   const acts = el("div", {});
   const button = (act, label, fn) => acts.appendChild(el("button", {type: "button", "data-act": act, "data-id": j.id, onclick: fn}, label));
-  if (j.status === "completed") { button("play", "Play", () => play(j.id)); button("download", "Download", () => download(j.id)); }
+  if (j.status === "completed" && n === 1) { button("play", "Play", () => play(j.id)); button("download", "Download", () => download(j.id)); }
+  for (const v of n > 1 ? j.videos || [] : []) {  // several videos: each playable and downloadable once it is made
+    if (v.status !== "completed") continue;
+    acts.appendChild(el("button", {type: "button", "data-act": "play", "data-id": j.id, "data-index": String(v.index),
+                                   title: "seed " + v.seed, onclick: () => play(j.id, v.index)}, "\u25B6 " + (v.index + 1)));
+    acts.appendChild(el("button", {type: "button", "data-act": "download", "data-id": j.id, "data-index": String(v.index),
+                                   onclick: () => download(j.id, v.index)}, "\u2B07"));
+  }
   if (j.status === "queued" || j.status === "in_progress") button("cancel", "Cancel", () => cancel(j.id));
   if (j.status !== "in_progress") button("delete", "Delete", () => del(j.id));
   info.appendChild(acts);
@@ -169,8 +204,10 @@ function card(j) {
 // changed), so that a video playing in one card keeps playing while other jobs report progress.
 const cards = new Map();
 function cardKey(j) {
+  const pv = previews.get(j.id);
   return JSON.stringify([j.status, j.phase, j.step, j.steps, Math.round(j.progress || 0), j.eta_seconds == null ? null :
-    Math.round(j.eta_seconds), j.cancel_requested, j.queue_position, j.error && j.error.message, players.has(j.id)]);
+    Math.round(j.eta_seconds), j.cancel_requested, j.queue_position, j.queue_eta_seconds == null ? null : Math.round(j.queue_eta_seconds),
+    j.preemptions, (j.videos || []).map((v) => v.status).join(), pv && pv.url, j.error && j.error.message, players.has(j.id)]);
 }
 function render() {
   const rows = [...jobs.values()].sort((a, b) => (b.created_at || 0) - (a.created_at || 0) || (a.id < b.id ? 1 : -1));
@@ -200,8 +237,17 @@ function forget(id) {
   const v = players.get(id);
   if (v) URL.revokeObjectURL(v.src);
   players.delete(id);
+  const pv = previews.get(id);
+  if (pv) URL.revokeObjectURL(pv.url);
+  previews.delete(id);
 }
-function upsert(j) { if (j && j.id) { if (j.deleted) forget(j.id); else jobs.set(j.id, j); render(); } }
+function upsert(j) {
+  if (!j || !j.id) return;
+  if (j.deleted) forget(j.id); else jobs.set(j.id, j);
+  const pv = previews.get(j.id);  // a finished job shows its poster: its last preview is let go
+  if (pv && ["completed", "failed", "cancelled"].includes(j.status)) { URL.revokeObjectURL(pv.url); previews.delete(j.id); }
+  render();
+}
 function showHealth(h) {
   $("health").textContent = h.status === "ok" ? "ready" : (h.group || "unavailable");
   $("health").className = h.status === "ok" ? "ok" : "bad";
@@ -313,6 +359,8 @@ async function readForm() {  // JSON, or a FormData when files go with it
   if ($("seconds").value) body.seconds = Number($("seconds").value);
   if ($("steps").value) body.steps = Number($("steps").value);
   if ($("seed").value !== "") body.seed = Number($("seed").value);
+  if (Number($("n").value) > 1) body.n = Number($("n").value);
+  if (Number($("priority").value) > 0) body.priority = Number($("priority").value);
   const loras = [...document.querySelectorAll("input[data-lora]:checked")].map((c) =>
     ({name: c.dataset.lora, strength: Number(document.querySelector('input[data-strength="' + c.dataset.lora + '"]').value || 1)}));
   if (loras.length) body.loras = loras;
@@ -344,26 +392,29 @@ for (const id of ["size", "aspect", "seconds", "steps"])
 $("refresh").onclick = refresh;
 async function cancel(id) { try { upsert(await api("POST", "/v1/videos/" + id + "/cancel")); } catch (e) { $("formmsg").textContent = e.message; } }
 async function del(id) { try { await api("DELETE", "/v1/videos/" + id); forget(id); render(); } catch (e) { $("formmsg").textContent = e.message; } }
-async function blob(id) {
-  const r = await fetch("/v1/videos/" + id + "/content", {headers: headers()});
+async function blob(id, index) {
+  const r = await fetch("/v1/videos/" + id + "/content" + (index ? "?index=" + index : ""), {headers: headers()});
   if (!r.ok) throw new Error("content: HTTP " + r.status);
   return await r.blob();
 }
-// Inline playback: the card's poster becomes the video.
-async function play(id) {
+// Inline playback: the card's poster becomes the video (one of its videos: `index`).
+async function play(id, index) {
   try {
-    const b = await blob(id);
-    const v = el("video", {controls: "", autoplay: "", playsinline: "", "data-id": id, "data-bytes": String(b.size)});
+    const b = await blob(id, index);
+    const old = players.get(id);
+    if (old) URL.revokeObjectURL(old.src);
+    const v = el("video", {controls: "", autoplay: "", playsinline: "", "data-id": id, "data-index": String(index || 0),
+                           "data-bytes": String(b.size)});
     v.src = URL.createObjectURL(b);
     players.set(id, v);
     render();
     return b.size;
   } catch (e) { $("formmsg").textContent = e.message; return 0; }
 }
-async function download(id) {
+async function download(id, index) {
   try {
-    const b = await blob(id);
-    const a = el("a", {href: URL.createObjectURL(b), download: id + ".mp4"});
+    const b = await blob(id, index);
+    const a = el("a", {href: URL.createObjectURL(b), download: id + (index ? "-" + index : "") + ".mp4"});
     document.body.appendChild(a); a.click(); a.remove();
   } catch (e) { $("formmsg").textContent = e.message; }
 }
@@ -411,6 +462,7 @@ async function stream(path, onEvent, signal) {
 let live = null;
 function onEvent(type, d) {
   if (type === "video") { upsert(d); if (d.status === "completed") api("GET", "/v1/models").then((m) => { showModel(m.data[0]); estimate(); }).catch(() => 0); }
+  else if (type === "preview") return showPreview(d);
   else if (type === "group") showHealth(d);
 }
 async function start() {
@@ -460,12 +512,24 @@ async function selftest() {
     const png = await new Promise((ok) => c.toBlob(ok, "image/png"));
     const a = await submitVia("selftest: a red fox in the snow", new File([png], "key.png", {type: "image/png"}));
     log("submitted " + a + " with a keyframe");
+    // Its stream, read live: each preview is shown as the page shows it; one must be seen on the running card.
+    let previewSeen = null;
+    const watching = stream("/v1/videos/" + a + "/events", async (t, d) => {
+      if (t === "video") upsert(d);
+      if (t !== "preview" || previewSeen) return;
+      await showPreview(d);
+      const img = document.querySelector('.card[data-id="' + a + '"][data-status="in_progress"] img.preview');
+      if (img && img.src.startsWith("blob:")) previewSeen = "step " + img.getAttribute("data-step");
+    }).catch(() => 0);
     const b = await submitVia("selftest: to be cancelled");
     const btn = document.querySelector('button[data-act="cancel"][data-id="' + b + '"]');
     if (!btn) throw new Error("no cancel button for " + b);
     btn.click();
     const ea = await waitEnd(a), eb = await waitEnd(b);
+    await watching;
     log("a: " + (ea && ea.status) + ", b: " + (eb && eb.status));
+    if (!previewSeen) throw new Error("no preview shown on the running card of " + a);
+    log("preview on the running card: " + previewSeen);
     await refresh();
     const ca = document.querySelector('.card[data-id="' + a + '"]'), cb = document.querySelector('.card[data-id="' + b + '"]');
     if (!ca || ca.getAttribute("data-status") !== "completed") throw new Error("card a not completed");

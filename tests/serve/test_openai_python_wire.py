@@ -107,6 +107,20 @@ def run(h3):
             st, _, p = s.request("DELETE", "/v1/videos/" + job["id"], headers=HEADERS)
             d = json.loads(p)
             check(st == 200 and d["deleted"] is True and d["id"] == job["id"], "delete %s" % job["id"])
+        # 4. n = 3 through extra_body (numbers as form text), each video downloaded with extra_query={"index": k}.
+        st, c = create(s, {"prompt": "three takes", "seconds": "4", "steps": 3, "seed": 50, "n": 3, "priority": 2})
+        check(st == 202 and c["n"] == 3 and c["priority"] == 2 and [v["seed"] for v in c["videos"]] == [50, 51, 52],
+              "extra_body={'n': 3, 'priority': 2} arrived as numbers: seeds 50, 51, 52")
+        c = s.wait_job(c["id"])
+        takes = set()
+        for k in range(3):
+            st, h, p = s.request("GET", "/v1/videos/%s/content?variant=video&index=%d" % (c["id"], k),
+                                 headers=dict(HEADERS, Accept="application/binary"))
+            check(st == 200 and p[4:8] == b"ftyp" and len(p) == c["videos"][k]["bytes"],
+                  "download_content(variant='video', extra_query={'index': %d}): %d bytes" % (k, len(p)))
+            takes.add(p)
+        check(len(takes) == 3, "three different videos")
+        s.request("DELETE", "/v1/videos/" + c["id"], headers=HEADERS)
         log("the Python SDK's requests, as it writes them, all answered")
 
 

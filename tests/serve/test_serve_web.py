@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """h3 serve's web page in headless Chromium: /#selftest makes the page use its own form and buttons (submit a job
-with a keyframe and another one, cancel the second from its card, wait for both through the per-job event
+with a keyframe and watch its preview appear on its running card, submit another one, cancel the second from its card, wait for both through the per-job event
 streams, load the poster, play the finished video inline, delete the cancelled job) and write SELFTEST PASS/FAIL
 into the DOM, which --dump-dom prints. (test_serve_page.py drives the page from outside with Playwright.) Skips (exit 77, loudly) when Chromium is missing
 or cannot start.
@@ -51,7 +51,8 @@ def run(h3):
     try:
         attempts = 3
         for attempt in range(1, attempts + 1):
-            server = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "100", "--fake-load-ms", "0"])
+            server = Server(h3, ranks=1, args=["--runner", "fake", "--fake-step-ms", "100", "--fake-load-ms", "0",
+                                               "--preview-every", "2"])
             with running(server.start()) as s:
                 url = "http://127.0.0.1:%d/#selftest" % s.port
                 r = subprocess.run(chrome_cmd(binary, profile, ["--virtual-time-budget=120000", "--dump-dom", url]),
@@ -71,6 +72,8 @@ def run(h3):
                 check("SELFTEST PASS" in report,
                       "the page submitted a job with a keyframe and one to cancel, cancelled it, followed progress, "
                       "showed the poster, played the video and deleted the cancelled job")
+                check("preview on the running card: step" in report,
+                      "a preview event's picture appeared on the running job's card")
                 check('data-status="completed"' in dom and 'data-status="cancelled"' not in dom,
                       "the gallery shows the completed job and no longer the deleted one")
                 check("<video" in dom and 'src="blob:' in dom, "the card plays the downloaded video inline")
