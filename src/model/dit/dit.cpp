@@ -262,6 +262,7 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   }
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
   check_lora_agreement(ck, plan_);
+  start_streaming(streaming, ck);  // before anything loads: a refused mapped source costs no load
   auto finish = [&](Tensor t, bool bf16_layer) {
     const bool round = bf16_layer && precision_ == Precision::bf16 && !gpu;
     if (t.dtype() != ct_ || round) t = t.to(ct_);
@@ -340,7 +341,8 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   t1_b = rep("time_embedder.linear_1.bias", false);
   t2_w = rep("time_embedder.linear_2.weight", false);
   t2_b = rep("time_embedder.linear_2.bias", false);
-  auto load_block = [&](const std::string& p, bool transformer) {
+  // mapped: a streamed block read from the checkpoint at each copy loads its norms only (park_block_mapped).
+  auto load_block = [&](const std::string& p, bool transformer, bool mapped = false) {
     Block b;
     b.norm1 = rep(p + "norm1.weight", true);
     b.norm2 = rep(p + "norm2.weight", true);
@@ -357,6 +359,7 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       b.q8_scale = bound(b.norm_q);
       b.k8_scale = bound(b.norm_k);
     }
+    if (mapped) return b;
     if (!transformer) {  // the refiner runs whole on the ranks that hold text rows
       b.to_q = rep(p + "attn.to_q.weight", true);
       b.to_k = rep(p + "attn.to_k.weight", true);
@@ -408,10 +411,19 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
   };
   for (int r = 0; r < config_.num_refiner_layers; ++r)
     refiner_.push_back(load_block("token_refiner.refiner_blocks." + std::to_string(r) + ".", false));
-  start_streaming(streaming);
   for (int n = 0; n < config_.num_layers; ++n) {
-    blocks_.push_back(load_block("transformer_blocks." + std::to_string(n) + ".", true));
-    if (block_streamed(blocks_.size() - 1)) park_block(blocks_.size() - 1);  // before the next block loads
+    const std::string p = "transformer_blocks." + std::to_string(n) + ".";
+    const size_t i = blocks_.size();
+    blocks_.push_back(load_block(p, true, block_mapped(i)));
+    if (block_mapped(i)) {
+      for (const StreamedTensor& t : park_block_mapped(i, ck, p)) {
+        (t.sharded ? shard_params : rep_params) += shape_numel(t.shape);
+        (t.sharded ? sharded_bytes_ : replicated_bytes_) +=
+            static_cast<size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
+      }
+    } else if (block_streamed(i)) {
+      park_block(i);  // before the next block loads
+    }
   }
   refiner_norm_ = rep("token_refiner.final_norm.weight", true);
   out_norm_ = rep("norm_out.norm.weight", true);
