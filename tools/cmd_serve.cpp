@@ -35,6 +35,7 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
   add(cmd, opt::text_precision, r.text_precision);
   add(cmd, opt::text_device, r.text_device);
   add(cmd, opt::memory_plan, r.memory);
+  add(cmd, opt::host_memory, r.host_memory);
   add(cmd, opt::mode, r.mode);
   add(cmd, opt::tp, r.tp);
   add(cmd, opt::chunks, r.chunks);
