@@ -455,10 +455,10 @@ void gpu_release_cached() {
   H3_CUDA(cudaStreamSynchronize(s.stream));
   std::lock_guard lock(s.mu);
   if (s.cap_frees > 0 || s.cap_reuses > 0)
-    spdlog::info("GPU allocator since the last release: {} cudaMalloc ({}), {} cached blocks given back at the "
-                 "budget's cap ({}), {} larger cached blocks reused at the cap",
-                 s.mallocs, format_byte_size(s.malloc_bytes), s.cap_frees, format_byte_size(s.cap_free_bytes),
-                 s.cap_reuses);
+    spdlog::info(
+        "GPU allocator since the last release: {} cudaMalloc ({}), {} cached blocks given back at the "
+        "budget's cap ({}), {} larger cached blocks reused at the cap",
+        s.mallocs, format_byte_size(s.malloc_bytes), s.cap_frees, format_byte_size(s.cap_free_bytes), s.cap_reuses);
   s.mallocs = s.malloc_bytes = s.cap_frees = s.cap_free_bytes = s.cap_reuses = 0;
   cuda::release_cached_locked(s, -1);
 }
