@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "commands.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
@@ -91,6 +92,7 @@ struct GenerateOpts {
   std::string seed;
   CLI::Option *width_opt = nullptr, *height_opt = nullptr, *frames_opt = nullptr, *seconds_opt = nullptr;
   std::string precision, vae_precision, text_precision, text_device, memory = "phases", mode = "ulysses";
+  std::string host_memory;
   std::string json_out;
   int tp = 1, chunks = 1, encoder_ranks = 0;
   std::string encoder_at = "last";
@@ -243,6 +245,7 @@ GenerateOptions generate_options(const GenerateOpts& o, const GlobalContext& ctx
   if (go.text_device == Device::cpu && o.text_precision.empty()) go.text_precision = Precision::f32;
   go.memory = memory_policy_from_name(o.memory);
   go.max_device_bytes = ctx.gpu.max_device_bytes;  // --max-device-memory: the plan starts from it
+  if (!o.host_memory.empty()) go.host_bytes = parse_byte_size_or_fail(o.host_memory, "--host-memory");
   go.dist = DistOptions{dist_mode_from_name(o.mode), o.tp, o.chunks, device == Device::cuda ? gpu_bus_id() : "",
                         ctx.transport};
   go.encoder_ranks = o.encoder_ranks;
@@ -447,6 +450,7 @@ Runner add_generate(CLI::App& app) {
   add(cmd, opt::text_precision, o->text_precision);
   add(cmd, opt::text_device, o->text_device);
   add(cmd, opt::memory_plan, o->memory);
+  add(cmd, opt::host_memory, o->host_memory);
   add_dist(cmd, o->mode, o->tp, o->chunks);
   add(cmd, opt::encoder_ranks, o->encoder_ranks);
   add(cmd, kEncoderAt, o->encoder_at);

@@ -211,8 +211,7 @@ Runner add_plan(CLI::App& app) {
   cmd->add_option("--host-link-gbps", o->link_gbps, "host -> device copy rate, GB/s")
       ->check(finite_range(0.01, 10000))
       ->capture_default_str();
-  cmd->add_option("--host-memory", o->host_memory,
-                  "host memory a run may use (e.g. 64GB); beyond it streams come from the checkpoint");
+  add(cmd, opt::host_memory, o->host_memory);
   add(cmd, opt::json, o->json_out);
   return [o](const GlobalContext& ctx) -> int { return run_plan(*o, ctx); };
 }

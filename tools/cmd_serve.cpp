@@ -35,6 +35,7 @@ void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
   add(cmd, opt::text_precision, r.text_precision);
   add(cmd, opt::text_device, r.text_device);
   add(cmd, opt::memory_plan, r.memory);
+  add(cmd, opt::host_memory, r.host_memory);
   add_dist(cmd, r.mode, r.tp, r.chunks);
   add(cmd, opt::encoder_ranks, r.encoder_ranks);
   add(cmd, opt::write_latents, r.write_latents);

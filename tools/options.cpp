@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "core/byte_size.h"
 #include "core/log.h"
 
 namespace h3::cli {
@@ -31,6 +32,16 @@ CLI::Validator finite_range(double lo, double hi) {
         return "";
       },
       "FINITE in [" + str(lo) + ", " + str(hi) + "]");
+}
+
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (parse_byte_size(v)) return "";
+        return "not a size: " + v +
+               "; write it as bytes or with a unit, e.g. 64GB (powers of 1000), 48GiB or 48G (powers of 1024)";
+      },
+      "SIZE");
 }
 
 OptionUse take(std::string command) {
@@ -359,6 +370,15 @@ const OptionDef preview_every =
         .with_env("H3_PREVIEW_EVERY")
         .with_check(CLI::Range(0, 1000))
         .taken_by({take("generate").shows_default(), take("serve").shows_default()});
+const OptionDef host_memory =
+    option("--host-memory",
+           "host memory each rank may use, e.g. 64GB (generate, serve: default each rank's share of what the host has "
+           "available at start; plan: default not limited). Layers that do not fit the GPU wait in page-locked "
+           "copies while those fit with 8 GiB to spare; else they stream from the memory-mapped checkpoint, which "
+           "must then hold the weights as the GPU does (an FP8 file for --precision fp8, bf16 for bf16)")
+        .with_env("H3_HOST_MEMORY")
+        .with_check(byte_size())
+        .taken_by({take("plan").no_env(), take("generate"), take("serve"), take("serve-worker")});
 
 const OptionDef max_device_memory =
     knob_option("max_device_memory")
@@ -374,7 +394,7 @@ const std::vector<const OptionDef*>& option_table() {
       &video_vae, &audio_vae,     &text_encoder,   &tokenizer,    &lora,           &weights,
       &seed,      &width,         &height,         &frames,       &reps,           &res,
       &seq,       &profile,       &no_audio,       &output,       &json,           &max_device_memory,
-      &steps,     &runner,        &write_latents,  &fake_step_ms, &fake_load_ms,   &preview_every};
+      &steps,     &runner,        &write_latents,  &fake_step_ms, &fake_load_ms,   &preview_every, &host_memory};
   return t;
 }
 

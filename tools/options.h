@@ -19,6 +19,8 @@ namespace h3::cli {
 
 // A number within [lo, hi]; unlike CLI::Range it refuses nan and inf (every comparison with nan is false).
 CLI::Validator finite_range(double lo, double hi);
+// A size of memory as core/byte_size.h reads it ("64GB", "48GiB", "16G").
+CLI::Validator byte_size();
 
 // One command that takes an option, and where it departs from the row.
 struct OptionUse {
@@ -92,8 +94,9 @@ extern const OptionDef model_dir, dit_checkpoint, dit, video_vae, audio_vae, tex
 extern const OptionDef seed, width, height, frames, reps, res, seq, profile, no_audio;
 // Output:
 extern const OptionDef output, json, steps;
-// The GPU memory the process may use (the knob max_device_memory; tools/main.cpp attaches it):
-extern const OptionDef max_device_memory;
+// The GPU memory the process may use (the knob max_device_memory; tools/main.cpp attaches it), and the host memory
+// each rank may use (where streamed layers wait):
+extern const OptionDef max_device_memory, host_memory;
 // h3 serve's runner (serve and serve-worker):
 extern const OptionDef runner, write_latents, fake_step_ms, fake_load_ms;
 // Previews while denoising (generate, serve):

@@ -25,6 +25,14 @@
 #   serve24           h3 serve FP8 under a 24 GiB card (auto): two short 768p jobs; the second loads no DiT      ~120
 #   anchor            ../shared/anchors/perf_diffusers_offload.py (carried in .anchors): diffusers' group
 #                     offloading, resident and streamed, 480p/768p bf16                                    ~180
+#   mapped            issue 37 item 4, host memory short: h3 convert procedural:full to an FP8 DiT file on the
+#                     local disk (kept in H3_MATRIX_DIR for later calls), then 768p FP8 from it, MAPPED_STEPS
+#                     (default 10) steps, prompt embeddings precomputed (procedural:full's text tower is generated,
+#                     it has no file to stream from, so both runs skip it): resident; under a 24 GiB hold with the
+#                     streamed blocks in page-locked copies (host memory as found); and the same with
+#                     --host-memory 16G, where 30 GiB of copies + 8 GiB do not fit and the blocks are read from the
+#                     file at each copy through a staging ring. Same latent hashes; peak host RSS per phase. Run it
+#                     in a call of its own after build (convert ~200, the three runs ~80-120 each)         ~450
 # The records live in H3_MATRIX_DIR (default /tmp/h3-matrix), which outlasts a device call while the machine stays
 # warm (a later call's capped runs find the resident records and GEMM choices of an earlier one); each call ends by
 # copying the table, summary.json and this call's logs to $OUT (the device tool brings back at most 8 files).
@@ -135,6 +143,19 @@ for s in "$@"; do
         --width 1344 --height 768 --frames 124 --steps 3 --kept dit --model-dir procedural:full --precision fp8 \
         --memory-plan auto
       release serve24 ;;
+    mapped)
+      ck=$out/ckpt
+      mkdir -p "$ck"
+      [ -s "$ck/dit-fp8.safetensors" ] || TAIL=4 step mapped-convert 260 "$h3" --device cuda --log-level info \
+        convert procedural:full --quant fp8 --dtype bf16 -o "$ck/dit-fp8.safetensors"
+      # 80 rows of the full DiT's text width, seeded: the same conditioning for the three runs.
+      [ -s "$ck/embeds.safetensors" ] || python3 -c 'import sys, numpy as np; from safetensors.numpy import save_file
+save_file({"prompt_embeds": (0.5 * np.random.default_rng(1).standard_normal((80, 5120))).astype(np.float32)}, sys.argv[1])' \
+        "$ck/embeds.safetensors"
+      from_file=(--dit "$ck/dit-fp8.safetensors" --embeddings "$ck/embeds.safetensors")
+      STEPS=${MAPPED_STEPS:-10} gen mapped-ref 200 1344 768 fp8 resident "${from_file[@]}"
+      STEPS=${MAPPED_STEPS:-10} gen mapped-pinned 240 1344 768 fp8 24 "${from_file[@]}"
+      STEPS=${MAPPED_STEPS:-10} gen mapped-24 320 1344 768 fp8 24 "${from_file[@]}" --host-memory 16G ;;
     anchor)
       rm -rf /tmp/diffusers && mkdir -p /tmp/diffusers && tar -C /tmp/diffusers -xJf .anchors/diffusers-src.tar.xz
       TAIL=14 step anchor-offload 420 env PYTHONPATH=/tmp/diffusers/src PYTHONUNBUFFERED=1 \

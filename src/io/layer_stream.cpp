@@ -31,17 +31,29 @@ std::vector<bool> spread_resident(int n, int r) {
   return resident;
 }
 
+std::string_view park_source_name(ParkSource s) {
+  return s == ParkSource::mapped ? "mapped" : "pinned";
+}
+
+bool pinned_copies_fit(int64_t park_bytes, int64_t available) {
+  return park_bytes + kParkHostMarginBytes <= available;
+}
+
+void fail_unmappable(const std::string& label, int64_t park_bytes, const HostMemory& host, const std::string& why) {
+  fail(
+      "{}: streaming its layers needs {} of page-locked host memory (and {} left free beside it), but only {} of "
+      "this host's {} are available, and its checkpoint cannot be read as the device holds it{} (an FP8 run needs "
+      "an FP8 checkpoint: h3 convert --quant fp8; bf16 weights need a bf16 file); free host memory, use such a "
+      "checkpoint, or keep more layers on the GPU",
+      label, size_of(park_bytes), size_of(kParkHostMarginBytes), size_of(host.available), size_of(host.total),
+      why.empty() ? "" : ": " + why);
+}
+
 ParkSource choose_park_source(const std::string& label, int64_t park_bytes, int64_t staging_bytes, bool mappable,
                               const HostMemory& host) {
-  if (park_bytes + kParkHostMarginBytes <= host.available) return ParkSource::pinned;
+  if (pinned_copies_fit(park_bytes, host.available)) return ParkSource::pinned;
   if (mappable && staging_bytes + kParkHostMarginBytes <= host.available) return ParkSource::mapped;
-  if (!mappable)
-    fail(
-        "{}: streaming its layers needs {} of page-locked host memory (and {} left free beside it), but only {} of "
-        "this host's {} are available, and its checkpoint cannot be read as the device holds it (an FP8 run needs "
-        "an FP8 checkpoint: h3 convert --quant fp8; bf16 weights need a bf16 file); free host memory, use such a "
-        "checkpoint, or keep more layers on the GPU",
-        label, size_of(park_bytes), size_of(kParkHostMarginBytes), size_of(host.available), size_of(host.total));
+  if (!mappable) fail_unmappable(label, park_bytes, host, "");
   fail(
       "{}: streaming its layers from the checkpoint needs {} of page-locked staging buffers (and {} left free beside "
       "them), but only {} of this host's {} are available; free host memory or keep more layers on the GPU",
@@ -156,13 +168,28 @@ void LayerStreamer::park_mapped(int layer, std::vector<MappedTensor> tensors) {
   Layer& l = layers_[static_cast<size_t>(layer)];
   size_t off = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorRead& r = tensors[i].read;
-    const size_t bytes = static_cast<size_t>(shape_numel(r.shape)) * dtype_size(r.dtype);
-    H3_CHECK(r.file != nullptr && r.bytes() == bytes, "{}: tensor {} ('{}') reads {} bytes for {} {}", what(layer), i,
-             r.key, r.bytes(), dtype_name(r.dtype), shape_str(r.shape));
-    l.entries.push_back({r.dtype, r.shape, off, tensors[i].scale});
-    l.parts.push_back({r, off});
-    off = align_up(off + bytes);
+    const MappedTensor& m = tensors[i];
+    Shape shape = m.read.shape;
+    size_t at = off;
+    for (size_t k = 0; k <= m.stacked.size(); ++k) {
+      const TensorRead& r = k == 0 ? m.read : m.stacked[k - 1];
+      const size_t bytes = static_cast<size_t>(shape_numel(r.shape)) * dtype_size(r.dtype);
+      H3_CHECK(r.file != nullptr && r.bytes() == bytes, "{}: tensor {} ('{}') reads {} bytes for {} {}", what(layer), i,
+               r.key, r.bytes(), dtype_name(r.dtype), shape_str(r.shape));
+      if (k > 0) {
+        H3_CHECK(r.dtype == m.read.dtype && r.shape.size() == shape.size() && !shape.empty() &&
+                     std::equal(r.shape.begin() + 1, r.shape.end(), shape.begin() + 1),
+                 "{}: tensor {}: '{}' ({} {}) cannot be stacked under '{}' ({} {})", what(layer), i, r.key,
+                 dtype_name(r.dtype), shape_str(r.shape), m.read.key, dtype_name(m.read.dtype),
+                 shape_str(m.read.shape));
+        shape[0] += r.shape[0];
+      }
+      l.parts.push_back({r, at});
+      at += bytes;
+    }
+    l.entries.push_back({m.read.dtype, shape, off, m.scale});
+    if (m.owner && (owners_.empty() || owners_.back() != m.owner)) owners_.push_back(m.owner);
+    off = align_up(at);
   }
   l.bytes = off;
   l.source = ParkSource::mapped;

@@ -49,11 +49,15 @@ std::vector<bool> spread_resident(int n, int r);
 
 // A tensor of a parked layer read from a checkpoint each time it is copied (the mapped source), instead of a
 // page-locked copy: `read` holds its bytes exactly as the device tensor holds them (an FP8 checkpoint's e4m3 bytes,
-// bf16 weights in bf16; its dtype and shape are the tensor's) and its file must outlive the streamer; `scale` is
-// the fp8 scale on the streamer's device (undefined: none).
+// bf16 weights in bf16; its dtype and shape are the tensor's); `scale` is the fp8 scale on the streamer's device
+// (undefined: none). A tensor the model stacks from stored parts (the text tower's [up; gate]) lists the parts after
+// the first in `stacked`: the tensor is their rows in order, read.shape with the first dimension summed (same dtype
+// and trailing dimensions). Its files must outlive the streamer: `owner` (optional) is kept until the streamer goes.
 struct MappedTensor {
   TensorRead read;
   Tensor scale;
+  std::vector<TensorRead> stacked = {};
+  std::shared_ptr<const void> owner = {};
 };
 
 // Where the parked layers live: page-locked copies in host memory, or the checkpoint (mapped).
@@ -61,12 +65,21 @@ enum class ParkSource : uint8_t { pinned, mapped };
 // Host memory left free beside page-locked copies: the rest of the process (the other models' host work, the MP4
 // writer's frames) and the page cache the checkpoint reads go through.
 inline constexpr int64_t kParkHostMarginBytes = int64_t{8} << 30;
-// The rule: pinned when park_bytes + kParkHostMarginBytes fit in host.available; else mapped when the layers can be
-// read from their files as stored (`mappable`: stored bytes == device bytes) and the page-locked staging
-// (staging_bytes: slots x the largest layer) fits with the margin; else a clear error naming the host memory the job
-// needs.
+std::string_view park_source_name(ParkSource s);  // "pinned", "mapped"
+// Whether page-locked copies of park_bytes fit a host with `available` bytes: park_bytes + kParkHostMarginBytes <=
+// available. The one test of the rule below, which the memory plan applies too (pipeline/memory_plan.cpp), so the
+// plan and the loads choose alike.
+bool pinned_copies_fit(int64_t park_bytes, int64_t available);
+// The rule: pinned when pinned_copies_fit(park_bytes, host.available); else mapped when the layers can be read from
+// their files as stored (`mappable`: stored bytes == device bytes) and the page-locked staging (staging_bytes: slots x
+// the largest layer) fits with the margin; else a clear error naming the host memory the job needs.
 ParkSource choose_park_source(const std::string& label, int64_t park_bytes, int64_t staging_bytes, bool mappable,
                               const HostMemory& host);
+// The error for a model told to stream from its checkpoint (the plan found host memory short) whose stored bytes are
+// not the device's: choose_park_source's message for an unmappable checkpoint, with `why` (which tensor and how it
+// is stored) added. park_bytes: what page-locked copies would take instead.
+[[noreturn]] void fail_unmappable(const std::string& label, int64_t park_bytes, const HostMemory& host,
+                                  const std::string& why);
 
 struct LayerStreamStats {
   int layers = 0, streamed = 0, slots = 0;
@@ -101,6 +114,7 @@ class LayerStreamer {
   // them with std::move and keep none.
   void park(int layer, std::vector<Tensor> tensors);
   // The same from file spans (MappedTensor): nothing is read until a copy needs it.
+  // Its tensors' bytes must be what the device tensor would hold (the caller checks; the reader copies bytes).
   void park_mapped(int layer, std::vector<MappedTensor> tensors);
   bool streamed(int layer) const;
   // Allocates the slots and queues the first fills now (the first acquire does it otherwise): call it after loading
@@ -166,6 +180,7 @@ class LayerStreamer {
   bool started_ = false;
   size_t largest_ = 0;
   std::unique_ptr<StagedReader> reader_;
+  std::vector<std::shared_ptr<const void>> owners_;  // the mapped layers' files (MappedTensor::owner)
   LayerStreamStats stats_;
 };
 

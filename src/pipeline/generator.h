@@ -113,6 +113,10 @@ struct GenerateOptions {
   // GPU: the device memory this process may use, its CUDA context included (GpuOptions::max_device_bytes, given as
   // --max-device-memory; 0: what is free at start less memory_plan.h's margin). Every request is planned inside it.
   int64_t max_device_bytes = 0;
+  // GPU: the host memory each rank may use (--host-memory; 0: its share of what the host has available when the
+  // models are planned). The DiT's blocks and the text tower's layers that do not fit the GPU wait in page-locked
+  // copies when those fit in it with io/layer_stream.h's margin, else stream from the memory-mapped checkpoint.
+  int64_t host_bytes = 0;
   DistOptions dist;  // how the DiT is spread over the denoise ranks
   // 0: the text tower runs tensor-parallel on every rank and is freed before denoising; K > 0: it stays loaded
   // on the last K ranks (tensor-parallel among them), which only encode and broadcast the embeddings, and the

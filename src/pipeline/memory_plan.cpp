@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "io/layer_stream.h"
 
 namespace h3 {
 
@@ -140,8 +141,14 @@ void plan_host(const MemoryPlanInputs& in, const Sizes& s, MemoryPlan& m) {
     const LayerResidency* lr = ph.phase == "encode" ? &m.text : ph.phase == "denoise" ? &m.dit : nullptr;
     const int64_t around = kHostProcessBytes + (ph.phase == "decode" ? frames_bytes(in) : 0);
     ph.host_pinned = per_phase ? (lr ? lr->streamed_bytes() : 0) : parked;
-    ph.from_checkpoint = in.host_bytes > 0 && ph.host_pinned + around > in.host_bytes;
-    if (ph.from_checkpoint) ph.host_pinned = per_phase ? (lr ? lr->ring_bytes() : 0) : rings;
+    // The streamer's rule (io/layer_stream.h), so that the models stream from where the plan says: page-locked copies
+    // while they fit beside kParkHostMarginBytes, else the checkpoint through a staging ring, which must fit too.
+    ph.from_checkpoint =
+        in.host_bytes > 0 && lr && lr->streamed() > 0 && !pinned_copies_fit(ph.host_pinned, in.host_bytes);
+    if (ph.from_checkpoint) {
+      ph.host_pinned = per_phase ? lr->ring_bytes() : rings;
+      if (!pinned_copies_fit(ph.host_pinned, in.host_bytes)) m.host_short = true;
+    }
     ph.host_bytes = ph.host_pinned + around;
     const double gbps = ph.from_checkpoint ? std::min(in.link_gbps, in.disk_gbps) : in.link_gbps;
     ph.gbps = gbps;
@@ -242,7 +249,8 @@ MemoryPlan build(const MemoryPlanInputs& in, const Sizes& s, KeptSet k) {
   m.phases = {enc, den, dec};
   plan_host(in, s, m);
   std::tie(m.minimum_bytes, m.minimum_detail) = minimum_of(in, s);
-  m.fits = ok && m.peak() <= room && (in.device_bytes <= 0 || s.budget <= in.device_bytes);
+  m.host_limit_bytes = in.host_bytes;
+  m.fits = ok && m.peak() <= room && (in.device_bytes <= 0 || s.budget <= in.device_bytes) && !m.host_short;
   return m;
 }
 
@@ -271,6 +279,14 @@ std::string problem_of(const MemoryPlanInputs& in, const MemoryPlan& m) {
           ph.phase, gib(ph.peak()), request_label(in), gib(ph.resident), ph.model.empty() ? "its model" : ph.model,
           gib(ph.ring), gib(ph.activations), gib(m.budget_bytes), gib(m.room()), gib(m.reserve_bytes),
           gib_up(m.minimum_bytes));
+  for (const PhaseMemory& ph : m.phases)
+    if (ph.from_checkpoint && !pinned_copies_fit(ph.host_pinned, in.host_bytes))
+      return fmt::format(
+          "the {} phase streams the {}'s layers from the checkpoint (host memory given: {:.1f} GiB), and even its "
+          "page-locked staging ring of {:.1f} GiB does not fit with {:.1f} GiB left free beside it: give more host "
+          "memory (--host-memory) or free some, or keep more layers on the GPU",
+          ph.phase, ph.phase == "encode" ? "text tower" : "DiT", gib(in.host_bytes), gib(ph.host_pinned),
+          gib(kParkHostMarginBytes));
   return "the plan does not fit";
 }
 

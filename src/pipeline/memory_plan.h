@@ -32,9 +32,11 @@
 // are known the copies overlap it: slowdown per forward = max(0, copy - compute) + one layer's copy (the wait before
 // the first streamed layer); unknown compute (and the text tower's encode) counts every copy second, an upper bound.
 // Host memory: the streamed layers live in pinned host memory (phases: the phase model's streamed part, one phase at
-// a time; auto / resident: every model's part not kept, all the time); when that exceeds the host memory given, the
-// phase streams from the memory-mapped checkpoint through a pinned staging ring of ring_slots layers instead, at the
-// disk's rate (disk_gbps).
+// a time; auto / resident: every model's part not kept, all the time); when that and kParkHostMarginBytes exceed the
+// host memory given (io/layer_stream.h's rule, pinned_copies_fit, which the models' streamers follow), the phase
+// streams from the memory-mapped checkpoint through a pinned staging ring of ring_slots layers instead, at the disk's
+// rate (disk_gbps); a ring that does not fit with the margin either is refused. The models take the choice as data
+// (residency.h: ModelPlacement's park sources) and refuse a checkpoint whose stored bytes are not the device's.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -102,7 +104,7 @@ struct MemoryPlanInputs {
   int ring_slots = kDefaultRingSlots;  // a streamed model's ring (at least kMinRingSlots; fewer when tight)
   double link_gbps = kH200LinkGBps;    // host -> device copies of pinned memory, GB/s
   double dit_forward_s = 0;            // compute seconds of one DiT forward on this rank; 0 unknown
-  int64_t host_bytes = 0;              // host memory the run may use; 0 unknown (pinned copies assumed)
+  int64_t host_bytes = 0;              // host memory this rank may use; 0 unknown (pinned copies assumed)
   double disk_gbps = kDiskGBps;        // the checkpoint's read rate when streaming from it
 };
 
@@ -168,6 +170,8 @@ struct MemoryPlan {
   int64_t minimum_bytes = 0;   // the least budget this request runs in (its phases plan, every layer streamed)
   std::string minimum_detail;  // what makes it up: "denoise: DiT outside its blocks 1.6 + ring 2 x 0.84 + ..."
   double link_gbps = 0;
+  int64_t host_limit_bytes = 0;  // the host memory planned with (MemoryPlanInputs::host_bytes; 0 unlimited)
+  bool host_short = false;       // a phase's staging ring does not fit the host memory either
   bool fits = false;
   std::string problem;  // when it does not fit: why, the minimum, and what would fit
 

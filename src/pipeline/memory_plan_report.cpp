@@ -81,11 +81,13 @@ std::vector<std::string> MemoryPlan::describe() const {
   std::vector<std::string> lines;
   lines.push_back(fmt::format(
       "memory plan ({}): budget {:.1f} GiB{} ({:.1f} for the runtime); kept between requests: {}{}; peak {:.1f} GiB; "
-      "at least {:.1f} GiB needed; host {:.1f} GiB at most{}",
+      "at least {:.1f} GiB needed; host {:.1f} GiB at most{}{}",
       memory_policy_name(policy), gib(budget_bytes),
       device_bytes > 0 ? fmt::format(" of {:.1f} free", gib(device_bytes)) : "", gib(reserve_bytes),
       kept_text.empty() ? "none" : kept_text, text_on_gpu ? "" : "; text tower on the CPU", gib(peak()),
-      gib(minimum_bytes), gib(host_peak()), fits ? "" : " -- DOES NOT FIT"));
+      gib(minimum_bytes), gib(host_peak()),
+      host_limit_bytes > 0 ? fmt::format(" of {:.1f} given", gib(host_limit_bytes)) : "",
+      fits ? "" : " -- DOES NOT FIT"));
   for (const auto& ph : phases) {
     std::string line =
         fmt::format("  {:<8} peak {:6.1f} GiB = kept {:.1f} + {} {:.1f} + ring {:.1f} + activations {:.1f}", ph.phase,
@@ -99,8 +101,9 @@ std::vector<std::string> MemoryPlan::describe() const {
       line +=
           fmt::format("; {:.1f} GiB over the link a {} ({:.2f} s at {:.1f} GB/s{}), {} {:.1f} s lost a request{}",
                       gib(ph.streamed), ph.phase == "denoise" ? "forward" : "pass", ph.copy_s, ph.gbps,
-                      ph.from_checkpoint ? ", from the checkpoint" : "", ph.compute_s > 0 ? "about" : "at most",
-                      ph.slowdown_s, ph.compute_s > 0 ? fmt::format(" behind {:.2f} s of compute", ph.compute_s) : "");
+                      ph.from_checkpoint ? ", from the checkpoint (host memory short)" : ", from page-locked copies",
+                      ph.compute_s > 0 ? "about" : "at most", ph.slowdown_s,
+                      ph.compute_s > 0 ? fmt::format(" behind {:.2f} s of compute", ph.compute_s) : "");
     lines.push_back(line);
   }
   if (!fits) lines.push_back("  " + problem);
@@ -138,6 +141,7 @@ nlohmann::json MemoryPlan::to_json() const {
           {"host_peak_bytes", host_peak()},
           {"slowdown_s", slowdown_s()},
           {"link_gbps", link_gbps},
+          {"host_limit_bytes", host_limit_bytes},
           {"device_bytes", device_bytes},
           {"budget_bytes", budget_bytes},
           {"reserve_bytes", reserve_bytes},

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "model/dit/lora.h"
 
@@ -69,7 +70,7 @@ MemoryPlan ModelResidency::plan_for(const ResolvedRequest& r) const {
   if (!gpu()) return MemoryPlan{};
   GenerateOptions o = opt_;
   o.precision = precision_for(r);
-  MemoryPlanInputs in = plan_inputs(src_, o, r, comm_->size(), placement_.device_bytes);
+  MemoryPlanInputs in = plan_inputs(src_, o, r, comm_->size(), placement_.device_bytes, placement_.host_bytes);
   // What the constructor keeps: whole models, or (auto with streaming) some of the layers.
   KeptSet kept;
   auto kept_of = [](const Placement& where, const LayerResidency& layers, int all) {
@@ -87,6 +88,13 @@ void ModelResidency::plan_request(const MemoryPlan& plan) {
   placement_.dit_layers = plan.dit;
   placement_.text_layers = plan.text;
   placement_.vae_batch = plan.vae.batch;
+  placement_.dit_source = park_source_of(plan, "denoise");
+  placement_.text_source = park_source_of(plan, "encode");
+}
+
+// The host memory the plan had, for the models' refusals (the machine's total from core/host_memory.h).
+HostMemory ModelResidency::planned_host() const {
+  return HostMemory{host_memory().total, placement_.host_bytes};
 }
 
 void ModelResidency::load_dit(const std::vector<GenerateRequest::LoraRef>& want, Precision precision,
@@ -101,8 +109,18 @@ void ModelResidency::load_dit(const std::vector<GenerateRequest::LoraRef>& want,
   // On the GPU the DiT computes with the numerics the GPU backend was started with (deterministic mode, FP8
   // attention: core/numerics.h).
   const Device dev = placement_.dit.device;
-  const DitStreaming streaming{.resident_blocks = resident_layers_for(placement_.dit, placement_.dit_layers),
-                               .ring_slots = ring_or_default(placement_.dit_layers)};
+  const int resident_blocks = resident_layers_for(placement_.dit, placement_.dit_layers);
+  const DitStreaming streaming{.resident_blocks = resident_blocks,
+                               .ring_slots = ring_or_default(placement_.dit_layers),
+                               .source = placement_.dit_source,
+                               .host = planned_host()};
+  if (resident_blocks >= 0)
+    spdlog::info("DiT: {} of {} blocks streamed from {}", placement_.dit_layers.layers - resident_blocks,
+                 placement_.dit_layers.layers,
+                 placement_.dit_source == ParkSource::mapped
+                     ? fmt::format("the checkpoint {} (host memory short: {:.1f} GiB)", src_.dit_path,
+                                   static_cast<double>(placement_.host_bytes) / kGiB)
+                     : std::string("page-locked copies in host memory"));
   dit_ = std::make_unique<DitModel>(*ck, precision, plan_, dev, dev == Device::cuda ? gpu_numerics() : Numerics{},
                                     streaming);
   ckpt_ = std::move(ck);
@@ -152,7 +170,9 @@ std::unique_ptr<Qwen3VlTextModel> ModelResidency::load_text(Comm* tp) {
                            .device = placement_.text.device,
                            .comm = tp,
                            .resident_layers = resident_layers_for(placement_.text, placement_.text_layers),
-                           .ring_slots = ring_or_default(placement_.text_layers)});
+                           .ring_slots = ring_or_default(placement_.text_layers),
+                           .park_source = placement_.text_source,
+                           .host = planned_host()});
   });
   return t;
 }

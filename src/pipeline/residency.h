@@ -52,21 +52,33 @@ struct ModelPlacement {
   // placement has the plan for the largest request; each request's placement (ModelResidency::plan_request) its own.
   LayerResidency dit_layers, text_layers;
   int64_t vae_batch = 0;  // units per stacked VAE decode call under the budget (0: the VAE's own rule)
+  // The host memory this rank may use (agreed over the group; 0 on the CPU) and where each model's streamed layers
+  // wait in its phase: page-locked copies, or (the plan's from_checkpoint: host memory short) the checkpoint, read at
+  // each copy (io/layer_stream.h). The models refuse a mapped source whose stored bytes are not the device's.
+  int64_t host_bytes = 0;
+  ParkSource dit_source = ParkSource::pinned, text_source = ParkSource::pinned;
 };
 
 // The GPU memory this rank may plan with: the device's, divided among the ranks that share it (same PCI bus id), the
 // smallest over the group so every rank plans alike. Collective over `comm`.
 int64_t agreed_device_bytes(Comm& comm);
+// The host memory this rank may plan with: `given` (GenerateOptions::host_bytes, --host-memory) when > 0, else its
+// share of what the host has available now (core/host_memory.h) among the ranks on the same host; the smallest over
+// the group. Collective over `comm`.
+int64_t agreed_host_bytes(Comm& comm, int64_t given);
 // The plan's inputs for one request (or the largest one a server accepts): models, precisions, placement, packed
-// length.
+// length, this rank's device and host memory.
 MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, const ResolvedRequest& r, int world,
-                             int64_t device_bytes);
+                             int64_t device_bytes, int64_t host_bytes = 0);
 // The placement of a generator's models (collective over `comm` on the GPU: the agreed device memory). CPU: the DiT
 // and the VAEs resident, the text tower per request. GPU, policy phases: nothing resident; auto and resident: the plan
 // for the largest request the models accept (resident refuses when it does not fit).
 ModelPlacement decide_placement(const ModelSources& src, const GenerateOptions& opt, Comm& comm);
+// Where the model of `phase` ("encode": the text tower, "denoise": the DiT) streams from under `plan`.
+ParkSource park_source_of(const MemoryPlan& plan, const std::string& phase);
 // A plan's decisions as a placement (the devices from the options): nothing resident when the plan does not fit.
-ModelPlacement placement_from_plan(const MemoryPlan& plan, const GenerateOptions& opt, int64_t device_bytes);
+ModelPlacement placement_from_plan(const MemoryPlan& plan, const GenerateOptions& opt, int64_t device_bytes,
+                                   int64_t host_bytes = 0);
 // Generator::memory_plan_for: the plan of `req` on this rank's GPU (collective over `comm`), a refusal naming the
 // longest video that fits at its canvas.
 MemoryPlan plan_request_memory(const ModelSources& src, const GenerateOptions& options, const ResolvedRequest& req,
@@ -149,6 +161,7 @@ class ModelResidency {
  private:
   template <typename Fn>
   void timed_load(const char* model, int64_t file_bytes, Fn&& fn);
+  HostMemory planned_host() const;
   // Collective over the denoise ranks (DitModel checks that every rank merged the same LoRAs). `for_request`: the
   // request's LoRAs are merged (the constructor's pristine DiT merges none).
   void load_dit(const std::vector<GenerateRequest::LoraRef>& want, Precision precision, bool for_request = true);

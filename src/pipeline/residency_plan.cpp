@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/budget.h"
+#include "core/host_memory.h"
 #include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/vision.h"
 #include "pipeline/conditions.h"
@@ -31,6 +32,12 @@ ResolvedRequest largest_request(const ModelLimits& lim) {
 
 }  // namespace
 
+ParkSource park_source_of(const MemoryPlan& plan, const std::string& phase) {
+  for (const PhaseMemory& ph : plan.phases)
+    if (ph.phase == phase) return ph.from_checkpoint ? ParkSource::mapped : ParkSource::pinned;
+  return ParkSource::pinned;
+}
+
 int64_t agreed_device_bytes(Comm& comm) {
   const std::string bus = gpu_bus_id();
   const uint64_t mine = bus.empty() ? 0 : std::hash<std::string>{}(bus);
@@ -54,8 +61,20 @@ int64_t agreed_device_bytes(Comm& comm) {
   return *std::min_element(all.begin(), all.end());
 }
 
+int64_t agreed_host_bytes(Comm& comm, int64_t given) {
+  const uint64_t mine = std::hash<std::string>{}(comm.host());
+  std::vector<uint64_t> hosts(static_cast<size_t>(comm.size()));
+  comm.allgatherv(&mine, hosts.data(), std::vector<int64_t>(comm.size(), 1), DType::i64, "host names (memory plan)");
+  int64_t sharing = 0;
+  for (uint64_t h : hosts) sharing += h == mine;
+  const int64_t own = given > 0 ? given : host_memory().available / std::max<int64_t>(sharing, 1);
+  std::vector<int64_t> all(static_cast<size_t>(comm.size()));
+  comm.allgatherv(&own, all.data(), std::vector<int64_t>(comm.size(), 1), DType::i64, "host memory (memory plan)");
+  return *std::min_element(all.begin(), all.end());
+}
+
 MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, const ResolvedRequest& r, int world,
-                             int64_t device_bytes) {
+                             int64_t device_bytes, int64_t host_bytes) {
   MemoryPlanInputs in;
   in.dit = s.dit_config;
   in.dit_on_gpu = o.device == Device::cuda && (o.precision == Precision::bf16 || o.precision == Precision::fp8);
@@ -96,6 +115,7 @@ MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, co
   in.height = r.height;
   in.frames = r.frames;
   in.device_bytes = device_bytes;
+  in.host_bytes = host_bytes;
   // An explicit budget, lowered to this rank's share where ranks share the GPU (agreed_device_bytes: the backend's
   // cap was lowered the same way, so the plan and the allocator agree).
   in.budget_bytes =
@@ -105,7 +125,8 @@ MemoryPlanInputs plan_inputs(const ModelSources& s, const GenerateOptions& o, co
   return in;
 }
 
-ModelPlacement placement_from_plan(const MemoryPlan& plan, const GenerateOptions& opt, int64_t device_bytes) {
+ModelPlacement placement_from_plan(const MemoryPlan& plan, const GenerateOptions& opt, int64_t device_bytes,
+                                   int64_t host_bytes) {
   const bool gpu = opt.device == Device::cuda;
   ModelPlacement p;
   p.dit.device =
@@ -118,10 +139,13 @@ ModelPlacement placement_from_plan(const MemoryPlan& plan, const GenerateOptions
   p.text.resident = plan.fits && (plan.text_resident || plan.kept.text_layers > 0);
   p.vae.resident = plan.fits && plan.vae_resident;
   p.device_bytes = device_bytes;
+  p.host_bytes = host_bytes;
   if (plan.fits) {
     p.dit_layers = plan.dit;
     p.text_layers = plan.text;
     p.vae_batch = plan.vae.batch;
+    p.dit_source = park_source_of(plan, "denoise");
+    p.text_source = park_source_of(plan, "encode");
   }
   return p;
 }
@@ -133,13 +157,15 @@ ModelPlacement decide_placement(const ModelSources& src, const GenerateOptions& 
     return placement_from_plan(cpu, opt, 0);
   }
   const int64_t device_bytes = agreed_device_bytes(comm);
+  const int64_t host_bytes = agreed_host_bytes(comm, opt.host_bytes);
   MemoryPlan plan;  // policy phases: nothing resident
   if (opt.memory != MemoryPolicy::phases) {
-    plan = plan_memory_or_suggest(plan_inputs(src, opt, largest_request(src.limits), comm.size(), device_bytes));
+    plan = plan_memory_or_suggest(
+        plan_inputs(src, opt, largest_request(src.limits), comm.size(), device_bytes, host_bytes));
     H3_CHECK(opt.memory != MemoryPolicy::resident || plan.fits,
              "--memory-plan resident: the models do not fit the GPU beside the largest request: {}", plan.problem);
   }
-  return placement_from_plan(plan, opt, device_bytes);
+  return placement_from_plan(plan, opt, device_bytes, host_bytes);
 }
 
 MemoryPlan plan_request_memory(const ModelSources& src, const GenerateOptions& options, const ResolvedRequest& req,
@@ -147,7 +173,8 @@ MemoryPlan plan_request_memory(const ModelSources& src, const GenerateOptions& o
   const ModelLimits& lim = src.limits;
   GenerateOptions opt = options;
   if (!req.precision.empty()) opt.precision = precision_from_name(req.precision);
-  MemoryPlanInputs in = plan_inputs(src, opt, req, comm.size(), agreed_device_bytes(comm));
+  const int64_t device_bytes = agreed_device_bytes(comm);
+  MemoryPlanInputs in = plan_inputs(src, opt, req, comm.size(), device_bytes, agreed_host_bytes(comm, opt.host_bytes));
   // A refusal names the longest video that fits at this canvas.
   auto at_frames = [&](int64_t frames) -> std::optional<MemoryPlanInputs> {
     GenerateRequest q;
@@ -157,7 +184,7 @@ MemoryPlan plan_request_memory(const ModelSources& src, const GenerateOptions& o
     q.frames = frames;
     q.seed = req.seed;
     try {
-      return plan_inputs(src, opt, resolve(q, lim), comm.size(), in.device_bytes);
+      return plan_inputs(src, opt, resolve(q, lim), comm.size(), in.device_bytes, in.host_bytes);
     } catch (const Error&) {
       return std::nullopt;
     }

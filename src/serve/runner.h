@@ -22,6 +22,7 @@ struct RunnerOptions {
   std::string precision;                       // DiT; "" = the device's default (generator.h: default_generate_options)
   std::string vae_precision, text_precision, text_device;  // "" = the device's defaults
   std::string memory = "auto";                             // GPU memory plan: auto, resident or phases
+  std::string host_memory;  // --host-memory: host memory each rank may use ("" = its share of what is available)
   std::string mode = "ulysses";
   int tp = 1, chunks = 1, encoder_ranks = 0;
   bool write_latents = false;  // generator: "<out>.latents.safetensors" beside each MP4

@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "backend/backend.h"
+#include "core/byte_size.h"
 #include "pipeline/run_record.h"
 #include "serve/runner.h"
 
@@ -49,6 +50,7 @@ class GeneratorRunner : public JobRunner {
     // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
     if (g.text_device == Device::cpu && o.text_precision.empty()) g.text_precision = Precision::f32;
     g.memory = memory_policy_from_name(o.memory);
+    if (!o.host_memory.empty()) g.host_bytes = parse_byte_size_or_fail(o.host_memory, "--host-memory");
     check_generate_options(g);
     g.dist.mode = dist_mode_from_name(o.mode);
     g.dist.tp = o.tp;

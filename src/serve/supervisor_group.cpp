@@ -112,7 +112,8 @@ Supervisor::GroupCommand Supervisor::group_command(const std::string& sock, cons
   const std::pair<const char*, const std::string*> numerics[] = {{"--precision", &r.precision},
                                                                  {"--vae-precision", &r.vae_precision},
                                                                  {"--text-precision", &r.text_precision},
-                                                                 {"--text-device", &r.text_device}};
+                                                                 {"--text-device", &r.text_device},
+                                                                 {"--host-memory", &r.host_memory}};
   for (const auto& [flag, value] : numerics)
     if (!value->empty()) {
       worker.push_back(flag);

@@ -143,6 +143,33 @@ TEST(LayerStream, MappedLayersReadTheFileAtEachCopy) {
   EXPECT_EQ(st.parked_bytes, LayerStreamer::record_bytes({{3, 5}, {7}, {1}}, {DType::f32, DType::i64, DType::f64}));
 }
 
+// A tensor stacked from two stored tensors (the text tower's [up; gate]) is one tensor in the slot, their rows in
+// order, and the streamer keeps the file open after its opener let go (MappedTensor::owner).
+TEST(LayerStream, StackedReadsMakeOneTensorAndTheFileStaysOpen) {
+  h3::test::ScratchDir dir;
+  const std::vector<float> up{1, 2, 3, 4, 5, 6}, gate{-1, -2, -3, -4, -5, -6, -7, -8, -9};
+  const std::string path = dir / "parts.safetensors";
+  write_safetensors(path, {{"up", Tensor::from(up, {2, 3})}, {"gate", Tensor::from(gate, {3, 3})}});
+  auto f = std::make_shared<SafeTensors>(SafeTensors::open(path));
+  LayerStreamer s(Device::cpu, "stacked", 1, {.slots = 1, .chunk_bytes = 256});
+  std::vector<MappedTensor> m;
+  m.push_back({read_tensor(*f, "up"), Tensor(), {read_tensor(*f, "gate")}, f});
+  s.park_mapped(0, std::move(m));
+  f.reset();
+  const std::vector<Tensor> got = s.acquire(0);
+  ASSERT_EQ(got.size(), 1u);
+  std::vector<float> want = up;
+  want.insert(want.end(), gate.begin(), gate.end());
+  EXPECT_TRUE(same_bytes(got[0], Tensor::from(want, {5, 3})));
+  s.release(0);
+  // Parts that cannot stand one under the other are refused.
+  auto g = std::make_shared<SafeTensors>(SafeTensors::open(path));
+  LayerStreamer bad(Device::cpu, "stacked", 1);
+  std::vector<MappedTensor> b;
+  b.push_back({read_rows(*g, "up", {{0, 2}}, {0, 2}), Tensor(), {read_tensor(*g, "gate")}, g});
+  EXPECT_TRUE(has(error_of([&] { bad.park_mapped(0, std::move(b)); }), "cannot be stacked under 'up'"));
+}
+
 TEST(LayerStream, SpreadResidentPicksTheMiddleOfEachPart) {
   auto picked = [](int n, int r) {
     std::vector<int> out;
@@ -185,6 +212,12 @@ TEST(LayerStream, ParkSourceRuleAndItsErrors) {
                   "staging buffers"))
       << staging;
   EXPECT_TRUE(has(staging, "keep more layers on the GPU")) << staging;
+  // The rule's one test, which the memory plan applies too.
+  EXPECT_TRUE(pinned_copies_fit(32 * GiB, 40 * GiB));
+  EXPECT_FALSE(pinned_copies_fit(32 * GiB + 1, 40 * GiB));
+  // A model told to stream from a file whose bytes are not its own says which tensor.
+  const std::string told = error_of([&] { fail_unmappable("DiT", 33 * GiB, host, "'w' is stored bf16"); });
+  EXPECT_TRUE(has(told, "cannot be read as the device holds it: 'w' is stored bf16 (an FP8 run")) << told;
 }
 
 // ---- The event protocol on an emulated device ----

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "io/layer_stream.h"
 #include "model/vae/video_vae.h"
 #include "pipeline/memory_plan.h"
 #include "support/released_geometry.h"
@@ -330,6 +331,58 @@ TEST(MemoryPlanBudget, ThePrintedPlanSaysWhatStreamsAndWhatItCosts) {
   EXPECT_NE(lines[2].find("over the link a forward"), std::string::npos) << lines[2];
   EXPECT_NE(lines[1].find("layers resident"), std::string::npos) << lines[1];
   EXPECT_NE(lines[3].find("units a batch"), std::string::npos) << lines[3];
+}
+
+// Host memory (memory_plan.h, the streamer's rule of io/layer_stream.h): a phase streams from page-locked copies while
+// they fit the host memory given with 8 GiB beside them, else from the checkpoint through its staging ring, which
+// must fit the same way; the printed plan and its JSON say which. 768p FP8 at 24 GiB: the DiT streams 36 blocks of
+// 0.84 GiB (30.4 GiB), the text tower 32 layers of 0.91 GiB (29.1 GiB).
+TEST(MemoryPlanBudget, StreamsComeFromTheCheckpointWhenHostMemoryIsShort) {
+  MemoryPlanInputs in = inputs(k768, Precision::fp8, 1, 24);
+  const MemoryPlan unlimited = plan_memory(in);
+  ASSERT_TRUE(unlimited.fits) << unlimited.problem;
+  const PhaseMemory& den0 = unlimited.phase("denoise");
+  const PhaseMemory& enc0 = unlimited.phase("encode");
+  ASSERT_GT(den0.streamed, enc0.streamed);
+  EXPECT_FALSE(den0.from_checkpoint || enc0.from_checkpoint);
+  const int64_t margin = kParkHostMarginBytes;
+  // Just enough for the DiT's copies: both phases pinned.
+  in.host_bytes = den0.streamed + margin;
+  MemoryPlan m = plan_memory(in);
+  EXPECT_TRUE(m.fits) << m.problem;
+  EXPECT_FALSE(m.phase("denoise").from_checkpoint);
+  EXPECT_EQ(m.phase("denoise").host_pinned, den0.streamed);
+  // A byte less: the DiT reads its blocks from the checkpoint, through a ring of staging buffers; the text tower's
+  // smaller copies still fit.
+  in.host_bytes = den0.streamed + margin - 1;
+  m = plan_memory(in);
+  ASSERT_TRUE(m.fits) << m.problem;
+  const PhaseMemory& den = m.phase("denoise");
+  EXPECT_TRUE(den.from_checkpoint);
+  EXPECT_EQ(den.host_pinned, m.dit.ring_bytes());
+  EXPECT_NEAR(den.gbps, kDiskGBps, 1e-12);
+  EXPECT_FALSE(m.phase("encode").from_checkpoint);
+  EXPECT_FALSE(m.phase("decode").from_checkpoint) << "nothing streams in decode";
+  EXPECT_NE(m.describe()[2].find("from the checkpoint (host memory short)"), std::string::npos) << m.describe()[2];
+  EXPECT_NE(m.describe()[1].find("from page-locked copies"), std::string::npos) << m.describe()[1];
+  EXPECT_NE(m.describe()[0].find(fmt::format("of {:.1f} given", gib(in.host_bytes))), std::string::npos);
+  const nlohmann::json j = m.to_json();
+  EXPECT_EQ(j["host_limit_bytes"], in.host_bytes);
+  EXPECT_EQ(j["phases"][1]["from_checkpoint"], true);
+  // 16 GiB: both from the checkpoint.
+  in.host_bytes = 16 * kGiB;
+  m = plan_memory(in);
+  ASSERT_TRUE(m.fits) << m.problem;
+  EXPECT_TRUE(m.phase("encode").from_checkpoint && m.phase("denoise").from_checkpoint);
+  // Not even a staging ring beside the margin: refused, naming the first phase whose ring does not fit (the text
+  // tower's 3 layers are larger than the DiT's 3 FP8 blocks) and what to do.
+  ASSERT_GT(m.text.ring_bytes(), m.dit.ring_bytes());
+  in.host_bytes = margin + m.text.ring_bytes() - 1;
+  m = plan_memory(in);
+  EXPECT_FALSE(m.fits);
+  EXPECT_NE(m.problem.find("the encode phase streams the text tower's layers from the checkpoint"), std::string::npos)
+      << m.problem;
+  EXPECT_NE(m.problem.find("--host-memory"), std::string::npos) << m.problem;
 }
 
 }  // namespace h3

@@ -76,6 +76,7 @@ TEST(Residency, ThePlansLayersReachThePlacement) {
   EXPECT_EQ(got.text_layers.resident, 18);
   EXPECT_EQ(got.text_layers.layer_bytes, 975'196'672);
   EXPECT_EQ(got.vae_batch, 12);
+  EXPECT_EQ(got.dit_source, h3::ParkSource::pinned);
   // A plan that does not fit places no layers: the models load whole (and the request is refused before that).
   p.fits = false;
   const h3::ModelPlacement none = h3::placement_from_plan(p, o, 24 * h3::kGiB);
@@ -133,4 +134,19 @@ TEST(Residency, APartlyKeptModelStaysLoadedBetweenRequests) {
   const h3::ModelPlacement phase = h3::placement_from_plan(p, o, 24 * h3::kGiB);
   EXPECT_FALSE(phase.dit.resident);
   EXPECT_FALSE(phase.text.resident);
+}
+
+// Where each model's streamed layers wait is the plan's from_checkpoint of its phase (encode: the text tower,
+// denoise: the DiT), with the host memory it was planned with.
+TEST(Residency, ThePlansParkSourcesReachThePlacement) {
+  h3::MemoryPlan p = plan_keeping(false, false, false);
+  p.phases = {{"encode", "text tower"}, {"denoise", "DiT"}, {"decode", "VAEs"}};
+  p.phases[1].from_checkpoint = true;
+  const h3::GenerateOptions o = h3::default_generate_options(h3::Device::cuda);
+  const h3::ModelPlacement got = h3::placement_from_plan(p, o, 24 * h3::kGiB, 16 * h3::kGiB);
+  EXPECT_EQ(got.dit_source, h3::ParkSource::mapped);
+  EXPECT_EQ(got.text_source, h3::ParkSource::pinned);
+  EXPECT_EQ(got.host_bytes, 16 * h3::kGiB);
+  EXPECT_EQ(h3::park_source_of(p, "denoise"), h3::ParkSource::mapped);
+  EXPECT_EQ(h3::park_source_of(p, "encode"), h3::ParkSource::pinned);
 }

@@ -205,6 +205,27 @@ TEST(CliOptions, MaxDeviceMemoryIsTakenByTheCommandsThatRunModelsOnTheGpu) {
   EXPECT_EQ(info.status, 2) << info.out;
 }
 
+// --host-memory: one row, taken by the commands that plan host memory for streamed layers (plan, generate, serve and
+// its workers); a bad size is a usage error at once, naming the flag.
+TEST(CliOptions, HostMemoryIsOneRowAndRefusesABadSize) {
+  const OptionDef& d = h3::cli::opt::host_memory;
+  EXPECT_EQ(d.env, "H3_HOST_MEMORY");
+  std::set<std::string> commands;
+  for (const OptionUse& u : d.uses) commands.insert(u.command);
+  EXPECT_EQ(commands, (std::set<std::string>{"plan", "generate", "serve", "serve-worker"}));
+  for (const char* c : {"plan", "generate", "serve"}) {
+    if (std::string(c) == "serve" && !built(c)) continue;
+    const auto options = command_options(c);
+    const auto it = options.find("--host-memory");
+    ASSERT_NE(it, options.end()) << "h3 " << c << " --help does not list --host-memory";
+    EXPECT_NE(it->second.description.find("memory-mapped checkpoint"), std::string::npos) << c;
+  }
+  const h3::test::CliResult bad = run_h3("generate --prompt x --host-memory lots");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--host-memory"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("64GB"), std::string::npos) << "says how to write a size: " << bad.out;
+}
+
 // A bad size is a usage error (exit 2) naming where it came from and how to write one; the flag beats the variable.
 TEST(CliOptions, MaxDeviceMemoryRefusesABadSizeAndTheFlagBeatsTheVariable) {
   const std::string missing = " decode /nonexistent/h3-latents.safetensors -o /nonexistent/h3-out.mp4";

@@ -74,6 +74,9 @@ class DitCheckpoint {
   };
   std::optional<StoredRead> stored_read(const std::string& key, const std::vector<RowRange>& rows = {},
                                         RowRange cols = {}) const;
+  // Keeps this checkpoint's files open and mapped for as long as the result lives (the TensorReads of stored_read
+  // point into them): for readers that outlive the checkpoint object (a model streaming from it).
+  std::shared_ptr<const void> keep_files() const;
   // Bytes of parameter data as stored, and the count per stored dtype.
   size_t stored_bytes() const;
   std::map<DType, int64_t> dtype_counts() const;

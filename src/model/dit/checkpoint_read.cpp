@@ -136,6 +136,10 @@ std::optional<DitCheckpoint::StoredRead> DitCheckpoint::stored_read(const std::s
   return out;
 }
 
+std::shared_ptr<const void> DitCheckpoint::keep_files() const {
+  return std::make_shared<const std::vector<std::shared_ptr<SafeTensors>>>(files_);
+}
+
 size_t DitCheckpoint::stored_bytes() const {
   size_t total = 0;
   std::set<std::pair<int, std::string>> seen;

@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -57,9 +58,17 @@ struct DitShard {
 // `ring_slots` device buffers ahead of the block that needs them (io/layer_stream.h); the norms stay resident.
 // Which blocks stay: spread_resident(num_layers, resident_blocks). The same kernels run on the same bytes, so the
 // outputs are bitwise those of the resident model. Every rank of a plan must pass the same values.
+// Where the streamed blocks wait (`source`, the memory plan's choice: io/layer_stream.h's rule): page-locked copies
+// in host memory (pinned), or the checkpoint itself, read through a page-locked staging ring at each copy (mapped:
+// for hosts whose memory cannot hold the copies). Mapped needs the checkpoint's stored bytes to be the device's
+// (an FP8 file for an FP8 run with per-tensor scales, a bf16 file for a bf16 run, f32 for the CPU's f32; no LoRAs);
+// otherwise the model is refused before any weight loads, naming the tensor (`host`: the host memory the plan had,
+// for that message). The checkpoint's files stay open while the model streams.
 struct DitStreaming {
   int resident_blocks = -1;  // -1 (or num_layers and more): every block resident, no streaming; else 0..num_layers-1
   int ring_slots = 3;        // device buffers of one block each: one in use, ring_slots - 1 copies in flight
+  ParkSource source = ParkSource::pinned;
+  HostMemory host = {};
 };
 
 // Weights of one rank, in the compute dtype. With a distributed plan the rank keeps only its slices:
@@ -135,11 +144,27 @@ class DitModel {
   std::vector<Tensor> adaln_tables(const Tensor& ada_in) const;
   std::vector<Tensor> gather_tables(const std::vector<Tensor>& own) const;
   Tensor block_table(const Block& b, const Tensor& ada_in) const;
-  // Streaming (model/dit/streaming.cpp): the streamer for `s` before the blocks load, a loaded block's large
-  // tensors parked, the ring started after loading.
-  void start_streaming(const DitStreaming& s);
+  // Streaming (model/dit/streaming.cpp): the streamer for `s` before anything loads (for the mapped source, every
+  // streamed block checked against the checkpoint first), a loaded block's large tensors parked, or a block's
+  // tensors parked as spans of the checkpoint (park_block_mapped: the block loads its norms only; returns what the
+  // parked tensors are, for the model's accounts), the ring started after loading.
+  struct StreamedTensor {
+    std::string key;             // the parameter (diffusers name)
+    std::vector<RowRange> rows;  // this rank's rows of it (all when empty)
+    RowRange cols;               // and columns (all when empty)
+    Shape shape;                 // the tensor the device holds
+    DType dtype = DType::f32;    // ... and its dtype
+    bool sharded = false;        // a slice of the parameter (the plan's sharded account)
+  };
+  std::vector<StreamedTensor> streamed_tensors(const std::string& prefix) const;  // kDitStreamedTensors' order
+  // The checkpoint spans of one streamed tensor as the device holds it, or the reason they are not its bytes.
+  std::optional<MappedTensor> map_tensor(const DitCheckpoint& ck, const StreamedTensor& t, std::string& why,
+                                         bool with_scale) const;
+  void start_streaming(const DitStreaming& s, const DitCheckpoint& ck);
   void park_block(size_t n);
+  std::vector<StreamedTensor> park_block_mapped(size_t n, const DitCheckpoint& ck, const std::string& prefix);
   void finish_streaming();
+  bool block_mapped(size_t n) const { return block_streamed(n) && park_source_ == ParkSource::mapped; }
   bool block_streamed(size_t n) const { return !resident_.empty() && !resident_[n]; }
   // `v` as an i32 index tensor where the model's ops run: on the GPU uploaded once per distinct content and kept
   // (every step of a request has the same layout, and each host-to-device copy waits for the queued work).
@@ -168,6 +193,7 @@ class DitModel {
   std::vector<Block> refiner_, blocks_;
   std::vector<bool> resident_;               // per block, when streaming (empty: all resident)
   std::shared_ptr<LayerStreamer> streamer_;  // shared: the forward is const and DitModel stays copyable
+  ParkSource park_source_ = ParkSource::pinned;
   Tensor refiner_norm_, out_norm_, out_ada_w_, out_ada_b_, proj_out_w_, proj_out_b_, audio_out_w_, audio_out_b_;
 };
 

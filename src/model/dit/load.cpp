@@ -69,7 +69,9 @@ class WeightReader {
     return keep(t.defined() && t.numel() > 0 ? t : load(key, bf16_layer), false, kind);
   }
   // A refiner block (whole, on every rank) or a transformer block (this rank's slices).
-  DitModel::Block block(const std::string& p, bool transformer, const BlockSlices& s);
+  // norms_only: a streamed block read from the checkpoint at each copy loads its norms (and FP8 attention scales)
+  // only (DitModel::park_block_mapped).
+  DitModel::Block block(const std::string& p, bool transformer, const BlockSlices& s, bool norms_only = false);
 
   DeviceLoader loader;
   int64_t rep_params = 0, shard_params = 0;
@@ -150,7 +152,7 @@ class WeightReader {
   bool gpu_;
 };
 
-DitModel::Block WeightReader::block(const std::string& p, bool transformer, const BlockSlices& s) {
+DitModel::Block WeightReader::block(const std::string& p, bool transformer, const BlockSlices& s, bool norms_only) {
   const int heads = config_.num_attention_heads;
   const int64_t D = config_.attention_head_dim, H = config_.hidden_size, F = config_.ffn_dim;
   const Range qkv_rows{s.heads_qkv.begin * D, s.heads_qkv.end * D},
@@ -166,6 +168,7 @@ DitModel::Block WeightReader::block(const std::string& p, bool transformer, cons
     b.q8_scale = qk_fp8_scale(b.norm_q);
     b.k8_scale = qk_fp8_scale(b.norm_k);
   }
+  if (norms_only) return b;
   if (!transformer) {  // the refiner runs whole on the ranks that hold text rows
     b.to_q = rep(p + "attn.to_q.weight", true);
     b.to_k = rep(p + "attn.to_k.weight", true);
@@ -317,6 +320,7 @@ DitShard DitModel::plan_rank() {
 void DitModel::load_weights(const DitCheckpoint& ck, const DitStreaming& streaming, const DitShard& shard) {
   // Parameters that the released checkpoint keeps in f32 stay exact; the rest are rounded to bf16 in bf16 mode.
   check_lora_agreement(ck, plan_);
+  start_streaming(streaming, ck);  // before anything loads: a refused mapped source costs no load
   WeightReader r(ck, config_, precision_, ct_, dev_, numerics_);
   proj_in_w = r.rep("proj_in.weight", false);
   proj_in_b = r.rep("proj_in.bias", false);
@@ -331,10 +335,18 @@ void DitModel::load_weights(const DitCheckpoint& ck, const DitStreaming& streami
   const BlockSlices slices{heads_qkv_, heads_out_, ffn_, ada_rows_, fp8_layers_};
   for (int i = 0; i < config_.num_refiner_layers; ++i)
     refiner_.push_back(r.block("token_refiner.refiner_blocks." + std::to_string(i) + ".", false, slices));
-  start_streaming(streaming);
   for (int n = 0; n < config_.num_layers; ++n) {
-    blocks_.push_back(r.block("transformer_blocks." + std::to_string(n) + ".", true, slices));
-    if (block_streamed(blocks_.size() - 1)) park_block(blocks_.size() - 1);  // before the next block loads
+    const std::string p = "transformer_blocks." + std::to_string(n) + ".";
+    const size_t i = blocks_.size();
+    blocks_.push_back(r.block(p, true, slices, block_mapped(i)));
+    if (block_mapped(i)) {
+      for (const StreamedTensor& t : park_block_mapped(i, ck, p)) {
+        (t.sharded ? r.shard_params : r.rep_params) += shape_numel(t.shape);
+        (t.sharded ? r.shard_bytes : r.rep_bytes) += static_cast<size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
+      }
+    } else if (block_streamed(i)) {
+      park_block(i);  // before the next block loads
+    }
   }
   refiner_norm_ = r.rep("token_refiner.final_norm.weight", true);
   out_norm_ = r.rep("norm_out.norm.weight", true);

@@ -247,9 +247,8 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
     if (t.defined() && t.numel() > 0) (sharded ? bytes_sharded_ : bytes_replicated_) += t.nbytes();
     return t;
   };
-  plan_streaming(n_layers, opt);
-  const int64_t h = cfg.hidden, D = cfg.head_dim, qd = cfg.n_heads * D, kd = G * D, ff = cfg.intermediate;
-  const int64_t qpg = cfg.n_heads / G;  // query heads per KV head
+  plan_streaming(n_layers, opt, w, p);
+  const int64_t h = cfg.hidden, D = cfg.head_dim;
   if (tp_rank_ >= 0) embed_ = count(load("embed_tokens.weight", {cfg.vocab_size, h}), false);
   for (int64_t i = 0; i < n_layers && tp_rank_ >= 0; ++i) {
     const std::string l = "layers." + std::to_string(i) + ".";
@@ -258,18 +257,22 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
     L.q_norm = count(load(l + "self_attn.q_norm.weight", {D}), false);
     L.k_norm = count(load(l + "self_attn.k_norm.weight", {D}), false);
     L.post_norm = count(load(l + "post_attention_layernorm.weight", {h}), false);
+    if (streams(i) && park_source_ == ParkSource::mapped) {  // the units stay in the file
+      if (problems.empty()) park_units_mapped(i, L, w, p + l);
+      layers_.push_back(std::move(L));
+      continue;
+    }
     for (int64_t g = units_.begin; g < units_.end; ++g) {
-      // Unit g: query heads [g*qpg, (g+1)*qpg), KV head g, FFN chunk part_of(ff, G, g).
-      const Range c = part_of(ff, static_cast<int>(G), static_cast<int>(g));
-      const Slice heads{g * qpg * D, (g + 1) * qpg * D}, kv{g * D, (g + 1) * D}, chunk{c.begin, c.end};
+      const std::vector<UnitPart> part = unit_parts(g);
+      auto unit_load = [&](size_t k) { return load(l + part[k].key, part[k].shape, part[k].rows, part[k].cols); };
       Unit u;
-      u.q = count(load(l + "self_attn.q_proj.weight", {qd, h}, heads), true);
-      u.k = count(load(l + "self_attn.k_proj.weight", {kd, h}, kv), true);
-      u.v = count(load(l + "self_attn.v_proj.weight", {kd, h}, kv), true);
-      u.o = count(load(l + "self_attn.o_proj.weight", {h, qd}, {}, heads), true);
-      u.down = count(load(l + "mlp.down_proj.weight", {h, ff}, {}, chunk), true);
-      const Tensor up = load(l + "mlp.up_proj.weight", {ff, h}, chunk);
-      const Tensor gate = load(l + "mlp.gate_proj.weight", {ff, h}, chunk);
+      u.q = count(unit_load(0), true);
+      u.k = count(unit_load(1), true);
+      u.v = count(unit_load(2), true);
+      u.o = count(unit_load(3), true);
+      u.down = count(unit_load(6), true);
+      const Tensor up = unit_load(4);
+      const Tensor gate = unit_load(5);
       // [up; gate] so that one GEMM feeds ops::swiglu's [value; gate] layout.
       if (up.defined() && gate.defined() && up.numel() && gate.numel()) u.up_gate = count(stack_rows(up, gate), true);
       L.units.push_back(std::move(u));
@@ -288,6 +291,19 @@ Qwen3VlTextModel::Qwen3VlTextModel(const Qwen3VlTextWeights& w, const Qwen3VlTex
   start_streaming();
   if (tp_rank_ < 0) layers_.resize(static_cast<size_t>(n_layers));  // layer count for checks; no weights
   if (comm_ && n > 1) spdlog::info("{}", describe_shard());
+}
+
+// Unit g: query heads [g*qpg, (g+1)*qpg) (q rows, o columns), KV head g (k, v rows), FFN chunk part_of(ff, G, g)
+// (up, gate rows, down columns).
+std::vector<Qwen3VlTextModel::UnitPart> Qwen3VlTextModel::unit_parts(int64_t g) const {
+  const int64_t h = cfg_.hidden, D = cfg_.head_dim, G = cfg_.n_kv_heads, qd = cfg_.n_heads * D, kd = G * D;
+  const int64_t ff = cfg_.intermediate, qpg = cfg_.n_heads / G;
+  const Range c = part_of(ff, static_cast<int>(G), static_cast<int>(g));
+  const Slice heads{g * qpg * D, (g + 1) * qpg * D}, kv{g * D, (g + 1) * D}, chunk{c.begin, c.end};
+  return {{"self_attn.q_proj.weight", {qd, h}, heads, {}}, {"self_attn.k_proj.weight", {kd, h}, kv, {}},
+          {"self_attn.v_proj.weight", {kd, h}, kv, {}},    {"self_attn.o_proj.weight", {h, qd}, {}, heads},
+          {"mlp.up_proj.weight", {ff, h}, chunk, {}},      {"mlp.gate_proj.weight", {ff, h}, chunk, {}},
+          {"mlp.down_proj.weight", {h, ff}, {}, chunk}};
 }
 
 std::string Qwen3VlTextModel::describe_shard() const {

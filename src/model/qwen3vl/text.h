@@ -92,6 +92,13 @@ struct Qwen3VlTextOptions {
   // its own slices. The same kernels run on the same bytes: the outputs are bitwise those of the resident tower.
   int resident_layers = -1;
   int ring_slots = 3;
+  // Where the streamed layers wait (the memory plan's choice, io/layer_stream.h's rule): page-locked copies (pinned),
+  // or the checkpoint, read through a page-locked staging ring at each copy (mapped: for hosts whose memory cannot
+  // hold the copies; each unit's [up; gate] is read as its two stored slices, one under the other). Mapped needs a
+  // checkpoint file whose stored dtype is the compute dtype (bf16 for a bf16 tower); otherwise the tower is refused
+  // before anything loads, naming the tensor (`host`: the host memory the plan had, for that message).
+  ParkSource park_source = ParkSource::pinned;
+  HostMemory host = {};
 };
 
 // Called by forward() before each decoder layer it runs, with the layer's index and the number of layers the call
@@ -178,8 +185,20 @@ class Qwen3VlTextModel {
     Layer views_;
     const Layer* layer_ = nullptr;
   };
-  // Load time: the streamer for the layers spread_resident does not keep (none when all are kept).
-  void plan_streaming(int64_t n_layers, const Qwen3VlTextOptions& opt);
+  // Where unit g of a layer comes from: q, k, v, o, up, gate, down as stored tensors (layer-relative keys, the whole
+  // stored shape) and the rows / columns the unit keeps of each (text.cpp).
+  struct UnitPart {
+    std::string key;
+    Shape shape;
+    Slice rows, cols;
+  };
+  std::vector<UnitPart> unit_parts(int64_t g) const;
+  // Load time: the streamer for the layers spread_resident does not keep (none when all are kept); for the mapped
+  // source every streamed unit tensor checked against the checkpoint (`prefix`: the decoder's) before anything loads.
+  void plan_streaming(int64_t n_layers, const Qwen3VlTextOptions& opt, const Qwen3VlTextWeights& w,
+                      const std::string& prefix);
+  // A streamed layer read from the checkpoint at each copy: its units' tensors as spans of the files.
+  void park_units_mapped(int64_t layer, Layer& L, const Qwen3VlTextWeights& w, const std::string& layer_prefix);
   bool streams(int64_t layer) const;
   // Moves a loaded streamed layer's unit tensors into the streamer (their device memory goes back); the units keep
   // their count, with undefined tensors.
@@ -215,6 +234,7 @@ class Qwen3VlTextModel {
   // at a time (stream_mu_).
   std::unique_ptr<LayerStreamer> streamer_;
   std::vector<bool> streamed_;  // per loaded layer (plan_streaming)
+  ParkSource park_source_ = ParkSource::pinned;
   mutable std::mutex stream_mu_;
   size_t bytes_streamed_ = 0;
 };

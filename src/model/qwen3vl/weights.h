@@ -64,6 +64,9 @@ class Qwen3VlTextWeights {
   // The mapped shard holding `key` (mapped now if it was not yet): for staged reads to the device,
   // DeviceLoader::load(read_rows(file_of(key), key, rows), dtype) (io/device_loader.h).
   const SafeTensors& file_of(const std::string& key) const;
+  // Keeps the files open and mapped while the result lives (file_of's references stay valid): for readers that
+  // outlive this object (a tower streaming from its checkpoint). Null for procedural sources.
+  std::shared_ptr<const void> keep_files() const { return files_; }
   // Shards named by the index (one entry for a single file) and how many were mapped so far.
   size_t shard_count() const { return files_ ? files_->shard_paths().size() : 0; }
   size_t shards_opened() const { return files_ ? files_->shards_opened() : 0; }

@@ -2,11 +2,13 @@
 // the ring's copies happen at once: every requested state bitwise (memcmp) equal to the resident tower's, for 0, 1,
 // half and all-but-one resident layers, rings of 1..3 slots, repeated and shortened forwards (out-of-order acquires),
 // the layer hook called the same way, and tensor-parallel over 2 ranks (threads) with each rank parking its own
-// slices.
+// slices. Then the mapped source (the layers read from the checkpoint at each copy, [up; gate] as two stored slices)
+// on the procedural mini tower's file: the same bits, on 1 and 2 ranks, and the refusals.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
+#include "model/qwen3vl/procedural.h"
 #include "model/qwen3vl/text.h"
 #include "support/bitwise.h"
 #include "support/error_of.h"
@@ -160,4 +162,81 @@ TEST_F(Qwen3VlTextStreaming, TensorParallelRanksParkTheirOwnSlices) {
     EXPECT_GT(streamed[r], 0u);
     EXPECT_EQ(streamed[r], sharded[r] / static_cast<size_t>(n) * static_cast<size_t>(n - 1)) << "rank " << r;
   }
+}
+
+namespace {
+
+Qwen3VlTextOptions mapped(int resident, int slots) {
+  Qwen3VlTextOptions o;
+  o.resident_layers = resident;
+  o.ring_slots = slots;
+  o.park_source = ParkSource::mapped;
+  return o;
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+// The procedural mini tower is a mapped f32 file (50 layers of width 64, 2 KV heads): a CPU f32 tower can read its
+// streamed layers from it at each copy. Every state is the resident tower's, whatever the ring.
+TEST(Qwen3VlTextMapped, LayersReadFromTheFileGiveTheResidentBits) {
+  const std::shared_ptr<SafeTensors> f = procedural_qwen3vl_text_file(7);
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(f);
+  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(w);
+  const int64_t n = 50;
+  const std::vector<int32_t> ids = prompt(11, c.vocab_size);
+  const std::vector<int64_t> all{1, n / 2, n}, early{3};
+  const Qwen3VlTextModel resident(w, c, n, Qwen3VlTextOptions{});
+  const Pass want_all = run(resident, ids, all, false), want_early = run(resident, ids, early, false);
+  for (const auto& [r, slots] : {std::pair{0, 1}, std::pair{1, 3}, std::pair{25, 2}}) {
+    const std::string what = fmt::format("{} resident, {} slots", r, slots);
+    const Qwen3VlTextModel m(w, c, n, mapped(r, slots));
+    expect_same(run(m, ids, all, false), want_all, what);
+    expect_same(run(m, ids, early, false), want_early, what + ", short pass");
+    expect_same(run(m, ids, all, false), want_all, what + ", after the short pass");
+    const LayerStreamStats s = m.stream_stats();
+    EXPECT_EQ(s.streamed, n - r) << what;
+    EXPECT_EQ(s.parked_bytes, 0u) << what;
+    EXPECT_GT(s.mapped_bytes, 0u) << what;
+    EXPECT_EQ(m.bytes_sharded(), resident.bytes_sharded()) << what;
+    EXPECT_EQ(m.bytes_streamed(), resident.bytes_sharded() / n * static_cast<size_t>(n - r)) << what;
+  }
+}
+
+// Two ranks (threads): each maps its own unit's slices (q/k/v rows, o columns, up/gate rows, down columns).
+TEST(Qwen3VlTextMapped, TensorParallelRanksMapTheirOwnSlices) {
+  const std::shared_ptr<SafeTensors> f = procedural_qwen3vl_text_file(7);
+  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(Qwen3VlTextWeights::from_file(f));
+  const int64_t n = 50;
+  const std::vector<int32_t> ids = prompt(9, c.vocab_size);
+  const std::vector<int64_t> keep{1, n};
+  const Pass one =
+      run(Qwen3VlTextModel(Qwen3VlTextWeights::from_file(f), c, n, Qwen3VlTextOptions{}), ids, keep, false);
+  test::run_ranks(2, [&](Comm& comm) {
+    const Qwen3VlTextWeights mine = Qwen3VlTextWeights::from_file(f);
+    Qwen3VlTextOptions o = mapped(2, 2);
+    o.comm = &comm;
+    const Qwen3VlTextModel m(mine, c, n, o);
+    EXPECT_EQ(m.layers_streamed(), n - 2);
+    expect_same(run(m, ids, keep, false), one, fmt::format("rank {} vs 1 rank", comm.rank()));
+  });
+}
+
+// Stored bytes that are not the tower's (f32 for an f64 tower), and procedural weights (no file), are refused before
+// anything loads, naming the tensor.
+TEST(Qwen3VlTextMapped, TheMappedSourceIsRefusedForBytesTheTowerDoesNotHold) {
+  const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(procedural_qwen3vl_text_file(7));
+  const Qwen3VlTextConfig c = detect_qwen3vl_text_config(w);
+  Qwen3VlTextOptions o = mapped(3, 2);
+  o.precision = Precision::f64;
+  o.host = HostMemory{32LL << 30, 2LL << 30};
+  const std::string e = test::error_of([&] { Qwen3VlTextModel m(w, c, 6, o); });
+  EXPECT_TRUE(has(e, "Qwen3-VL text tower: streaming its layers needs")) << e;
+  EXPECT_TRUE(has(e, "'layers.0.self_attn.q_proj.weight' is stored f32, the tower computes in f64")) << e;
+  const Qwen3VlTextWeights gen = Qwen3VlTextWeights::procedural(qwen3vl_text_parameters(c), "", 7, "procedural text");
+  const std::string p = test::error_of([&] { Qwen3VlTextModel m(gen, c, 6, mapped(3, 2)); });
+  EXPECT_TRUE(has(p, "procedural weights are generated where they load, not stored")) << p;
 }

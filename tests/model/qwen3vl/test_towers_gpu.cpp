@@ -12,6 +12,7 @@
 #include "model/qwen3vl/vision.h"
 #include "ops/ops.h"
 #include "support/golden.h"
+#include "support/scratch_dir.h"
 
 #include "support/gpu_test.h"
 
@@ -128,6 +129,41 @@ TEST(CudaText, StreamedLayersOnTheGpuGiveTheResidentBits) {
         EXPECT_TRUE(compare(got.last_normed.cpu(), want.last_normed.cpu()).bitwise) << "normed";
       }
       EXPECT_GE(streamed.stream_stats().copies, 2 * (n - kept));
+    }
+  }
+}
+
+// Streamed layers read from the checkpoint at each copy (Qwen3VlTextOptions::park_source mapped) through the staging
+// ring: a bf16 tower from a bf16 file (the procedural mini tower rounded and written once), and an f32 tower from the
+// f32 file, bitwise the resident tower loaded from the same file.
+TEST(CudaText, LayersReadFromTheFileOnTheGpuGiveTheResidentBits) {
+  H3_REQUIRE_GPU();
+  const test::ScratchDir dir;
+  const std::shared_ptr<SafeTensors> f32 = procedural_qwen3vl_text_file(kDefaultProceduralSeed);
+  std::vector<std::pair<std::string, Tensor>> rounded;
+  for (const std::string& k : f32->keys()) rounded.emplace_back(k, f32->get(k).to(DType::bf16));
+  write_safetensors(dir / "bf16.safetensors", rounded, f32->metadata());
+  const std::shared_ptr<SafeTensors> bf16 = std::make_shared<SafeTensors>(SafeTensors::open(dir / "bf16.safetensors"));
+  const int64_t n = 50;
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < 23; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 11) % 256));
+  for (const auto& [p, file] : {std::pair{Precision::bf16, bf16}, std::pair{Precision::f32, f32}}) {
+    const Qwen3VlTextWeights w = Qwen3VlTextWeights::from_file(file);
+    const Qwen3VlTextConfig c = detect_qwen3vl_text_config(w);
+    const Qwen3VlTextOutputs want =
+        Qwen3VlTextModel(w, c, n, Qwen3VlTextOptions{p, Device::cuda, nullptr}).forward(ids, {1, n}, false);
+    Qwen3VlTextOptions o{p, Device::cuda, nullptr};
+    o.resident_layers = 5;
+    o.ring_slots = 2;
+    o.park_source = ParkSource::mapped;
+    const Qwen3VlTextModel m(w, c, n, o);
+    ASSERT_EQ(m.layers_streamed(), n - 5);
+    EXPECT_EQ(m.stream_stats().parked_bytes, 0u);
+    for (int pass = 0; pass < 2; ++pass) {
+      const Qwen3VlTextOutputs got = m.forward(ids, {1, n}, false);
+      for (int64_t k : {int64_t{1}, n})
+        EXPECT_TRUE(compare(got.hidden_states.at(k).cpu(), want.hidden_states.at(k).cpu()).bitwise)
+            << precision_name(p) << ", pass " << pass << ", hidden_states[" << k << "]";
     }
   }
 }
