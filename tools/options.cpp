@@ -389,12 +389,13 @@ const OptionDef max_device_memory =
 const std::vector<const OptionDef*>& option_table() {
   using namespace opt;
   static const std::vector<const OptionDef*> t = {
-      &precision, &vae_precision, &text_precision, &text_device,  &memory_plan,    &mode,
-      &tp,        &chunks,        &encoder_ranks,  &model_dir,    &dit_checkpoint, &dit,
-      &video_vae, &audio_vae,     &text_encoder,   &tokenizer,    &lora,           &weights,
-      &seed,      &width,         &height,         &frames,       &reps,           &res,
-      &seq,       &profile,       &no_audio,       &output,       &json,           &max_device_memory,
-      &steps,     &runner,        &write_latents,  &fake_step_ms, &fake_load_ms,   &preview_every, &host_memory};
+      &precision,  &vae_precision, &text_precision, &text_device,  &memory_plan,    &mode,
+      &tp,         &chunks,        &encoder_ranks,  &model_dir,    &dit_checkpoint, &dit,
+      &video_vae,  &audio_vae,     &text_encoder,   &tokenizer,    &lora,           &weights,
+      &seed,       &width,         &height,         &frames,       &reps,           &res,
+      &seq,        &profile,       &no_audio,       &output,       &json,           &max_device_memory,
+      &steps,      &runner,        &write_latents,  &fake_step_ms, &fake_load_ms,   &preview_every,
+      &host_memory};
   return t;
 }
 

@@ -73,8 +73,8 @@ TEST(CudaDitStreaming, BlocksReadFromTheFileAreBitwiseTheResidentRun) {
         for (size_t f = 0; f < got.size(); ++f) {
           const std::string what = std::string(precision_name(p)) + " from its file, " + std::to_string(r) +
                                    " resident, " + std::to_string(slots) + " slots, forward " + std::to_string(f);
-          EXPECT_TRUE(bitwise(got[f].video, want[f].video)) << what;
-          EXPECT_TRUE(bitwise(got[f].audio, want[f].audio)) << what;
+          EXPECT_TRUE(test::same_bits(got[f].video, want[f].video)) << what;
+          EXPECT_TRUE(test::same_bits(got[f].audio, want[f].audio)) << what;
         }
         const LayerStreamStats st = m.streaming_stats();
         EXPECT_EQ(st.streamed, n - r);
