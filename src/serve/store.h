@@ -6,10 +6,12 @@
 #pragma once
 #include <sqlite3.h>
 
+#include <array>
 #include <cstdint>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <variant>
 #include <vector>
@@ -83,8 +85,14 @@ class JobStore {
   bool finish(const std::string& id, const std::string& status, const std::string& error_code, const std::string& error,
               int64_t output_bytes, const nlohmann::json& result);
   bool requeue(const std::string& id);  // a running job back to the queue (shutdown)
-  // Deletes a job that is not running, with its files. False when unknown or running.
+  // Deletes a job that is not running, with its files. False when unknown or running. Waits while the job's files
+  // are held (hold_files).
   bool remove(const std::string& id);
+  // Keeps job `id`'s files as they are while the holder reads them, makes a picture from them or opens one: remove()
+  // waits until the hold ends. A holder that finds the job's row (get) therefore finds its files, and a file it
+  // makes meanwhile is removed with the job, never left behind. (Without it a thumbnail asked for while its video
+  // was deleted failed on the vanished MP4 with 500, and a poster written after the delete stayed in outputs/.)
+  std::shared_lock<std::shared_mutex> hold_files(const std::string& id);
 
   // After a restart: every job left running is requeued if it has run fewer than `max_attempts` times, else
   // failed with a reason. Returns the ids touched.
@@ -103,6 +111,10 @@ class JobStore {
   sqlite3* db_ = nullptr;
   int lock_fd_ = -1;
   std::mutex mu_;
+  // hold_files / remove: a lock per group of ids (a delete waits only for holders of ids in its group). Taken
+  // before mu_, never while holding it.
+  std::array<std::shared_mutex, 16> files_mu_;
+  std::shared_mutex& files_mu(const std::string& id);
 };
 
 double unix_now();
