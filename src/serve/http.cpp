@@ -450,12 +450,13 @@ void HttpServer::bind() {
   m.api_pool.start(m.lim.api_threads, m.lim.max_pending);
   // Submissions wait as API requests do (max_pending); what they hold is bounded by max_body_total.
   m.submit_pool.start(m.lim.submit_threads, m.lim.max_pending);
-  // A connection's memory (libmicrohttpd's pool: the request head, its fields' records, the read buffer) is what
-  // decides who refuses a large head: one that fits reaches begin(), which answers 414 / 431 with the API's JSON,
-  // and one that does not is refused by libmicrohttpd with its own HTML. Eight times the head limit lets every head
-  // up to four times the limit (and some thousand fields) reach begin(). The pool is mapped, so a connection costs
-  // only the pages its requests touch (an idle one: one page; one receiving a body: half the pool, the read buffer).
-  const size_t pool_bytes = std::max<size_t>(32768, 8 * m.lim.max_header_bytes);
+  // A connection's memory (libmicrohttpd's pool: the request head, its fields' records, the read buffer) decides
+  // who refuses a large head: one that fits reaches begin(), which answers 414 / 431 with the API's JSON; one that
+  // does not is refused by libmicrohttpd with its own HTML. Four times the head limit lets heads up to ~60 KiB and
+  // ~700 fields reach begin() (measured). The pool is mapped, but libmicrohttpd zeroes it whole between the requests
+  // of a connection, so a kept-alive connection costs all of it: 256 MiB at --max-connections 4096, as much as the
+  // bodies held at once (twice would have covered ~8 more KiB of head for 512 MiB).
+  const size_t pool_bytes = std::max<size_t>(32768, 4 * m.lim.max_header_bytes);
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   if (v6) flags |= MHD_USE_IPv6;
   m.daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::on_request, &m, MHD_OPTION_SOCK_ADDR,
