@@ -332,6 +332,39 @@ def previews_during_delete(h3, n=12):
         s.cleanup()
 
 
+def concurrent_submitters(h3, clients=200, each=2):
+    """200 clients submitting at once (400 jobs, within --max-queue): every one is queued; none is told the server
+    is busy (the submit pool's queue was an undocumented 64: 91 of 400 answered 503)."""
+    log("%d clients submitting %d jobs each at once" % (clients, each))
+    s = Server(h3, args=["--runner", "fake", "--fake-step-ms", "1000", "--fake-load-ms", "0", "--max-queue",
+                         str(clients * each + 10)]).start()
+    try:
+        statuses, lock, go = {}, threading.Lock(), threading.Event()
+
+        def client(k):
+            go.wait()
+            for i in range(each):
+                try:
+                    st, _, _ = s.request("POST", "/v1/videos", {"prompt": "crowd %d.%d" % (k, i), "steps": 2},
+                                         timeout=120)
+                except OSError as e:
+                    st = type(e).__name__
+                with lock:
+                    statuses[st] = statuses.get(st, 0) + 1
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+        for t in threads:
+            t.start()
+        t0 = time.time()
+        go.set()
+        for t in threads:
+            t.join()
+        check(statuses == {202: clients * each}, "%d submissions from %d clients at once: %s in %.1f s" % (
+            clients * each, clients, statuses, time.time() - t0))
+    finally:
+        s.cleanup()
+
+
 def run(h3):
     with running(Server(h3, args=["--runner", "fake", "--fake-step-ms", "150", "--fake-load-ms", "0",
                                   "--max-queue", "4", "--max-body", "65536"]).start()) as s:
@@ -347,6 +380,7 @@ def run(h3):
         log("  fuzz took %.1f s" % (time.time() - t))
     auth(h3)
     previews_during_delete(h3)
+    concurrent_submitters(h3)
 
 
 if __name__ == "__main__":
