@@ -43,6 +43,108 @@ namespace {
 
 using json = nlohmann::json;
 
+// nlohmann's message for a token it refuses quotes the whole token read so far ("last read: '...'"), built in a
+// few copies: a 64 MiB string with one bad byte at its end cost ~1 s of CPU and came back to the client as a 64 MiB
+// error. So the tokens it could refuse only after reading them whole are checked first, by a loop naming the byte:
+// strings (a control character, an escape that is not JSON's or a lone surrogate, ill-formed UTF-8 by RFC 3629,
+// no closing quote) and numbers (no real one is longer than kMaxNumberChars: 64 Mi digits were ~1 s of strtod).
+// What is left for nlohmann to refuse is a short token, and its message is cut to kMaxDetail besides.
+constexpr size_t kMaxNumberChars = 1000;
+constexpr size_t kMaxDetail = 300;
+
+// 0..0xFFFF, or -1 unless p[at..at+4) are four hex digits.
+long hex4(const unsigned char* p, size_t n, size_t at) {
+  if (at + 4 > n) return -1;
+  long v = 0;
+  for (size_t k = at; k < at + 4; ++k) {
+    const unsigned char h = p[k];
+    const int d = h >= '0' && h <= '9'   ? h - '0'
+                  : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                  : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                         : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// The length of the well-formed UTF-8 sequence at p (lead byte >= 0x80), or 0 (RFC 3629, table 3-7 of Unicode).
+size_t utf8_length(const unsigned char* p, size_t n) {
+  const unsigned char b = p[0];
+  auto cont = [&](size_t k, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
+    return k < n && p[k] >= lo && p[k] <= hi;
+  };
+  if (b >= 0xC2 && b <= 0xDF) return cont(1) ? 2 : 0;
+  if (b == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
+  if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return cont(1) && cont(2) ? 3 : 0;
+  if (b == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
+  if (b == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+  if (b >= 0xF1 && b <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  if (b == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
+  return 0;
+}
+
+void check_tokens(std::string_view text, const std::string& what) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  auto refuse = [&](const char* why, size_t at) { fail("{}: not valid JSON ({} at byte {})", what, why, at); };
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      const size_t start = i;
+      while (i < n &&
+             ((p[i] >= '0' && p[i] <= '9') || p[i] == '-' || p[i] == '+' || p[i] == '.' || p[i] == 'e' || p[i] == 'E'))
+        ++i;
+      if (i - start > kMaxNumberChars) refuse("a number of more than 1000 characters", start);
+      continue;
+    }
+    if (c != '"') {
+      ++i;
+      continue;
+    }
+    const size_t start = i++;
+    for (;;) {
+      if (i >= n) refuse("a string that is never closed", start);
+      const unsigned char d = p[i];
+      if (d == '"') {
+        ++i;
+        break;
+      }
+      if (d < 0x20) refuse("a control character inside a string", i);
+      if (d >= 0x80) {
+        const size_t len = utf8_length(p + i, n - i);
+        if (len == 0) refuse("ill-formed UTF-8 inside a string", i);
+        i += len;
+        continue;
+      }
+      if (d != '\\') {
+        ++i;
+        continue;
+      }
+      const unsigned char e = i + 1 < n ? p[i + 1] : 0;
+      if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+        i += 2;
+        continue;
+      }
+      if (e != 'u') refuse("an escape that is not JSON's", i);
+      const long v = hex4(p, n, i + 2);
+      if (v < 0) refuse("a \\u escape without four hex digits", i);
+      if (v >= 0xDC00 && v <= 0xDFFF) refuse("a \\u escape of a lone low surrogate", i);
+      if (v >= 0xD800 && v <= 0xDBFF) {  // a high surrogate: its low one must follow
+        const long low = i + 7 < n && p[i + 6] == '\\' && p[i + 7] == 'u' ? hex4(p, n, i + 8) : -1;
+        if (low < 0xDC00 || low > 0xDFFF) refuse("a \\u escape of a lone high surrogate", i);
+        i += 6;
+      }
+      i += 6;
+    }
+  }
+}
+
+std::string cut(const std::string& s) {
+  return s.size() <= kMaxDetail ? s : s.substr(0, kMaxDetail) + "...";
+}
+
 // nlohmann's SAX events -> a json value, refusing (returning false, which stops the parse at once) a duplicate key,
 // nesting past the limit and more values than allowed.
 class BoundedBuilder {
@@ -73,7 +175,7 @@ class BoundedBuilder {
   }
   bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
     problem_ = Problem::syntax;
-    detail_ = e.what();
+    detail_ = cut(e.what());
     return false;
   }
 
@@ -138,11 +240,12 @@ nlohmann::json parse_json_bounded(std::string_view text, const std::string& what
   const int depth = json_nesting_depth(text, max_depth + 1);
   H3_CHECK(depth <= max_depth, "{}: JSON nested deeper than {} levels; refused (is the file what it should be?)", what,
            max_depth);
+  check_tokens(text, what);
   BoundedBuilder b(max_depth, max_values, unique_keys);
   try {
     json::sax_parse(text.begin(), text.end(), &b, json::input_format_t::json, true, false);
   } catch (const json::exception& e) {
-    fail("{}: not valid JSON ({})", what, e.what());
+    fail("{}: not valid JSON ({})", what, cut(e.what()));
   }
   switch (b.problem()) {
     case BoundedBuilder::Problem::none:

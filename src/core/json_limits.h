@@ -20,9 +20,11 @@ inline constexpr int kJsonMaxDepth = 64;
 int json_nesting_depth(std::string_view text, int stop_at = 1 << 30);
 
 // Parses `text`, refusing nesting deeper than `max_depth`, duplicate keys inside one object (when
-// `unique_keys`), more than `max_values` values (scalars, arrays and objects: a request body holds a few hundred)
-// and anything that is not JSON. `what` names the source in errors ("tokenizer x.json"). Linear in the text: the
-// value is built as the text is read (json_limits.cpp says why not nlohmann's callback parser).
+// `unique_keys`), more than `max_values` values (scalars, arrays and objects: a request body holds a few hundred),
+// numbers longer than 1000 characters and anything that is not JSON. `what` names the source in errors ("tokenizer
+// x.json"); an error names the byte where the text went wrong and never quotes more than a few hundred bytes of it.
+// Linear in the text: the value is built as the text is read (json_limits.cpp says why not nlohmann's callback
+// parser), and a token that is refused is refused in one pass over it.
 nlohmann::json parse_json_bounded(std::string_view text, const std::string& what, int max_depth = kJsonMaxDepth,
                                   bool unique_keys = true, size_t max_values = SIZE_MAX);
 

@@ -14,8 +14,11 @@ namespace h3::serve {
 class AtWork {
  public:
   // Every `every_s` seconds, calls `say` when the process used at least `min_cpu` x `every_s` seconds of CPU
-  // time (all its threads) since the last look.
-  AtWork(std::function<void()> say, double every_s, double min_cpu = 0.25);
+  // time (all its threads) since the last look. The default tells computing from waiting, not fast from slow: a
+  // rank stalled at a block used 0.01 s of CPU in 20 s (its threads blocked), while a computing rank of a niced
+  // server on 2 shared cores got less than the quarter of a core once asked for (a 1280x720 job was taken for a
+  // stalled one after 270 s inside its DiT call); 0.5 % of a core is 100 x the first and under the second.
+  AtWork(std::function<void()> say, double every_s, double min_cpu = 0.005);
   ~AtWork();  // stops and joins the thread
   AtWork(const AtWork&) = delete;
   AtWork& operator=(const AtWork&) = delete;

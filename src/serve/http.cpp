@@ -4,7 +4,8 @@
 // (a byte every few seconds) or streaming events. A thread-per-connection server (cpp-httplib, used before)
 // gives each such client a thread until its read timeout, so N + 1 slow clients hold every thread and
 // /health stops answering. libmicrohttpd polls every connection from a few event threads (epoll), bounds
-// each connection's memory (headers and buffers in a fixed pool: oversized headers get 431 / 414), closes
+// each connection's memory (headers and buffers in a fixed pool; a head larger than the pool is refused by
+// libmicrohttpd itself, a smaller one past the limits by begin() with the API's JSON), closes
 // connections idle for --http-idle-timeout, caps the number of connections, handles chunked bodies, sets
 // SO_REUSEADDR but never SO_REUSEPORT (a second server on the same port fails to bind), and lets a request
 // be suspended while another thread works on it, which is how event streams wait for events and how API
@@ -20,7 +21,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -59,6 +63,31 @@ bool lengths_differ(const HttpRequest& q) {
       first = &v;
     }
   return false;
+}
+
+// The body's framing as RFC 9112 section 6 lets a server take it: no Transfer-Encoding, or one field saying
+// "chunked" with no Content-Length beside it. libmicrohttpd reads any other coding as a body that ends with the
+// connection (the client would wait for an answer until the idle timeout), and takes "chunked" over a Content-Length
+// that a proxy in front may have believed instead (request smuggling). Empty when the framing is one of those.
+struct Refusal {
+  int status;
+  std::string code, message;
+};
+std::optional<Refusal> framing_refusal(const HttpRequest& q) {
+  int codings = 0;
+  for (const auto& [k, v] : q.headers) codings += k == "transfer-encoding" ? 1 : 0;
+  if (codings == 0) return std::nullopt;
+  if (codings > 1 || !q.header("content-length").empty())
+    return Refusal{400, "bad_request",
+                   "the request has Transfer-Encoding together with Content-Length or another Transfer-Encoding: "
+                   "its body's length is ambiguous"};
+  std::string_view te = q.header("transfer-encoding");
+  while (!te.empty() && (te.front() == ' ' || te.front() == '\t')) te.remove_prefix(1);
+  while (!te.empty() && (te.back() == ' ' || te.back() == '\t')) te.remove_suffix(1);
+  if (te.size() == 7 && strncasecmp(te.data(), "chunked", 7) == 0) return std::nullopt;
+  return Refusal{501, "not_implemented",
+                 fmt::format("Transfer-Encoding '{}' is not supported: send the body with Content-Length or chunked",
+                             te.substr(0, 100))};
 }
 
 }  // namespace
@@ -159,7 +188,7 @@ void HttpServer::Impl::run_handler(Call& call) {
   call.decided = true;
 }
 
-void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, const char* method) {
+void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, const char* method, const char* version) {
   HttpRequest& q = call.req;
   q.method = method ? method : "";
   q.path = url ? url : "";
@@ -182,14 +211,29 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
       },
       &q);
   call.body_follows = body_follows(q);
+  // What libmicrohttpd would otherwise refuse itself, with its HTML (or, for a space in the target, no answer at
+  // all), is answered here; the rest of what it refuses is in docs/api.md, "Errors".
+  if (call.uri_bytes > lim.max_header_bytes)
+    return refuse(call, 414, "uri_too_long",
+                  fmt::format("the request's URL is longer than {} bytes", lim.max_header_bytes));
   const MHD_ConnectionInfo* hs = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
   if (q.headers.size() > lim.max_headers || (hs && hs->header_size > lim.max_header_bytes))
     return refuse(call, 431, "headers_too_large",
                   fmt::format("the request has more than {} header fields or {} bytes of headers", lim.max_headers,
                               lim.max_header_bytes));
+  if (!call.uri_clean)
+    return refuse(call, 400, "bad_request",
+                  "the request's URL holds a space or a control character (percent-encode it: %20)");
+  const std::string_view v = version ? version : "";
+  if (v.starts_with("HTTP/1.") && v != "HTTP/1.0" && q.header("host").empty())
+    return refuse(call, 400, "bad_request", "an HTTP/1.1 request must have a Host field");
   if (lengths_differ(q)) {
     call.body_follows = false;  // and the connection closed
     return refuse(call, 400, "bad_request", "the request has two different Content-Length fields");
+  }
+  if (auto r = framing_refusal(q)) {
+    call.body_follows = false;  // where the body ends is unknown: answered at once, and the connection closed
+    return refuse(call, r->status, r->code, r->message);
   }
   const std::string& host = q.header("host");
   if (!host_allowed(host, allowed_hosts))
@@ -269,14 +313,29 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
   }
 }
 
-MHD_Result HttpServer::Impl::on_request(void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
-                                        const char* upload_data, size_t* upload_size, void** con_cls) {
+void* HttpServer::Impl::on_uri(void*, const char* uri, MHD_Connection*) {
+  auto* call = new Call;
+  const std::string_view u = uri ? uri : "";
+  call->uri_bytes = u.size();
+  call->uri_clean = std::none_of(u.begin(), u.end(), [](char ch) {
+    const auto b = static_cast<unsigned char>(ch);
+    return b <= 0x20 || b == 0x7f;
+  });
+  return call;
+}
+
+MHD_Result HttpServer::Impl::on_request(void* cls, MHD_Connection* c, const char* url, const char* method,
+                                        const char* version, const char* upload_data, size_t* upload_size,
+                                        void** con_cls) {
   auto* self = static_cast<Impl*>(cls);
   auto* call = static_cast<Call*>(*con_cls);
-  if (!call) {
+  if (!call) {  // made by on_uri for every request; kept should a libmicrohttpd skip it
     call = new Call;
     *con_cls = call;
-    self->begin(*call, c, url, method);
+  }
+  if (!call->begun) {
+    call->begun = true;
+    self->begin(*call, c, url, method, version);
     return call->decided && !call->body_follows ? self->send(c, *call) : MHD_YES;
   }
   if (*upload_size > 0) {
@@ -386,15 +445,25 @@ void HttpServer::bind() {
   m.api_pool.start(m.lim.api_threads, m.lim.max_pending);
   // Submissions wait as API requests do (max_pending); what they hold is bounded by max_body_total.
   m.submit_pool.start(m.lim.submit_threads, m.lim.max_pending);
-  const size_t pool_bytes = std::max<size_t>(32768, 2 * m.lim.max_header_bytes);
+  // A connection's memory (libmicrohttpd's pool: the request head, its fields' records, the read buffer) decides
+  // who refuses a large head: one that fits reaches begin(), which answers 414 / 431 with the API's JSON; one that
+  // does not is refused by libmicrohttpd with its own HTML. Four times the head limit lets heads up to ~60 KiB and
+  // ~700 fields reach begin() (measured). The pool is mapped, but libmicrohttpd zeroes it whole between the requests
+  // of a connection, so a kept-alive connection costs all of it: 256 MiB at --max-connections 4096, as much as the
+  // bodies held at once (eight times, tried first, took longer heads for 512 MiB).
+  const size_t pool_bytes = std::max<size_t>(32768, 4 * m.lim.max_header_bytes);
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   if (v6) flags |= MHD_USE_IPv6;
   m.daemon = MHD_start_daemon(flags, 0, nullptr, nullptr, &Impl::on_request, &m, MHD_OPTION_SOCK_ADDR,
                               reinterpret_cast<sockaddr*>(&addr), MHD_OPTION_THREAD_POOL_SIZE, kEventThreads,
                               MHD_OPTION_CONNECTION_LIMIT, m.lim.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
                               m.lim.idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes,
-                              MHD_OPTION_NOTIFY_COMPLETED, &Impl::on_completed, &m, MHD_OPTION_EXTERNAL_LOGGER,
-                              &Impl::on_log, &m, MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_END);
+                              MHD_OPTION_NOTIFY_COMPLETED, &Impl::on_completed, &m, MHD_OPTION_URI_LOG_CALLBACK,
+                              &Impl::on_uri, &m, MHD_OPTION_EXTERNAL_LOGGER, &Impl::on_log, &m,
+                              // Level 1 adds two refusals to the default: a space in the URL (the connection closed
+                              // without an answer) and HTTP/1.1 without Host (an HTML 400). begin() makes both with
+                              // the API's JSON instead.
+                              MHD_OPTION_STRICT_FOR_CLIENT, 0, MHD_OPTION_END);
   if (!m.daemon) {
     m.api_pool.stop();
     m.submit_pool.stop();

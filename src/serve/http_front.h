@@ -73,8 +73,11 @@ class WorkPool {
   bool stopping_ = false;
 };
 
-// One request on its way through the front.
+// One request on its way through the front, made when its request line has been read (on_uri).
 struct Call {
+  bool begun = false;     // begin() has run: the headers are in
+  size_t uri_bytes = 0;   // the request target as sent (path and query, before unescaping)
+  bool uri_clean = true;  // no space or control byte in it
   HttpRequest req;
   const Route* route = nullptr;
   HttpResponse res;
@@ -135,10 +138,12 @@ struct HttpServer::Impl {
   void run_handler(Call& call);
 
   // ---- the request's first call: everything known from the request line and headers
-  void begin(Call& call, MHD_Connection* c, const char* url, const char* method);
+  void begin(Call& call, MHD_Connection* c, const char* url, const char* method, const char* version);
 
   // ---- MHD callbacks
-  static MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method, const char*,
+  // The request line is read (the headers are not yet): the Call starts here, with the target as sent.
+  static void* on_uri(void* cls, const char* uri, MHD_Connection*);
+  static MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method, const char* version,
                                const char* upload_data, size_t* upload_size, void** con_cls);
   // Drops a request's body and its share of the budget.
   void release(Call& call);

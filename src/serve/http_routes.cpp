@@ -108,6 +108,8 @@ void list(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
 // The MP4 (video `index` of the job), a picture made from it (variant thumbnail / spritesheet, serve/previews.h), or
 // the job's latest preview while it denoises (variant preview).
 void content(Supervisor& sup, const HttpRequest& req, HttpResponse& res) {
+  // A delete waits until the file is open (JobStore::hold_files): one that came first leaves no row (404 here).
+  const auto hold = sup.store().hold_files(req.matches.at(0));
   JobRecord r = sup.get(req.matches.at(0));
   const std::string variant = req.has_param("variant") ? req.param("variant") : "video";
   if (variant != "video" && variant != "thumbnail" && variant != "spritesheet" && variant != "preview")

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "core/error.h"
@@ -453,7 +454,16 @@ bool JobStore::requeue(const std::string& id) {
              {id}) == 1;
 }
 
+std::shared_mutex& JobStore::files_mu(const std::string& id) {
+  return files_mu_[std::hash<std::string>{}(id) % files_mu_.size()];
+}
+
+std::shared_lock<std::shared_mutex> JobStore::hold_files(const std::string& id) {
+  return std::shared_lock(files_mu(id));
+}
+
 bool JobStore::remove(const std::string& id) {
+  std::unique_lock files(files_mu(id));
   std::lock_guard lock(mu_);
   if (changes("DELETE FROM jobs WHERE id = ? AND status != 'in_progress'", {id}) != 1) return false;
   // Every file of the job: its videos, their latents and the pictures made from them (serve/previews.h), the latest

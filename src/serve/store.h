@@ -7,10 +7,12 @@
 #pragma once
 #include <sqlite3.h>
 
+#include <array>
 #include <cstdint>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <variant>
 #include <vector>
@@ -110,8 +112,14 @@ class JobStore {
   bool suspend(const std::string& id);
   // The running job's videos as they finish.
   bool update_videos(const std::string& id, const nlohmann::json& videos);
-  // Deletes a job that is not running, with its files. False when unknown or running.
+  // Deletes a job that is not running, with its files. False when unknown or running. Waits while the job's files
+  // are held (hold_files).
   bool remove(const std::string& id);
+  // Keeps job `id`'s files as they are while the holder reads them, makes a picture from them or opens one: remove()
+  // waits until the hold ends. A holder that finds the job's row (get) therefore finds its files, and a file it
+  // makes meanwhile is removed with the job, never left behind. (Without it a thumbnail asked for while its video
+  // was deleted failed on the vanished MP4 with 500, and a poster written after the delete stayed in outputs/.)
+  std::shared_lock<std::shared_mutex> hold_files(const std::string& id);
 
   // After a restart: every job left running is requeued if it has run fewer than `max_attempts` times, else
   // failed with a reason. Returns the ids touched.
@@ -130,6 +138,10 @@ class JobStore {
   sqlite3* db_ = nullptr;
   int lock_fd_ = -1;
   std::mutex mu_;
+  // hold_files / remove: a lock per group of ids (a delete waits only for holders of ids in its group). Taken
+  // before mu_, never while holding it.
+  std::array<std::shared_mutex, 16> files_mu_;
+  std::shared_mutex& files_mu(const std::string& id);
 };
 
 double unix_now();

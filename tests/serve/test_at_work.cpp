@@ -28,3 +28,27 @@ TEST(ServeAtWork, SaidWhileComputingOnly) {
   }
   EXPECT_EQ(said.load(), 0);
 }
+
+// A rank that computes with a small share of a core (a niced server on a machine whose cores are shared) is at work
+// all the same: the default threshold once asked for a quarter of a core, and a 1280x720 job's DiT call was taken
+// for a stall. Here the thread computes about 2 ms of every 25 ms (8 % of a core).
+TEST(ServeAtWork, SaidWhileComputingSlowly) {
+  std::atomic<int> said{0};
+  {
+    AtWork w([&] { ++said; }, 0.1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(800);
+    volatile double x = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      const auto burst = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+      while (std::chrono::steady_clock::now() < burst) x = x + 1e-9;
+      std::this_thread::sleep_for(std::chrono::milliseconds(23));
+    }
+  }
+  EXPECT_GE(said.load(), 4);
+  said = 0;
+  {
+    AtWork w([&] { ++said; }, 0.1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));  // blocked: a stalled rank
+  }
+  EXPECT_EQ(said.load(), 0);
+}
