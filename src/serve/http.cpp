@@ -211,6 +211,14 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
       },
       &q);
   call.body_follows = body_follows(q);
+  check_head(call, c, version);
+  if (!call.decided) find_route(call);
+  if (!call.decided) check_access(call);
+  if (!call.decided) check_body(call);
+}
+
+void HttpServer::Impl::check_head(Call& call, MHD_Connection* c, const char* version) {
+  const HttpRequest& q = call.req;
   // What libmicrohttpd would otherwise refuse itself, with its HTML (or, for a space in the target, no answer at
   // all), is answered here; the rest of what it refuses is in docs/api.md, "Errors".
   if (call.uri_bytes > lim.max_header_bytes)
@@ -241,6 +249,10 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
                   fmt::format("Host '{}' is not an address of this server (DNS rebinding protection): use an IP "
                               "address or localhost, or start the server with --allowed-host NAME",
                               host.substr(0, 100)));
+}
+
+void HttpServer::Impl::find_route(Call& call) {
+  HttpRequest& q = call.req;
   // The route: HEAD is answered as GET (without a body).
   const std::string m = q.method == "HEAD" ? "GET" : q.method;
   std::string allow;
@@ -268,8 +280,12 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
     refuse(call, 405, "method_not_allowed",
            fmt::format("{} is not allowed here (allowed: {})", q.method.substr(0, 20), allow));
     call.res.headers.emplace_back("Allow", allow);
-    return;
   }
+}
+
+void HttpServer::Impl::check_access(Call& call) {
+  const HttpRequest& q = call.req;
+  const std::string& host = q.header("host");
   const std::string& key = sup.options().api_key;
   if (!key.empty() && !call.route->public_route) {
     const std::string& auth = q.header("authorization");
@@ -283,6 +299,10 @@ void HttpServer::Impl::begin(Call& call, MHD_Connection* c, const char* url, con
     return refuse(call, 403, "cross_origin",
                   "cross-site requests are refused (the Origin is not this server's own); use the API from "
                   "the server's page or from a client that is not a browser");
+}
+
+void HttpServer::Impl::check_body(Call& call) {
+  const HttpRequest& q = call.req;
   const std::string& length = q.header("content-length");
   const bool chunked = !q.header("transfer-encoding").empty();
   const bool body = chunked || (!length.empty() && length != "0");

@@ -137,8 +137,13 @@ struct HttpServer::Impl {
   void refuse(Call& call, int status, const std::string& code, const std::string& message);
   void run_handler(Call& call);
 
-  // ---- the request's first call: everything known from the request line and headers
+  // ---- the request's first call: everything known from the request line and headers, step by step; each check
+  // either refuses (call.decided) or lets the next one look
   void begin(Call& call, MHD_Connection* c, const char* url, const char* method, const char* version);
+  void check_head(Call& call, MHD_Connection* c, const char* version);  // URL, header sizes, framing, Host
+  void find_route(Call& call);                                          // 404 / 405 when none takes it
+  void check_access(Call& call);                                        // API key, cross-origin
+  void check_body(Call& call);                                          // Content-Type, Content-Length
 
   // ---- MHD callbacks
   // The request line is read (the headers are not yet): the Call starts here, with the target as sent.

@@ -73,6 +73,129 @@ nlohmann::json broadcast_command(Comm& comm, const nlohmann::json& on_root) {
   return comm.rank() == 0 ? on_root : parse_json_bounded(text, "serve command", kJsonMaxDepth, false);
 }
 
+// Progress of a job of `n` videos while its i-th remaining video `index` is made (`before` made already,
+// `left_after` still to come after it): the videos made and this one's share; the ETA adds the videos after it at the
+// time one takes.
+ProgressFn job_progress(LineChannel& ch, const std::string& id, int index, int n, size_t i, double before,
+                        double left_after, std::chrono::steady_clock::time_point t_job) {
+  return [&ch, id, index, n, i, before, left_after, t_job](const GenerateProgress& p) {
+    double eta = p.eta_s;
+    if (eta >= 0 && left_after > 0) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_job).count();
+      const double share = i + p.percent / 100.0;
+      eta += share > 0.05 ? el / share * left_after : 0;
+    }
+    ch.send({{"type", "progress"},
+             {"id", id},
+             {"phase", p.phase},
+             {"step", p.step},
+             {"steps", p.steps},
+             {"video_index", index},
+             {"percent", (before + p.percent / 100.0) / n * 100.0},
+             {"eta_s", p.phase == "done" && left_after > 0 ? -1.0 : eta}});
+  };
+}
+
+// What one rank keeps between jobs and needs to run one.
+struct WorkerState {
+  const WorkerOptions& o;
+  Comm& comm;
+  LineChannel* ch;  // rank 0's channel to the supervisor; null on the other ranks
+  Inbox& inbox;
+  JobRunner& runner;
+  std::map<std::string, SavedJob> saved;  // jobs suspended for others (this rank's states)
+  std::unique_ptr<JobRunner> fake;        // x_debug_runner "fake" (tests only), made on first use
+};
+
+// The videos of job `cmd` still to make, one after the other; throws Suspended, Cancelled or the job's error.
+nlohmann::json run_videos(WorkerState& w, const nlohmann::json& cmd, const std::string& id, SavedJob& from) {
+  // x_debug_runner "fake" (tests, --debug-faults): this job on the fake runner, made on first use by every rank.
+  if (cmd.value("runner", "") == "fake" && !w.fake) {
+    RunnerOptions fo = w.o.runner;
+    fo.fake_load_ms = 0;
+    w.fake = make_fake_runner(fo, w.comm);
+  }
+  JobRunner& r = cmd.value("runner", "") == "fake" ? *w.fake : w.runner;
+  const ResolvedRequest base = ResolvedRequest::from_json(cmd.at("request"));
+  // The videos still to make (seed, output), in order; `n` of the job in all, the others made before.
+  std::vector<nlohmann::json> videos;
+  if (cmd.contains("videos") && cmd["videos"].is_array())
+    for (const auto& v : cmd["videos"]) videos.push_back(v);
+  else
+    videos.push_back({{"index", 0}, {"seed", base.seed}, {"out", cmd.value("out", "")}});
+  const int n = std::max<int>(cmd.value("n", 1), static_cast<int>(videos.size()));
+  const int made_before = n - static_cast<int>(videos.size());
+  const auto t_job = std::chrono::steady_clock::now();
+  nlohmann::json result;
+  for (size_t i = 0; i < videos.size(); ++i) {
+    const int index = videos[i].value("index", 0);
+    ResolvedRequest req = base;
+    req.seed = videos[i].value("seed", base.seed);
+    ProgressFn progress;
+    if (w.ch)
+      progress = job_progress(*w.ch, id, index, n, i, made_before + static_cast<double>(i),
+                              static_cast<double>(videos.size() - i - 1), t_job);
+    RunHooks hooks;
+    hooks.suspend = &w.inbox.suspend;
+    if (from.state && from.index == index) hooks.resume = std::move(from.state);
+    const int every = cmd.value("preview_every", 0);
+    const std::string preview_out = cmd.value("preview_out", "");
+    if (w.ch && every > 0 && !preview_out.empty()) {
+      hooks.preview_every = every;
+      LineChannel& ch = *w.ch;
+      hooks.preview = [&ch, &id, index, preview_out](const PreviewPicture& p) {
+        send_preview(ch, id, index, preview_out, p);
+      };
+    }
+    // Between progress messages, "at work" every 10 s while rank 0 computes (serve/at_work.h).
+    std::optional<AtWork> at_work;
+    if (w.ch) at_work.emplace([&] { w.ch->send({{"type", "at_work"}, {"id", id}}); }, kAtWorkEveryS);
+    try {
+      result = r.run(req, videos[i].value("out", ""), progress, &w.inbox.cancel, hooks);
+    } catch (const Suspended& e) {
+      w.saved[id] = SavedJob{e.state, index};
+      throw;
+    }
+    if (w.ch) w.ch->send({{"type", "video_done"}, {"id", id}, {"index", index}, {"result", result}});
+  }
+  return result;
+}
+
+// One job on this rank: the message that says how it ended.
+nlohmann::json run_job(WorkerState& w, const nlohmann::json& cmd) {
+  const std::string id = cmd.value("id", "");
+  set_debug_fault(cmd.value("fault", ""));  // the job's test fault (x_debug_fault), read by the runners
+  nlohmann::json done = {{"type", "done"}, {"id", id}};
+  // The state a suspended job left, when every rank still has it.
+  const bool resume = cmd.value("resume", false) && all_have(w.comm, w.saved, id);
+  SavedJob from;
+  if (auto it = w.saved.find(id); it != w.saved.end()) {
+    if (resume) from = it->second;
+    w.saved.erase(it);
+  }
+  try {
+    done["result"] = run_videos(w, cmd, id, from);
+    done["status"] = "completed";
+  } catch (const Suspended& e) {
+    done["status"] = "suspended";
+    done["error"] = e.what();
+  } catch (const Cancelled& e) {
+    done["status"] = "cancelled";
+    done["error"] = e.what();
+  } catch (const std::exception& e) {
+    done["status"] = "failed";
+    done["error"] = w.comm.size() > 1 ? fmt::format("rank {} ({}): {}", w.comm.rank(), w.comm.host(), e.what())
+                                      : std::string(e.what());
+  }
+  set_debug_fault("");
+  // What the job freed goes back to the system: jobs of other sizes and modes would otherwise leave the heap at its
+  // high-water mark for the group's life (the soak measures the workers' memory between jobs).
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
+  return done;
+}
+
 }  // namespace
 
 int run_worker(const WorkerOptions& o) {
@@ -81,7 +204,6 @@ int run_worker(const WorkerOptions& o) {
   Inbox inbox;
   if (comm.rank() == 0) {
     ch = std::make_unique<LineChannel>(unix_connect(o.control, 60));
-    std::vector<std::string> hosts = {comm.host()};
     ch->send(
         {{"type", "hello"}, {"token", o.token}, {"ranks", comm.size()}, {"pid", ::getpid()}, {"host", comm.host()}});
   }
@@ -106,9 +228,7 @@ int run_worker(const WorkerOptions& o) {
   }
   spdlog::info("serve-worker: rank {} of {} ready ({:.1f} s to load)", comm.rank(), comm.size(), load_s);
 
-  int status = 0;
-  std::map<std::string, SavedJob> saved;  // jobs suspended for others (this rank's states)
-  std::unique_ptr<JobRunner> fake;        // x_debug_runner "fake" (tests only), made on first use
+  WorkerState w{o, comm, ch.get(), inbox, *runner, {}, {}};
   for (;;) {
     nlohmann::json cmd = broadcast_command(comm, comm.rank() == 0 ? inbox.next(o.tick_s) : nlohmann::json());
     const std::string type = cmd.value("type", "");
@@ -118,104 +238,11 @@ int run_worker(const WorkerOptions& o) {
       break;
     }
     if (type == "forget") {
-      saved.erase(cmd.value("id", ""));
+      w.saved.erase(cmd.value("id", ""));
       continue;
     }
     if (type != "job") continue;
-    const std::string id = cmd.value("id", "");
-    set_debug_fault(cmd.value("fault", ""));  // the job's test fault (x_debug_fault), read by the runners
-    nlohmann::json done = {{"type", "done"}, {"id", id}};
-    // The state a suspended job left, when every rank still has it.
-    const bool resume = cmd.value("resume", false) && all_have(comm, saved, id);
-    SavedJob from;
-    if (auto it = saved.find(id); it != saved.end()) {
-      if (resume) from = it->second;
-      saved.erase(it);
-    }
-    try {
-      // x_debug_runner "fake" (tests, --debug-faults): this job on the fake runner, made on first use by every rank.
-      if (cmd.value("runner", "") == "fake" && !fake) {
-        RunnerOptions fo = o.runner;
-        fo.fake_load_ms = 0;
-        fake = make_fake_runner(fo, comm);
-      }
-      JobRunner& r = cmd.value("runner", "") == "fake" ? *fake : *runner;
-      const ResolvedRequest base = ResolvedRequest::from_json(cmd.at("request"));
-      // The videos still to make (seed, output), in order; `n` of the job in all, the others made before.
-      std::vector<nlohmann::json> videos;
-      if (cmd.contains("videos") && cmd["videos"].is_array())
-        for (const auto& v : cmd["videos"]) videos.push_back(v);
-      else
-        videos.push_back({{"index", 0}, {"seed", base.seed}, {"out", cmd.value("out", "")}});
-      const int n = std::max<int>(cmd.value("n", 1), static_cast<int>(videos.size()));
-      const int made_before = n - static_cast<int>(videos.size());
-      const auto t_job = std::chrono::steady_clock::now();
-      nlohmann::json result;
-      for (size_t i = 0; i < videos.size(); ++i) {
-        const int index = videos[i].value("index", 0);
-        ResolvedRequest req = base;
-        req.seed = videos[i].value("seed", base.seed);
-        // Progress of the job: the videos made, and this one's share; the ETA adds the videos after it at the time
-        // one takes.
-        const double before = made_before + static_cast<double>(i),
-                     left_after = static_cast<double>(videos.size() - i - 1);
-        ProgressFn progress;
-        if (ch)
-          progress = [&, before, left_after](const GenerateProgress& p) {
-            double eta = p.eta_s;
-            if (eta >= 0 && left_after > 0) {
-              const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_job).count();
-              const double share = i + p.percent / 100.0;
-              eta += share > 0.05 ? el / share * left_after : 0;
-            }
-            ch->send({{"type", "progress"},
-                      {"id", id},
-                      {"phase", p.phase},
-                      {"step", p.step},
-                      {"steps", p.steps},
-                      {"video_index", index},
-                      {"percent", (before + p.percent / 100.0) / n * 100.0},
-                      {"eta_s", p.phase == "done" && left_after > 0 ? -1.0 : eta}});
-          };
-        RunHooks hooks;
-        hooks.suspend = &inbox.suspend;
-        if (from.state && from.index == index) hooks.resume = std::move(from.state);
-        const int every = cmd.value("preview_every", 0);
-        const std::string preview_out = cmd.value("preview_out", "");
-        if (ch && every > 0 && !preview_out.empty()) {
-          hooks.preview_every = every;
-          hooks.preview = [&, index](const PreviewPicture& p) { send_preview(*ch, id, index, preview_out, p); };
-        }
-        // Between progress messages, "at work" every 10 s while rank 0 computes (serve/at_work.h).
-        std::optional<AtWork> at_work;
-        if (ch) at_work.emplace([&] { ch->send({{"type", "at_work"}, {"id", id}}); }, kAtWorkEveryS);
-        try {
-          result = r.run(req, videos[i].value("out", ""), progress, &inbox.cancel, hooks);
-        } catch (const Suspended& e) {
-          saved[id] = SavedJob{e.state, index};
-          throw;
-        }
-        if (ch) ch->send({{"type", "video_done"}, {"id", id}, {"index", index}, {"result", result}});
-      }
-      done["status"] = "completed";
-      done["result"] = result;
-    } catch (const Suspended& e) {
-      done["status"] = "suspended";
-      done["error"] = e.what();
-    } catch (const Cancelled& e) {
-      done["status"] = "cancelled";
-      done["error"] = e.what();
-    } catch (const std::exception& e) {
-      done["status"] = "failed";
-      done["error"] =
-          comm.size() > 1 ? fmt::format("rank {} ({}): {}", comm.rank(), comm.host(), e.what()) : std::string(e.what());
-    }
-    set_debug_fault("");
-    // What the job freed goes back to the system: jobs of other sizes and modes would otherwise leave the heap at its
-    // high-water mark for the group's life (the soak measures the workers' memory between jobs).
-#ifdef __GLIBC__
-    ::malloc_trim(0);
-#endif
+    nlohmann::json done = run_job(w, cmd);
     if (ch) {
       inbox.finished();
       ch->send(done);
@@ -225,7 +252,7 @@ int run_worker(const WorkerOptions& o) {
     ch->shutdown();
     reader.join();
   }
-  return status;
+  return 0;
 }
 
 }  // namespace h3::serve
