@@ -18,7 +18,6 @@ failure printed), 77 when this h3 has no `serve` command (SKIPPED LOUDLY).
 """
 import argparse
 import base64
-import http.client
 import json
 import os
 import re
@@ -30,6 +29,9 @@ import sys
 import tempfile
 import time
 import zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "serve"))
+from serve_common import http_request, listening_port  # noqa: E402
 
 SKIP = 77
 
@@ -73,26 +75,27 @@ def code_number(root, path, pattern, c):
     return c_value(m.group(1)) if m else None
 
 
+def policy(field, scale=1):
+    """A source of CODE_CLAIMS for the HTTP layer's default `field` ("size_t max_body": its type and name), set in
+    src/serve/http_policy.h."""
+    return ("src/serve/http_policy.h", field + r" = ([^;]+);", scale)
+
+
 # (what, the document's pattern, [(source file, pattern of the constant's expression, scale)] per captured number)
 CODE_CLAIMS = [
     ("the request body limit (--max-body default)", r"\| request body \| `--max-body` \((\d+) bytes\)",
-     [("src/serve/http_policy.h", r"size_t max_body = ([^;]+);", 1)]),
+     [policy("size_t max_body")]),
     ("the bodies held together", r"\| bodies held by all requests together \| (\d+) MiB",
-     [("src/serve/http_policy.h", r"size_t max_body_total = ([^;]+);", 1 << 20)]),
-    ("header fields per request", r"\| header fields of one request \| (\d+) \|",
-     [("src/serve/http_policy.h", r"size_t max_headers = ([^;]+);", 1)]),
-    ("header bytes per request", r"\| request line \+ headers \| (\d+) bytes",
-     [("src/serve/http_policy.h", r"size_t max_header_bytes = ([^;]+);", 1)]),
+     [policy("size_t max_body_total", 1 << 20)]),
+    ("header fields per request", r"\| header fields of one request \| (\d+) \|", [policy("size_t max_headers")]),
+    ("header bytes per request", r"\| request line \+ headers \| (\d+) bytes", [policy("size_t max_header_bytes")]),
     ("open connections (--max-connections default)", r"\| open connections \| `--max-connections` \((\d+)\)",
-     [("src/serve/http_policy.h", r"unsigned max_connections = ([^;]+);", 1)]),
+     [policy("unsigned max_connections")]),
     ("the idle timeout (--http-idle-timeout default)", r"`--http-idle-timeout` \((\d+) s\)",
-     [("src/serve/http_policy.h", r"unsigned idle_timeout_s = ([^;]+);", 1)]),
-    ("open event streams", r"\| event streams \| (\d+) open",
-     [("src/serve/http_policy.h", r"unsigned max_streams = ([^;]+);", 1)]),
-    ("API requests waiting", r"\| API requests waiting for a thread \| (\d+) \|",
-     [("src/serve/http_policy.h", r"size_t max_pending = ([^;]+);", 1)]),
-    ("job submission threads", r"job submissions on (\d+)[;)]",
-     [("src/serve/http_policy.h", r"unsigned submit_threads = ([^;]+);", 1)]),
+     [policy("unsigned idle_timeout_s")]),
+    ("open event streams", r"\| event streams \| (\d+) open", [policy("unsigned max_streams")]),
+    ("API requests waiting", r"\| API requests waiting for a thread \| (\d+) \|", [policy("size_t max_pending")]),
+    ("job submission threads", r"job submissions on (\d+)[;)]", [policy("unsigned submit_threads")]),
     ("JSON nesting (requests; other JSON)", r"\| JSON nesting \| (\d+) levels \(any other JSON the engine reads: (\d+)\)",
      [("src/serve/http_routes.cpp", r"kMaxRequestDepth = ([^;]+);", 1),
       ("src/core/json_limits.h", r"kJsonMaxDepth = ([^;]+);", 1)]),
@@ -200,15 +203,8 @@ class Live:
         self.p = subprocess.Popen([h3, "serve", "--store", os.path.join(self.store, "s"), "--port", "0", "--runner",
                                    "fake", "--fake-load-ms", "0", "--fake-step-ms", "5"] + args,
                                   stdout=subprocess.PIPE, stderr=self.log, env=env)
-        self.port = None
         deadline = time.time() + 60
-        while time.time() < deadline and self.port is None:
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            m = re.search(rb"listening on http://[^:]+:(\d+)/", line)
-            if m:
-                self.port = int(m.group(1))
+        self.port, _ = listening_port(self.p.stdout, deadline)
         if self.port is None:
             self.stop()
             raise RuntimeError("h3 serve did not start (see its log)")
@@ -222,18 +218,11 @@ class Live:
         raise RuntimeError("h3 serve not ready")
 
     def request(self, method, path, body=None, headers=None):
-        k = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        h = dict(headers or {})
-        if body is not None:
-            h.setdefault("Content-Type", "application/json")
-        k.request(method, path, body=body, headers=h)
-        r = k.getresponse()
-        data = r.read()
-        k.close()
+        status, _, data = http_request(self.port, method, path, body, headers, timeout=60)
         try:
-            return r.status, json.loads(data)
+            return status, json.loads(data)
         except ValueError:
-            return r.status, {}
+            return status, {}
 
     def raw(self, data, timeout=10):
         k = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)

@@ -11,6 +11,8 @@ import os
 import re
 import sys
 
+from matrix_steps import read_steps
+
 GIB = 1 << 30
 # name: (resident run, budget GiB, bound on the time ratio or None: "runs, ratio reported")
 CAPPED = {
@@ -54,14 +56,9 @@ def main(out):
     summary = load_json(os.path.join(out, "summary.json")) or {}
     summary.setdefault("runs", {})
     summary.setdefault("holds", {})
-    summary["steps"] = []
+    summary["steps"] = read_steps(out)
     summary["verdicts"] = {}
     bad = 0
-    steps_path = os.path.join(out, "steps.jsonl")
-    if os.path.exists(steps_path):
-        for line in open(steps_path):
-            if line.strip():
-                summary["steps"].append(json.loads(line))
     for st in summary["steps"]:
         ok = st["rc"] in (0, 77)
         print("step %-28s rc=%-3d %7.1f s%s" % (st["step"], st["rc"], st["seconds"], "" if ok else "  FAILED"))

@@ -30,31 +30,14 @@ import sys
 import time
 import traceback
 
-
-def die(msg):
-    print("ERROR: " + msg, file=sys.stderr)
-    sys.exit(2)
-
+from qwen3vl_reference import config_with_rope_fallbacks, die, import_reference
 
 if len(sys.argv) not in (2, 3):
     die("usage: make_qwen3vl_text_golden.py OUT.safetensors [qwen3vl-text-mini.safetensors]")
 OUT = sys.argv[1]
 MINI = sys.argv[2] if len(sys.argv) == 3 else None
 
-try:
-    import torch
-except Exception as e:  # noqa: BLE001
-    die(f"torch is not importable: {e}")
-try:
-    import transformers
-    from transformers.models.qwen3_vl import modeling_qwen3_vl as mq
-    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
-except Exception as e:  # noqa: BLE001
-    die(f"transformers with Qwen3-VL is not importable ({e})")
-try:
-    from safetensors.torch import save_file
-except Exception as e:  # noqa: BLE001
-    die(f"safetensors is not importable: {e}")
+torch, transformers, mq, Qwen3VLTextConfig, save_file = import_reference("Qwen3VLTextConfig")
 if not torch.cuda.is_available():
     die("no CUDA device: this script runs the released width on the GPU")
 
@@ -89,19 +72,7 @@ text_cfg = dict(
 )
 
 
-def make_config():
-    last = None
-    for drop in ([], ["rope_scaling"], ["rope_parameters"], ["rope_parameters", "rope_theta"]):
-        tc = {k: v for k, v in text_cfg.items() if k not in drop}
-        try:
-            return Qwen3VLTextConfig(**tc)
-        except Exception as e:  # noqa: BLE001
-            last = e
-            print(f"note: Qwen3VLTextConfig refused the config without {drop}: {e}")
-    die(f"cannot build a Qwen3VLTextConfig: {last}")
-
-
-cfg = make_config()
+cfg = config_with_rope_fallbacks(lambda tc: Qwen3VLTextConfig(**tc), text_cfg, "Qwen3VLTextConfig")
 cfg._attn_implementation = "eager"
 with torch.device(dev):
     try:

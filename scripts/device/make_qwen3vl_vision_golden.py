@@ -23,30 +23,13 @@ import math
 import sys
 import traceback
 
-
-def die(msg):
-    print("ERROR: " + msg, file=sys.stderr)
-    sys.exit(2)
-
+from qwen3vl_reference import config_with_rope_fallbacks, die, import_reference
 
 if len(sys.argv) != 2:
     die("usage: make_qwen3vl_vision_golden.py OUT.safetensors")
 OUT = sys.argv[1]
 
-try:
-    import torch
-except Exception as e:  # noqa: BLE001
-    die(f"torch is not importable: {e}")
-try:
-    import transformers
-    from transformers.models.qwen3_vl import modeling_qwen3_vl as mq
-    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLConfig
-except Exception as e:  # noqa: BLE001
-    die(f"transformers with Qwen3-VL is not importable ({e}); need transformers >= 4.57")
-try:
-    from safetensors.torch import save_file
-except Exception as e:  # noqa: BLE001
-    die(f"safetensors is not importable: {e}")
+torch, transformers, mq, Qwen3VLConfig, save_file = import_reference("Qwen3VLConfig")
 
 print("torch", torch.__version__, "transformers", transformers.__version__)
 torch.manual_seed(20260417)
@@ -91,20 +74,8 @@ text_cfg = dict(
 )
 
 
-def make_config():
-    last = None
-    for drop in ([], ["rope_scaling"], ["rope_parameters"], ["rope_parameters", "rope_theta"]):
-        tc = {k: v for k, v in text_cfg.items() if k not in drop}
-        try:
-            cfg = Qwen3VLConfig(text_config=tc, vision_config=dict(vision_cfg), **IDS)
-            return cfg
-        except Exception as e:  # noqa: BLE001
-            last = e
-            print(f"note: Qwen3VLConfig refused text config without {drop}: {e}")
-    die(f"cannot build a Qwen3VLConfig: {last}")
-
-
-cfg = make_config()
+cfg = config_with_rope_fallbacks(lambda tc: Qwen3VLConfig(text_config=tc, vision_config=dict(vision_cfg), **IDS),
+                                 text_cfg, "Qwen3VLConfig")
 for sub in (cfg, cfg.vision_config, cfg.text_config):
     for attr in ("_attn_implementation", "attn_implementation"):
         try:

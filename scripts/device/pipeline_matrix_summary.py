@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+from matrix_steps import read_steps
+
 TARGETS = {"gen768-fp8": 175, "gen768-bf16": 272, "gen480-fp8": 45, "gen480-bf16": 72}
 PEAK_LIMIT_GB = {"gen768-bf16": 100}
 PHASES = ("encode", "denoise", "decode_video", "decode_audio", "mux")
@@ -25,11 +27,7 @@ def main(out):
             summary["runs"] = json.load(open(prev_path)).get("runs", {})
         except ValueError:
             pass
-    steps_path = os.path.join(out, "steps.jsonl")
-    if os.path.exists(steps_path):
-        for line in open(steps_path):
-            if line.strip():
-                summary["steps"].append(json.loads(line))
+    summary["steps"] = read_steps(out)
     for st in summary["steps"]:
         print("step %-30s rc=%-3d %8.1f s%s" % (st["step"], st["rc"], st["seconds"],
                                               "" if st["rc"] in (0, 77) else "  FAILED"))

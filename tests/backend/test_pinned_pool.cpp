@@ -48,6 +48,18 @@ size_t peak_without_pool(const std::vector<std::pair<int, size_t>>& models) {
   return peak;
 }
 
+// A model's `n` layer records of `bytes` each, taken from the pool as it loads.
+std::vector<void*> take_records(h3::PinnedPool& pool, int n, size_t bytes) {
+  std::vector<void*> records;
+  for (int i = 0; i < n; ++i) records.push_back(pool.take(bytes));
+  return records;
+}
+
+// A model's records given back at the end of its phase.
+void give_records(h3::PinnedPool& pool, const std::vector<void*>& records) {
+  for (void* p : records) pool.give(p);
+}
+
 }  // namespace
 
 // The text tower's 33 layer records (975 MB at the released size) serve the FP8 DiT's 33 block records (906 MB):
@@ -55,15 +67,13 @@ size_t peak_without_pool(const std::vector<std::pair<int, size_t>>& models) {
 TEST(PinnedPool, TheDitReusesTheTextTowersRecords) {
   FakeHost host;
   h3::PinnedPool pool = host.pool();
-  std::vector<void*> text, dit;
-  for (int i = 0; i < 33; ++i) text.push_back(pool.take(975 * kMiB));
-  for (void* p : text) pool.give(p);
+  give_records(pool, take_records(pool, 33, 975 * kMiB));  // the text tower's
   EXPECT_EQ(host.frees, 0);
-  for (int i = 0; i < 33; ++i) dit.push_back(pool.take(906 * kMiB));
+  const std::vector<void*> dit = take_records(pool, 33, 906 * kMiB);
   EXPECT_EQ(host.allocs, 33);
   EXPECT_EQ(pool.stats().reused, 33);
   EXPECT_EQ(host.peak, 33 * 975 * kMiB);
-  for (void* p : dit) pool.give(p);
+  give_records(pool, dit);
   const h3::PinnedPoolStats s = pool.trim();
   EXPECT_EQ(s.allocated, 33);
   EXPECT_EQ(s.reused, 33);
@@ -77,15 +87,13 @@ TEST(PinnedPool, TheDitReusesTheTextTowersRecords) {
 TEST(PinnedPool, ALargerModelFreesTheKeptBlocksFirst) {
   FakeHost host;
   h3::PinnedPool pool = host.pool();
-  std::vector<void*> text, dit;
-  for (int i = 0; i < 33; ++i) text.push_back(pool.take(975 * kMiB));
-  for (void* p : text) pool.give(p);
-  for (int i = 0; i < 43; ++i) dit.push_back(pool.take(1290 * kMiB));
+  give_records(pool, take_records(pool, 33, 975 * kMiB));  // the text tower's
+  const std::vector<void*> dit = take_records(pool, 43, 1290 * kMiB);
   EXPECT_EQ(host.frees, 33);
   EXPECT_EQ(pool.stats().reused, 0);
   EXPECT_EQ(host.peak, peak_without_pool({{33, 975 * kMiB}, {43, 1290 * kMiB}}));
   // Blocks more than a quarter larger than asked are not handed out: a smaller model after it frees them first too.
-  for (void* p : dit) pool.give(p);
+  give_records(pool, dit);
   void* small = pool.take(975 * kMiB);
   EXPECT_EQ(host.frees, 33 + 43);
   EXPECT_EQ(host.bytes, 975 * kMiB);

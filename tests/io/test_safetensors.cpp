@@ -540,6 +540,18 @@ std::vector<std::byte> bytes_of(const fs::path& p) {
   return v;
 }
 
+// `count` seeded mutants of `base` (named `what` in the printed line) parsed and timed; none may be taken wrongly.
+CorruptionStats expect_no_wrong_parses(const std::string& what, const std::vector<std::byte>& base, int count,
+                                       uint64_t seed) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CorruptionStats s = corrupt_and_parse(base, count, seed);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ corrupt  ] %s (%zu bytes): %d mutants, %d parsed, %d rejected, %d wrong, %.2f s\n", what.c_str(),
+              base.size(), count, s.parsed, s.rejected, s.wrong, secs);
+  EXPECT_EQ(s.wrong, 0) << s.first_wrong;
+  return s;
+}
+
 }  // namespace
 
 TEST(SafeTensorsCorruption, SeededMutationsOfAWrittenFile) {
@@ -553,13 +565,7 @@ TEST(SafeTensorsCorruption, SeededMutationsOfAWrittenFile) {
                      {"fp8", patterned(DType::fp8_e4m3, {2, 7}, 5)},
                      {"bytes", patterned(DType::u8, {11}, 6)}},
                     {{"config", R"({"num_layers": 1, "hidden_size": 5})"}, {"note", "qkv blocked"}});
-  const std::vector<std::byte> base = bytes_of(file);
-  const auto t0 = std::chrono::steady_clock::now();
-  const CorruptionStats s = corrupt_and_parse(base, 4000, 20261129);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ corrupt  ] written file (%zu bytes): 4000 mutants, %d parsed, %d rejected, %d wrong, %.2f s\n",
-              base.size(), s.parsed, s.rejected, s.wrong, secs);
-  EXPECT_EQ(s.wrong, 0) << s.first_wrong;
+  const CorruptionStats s = expect_no_wrong_parses("written file", bytes_of(file), 4000, 20261129);
   EXPECT_EQ(s.parsed + s.rejected + s.wrong, 4000);
   // Both outcomes must actually occur, or the mutations test nothing.
   EXPECT_GT(s.parsed, 40);
@@ -569,13 +575,7 @@ TEST(SafeTensorsCorruption, SeededMutationsOfAWrittenFile) {
 TEST(SafeTensorsCorruption, SeededMutationsOfTheGoldenDit) {
   const std::string path = std::string(H3_GOLDEN_DIR) + "/dit-mini.safetensors";
   if (!fs::exists(path)) GTEST_SKIP() << "golden file missing: " << path;
-  const std::vector<std::byte> base = bytes_of(path);
-  const auto t0 = std::chrono::steady_clock::now();
-  const CorruptionStats s = corrupt_and_parse(base, 3000, 7);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ corrupt  ] dit-mini (%zu bytes): 3000 mutants, %d parsed, %d rejected, %d wrong, %.2f s\n",
-              base.size(), s.parsed, s.rejected, s.wrong, secs);
-  EXPECT_EQ(s.wrong, 0) << s.first_wrong;
+  const CorruptionStats s = expect_no_wrong_parses("dit-mini", bytes_of(path), 3000, 7);
   EXPECT_GT(s.parsed, 30);
   EXPECT_GT(s.rejected, 300);
 }

@@ -8,7 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -34,6 +36,15 @@ using h3::test::ScratchDir;
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          (a.nbytes() == 0 || std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
+}
+
+// The in-memory export of `src` (export_dit) written to `path`.
+void write_exported_dit(const DitCheckpoint& src, DType dt, ExportLayout layout, QuantFormat q,
+                        const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> ts;
+  std::map<std::string, std::string> meta;
+  export_dit(src, dt, layout, q, ts, meta);
+  write_safetensors(path, ts, meta);
 }
 
 std::string read_all(const fs::path& p) {
@@ -122,11 +133,8 @@ TEST(WeightSources, DitStoredReadsMatchTheHostPath) {
   ScratchDir dir;
   const DitCheckpoint src = DitCheckpoint::open("procedural:mini");
   for (ExportLayout layout : {ExportLayout::diffusers, ExportLayout::official, ExportLayout::comfy}) {
-    std::vector<std::pair<std::string, Tensor>> ts;
-    std::map<std::string, std::string> meta;
-    export_dit(src, DType::f32, layout, QuantFormat::none, ts, meta);
     const std::string path = (dir / ("dit" + std::to_string(static_cast<int>(layout)) + ".safetensors")).string();
-    write_safetensors(path, ts, meta);
+    write_exported_dit(src, DType::f32, layout, QuantFormat::none, path);
     const DitCheckpoint ck = DitCheckpoint::open(path);
     DeviceLoader loader(Device::cpu, "dit");
     for (const auto& [key, shape] : ck.config().parameters()) {
@@ -158,11 +166,8 @@ TEST(WeightSources, DitFp8CheckpointsReadTheirStoredValues) {
   ScratchDir dir;
   const DitCheckpoint src = DitCheckpoint::open("procedural:mini");
   for (QuantFormat q : {QuantFormat::fp8, QuantFormat::scaled_fp8, QuantFormat::int8}) {
-    std::vector<std::pair<std::string, Tensor>> ts;
-    std::map<std::string, std::string> meta;
-    export_dit(src, DType::bf16, ExportLayout::official, q, ts, meta);
     const std::string path = (dir / (std::string(quant_format_name(q)) + ".safetensors")).string();
-    write_safetensors(path, ts, meta);
+    write_exported_dit(src, DType::bf16, ExportLayout::official, q, path);
     const DitCheckpoint ck = DitCheckpoint::open(path);
     DeviceLoader loader(Device::cpu, "dit");
     const std::string key = "transformer_blocks.0.attn.to_k.weight";
@@ -196,10 +201,7 @@ TEST(WeightSources, StreamedConvertIsTheInMemoryExport) {
                         Case{ExportLayout::diffusers, QuantFormat::nvfp4, DType::bf16},
                         Case{ExportLayout::official, QuantFormat::mxfp8, DType::f32}}) {
     SCOPED_TRACE(std::string(quant_format_name(c.q)));
-    std::vector<std::pair<std::string, Tensor>> ts;
-    std::map<std::string, std::string> meta;
-    export_dit(ck, c.dt, c.layout, c.q, ts, meta);
-    write_safetensors((dir / "memory.safetensors").string(), ts, meta);
+    write_exported_dit(ck, c.dt, c.layout, c.q, (dir / "memory.safetensors").string());
     const ExportPlan plan = plan_export_dit(ck, c.dt, c.layout, c.q);
     const ExportStats st = write_export(plan, (dir / "stream.safetensors").string(), Device::cpu);
     EXPECT_EQ(st.file_bytes, fs::file_size(dir / "stream.safetensors"));

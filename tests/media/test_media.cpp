@@ -29,6 +29,7 @@ extern "C" {
 #include "media/mp4_writer.h"
 #include "support/cli_run.h"
 #include "support/golden.h"
+#include "support/pictures.h"
 #include "support/scratch_dir.h"
 
 namespace fs = std::filesystem;
@@ -261,16 +262,10 @@ GoldenMedia golden_media(const std::string& path) {
 
 // A smooth synthetic clip [3, T, H, W]: moving colour gradients (easy to compress, exact expectations).
 Tensor gradient_clip(int64_t T, int64_t H, int64_t W) {
-  Tensor p(h3::DType::f32, {3, T, H, W});
-  float* d = p.data<float>();
-  for (int64_t c = 0; c < 3; ++c)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t y = 0; y < H; ++y)
-        for (int64_t x = 0; x < W; ++x)
-          d[((c * T + t) * H + y) * W + x] =
-              0.5f + 0.4f * std::sin(0.07f * static_cast<float>(x + 3 * t) + 0.05f * static_cast<float>(y) +
-                                     2.0f * static_cast<float>(c));
-  return p;
+  return h3::test::clip_of(T, H, W, [](int64_t c, int64_t t, int64_t y, int64_t x) {
+    return 0.5f + 0.4f * std::sin(0.07f * static_cast<float>(x + 3 * t) + 0.05f * static_cast<float>(y) +
+                                  2.0f * static_cast<float>(c));
+  });
 }
 
 // Stereo tones: 440 Hz left, 1000 Hz right, amplitude 0.5.

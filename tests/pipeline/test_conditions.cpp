@@ -26,6 +26,7 @@ extern "C" {
 #include "support/cli_run.h"
 #include "support/error_of.h"
 #include "support/golden.h"
+#include "support/pictures.h"
 #include "support/scratch_dir.h"
 
 namespace {
@@ -35,25 +36,10 @@ using h3::Shape;
 using h3::Tensor;
 
 using h3::test::error_of;
-
-// A picture whose channels vary differently along x and y, so scaling and cropping mistakes show.
-Tensor test_picture(int64_t frames, int64_t h, int64_t w, float shift = 0.f) {
-  Tensor t(h3::DType::f32, {3, frames, h, w});
-  float* p = t.data<float>();
-  for (int64_t c = 0; c < 3; ++c)
-    for (int64_t f = 0; f < frames; ++f)
-      for (int64_t y = 0; y < h; ++y)
-        for (int64_t x = 0; x < w; ++x) {
-          const double v = c == 0   ? static_cast<double>(x) / static_cast<double>(w - 1)
-                           : c == 1 ? static_cast<double>(y) / static_cast<double>(h - 1)
-                                    : 0.5 + 0.4 * std::sin(0.3 * static_cast<double>(f) + shift);
-          p[((c * frames + f) * h + y) * w + x] = static_cast<float>(v);
-        }
-  return t;
-}
+using h3::test::gradient_picture;
 
 std::string write_png(const fs::path& dir, const std::string& name, int64_t h, int64_t w, float shift = 0.f) {
-  const auto paths = h3::write_png_frames((dir / (name + "_%d.png")).string(), test_picture(1, h, w, shift));
+  const auto paths = h3::write_png_frames((dir / (name + "_%d.png")).string(), gradient_picture(1, h, w, shift));
   return paths.at(0);
 }
 
@@ -74,13 +60,13 @@ std::string write_mp4(const fs::path& path, int64_t frames, int64_t h, int64_t w
   ms.channels = samples > 0 ? 2 : 0;
   ms.sample_rate = 32000;
   h3::Mp4Writer wr(path.string(), ms);
-  wr.add_frames(test_picture(frames, h, w));
+  wr.add_frames(gradient_picture(frames, h, w));
   if (samples > 0) wr.add_audio(sine(2, samples, 440, 32000));
   wr.finish();
   return path.string();
 }
 
-// A baseline JPEG of test_picture(1, h, w) from libavcodec's mjpeg encoder (one packet is one whole JFIF file).
+// A baseline JPEG of gradient_picture(1, h, w) from libavcodec's mjpeg encoder (one packet is one whole JFIF file).
 std::string jpeg_bytes(int64_t h, int64_t w) {
   const AVCodec* codec = avcodec_find_encoder(AV_CODEC_ID_MJPEG);
   if (!codec) return "";
@@ -97,7 +83,7 @@ std::string jpeg_bytes(int64_t h, int64_t w) {
     f->width = ctx->width;
     f->height = ctx->height;
     av_frame_get_buffer(f, 0);
-    const Tensor pic = test_picture(1, h, w);
+    const Tensor pic = gradient_picture(1, h, w);
     for (int64_t y = 0; y < h; ++y)
       for (int64_t x = 0; x < w; ++x) {  // full-range BT.601 luma; flat chroma is enough for a test picture
         const double r = pic.get((0 * h + y) * w + x), g = pic.get((1 * h + y) * w + x),
@@ -136,7 +122,7 @@ TEST(MediaRead, PictureRoundTripsAndCoverCropsTheCentre) {
   // Same size: only 8-bit rounding.
   const Tensor same = h3::read_picture(png, 80, 48, h3::FitMode::stretch);
   ASSERT_EQ(same.shape(), (Shape{3, 48, 80}));
-  EXPECT_LE(max_abs_diff(same, test_picture(1, 48, 80).reshape({3, 48, 80})), 0.5 / 255 + 1e-6);
+  EXPECT_LE(max_abs_diff(same, gradient_picture(1, 48, 80).reshape({3, 48, 80})), 0.5 / 255 + 1e-6);
   // Cover 80x48 -> 48x48: scale 1, crop columns 16..63; the red ramp there runs 16/79 .. 63/79.
   const Tensor cover = h3::read_picture(png, 48, 48, h3::FitMode::cover);
   ASSERT_EQ(cover.shape(), (Shape{3, 48, 48}));

@@ -19,6 +19,7 @@
 #include "model/vae/procedural.h"
 #include "pipeline/conditions.h"
 #include "pipeline/generator.h"
+#include "support/pictures.h"
 #include "support/scratch_dir.h"
 
 namespace {
@@ -26,22 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 using h3::Tensor;
 
-Tensor picture(int64_t frames, int64_t h, int64_t w, float shift) {
-  Tensor t(h3::DType::f32, {3, frames, h, w});
-  float* p = t.data<float>();
-  for (int64_t c = 0; c < 3; ++c)
-    for (int64_t f = 0; f < frames; ++f)
-      for (int64_t y = 0; y < h; ++y)
-        for (int64_t x = 0; x < w; ++x)
-          p[((c * frames + f) * h + y) * w + x] =
-              static_cast<float>(c == 0   ? static_cast<double>(x) / static_cast<double>(w - 1)
-                                 : c == 1 ? static_cast<double>(y) / static_cast<double>(h - 1)
-                                          : 0.5 + 0.4 * std::sin(0.3 * static_cast<double>(f) + shift));
-  return t;
-}
-
 std::string png(const fs::path& dir, const std::string& name, int64_t h, int64_t w, float shift = 0.f) {
-  return h3::write_png_frames((dir / (name + "_%d.png")).string(), picture(1, h, w, shift)).at(0);
+  return h3::write_png_frames((dir / (name + "_%d.png")).string(), h3::test::gradient_picture(1, h, w, shift)).at(0);
 }
 
 std::string mp4_with_sound(const fs::path& path, int64_t frames, int64_t h, int64_t w) {
@@ -52,7 +39,7 @@ std::string mp4_with_sound(const fs::path& path, int64_t frames, int64_t h, int6
   ms.channels = 2;
   ms.sample_rate = 32000;
   h3::Mp4Writer wr(path.string(), ms);
-  wr.add_frames(picture(frames, h, w, 0.f));
+  wr.add_frames(h3::test::gradient_picture(frames, h, w));
   Tensor s(h3::DType::f32, {2, 16000});
   for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = static_cast<float>(0.3 * std::sin(0.05 * i));
   wr.add_audio(s);

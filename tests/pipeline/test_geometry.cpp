@@ -1,37 +1,45 @@
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include "core/error.h"
 #include "pipeline/geometry.h"
 
 using namespace h3;
 
+namespace {
+
+// rule(in) == out for each (in, out) of a frame-count rule.
+void expect_values(int64_t (*rule)(int64_t), std::initializer_list<std::pair<int64_t, int64_t>> cases) {
+  for (const auto& [in, out] : cases) EXPECT_EQ(rule(in), out) << "for " << in;
+}
+
+// The latent sizes a geometry derives from its clip: frames T, audio latents A per channel, height h, width w.
+void expect_latents(const Geometry& g, int64_t latent_frames, int64_t audio_latents, int64_t latent_h,
+                    int64_t latent_w) {
+  EXPECT_EQ(g.latent_frames, latent_frames);
+  EXPECT_EQ(g.audio_latents, audio_latents);
+  EXPECT_EQ(g.latent_h, latent_h);
+  EXPECT_EQ(g.latent_w, latent_w);
+}
+
+}  // namespace
+
 TEST(Geometry, FramesSnapUpTo17nPlus5) {
-  EXPECT_EQ(align_num_frames(124), 124);
-  EXPECT_EQ(align_num_frames(120), 124);
-  EXPECT_EQ(align_num_frames(100), 107);
-  EXPECT_EQ(align_num_frames(125), 141);
-  EXPECT_EQ(align_num_frames(1), 5);
-  EXPECT_EQ(align_num_frames(243), 243);
+  expect_values(align_num_frames, {{124, 124}, {120, 124}, {100, 107}, {125, 141}, {1, 5}, {243, 243}});
   EXPECT_THROW(align_num_frames(0), Error);
 }
 
 TEST(Geometry, LatentFrames) {
-  EXPECT_EQ(video_latent_frames(124), 37);
-  EXPECT_EQ(video_latent_frames(243), 72);
-  EXPECT_EQ(video_latent_frames(362), 107);
-  EXPECT_EQ(video_latent_frames(107), 32);
-  EXPECT_EQ(video_latent_frames(5), 2);
+  expect_values(video_latent_frames, {{124, 37}, {243, 72}, {362, 107}, {107, 32}, {5, 2}});
   EXPECT_THROW(video_latent_frames(125), Error);
 }
 
 TEST(Geometry, AudioLatentsRoundLikePython) {
-  EXPECT_EQ(audio_latents_per_channel(124), 207);  // 206.67
-  EXPECT_EQ(audio_latents_per_channel(243), 405);  // exact
-  EXPECT_EQ(audio_latents_per_channel(107), 178);  // 178.33
-  EXPECT_EQ(audio_latents_per_channel(345), 575);  // exact
-  // 3 frames = 5.0 latents exactly; 9 frames = 15.0; ties only arise at x.5: 24*k + 12 frames /24*40 = 40k
-  // + 20.
-  EXPECT_EQ(audio_latents_per_channel(3), 5);
+  // 124 frames = 206.67 latents, 107 = 178.33; 243 and 345 are exact. 3 frames = 5.0 latents exactly; 9 frames =
+  // 15.0; ties only arise at x.5: 24*k + 12 frames /24*40 = 40k + 20.
+  expect_values(audio_latents_per_channel, {{124, 207}, {243, 405}, {107, 178}, {345, 575}, {3, 5}});
 }
 
 TEST(Geometry, CanvasMustBeMultipleOf32) {
@@ -65,38 +73,26 @@ TEST(Geometry, RequestDurationWindow) {
   // Layout geometry itself has no duration window: the golden fl2va case is 107 frames.
   Geometry g = make_geometry(100, 480, 832);
   EXPECT_EQ(g.frames, 107);
-  EXPECT_EQ(g.latent_frames, 32);
-  EXPECT_EQ(g.audio_latents, 178);
-  EXPECT_EQ(g.latent_h, 30);
-  EXPECT_EQ(g.latent_w, 52);
+  expect_latents(g, 32, 178, 30, 52);
 }
 
 TEST(Geometry, MakeGeometry768p) {
-  Geometry g = make_request_geometry(124, 768, 1344);
-  EXPECT_EQ(g.latent_frames, 37);
-  EXPECT_EQ(g.audio_latents, 207);
-  EXPECT_EQ(g.latent_h, 48);
-  EXPECT_EQ(g.latent_w, 84);
+  expect_latents(make_request_geometry(124, 768, 1344), 37, 207, 48, 84);
 }
 
 TEST(Geometry, ResolveCanvasSize) {
-  CanvasSize c = resolve_canvas_size(16, 9);
-  EXPECT_EQ(c.height, 768);
-  EXPECT_EQ(c.width, 1344);
-  c = resolve_canvas_size(9, 16);
-  EXPECT_EQ(c.height, 1344);
-  EXPECT_EQ(c.width, 768);
-  c = resolve_canvas_size(1, 1);
-  EXPECT_EQ(c.height, 768);
-  EXPECT_EQ(c.width, 768);
+  struct Case {
+    double aspect_w, aspect_h;
+    int64_t height, width;
+  };
   // 4:1 -> 3072x768 is over the area cap: scale sqrt(0.4375) -> 2031.9 x 508.0 -> 2016 x 512.
-  c = resolve_canvas_size(4, 1);
-  EXPECT_EQ(c.width, 2016);
-  EXPECT_EQ(c.height, 512);
-  c = resolve_canvas_size(1, 4);
-  EXPECT_EQ(c.width, 512);
-  EXPECT_EQ(c.height, 2016);
-  EXPECT_EQ(c.height % 32, 0);
+  for (const Case& k : {Case{16, 9, 768, 1344}, Case{9, 16, 1344, 768}, Case{1, 1, 768, 768}, Case{4, 1, 512, 2016},
+                        Case{1, 4, 2016, 512}}) {
+    const CanvasSize c = resolve_canvas_size(k.aspect_w, k.aspect_h);
+    EXPECT_EQ(c.height, k.height) << k.aspect_w << ":" << k.aspect_h;
+    EXPECT_EQ(c.width, k.width) << k.aspect_w << ":" << k.aspect_h;
+    EXPECT_EQ(c.height % 32, 0) << k.aspect_w << ":" << k.aspect_h;
+  }
 }
 
 TEST(Geometry, AspectBeyond4To1IsRejected) {

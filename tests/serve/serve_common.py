@@ -20,6 +20,34 @@ def log(*a):
     print(*a, flush=True)
 
 
+def listening_port(stdout, deadline):
+    """The port `h3 serve` announces on its "listening on http://host:port/" line, read from its stdout until the
+    deadline (None when the output ends or the deadline passes first), and the last line read."""
+    line = b""
+    while time.time() < deadline:
+        line = stdout.readline()
+        if not line:
+            break
+        m = re.search(rb"listening on http://[^:]+:(\d+)/", line)
+        if m:
+            return int(m.group(1)), line
+    return None, line
+
+
+def http_request(port, method, path, data=None, headers=None, timeout=30):
+    """One request to 127.0.0.1:port on a connection of its own (a body is sent as JSON unless `headers` give its
+    Content-Type): status, headers, payload."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = dict(headers or {})
+    if data is not None:
+        h.setdefault("Content-Type", "application/json")
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    payload = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), payload
+
+
 class Server:
     def __init__(self, h3, store=None, ranks=1, args=(), env=None, timeout=20, global_args=()):
         self.h3 = h3
@@ -47,16 +75,7 @@ class Server:
         log("starting:", " ".join(cmd))
         self.logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.logf, env=self.env)
-        deadline = time.time() + 30
-        line = b""
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            m = re.search(rb"listening on http://([^:]+):(\d+)/", line)
-            if m:
-                self.port = int(m.group(2))
-                break
+        self.port, line = listening_port(self.proc.stdout, time.time() + 30)
         if not self.port:
             self.dump_log()
             raise RuntimeError("server did not start: %r" % line)
@@ -84,18 +103,11 @@ class Server:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
     def request(self, method, path, body=None, headers=None, raw=None, timeout=30):
-        c = self.conn(timeout)
         h = dict(headers or {})
         if self.api_key and "Authorization" not in h:
             h["Authorization"] = "Bearer " + self.api_key
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        if data is not None:
-            h.setdefault("Content-Type", "application/json")
-        c.request(method, path, body=data, headers=h)
-        r = c.getresponse()
-        payload = r.read()
-        c.close()
-        return r.status, dict(r.getheaders()), payload
+        return http_request(self.port, method, path, data, h, timeout)
 
     def json(self, method, path, body=None, **kw):
         st, h, p = self.request(method, path, body, **kw)
@@ -230,11 +242,25 @@ def check(cond, msg):
     log("  ok:", msg)
 
 
-def main_wrapper(fn):
-    h3 = sys.argv[1]
+def submit_jobs(s, bodies):
+    """POSTs each request body in turn to /v1/videos, checks that each is accepted (202), returns their job ids."""
+    ids = []
+    for i, body in enumerate(bodies):
+        st, j = s.json("POST", "/v1/videos", body)
+        check(st == 202, "job %d accepted (%s)" % (i, j.get("id", j)))
+        ids.append(j["id"])
+    return ids
+
+
+def run_checks(fn, *args):
+    """fn(*args), then PASS; a failed check() (an AssertionError) prints FAIL and exits 1."""
     try:
-        fn(h3)
+        fn(*args)
     except AssertionError as e:
         log("FAIL:", e)
         sys.exit(1)
     log("PASS")
+
+
+def main_wrapper(fn):
+    run_checks(fn, sys.argv[1])

@@ -26,11 +26,10 @@ import json
 import os
 import random
 import re
-import sys
 import threading
 import time
 
-from serve_common import Server, check, log, running
+from serve_common import Server, check, log, run_checks, running
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PICTURE = base64.b64encode(open(os.path.join(ROOT, "examples", "first-frame.png"), "rb").read()).decode()
@@ -374,12 +373,7 @@ def main():
     args = p.parse_args()
     if not args.warmup:
         args.warmup = max(40, args.jobs // 4)
-    try:
-        run_soak(args)
-    except AssertionError as e:
-        log("FAIL:", e)
-        sys.exit(1)
-    log("PASS")
+    run_checks(run_soak, args)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import sys
 import tempfile
 import threading
 
-from serve_common import Server, check, h3_generate, log, main_wrapper, running, safetensors_tensors, sse_events
+from serve_common import (Server, check, h3_generate, log, main_wrapper, running, safetensors_tensors, sse_events,
+                          submit_jobs)
 
 REQ = {"prompt": "a red kite over the dunes", "width": 64, "height": 64, "frames": 124, "steps": 4}
 
@@ -37,16 +38,10 @@ def run(h3):
         sys.exit(77)
     with running(Server(h3, ranks=2, args=["--runner", "generator", "--write-latents", "--debug-faults",
                                            "--stall-timeout", "120"]).start(timeout=600), work) as s:
-        ids = []
-        for i in range(5):
-            body = dict(REQ, seed=500 + i)
-            if i == 1:
-                body["steps"] = 30  # long enough to cancel in the middle
-            if i == 2:
-                body["x_debug_fault"] = "1:0:kill"  # rank 1 kills itself at DiT block 0
-            st, j = s.json("POST", "/v1/videos", body)
-            check(st == 202, "job %d accepted: %s" % (i, j.get("id", j)))
-            ids.append(j["id"])
+        bodies = [dict(REQ, seed=500 + i) for i in range(5)]
+        bodies[1]["steps"] = 30  # long enough to cancel in the middle
+        bodies[2]["x_debug_fault"] = "1:0:kill"  # rank 1 kills itself at DiT block 0
+        ids = submit_jobs(s, bodies)
         seen = {}
         for ev, d in sse_events(s, "/v1/videos/%s/events" % ids[1], timeout=900):
             if ev == "video" and d.get("phase") == "denoise" and d.get("step", 0) >= 2 and "at" not in seen:

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from serve_common import Server, check, log, main_wrapper, sse_events
+from serve_common import Server, check, log, main_wrapper, sse_events, submit_jobs
 
 STEP_MS = 150
 
@@ -15,14 +15,9 @@ STEP_MS = 150
 def five_jobs(s, runner_args):
     log("five jobs on 2 ranks")
     base = {"prompt": "a paper boat on a river", "seconds": 5, "steps": 12}
-    ids = []
-    for i in range(5):
-        body = dict(base, seed=1000 + i)
-        if i == 2:
-            body["x_debug_fault"] = "1:3:kill"  # rank 1 kills itself at denoising step 3
-        st, j = s.json("POST", "/v1/videos", body)
-        check(st == 202, "job %d accepted (%s)" % (i, j.get("id", j)))
-        ids.append(j["id"])
+    bodies = [dict(base, seed=1000 + i) for i in range(5)]
+    bodies[2]["x_debug_fault"] = "1:3:kill"  # rank 1 kills itself at denoising step 3
+    ids = submit_jobs(s, bodies)
     # Job 1: cancel mid-denoise, once it has done 2 steps; remember the step it was at.
     seen = {}
 

@@ -1,30 +1,24 @@
 // The h3 binary end to end: exit codes, the PASS/FAIL last line, clear errors on bad input.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 
+#include "support/cli_run.h"
 #include "support/golden.h"
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = h3::test::CliResult;
+using h3::test::run_h3;
 
-Result run_h3(const std::string& args) {
-  std::string cmd = std::string(H3_BIN_DIR) + "/h3 " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (p && fgets(buf.data(), buf.size(), p)) r.out += buf.data();
-  int st = p ? pclose(p) : -1;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+// `h3 args` fails (a non-zero exit) with output that names each of `says`.
+void expect_refused(const std::string& args, std::initializer_list<std::string> says) {
+  const Result r = run_h3(args);
+  EXPECT_NE(r.status, 0) << r.out;
+  for (const std::string& s : says) EXPECT_NE(r.out.find(s), std::string::npos) << "h3 " << args << ": " << r.out;
 }
 
 std::string last_line(const std::string& s) {
@@ -78,23 +72,14 @@ TEST(Cli, InfoReadsOnlyHeaders) {
   Result r = run_h3("info procedural:full");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("50 blocks + 2 refiner, 56 heads x 128"), std::string::npos) << r.out;
-  Result bad = run_h3("info /nonexistent/model");
-  EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.out.find("/nonexistent/model"), std::string::npos) << bad.out;
+  expect_refused("info /nonexistent/model", {"/nonexistent/model"});
 }
 
 TEST(Cli, TooManyOrTooFewFramesAreRefused) {
-  Result many = run_h3("forward --frames 100000");
-  EXPECT_NE(many.status, 0);
-  EXPECT_NE(many.out.find("at most 345 frames"), std::string::npos) << many.out;
-  Result none = run_h3("forward --frames 0");
-  EXPECT_NE(none.status, 0);
-  EXPECT_NE(none.out.find("num_frames must be positive"), std::string::npos) << none.out;
+  expect_refused("forward --frames 100000", {"at most 345 frames"});
+  expect_refused("forward --frames 0", {"num_frames must be positive"});
 }
 
 TEST(Cli, BadGeometryIsRefused) {
-  Result r = run_h3("forward --height 70");
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("70"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("32"), std::string::npos) << r.out;
+  expect_refused("forward --height 70", {"70", "32"});
 }

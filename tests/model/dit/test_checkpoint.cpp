@@ -110,6 +110,12 @@ int count_differences(const DitCheckpoint& ref, const DitCheckpoint& ck) {
   return bad;
 }
 
+// `ck` holds the model of `ref` again: the same config and every parameter bitwise.
+void expect_same_model(const DitCheckpoint& ref, const DitCheckpoint& ck) {
+  EXPECT_EQ(ck.config(), ref.config());
+  EXPECT_EQ(count_differences(ref, ck), 0);
+}
+
 // Opens `path` expecting an h3::Error whose message contains every one of `needles`.
 void expect_open_error(const std::string& path, const std::vector<std::string>& needles,
                        const DitCheckpointOptions& opt = {}) {
@@ -286,8 +292,7 @@ TEST(CheckpointOfficial, ReleasedFolder) {
   EXPECT_EQ(ck.layout(), DitLayout::official) << ck.detection_summary();
   EXPECT_EQ(ck.qkv_order(), QkvOrder::interleaved);
   EXPECT_EQ(ck.files().size(), 2u);
-  EXPECT_EQ(ck.config(), ref.config());
-  EXPECT_EQ(count_differences(ref, ck), 0);
+  expect_same_model(ref, ck);
 }
 
 TEST(CheckpointComfy, PrefixedSingleFile) {
@@ -302,8 +307,7 @@ TEST(CheckpointComfy, PrefixedSingleFile) {
   const DitCheckpoint ck = DitCheckpoint::open(with_config);
   EXPECT_EQ(ck.layout(), DitLayout::comfy) << ck.detection_summary();
   EXPECT_EQ(ck.qkv_order(), QkvOrder::blocked);
-  EXPECT_EQ(ck.config(), ref.config());
-  EXPECT_EQ(count_differences(ref, ck), 0);
+  expect_same_model(ref, ck);
 
   // Without any metadata the config comes from the shapes (rope_freq_dim cannot be seen there).
   const std::string bare = (dir / "bare.safetensors").string();

@@ -28,6 +28,24 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// A tokenizer.json of Qwen's kind: NFC, a Split on the regex `pattern` then byte-level pieces, a BPE model over
+// `vocab` and `merges`, and `added_tokens` when given.
+std::string bpe_tokenizer_json(const std::string& pattern, const nlohmann::json& vocab, const nlohmann::json& merges,
+                               const nlohmann::json& added_tokens = nullptr) {
+  nlohmann::json j = {
+      {"version", "1.0"},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  if (!added_tokens.is_null()) j["added_tokens"] = added_tokens;
+  return j.dump();
+}
+
 // A tiny hand-written tokenizer.json: bytes of "a", "b", "c", " " and the merges a+b, ab+c, " "+ab.
 std::string tiny_tokenizer(bool string_merges) {
   nlohmann::json vocab = {{"a", 0},
@@ -41,18 +59,8 @@ std::string tiny_tokenizer(bool string_merges) {
                            6}};
   nlohmann::json merges = string_merges ? nlohmann::json::array({"a b", "ab c", "\xC4\xA0 ab"})
                                         : nlohmann::json::array({{"a", "b"}, {"ab", "c"}, {"\xC4\xA0", "ab"}});
-  nlohmann::json j = {
-      {"version", "1.0"},
-      {"added_tokens", {{{"id", 7}, {"content", "<|x|>"}, {"special", true}, {"normalized", false}}}},
-      {"normalizer", {{"type", "NFC"}}},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", " ?[a-z]+|\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
-  return j.dump();
+  return bpe_tokenizer_json(" ?[a-z]+|\\s+", vocab, merges,
+                            {{{"id", 7}, {"content", "<|x|>"}, {"special", true}, {"normalized", false}}});
 }
 
 }  // namespace
@@ -198,23 +206,10 @@ std::string space_run_tokenizer() {
   }
   merges.push_back({kSpace, space_run(2)});
   vocab[space_run(3)] = id++;
-  nlohmann::json j = {
-      {"version", "1.0"},
-      {"normalizer", {{"type", "NFC"}}},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern",
-            {{"Regex",
-              "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
-  return j.dump();
+  return bpe_tokenizer_json(
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+      vocab, merges);
 }
 
 }  // namespace

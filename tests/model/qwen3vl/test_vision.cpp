@@ -35,17 +35,16 @@ std::string golden_vision_path() {
 // A small random vision tower (hidden 32, 2 heads x 16, 3 blocks, DeepStack after blocks 0 and 2, a 5 x 5
 // position table, patch 4 x 4 x 2 over 3 channels, out 24) written to `path`.
 Qwen3VlVisionConfig write_tiny_tower(const std::string& path) {
-  Qwen3VlVisionConfig c;
-  c.depth = 3;
-  c.hidden = 32;
-  c.intermediate = 40;
-  c.n_heads = 2;
-  c.patch = 4;
-  c.temporal_patch = 2;
-  c.merge = 2;
-  c.out_hidden = 24;
-  c.n_pos = 25;
-  c.deepstack_indexes = {0, 2};
+  Qwen3VlVisionConfig c{.depth = 3,
+                        .hidden = 32,
+                        .intermediate = 40,
+                        .n_heads = 2,
+                        .patch = 4,
+                        .temporal_patch = 2,
+                        .merge = 2,
+                        .out_hidden = 24,
+                        .n_pos = 25,
+                        .deepstack_indexes = {0, 2}};
   std::mt19937 rng(11);
   std::normal_distribution<double> nd(0, 1);
   std::vector<std::pair<std::string, Tensor>> ts;
@@ -90,6 +89,15 @@ Qwen3VlVisionConfig write_tiny_tower(const std::string& path) {
   write_safetensors(path, ts, {{"config", cfg.dump()}});
   return c;
 }
+
+// The tiny tower written to a scratch folder and loaded in f64, for the tests that need a working tower.
+struct TinyTower {
+  test::ScratchDir dir;
+  std::string path = (dir / "tower.safetensors").string();
+  Qwen3VlVisionConfig config = write_tiny_tower(path);
+  SafeTensors file = SafeTensors::open(path);
+  Qwen3VlVisionModel model{file, config, Precision::f64};
+};
 
 Tensor random_pixels(int64_t rows, int64_t width, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -183,11 +191,9 @@ TEST(Qwen3VlVision, ReleasedTowerIsSmallEnoughToStayResident) {
 }
 
 TEST(Qwen3VlVision, AttentionSequencesAreImagesAndFrames) {
-  test::ScratchDir dir;
-  const std::string path = (dir / "tower.safetensors").string();
-  const Qwen3VlVisionConfig c = write_tiny_tower(path);
-  const SafeTensors f = SafeTensors::open(path);
-  const Qwen3VlVisionModel m(f, c, Precision::f64);
+  const TinyTower tower;
+  const Qwen3VlVisionConfig& c = tower.config;
+  const Qwen3VlVisionModel& m = tower.model;
   const Tensor px = random_pixels(24 + 16, c.patch_dim(), 5);
   const Qwen3VlVisionOutputs both = m.forward(px, {{1, 4, 6}, {1, 4, 4}});
   const Qwen3VlVisionOutputs first = m.forward(rows_of(px, 0, 24), {{1, 4, 6}});
@@ -212,11 +218,9 @@ TEST(Qwen3VlVision, AttentionSequencesAreImagesAndFrames) {
 
 // Hand cases: a grid the size of the position table samples it exactly; rotary rows follow the merge-block order.
 TEST(Qwen3VlVision, PositionAndRotaryTablesFollowTheMergeOrder) {
-  test::ScratchDir dir;
-  const std::string path = (dir / "tower.safetensors").string();
-  const Qwen3VlVisionConfig c = write_tiny_tower(path);
-  const SafeTensors f = SafeTensors::open(path);
-  const Qwen3VlVisionModel m(f, c, Precision::f64);
+  const TinyTower tower;
+  const Qwen3VlVisionConfig& c = tower.config;
+  const Qwen3VlVisionModel& m = tower.model;
   // Rows of a 1 x 4 x 4 grid in order: (row, col) of each patch, written out by hand.
   const int64_t order[16][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3},
                                 {2, 0}, {2, 1}, {3, 0}, {3, 1}, {2, 2}, {2, 3}, {3, 2}, {3, 3}};
@@ -232,7 +236,7 @@ TEST(Qwen3VlVision, PositionAndRotaryTablesFollowTheMergeOrder) {
   // A 1 x 5 x 5 grid... is not a multiple of the merge size; use the table's own 5 x 5 through a 2-frame check
   // instead: a 1 x 4 x 4 grid samples linspace(0, 4, 4) = 0, 4/3, 8/3, 4, so its corner patches are table rows.
   const Tensor pos = m.position_embeddings({{1, 4, 4}});
-  const Tensor table = f.get("weight.visual.pos_embed.weight").to(DType::f64);
+  const Tensor table = tower.file.get("weight.visual.pos_embed.weight").to(DType::f64);
   const int64_t h = c.hidden;
   const std::pair<int64_t, int64_t> corners[4] = {{0, 0}, {5, 4}, {10, 20}, {15, 24}};  // (row, table row)
   for (const auto& [row, trow] : corners)
@@ -301,11 +305,7 @@ TEST(Qwen3VlPreprocess, VideoSamplingAndTimestamps) {
 }
 
 TEST(Qwen3VlPreprocess, RopeIndexHandCase) {
-  VisionTokenIds tok;
-  tok.vision_start = 90;
-  tok.vision_end = 91;
-  tok.image = 92;
-  tok.video = 93;
+  const VisionTokenIds tok{.vision_start = 90, .vision_end = 91, .image = 92, .video = 93};
   // text text VS [2 x 3 image block] VE text VS [1 x 2 video frame] VE
   const std::vector<int32_t> ids{5, 6, 90, 92, 92, 92, 92, 92, 92, 91, 7, 90, 93, 93, 91};
   const auto pos = qwen3vl_rope_index(ids, {{1, 4, 6}}, {{1, 2, 4}}, 2, tok);
@@ -332,11 +332,9 @@ TEST(Qwen3VlPreprocess, H3PromptText) {
 
 // The glue: placeholder rows in prompt order take image and video outputs in order.
 TEST(Qwen3Vl, PrepareOrdersVisionRows) {
-  test::ScratchDir dir;
-  const std::string path = (dir / "tower.safetensors").string();
-  const Qwen3VlVisionConfig c = write_tiny_tower(path);
-  const SafeTensors f = SafeTensors::open(path);
-  const Qwen3VlVisionModel m(f, c, Precision::f64);
+  const TinyTower tower;
+  const Qwen3VlVisionConfig& c = tower.config;
+  const Qwen3VlVisionModel& m = tower.model;
   VisionTokenIds tok{90, 91, 92, 93};
   Qwen3VlInputs in;
   // video frame (1 token) first, then the image (2 tokens), then the second video frame

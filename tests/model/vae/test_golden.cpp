@@ -17,9 +17,26 @@ namespace {
 const char* kVideo = "video-vae-mini.safetensors";
 const char* kAudio = "audio-vae-mini.safetensors";
 
-void expect_all_within(const VerifyReport& r, size_t lines, double tol) {
+// One VAE's golden file: the check that recognises it, the other VAE's (which must not take it for its own), the
+// verification of every case and how many lines that reports.
+struct GoldenKind {
+  bool (*looks_like)(const SafeTensors&);
+  bool (*looks_like_other)(const SafeTensors&);
+  VerifyReport (*verify)(const SafeTensors&, Precision);
+  size_t lines;
+};
+const GoldenKind kVideoKind{looks_like_video_vae_golden, looks_like_audio_vae_golden,
+                            [](const SafeTensors& f, Precision p) { return verify_video_vae_file(f, p); }, 5};
+const GoldenKind kAudioKind{looks_like_audio_vae_golden, looks_like_video_vae_golden,
+                            [](const SafeTensors& f, Precision p) { return verify_audio_vae_file(f, p); }, 2};
+
+// `f` is recognised as a golden file of `kind` only, and every case of it verifies within tol at precision p.
+void expect_all_within(const SafeTensors& f, const GoldenKind& kind, Precision p, double tol) {
+  ASSERT_TRUE(kind.looks_like(f));
+  ASSERT_FALSE(kind.looks_like_other(f));
+  const VerifyReport r = kind.verify(f, p);
   r.print(stdout);
-  ASSERT_EQ(r.lines.size(), lines);
+  ASSERT_EQ(r.lines.size(), kind.lines);
   for (const auto& l : r.lines) {
     EXPECT_LE(l.rel_l2, tol) << l.what;
     EXPECT_TRUE(l.pass) << l.what;
@@ -110,15 +127,11 @@ TEST(VideoVaeChunks, FrameCountsFollowTheEncoderGeometry) {
 // decoder runs its block and q/k RMSNorms on x.float() even in the f64 run (ops/norm.h, NormRound::f32_in_f64);
 // with f64 norms they sat at 3.4e-8 on every pixel (docs/notes.md, 2026-12-01).
 TEST_F(VideoVaeGolden, AllCasesF64) {
-  const SafeTensors& f = file();
-  ASSERT_TRUE(looks_like_video_vae_golden(f));
-  ASSERT_FALSE(looks_like_audio_vae_golden(f));
-  expect_all_within(verify_video_vae_file(f, Precision::f64), 5, 1e-9);
+  expect_all_within(file(), kVideoKind, Precision::f64, 1e-9);
 }
 
 TEST_F(VideoVaeGolden, AllCasesF32) {
-  const SafeTensors& f = file();
-  expect_all_within(verify_video_vae_file(f, Precision::f32), 5, 1e-5);
+  expect_all_within(file(), kVideoKind, Precision::f32, 1e-5);
 }
 
 TEST_F(VideoVaeGolden, DecodeUnitsAreIndependentAndStitchIsDeterministic) {
@@ -166,20 +179,15 @@ TEST_F(VideoVaeGolden, BadLatentsThrowClearErrors) {
 }
 
 TEST_F(AudioVaeGolden, AllCasesF64) {
-  const SafeTensors& f = file();
-  ASSERT_TRUE(looks_like_audio_vae_golden(f));
-  ASSERT_FALSE(looks_like_video_vae_golden(f));
-  expect_all_within(verify_audio_vae_file(f, Precision::f64), 2, 1e-9);
+  expect_all_within(file(), kAudioKind, Precision::f64, 1e-9);
 }
 
 TEST_F(AudioVaeGolden, AllCasesF32) {
-  const SafeTensors& f = file();
-  expect_all_within(verify_audio_vae_file(f, Precision::f32), 2, 1e-5);
+  expect_all_within(file(), kAudioKind, Precision::f32, 1e-5);
 }
 
 TEST_F(AudioVaeGolden, ShapesAndBadInputs) {
-  const SafeTensors& f = file();
-  AudioVae vae = open_audio(f, Precision::f32);
+  AudioVae vae = open_audio(file(), Precision::f32);
   EXPECT_EQ(vae.config().hop(), 8);
   Tensor w = vae.decode(Tensor(DType::f32, {2, 32, 5}));
   EXPECT_EQ(w.shape(), (Shape{2, 1, 40}));
