@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -390,10 +389,7 @@ int run_bench(const BenchOpts& o, const GlobalContext& ctx) {
     }
   }
   if (!o.partitions.empty()) bench_partitions(o, c, all);
-  if (!o.json.empty()) {
-    std::ofstream(o.json) << all.dump(2) << "\n";
-    std::printf("wrote %s\n", o.json.c_str());
-  }
+  if (!o.json.empty()) write_bench_json(o.json, all);
   return 0;
 }
 

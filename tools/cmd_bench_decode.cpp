@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -377,10 +376,7 @@ int run_bench_decode(const BenchDecodeOpts& o) {
   for (const auto& l : split_lines) std::printf("%s\n", l.c_str());
 
   if (!o.no_audio) all.push_back(bench_audio(o));
-  if (!o.json.empty()) {
-    std::ofstream(o.json) << all.dump(2) << "\n";
-    std::printf("wrote %s\n", o.json.c_str());
-  }
+  if (!o.json.empty()) write_bench_json(o.json, all);
   return 0;
 }
 

@@ -13,7 +13,6 @@
 
 #include "backend/backend.h"
 #include "commands.h"
-#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
@@ -237,15 +236,9 @@ PrecomputedInputs read_precomputed(const GenerateOpts& o) {
 // Where and how the models run: the precisions, the text tower's device, the memory plan and the ranks.
 GenerateOptions generate_options(const GenerateOpts& o, const GlobalContext& ctx, Comm& w) {
   const Device device = ctx.compute_device();
-  GenerateOptions go = default_generate_options(device, o.precision);
-  if (!o.vae_precision.empty()) go.vae_precision = precision_from_name(o.vae_precision);
-  if (!o.text_precision.empty()) go.text_precision = precision_from_name(o.text_precision);
-  if (!o.text_device.empty()) go.text_device = o.text_device == "cuda" ? Device::cuda : Device::cpu;
-  // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
-  if (go.text_device == Device::cpu && o.text_precision.empty()) go.text_precision = Precision::f32;
-  go.memory = memory_policy_from_name(o.memory);
+  GenerateOptions go = generate_options_from(
+      device, {o.precision, o.vae_precision, o.text_precision, o.text_device, o.memory, o.host_memory});
   go.max_device_bytes = ctx.gpu.max_device_bytes;  // --max-device-memory: the plan starts from it
-  if (!o.host_memory.empty()) go.host_bytes = parse_byte_size_or_fail(o.host_memory, "--host-memory");
   go.dist = DistOptions{dist_mode_from_name(o.mode), o.tp, o.chunks, device == Device::cuda ? gpu_bus_id() : "",
                         ctx.transport};
   go.encoder_ranks = o.encoder_ranks;
@@ -438,11 +431,7 @@ Runner add_generate(CLI::App& app) {
   add(cmd, kNoise, o->noise);
   cmd->option_defaults()->group("Models");
   add(cmd, opt::model_dir, o->paths.model_dir);
-  add(cmd, opt::dit, o->paths.dit);
-  add(cmd, opt::video_vae, o->paths.video_vae);
-  add(cmd, opt::audio_vae, o->paths.audio_vae);
-  add(cmd, opt::text_encoder, o->paths.text_encoder);
-  add(cmd, opt::tokenizer, o->paths.tokenizer);
+  add_component_paths(cmd, o->paths);
   add(cmd, opt::lora, o->loras);
   cmd->option_defaults()->group("Placement");
   add(cmd, opt::precision, o->precision);

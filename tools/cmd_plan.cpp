@@ -193,11 +193,7 @@ Runner add_plan(CLI::App& app) {
   o->paths.model_dir = "procedural:full";
   cmd->add_option("model", o->paths.model_dir, "model folder or procedural:NAME (as generate --model)")
       ->capture_default_str();
-  add(cmd, opt::dit, o->paths.dit);
-  add(cmd, opt::video_vae, o->paths.video_vae);
-  add(cmd, opt::audio_vae, o->paths.audio_vae);
-  add(cmd, opt::text_encoder, o->paths.text_encoder);
-  add(cmd, opt::tokenizer, o->paths.tokenizer);
+  add_component_paths(cmd, o->paths);
   add(cmd, opt::precision, o->precisions);
   cmd->add_option("--size", o->sizes, "480p (832x480), 768p (1344x768) or WxH")->capture_default_str();
   add(cmd, opt::frames, o->frames);

@@ -25,11 +25,7 @@ namespace {
 void add_runner_options(CLI::App* cmd, serve::RunnerOptions& r) {
   add(cmd, opt::runner, r.kind);
   add(cmd, opt::model_dir, r.paths.model_dir);
-  add(cmd, opt::dit, r.paths.dit);
-  add(cmd, opt::video_vae, r.paths.video_vae);
-  add(cmd, opt::audio_vae, r.paths.audio_vae);
-  add(cmd, opt::text_encoder, r.paths.text_encoder);
-  add(cmd, opt::tokenizer, r.paths.tokenizer);
+  add_component_paths(cmd, r.paths);
   add(cmd, opt::precision, r.precision);
   add(cmd, opt::vae_precision, r.vae_precision);
   add(cmd, opt::text_precision, r.text_precision);

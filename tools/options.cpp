@@ -8,6 +8,7 @@
 
 #include "core/byte_size.h"
 #include "core/log.h"
+#include "pipeline/generator.h"
 
 namespace h3::cli {
 
@@ -49,37 +50,6 @@ OptionUse take(std::string command) {
   u.command = std::move(command);
   return u;
 }
-OptionUse OptionUse::only(std::vector<std::string> subset) const {
-  OptionUse u = *this;
-  u.values = std::move(subset);
-  return u;
-}
-OptionUse OptionUse::no_env() const {
-  OptionUse u = *this;
-  u.env = false;
-  return u;
-}
-OptionUse OptionUse::shows_default() const {
-  OptionUse u = *this;
-  u.show_default = true;
-  return u;
-}
-OptionUse OptionUse::needed() const {
-  OptionUse u = *this;
-  u.required = true;
-  return u;
-}
-OptionUse OptionUse::checked(CLI::Validator v) const {
-  OptionUse u = *this;
-  u.check = std::move(v);
-  return u;
-}
-OptionUse OptionUse::unchecked() const {
-  OptionUse u = *this;
-  u.row_check = false;
-  return u;
-}
-
 OptionDef option(std::string names, std::string help) {
   OptionDef d;
   d.names = std::move(names);
@@ -101,27 +71,6 @@ OptionDef knob_option(const std::string& knob) {
   throw std::logic_error("internal: tools/options.cpp names the knob '" + knob +
                          "', which core/knobs.cpp does not have with a flag");
 }
-OptionDef OptionDef::with_env(std::string variable) const {
-  OptionDef d = *this;
-  d.env = std::move(variable);
-  return d;
-}
-OptionDef OptionDef::with_values(std::vector<std::string> accepted) const {
-  OptionDef d = *this;
-  d.values = std::move(accepted);
-  return d;
-}
-OptionDef OptionDef::with_check(CLI::Validator v) const {
-  OptionDef d = *this;
-  d.check = std::move(v);
-  return d;
-}
-OptionDef OptionDef::taken_by(std::vector<OptionUse> commands) const {
-  OptionDef d = *this;
-  d.uses = std::move(commands);
-  return d;
-}
-
 const OptionUse& OptionDef::use_in(const std::string& command) const {
   for (const OptionUse& u : uses)
     if (u.command == command) return u;
@@ -242,19 +191,19 @@ const OptionDef dit =
         .with_env("H3_DIT")
         .taken_by({take("plan").no_env(), take("generate").no_env(), take("serve"), take("serve-worker")});
 
-const OptionDef video_vae = option("--video-vae",
-                                   "video VAE: safetensors file, diffusers folder (one file or index + shards), "
-                                   "procedural:mini or procedural:full")
-                                .with_env("H3_VIDEO_VAE")
-                                .taken_by({take("plan").no_env(), take("generate").no_env(), take("serve"),
-                                           take("serve-worker"), take("decode").shows_default()});
+// --video-vae and --audio-vae: the same row for each VAE ("video", "audio").
+OptionDef vae_option(const std::string& kind, const std::string& env) {
+  return option("--" + kind + "-vae",
+                kind +
+                    " VAE: safetensors file, diffusers folder (one file or index + shards), procedural:mini or "
+                    "procedural:full")
+      .with_env(env)
+      .taken_by({take("plan").no_env(), take("generate").no_env(), take("serve"), take("serve-worker"),
+                 take("decode").shows_default()});
+}
 
-const OptionDef audio_vae = option("--audio-vae",
-                                   "audio VAE: safetensors file, diffusers folder (one file or index + shards), "
-                                   "procedural:mini or procedural:full")
-                                .with_env("H3_AUDIO_VAE")
-                                .taken_by({take("plan").no_env(), take("generate").no_env(), take("serve"),
-                                           take("serve-worker"), take("decode").shows_default()});
+const OptionDef video_vae = vae_option("video", "H3_VIDEO_VAE");
+const OptionDef audio_vae = vae_option("audio", "H3_AUDIO_VAE");
 
 const OptionDef text_encoder =
     option("--text-encoder", "Qwen3-VL text tower (file or folder)")
@@ -403,6 +352,14 @@ void add_dist(CLI::App* cmd, std::string& mode, int& tp, int& chunks) {
   add(cmd, opt::mode, mode);
   add(cmd, opt::tp, tp);
   add(cmd, opt::chunks, chunks);
+}
+
+void add_component_paths(CLI::App* cmd, ModelPaths& paths) {
+  add(cmd, opt::dit, paths.dit);
+  add(cmd, opt::video_vae, paths.video_vae);
+  add(cmd, opt::audio_vae, paths.audio_vae);
+  add(cmd, opt::text_encoder, paths.text_encoder);
+  add(cmd, opt::tokenizer, paths.tokenizer);
 }
 
 }  // namespace h3::cli

@@ -11,9 +11,14 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/knobs.h"
+
+namespace h3 {
+struct ModelPaths;  // pipeline/generator.h
+}  // namespace h3
 
 namespace h3::cli {
 
@@ -21,6 +26,14 @@ namespace h3::cli {
 CLI::Validator finite_range(double lo, double hi);
 // A size of memory as core/byte_size.h reads it ("64GB", "48GiB", "16G").
 CLI::Validator byte_size();
+
+// A copy of `from` with one field set: the builders of OptionUse and OptionDef below.
+template <typename S, typename T>
+S with_field(const S& from, T S::*field, T value) {
+  S s = from;
+  s.*field = std::move(value);
+  return s;
+}
 
 // One command that takes an option, and where it departs from the row.
 struct OptionUse {
@@ -33,12 +46,16 @@ struct OptionUse {
   bool row_check = true;                // applies the row's check (false: a command that took any value before)
 
   // Builders, so that a use reads as one entry: take("forward").no_env().shows_default().
-  OptionUse only(std::vector<std::string> subset) const;
-  OptionUse no_env() const;
-  OptionUse shows_default() const;
-  OptionUse needed() const;
-  OptionUse checked(CLI::Validator v) const;
-  OptionUse unchecked() const;
+  OptionUse only(std::vector<std::string> subset) const {
+    return with_field(*this, &OptionUse::values, std::move(subset));
+  }
+  OptionUse no_env() const { return with_field(*this, &OptionUse::env, false); }
+  OptionUse shows_default() const { return with_field(*this, &OptionUse::show_default, true); }
+  OptionUse needed() const { return with_field(*this, &OptionUse::required, true); }
+  OptionUse checked(CLI::Validator v) const {
+    return with_field(*this, &OptionUse::check, std::optional(std::move(v)));
+  }
+  OptionUse unchecked() const { return with_field(*this, &OptionUse::row_check, false); }
 };
 OptionUse take(std::string command);
 
@@ -55,10 +72,16 @@ struct OptionDef {
   std::string knob;
 
   // Builders, so that a row reads as its parts: option("--mode", "...").with_env("H3_MODE").taken_by({...}).
-  OptionDef with_env(std::string variable) const;
-  OptionDef with_values(std::vector<std::string> accepted) const;
-  OptionDef with_check(CLI::Validator v) const;
-  OptionDef taken_by(std::vector<OptionUse> commands) const;
+  OptionDef with_env(std::string variable) const { return with_field(*this, &OptionDef::env, std::move(variable)); }
+  OptionDef with_values(std::vector<std::string> accepted) const {
+    return with_field(*this, &OptionDef::values, std::move(accepted));
+  }
+  OptionDef with_check(CLI::Validator v) const {
+    return with_field(*this, &OptionDef::check, std::optional(std::move(v)));
+  }
+  OptionDef taken_by(std::vector<OptionUse> commands) const {
+    return with_field(*this, &OptionDef::uses, std::move(commands));
+  }
 
   // The use of `command`; throws (an internal error: the row and the command's file disagree) when none.
   const OptionUse& use_in(const std::string& command) const;
@@ -105,6 +128,10 @@ extern const OptionDef preview_every;
 
 // opt::mode, opt::tp and opt::chunks attached in that order: how a command spreads the DiT over its ranks.
 void add_dist(CLI::App* cmd, std::string& mode, int& tp, int& chunks);
+
+// opt::dit, opt::video_vae, opt::audio_vae, opt::text_encoder and opt::tokenizer attached in that order: the
+// component paths that override the model folder's.
+void add_component_paths(CLI::App* cmd, ModelPaths& paths);
 
 // Every row, for the tests.
 const std::vector<const OptionDef*>& option_table();

@@ -78,17 +78,11 @@ void set_enabled(bool on) {
 }
 
 // In the bodies: gen_'s default initializer runs after slot_'s, so it cannot be written from slot_'s initializer.
-Region::Region(const char* name) {
-  slot_ = open_span(name, false, gen_);
+Region::Region(const char* name, bool host_only) : host_only_(host_only) {
+  slot_ = open_span(name, host_only, gen_);
 }
 Region::~Region() {
-  close_span(slot_, false, gen_);
-}
-HostRegion::HostRegion(const char* name) {
-  slot_ = open_span(name, true, gen_);
-}
-HostRegion::~HostRegion() {
-  close_span(slot_, true, gen_);
+  close_span(slot_, host_only_, gen_);
 }
 
 std::vector<Total> take() {

@@ -21,28 +21,25 @@ void set_enabled(bool on);
 
 class Region {
  public:
-  explicit Region(const char* name);
+  explicit Region(const char* name) : Region(name, false) {}
   ~Region();
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
+ protected:
+  Region(const char* name, bool host_only);
+
  private:
   int slot_ = -1;
   unsigned gen_ = 0;
+  bool host_only_ = false;
 };
 
 // A span timed on the host clock only, also with a device backend (it records no event, so it is safe where the
 // device must not be touched, e.g. inside the allocator).
-class HostRegion {
+class HostRegion : public Region {
  public:
-  explicit HostRegion(const char* name);
-  ~HostRegion();
-  HostRegion(const HostRegion&) = delete;
-  HostRegion& operator=(const HostRegion&) = delete;
-
- private:
-  int slot_ = -1;
-  unsigned gen_ = 0;
+  explicit HostRegion(const char* name) : Region(name, true) {}
 };
 
 // Seconds per region name accumulated since the last call, and the count of spans; resets.

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 
@@ -83,6 +85,11 @@ bool StopSignals::wait() {
 
 void StopSignals::release() {
   [[maybe_unused]] ssize_t n = ::write(stop_pipe[1], &kReleased, 1);
+}
+
+void kill_or_stall(bool kill) {
+  if (kill) std::raise(SIGKILL);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 }  // namespace h3

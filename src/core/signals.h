@@ -30,4 +30,8 @@ class StopSignals {
   void release();
 };
 
+// The failure tests' injected fault (H3_DEBUG_FAULT, the fake runner's debug fault): SIGKILL this process, or
+// stall it for ever as a hung rank would.
+[[noreturn]] void kill_or_stall(bool kill);
+
 }  // namespace h3

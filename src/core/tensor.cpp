@@ -106,14 +106,16 @@ double load(const void* p, DType t, int64_t i) {
   }
   return 0;
 }
+template <typename T>
+void store_as(void* p, int64_t i, double v) {
+  static_cast<T*>(p)[i] = static_cast<T>(v);
+}
 void store(void* p, DType t, int64_t i, double v) {
   switch (t) {
     case DType::f64:
-      static_cast<double*>(p)[i] = v;
-      break;
+      return store_as<double>(p, i, v);
     case DType::f32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
+      return store_as<float>(p, i, v);
     case DType::bf16:
       static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v));
       break;
@@ -124,17 +126,13 @@ void store(void* p, DType t, int64_t i, double v) {
       static_cast<uint8_t*>(p)[i] = f32_to_fp8e4m3(static_cast<float>(v));
       break;
     case DType::i64:
-      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      break;
+      return store_as<int64_t>(p, i, v);
     case DType::i32:
-      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      break;
+      return store_as<int32_t>(p, i, v);
     case DType::i8:
-      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
-      break;
+      return store_as<int8_t>(p, i, v);
     case DType::u8:
-      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
-      break;
+      return store_as<uint8_t>(p, i, v);
   }
 }
 }  // namespace

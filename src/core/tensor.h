@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/device.h"
@@ -19,32 +20,19 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);
 int64_t shape_numel(const Shape& s);
 
-// Maps a C++ element type to its DType.
+// Maps a C++ element type to its DType; any other type fails to compile (no return for it).
 template <typename T>
-struct dtype_of;
-template <>
-struct dtype_of<double> {
-  static constexpr DType value = DType::f64;
-};
-template <>
-struct dtype_of<float> {
-  static constexpr DType value = DType::f32;
-};
-template <>
-struct dtype_of<int64_t> {
-  static constexpr DType value = DType::i64;
-};
-template <>
-struct dtype_of<int32_t> {
-  static constexpr DType value = DType::i32;
-};
-template <>
-struct dtype_of<int8_t> {
-  static constexpr DType value = DType::i8;
-};
-template <>
-struct dtype_of<uint8_t> {
-  static constexpr DType value = DType::u8;
+constexpr DType dtype_for() {
+  if constexpr (std::is_same_v<T, double>) return DType::f64;
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  if constexpr (std::is_same_v<T, int64_t>) return DType::i64;
+  if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
+  if constexpr (std::is_same_v<T, int8_t>) return DType::i8;
+  if constexpr (std::is_same_v<T, uint8_t>) return DType::u8;
+}
+template <typename T>
+struct dtype_of {
+  static constexpr DType value = dtype_for<T>();
 };
 
 class Tensor {

@@ -123,10 +123,11 @@ LayerStreamer::Layer& LayerStreamer::check_layer(int layer, const char* verb) {
   return layers_[static_cast<size_t>(layer)];
 }
 
-void LayerStreamer::begin_park(int layer) {
+LayerStreamer::Layer& LayerStreamer::begin_park(int layer) {
   Layer& l = check_layer(layer, "park");
   H3_CHECK(!started_, "{}: parked after streaming started; park every layer before the first acquire", what(layer));
   H3_CHECK(!l.parked, "{}: parked twice", what(layer));
+  return l;
 }
 
 void LayerStreamer::end_park(int layer) {
@@ -138,8 +139,7 @@ void LayerStreamer::end_park(int layer) {
 }
 
 void LayerStreamer::park(int layer, std::vector<Tensor> tensors) {
-  begin_park(layer);
-  Layer& l = layers_[static_cast<size_t>(layer)];
+  Layer& l = begin_park(layer);
   size_t off = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
@@ -164,8 +164,7 @@ void LayerStreamer::park(int layer, std::vector<Tensor> tensors) {
 }
 
 void LayerStreamer::park_mapped(int layer, std::vector<MappedTensor> tensors) {
-  begin_park(layer);
-  Layer& l = layers_[static_cast<size_t>(layer)];
+  Layer& l = begin_park(layer);
   size_t off = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const MappedTensor& m = tensors[i];

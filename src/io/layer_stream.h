@@ -162,7 +162,7 @@ class LayerStreamer {
     std::byte* staging = nullptr;
   };
   Layer& check_layer(int layer, const char* what);
-  void begin_park(int layer);
+  Layer& begin_park(int layer);  // checks that `layer` may be parked now
   void end_park(int layer);
   int slot_of(int layer) const;
   int victim_for(int layer) const;

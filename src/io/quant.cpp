@@ -229,6 +229,21 @@ float amax_of(const float* p, int64_t n) {
   return amax;
 }
 
+// Calls f(r, b, x, bmax) for block b of row r of a [rows, cols] matrix: x is the block's first of `Block` values,
+// bmax their largest magnitude. Rows run in parallel (they are independent).
+template <int64_t Block, typename F>
+void for_each_block(const float* p, int64_t rows, int64_t cols, F f) {
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t b = 0; b < cols / Block; ++b) {
+        const float* x = p + r * cols + b * Block;
+        float bmax = 0;
+        for (int64_t k = 0; k < Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
+        f(r, b, x, bmax);
+      }
+  });
+}
+
 // The comfy_quant marker of each format (the JSON text is part of the file).
 std::string comfy_json(QuantFormat q, int64_t cols) {
   switch (q) {
@@ -329,19 +344,13 @@ void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bo
     std::memset(scales.raw(), 0, scales.nbytes());
     auto* d = static_cast<uint8_t*>(t.raw());
     auto* sc = scales.data<uint8_t>();
-    parallel_for(rows, [&](int64_t r0, int64_t r1) {  // rows are independent
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t b = 0; b < B; ++b) {
-          const float* x = p + r * cols + b * kMxfp8Block;
-          float bmax = 0;
-          for (int64_t k = 0; k < kMxfp8Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
-          const double need = std::max(static_cast<double>(bmax) / 448.0, std::ldexp(1.0, -127));
-          const int e = bmax == 0 ? 0 : std::clamp(static_cast<int>(std::ceil(std::log2(need))) + 127, 0, 254);
-          sc[nvfp4_scale_index(r, b, B)] = static_cast<uint8_t>(e);
-          const float s = std::ldexp(1.0f, e - 127);
-          for (int64_t k = 0; k < kMxfp8Block; ++k)
-            d[r * cols + b * kMxfp8Block + k] = bmax == 0 ? uint8_t{0} : f32_to_fp8e4m3(x[k] / s);
-        }
+    for_each_block<kMxfp8Block>(p, rows, cols, [&](int64_t r, int64_t b, const float* x, float bmax) {
+      const double need = std::max(static_cast<double>(bmax) / 448.0, std::ldexp(1.0, -127));
+      const int e = bmax == 0 ? 0 : std::clamp(static_cast<int>(std::ceil(std::log2(need))) + 127, 0, 254);
+      sc[nvfp4_scale_index(r, b, B)] = static_cast<uint8_t>(e);
+      const float s = std::ldexp(1.0f, e - 127);
+      for (int64_t k = 0; k < kMxfp8Block; ++k)
+        d[r * cols + b * kMxfp8Block + k] = bmax == 0 ? uint8_t{0} : f32_to_fp8e4m3(x[k] / s);
     });
     out.emplace_back(name, t);
     out.emplace_back(layer + ".weight_scale", scales);
@@ -359,21 +368,15 @@ void quantize_weight(const std::string& name, const Tensor& w, QuantFormat q, bo
     std::memset(scales.raw(), 0, scales.nbytes());
     auto* d = packed.data<uint8_t>();
     auto* sc = static_cast<uint8_t*>(scales.raw());
-    parallel_for(rows, [&](int64_t r0, int64_t r1) {  // rows are independent
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t b = 0; b < B; ++b) {
-          const float* x = p + r * cols + b * kNvfp4Block;
-          float bmax = 0;
-          for (int64_t k = 0; k < kNvfp4Block; ++k) bmax = std::max(bmax, std::fabs(x[k]));
-          const uint8_t code = s2 > 0 ? f32_to_fp8e4m3(std::min(bmax / 6.0f / s2, 448.0f)) : uint8_t{0};
-          sc[nvfp4_scale_index(r, b, B)] = code;
-          const float total = s2 * fp8e4m3_to_f32(code);
-          for (int64_t k = 0; k < kNvfp4Block; k += 2) {
-            const uint8_t hi = total > 0 ? e2m1_code(x[k] / total) : uint8_t{0};
-            const uint8_t lo = total > 0 ? e2m1_code(x[k + 1] / total) : uint8_t{0};
-            d[r * (cols / 2) + (b * kNvfp4Block + k) / 2] = static_cast<uint8_t>(hi << 4 | lo);
-          }
-        }
+    for_each_block<kNvfp4Block>(p, rows, cols, [&](int64_t r, int64_t b, const float* x, float bmax) {
+      const uint8_t code = s2 > 0 ? f32_to_fp8e4m3(std::min(bmax / 6.0f / s2, 448.0f)) : uint8_t{0};
+      sc[nvfp4_scale_index(r, b, B)] = code;
+      const float total = s2 * fp8e4m3_to_f32(code);
+      for (int64_t k = 0; k < kNvfp4Block; k += 2) {
+        const uint8_t hi = total > 0 ? e2m1_code(x[k] / total) : uint8_t{0};
+        const uint8_t lo = total > 0 ? e2m1_code(x[k + 1] / total) : uint8_t{0};
+        d[r * (cols / 2) + (b * kNvfp4Block + k) / 2] = static_cast<uint8_t>(hi << 4 | lo);
+      }
     });
     out.emplace_back(name, packed);
     out.emplace_back(layer + ".weight_scale", scales);

@@ -21,8 +21,7 @@ void check_attention(const BackendOps& be, const Tensor& q, const Tensor& k, con
       check::fp8_per_tensor(be, v, op, "v");
   } else {
     act(be, q, op, "q");
-    same(q, k, op, "k");
-    same(q, v, op, "v");
+    same(q, {{k, "k"}, {v, "v"}}, op);
   }
   H3_ASSERT(d > 0 && q.ndim() == 2 && k.ndim() == 2 && v.ndim() == 2, "{}: head_dim {} with q {} k {} v {}", op, d,
             q.describe(), k.describe(), v.describe());
@@ -50,8 +49,7 @@ Tensor attention_fp8_out(const Tensor& q, const Tensor& k, const Tensor& v, int6
 Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d) {
   const BackendOps& be = backend_of(q, "attention_causal");
   act(be, q, "attention_causal", "q");
-  same(q, k, "attention_causal", "k");
-  same(q, v, "attention_causal", "v");
+  same(q, {{k, "k"}, {v, "v"}}, "attention_causal");
   H3_ASSERT(d > 0 && q.ndim() == 2 && k.ndim() == 2 && v.shape() == k.shape() && k.dim(0) == q.dim(0),
             "attention_causal: q {} k {} v {} head_dim {}", q.describe(), k.describe(), v.describe(), d);
   const int64_t heads = q.dim(1) / d, kv_heads = k.dim(1) / d;
@@ -64,8 +62,7 @@ Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64
 Tensor attention_blocks(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_dim, int64_t blocks) {
   const BackendOps& be = backend_of(q, "attention_blocks");
   act(be, q, "attention_blocks", "q");
-  same(q, k, "attention_blocks", "k");
-  same(q, v, "attention_blocks", "v");
+  same(q, {{k, "k"}, {v, "v"}}, "attention_blocks");
   H3_ASSERT(blocks > 0 && head_dim > 0 && q.ndim() == 2 && k.shape() == q.shape() && v.shape() == q.shape() &&
                 q.dim(0) % blocks == 0 && q.dim(1) % head_dim == 0,
             "attention_blocks: q {} k {} v {} head_dim {} in {} blocks", q.describe(), k.describe(), v.describe(),

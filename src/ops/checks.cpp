@@ -31,6 +31,10 @@ void same(const Tensor& x, const Tensor& t, const char* op, const char* what) {
             what, t.describe(), where(t), x.describe(), where(x));
 }
 
+void same(const Tensor& x, std::initializer_list<Named> ts, const char* op) {
+  for (const Named& n : ts) same(x, n.t, op, n.what);
+}
+
 void param(const BackendOps& be, const Tensor& x, const Tensor& p, const char* op, const char* what) {
   if (be.converts_params) {
     H3_ASSERT(dtype_is_float(p.dtype()) && p.dtype() != DType::fp8_e4m3, "{}: {} must be a float tensor, got {}", op,

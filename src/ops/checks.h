@@ -1,6 +1,7 @@
 // The front door's argument checks (src/ops/*.cpp only): shapes and dtypes against the rules of the backend that
 // runs the op (ops/backend_ops.h), and the call of its entry. Launcher side: never inside a loop over data.
 #pragma once
+#include <initializer_list>
 #include <string>
 
 #include "core/error.h"
@@ -19,6 +20,12 @@ inline const BackendOps& backend_of(const Tensor& t, const char* op) {
 void act(const BackendOps& be, const Tensor& t, const char* op, const char* what);
 // A tensor that must match x exactly: x's dtype, on x's device.
 void same(const Tensor& x, const Tensor& t, const char* op, const char* what);
+// Several such tensors, each with its name: same(x, {{w, "w"}, {cos, "cos"}}, op).
+struct Named {
+  const Tensor& t;
+  const char* what;
+};
+void same(const Tensor& x, std::initializer_list<Named> ts, const char* op);
 // A parameter of x's op (weight, bias, per-channel table): x's dtype and device, or, on a backend that converts
 // parameters, any float tensor (host or device) it converts to x's dtype on its device.
 void param(const BackendOps& be, const Tensor& x, const Tensor& p, const char* op, const char* what);

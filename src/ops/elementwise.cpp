@@ -17,8 +17,7 @@ Tensor add(const Tensor& x, const Tensor& y) {
 Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf16) {
   const BackendOps& be = backend_of(h, "modulate");
   act(be, h, "modulate", "h");
-  same(h, shift, "modulate", "shift");
-  same(h, scale, "modulate", "scale");
+  same(h, {{shift, "shift"}, {scale, "scale"}}, "modulate");
   check::tables(h, shift, scale, "modulate");
   check::index(be, idx, h.dim(0), shift.dim(0), "modulate");
   return H3_OP_CALL(be, modulate, h, shift, scale, idx, bf16);
@@ -27,8 +26,7 @@ Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const
 Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf16) {
   const BackendOps& be = backend_of(x, "gate_residual");
   act(be, x, "gate_residual", "x");
-  same(x, gate, "gate_residual", "gate");
-  same(x, y, "gate_residual", "y");
+  same(x, {{gate, "gate"}, {y, "y"}}, "gate_residual");
   H3_ASSERT(x.ndim() == 2 && y.ndim() == 2 && gate.ndim() == 2, "gate_residual: 2-D tensors needed, got {} {} {}",
             x.describe(), y.describe(), gate.describe());
   H3_ASSERT(y.shape() == x.shape() && gate.dim(1) == x.dim(1), "gate_residual: x {} y {} gate {}", x.describe(),

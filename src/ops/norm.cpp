@@ -87,9 +87,7 @@ Tensor norm_modulate(const Tensor& x, const Tensor& w, double eps, const Tensor&
                      const Tensor& idx, bool bf16) {
   const BackendOps& be = backend_of(x, "norm_modulate");
   act(be, x, "norm_modulate", "x");
-  same(x, w, "norm_modulate", "w");
-  same(x, shift, "norm_modulate", "shift");
-  same(x, scale, "norm_modulate", "scale");
+  same(x, {{w, "w"}, {shift, "shift"}, {scale, "scale"}}, "norm_modulate");
   check::tables(x, shift, scale, "norm_modulate");
   H3_ASSERT(w.numel() == x.dim(1), "norm_modulate: weight {} for {}", w.describe(), x.describe());
   check::index(be, idx, x.dim(0), shift.dim(0), "norm_modulate");
@@ -102,14 +100,11 @@ ResidualNorm residual_norm_modulate(const Tensor& x, const Tensor& gate, const T
   const char* op = "residual_norm_modulate";
   const BackendOps& be = backend_of(x, op);
   act(be, x, op, "x");
-  same(x, w, op, "w");
-  same(x, shift, op, "shift");
-  same(x, scale, op, "scale");
+  same(x, {{w, "w"}, {shift, "shift"}, {scale, "scale"}}, op);
   check::tables(x, shift, scale, op);
   H3_ASSERT(w.numel() == x.dim(1), "{}: weight {} for {}", op, w.describe(), x.describe());
   if (gate.defined()) {
-    same(x, gate, op, "gate");
-    same(x, y, op, "y");
+    same(x, {{gate, "gate"}, {y, "y"}}, op);
     H3_ASSERT(y.shape() == x.shape() && gate.ndim() == 2 && gate.dim(1) == x.dim(1) && gate.dim(0) == shift.dim(0),
               "{}: x {} y {} gate {} tables {}", op, x.describe(), y.describe(), gate.describe(), shift.describe());
   }

@@ -22,8 +22,7 @@ void check_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t d
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t head_dim, bool bf16) {
   const BackendOps& be = backend_of(x, "rope");
   act(be, x, "rope", "x");
-  same(x, cos, "rope", "cos");
-  same(x, sin, "rope", "sin");
+  same(x, {{cos, "cos"}, {sin, "sin"}}, "rope");
   check_rope(x, cos, sin, head_dim, "rope");
   return H3_OP_CALL(be, rope, x, cos, sin, head_dim, bf16);
 }
@@ -32,9 +31,7 @@ Tensor qk_norm_rope(const Tensor& x, const Tensor& w, int64_t head_dim, double e
                     const Tensor& sin, bool bf16) {
   const BackendOps& be = backend_of(x, "qk_norm_rope");
   act(be, x, "qk_norm_rope", "x");
-  same(x, w, "qk_norm_rope", "w");
-  same(x, cos, "qk_norm_rope", "cos");
-  same(x, sin, "qk_norm_rope", "sin");
+  same(x, {{w, "w"}, {cos, "cos"}, {sin, "sin"}}, "qk_norm_rope");
   check_rope(x, cos, sin, head_dim, "qk_norm_rope");
   H3_ASSERT(w.numel() == head_dim, "qk_norm_rope: weight {} for head_dim {}", w.describe(), head_dim);
   return H3_OP_CALL(be, qk_norm_rope, x, w, head_dim, eps, cos, sin, bf16);
@@ -45,9 +42,7 @@ Tensor qk_norm_rope_fp8(const Tensor& x, const Tensor& w, int64_t head_dim, doub
   const char* op = "qk_norm_rope_fp8";
   const BackendOps& be = backend_of(x, op);
   act(be, x, op, "x");
-  same(x, w, op, "w");
-  same(x, cos, op, "cos");
-  same(x, sin, op, "sin");
+  same(x, {{w, "w"}, {cos, "cos"}, {sin, "sin"}}, op);
   check_rope(x, cos, sin, head_dim, op);
   H3_ASSERT(w.numel() == head_dim, "{}: weight {} for head_dim {}", op, w.describe(), head_dim);
   H3_ASSERT(scale.numel() == 1 && scale.dtype() == DType::f32, "{}: scale must be one f32, got {}", op,

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "core/byte_size.h"
 #include "distributed/placement.h"
 #include "pipeline/components.h"
 #include "pipeline/phases.h"
@@ -36,6 +37,17 @@ GenerateOptions default_generate_options(Device device, const std::string& preci
     o.text_precision = o.vae_precision;
     o.text_device = Device::cpu;
   }
+  return o;
+}
+
+GenerateOptions generate_options_from(Device device, const GenerateChoices& c) {
+  GenerateOptions o = default_generate_options(device, c.precision);
+  if (!c.vae_precision.empty()) o.vae_precision = precision_from_name(c.vae_precision);
+  if (!c.text_precision.empty()) o.text_precision = precision_from_name(c.text_precision);
+  if (!c.text_device.empty()) o.text_device = c.text_device == "cuda" ? Device::cuda : Device::cpu;
+  if (o.text_device == Device::cpu && c.text_precision.empty()) o.text_precision = Precision::f32;
+  o.memory = memory_policy_from_name(c.memory);
+  if (!c.host_memory.empty()) o.host_bytes = parse_byte_size_or_fail(c.host_memory, "--host-memory");
   return o;
 }
 

@@ -130,6 +130,16 @@ struct GenerateOptions {
 // The defaults above for a device: cpu f32 everywhere (f64 VAEs and text with an f64 DiT); cuda the DiT in bf16
 // (the released recipe), the VAE decoders in bf16, the text and vision towers on the GPU in bf16, policy phases.
 GenerateOptions default_generate_options(Device device, const std::string& precision = "");
+// The choices the CLI (h3 generate) and the server (h3 serve) take by name; "" keeps the device's default.
+struct GenerateChoices {
+  std::string precision, vae_precision, text_precision;  // precision_from_name
+  std::string text_device;                               // "cpu" or "cuda"
+  std::string memory;                                    // memory_policy_from_name
+  std::string host_memory;                               // --host-memory: a byte size ("64G")
+};
+// default_generate_options with those choices applied. A text tower moved to the CPU without a precision runs in
+// the CPU's f32 (bf16 is the GPU's default).
+GenerateOptions generate_options_from(Device device, const GenerateChoices& c);
 // Throws naming the flag when a combination cannot run (fp8 or bf16 VAEs on the CPU, f64 VAEs on the GPU, ...).
 void check_generate_options(const GenerateOptions& o);
 

@@ -168,19 +168,13 @@ json GenerateRequest::to_json() const {
   return j;
 }
 
+// ConditionMedia <-> JSON, field for field under the same names; every field must be present.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ConditionMedia, role, path, width, height, frames, latent_frames, latent_h, latent_w,
+                                   audio_samples, audio_latents)
+
 json ResolvedRequest::to_json() const {
   json jm = json::array();
-  for (const ConditionMedia& m : media)
-    jm.push_back({{"role", m.role},
-                  {"path", m.path},
-                  {"width", m.width},
-                  {"height", m.height},
-                  {"frames", m.frames},
-                  {"latent_frames", m.latent_frames},
-                  {"latent_h", m.latent_h},
-                  {"latent_w", m.latent_w},
-                  {"audio_samples", m.audio_samples},
-                  {"audio_latents", m.audio_latents}});
+  for (const ConditionMedia& m : media) jm.push_back(m);
   json jl = json::array();
   for (const auto& l : loras) jl.push_back({{"path", l.path}, {"strength", l.strength}});
   return {{"prompt", prompt},
@@ -229,20 +223,7 @@ ResolvedRequest ResolvedRequest::from_json(const json& j) {
       for (const json& e : j["loras"])
         r.loras.push_back({e.at("path").get<std::string>(), e.at("strength").get<double>()});
     if (j.contains("media"))
-      for (const json& e : j["media"]) {
-        ConditionMedia m;
-        m.role = e.at("role").get<std::string>();
-        m.path = e.at("path").get<std::string>();
-        m.width = e.at("width").get<int64_t>();
-        m.height = e.at("height").get<int64_t>();
-        m.frames = e.at("frames").get<int64_t>();
-        m.latent_frames = e.at("latent_frames").get<int64_t>();
-        m.latent_h = e.at("latent_h").get<int64_t>();
-        m.latent_w = e.at("latent_w").get<int64_t>();
-        m.audio_samples = e.at("audio_samples").get<int64_t>();
-        m.audio_latents = e.at("audio_latents").get<int64_t>();
-        r.media.push_back(std::move(m));
-      }
+      for (const json& e : j["media"]) r.media.push_back(e.get<ConditionMedia>());
   } catch (const json::exception& e) {
     fail("resolved request JSON is incomplete or mistyped: {}", e.what());
   }

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -15,6 +14,7 @@
 #include "core/hash.h"
 #include "core/knobs.h"
 #include "core/log.h"
+#include "core/signals.h"
 #include "distributed/control.h"
 #include "distributed/partition.h"
 #include "media/mp4_writer.h"
@@ -46,8 +46,7 @@ FaultSpec FaultSpec::parse(const std::string& s) {
 void FaultSpec::at_step(int rank_now, int step_now) const {
   if (rank_now != rank || step_now != step) return;
   spdlog::warn("debug fault: rank {} {} at step {}", rank, kill ? "killing itself" : "stalling", step);
-  if (kill) std::raise(SIGKILL);
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  kill_or_stall(kill);
 }
 
 nlohmann::json limits_to_json(const ModelLimits& l) {

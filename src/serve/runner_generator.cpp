@@ -2,7 +2,6 @@
 #include <filesystem>
 
 #include "backend/backend.h"
-#include "core/byte_size.h"
 #include "pipeline/run_record.h"
 #include "serve/runner.h"
 
@@ -43,14 +42,8 @@ class GeneratorRunner : public JobRunner {
  private:
   GenerateOptions options(const RunnerOptions& o, Comm& comm) {
     const Device device = o.device == "cuda" ? Device::cuda : Device::cpu;
-    GenerateOptions g = default_generate_options(device, o.precision);
-    if (!o.vae_precision.empty()) g.vae_precision = precision_from_name(o.vae_precision);
-    if (!o.text_precision.empty()) g.text_precision = precision_from_name(o.text_precision);
-    if (!o.text_device.empty()) g.text_device = o.text_device == "cuda" ? Device::cuda : Device::cpu;
-    // The tower moved to the CPU without a precision runs in the CPU's f32 (bf16 is the GPU's default).
-    if (g.text_device == Device::cpu && o.text_precision.empty()) g.text_precision = Precision::f32;
-    g.memory = memory_policy_from_name(o.memory);
-    if (!o.host_memory.empty()) g.host_bytes = parse_byte_size_or_fail(o.host_memory, "--host-memory");
+    GenerateOptions g = generate_options_from(
+        device, {o.precision, o.vae_precision, o.text_precision, o.text_device, o.memory, o.host_memory});
     check_generate_options(g);
     g.dist.mode = dist_mode_from_name(o.mode);
     g.dist.tp = o.tp;

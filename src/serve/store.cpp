@@ -409,19 +409,20 @@ bool JobStore::mark_running(const std::string& id) {
              {unix_now(), id}) == 1;
 }
 
+bool JobStore::update_running(const std::string& id, const std::string& set, std::vector<Arg> args) {
+  std::lock_guard lock(mu_);
+  args.emplace_back(id);
+  return changes("UPDATE jobs SET " + set + " WHERE id = ? AND status = 'in_progress'", args) == 1;
+}
+
 bool JobStore::update_progress(const std::string& id, const std::string& phase, int step, int steps, double progress,
                                double eta_s) {
-  std::lock_guard lock(mu_);
-  return changes(
-             "UPDATE jobs SET phase = ?, step = ?, steps = ?, progress = ?, eta_s = ? WHERE id = ? AND "
-             "status = "
-             "'in_progress'",
-             {phase, int64_t{step}, int64_t{steps}, progress, eta_s, id}) == 1;
+  return update_running(id, "phase = ?, step = ?, steps = ?, progress = ?, eta_s = ?",
+                        {phase, int64_t{step}, int64_t{steps}, progress, eta_s});
 }
 
 bool JobStore::request_cancel(const std::string& id) {
-  std::lock_guard lock(mu_);
-  return changes("UPDATE jobs SET cancel_requested = 1 WHERE id = ? AND status = 'in_progress'", {id}) == 1;
+  return update_running(id, "cancel_requested = 1", {});
 }
 
 bool JobStore::cancel_queued(const std::string& id) {
@@ -435,23 +436,17 @@ bool JobStore::cancel_queued(const std::string& id) {
 
 bool JobStore::finish(const std::string& id, const std::string& status, const std::string& error_code,
                       const std::string& error, int64_t output_bytes, const nlohmann::json& result) {
-  std::lock_guard lock(mu_);
   const bool done = status == kCompleted;
-  return changes(
-             "UPDATE jobs SET status = ?, error_code = ?, error = ?, output_bytes = ?, result = ?, "
-             "finished_at = ?,"
-             " progress = CASE WHEN ? THEN 100 ELSE progress END, eta_s = CASE WHEN ? THEN 0 ELSE -1 END,"
-             " phase = CASE WHEN ? THEN 'done' ELSE phase END WHERE id = ? AND status = 'in_progress'",
-             {status, error_code, error, output_bytes, dump_json(result), unix_now(), int64_t{done}, int64_t{done},
-              int64_t{done}, id}) == 1;
+  return update_running(id,
+                        "status = ?, error_code = ?, error = ?, output_bytes = ?, result = ?, finished_at = ?,"
+                        " progress = CASE WHEN ? THEN 100 ELSE progress END, eta_s = CASE WHEN ? THEN 0 ELSE -1 END,"
+                        " phase = CASE WHEN ? THEN 'done' ELSE phase END",
+                        {status, error_code, error, output_bytes, dump_json(result), unix_now(), int64_t{done},
+                         int64_t{done}, int64_t{done}});
 }
 
 bool JobStore::requeue(const std::string& id) {
-  std::lock_guard lock(mu_);
-  return changes(
-             "UPDATE jobs SET status = 'queued', phase = '', progress = 0, eta_s = -1, step = 0, steps = 0 "
-             "WHERE id = ? AND status = 'in_progress'",
-             {id}) == 1;
+  return update_running(id, "status = 'queued', phase = '', progress = 0, eta_s = -1, step = 0, steps = 0", {});
 }
 
 std::shared_mutex& JobStore::files_mu(const std::string& id) {
@@ -474,16 +469,11 @@ bool JobStore::remove(const std::string& id) {
 }
 
 bool JobStore::suspend(const std::string& id) {
-  std::lock_guard lock(mu_);
-  return changes(
-             "UPDATE jobs SET status = 'queued', eta_s = -1, preemptions = preemptions + 1 WHERE id = ? AND status = "
-             "'in_progress'",
-             {id}) == 1;
+  return update_running(id, "status = 'queued', eta_s = -1, preemptions = preemptions + 1", {});
 }
 
 bool JobStore::update_videos(const std::string& id, const nlohmann::json& videos) {
-  std::lock_guard lock(mu_);
-  return changes("UPDATE jobs SET videos = ? WHERE id = ? AND status = 'in_progress'", {dump_json(videos), id}) == 1;
+  return update_running(id, "videos = ?", {dump_json(videos)});
 }
 
 std::vector<std::string> JobStore::recover(int max_attempts) {

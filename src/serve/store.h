@@ -134,6 +134,8 @@ class JobStore {
   using Arg = std::variant<int64_t, double, std::string>;
   std::vector<JobRecord> query(const std::string& sql, const std::vector<Arg>& args);
   int changes(const std::string& sql, const std::vector<Arg>& args);
+  // UPDATE jobs SET `set` (its ? bound to `args`) on job `id` while it is in progress; false when it is not.
+  bool update_running(const std::string& id, const std::string& set, std::vector<Arg> args);
   std::string dir_;
   sqlite3* db_ = nullptr;
   int lock_fd_ = -1;

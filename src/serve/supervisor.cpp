@@ -19,22 +19,19 @@ namespace h3::serve {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The integer fields `keys` of `from` (0 where absent) added to `to`.
+void copy_ints(nlohmann::json& to, const nlohmann::json& from, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) to[k] = from.value(k, 0);
+}
+
+}  // namespace
+
 const char* Supervisor::state_name(State s) {
-  switch (s) {
-    case State::starting:
-      return "starting";
-    case State::loading:
-      return "loading";
-    case State::ready:
-      return "ready";
-    case State::busy:
-      return "busy";
-    case State::restarting:
-      return "restarting";
-    case State::stopped:
-      return "stopped";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"starting", "loading", "ready", "busy", "restarting", "stopped"};  // State's
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 Supervisor::Supervisor(ServeOptions options) : o_(std::move(options)) {
@@ -317,12 +314,8 @@ void Supervisor::on_preview(const std::string& id, const nlohmann::json& m) {
                       {"object", "video.preview"},
                       {"url", "/v1/videos/" + id + "/content?variant=preview"},
                       {"video_index", m.value("index", 0)},
-                      {"step", m.value("step", 0)},
-                      {"steps", m.value("steps", 0)},
-                      {"frame", m.value("frame", 0)},
-                      {"width", m.value("width", 0)},
-                      {"height", m.value("height", 0)},
                       {"created_at", static_cast<int64_t>(unix_now())}};
+  copy_ints(e, m, {"step", "steps", "frame", "width", "height"});
   events_.publish("preview", id, std::move(e));
 }
 
@@ -403,13 +396,8 @@ void Supervisor::record_timing(const JobRecord& job, const nlohmann::json& resul
                       {"at", static_cast<int64_t>(unix_now())},
                       {"seconds_per_call", denoise / calls},
                       {"other_seconds", other},
-                      {"width", p.value("width", 0)},
-                      {"height", p.value("height", 0)},
-                      {"frames", p.value("frames", 0)},
-                      {"latent_frames", p.value("latent_frames", 0)},
-                      {"latent_h", p.value("latent_h", 0)},
-                      {"latent_w", p.value("latent_w", 0)},
                       {"model_calls", calls}};
+  copy_ints(m, p, {"width", "height", "frames", "latent_frames", "latent_h", "latent_w"});
   {
     std::lock_guard lock(mu_);
     measured_ = m;

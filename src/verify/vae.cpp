@@ -65,6 +65,17 @@ bool looks_like_vae_golden(const SafeTensors& f, std::initializer_list<const cha
   return false;
 }
 
+// The key of a decoder case's latents: `<c>.input.latents_normalized` when the case has it (the VAE denormalizes
+// it before decoding), else `<c><raw>` as stored; "" for a case with neither (an encoder case).
+std::string latents_key(const SafeTensors& f, const std::string& c, const char* raw) {
+  if (f.has(c + ".input.latents_normalized")) return c + ".input.latents_normalized";
+  return f.has(c + raw) ? c + raw : "";
+}
+
+bool is_normalized(const std::string& latents_key) {
+  return latents_key.ends_with(".input.latents_normalized");
+}
+
 }  // namespace
 
 bool looks_like_video_vae_golden(const SafeTensors& f) {
@@ -85,11 +96,10 @@ VerifyReport verify_video_vae_file(const SafeTensors& f, Precision precision, Co
   const VideoVae vae(f, "weight.", cfg, precision, device);
   VerifyReport rep;
   for (const auto& c : cases_of(f)) {
-    if (f.has(c + ".input.latents_normalized") || f.has(c + ".input.latents")) {
-      const bool normalized = f.has(c + ".input.latents_normalized");
-      const Tensor in = f.get(c + (normalized ? ".input.latents_normalized" : ".input.latents"));
+    if (const std::string key = latents_key(f, c, ".input.latents"); !key.empty()) {
+      const Tensor in = f.get(key);
       Tensor z = in.ndim() == 5 && in.dim(0) == 1 ? in.reshape({in.dim(1), in.dim(2), in.dim(3), in.dim(4)}) : in;
-      if (normalized) z = vae.denormalize(z);
+      if (is_normalized(key)) z = vae.denormalize(z);
       const Tensor dec = comm ? decode_video_sharded(vae, z, *comm) : vae.decode(z);
       if (auto k = output_key(f, c, "decoder"); !k.empty()) add_line(rep, c + " decoder", dec, f.get(k), tol);
       if (auto k = output_key(f, c, "pixels01"); !k.empty())
@@ -112,10 +122,9 @@ VerifyReport verify_audio_vae_file(const SafeTensors& f, Precision precision, Co
   const AudioVae vae(f, "weight.", cfg, precision, device);
   VerifyReport rep;
   for (const auto& c : cases_of(f)) {
-    if (f.has(c + ".input.latents_denormalized") || f.has(c + ".input.latents_normalized")) {
-      const bool normalized = f.has(c + ".input.latents_normalized");
-      Tensor z = f.get(c + (normalized ? ".input.latents_normalized" : ".input.latents_denormalized"));
-      if (normalized) z = vae.denormalize(z);
+    if (const std::string key = latents_key(f, c, ".input.latents_denormalized"); !key.empty()) {
+      Tensor z = f.get(key);
+      if (is_normalized(key)) z = vae.denormalize(z);
       if (auto k = output_key(f, c, "waveform"); !k.empty()) {
         const Tensor wave = comm ? decode_audio_sharded(vae, z, *comm) : vae.decode(z);
         add_line(rep, c + " waveform", wave, f.get(k), tol);

@@ -3,6 +3,7 @@
 // prompt rows and latent sizes (124 frames: 37 latent frames, 207 audio latents per channel).
 #pragma once
 #include <cstdint>
+#include <tuple>
 
 #include "pipeline/memory_plan.h"
 
@@ -23,12 +24,9 @@ inline MemoryPlanInputs released_inputs(const Geometry& g, Precision dit, Precis
   in.dit_precision = dit;
   in.text_precision = text;
   in.vae_precision = Precision::bf16;
-  in.seq_len = g.S;
-  in.text_tokens = g.L;
-  in.latent_frames = g.T;
-  in.latent_h = g.h;
-  in.latent_w = g.w;
-  in.audio_latents = g.A;
+  // The request, field for field: packed rows, prompt rows, latent frames and size, audio latents per channel.
+  std::tie(in.seq_len, in.text_tokens, in.latent_frames, in.latent_h, in.latent_w, in.audio_latents) =
+      std::tie(g.S, g.L, g.T, g.h, g.w, g.A);
   return in;
 }
 

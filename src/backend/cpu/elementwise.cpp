@@ -9,15 +9,22 @@
 
 namespace h3::cpu {
 
+namespace {
+
+// Row r's row of a per-sample table [samples, c] (the AdaLN shift, scale and gate): idx[r] is r's sample.
+template <typename T>
+const T* sample_row(const Tensor& table, const Tensor& idx, int64_t r, int64_t c) {
+  return table.data<T>() + idx.data<int32_t>()[r] * c;
+}
+
+}  // namespace
+
 Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const Tensor& idx, bool bf16) {
   const int64_t c = h.dim(1);
-  const int32_t* ip = idx.data<int32_t>();
   auto run = [&]<typename T>(T) {
-    const T* sh = shift.data<T>();
-    const T* sc = scale.data<T>();
     return map_rows<T>(h, c, [&](int64_t r, const T* in, T* o) {
-      const T* shr = sh + ip[r] * c;
-      const T* scr = sc + ip[r] * c;
+      const T* shr = sample_row<T>(shift, idx, r, c);
+      const T* scr = sample_row<T>(scale, idx, r, c);
       for (int64_t j = 0; j < c; ++j) {
         if (bf16)
           o[j] = rb(rb(in[j] * rb(T(1) + scr[j])) + shr[j]);
@@ -31,12 +38,10 @@ Tensor modulate(const Tensor& h, const Tensor& shift, const Tensor& scale, const
 
 Tensor gate_residual(const Tensor& x, const Tensor& gate, const Tensor& idx, const Tensor& y, bool bf16) {
   const int64_t c = x.dim(1);
-  const int32_t* ip = idx.data<int32_t>();
   auto run = [&]<typename T>(T) {
-    const T* g = gate.data<T>();
     const T* yp = y.data<T>();
     return map_rows<T>(x, c, [&](int64_t r, const T* in, T* o) {
-      const T* gr = g + ip[r] * c;
+      const T* gr = sample_row<T>(gate, idx, r, c);
       const T* yr = yp + r * c;
       for (int64_t j = 0; j < c; ++j) o[j] = bf16 ? rb(in[j] + rb(gr[j] * yr[j])) : in[j] + gr[j] * yr[j];
     });

@@ -1,12 +1,10 @@
 #include "model/dit/hooks.h"
 
-#include <chrono>
-#include <csignal>
 #include <cstdio>
-#include <thread>
 
 #include "core/knobs.h"
 #include "core/log.h"
+#include "core/signals.h"
 
 namespace h3 {
 
@@ -31,8 +29,7 @@ FaultInjection FaultInjection::from_knobs() {
 void FaultInjection::at_block(int rank_now, int block_now) const {
   if (rank_now != rank || block_now != block) return;
   spdlog::warn("H3_DEBUG_FAULT: rank {} {} at block {}", rank, kill ? "killing itself" : "stalling", block);
-  if (kill) std::raise(SIGKILL);
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  kill_or_stall(kill);
 }
 
 }  // namespace h3

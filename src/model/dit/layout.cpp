@@ -139,9 +139,11 @@ class LayoutWriter {
   PackedLayout& out_;
 };
 
-void check_target(const TargetGrid& t) {
+// The target's frame grid, once its sizes are checked.
+FrameGrid target_grid(const TargetGrid& t) {
   H3_CHECK(t.latent_frames >= 1, "target has {} latent frames; at least 1 is needed", t.latent_frames);
   H3_CHECK(t.audio_latents >= 1, "target has {} audio latents per channel; at least 1 is needed", t.audio_latents);
+  return frame_grid(t.latent_h, t.latent_w, "target video");
 }
 
 }  // namespace
@@ -164,8 +166,7 @@ std::vector<int64_t> text_tags_with_vision(int64_t num_text,
 
 PackedLayout build_fl2va_layout(const std::vector<int64_t>& text_tags, const TargetGrid& target,
                                 const std::vector<KeyframeAnchor>& keyframes) {
-  check_target(target);
-  const FrameGrid grid = frame_grid(target.latent_h, target.latent_w, "target video");
+  const FrameGrid grid = target_grid(target);
   const int64_t L = static_cast<int64_t>(text_tags.size());
   const auto K = static_cast<int64_t>(keyframes.size());
   PackedLayout out;
@@ -187,8 +188,7 @@ PackedLayout build_fl2va_layout(const std::vector<int64_t>& text_tags, const Tar
 
 PackedLayout build_ref2va_layout(const std::vector<int64_t>& text_tags, const TargetGrid& target,
                                  const std::vector<Reference>& references) {
-  check_target(target);
-  const FrameGrid grid = frame_grid(target.latent_h, target.latent_w, "target video");
+  const FrameGrid grid = target_grid(target);
   const int64_t L = static_cast<int64_t>(text_tags.size());
   PackedLayout out;
   out.target = target;

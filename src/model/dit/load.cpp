@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/log.h"
@@ -67,6 +69,11 @@ class WeightReader {
     const Kind kind = bf16_layer ? Kind::bf16_layer : Kind::f32_layer;
     Tensor t = direct(key, {}, {}, kind);
     return keep(t.defined() && t.numel() > 0 ? t : load(key, bf16_layer), false, kind);
+  }
+  // A replicated linear layer: `<layer>.weight`, then `<layer>.bias`.
+  std::pair<Tensor, Tensor> rep_linear(const std::string& layer, bool bf16_layer) {
+    Tensor w = rep(layer + ".weight", bf16_layer);
+    return {std::move(w), rep(layer + ".bias", bf16_layer)};
   }
   // A refiner block (whole, on every rank) or a transformer block (this rank's slices).
   // norms_only: a streamed block read from the checkpoint at each copy loads its norms (and FP8 attention scales)
@@ -322,16 +329,11 @@ void DitModel::load_weights(const DitCheckpoint& ck, const DitStreaming& streami
   check_lora_agreement(ck, plan_);
   start_streaming(streaming, ck);  // before anything loads: a refused mapped source costs no load
   WeightReader r(ck, config_, precision_, ct_, dev_, numerics_);
-  proj_in_w = r.rep("proj_in.weight", false);
-  proj_in_b = r.rep("proj_in.bias", false);
-  audio_in_w = r.rep("audio_proj_in.weight", false);
-  audio_in_b = r.rep("audio_proj_in.bias", false);
-  ctx_w = r.rep("context_embedder.weight", true);
-  ctx_b = r.rep("context_embedder.bias", true);
-  t1_w = r.rep("time_embedder.linear_1.weight", false);
-  t1_b = r.rep("time_embedder.linear_1.bias", false);
-  t2_w = r.rep("time_embedder.linear_2.weight", false);
-  t2_b = r.rep("time_embedder.linear_2.bias", false);
+  std::tie(proj_in_w, proj_in_b) = r.rep_linear("proj_in", false);
+  std::tie(audio_in_w, audio_in_b) = r.rep_linear("audio_proj_in", false);
+  std::tie(ctx_w, ctx_b) = r.rep_linear("context_embedder", true);
+  std::tie(t1_w, t1_b) = r.rep_linear("time_embedder.linear_1", false);
+  std::tie(t2_w, t2_b) = r.rep_linear("time_embedder.linear_2", false);
   const BlockSlices slices{heads_qkv_, heads_out_, ffn_, ada_rows_, fp8_layers_};
   for (int i = 0; i < config_.num_refiner_layers; ++i)
     refiner_.push_back(r.block("token_refiner.refiner_blocks." + std::to_string(i) + ".", false, slices));
@@ -350,12 +352,9 @@ void DitModel::load_weights(const DitCheckpoint& ck, const DitStreaming& streami
   }
   refiner_norm_ = r.rep("token_refiner.final_norm.weight", true);
   out_norm_ = r.rep("norm_out.norm.weight", true);
-  out_ada_w_ = r.rep("norm_out.linear.weight", true);
-  out_ada_b_ = r.rep("norm_out.linear.bias", true);
-  proj_out_w_ = r.rep("proj_out.weight", false);
-  proj_out_b_ = r.rep("proj_out.bias", false);
-  audio_out_w_ = r.rep("audio_proj_out.weight", false);
-  audio_out_b_ = r.rep("audio_proj_out.bias", false);
+  std::tie(out_ada_w_, out_ada_b_) = r.rep_linear("norm_out.linear", true);
+  std::tie(proj_out_w_, proj_out_b_) = r.rep_linear("proj_out", false);
+  std::tie(audio_out_w_, audio_out_b_) = r.rep_linear("audio_proj_out", false);
   replicated_bytes_ = r.rep_bytes;
   sharded_bytes_ = r.shard_bytes;
   load_report_ = r.loader.finish();

@@ -240,52 +240,72 @@ std::shared_ptr<SafeTensors> procedural_vae_file(const std::vector<std::pair<std
   return procedural_safetensors(params, {}, seed, label, vae_fixed_tensor);
 }
 
+namespace {
+
+using Parameters = std::vector<std::pair<std::string, Shape>>;
+
+// The decoder's parameters followed by the encoder's.
+Parameters joined(Parameters decoder, const Parameters& encoder) {
+  decoder.insert(decoder.end(), encoder.begin(), encoder.end());
+  return decoder;
+}
+
+// The procedural VAE config `name`: mini, or full (the released configuration: the config's defaults).
+template <typename Config>
+Config named_vae_config(const std::string& name, Config (*mini)(), const std::string& what) {
+  if (name == "mini") return mini();
+  H3_CHECK(name == "full", "procedural {} '{}': known are mini and full", what, name);
+  Config c;
+  c.validate("procedural:full " + what);
+  return c;
+}
+
+// The procedural VAE a spec names (parse_procedural_spec: mini or full, and the seed), with its encoder.
+template <typename Vae, typename Config>
+std::unique_ptr<Vae> procedural_vae(const std::string& spec, Precision precision, Device device, const char* what,
+                                    Config (*config)(const std::string&),
+                                    std::shared_ptr<ProceduralWeights> (*weights)(const Config&, uint64_t, bool,
+                                                                                  const std::string&)) {
+  const ProceduralSpec p = parse_procedural_spec(spec, what, {"mini", "full"});
+  const Config c = config(p.name);
+  const auto w = weights(c, p.seed, true, spec);
+  return std::make_unique<Vae>(*w, "", c, precision, device);
+}
+
+}  // namespace
+
 std::shared_ptr<ProceduralWeights> procedural_video_vae_weights(const VideoVaeConfig& c, uint64_t seed, bool encoder,
                                                                 const std::string& label) {
-  auto params = video_vae_decoder_parameters(c);
-  if (encoder)
-    for (auto& p : video_vae_encoder_parameters(c)) params.push_back(std::move(p));
-  return std::make_shared<ProceduralWeights>(std::move(params), seed, label, vae_fixed_tensor);
+  return std::make_shared<ProceduralWeights>(
+      joined(video_vae_decoder_parameters(c), encoder ? video_vae_encoder_parameters(c) : Parameters{}), seed, label,
+      vae_fixed_tensor);
 }
 
 std::shared_ptr<ProceduralWeights> procedural_audio_vae_weights(const AudioVaeConfig& c, uint64_t seed, bool encoder,
                                                                 const std::string& label) {
-  auto params = audio_vae_decoder_parameters(c);
-  if (encoder)
-    for (auto& p : audio_vae_encoder_parameters(c)) params.push_back(std::move(p));
-  return std::make_shared<ProceduralWeights>(std::move(params), seed, label, vae_fixed_tensor);
+  return std::make_shared<ProceduralWeights>(
+      joined(audio_vae_decoder_parameters(c), encoder ? audio_vae_encoder_parameters(c) : Parameters{}), seed, label,
+      vae_fixed_tensor);
 }
 
 VideoVaeConfig procedural_video_vae_config(const std::string& name) {
-  if (name == "mini") return procedural_video_vae_config();
-  H3_CHECK(name == "full", "procedural video VAE '{}': known are mini and full", name);
-  VideoVaeConfig c;  // the released configuration
-  c.validate("procedural:full video VAE");
-  return c;
+  return named_vae_config<VideoVaeConfig>(name, procedural_video_vae_config, "video VAE");
 }
 
 AudioVaeConfig procedural_audio_vae_config(const std::string& name) {
-  if (name == "mini") return procedural_audio_vae_config();
-  H3_CHECK(name == "full", "procedural audio VAE '{}': known are mini and full", name);
-  AudioVaeConfig c;  // the released configuration
-  c.validate("procedural:full audio VAE");
-  return c;
+  return named_vae_config<AudioVaeConfig>(name, procedural_audio_vae_config, "audio VAE");
 }
 
 std::unique_ptr<VideoVae> procedural_video_vae(const std::string& spec, Precision precision, Device device,
                                                const char* what) {
-  const ProceduralSpec p = parse_procedural_spec(spec, what, {"mini", "full"});
-  const VideoVaeConfig c = procedural_video_vae_config(p.name);
-  const auto w = procedural_video_vae_weights(c, p.seed, true, spec);
-  return std::make_unique<VideoVae>(*w, "", c, precision, device);
+  return procedural_vae<VideoVae, VideoVaeConfig>(spec, precision, device, what, procedural_video_vae_config,
+                                                  procedural_video_vae_weights);
 }
 
 std::unique_ptr<AudioVae> procedural_audio_vae(const std::string& spec, Precision precision, Device device,
                                                const char* what) {
-  const ProceduralSpec p = parse_procedural_spec(spec, what, {"mini", "full"});
-  const AudioVaeConfig c = procedural_audio_vae_config(p.name);
-  const auto w = procedural_audio_vae_weights(c, p.seed, true, spec);
-  return std::make_unique<AudioVae>(*w, "", c, precision, device);
+  return procedural_vae<AudioVae, AudioVaeConfig>(spec, precision, device, what, procedural_audio_vae_config,
+                                                  procedural_audio_vae_weights);
 }
 
 std::unique_ptr<VideoVae> procedural_video_vae_full(uint64_t seed, Precision precision, Device device) {
@@ -297,15 +317,15 @@ std::unique_ptr<AudioVae> procedural_audio_vae_full(uint64_t seed, Precision pre
 }
 
 std::shared_ptr<SafeTensors> procedural_video_vae_file(uint64_t seed) {
-  auto params = video_vae_decoder_parameters(procedural_video_vae_config());
-  for (auto& p : video_vae_encoder_parameters(procedural_video_vae_config())) params.push_back(std::move(p));
-  return procedural_vae_file(params, seed, "procedural-video-vae");
+  const VideoVaeConfig c = procedural_video_vae_config();
+  return procedural_vae_file(joined(video_vae_decoder_parameters(c), video_vae_encoder_parameters(c)), seed,
+                             "procedural-video-vae");
 }
 
 std::shared_ptr<SafeTensors> procedural_audio_vae_file(uint64_t seed) {
-  auto params = audio_vae_decoder_parameters(procedural_audio_vae_config());
-  for (auto& p : audio_vae_encoder_parameters(procedural_audio_vae_config())) params.push_back(std::move(p));
-  return procedural_vae_file(params, seed, "procedural-audio-vae");
+  const AudioVaeConfig c = procedural_audio_vae_config();
+  return procedural_vae_file(joined(audio_vae_decoder_parameters(c), audio_vae_encoder_parameters(c)), seed,
+                             "procedural-audio-vae");
 }
 
 }  // namespace h3

@@ -13,8 +13,22 @@ namespace h3 {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+// The caller's stats, when it asked for them: this rank's share, and the seconds from `start` to the gather, in
+// the gather, and from `stitch` (the gather's end) to now.
+void record_stats(ShardDecodeStats* stats, const ShardAssignment& as, int rank, Clock::time_point start,
+                  Clock::time_point gather, Clock::time_point stitch) {
+  if (!stats) return;
+  stats->units = static_cast<int64_t>(as.units[rank].size());
+  stats->cost = as.load[rank];
+  stats->decode_s = seconds_between(start, gather);
+  stats->gather_s = seconds_between(gather, stitch);
+  stats->stitch_s = seconds_between(stitch, Clock::now());
 }
 
 // Every rank contributes (what it believes are) the number of units and the total gathered elements; a rank
@@ -106,7 +120,7 @@ std::vector<int64_t> video_unit_costs(const VideoDecodePlan& plan) {
 }
 
 Tensor decode_video_sharded(const VideoVae& vae, const Tensor& z, Comm& comm, ShardDecodeStats* stats) {
-  const auto t_start = std::chrono::steady_clock::now();
+  const auto t_start = Clock::now();
   const VideoDecodePlan plan = vae.plan_decode(z.shape());
   const ShardAssignment as = assign_balanced(video_unit_costs(plan), comm.size());
   const VideoVaeConfig& cfg = vae.config();
@@ -136,25 +150,19 @@ Tensor decode_video_sharded(const VideoVae& vae, const Tensor& z, Comm& comm, Sh
       mine.push_back(std::move(d));
     }
   }
-  const auto t_gather = std::chrono::steady_clock::now();
+  const auto t_gather = Clock::now();
   const std::vector<std::byte> recv = gather_units(comm, as, numel, mine, dt, "video VAE sharded decode");
   mine.clear();
-  const auto t_stitch = std::chrono::steady_clock::now();
+  const auto t_stitch = Clock::now();
   // A GPU VAE stitches on its device (bitwise the host stitch, see VideoVae::stitch_on_device).
   const std::vector<Tensor> all_units = unpack_units(recv, as, shapes, dt);
   Tensor video = vae.device() == Device::cpu ? vae.stitch(plan, all_units) : vae.stitch_on_device(plan, all_units);
-  if (stats) {
-    stats->units = static_cast<int64_t>(my_units.size());
-    stats->cost = as.load[comm.rank()];
-    stats->decode_s = std::chrono::duration<double>(t_gather - t_start).count();
-    stats->gather_s = std::chrono::duration<double>(t_stitch - t_gather).count();
-    stats->stitch_s = seconds_since(t_stitch);
-  }
+  record_stats(stats, as, comm.rank(), t_start, t_gather, t_stitch);
   return video;
 }
 
 Tensor decode_audio_sharded(const AudioVae& vae, const Tensor& latents, Comm& comm, ShardDecodeStats* stats) {
-  const auto t_start = std::chrono::steady_clock::now();
+  const auto t_start = Clock::now();
   const AudioVaeConfig& cfg = vae.config();
   H3_CHECK(latents.ndim() == 3 && latents.dim(1) == cfg.latent_channels && latents.dim(2) > 0,
            "audio VAE sharded decode: latents must be [batch, {}, frames] (stereo = 2 batch items), got {}",
@@ -184,22 +192,16 @@ Tensor decode_audio_sharded(const AudioVae& vae, const Tensor& latents, Comm& co
       mine.push_back(std::move(item));
     }
   }
-  const auto t_gather = std::chrono::steady_clock::now();
+  const auto t_gather = Clock::now();
   const std::vector<std::byte> recv = gather_units(comm, as, numel, mine, dt, "audio VAE sharded decode");
   mine.clear();
-  const auto t_stitch = std::chrono::steady_clock::now();
+  const auto t_stitch = Clock::now();
   // Items come back in rank order; place item b at batch row b.
   Tensor wave(dt, {B, 1, A * cfg.hop()});
   const std::vector<Tensor> items = unpack_units(recv, as, shapes, dt);
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(static_cast<std::byte*>(wave.raw()) + b * items[b].nbytes(), items[b].raw(), items[b].nbytes());
-  if (stats) {
-    stats->units = static_cast<int64_t>(my_items.size());
-    stats->cost = as.load[comm.rank()];
-    stats->decode_s = std::chrono::duration<double>(t_gather - t_start).count();
-    stats->gather_s = std::chrono::duration<double>(t_stitch - t_gather).count();
-    stats->stitch_s = seconds_since(t_stitch);
-  }
+  record_stats(stats, as, comm.rank(), t_start, t_gather, t_stitch);
   return wave;
 }
 
