@@ -26,6 +26,36 @@ inline int blocks_for(int64_t n, int per_block = kThreads) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// The same loop over a [rows, cols] tensor: f(i, r, c) for element i = r * cols + c.
+template <typename F>
+__device__ __forceinline__ void for_each_row_col(int64_t rows, int64_t cols, F f) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    f(i, i / cols, i % cols);
+}
+
+// The same over the 16-byte chunks of a [rows, cols] bf16 tensor (cols % 8 == 0): f(e, r, c) for the chunk of
+// elements [e, e + 8), row r, columns [c, c + 8). The chunk's row takes one division in I: uint32_t whenever the
+// tensor has fewer than 2^31 elements (64-bit division is a long software sequence that costs more than the memory
+// traffic).
+template <typename I, typename F>
+__device__ __forceinline__ void for_each_row_chunk(int64_t rows, int64_t cols, F f) {
+  const I n8 = static_cast<I>(rows * cols / 8), per_row = static_cast<I>(cols / 8);
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += I(gridDim.x) * blockDim.x) {
+    const I r = i / per_row;
+    f(int64_t(i) * 8, r, (i - r * per_row) * 8);
+  }
+}
+
+// Launches a kernel of for_each_row_chunk over n bf16 elements, one thread a chunk of 8: its instantiation for a
+// uint32_t index, k32, below 2^31 elements, else k64. Each argument is passed as the kernel's parameter type (a
+// launcher's void* buffers as the kernel's bf16 pointers).
+template <typename... P, typename... A>
+cudaError_t launch_chunks(void (*k32)(P...), void (*k64)(P...), int64_t n, cudaStream_t s, A... args) {
+  (n < (int64_t(1) << 31) ? k32 : k64)<<<blocks_for(n / 8), kThreads, 0, s>>>(static_cast<P>(args)...);
+  return cudaGetLastError();
+}
+
 struct Bf8 {
   float v[8];
 };
