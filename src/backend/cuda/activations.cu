@@ -151,22 +151,14 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
 }  // namespace
 
 cudaError_t silu(const void* x, void* out, ElemType t, int64_t n, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    silu_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), n);
-  });
+  return launch_elements(t, n, s, silu_kernel<float>, silu_kernel<__nv_bfloat16>, x, out, n);
 }
 
 cudaError_t swiglu(const void* u, void* out, ElemType t, int64_t rows, int64_t f, bool bf, cudaStream_t s) {
   if (rows * f == 0) return cudaSuccess;
   if (t == ElemType::bf16 && f % 8 == 0 && aligned16({u, out}))
     return launch_chunks(swiglu_vec<uint32_t>, swiglu_vec<int64_t>, rows * f, s, u, out, rows, f, bf);
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    swiglu_kernel<T>
-        <<<blocks_for(rows * f), kThreads, 0, s>>>(static_cast<const T*>(u), static_cast<T*>(out), rows, f, bf);
-  });
+  return launch_elements(t, rows * f, s, swiglu_kernel<float>, swiglu_kernel<__nv_bfloat16>, u, out, rows, f, bf);
 }
 
 cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_t rows, int64_t f, bool bf16_steps,
@@ -234,23 +226,14 @@ __global__ void snake_beta_kernel(const T* x, const T* alpha, const T* beta, T* 
 }  // namespace
 
 cudaError_t gelu(const void* x, void* out, ElemType t, int64_t n, bool tanh_form, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    gelu_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), n, tanh_form);
-  });
+  return launch_elements(t, n, s, gelu_kernel<float>, gelu_kernel<__nv_bfloat16>, x, out, n, tanh_form);
 }
 
 cudaError_t snake_beta(const void* x, const void* alpha, const void* beta, void* y, ElemType t, int64_t B, int64_t C,
                        int64_t L, float gain, cudaStream_t s) {
   const int64_t n = B * C * L;
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    snake_beta_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(alpha),
-                                                            static_cast<const T*>(beta), static_cast<T*>(y), C, L, gain,
-                                                            n);
-  });
+  return launch_elements(t, n, s, snake_beta_kernel<float>, snake_beta_kernel<__nv_bfloat16>, x, alpha, beta, y, C, L,
+                         gain, n);
 }
 
 }  // namespace h3::cuda

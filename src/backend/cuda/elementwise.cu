@@ -84,12 +84,8 @@ cudaError_t modulate(const void* h, const void* shift, const void* scale, const 
   if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({h, shift, scale, out}))
     return launch_chunks(modulate_vec<uint32_t>, modulate_vec<int64_t>, rows * cols, s, h, shift, scale, idx, out, rows,
                          cols, bf);
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    modulate_kernel<T><<<blocks_for(rows * cols), kThreads, 0, s>>>(
-        static_cast<const T*>(h), static_cast<const T*>(shift), static_cast<const T*>(scale), idx, static_cast<T*>(out),
-        rows, cols, bf);
-  });
+  return launch_elements(t, rows * cols, s, modulate_kernel<float>, modulate_kernel<__nv_bfloat16>, h, shift, scale,
+                         idx, out, rows, cols, bf);
 }
 
 cudaError_t gate_residual(const void* x, const void* gate, const int32_t* idx, const void* y, void* out, ElemType t,
@@ -98,12 +94,8 @@ cudaError_t gate_residual(const void* x, const void* gate, const int32_t* idx, c
   if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({x, gate, y, out}))
     return launch_chunks(gate_residual_vec<uint32_t>, gate_residual_vec<int64_t>, rows * cols, s, x, gate, idx, y, out,
                          rows, cols, bf);
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    gate_residual_kernel<T>
-        <<<blocks_for(rows * cols), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(gate), idx,
-                                                      static_cast<const T*>(y), static_cast<T*>(out), rows, cols, bf);
-  });
+  return launch_elements(t, rows * cols, s, gate_residual_kernel<float>, gate_residual_kernel<__nv_bfloat16>, x, gate,
+                         idx, y, out, rows, cols, bf);
 }
 
 cudaError_t add(const void* x, const void* y, void* out, ElemType t, int64_t n, cudaStream_t s) {
@@ -114,11 +106,7 @@ cudaError_t add(const void* x, const void* y, void* out, ElemType t, int64_t n, 
                                                    static_cast<B*>(out), n);
     return cudaGetLastError();
   }
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    add_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(y),
-                                                     static_cast<T*>(out), n);
-  });
+  return launch_elements(t, n, s, add_kernel<float>, add_kernel<__nv_bfloat16>, x, y, out, n);
 }
 
 namespace {
@@ -159,12 +147,8 @@ cudaError_t add_scaled(const void* x, const void* y, const void* scale, void* ou
 
 cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float divisor, float lo, float hi,
                          cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    divide_clamp_kernel<T>
-        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), divisor, lo, hi, n);
-  });
+  return launch_elements(t, n, s, divide_clamp_kernel<float>, divide_clamp_kernel<__nv_bfloat16>, x, y, divisor, lo, hi,
+                         n);
 }
 
 }  // namespace h3::cuda

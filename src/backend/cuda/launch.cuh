@@ -1,12 +1,14 @@
 // Launch helpers and the 16-byte bf16 accesses shared by the element-wise kernel files (backend/cuda/*.cu):
-// the block size, grid sizing and the grid-stride loop, alignment checks, eight bf16 values as floats, and the rounding
-// of a value to the storage type T. Internal to src/backend/cuda.
+// the block size, grid sizing, the grid-stride loops (by element, by row and column, by 16-byte chunk) and the
+// launches of their kernels, alignment checks, eight bf16 values as floats, and the rounding of a value to the storage
+// type T. Internal to src/backend/cuda.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "backend/cuda/device.cuh"
 
@@ -54,6 +56,19 @@ template <typename... P, typename... A>
 cudaError_t launch_chunks(void (*k32)(P...), void (*k64)(P...), int64_t n, cudaStream_t s, A... args) {
   (n < (int64_t(1) << 31) ? k32 : k64)<<<blocks_for(n / 8), kThreads, 0, s>>>(static_cast<P>(args)...);
   return cudaGetLastError();
+}
+
+// Launches an element-wise kernel, its f32 instantiation or its bf16 one as by_type picks them for the activation type
+// t (others refused), with one thread an element of n; nothing when n == 0. Arguments as in launch_chunks.
+template <typename... PF, typename... PB, typename... A>
+cudaError_t launch_elements(ElemType t, int64_t n, cudaStream_t s, void (*f32)(PF...), void (*bf16)(PB...), A... args) {
+  if (n == 0) return cudaSuccess;
+  return by_type(t, [&](auto tag) {
+    if constexpr (std::is_same_v<decltype(tag), float>)
+      f32<<<blocks_for(n), kThreads, 0, s>>>(static_cast<PF>(args)...);
+    else
+      bf16<<<blocks_for(n), kThreads, 0, s>>>(static_cast<PB>(args)...);
+  });
 }
 
 struct Bf8 {
