@@ -28,21 +28,16 @@ __global__ void silu_kernel(const T* x, T* out, int64_t n) {
 
 template <typename T>
 __global__ void swiglu_kernel(const T* u, T* out, int64_t rows, int64_t f, bool bf) {
-  const int64_t n = rows * f;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / f, j = i % f;
+  for_each_row_col(rows, f, [&](int64_t i, int64_t r, int64_t j) {
     const float value = ld(u, r * 2 * f + j), g = ld(u, r * 2 * f + f + j);
     const float s = g / (1.0f + expf(-g));
     st(out, i, bf ? rb(value * rb(s)) : value * s);
-  }
+  });
 }
 
 template <typename I>
 __global__ void swiglu_vec(const __nv_bfloat16* u, __nv_bfloat16* out, int64_t rows, int64_t f, bool bf) {
-  const I n8 = static_cast<I>(rows * f / 8), per_row = static_cast<I>(f / 8);
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += I(gridDim.x) * blockDim.x) {
-    const I r = i / per_row, j = (i - r * per_row) * 8;
-    const int64_t e = int64_t(i) * 8;
+  for_each_row_chunk<I>(rows, f, [&](int64_t e, I r, I j) {
     Bf8 value = load8(u + int64_t(r) * 2 * f + j);
     const Bf8 g = load8(u + int64_t(r) * 2 * f + f + j);
     for (int k = 0; k < 8; ++k) {
@@ -50,7 +45,7 @@ __global__ void swiglu_vec(const __nv_bfloat16* u, __nv_bfloat16* out, int64_t r
       value.v[k] = bf ? rb(value.v[k] * rb(sg)) : value.v[k] * sg;
     }
     store8(out + e, value);
-  }
+  });
 }
 
 // One 16-byte chunk of SwiGLU with bf16 steps, h = rb(v rb(silu(g))), as bf16 pairs: silu in f32 (fast exp and
@@ -156,26 +151,14 @@ __global__ void swiglu_chunks_kernel(const __nv_bfloat16* __restrict__ u, __nv_b
 }  // namespace
 
 cudaError_t silu(const void* x, void* out, ElemType t, int64_t n, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    silu_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), n);
-  });
+  return launch_elements(t, n, s, silu_kernel<float>, silu_kernel<__nv_bfloat16>, x, out, n);
 }
 
 cudaError_t swiglu(const void* u, void* out, ElemType t, int64_t rows, int64_t f, bool bf, cudaStream_t s) {
   if (rows * f == 0) return cudaSuccess;
-  if (t == ElemType::bf16 && f % 8 == 0 && aligned16({u, out})) {
-    using B = __nv_bfloat16;
-    auto kernel = rows * f < (int64_t(1) << 31) ? swiglu_vec<uint32_t> : swiglu_vec<int64_t>;
-    kernel<<<blocks_for(rows * f / 8), kThreads, 0, s>>>(static_cast<const B*>(u), static_cast<B*>(out), rows, f, bf);
-    return cudaGetLastError();
-  }
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    swiglu_kernel<T>
-        <<<blocks_for(rows * f), kThreads, 0, s>>>(static_cast<const T*>(u), static_cast<T*>(out), rows, f, bf);
-  });
+  if (t == ElemType::bf16 && f % 8 == 0 && aligned16({u, out}))
+    return launch_chunks(swiglu_vec<uint32_t>, swiglu_vec<int64_t>, rows * f, s, u, out, rows, f, bf);
+  return launch_elements(t, rows * f, s, swiglu_kernel<float>, swiglu_kernel<__nv_bfloat16>, u, out, rows, f, bf);
 }
 
 cudaError_t swiglu_bf16(const void* u, void* out, void* q, float* scales, int64_t rows, int64_t f, bool bf16_steps,
@@ -243,23 +226,14 @@ __global__ void snake_beta_kernel(const T* x, const T* alpha, const T* beta, T* 
 }  // namespace
 
 cudaError_t gelu(const void* x, void* out, ElemType t, int64_t n, bool tanh_form, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    gelu_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), n, tanh_form);
-  });
+  return launch_elements(t, n, s, gelu_kernel<float>, gelu_kernel<__nv_bfloat16>, x, out, n, tanh_form);
 }
 
 cudaError_t snake_beta(const void* x, const void* alpha, const void* beta, void* y, ElemType t, int64_t B, int64_t C,
                        int64_t L, float gain, cudaStream_t s) {
   const int64_t n = B * C * L;
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    snake_beta_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(alpha),
-                                                            static_cast<const T*>(beta), static_cast<T*>(y), C, L, gain,
-                                                            n);
-  });
+  return launch_elements(t, n, s, snake_beta_kernel<float>, snake_beta_kernel<__nv_bfloat16>, x, alpha, beta, y, C, L,
+                         gain, n);
 }
 
 }  // namespace h3::cuda

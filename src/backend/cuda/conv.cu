@@ -99,58 +99,35 @@ cudaError_t conv1d_direct(const void* x, const void* w, const void* bias, void* 
                           int64_t L, int64_t O, int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t dilation,
                           int64_t groups, cudaStream_t s) {
   const int64_t n = B * O * Lo;
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    conv1d_direct_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
-                                                               static_cast<const T*>(bias), static_cast<T*>(y), C, L, O,
-                                                               K, Lo, stride, pad, dilation, groups, n);
-  });
+  return launch_elements(t, n, s, conv1d_direct_kernel<float>, conv1d_direct_kernel<__nv_bfloat16>, x, w, bias, y, C, L,
+                         O, K, Lo, stride, pad, dilation, groups, n);
 }
 
 cudaError_t conv1d_im2col(const void* x, void* cols, ElemType t, int64_t B, int64_t C, int64_t L, int64_t K, int64_t Lo,
                           int64_t stride, int64_t pad, int64_t dilation, cudaStream_t s) {
   const int64_t n = B * Lo * C * K;
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    im2col_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(cols), C, L, K, Lo,
-                                                        stride, pad, dilation, n);
-  });
+  return launch_elements(t, n, s, im2col_kernel<float>, im2col_kernel<__nv_bfloat16>, x, cols, C, L, K, Lo, stride, pad,
+                         dilation, n);
 }
 
 cudaError_t rows_to_channels(const void* rows, void* y, ElemType t, int64_t B, int64_t O, int64_t Lo, cudaStream_t s) {
   const int64_t n = B * O * Lo;
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    rows_to_channels_kernel<T>
-        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(rows), static_cast<T*>(y), O, Lo, n);
-  });
+  return launch_elements(t, n, s, rows_to_channels_kernel<float>, rows_to_channels_kernel<__nv_bfloat16>, rows, y, O,
+                         Lo, n);
 }
 
 cudaError_t conv_transpose1d(const void* x, const void* w, const void* bias, void* y, ElemType t, int64_t B, int64_t C,
                              int64_t L, int64_t O, int64_t K, int64_t Lo, int64_t stride, int64_t pad, int64_t groups,
                              cudaStream_t s) {
   const int64_t n = B * O * Lo;
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    conv_transpose1d_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
-                                                                  static_cast<const T*>(bias), static_cast<T*>(y), C, L,
-                                                                  O, K, Lo, stride, pad, groups, n);
-  });
+  return launch_elements(t, n, s, conv_transpose1d_kernel<float>, conv_transpose1d_kernel<__nv_bfloat16>, x, w, bias, y,
+                         C, L, O, K, Lo, stride, pad, groups, n);
 }
 
 cudaError_t pad1d(const void* x, void* y, ElemType t, int64_t rows, int64_t L, int64_t left, int64_t right, int mode,
                   cudaStream_t s) {
   const int64_t Lo = L + left + right, n = rows * Lo;
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    pad1d_kernel<T>
-        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), L, left, Lo, mode, n);
-  });
+  return launch_elements(t, n, s, pad1d_kernel<float>, pad1d_kernel<__nv_bfloat16>, x, y, L, left, Lo, mode, n);
 }
 
 }  // namespace h3::cuda

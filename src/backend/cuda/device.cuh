@@ -44,19 +44,36 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Sum of v over the block, every thread gets it; `scratch` holds 32 floats. Safe to call repeatedly.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  v = warp_sum(v);
+// Max over the 32 lanes of a warp (every lane gets it).
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The warp reduction WarpOp (warp_sum, warp_max) of v over the block: each warp's result, then the warp results
+// reduced by the first warp; every thread gets it. `scratch` holds 32 floats; safe to call repeatedly, also after
+// another reduction on the same scratch.
+template <float (*WarpOp)(float)>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
+  v = WarpOp(v);
   __syncthreads();  // scratch may still be read from the previous call
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
   if (threadIdx.x < 32) {
     float w = threadIdx.x < (blockDim.x + 31) / 32 ? scratch[threadIdx.x] : 0.f;
-    w = warp_sum(w);
+    w = WarpOp(w);
     if (threadIdx.x == 0) scratch[0] = w;
   }
   __syncthreads();
   return scratch[0];
+}
+
+// Sum of v over the block, and max of v >= 0 (|values|: the first warp's lanes past the block's warps hold 0).
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  return block_reduce<warp_sum>(v, scratch);
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  return block_reduce<warp_max>(v, scratch);
 }
 
 // The first element of this block's group when one block handles each (row, group) of rows of `cols` values cut
@@ -76,26 +93,6 @@ __device__ __forceinline__ float block_rms_inverse(const T* x, int64_t base, int
     ss += v * v;
   }
   return 1.0f / sqrtf(block_sum(ss, scratch) / static_cast<float>(n) + eps);
-}
-
-// Max of |values| style reductions: over the warp, and over the block (every thread gets it; `scratch` holds 32
-// floats; safe to call repeatedly, also after block_sum on the same scratch).
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float w = threadIdx.x < (blockDim.x + 31) / 32 ? scratch[threadIdx.x] : 0.f;
-    w = warp_max(w);
-    if (threadIdx.x == 0) scratch[0] = w;
-  }
-  __syncthreads();
-  return scratch[0];
 }
 
 // Folds the block's largest non-negative value into *amax (zeroed before the launch): one atomic per block.

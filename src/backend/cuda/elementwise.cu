@@ -20,23 +20,20 @@ namespace {
 template <typename T>
 __global__ void modulate_kernel(const T* h, const T* shift, const T* scale, const int32_t* idx, T* out, int64_t rows,
                                 int64_t cols, bool bf) {
-  const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols, t = int64_t(idx[r]) * cols + c;
+  for_each_row_col(rows, cols, [&](int64_t i, int64_t r, int64_t c) {
+    const int64_t t = int64_t(idx[r]) * cols + c;
     const float hv = ld(h, i), sc = ld(scale, t), sh = ld(shift, t);
     st(out, i, bf ? rb(rb(hv * rb(1.0f + sc)) + sh) : hv * (1.0f + sc) + sh);
-  }
+  });
 }
 
 template <typename T>
 __global__ void gate_residual_kernel(const T* x, const T* gate, const int32_t* idx, const T* y, T* out, int64_t rows,
                                      int64_t cols, bool bf) {
-  const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
+  for_each_row_col(rows, cols, [&](int64_t i, int64_t r, int64_t c) {
     const float g = ld(gate, int64_t(idx[r]) * cols + c), xv = ld(x, i), yv = ld(y, i);
     st(out, i, bf ? rb(xv + rb(g * yv)) : xv + g * yv);
-  }
+  });
 }
 
 template <typename T>
@@ -45,35 +42,29 @@ __global__ void add_kernel(const T* x, const T* y, T* out, int64_t n) {
     st(out, i, ld(x, i) + ld(y, i));
 }
 
-// The 16-byte element-wise kernels find a chunk's row with one division in I: uint32_t whenever the tensor has
-// fewer than 2^31 elements (64-bit division is a long software sequence that costs more than the memory traffic).
+// The 16-byte kernels: I is for_each_row_chunk's index type.
 template <typename I>
 __global__ void modulate_vec(const __nv_bfloat16* h, const __nv_bfloat16* shift, const __nv_bfloat16* scale,
                              const int32_t* idx, __nv_bfloat16* out, int64_t rows, int64_t cols, bool bf) {
-  const I n8 = static_cast<I>(rows * cols / 8), per_row = static_cast<I>(cols / 8);
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += I(gridDim.x) * blockDim.x) {
-    const I r = i / per_row, c = (i - r * per_row) * 8;
-    const int64_t e = int64_t(i) * 8, t = int64_t(idx[r]) * cols + c;
+  for_each_row_chunk<I>(rows, cols, [&](int64_t e, I r, I c) {
+    const int64_t t = int64_t(idx[r]) * cols + c;
     Bf8 a = load8(h + e);
     const Bf8 sc = load8(scale + t), sh = load8(shift + t);
     for (int j = 0; j < 8; ++j)
       a.v[j] = bf ? rb(rb(a.v[j] * rb(1.0f + sc.v[j])) + sh.v[j]) : a.v[j] * (1.0f + sc.v[j]) + sh.v[j];
     store8(out + e, a);
-  }
+  });
 }
 
 template <typename I>
 __global__ void gate_residual_vec(const __nv_bfloat16* x, const __nv_bfloat16* gate, const int32_t* idx,
                                   const __nv_bfloat16* y, __nv_bfloat16* out, int64_t rows, int64_t cols, bool bf) {
-  const I n8 = static_cast<I>(rows * cols / 8), per_row = static_cast<I>(cols / 8);
-  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n8; i += I(gridDim.x) * blockDim.x) {
-    const I r = i / per_row, c = (i - r * per_row) * 8;
-    const int64_t e = int64_t(i) * 8;
+  for_each_row_chunk<I>(rows, cols, [&](int64_t e, I r, I c) {
     Bf8 a = load8(x + e);
     const Bf8 g = load8(gate + int64_t(idx[r]) * cols + c), b = load8(y + e);
     for (int j = 0; j < 8; ++j) a.v[j] = bf ? rb(a.v[j] + rb(g.v[j] * b.v[j])) : a.v[j] + g.v[j] * b.v[j];
     store8(out + e, a);
-  }
+  });
 }
 
 __global__ void add_vec(const __nv_bfloat16* x, const __nv_bfloat16* y, __nv_bfloat16* out, int64_t n) {
@@ -90,39 +81,21 @@ __global__ void add_vec(const __nv_bfloat16* x, const __nv_bfloat16* y, __nv_bfl
 cudaError_t modulate(const void* h, const void* shift, const void* scale, const int32_t* idx, void* out, ElemType t,
                      int64_t rows, int64_t cols, bool bf, cudaStream_t s) {
   if (rows * cols == 0) return cudaSuccess;
-  if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({h, shift, scale, out})) {
-    using B = __nv_bfloat16;
-    auto kernel = rows * cols < (int64_t(1) << 31) ? modulate_vec<uint32_t> : modulate_vec<int64_t>;
-    kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(static_cast<const B*>(h), static_cast<const B*>(shift),
-                                                            static_cast<const B*>(scale), idx, static_cast<B*>(out),
-                                                            rows, cols, bf);
-    return cudaGetLastError();
-  }
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    modulate_kernel<T><<<blocks_for(rows * cols), kThreads, 0, s>>>(
-        static_cast<const T*>(h), static_cast<const T*>(shift), static_cast<const T*>(scale), idx, static_cast<T*>(out),
-        rows, cols, bf);
-  });
+  if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({h, shift, scale, out}))
+    return launch_chunks(modulate_vec<uint32_t>, modulate_vec<int64_t>, rows * cols, s, h, shift, scale, idx, out, rows,
+                         cols, bf);
+  return launch_elements(t, rows * cols, s, modulate_kernel<float>, modulate_kernel<__nv_bfloat16>, h, shift, scale,
+                         idx, out, rows, cols, bf);
 }
 
 cudaError_t gate_residual(const void* x, const void* gate, const int32_t* idx, const void* y, void* out, ElemType t,
                           int64_t rows, int64_t cols, bool bf, cudaStream_t s) {
   if (rows * cols == 0) return cudaSuccess;
-  if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({x, gate, y, out})) {
-    using B = __nv_bfloat16;
-    auto kernel = rows * cols < (int64_t(1) << 31) ? gate_residual_vec<uint32_t> : gate_residual_vec<int64_t>;
-    kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(static_cast<const B*>(x), static_cast<const B*>(gate), idx,
-                                                            static_cast<const B*>(y), static_cast<B*>(out), rows, cols,
-                                                            bf);
-    return cudaGetLastError();
-  }
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    gate_residual_kernel<T>
-        <<<blocks_for(rows * cols), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(gate), idx,
-                                                      static_cast<const T*>(y), static_cast<T*>(out), rows, cols, bf);
-  });
+  if (t == ElemType::bf16 && cols % 8 == 0 && aligned16({x, gate, y, out}))
+    return launch_chunks(gate_residual_vec<uint32_t>, gate_residual_vec<int64_t>, rows * cols, s, x, gate, idx, y, out,
+                         rows, cols, bf);
+  return launch_elements(t, rows * cols, s, gate_residual_kernel<float>, gate_residual_kernel<__nv_bfloat16>, x, gate,
+                         idx, y, out, rows, cols, bf);
 }
 
 cudaError_t add(const void* x, const void* y, void* out, ElemType t, int64_t n, cudaStream_t s) {
@@ -133,11 +106,7 @@ cudaError_t add(const void* x, const void* y, void* out, ElemType t, int64_t n, 
                                                    static_cast<B*>(out), n);
     return cudaGetLastError();
   }
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    add_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(y),
-                                                     static_cast<T*>(out), n);
-  });
+  return launch_elements(t, n, s, add_kernel<float>, add_kernel<__nv_bfloat16>, x, y, out, n);
 }
 
 namespace {
@@ -178,12 +147,8 @@ cudaError_t add_scaled(const void* x, const void* y, const void* scale, void* ou
 
 cudaError_t divide_clamp(const void* x, void* y, ElemType t, int64_t n, float divisor, float lo, float hi,
                          cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  return by_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    divide_clamp_kernel<T>
-        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), divisor, lo, hi, n);
-  });
+  return launch_elements(t, n, s, divide_clamp_kernel<float>, divide_clamp_kernel<__nv_bfloat16>, x, y, divisor, lo, hi,
+                         n);
 }
 
 }  // namespace h3::cuda

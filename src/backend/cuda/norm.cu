@@ -100,12 +100,7 @@ __global__ void __launch_bounds__(256)
   const int64_t t = int64_t(idx[r]) * cols;
   bool live[VPT];
   uint4 raw[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-    live[k] = c < chunks;
-    if (live[k]) raw[k] = load_raw(x + base + c * 8);
-  }
+  load_row<VPT>(x + base, chunks, raw, live);
   if (gate) {
     uint4 graw[VPT], yraw[VPT];
 #pragma unroll

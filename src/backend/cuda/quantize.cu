@@ -102,12 +102,7 @@ __global__ void __launch_bounds__(256)
   const int64_t r = blockIdx.x, base = r * cols, chunks = cols / 8;
   bool live[VPT];
   uint4 h[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
-    live[k] = c < chunks;
-    if (live[k]) h[k] = load_raw(x + base + c * 8);
-  }
+  load_row<VPT>(x + base, chunks, h, live);
   write_row<VPT>(out, r, cols, h, live, scratch);
 }
 

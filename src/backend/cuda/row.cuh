@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/device.cuh"
 #include "ops/fp8_bound.h"
@@ -87,6 +88,18 @@ struct RowOut {
   const float* fixed = nullptr;
 };
 
+// Loads the VPT chunks of a row of `chunks` 16-byte chunks at p that this thread holds (chunk k at column
+// (threadIdx.x + k * blockDim.x) * 8, as write_row takes them); live[k]: whether chunk k lies inside the row.
+template <int VPT>
+__device__ __forceinline__ void load_row(const __nv_bfloat16* p, int64_t chunks, uint4 (&h)[VPT], bool (&live)[VPT]) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int64_t c = threadIdx.x + int64_t(k) * blockDim.x;
+    live[k] = c < chunks;
+    if (live[k]) h[k] = load_raw(p + c * 8);
+  }
+}
+
 // Writes the VPT chunks of row `r` held by this thread (chunk k at column (threadIdx.x + k * blockDim.x) * 8), given
 // as bf16 bits: stored as they are, and/or quantized from their values.
 // `max_abs`: the row's largest |value| when the caller has it already (< 0: taken here, from h).
@@ -148,37 +161,14 @@ inline RowShape row_shape(int64_t chunks) {
   return s;
 }
 
+// Calls launch.operator()<V>() with V = vpt, the chunks per thread of a row (1 to 8, row_shape's): one instantiation
+// of the row kernel per count. Other counts are refused.
 template <typename Launch>
 cudaError_t by_vpt(int vpt, Launch launch) {
-  switch (vpt) {
-    case 1:
-      launch.template operator()<1>();
-      break;
-    case 2:
-      launch.template operator()<2>();
-      break;
-    case 3:
-      launch.template operator()<3>();
-      break;
-    case 4:
-      launch.template operator()<4>();
-      break;
-    case 5:
-      launch.template operator()<5>();
-      break;
-    case 6:
-      launch.template operator()<6>();
-      break;
-    case 7:
-      launch.template operator()<7>();
-      break;
-    case 8:
-      launch.template operator()<8>();
-      break;
-    default:
-      return cudaErrorNotSupported;
-  }
-  return cudaGetLastError();
+  auto launch_matching = [&]<int... V>(std::integer_sequence<int, V...>) {
+    return ((vpt == V + 1 && (launch.template operator()<V + 1>(), true)) || ...);
+  };
+  return launch_matching(std::make_integer_sequence<int, 8>{}) ? cudaGetLastError() : cudaErrorNotSupported;
 }
 
 inline RowOut row_out(void* bf, void* q, float* scale, const float* fixed = nullptr) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/budget.h"
@@ -238,22 +239,13 @@ void throw_cuda(cudaError_t e, const char* what, const char* file, int line) {
 }
 
 ElemType elem_type(DType t) {
-  switch (t) {
-    case DType::f32:
-      return ElemType::f32;
-    case DType::bf16:
-      return ElemType::bf16;
-    case DType::f64:
-      return ElemType::f64;
-    case DType::fp8_e4m3:
-      return ElemType::fp8_e4m3;
-    case DType::i32:
-      return ElemType::i32;
-    case DType::i64:
-      return ElemType::i64;
-    default:
-      fail("the CUDA backend has no {} tensors (f64, f32, bf16, fp8_e4m3, i32, i64 only)", dtype_name(t));
-  }
+  // The tensor types the kernels take, and their names there.
+  static constexpr std::pair<DType, ElemType> kTypes[] = {
+      {DType::f32, ElemType::f32},           {DType::bf16, ElemType::bf16}, {DType::f64, ElemType::f64},
+      {DType::fp8_e4m3, ElemType::fp8_e4m3}, {DType::i32, ElemType::i32},   {DType::i64, ElemType::i64}};
+  for (const auto& [dtype, elem] : kTypes)
+    if (dtype == t) return elem;
+  fail("the CUDA backend has no {} tensors (f64, f32, bf16, fp8_e4m3, i32, i64 only)", dtype_name(t));
 }
 
 Tensor on_gpu(const Tensor& t, DType dt) {
