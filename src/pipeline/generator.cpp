@@ -223,6 +223,7 @@ GenerateResult Generator::run(const ResolvedRequest& req_in, const std::string& 
 
   take_request(run, models, run.resume ? run.resume->res.request : req_in);
   models.plan_request(res.memory_plan);  // the phases load as this request's plan says
+  models.check_dit_streaming(res.request);
   const Encoded enc = run.resume ? run.resume->enc : encode_phase(run, models);
   const Denoised den = denoise_phase(run, models, enc);
   const Decoded media = decode_phase(run, models, den, out_path);

@@ -97,6 +97,20 @@ HostMemory ModelResidency::planned_host() const {
   return HostMemory{host_memory().total, placement_.host_bytes};
 }
 
+DitStreaming ModelResidency::dit_streaming() const {
+  return DitStreaming{.resident_blocks = resident_layers_for(placement_.dit, placement_.dit_layers),
+                      .ring_slots = ring_or_default(placement_.dit_layers),
+                      .source = placement_.dit_source,
+                      .host = planned_host()};
+}
+
+void ModelResidency::check_dit_streaming(const ResolvedRequest& r) const {
+  if (!roles_.denoiser || placement_.dit_source != ParkSource::mapped) return;
+  const Device dev = placement_.dit.device;
+  DitModel::check_streaming(DitCheckpoint::open(src_.dit_path), precision_for(r), plan_, dev,
+                            dev == Device::cuda ? gpu_numerics() : Numerics{}, dit_streaming(), !r.loras.empty());
+}
+
 void ModelResidency::load_dit(const std::vector<GenerateRequest::LoraRef>& want, Precision precision,
                               bool for_request) {
   dit_.reset();  // free the old weights before the new ones are built
@@ -109,11 +123,8 @@ void ModelResidency::load_dit(const std::vector<GenerateRequest::LoraRef>& want,
   // On the GPU the DiT computes with the numerics the GPU backend was started with (deterministic mode, FP8
   // attention: core/numerics.h).
   const Device dev = placement_.dit.device;
-  const int resident_blocks = resident_layers_for(placement_.dit, placement_.dit_layers);
-  const DitStreaming streaming{.resident_blocks = resident_blocks,
-                               .ring_slots = ring_or_default(placement_.dit_layers),
-                               .source = placement_.dit_source,
-                               .host = planned_host()};
+  const DitStreaming streaming = dit_streaming();
+  const int resident_blocks = streaming.resident_blocks;
   if (resident_blocks >= 0)
     spdlog::info("DiT: {} of {} blocks streamed from {}", placement_.dit_layers.layers - resident_blocks,
                  placement_.dit_layers.layers,

@@ -117,6 +117,10 @@ class ModelResidency {
   // The request's plan becomes the placement its phases load by: the layers resident and streamed in each phase
   // and the VAE batch (what is kept between requests stays the constructor's). Call before the request loads.
   void plan_request(const MemoryPlan& plan);
+  // After plan_request, before the request's first phase: the DiT that switch_dit will build for `r` takes the
+  // plan's streaming. A DiT streamed from a checkpoint whose bytes are not the device's is refused here, from the
+  // headers, instead of when it loads after the encode.
+  void check_dit_streaming(const ResolvedRequest& r) const;
 
   // What switch_dit did for a request.
   struct DitSwitch {
@@ -162,6 +166,7 @@ class ModelResidency {
   template <typename Fn>
   void timed_load(const char* model, int64_t file_bytes, Fn&& fn);
   HostMemory planned_host() const;
+  DitStreaming dit_streaming() const;  // the placement's streaming of the DiT's blocks
   // Collective over the denoise ranks (DitModel checks that every rank merged the same LoRAs). `for_request`: the
   // request's LoRAs are merged (the constructor's pristine DiT merges none).
   void load_dit(const std::vector<GenerateRequest::LoraRef>& want, Precision precision, bool for_request = true);

@@ -83,6 +83,12 @@ class DitModel {
   // streaming: how many transformer blocks stay on the device (DitStreaming; default: all).
   DitModel(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan = DistPlan::single(),
            Device device = Device::cpu, const Numerics& numerics = {}, const DitStreaming& streaming = {});
+  // The constructor's checks of these arguments from the checkpoint's headers alone, nothing loaded: throws what
+  // the constructor would throw for the device, the precision or the streaming (a mapped source whose stored bytes
+  // are not the device's; `loras`: LoRAs will be merged, which a mapped source refuses). The generator asks before
+  // its first phase, so that such a refusal does not wait for the DiT's load after the encode.
+  static void check_streaming(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan, Device device,
+                              const Numerics& numerics, const DitStreaming& streaming, bool loras);
   // Runs one forward. Every rank calls it with the same inputs; every rank gets the full outputs (and, when asked,
   // the full activations). keep_activations keeps every named intermediate (DitCapture::all()); `capture` the
   // ones it names (the same on every rank). Neither changes the outputs.
@@ -118,6 +124,9 @@ class DitModel {
  private:
   // Construction (model/dit/load.cpp): checks (device, precision), this rank's plan (its slices, the FP8 layers),
   // then the loads (LoRA agreement, every weight, streamed blocks parked).
+  struct HeadersOnly {};  // the checks only, no weights (check_streaming's model; every constructor starts with it)
+  DitModel(HeadersOnly, const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan, Device device,
+           const Numerics& numerics);
   void check_setup() const;
   DitShard plan_rank();
   void load_weights(const DitCheckpoint& ck, const DitStreaming& streaming, const DitShard& shard);
@@ -161,6 +170,10 @@ class DitModel {
   std::optional<MappedTensor> map_tensor(const DitCheckpoint& ck, const StreamedTensor& t, std::string& why,
                                          bool with_scale) const;
   void start_streaming(const DitStreaming& s, const DitCheckpoint& ck);
+  // Which blocks stay (resident_) and where the others wait (park_source_); false when nothing streams.
+  bool plan_streaming(const DitStreaming& s);
+  // The mapped source's check: every streamed tensor readable from the file as the device holds it, else refused.
+  void check_mapped_source(const DitStreaming& s, const DitCheckpoint& ck, bool loras) const;
   void park_block(size_t n);
   std::vector<StreamedTensor> park_block_mapped(size_t n, const DitCheckpoint& ck, const std::string& prefix);
   void finish_streaming();

@@ -284,6 +284,13 @@ DitShard DitShard::of(const DitConfig& c, DistMode mode, int K, int U, int t, in
 
 DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device,
                    const Numerics& numerics, const DitStreaming& streaming)
+    : DitModel(HeadersOnly{}, ck, precision, plan, device, numerics) {
+  load_weights(ck, streaming, plan_rank());
+}
+
+// The checks and this rank's plan, nothing loaded: the model check_streaming asks, and the start of every other.
+DitModel::DitModel(HeadersOnly, const DitCheckpoint& ck, Precision precision, const DistPlan& plan, Device device,
+                   const Numerics& numerics)
     : config_(ck.config()),
       precision_(precision),
       ct_(precision == Precision::f64 ? DType::f64 : DType::f32),
@@ -291,8 +298,6 @@ DitModel::DitModel(const DitCheckpoint& ck, Precision precision, const DistPlan&
       numerics_(numerics),
       plan_(plan) {
   check_setup();
-  const DitShard shard = plan_rank();
-  load_weights(ck, streaming, shard);
 }
 
 // The device and precision: bf16 or fp8 on the GPU, f64, f32 or bf16 on the CPU.

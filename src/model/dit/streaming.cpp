@@ -13,6 +13,10 @@
 
 namespace h3 {
 
+namespace {
+constexpr const char* kLorasAreMerged = "LoRAs are merged into its weights";
+}  // namespace
+
 // The tensors kDitStreamedTensors names for the block at `prefix`, as this rank holds them (dit.cpp's load_block
 // reads the same rows and columns): q/k/v rows of its heads, out columns of its heads, the FFN's value and gate rows
 // of its columns, fc2 columns, AdaLN rows. GPU: FP8 GEMM weights in an fp8 run (fp8_layers_), the rest bf16; CPU: the
@@ -49,7 +53,7 @@ std::vector<DitModel::StreamedTensor> DitModel::streamed_tensors(const std::stri
 std::optional<MappedTensor> DitModel::map_tensor(const DitCheckpoint& ck, const StreamedTensor& t, std::string& why,
                                                  bool with_scale) const {
   if (!ck.loras().empty()) {
-    why = "LoRAs are merged into its weights";
+    why = kLorasAreMerged;
     return std::nullopt;
   }
   if (ck.layout() == DitLayout::procedural) {
@@ -89,29 +93,25 @@ std::optional<MappedTensor> DitModel::map_tensor(const DitCheckpoint& ck, const 
   return m;
 }
 
-void DitModel::start_streaming(const DitStreaming& s, const DitCheckpoint& ck) {
+bool DitModel::plan_streaming(const DitStreaming& s) {
   const int n = config_.num_layers;
   H3_CHECK(s.resident_blocks >= -1,
            "DiT streaming: {} resident blocks asked for; give 0..{} (the others stream from host memory) or -1 "
            "(all resident)",
            s.resident_blocks, n);
-  if (s.resident_blocks < 0 || s.resident_blocks >= n) return;
+  if (s.resident_blocks < 0 || s.resident_blocks >= n) return false;
   H3_CHECK(s.ring_slots >= 1,
            "DiT streaming: a ring of {} slots; give at least 1 (2 or more overlap copies with compute)", s.ring_slots);
   resident_ = spread_resident(n, s.resident_blocks);
-  LayerStreamer::Options opt;
-  opt.slots = s.ring_slots;
-  // The summary is logged once, when the model (and every copy of it) is gone.
-  streamer_ = std::shared_ptr<LayerStreamer>(new LayerStreamer(dev_, "DiT", n, opt), [](LayerStreamer* p) {
-    spdlog::info("DiT weight streaming: {}", p->stats().summary());
-    delete p;
-  });
   park_source_ = s.source;
+  return true;
+}
+
+void DitModel::check_mapped_source(const DitStreaming& s, const DitCheckpoint& ck, bool loras) const {
   if (park_source_ != ParkSource::mapped) return;
-  // Every streamed tensor is checked against the file before anything loads: a refusal costs no load.
   int64_t park_bytes = 0;
-  std::string problem;
-  for (int b = 0; b < n; ++b) {
+  std::string problem = loras ? std::string(kLorasAreMerged) : std::string();
+  for (int b = 0; b < config_.num_layers; ++b) {
     if (!block_streamed(static_cast<size_t>(b))) continue;
     std::vector<Shape> shapes;
     std::vector<DType> dtypes;
@@ -124,6 +124,27 @@ void DitModel::start_streaming(const DitStreaming& s, const DitCheckpoint& ck) {
     park_bytes += static_cast<int64_t>(LayerStreamer::record_bytes(shapes, dtypes));
   }
   if (!problem.empty()) fail_unmappable("DiT", park_bytes, s.host, fmt::format("{} ({})", problem, ck.path()));
+}
+
+void DitModel::start_streaming(const DitStreaming& s, const DitCheckpoint& ck) {
+  if (!plan_streaming(s)) return;
+  // Every streamed tensor is checked against the file before anything loads: a refusal costs no load.
+  check_mapped_source(s, ck, false);
+  LayerStreamer::Options opt;
+  opt.slots = s.ring_slots;
+  // The summary is logged once, when the model (and every copy of it) is gone.
+  streamer_ =
+      std::shared_ptr<LayerStreamer>(new LayerStreamer(dev_, "DiT", config_.num_layers, opt), [](LayerStreamer* p) {
+        spdlog::info("DiT weight streaming: {}", p->stats().summary());
+        delete p;
+      });
+}
+
+void DitModel::check_streaming(const DitCheckpoint& ckpt, Precision precision, const DistPlan& plan, Device device,
+                               const Numerics& numerics, const DitStreaming& streaming, bool loras) {
+  DitModel m(HeadersOnly{}, ckpt, precision, plan, device, numerics);
+  m.plan_rank();
+  if (m.plan_streaming(streaming)) m.check_mapped_source(streaming, ckpt, loras);
 }
 
 // A streamed block read from the checkpoint at each copy: its tensors become spans of the file (nothing of them is

@@ -2,7 +2,8 @@
 // number of resident blocks and any ring size give bitwise the resident model's outputs (memcmp), over several
 // forwards (the ring's cyclic prefetch across forwards) and with every block's activations kept; the same with the
 // blocks read from the checkpoint file at each copy (the mapped source), in every layout and on tensor-parallel
-// ranks, and the mapped source refused, before anything loads, for a file whose bytes are not the model's.
+// ranks, and the mapped source refused, before anything loads, for a file whose bytes are not the model's (also
+// from the headers alone, as the generator checks it before its first phase).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -198,4 +199,30 @@ TEST(DitStreaming, TheMappedSourceIsRefusedForBytesTheModelDoesNotHold) {
   // Nothing streams: the source does not matter.
   const DitModel all(mini(), Precision::f32, DistPlan::single(), Device::cpu, {}, mapped(-1, 2));
   EXPECT_EQ(all.resident_blocks(), all.config().num_layers);
+}
+
+// The generator's check before its first phase (DitModel::check_streaming): the constructor's refusals word for word
+// from the headers, the request's LoRAs refused too, and a file whose bytes are the model's taken.
+TEST(DitStreaming, TheMappedSourceIsCheckedFromTheHeadersAlone) {
+  const h3::test::ScratchDir dir;
+  const DitCheckpoint bf16 = DitCheckpoint::open(mini_file(dir, DType::bf16, ExportLayout::diffusers));
+  const DitStreaming s{0, 2, ParkSource::mapped, HostMemory{64LL << 30, 4LL << 30}};
+  const std::string built =
+      h3::test::error_of([&] { DitModel m(bf16, Precision::f32, DistPlan::single(), Device::cpu, {}, s); });
+  const std::string checked = h3::test::error_of(
+      [&] { DitModel::check_streaming(bf16, Precision::f32, DistPlan::single(), Device::cpu, {}, s, false); });
+  EXPECT_FALSE(built.empty());
+  EXPECT_EQ(checked, built);
+  const DitCheckpoint f32 = DitCheckpoint::open(mini_file(dir, DType::f32, ExportLayout::diffusers));
+  EXPECT_NO_THROW(DitModel::check_streaming(f32, Precision::f32, DistPlan::single(), Device::cpu, {}, s, false));
+  const std::string loras = h3::test::error_of(
+      [&] { DitModel::check_streaming(f32, Precision::f32, DistPlan::single(), Device::cpu, {}, s, true); });
+  EXPECT_TRUE(has(loras, "LoRAs are merged into its weights")) << loras;
+  // The constructor's other checks come first, as they do when it builds.
+  const std::string fp8 = h3::test::error_of(
+      [&] { DitModel::check_streaming(f32, Precision::fp8, DistPlan::single(), Device::cpu, {}, s, false); });
+  EXPECT_TRUE(has(fp8, "fp8 runs on the GPU only")) << fp8;
+  // Nothing streams: nothing to check.
+  EXPECT_NO_THROW(
+      DitModel::check_streaming(bf16, Precision::f32, DistPlan::single(), Device::cpu, {}, mapped(-1, 2), true));
 }
