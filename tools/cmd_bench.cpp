@@ -1,6 +1,7 @@
-// h3 bench: the full DiT on the GPU at real packed lengths — per-forward time, GEMM and attention TFLOPS, peak
-// device memory — and a per-region breakdown from the same ops run in isolation at the same shapes (labelled as
-// such: the regions are timed one by one, not inside the forward). Prints a table and writes JSON with --json.
+// h3 bench: the full DiT on the GPU at real packed lengths — per-forward time and energy (the board's counter:
+// backend/energy.h), GEMM and attention TFLOPS, peak device memory — and a per-region breakdown from the same ops run
+// in isolation at the same shapes (labelled as such: the regions are timed one by one, not inside the forward).
+// Prints a table and writes JSON with --json.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/energy.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -29,11 +31,18 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// Median seconds of `reps` runs of f after one warm-up, with the GPU drained around each run.
+// `reps` runs of f after one warm-up, with the GPU drained around each run: their median seconds and, from
+// `energy`'s counter read after the warm-up's synchronize and after the last run's, their energy.
+struct Timing {
+  double median = 0;
+  EnergySpan energy;
+};
 template <typename F>
-double time_median(int reps, F f) {
+Timing time_runs(int reps, F f, const EnergyCounter& energy = {}) {
   f();
   gpu_synchronize();
+  const std::optional<uint64_t> start_mj = energy.read();
+  const auto start = clock_type::now();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     auto a = clock_type::now();
@@ -41,8 +50,14 @@ double time_median(int reps, F f) {
     gpu_synchronize();
     t.push_back(std::chrono::duration<double>(clock_type::now() - a).count());
   }
+  const double total = std::chrono::duration<double>(clock_type::now() - start).count();
+  const std::optional<uint64_t> end_mj = energy.read();
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return {t[t.size() / 2], energy_span(start_mj, end_mj, reps, total)};
+}
+template <typename F>
+double time_median(int reps, F f) {
+  return time_runs(reps, f).median;
 }
 
 struct Resolution {
@@ -230,9 +245,14 @@ void print_regions(const nlohmann::json& reg, int blocks, double s) {
   std::printf("\n");
 }
 
+// An energy figure for the JSON: null when absent.
+nlohmann::json or_null(std::optional<double> v) {
+  return v ? nlohmann::json(*v) : nlohmann::json();
+}
+
 // One resolution on one loaded model: the table row (and the profile and region lines), and its JSON.
 nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitConfig& c, const std::string& rname,
-                                const std::string& pname, double load_s) {
+                                const std::string& pname, double load_s, const EnergyCounter& energy) {
   const Precision p = precision_from_name(pname);
   DitInputs in = make_synthetic_inputs(c, known_resolutions().at(rname).req);
   const int64_t S = in.seq_len();
@@ -240,7 +260,10 @@ nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitCo
   // last resolution would otherwise be given back inside this one's forwards.
   gpu_release_cached();
   gpu_reset_peak();
-  const double s = time_median(o.reps, [&] { model.forward(in); });
+  auto forward = [&] { model.forward(in); };
+  const Timing timed = time_runs(o.reps, forward, energy);
+  const double s = timed.median;
+  const EnergySpan& e = timed.energy;
   const double peak = gpu_peak_bytes() / 1073741824.0;
   const GpuAllocatorCounts alloc = gpu_allocator_counts();  // the warm-up forward and the timed ones
   if (alloc.cap_frees > 0)
@@ -268,9 +291,11 @@ nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitCo
     attn_s = reg["attention"]["seconds"].get<double>() * c.num_layers;
     for (const char* g : {"qkv", "out", "fc1", "fc2"}) gemm_s += reg[g]["seconds"].get<double>() * c.num_layers;
   }
-  std::printf("%-5s %-5s %7lld %10.3f %9.0f %9.0f %9.0f %10.1f\n", rname.c_str(), pname.c_str(),
+  auto cell = [](std::optional<double> v) { return v ? fmt::format("{:.1f}", *v) : std::string("-"); };
+  std::printf("%-5s %-5s %7lld %10.3f %9.0f %9.0f %9.0f %10.1f %9s %7s\n", rname.c_str(), pname.c_str(),
               static_cast<long long>(S), s, (gemm_flops + attn_flops) / s / 1e12,
-              gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0, attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0, peak);
+              gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0, attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0, peak,
+              cell(e.joules_per_forward).c_str(), cell(e.mean_watts).c_str());
   if (o.profile) print_profile(prof, s);
   if (!o.no_isolated) print_regions(reg, c.num_layers, s);
   return {{"gpu", gpu_description()},
@@ -279,6 +304,13 @@ nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitCo
           {"S", S},
           {"blocks", c.num_layers},
           {"seconds_per_forward", s},
+          {"joules_per_forward", or_null(e.joules_per_forward)},
+          {"mean_watts", or_null(e.mean_watts)},
+          {"energy",
+           {{"joules", or_null(e.joules)},
+            {"forwards", o.reps},
+            {"counter", energy.absent.empty() ? energy.source : "absent: " + energy.absent},
+            {"power_limit_watts", or_null(energy.power_limit_watts)}}},
           {"tflops", (gemm_flops + attn_flops) / s / 1e12},
           {"gemm_tflops_isolated", gemm_s > 0 ? gemm_flops / gemm_s / 1e12 : 0.0},
           {"attention_tflops_isolated", attn_s > 0 ? attn_flops / attn_s / 1e12 : 0.0},
@@ -368,8 +400,16 @@ int run_bench(const BenchOpts& o, const GlobalContext& ctx) {
   const DitConfig& c = ck.config();
   nlohmann::json all = nlohmann::json::array();
   std::printf("h3 bench: %s, %d blocks, %s\n", o.model.c_str(), c.num_layers, gpu_description().c_str());
-  std::printf("%-5s %-5s %7s %10s %9s %9s %9s %10s\n", "res", "dtype", "S", "s/forward", "TFLOPS", "GEMM TF", "attn TF",
-              "peak GiB");
+  // Energy over each resolution's timed forwards, from the board's counter (backend/energy.h); absent, said once here.
+  const EnergyCounter energy = nvml_energy_counter(gpu_bus_id());
+  if (!energy.absent.empty())
+    spdlog::warn("energy per forward not measured: {}", energy.absent);
+  else if (energy.power_limit_watts)
+    std::printf("energy: %s (power limit %.0f W)\n", energy.source.c_str(), *energy.power_limit_watts);
+  else
+    std::printf("energy: %s\n", energy.source.c_str());
+  std::printf("%-5s %-5s %7s %10s %9s %9s %9s %10s %9s %7s\n", "res", "dtype", "S", "s/forward", "TFLOPS", "GEMM TF",
+              "attn TF", "peak GiB", "J/forward", "mean W");
   for (const auto& pname : o.precisions) {
     const Precision p = precision_from_name(pname);
     gpu_reset_peak();
@@ -382,7 +422,7 @@ int run_bench(const BenchOpts& o, const GlobalContext& ctx) {
     spdlog::info("{} model loaded in {:.1f} s ({:.1f} GiB of weights; {} of {} blocks resident on the GPU)", pname,
                  load_s, (model->replicated_bytes() + model->sharded_bytes()) / 1073741824.0, resident, c.num_layers);
     for (const auto& rname : o.res) {
-      nlohmann::json row = bench_resolution(o, *model, c, rname, pname, load_s);
+      nlohmann::json row = bench_resolution(o, *model, c, rname, pname, load_s, energy);
       row["resident_blocks"] = resident;
       row["budget_gib"] = (gpu_budget_bytes() + kRuntimeReserve) / 1073741824.0;
       all.push_back(std::move(row));
@@ -396,7 +436,8 @@ int run_bench(const BenchOpts& o, const GlobalContext& ctx) {
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "the full DiT on the GPU: time per forward, TFLOPS, memory, regions");
+  auto* cmd =
+      app.add_subcommand("bench", "the full DiT on the GPU: time and energy per forward, TFLOPS, memory, regions");
   auto o = std::make_shared<BenchOpts>();
   add(cmd, opt::res, o->res);
   add(cmd, opt::precision, o->precisions);
