@@ -10,9 +10,11 @@
 # algorithms, so the same arithmetic gives the same bits (tuning times candidates once; near-equal ones can flip).
 # Steps (each bounded by its own limit; seconds expected on the H200):
 #   build             unpack the carried .debs (H3_DEBS, default .debs), build h3 and h3_tests for sm_90a  ~90-150
-#   checks            the streamer's and the budget's GPU tests; a budgeted 8-block bench (smoke)          ~40
+#   checks            gtests, then bench-smoke                                                           ~40
+#   gtests            the streamer's, the budget's and the mapped source's GPU tests                     ~30
 #                     (carry .golden holding ../shared/golden/qwen3vl-text-mini.safetensors, or the text tower's
 #                     streaming tests report themselves skipped: ../shared does not travel)
+#   bench-smoke       a budgeted 8-block bench (10 GiB card): the allocator's smoke and the first joules  ~30
 #   gen480-fp8        480p FP8: resident, then 24 GiB and 12 GiB                                          ~180
 #   gen768-fp8        768p FP8: resident, then 24 GiB                                                      ~390
 #   gen768-fp8-16     768p FP8 at 16 GiB (needs gen768-fp8's GEMM file from the same machine)              ~200
@@ -27,7 +29,7 @@
 #                     offloading, resident and streamed, 480p/768p bf16                                    ~180
 #   mapped            issue 37 item 4, host memory short: h3 convert procedural:full to an FP8 DiT file on the
 #                     local disk (kept in H3_MATRIX_DIR for later calls), then 768p FP8 from it, MAPPED_STEPS
-#                     (default 10) steps, prompt embeddings precomputed (procedural:full's text tower is generated,
+#                     (default 10) steps (MAPPED_PINNED=0 skips the page-locked run), prompt embeddings precomputed (procedural:full's text tower is generated,
 #                     it has no file to stream from, so both runs skip it): resident; under a 24 GiB hold with the
 #                     streamed blocks in page-locked copies (host memory as found); and the same with
 #                     --host-memory 16G, where 30 GiB of copies + 8 GiB do not fit and the blocks are read from the
@@ -36,7 +38,8 @@
 # The records live in H3_MATRIX_DIR (default /tmp/h3-matrix), which outlasts a device call while the machine stays
 # warm (a later call's capped runs find the resident records and GEMM choices of an earlier one); each call ends by
 # copying the table, summary.json and this call's logs to $OUT (the device tool brings back at most 8 files).
-# STOP_ON_FAIL=1 skips the steps after one that failed (a broken build or check spends no more device time).
+# STOP_ON_FAIL=1 skips the steps after one that failed (a broken build or check spends no more device time);
+# STOP_ON_FAIL=NAME only those after the step NAME failed (build: the runs go on past a failed test).
 # Usage, from the checkout's root there: scripts/device/budget_matrix.sh STEP...
 set -uo pipefail
 back=${OUT:-/tmp/h3-out}
@@ -96,20 +99,26 @@ gen() {  # gen NAME LIMIT_S W H PRECISION GIB|resident [more flags]: one whole j
   rm -f "$out/$name.mp4"
   return $rc
 }
+run_bench_smoke() {  # 8 blocks under a 10 GiB card: the budget's smoke, and h3 bench's joules read from the board
+  hold bench-smoke 10 && TAIL=12 step bench-smoke 120 "$h3" --device cuda bench --blocks 8 --res 480p \
+    --precision fp8 bf16 --reps 2 --no-isolated --json "$out/bench-smoke.json"
+  release bench-smoke
+}
 failed=
 for s in "$@"; do
-  if [ -n "${STOP_ON_FAIL:-}" ] && [ -n "$failed" ]; then
+  if [ -n "${STOP_ON_FAIL:-}" ] && [ -n "$failed" ] &&
+    { [ "$STOP_ON_FAIL" = 1 ] || [[ " $failed " == *" $STOP_ON_FAIL "* ]]; }; then
     echo "== skipping $s: STOP_ON_FAIL and$failed failed" | tee -a "$out/summary.txt"
     continue
   fi
   case $s in
     build)
       TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_TARGETS="${H3_TARGETS:-h3 h3_tests}" scripts/device/build.sh "$bdir" ;;
-    checks)
-      TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" --gtest_filter='*Stream*:*Budget*:CudaLoader.*:Residency*'
-      hold bench-smoke 10 && TAIL=12 step bench-smoke 120 "$h3" --device cuda bench --blocks 8 --res 480p \
-        --precision fp8 bf16 --reps 2 --no-isolated --json "$out/bench-smoke.json"
-      release bench-smoke ;;
+    checks | gtests)
+      TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" \
+        --gtest_filter='*Stream*:*Budget*:CudaLoader.*:Residency*:CudaText.LayersReadFromTheFile*'
+      [ "$s" = checks ] && run_bench_smoke ;;
+    bench-smoke) run_bench_smoke ;;
     gen480-fp8)
       gen gen480-fp8 150 832 480 fp8 resident
       gen gen480-fp8-24 150 832 480 fp8 24
@@ -120,9 +129,9 @@ for s in "$@"; do
     gen768-fp8-16)
       gen gen768-fp8-16 290 1344 768 fp8 16 ;;
     gen768-bf16)  # the resident run alone: with the capped one it passes a device call's 600 s
-      gen gen768-bf16 330 1344 768 bf16 resident ;;
+      gen gen768-bf16 420 1344 768 bf16 resident ;;
     gen768-bf16-24)  # needs gen768-bf16's record and GEMM file from the same (warm) machine
-      gen gen768-bf16-24 380 1344 768 bf16 24 ;;
+      gen gen768-bf16-24 480 1344 768 bf16 24 ;;
     tensor2)
       FRAMES=124 STEPS=2 gen tensor2-ref 120 1344 768 fp8 resident --latents
       hold tensor2 32 && TAIL=18 step tensor2 300 "$h3" --device cuda --ranks 2 generate --max-device-memory 16G \
@@ -146,6 +155,14 @@ for s in "$@"; do
     mapped)
       ck=$out/ckpt
       mkdir -p "$ck"
+      # The FP8 file is 47 GB: on the local disk when it has room, else nothing is converted (a full disk would
+      # spend the convert's time and fail).
+      avail=$(df --output=avail -B1G "$ck" | tail -n 1 | tr -d ' ')
+      if [ ! -s "$ck/dit-fp8.safetensors" ] && [ "${avail:-0}" -lt 52 ]; then
+        echo "== mapped: $avail GB free under $ck, the FP8 file needs 47: skipped" | tee -a "$out/summary.txt"
+        failed="$failed mapped-disk"
+        continue
+      fi
       [ -s "$ck/dit-fp8.safetensors" ] || TAIL=4 step mapped-convert 260 "$h3" --device cuda --log-level info \
         convert procedural:full --quant fp8 --dtype bf16 -o "$ck/dit-fp8.safetensors"
       # 80 rows of the full DiT's text width, seeded: the same conditioning for the three runs.
@@ -154,7 +171,7 @@ save_file({"prompt_embeds": (0.5 * np.random.default_rng(1).standard_normal((80,
         "$ck/embeds.safetensors"
       from_file=(--dit "$ck/dit-fp8.safetensors" --embeddings "$ck/embeds.safetensors")
       STEPS=${MAPPED_STEPS:-10} gen mapped-ref 200 1344 768 fp8 resident "${from_file[@]}"
-      STEPS=${MAPPED_STEPS:-10} gen mapped-pinned 240 1344 768 fp8 24 "${from_file[@]}"
+      [ "${MAPPED_PINNED:-1}" = 0 ] || STEPS=${MAPPED_STEPS:-10} gen mapped-pinned 240 1344 768 fp8 24 "${from_file[@]}"
       STEPS=${MAPPED_STEPS:-10} gen mapped-24 320 1344 768 fp8 24 "${from_file[@]}" --host-memory 16G ;;
     anchor)
       rm -rf /tmp/diffusers && mkdir -p /tmp/diffusers && tar -C /tmp/diffusers -xJf .anchors/diffusers-src.tar.xz
