@@ -268,9 +268,9 @@ nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitCo
   const GpuAllocatorCounts alloc = gpu_allocator_counts();  // the warm-up forward and the timed ones
   if (alloc.cap_frees > 0)
     spdlog::warn(
-        "{} {}: {} cached blocks ({:.2f} GiB) given back at the budget's cap in {} forwards (each waits for "
-        "the whole device); {} reused at the cap",
-        rname, pname, alloc.cap_frees, alloc.cap_free_bytes / 1073741824.0, o.reps + 1, alloc.cap_reuses);
+        "{} {}: {} free segments ({:.2f} GiB) given back at the budget's cap in {} forwards (each waits for "
+        "the whole device); {} blocks split",
+        rname, pname, alloc.cap_frees, alloc.cap_free_bytes / 1073741824.0, o.reps + 1, alloc.splits);
   const double gemm_flops = 2.0 * S * c.num_layers *
                             (3.0 * c.inner_dim() * c.hidden_size + c.hidden_size * c.inner_dim() +
                              2.0 * c.ffn_dim * c.hidden_size + c.hidden_size * c.ffn_dim);
@@ -320,7 +320,7 @@ nlohmann::json bench_resolution(const BenchOpts& o, DitModel& model, const DitCo
             {"mallocs", alloc.mallocs},
             {"cap_frees", alloc.cap_frees},
             {"cap_free_bytes", alloc.cap_free_bytes},
-            {"cap_reuses", alloc.cap_reuses}}},
+            {"splits", alloc.splits}}},
           {"load_seconds", load_s},
           {"load_file_gb", model.load_report().file_bytes / 1e9},
           {"load_gb_per_s", model.load_report().gb_per_s()},

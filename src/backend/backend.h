@@ -55,11 +55,11 @@ int64_t gpu_free_at_start_bytes();
 // Hands the caching allocator's free blocks back to the device (between a pipeline's phases, so that the next
 // phase's model finds the memory the last one freed); waits for queued work first. A no-op without a GPU.
 void gpu_release_cached();
-// What the caching allocator did since the last gpu_release_cached: cudaMalloc calls, cached blocks given back to
-// stay under the budget's cap (each such cudaFree waits for the whole device, so a forward that does it loses its
-// copy/compute overlap) and larger cached blocks reused at the cap instead. Zeros without a GPU.
+// What the caching allocator (backend/block_pool.h) did since the last gpu_release_cached: segments allocated
+// (cudaMalloc), free segments given back to stay under the budget's cap (each such cudaFree waits for the whole
+// device, so a forward that does it loses its copy/compute overlap) and blocks split. Zeros without a GPU.
 struct GpuAllocatorCounts {
-  int64_t mallocs = 0, malloc_bytes = 0, cap_frees = 0, cap_free_bytes = 0, cap_reuses = 0;
+  int64_t mallocs = 0, malloc_bytes = 0, cap_frees = 0, cap_free_bytes = 0, splits = 0;
 };
 GpuAllocatorCounts gpu_allocator_counts();
 // Frees the page-locked host blocks kept for reuse between the models of a request (backend/pinned_pool.h), logging

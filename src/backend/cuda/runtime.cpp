@@ -4,11 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
-#include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/block_pool.h"
 #include "backend/budget.h"
 #include "backend/cuda/common.h"
 #include "backend/cuda/convert.h"
@@ -39,16 +40,10 @@ struct State {
   // the compute stream alone orders the caching allocator's reuse.
   cudaStream_t transfer = nullptr;
   cudaDeviceProp prop{};
-  // Caching allocator: freed blocks wait in `cache` by rounded size; the stream orders all reuse. in_use + cached
-  // never exceeds budget.cap.
+  // The caching allocator (backend/block_pool.h): segments from cudaMalloc, split and merged, never more than
+  // budget.cap together; the compute stream orders all reuse. `mu` guards the budget.
   std::mutex mu;
-  std::multimap<size_t, void*> cache;
-  size_t in_use = 0, cached = 0, peak = 0;
-  // Blocks handed out larger than their request (a cached block reused at the cap): their real size.
-  std::map<void*, size_t> oversized;
-  // Since the last gpu_release_cached: cudaMallocs, and cached blocks given back to stay under the cap (each such
-  // cudaFree waits for the whole device, so a phase that does it every forward loses its copy/compute overlap).
-  int64_t mallocs = 0, malloc_bytes = 0, cap_frees = 0, cap_free_bytes = 0, cap_reuses = 0;
+  std::unique_ptr<BlockPool> pool;
   GpuBudget budget;
   void* ws = nullptr;
   size_t ws_bytes = 0;
@@ -58,50 +53,21 @@ State& state() {
   return s;
 }
 
-size_t rounded(size_t bytes) {
-  if (bytes <= (1u << 20)) {
-    size_t r = 512;
-    while (r < bytes) r <<= 1;
-    return r;
-  }
-  const size_t step = 2u << 20;
-  return (bytes + step - 1) / step * step;
-}
-
-// Gives cached blocks back to the device, the largest first, until at least `bytes` are freed (all when bytes is
-// negative). The caller holds the lock. cudaFree waits for the device's queued work, so no kernel still reads them.
-void release_cached_locked(State& s, int64_t bytes) {
-  int64_t freed = 0;
-  while (!s.cache.empty() && (bytes < 0 || freed < bytes)) {
-    auto it = std::prev(s.cache.end());
-    cudaFree(it->second);
-    if (bytes >= 0) s.cap_frees += 1, s.cap_free_bytes += static_cast<int64_t>(it->first);
-    freed += static_cast<int64_t>(it->first);
-    s.cached -= it->first;
-    s.cache.erase(it);
-  }
-}
-
+// cudaMalloc for the pool: null when the device has no room (the pool gives its free segments back and asks again).
 void* raw_alloc(size_t bytes) {
-  profile::HostRegion region("cuda.malloc");  // a cache miss: cudaMalloc (and cudaFree of the cache when full)
+  profile::HostRegion region("cuda.malloc");  // a pool miss: cudaMalloc (and cudaFree of free segments at the cap)
   void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, bytes);
+  const cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    // Give the cached blocks back and try once more.
-    release_cached_locked(state(), -1);
-    e = cudaMalloc(&p, bytes);
+    return nullptr;
   }
-  if (e != cudaSuccess) {
-    size_t free_b = 0, total_b = 0;
-    (void)cudaGetLastError();
-    cudaMemGetInfo(&free_b, &total_b);
-    fail(
-        "GPU out of memory: asked for {:.2f} GiB with {:.2f} GiB in use by h3 and {:.2f} of {:.2f} GiB free on the "
-        "device; use a smaller size, FP8, or more ranks (--ranks N --mode tensor shards the weights)",
-        bytes / 1073741824.0, state().in_use / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
-  }
+  H3_CUDA(e);
   return p;
+}
+// cudaFree waits for the device's queued work, so no kernel still reads what it gives back.
+void raw_free(void* p) {
+  if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();  // a broken device: the next checked call reports it
 }
 
 void* hook_alloc(size_t bytes) {
@@ -268,65 +234,38 @@ bool gemm_tune() {
 
 void* device_alloc(size_t bytes) {
   State& s = state();
-  const size_t r = rounded(bytes);
+  BlockPool::Refusal why = BlockPool::Refusal::none;
+  void* p = s.pool->alloc(bytes, &why);
+  if (p != nullptr) return p;
+  const BlockPoolState now = s.pool->state();
   std::lock_guard lock(s.mu);
-  void* p = nullptr;
-  auto it = s.cache.find(r);
-  if (it != s.cache.end()) {
-    p = it->second;
-    s.cache.erase(it);
-    s.cached -= r;
-  } else {
-    // Under the budget by construction: refused past the cap, cached blocks given back to make room. At the cap a
-    // cached block up to twice the size is reused first: giving one back waits for the device.
-    size_t got = r;
-    int64_t give_back = 0;
-    if (s.in_use + s.cached + r > static_cast<size_t>(std::max<int64_t>(s.budget.cap, 0))) {
-      auto big = s.cache.lower_bound(r);
-      if (big != s.cache.end() && big->first <= 2 * r) {
-        got = big->first;
-        p = big->second;
-        s.cache.erase(big);
-        s.cached -= got;
-        s.oversized[p] = got;
-        s.cap_reuses += 1;
-      }
-    }
-    if (p == nullptr) {
-      give_back = gpu_cached_to_release(s.budget, static_cast<int64_t>(r), static_cast<int64_t>(s.in_use),
-                                        static_cast<int64_t>(s.cached));
-      if (give_back > 0) release_cached_locked(s, give_back);
-      p = raw_alloc(r);
-      s.mallocs += 1;
-      s.malloc_bytes += static_cast<int64_t>(r);
-    }
-    s.in_use += got;
-    s.peak = std::max(s.peak, s.in_use);
-    return p;
-  }
-  s.in_use += r;
-  s.peak = std::max(s.peak, s.in_use);
-  return p;
+  if (why == BlockPool::Refusal::over_cap)  // throws the budget's message
+    (void)gpu_cached_to_release(s.budget, static_cast<int64_t>(bytes), now.in_use, now.reserved - now.in_use);
+  if (why == BlockPool::Refusal::fragmented)
+    fail(
+        "GPU memory budget exceeded: asked for {:.2f} GiB with {:.2f} GiB in use of the {:.2f} GiB budget, the rest "
+        "free only in pieces of at most {:.2f} GiB (--max-device-memory; here {}); give a larger "
+        "--max-device-memory, or need less: a smaller size, FP8, more layers streamed from host memory, or more "
+        "ranks (--ranks N)",
+        bytes / 1073741824.0, now.in_use / 1073741824.0, s.budget.cap / 1073741824.0, now.largest_free / 1073741824.0,
+        s.budget.describe());
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  fail(
+      "GPU out of memory: asked for {:.2f} GiB with {:.2f} GiB in use by h3 and {:.2f} of {:.2f} GiB free on the "
+      "device; use a smaller size, FP8, or more ranks (--ranks N --mode tensor shards the weights)",
+      bytes / 1073741824.0, now.in_use / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
 }
 
-void device_free(void* p, size_t bytes) {
-  State& s = state();
-  std::lock_guard lock(s.mu);
-  size_t r = rounded(bytes);
-  if (!s.oversized.empty()) {
-    auto o = s.oversized.find(p);
-    if (o != s.oversized.end()) r = o->second, s.oversized.erase(o);
-  }
-  s.in_use -= r;
-  s.cache.emplace(r, p);
-  s.cached += r;
+void device_free(void* p, size_t) {
+  state().pool->free(p);
 }
 
 void* workspace(size_t bytes) {
   State& s = state();
   if (bytes > s.ws_bytes) {
     if (s.ws) device_free(s.ws, s.ws_bytes);
-    s.ws_bytes = rounded(bytes);
+    s.ws_bytes = bytes;
     s.ws = device_alloc(s.ws_bytes);
   }
   return s.ws;
@@ -356,6 +295,7 @@ void start_gpu_backend(const GpuOptions& o) {
   size_t free_b = 0, total_b = 0;
   H3_CUDA(cudaMemGetInfo(&free_b, &total_b));
   s.budget = plan_gpu_budget(o.max_device_bytes, static_cast<int64_t>(free_b), static_cast<int64_t>(total_b));
+  s.pool = std::make_unique<BlockPool>(cuda::raw_alloc, cuda::raw_free, std::max<int64_t>(s.budget.cap, 0));
   s.numerics = o.numerics;
   s.gemm_tune = o.gemm_tune;
   cuda::open_gemm_algo_cache(o.gemm_algos, s.prop.name);
@@ -428,13 +368,13 @@ void gpu_synchronize() {
 }
 
 size_t gpu_peak_bytes() {
-  return cuda::state().peak;
+  return cuda::state().pool ? static_cast<size_t>(cuda::state().pool->state().peak) : 0;
 }
 void gpu_reset_peak() {
-  cuda::state().peak = cuda::state().in_use;
+  if (cuda::state().pool) cuda::state().pool->reset_peak();
 }
 size_t gpu_in_use_bytes() {
-  return cuda::state().in_use;
+  return cuda::state().pool ? static_cast<size_t>(cuda::state().pool->state().in_use) : 0;
 }
 size_t gpu_total_bytes() {
   return cuda::state().started ? cuda::state().prop.totalGlobalMem : 0;
@@ -450,6 +390,7 @@ void set_gpu_budget_bytes(int64_t cap, const std::string& why) {
   if (!s.started) return;
   std::lock_guard lock(s.mu);
   s.budget = lower_gpu_budget(s.budget, cap, why);
+  s.pool->set_cap(std::max<int64_t>(s.budget.cap, 0));
   spdlog::info("GPU memory budget {}: h3's tensors may take {}", s.budget.describe(), format_byte_size(s.budget.cap));
 }
 int64_t gpu_free_at_start_bytes() {
@@ -460,20 +401,20 @@ void gpu_release_cached() {
   cuda::State& s = cuda::state();
   if (!s.started) return;
   H3_CUDA(cudaStreamSynchronize(s.stream));
-  std::lock_guard lock(s.mu);
-  if (s.cap_frees > 0 || s.cap_reuses > 0)
+  const BlockPoolCounts c = s.pool->take_counts();
+  if (c.cap_frees > 0)
     spdlog::info(
-        "GPU allocator since the last release: {} cudaMalloc ({}), {} cached blocks given back at the "
-        "budget's cap ({}), {} larger cached blocks reused at the cap",
-        s.mallocs, format_byte_size(s.malloc_bytes), s.cap_frees, format_byte_size(s.cap_free_bytes), s.cap_reuses);
-  s.mallocs = s.malloc_bytes = s.cap_frees = s.cap_free_bytes = s.cap_reuses = 0;
-  cuda::release_cached_locked(s, -1);
+        "GPU allocator since the last release: {} cudaMalloc ({}), {} free segments given back at the budget's cap "
+        "({}), {} blocks split",
+        c.mallocs, format_byte_size(c.malloc_bytes), c.cap_frees, format_byte_size(c.cap_free_bytes), c.splits);
+  s.pool->release();
 }
 
 GpuAllocatorCounts gpu_allocator_counts() {
   cuda::State& s = cuda::state();
-  std::lock_guard lock(s.mu);
-  return {s.mallocs, s.malloc_bytes, s.cap_frees, s.cap_free_bytes, s.cap_reuses};
+  if (!s.pool) return {};
+  const BlockPoolCounts c = s.pool->counts();
+  return {c.mallocs, c.malloc_bytes, c.cap_frees, c.cap_free_bytes, c.splits};
 }
 
 void gpu_trim_pinned() {
