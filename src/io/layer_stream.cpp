@@ -91,6 +91,12 @@ LayerStreamer::LayerStreamer(Device device, std::string label, int layers, const
 }
 
 LayerStreamer::~LayerStreamer() {
+  drop_ring();
+  const StreamQueues q{q_device_};
+  for (Layer& l : layers_) q.host_free(l.host);
+}
+
+void LayerStreamer::drop_ring() {
   const StreamQueues q{q_device_};
   for (Slot& s : slots_) {
     try {
@@ -110,7 +116,16 @@ LayerStreamer::~LayerStreamer() {
     q.release(s.freed);
     q.host_free(s.staging);
   }
-  for (Layer& l : layers_) q.host_free(l.host);
+  slots_.clear();
+}
+
+void LayerStreamer::stop() {
+  for (const Slot& s : slots_)
+    H3_CHECK(!s.in_use, "{}: its ring given back while {} is acquired", label_, what(s.layer));
+  wait_copies();  // a failed copy is reported here, not only logged
+  drop_ring();
+  started_ = false;
+  next_ = 0;
 }
 
 std::string LayerStreamer::what(int layer) const {

@@ -128,6 +128,11 @@ class LayerStreamer {
   void release(int layer);
   // Host-waits until every queued copy has completed (tests; the destructor does it).
   void wait_copies();
+  // Between passes of a model that stays loaded (a server's DiT between requests, a kept text tower): host-waits the
+  // queued copies and gives the ring back (its device slots and the mapped source's staging), so that outside its
+  // phase the model holds its resident layers only, as the memory plan counts it (the ring is the phase's). The next
+  // acquire (or start) allocates the ring again and fills it from the first streamed layer. No layer may be acquired.
+  void stop();
 
   Device device() const { return q_device_; }
   const std::string& label() const { return label_; }
@@ -168,6 +173,7 @@ class LayerStreamer {
   int victim_for(int layer) const;
   void fill(Slot& s, int layer);
   void wait_queued(Slot& s);
+  void drop_ring();  // the destructor's and stop's: the slots' events, staging and device memory go back
   std::string what(int layer) const;
 
   Device q_device_;

@@ -153,6 +153,7 @@ Encoded encode_phase(RequestRun& run, ModelResidency& models) {
   enc.layout = std::make_shared<const PackedLayout>(
       request_layout(req, text_tags_with_vision(enc.embeds.dim(0), vision_ranges)));
   enc.cond = condition_rows(run, models, *enc.layout);
+  models.after_encode();
   phase_done(run, models, "encode", t0, loads0);
   meter.done("encode", run.res);
   run.report("encode", 1, 1, 0, RequestRun::w_encode);

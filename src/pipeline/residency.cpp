@@ -53,6 +53,9 @@ void ModelResidency::load_resident(Comm* encoder_comm) {
   if (roles_.K > 0 && roles_.encoder && src_.text_problem.empty()) text_ = load_text(encoder_comm);
   if (roles_.K == 0 && placement_.text.resident && src_.text_problem.empty())
     text_ = load_text(comm.size() > 1 ? &comm : nullptr);
+  // Kept models hold no ring until their phase (a load starts the copies for a phase that follows at once).
+  if (dit_) dit_->stop_streaming();
+  if (text_) text_->stop_streaming();
 }
 
 Precision ModelResidency::precision_for(const ResolvedRequest& r) const {
@@ -209,8 +212,15 @@ ModelResidency::VaeEncoders ModelResidency::vae_encoders() {
   return e;
 }
 
+void ModelResidency::after_encode() {
+  if (text_) text_->stop_streaming();
+}
+
 void ModelResidency::after_denoise() {
-  if (!placement_.dit.resident) free_dit();
+  if (!placement_.dit.resident)
+    free_dit();
+  else if (dit_)
+    dit_->stop_streaming();
 }
 
 void ModelResidency::after_decode() {
@@ -221,6 +231,12 @@ void ModelResidency::after_decode() {
 }
 
 void ModelResidency::release_phase_models() {
+  try {  // a request that failed or was cancelled mid-phase: a kept model's ring goes back as after its phase
+    if (text_) text_->stop_streaming();
+    if (dit_ && placement_.dit.resident) dit_->stop_streaming();
+  } catch (const std::exception& e) {
+    spdlog::warn("giving a kept model's streaming ring back after a request: {}", e.what());
+  }
   if (!placement_.dit.resident) free_dit();
   if (!placement_.vae.resident) vvae_.reset(), avae_.reset();
   try {

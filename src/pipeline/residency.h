@@ -151,7 +151,9 @@ class ModelResidency {
   };
   VaeEncoders vae_encoders();
 
-  // The end of a phase: its model is freed unless it is resident.
+  // The end of a phase: its model is freed unless it is resident; a resident one gives its streamed layers' ring back
+  // (the plan counts the ring in its phase only).
+  void after_encode();
   void after_denoise();
   void after_decode();
   // Whatever happens (a cancel, a failure), the models a request loaded for a phase are freed when it ends, so the

@@ -112,6 +112,11 @@ TEST(LayerStream, MisuseIsRefusedNamingTheLayer) {
   s.release(1);
   EXPECT_TRUE(has(error_of([&] { s.park(2, layer_tensors(2)); }), "parked after streaming started"));
   EXPECT_TRUE(has(error_of([] { LayerStreamer bad(Device::cpu, "x", 2, {.slots = 0}); }), "at least 1 slot"));
+  (void)s.acquire(1);
+  EXPECT_TRUE(has(error_of([&] { s.stop(); }), "test model: its ring given back while test model layer 1 is acquired"));
+  s.release(1);
+  s.stop();
+  expect_layer(s.acquire(1), 1);  // the next acquire takes the ring again
 }
 
 // The mapped source: the bytes come from the file at each copy, through the reader thread and staging buffers in
@@ -242,7 +247,7 @@ struct FakeDevice {
   Policy policy = Policy::transfer_first;
   std::mt19937 rng{1};
   bool ignore_waits = false;  // the negative control: a device that drops the waits
-  int host_waits = 0, copies = 0, pinned_live = 0;
+  int host_waits = 0, copies = 0, pinned_live = 0, device_live = 0;
 
   static FakeDevice& get() {
     static FakeDevice d;
@@ -308,8 +313,14 @@ struct FakeDevice {
   static DeviceHooks hooks() {
     DeviceHooks h;
     h.name = "fake";
-    h.alloc = [](size_t bytes) -> void* { return new std::byte[std::max<size_t>(bytes, 1)]; };
-    h.release = [](void* p, size_t) { delete[] static_cast<std::byte*>(p); };
+    h.alloc = [](size_t bytes) -> void* {
+      ++get().device_live;
+      return new std::byte[std::max<size_t>(bytes, 1)];
+    };
+    h.release = [](void* p, size_t) {
+      --get().device_live;
+      delete[] static_cast<std::byte*>(p);
+    };
     h.copy = [](void* dst, bool, const void* src, bool, size_t bytes) {  // returns when dst can be read
       get().drain();
       std::memcpy(dst, src, bytes);
@@ -361,8 +372,9 @@ struct FakeDevice {
 
 // Streams `passes` in-order passes and some out-of-order acquires of 7 layers (2 resident) through 3 slots on the
 // emulated device; each layer's "kernel" runs deferred on the compute queue and compares the slot's bytes with the
-// layer's. Returns the number of kernels that saw wrong bytes.
-int stream_on_fake_device(FakeDevice::Policy policy, uint32_t seed, bool ignore_waits) {
+// layer's. `stop`: the ring goes back after each in-order pass (a kept model between requests) and the device holds
+// nothing of it once the queued kernels ran. Returns the number of kernels that saw wrong bytes.
+int stream_on_fake_device(FakeDevice::Policy policy, uint32_t seed, bool ignore_waits, bool stop = false) {
   FakeDevice& dev = FakeDevice::get();
   dev.reset(policy, seed);
   int wrong = 0;
@@ -380,7 +392,16 @@ int stream_on_fake_device(FakeDevice::Policy policy, uint32_t seed, bool ignore_
     std::vector<int> order;
     for (int pass = 0; pass < 3; ++pass) order.insert(order.end(), streamed.begin(), streamed.end());
     for (int i : {4, 0, 6, 6, 2}) order.push_back(i);
-    for (int i : order) {
+    int stop_waits = 0;
+    for (size_t n = 0; n < order.size(); ++n) {
+      const int i = order[n];
+      if (stop && n > 0 && n % streamed.size() == 0 && n <= 3 * streamed.size()) {
+        const int before = dev.host_waits;
+        s.stop();
+        stop_waits += dev.host_waits - before;
+        dev.drain();
+        EXPECT_EQ(dev.device_live, 0) << "the ring's slots stayed on the device after stop";
+      }
       std::vector<Tensor> w = s.acquire(i);
       dev.push(static_cast<int>(Queue::compute), {[w, i, &wrong] {
                  const std::vector<Tensor> want = layer_tensors(i);
@@ -390,7 +411,7 @@ int stream_on_fake_device(FakeDevice::Policy policy, uint32_t seed, bool ignore_
       s.release(i);
       dev.advance();
     }
-    EXPECT_EQ(dev.host_waits, host_waits_before) << "the host waited on the hot path";
+    EXPECT_EQ(dev.host_waits - stop_waits, host_waits_before) << "the host waited on the hot path";
     dev.drain();
   }
   EXPECT_EQ(dev.pinned_live, 0) << "page-locked memory left behind";
@@ -404,8 +425,12 @@ TEST(LayerStream, EventProtocolHoldsOnADeferredDevice) {
   using P = FakeDevice::Policy;
   EXPECT_EQ(stream_on_fake_device(P::transfer_first, 0, false), 0) << "copies ran ahead into slots still read";
   EXPECT_EQ(stream_on_fake_device(P::compute_first, 0, false), 0) << "kernels read slots before their copy";
-  for (uint32_t seed = 1; seed <= 20; ++seed)
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
     EXPECT_EQ(stream_on_fake_device(P::random, seed, false), 0) << "seed " << seed;
+    EXPECT_EQ(stream_on_fake_device(P::random, seed, false, true), 0) << "seed " << seed << ", ring stopped";
+  }
+  EXPECT_EQ(stream_on_fake_device(P::transfer_first, 0, false, true), 0);
+  EXPECT_EQ(stream_on_fake_device(P::compute_first, 0, false, true), 0);
   // The check can fail: without the waits, eager copies overwrite slots before their kernels read them, and eager
   // kernels read slots before the copies land.
   EXPECT_GT(stream_on_fake_device(P::transfer_first, 0, true), 0);

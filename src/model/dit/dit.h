@@ -110,6 +110,9 @@ class DitModel {
   // (zeros without streaming; the summary is logged once when the model goes).
   int resident_blocks() const;
   LayerStreamStats streaming_stats() const;
+  // Between requests of a DiT that stays loaded: its streamed blocks' ring goes back to the device (LayerStreamer::
+  // stop); the next forward takes it again. A no-op without streaming.
+  void stop_streaming();
 
   struct Block {
     Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;

@@ -201,6 +201,10 @@ int DitModel::resident_blocks() const {
   return r;
 }
 
+void DitModel::stop_streaming() {
+  if (streamer_) streamer_->stop();
+}
+
 LayerStreamStats DitModel::streaming_stats() const {
   if (streamer_) return streamer_->stats();
   LayerStreamStats s;

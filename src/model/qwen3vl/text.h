@@ -137,6 +137,9 @@ class Qwen3VlTextModel {
   // Of the loaded layers, how many are streamed (0: all resident), and the streamer's counts (zero when none).
   int64_t layers_streamed() const;
   LayerStreamStats stream_stats() const;
+  // Between requests of a tower that stays loaded: the streamed layers' ring goes back to the device
+  // (LayerStreamer::stop); the next pass takes it again. A no-op without streaming.
+  void stop_streaming();
   // Bytes of this rank's unit weights parked in host memory (counted in bytes_sharded() too).
   size_t bytes_streamed() const { return bytes_streamed_; }
   // What the GPU load read and how fast (empty on the CPU).

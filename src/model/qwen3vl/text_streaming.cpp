@@ -118,6 +118,10 @@ void Qwen3VlTextModel::start_streaming() {
                streamer_->stats().summary());
 }
 
+void Qwen3VlTextModel::stop_streaming() {
+  if (streamer_) streamer_->stop();
+}
+
 int64_t Qwen3VlTextModel::layers_streamed() const {
   return streamer_ ? streamer_->stats().streamed : 0;
 }
