@@ -52,7 +52,7 @@ int64_t gpu_budget_bytes();
 void set_gpu_budget_bytes(int64_t cap, const std::string& why = "ranks share this GPU");
 // Free device memory when the backend started (after its context and streams existed); 0 without a GPU.
 int64_t gpu_free_at_start_bytes();
-// Hands the caching allocator's free blocks back to the device (between a pipeline's phases, so that the next
+// Hands the caching allocator's whole free segments back to the device (between a pipeline's phases, so that the next
 // phase's model finds the memory the last one freed); waits for queued work first. A no-op without a GPU.
 void gpu_release_cached();
 // What the caching allocator (backend/block_pool.h) did since the last gpu_release_cached: segments allocated

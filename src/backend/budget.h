@@ -8,8 +8,8 @@
 //            context, the libraries' own allocations (cuBLAS / cuDNN handles and workspaces, lazily loaded kernels,
 //            NCCL buffers) take device memory outside the allocator; the allowance stands for them, so that the
 //            process's whole device use stays under the budget by construction.
-//   An allocation the cache cannot serve first gives cached blocks back until in use + cached + asked <= cap; when
-//   in use + asked > cap it is refused (GPU memory budget exceeded).
+//   An allocation no free block serves first gives whole free segments back until the segments and the new one fit
+//   the cap (backend/block_pool.h); when in use + asked > cap it is refused (GPU memory budget exceeded).
 #pragma once
 #include <cstdint>
 #include <string>
