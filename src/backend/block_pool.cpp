@@ -58,7 +58,8 @@ bool BlockPool::make_room(size_t segment_bytes) {
     if (segment_free(base)) whole.emplace_back(size, base), available += static_cast<int64_t>(size);
   if (available < need) return false;
   std::sort(whole.begin(), whole.end());
-  auto one = std::find_if(whole.begin(), whole.end(), [&](const auto& s) { return static_cast<int64_t>(s.first) >= need; });
+  auto one =
+      std::find_if(whole.begin(), whole.end(), [&](const auto& s) { return static_cast<int64_t>(s.first) >= need; });
   if (one != whole.end()) whole = {*one};  // the smallest that makes room alone
   int64_t freed = 0;
   for (auto it = whole.rbegin(); it != whole.rend() && freed < need; ++it) {
