@@ -402,11 +402,14 @@ void gpu_release_cached() {
   if (!s.started) return;
   H3_CUDA(cudaStreamSynchronize(s.stream));
   const BlockPoolCounts c = s.pool->take_counts();
-  if (c.cap_frees > 0)
+  if (c.cap_frees > 0) {
+    const BlockPoolState now = s.pool->state();
     spdlog::info(
         "GPU allocator since the last release: {} cudaMalloc ({}), {} free segments given back at the budget's cap "
-        "({}), {} blocks split",
-        c.mallocs, format_byte_size(c.malloc_bytes), c.cap_frees, format_byte_size(c.cap_free_bytes), c.splits);
+        "({}), {} blocks split; now {} segments ({}), {} in use, the largest free block {}",
+        c.mallocs, format_byte_size(c.malloc_bytes), c.cap_frees, format_byte_size(c.cap_free_bytes), c.splits,
+        now.segments, format_byte_size(now.reserved), format_byte_size(now.in_use), format_byte_size(now.largest_free));
+  }
   s.pool->release();
 }
 
