@@ -162,6 +162,7 @@ ModelResidency::DitSwitch ModelResidency::switch_dit(const ResolvedRequest& req)
     }
   }
   s.lora_digest = lora_digest_;
+  if (dit_) dit_->start_streaming_copies();  // a kept DiT's ring, given back after its last denoise
   return s;
 }
 

@@ -113,6 +113,9 @@ class DitModel {
   // Between requests of a DiT that stays loaded: its streamed blocks' ring goes back to the device (LayerStreamer::
   // stop); the next forward takes it again. A no-op without streaming.
   void stop_streaming();
+  // The ring taken again and its first copies queued now, so that they run during the next forward's prologue
+  // (the first acquire does it otherwise). A no-op without streaming or when the ring is held.
+  void start_streaming_copies();
 
   struct Block {
     Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;

@@ -205,6 +205,10 @@ void DitModel::stop_streaming() {
   if (streamer_) streamer_->stop();
 }
 
+void DitModel::start_streaming_copies() {
+  if (streamer_) streamer_->start();
+}
+
 LayerStreamStats DitModel::streaming_stats() const {
   if (streamer_) return streamer_->stats();
   LayerStreamStats s;
