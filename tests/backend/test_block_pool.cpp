@@ -194,4 +194,22 @@ TEST(BlockPool, AtTheCapTheSmallestWholeFreeSegmentThatMakesRoomGoesBack) {
   EXPECT_EQ(pool.release(), static_cast<int64_t>(98 * kMiB));
 }
 
+TEST(BlockPool, ALowerCapGivesBackWhatIsFreeAndBoundsLaterSegments) {
+  FakeDevice dev;
+  h3::BlockPool pool = dev.pool(static_cast<int64_t>(200 * kMiB));
+  void* live = must_alloc(pool, 60 * kMiB);
+  void* gone = must_alloc(pool, 100 * kMiB);
+  pool.free(gone);
+  pool.set_cap(static_cast<int64_t>(100 * kMiB));  // ranks sharing the device: the free 100 MiB segment goes now
+  EXPECT_EQ(dev.bytes, static_cast<int64_t>(60 * kMiB));
+  h3::BlockPool::Refusal why = h3::BlockPool::Refusal::none;
+  EXPECT_EQ(pool.alloc(50 * kMiB, &why), nullptr);
+  EXPECT_EQ(why, h3::BlockPool::Refusal::over_cap);
+  void* more = must_alloc(pool, 40 * kMiB);
+  EXPECT_EQ(pool.release(), 0);  // nothing whole and free: the live blocks' segments stay
+  pool.free(live), pool.free(more);
+  EXPECT_EQ(pool.release(), static_cast<int64_t>(100 * kMiB));
+  EXPECT_EQ(pool.state().reserved, 0);
+}
+
 }  // namespace
