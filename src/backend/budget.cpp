@@ -68,13 +68,28 @@ GpuBudget lower_gpu_budget(const GpuBudget& b, int64_t cap, const std::string& w
   return out;
 }
 
+namespace {
+constexpr const char* kNeedLess =
+    "give a larger --max-device-memory, or need less: a smaller size, FP8, more layers streamed from host memory, or "
+    "more ranks (--ranks N)";
+}  // namespace
+
+void fail_over_budget(const GpuBudget& b, int64_t asked, int64_t in_use) {
+  fail(
+      "GPU memory budget exceeded: asked for {} with {} in use of the {} budget (--max-device-memory; here {}, less "
+      "{} for the CUDA context and libraries); {}",
+      gib(asked), gib(in_use), gib(b.cap), b.describe(), gib(kGpuOutsideAllocatorBytes), kNeedLess);
+}
+
+void fail_budget_fragmented(const GpuBudget& b, int64_t asked, int64_t in_use, int64_t largest_free) {
+  fail(
+      "GPU memory budget exceeded: asked for {} with {} in use of the {} budget, the rest free only in pieces of at "
+      "most {} (--max-device-memory; here {}); {}",
+      gib(asked), gib(in_use), gib(b.cap), gib(largest_free), b.describe(), kNeedLess);
+}
+
 int64_t gpu_cached_to_release(const GpuBudget& b, int64_t asked, int64_t in_use, int64_t cached) {
-  if (in_use + asked > b.cap)
-    fail(
-        "GPU memory budget exceeded: asked for {} with {} in use of the {} budget (--max-device-memory; here {}, "
-        "less {} for the CUDA context and libraries); give a larger --max-device-memory, or need less: a smaller "
-        "size, FP8, more layers streamed from host memory, or more ranks (--ranks N)",
-        gib(asked), gib(in_use), gib(b.cap), b.describe(), gib(kGpuOutsideAllocatorBytes));
+  if (in_use + asked > b.cap) fail_over_budget(b, asked, in_use);
   return std::max<int64_t>(0, in_use + cached + asked - b.cap);
 }
 

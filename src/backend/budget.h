@@ -50,5 +50,9 @@ GpuBudget lower_gpu_budget(const GpuBudget& b, int64_t cap, const std::string& w
 // For an allocation of `asked` bytes that the cache cannot serve: the cached bytes that must be given back first
 // (0 when it fits as it is). Throws the budget-exceeded h3::Error when in_use + asked > cap.
 int64_t gpu_cached_to_release(const GpuBudget& b, int64_t asked, int64_t in_use, int64_t cached);
+// The allocator's refusals (backend/block_pool.h), as h3::Error: in use + asked past the cap, and a request the cap
+// would hold but whose room lies in pieces of at most `largest_free` bytes.
+[[noreturn]] void fail_over_budget(const GpuBudget& b, int64_t asked, int64_t in_use);
+[[noreturn]] void fail_budget_fragmented(const GpuBudget& b, int64_t asked, int64_t in_use, int64_t largest_free);
 
 }  // namespace h3

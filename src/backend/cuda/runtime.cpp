@@ -239,16 +239,9 @@ void* device_alloc(size_t bytes) {
   if (p != nullptr) return p;
   const BlockPoolState now = s.pool->state();
   std::lock_guard lock(s.mu);
-  if (why == BlockPool::Refusal::over_cap)  // throws the budget's message
-    (void)gpu_cached_to_release(s.budget, static_cast<int64_t>(bytes), now.in_use, now.reserved - now.in_use);
+  if (why == BlockPool::Refusal::over_cap) fail_over_budget(s.budget, static_cast<int64_t>(bytes), now.in_use);
   if (why == BlockPool::Refusal::fragmented)
-    fail(
-        "GPU memory budget exceeded: asked for {:.2f} GiB with {:.2f} GiB in use of the {:.2f} GiB budget, the rest "
-        "free only in pieces of at most {:.2f} GiB (--max-device-memory; here {}); give a larger "
-        "--max-device-memory, or need less: a smaller size, FP8, more layers streamed from host memory, or more "
-        "ranks (--ranks N)",
-        bytes / 1073741824.0, now.in_use / 1073741824.0, s.budget.cap / 1073741824.0, now.largest_free / 1073741824.0,
-        s.budget.describe());
+    fail_budget_fragmented(s.budget, static_cast<int64_t>(bytes), now.in_use, now.largest_free);
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
   fail(
