@@ -25,7 +25,7 @@
 #                     each (the holder leaves 32 GiB), then 1 rank in bf16: the tensor run's latents no further
 #                     from the bf16 run's than 1.25x the 1-rank FP8 run's (FP8 per tensor on a rank's slices is
 #                     another quantization than the whole weight's: docs/numerics.md); the tensor run's one DiT
-#                     call took 205 and 267 s on an H100 (every partial through host memory), so it has 480 s  ~330
+#                     call took 205 and 267 s on an H100, so it has 480 s; --profile-regions logs where (by region)  ~330
 #   bench-bf16        h3 bench bf16 480p/768p resident, then under 16 GiB (the blocks that do not fit streamed)  ~120
 #   serve24           h3 serve FP8 under a 24 GiB card (auto): two short 768p jobs; the second loads no DiT      ~120
 #   anchor            ../shared/anchors/perf_diffusers_offload.py (carried in .anchors): diffusers' group
@@ -139,7 +139,7 @@ for s in "$@"; do
       gen gen768-bf16-24 480 1344 768 bf16 24 ;;
     tensor2)
       FRAMES=124 STEPS=2 gen tensor2-ref 120 1344 768 fp8 resident --latents
-      hold tensor2 32 && TAIL=18 step tensor2 480 "$h3" --device cuda --ranks 2 generate --max-device-memory 16G \
+      hold tensor2 32 && TAIL=18 step tensor2 480 "$h3" --device cuda --profile-regions 1 --ranks 2 generate --max-device-memory 16G \
         --mode tensor --model procedural:full --prompt "$prompt" --width 1344 --height 768 --frames 124 --steps 2 \
         --seed 1 --precision fp8 --json "$out/tensor2.json" -o "$out/tensor2.mp4" --latents
       release tensor2

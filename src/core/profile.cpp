@@ -1,9 +1,12 @@
 #include "core/profile.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "core/device.h"
 #include "core/knobs.h"
@@ -132,6 +135,18 @@ std::vector<Total> take() {
     for (void* e : {sp.begin.event, sp.end.event})
       if (e) device_hooks().event_release(e);
   return out;
+}
+
+std::string line(const std::vector<Total>& totals) {
+  std::string out;
+  for (const Total& t : totals) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} {:.3f} s", t.name, t.seconds);
+    if (!t.host_only && std::abs(t.host_seconds - t.seconds) > 0.1 * t.seconds)
+      out += fmt::format(" (host {:.3f} s)", t.host_seconds);
+    out += fmt::format(" x{}", t.spans);
+  }
+  return out.empty() ? "no regions" : out;
 }
 
 }  // namespace h3::profile

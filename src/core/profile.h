@@ -52,5 +52,9 @@ struct Total {
   bool host_only = false;
 };
 std::vector<Total> take();
+// The totals in one line, e.g. for a log: "attention 1.234 s x50, exchange 0.120 s (host 3.400 s) x100, ...": the
+// host time shown where it differs from the device time by more than a tenth (the host waited inside the region,
+// or queued it far ahead).
+std::string line(const std::vector<Total>& totals);
 
 }  // namespace h3::profile

@@ -5,6 +5,8 @@
 
 #include "backend/backend.h"
 #include "core/json_limits.h"
+#include "core/log.h"
+#include "core/profile.h"
 #include "pipeline/bcast.h"
 
 namespace h3 {
@@ -74,6 +76,11 @@ void phase_done(RequestRun& run, const ModelResidency& models, const char* name,
   const std::vector<LoadTiming>& loads = models.loads();
   for (size_t i = loads_before; i < loads.size(); ++i) s -= loads[i].seconds;
   run.res.timings.push_back({name, s});
+  // --profile-regions: where the phase's time went, by region (core/profile.h), on every rank.
+  if (profile::enabled()) {
+    const std::vector<profile::Total> totals = profile::take();
+    if (!totals.empty()) spdlog::info("profile {}: {}", name, profile::line(totals));
+  }
 }
 
 void take_request(RequestRun& run, const ModelResidency& models, const ResolvedRequest& req_in) {

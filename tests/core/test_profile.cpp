@@ -78,3 +78,14 @@ TEST(Profile, DisabledRecordsNothing) {
   EXPECT_TRUE(profile::take().empty());
   profile::set_enabled(was);
 }
+
+// The log line a phase writes under --profile-regions: every region with its spans, the host time only where the
+// host spent noticeably more (or less) than the device.
+TEST(Profile, LineNamesEachRegionAndTheHostTimeWhereItDiffers) {
+  std::vector<profile::Total> t = {{"attention", 2.0, 50, 2.05, 0, false},
+                                   {"tensor exchange", 1.0, 100, 3.5, 0, false},
+                                   {"cuda.malloc", 0.25, 4, 0.25, 0, true}};
+  EXPECT_EQ(profile::line(t),
+            "attention 2.000 s x50, tensor exchange 1.000 s (host 3.500 s) x100, cuda.malloc 0.250 s x4");
+  EXPECT_EQ(profile::line({}), "no regions");
+}

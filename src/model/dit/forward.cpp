@@ -54,6 +54,7 @@ Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>
   const int64_t w = mine.numel() / std::max<int64_t>(mine.dim(0), 1);
   const int64_t width = mine.ndim() == 2 ? mine.dim(1) : w;
   if (comm.size() == 1) return mine;
+  profile::Region r("tensor exchange");
   std::vector<int64_t> counts;
   int64_t rows = 0;
   for (const auto& b : blocks) {
@@ -69,6 +70,7 @@ Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>
 // Sums each member's partial [sum |blocks|, W] and returns this member's rows (sum in member order).
 Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range>& blocks, const std::string& what) {
   if (comm.size() == 1) return partial;
+  profile::Region r("tensor exchange");
   const int64_t width = partial.dim(1);
   std::vector<int64_t> counts;
   for (const auto& b : blocks) counts.push_back(b.size() * width);
