@@ -23,6 +23,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 
@@ -68,6 +69,8 @@ struct Mp4Writer::Impl {
   bool io_open = false, finished = false, broken = false;
   int64_t frames = 0, samples_in = 0, samples_out = 0;
   std::vector<float> cb, cr;  // full-resolution chroma of one frame
+  int64_t packets = 0;        // packets written by drain() (any stream)
+  FinishTimes finish_times;
 
   Impl(const std::string& path, const MediaSpec& s) : spec(s), file(path) {}
   ~Impl() {
@@ -257,6 +260,7 @@ void Mp4Writer::Impl::drain(AVCodecContext* enc, AVStream* st) {
     av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
     pkt->stream_index = st->index;
     ret = av_interleaved_write_frame(oc, pkt);
+    ++packets;
     if (ret < 0)
       fail("mp4 {}: writing to {} failed: {}; is the disk full?", where(), file.partial(), av_error_text(ret));
   }
@@ -365,6 +369,9 @@ int64_t Mp4Writer::frames_written() const {
 int64_t Mp4Writer::samples_written() const {
   return impl_->samples_in;
 }
+const Mp4Writer::FinishTimes& Mp4Writer::finish_times() const {
+  return impl_->finish_times;
+}
 
 bool Mp4Writer::add_frames(const Tensor& pixels, const std::function<bool()>& stop) {
   Impl& m = *impl_;
@@ -428,17 +435,27 @@ void Mp4Writer::finish() {
   H3_CHECK(!m.broken, "mp4 {}: an earlier error left this writer unusable; nothing was written", path_);
   try {
     H3_CHECK(m.frames > 0, "mp4 {}: no video frames were added; an MP4 needs at least one frame", path_);
+    using clock = std::chrono::steady_clock;
+    auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+    auto t0 = clock::now();
+    const int64_t before = m.packets;
     m.send(m.venc, m.vst, nullptr);
+    m.finish_times.video_delayed = m.packets - before;
+    m.finish_times.video_flush = since(t0);
+    t0 = clock::now();
     if (m.aenc) {
       if (av_audio_fifo_size(m.fifo) > 0) m.encode_audio_frame(av_audio_fifo_size(m.fifo));
       m.send(m.aenc, m.ast, nullptr);
     }
+    m.finish_times.audio = since(t0);
+    t0 = clock::now();
     int ret = av_write_trailer(m.oc);
     if (ret < 0) fail("mp4 {}: writing the trailer (moov, faststart) failed: {}", path_, av_error_text(ret));
     ret = avio_closep(&m.oc->pb);
     m.io_open = false;
     if (ret < 0) fail("mp4 {}: closing {} failed: {}; is the disk full?", path_, m.file.partial(), av_error_text(ret));
     m.file.commit();
+    m.finish_times.trailer = since(t0);
     m.finished = true;
   } catch (...) {
     m.broken = true;

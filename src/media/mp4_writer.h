@@ -57,6 +57,14 @@ class Mp4Writer {
 
   int64_t frames_written() const;
   int64_t samples_written() const;
+
+  // Where finish() spent its time: libx264's delayed frames (its look-ahead, B-frames and frame threads hold frames
+  // until the end of the stream), the audio still queued and the aac encoder's flush, the trailer (moov) and close.
+  struct FinishTimes {
+    double video_flush = 0, audio = 0, trailer = 0;
+    int64_t video_delayed = 0;  // packets libx264 gave only on the flush
+  };
+  const FinishTimes& finish_times() const;
   const std::string& path() const { return path_; }
 
   struct Impl;

@@ -74,8 +74,10 @@ void StreamingMp4::finish(const Tensor& wave) {
   if (error_) std::rethrow_exception(error_);
   t0 = std::chrono::steady_clock::now();
   writer_.add_audio(wave);
+  times_.audio = seconds_since(t0);
   writer_.finish();
   times_.finish_tail = seconds_since(t0);
+  times_.writer = writer_.finish_times();
 }
 
 }  // namespace h3

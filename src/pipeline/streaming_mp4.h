@@ -35,6 +35,8 @@ class StreamingMp4 {
   // the worker's last frames and its audio and trailer.
   struct Times {
     double prepare = 0, encode = 0, finish_wait = 0, finish_tail = 0;
+    double audio = 0;               // the soundtrack's encode (Mp4Writer::add_audio)
+    Mp4Writer::FinishTimes writer;  // finish_tail's split
   };
   const Times& times() const { return times_; }
 
