@@ -3,13 +3,14 @@
 // soundtrack 124 / 24 s of stereo at 32 kHz) goes to StreamingMp4 in chunks, the way the GPU decode hands them over:
 // the frames in the decoder's normalized space, to_pixels01 on the writer thread, a pause per chunk standing for the
 // GPU's decode of it (--gpu-seconds over the whole clip). Then the caller's part is timed as the pipeline does it:
-// --audio-seconds stands for the audio decode between the video's last chunk and finish(), which gets the soundtrack.
-// Prints a table (and one JSON line a run with --json): the worker's times, finish()'s wait and tail, the writer's
-// own split of its finish (libx264's delayed frames, the audio, the trailer) and the time from the last frame handed
-// over to the finished file.
+// end_video() right after the last chunk, then --audio-seconds standing for the audio decode, then finish() with the
+// soundtrack (--late-end: no end_video(), libx264 learns of the end in finish(), as before issue 40).
+// Prints a table (and one JSON line a run with --json): the worker's times (to_pixels01, the RGB -> YUV conversion
+// with libx264's encode, libx264's delayed frames after the end), finish()'s audio encode, its wait for the worker
+// and its rest (the trailer), and the time from the last frame handed over to the finished file.
 //
 //   build/bin/mp4_tail [--width W] [--height H] [--frames T] [--chunk F] [--gpu-seconds S] [--audio-seconds S]
-//                      [--runs N] [--out FILE] [--json]
+//                      [--late-end] [--runs N] [--out FILE] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -78,9 +79,10 @@ int main(int argc, char** argv) {
   int64_t W = 1344, H = 768, T = 124, chunk = 8;
   double gpu_seconds = 0;
   double audio_seconds = 0;
-  bool json = false;
+  bool json = false, late_end = false;
   int runs = 1;
-  std::string out = (std::filesystem::temp_directory_path() / "h3_mp4_tail.mp4").string();
+  const std::string scratch = (std::filesystem::temp_directory_path() / "h3_mp4_tail.mp4").string();
+  std::string out = scratch;  // removed at the end unless --out names the file
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
       audio_seconds = std::stod(next());
     else if (a == "--json")
       json = true;
+    else if (a == "--late-end")
+      late_end = true;
     else {
       std::fprintf(stderr, "mp4_tail: unknown option %s (see the file's header)\n", a.c_str());
       return 2;
@@ -127,8 +131,8 @@ int main(int argc, char** argv) {
       "simulated, %u hardware threads\n",
       static_cast<long long>(W), static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(chunk),
       gpu_seconds, audio_seconds, std::thread::hardware_concurrency());
-  std::printf("%4s %8s %8s %8s %8s | %8s %8s %8s %6s | %8s %9s\n", "run", "prepare", "encode", "f_wait", "f_tail",
-              "x264_fl", "aac", "trailer", "delay", "last->f", "MB");
+  std::printf("%4s %8s %8s %8s %6s | %8s %8s %8s %8s | %8s %9s\n", "run", "prepare", "encode", "x264_fl", "delay",
+              "aac", "f_wait", "f_tail", "trailer", "last->f", "MB");
   for (int r = 0; r < runs; ++r) {
     const auto t_start = clock_type::now();
     h3::StreamingMp4 mp4(out, spec, h3::VideoVae::to_pixels01);
@@ -138,15 +142,16 @@ int main(int argc, char** argv) {
       mp4.add_frames(c);
     }
     const auto t_last = clock_type::now();
+    if (!late_end) mp4.end_video();
     if (audio_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(audio_seconds));
     mp4.finish(wave);
     const double tail = seconds_since(t_last), total = seconds_since(t_start);
     const h3::StreamingMp4::Times& mt = mp4.times();
     const h3::Mp4Writer::FinishTimes& ft = mt.writer;
     const double mb = static_cast<double>(std::filesystem::file_size(out)) / 1e6;
-    std::printf("%4d %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f %6lld | %8.3f %9.2f\n", r, mt.prepare, mt.encode,
-                mt.finish_wait, mt.finish_tail, ft.video_flush, mt.audio + ft.audio, ft.trailer,
-                static_cast<long long>(ft.video_delayed), tail, mb);
+    std::printf("%4d %8.3f %8.3f %8.3f %6lld | %8.3f %8.3f %8.3f %8.3f | %8.3f %9.2f\n", r, mt.prepare, mt.encode,
+                mt.video_flush, static_cast<long long>(mt.video_delayed), mt.audio + ft.audio, mt.finish_wait,
+                mt.finish_tail, ft.trailer, tail, mb);
     if (json)
       std::printf("%s\n", nlohmann::json{{"width", W},
                                          {"height", H},
@@ -154,20 +159,21 @@ int main(int argc, char** argv) {
                                          {"chunk", chunk},
                                          {"gpu_seconds", gpu_seconds},
                                          {"audio_seconds", audio_seconds},
+                                         {"late_end", late_end},
                                          {"prepare_s", mt.prepare},
                                          {"encode_s", mt.encode},
                                          {"finish_wait_s", mt.finish_wait},
                                          {"finish_tail_s", mt.finish_tail},
-                                         {"x264_flush_s", ft.video_flush},
+                                         {"x264_flush_s", mt.video_flush},
+                                         {"x264_delayed_frames", mt.video_delayed},
                                          {"audio_s", mt.audio + ft.audio},
                                          {"trailer_s", ft.trailer},
-                                         {"x264_delayed_packets", ft.video_delayed},
                                          {"last_frame_to_file_s", tail},
                                          {"total_s", total},
                                          {"bytes", std::filesystem::file_size(out)}}
                               .dump()
                               .c_str());
   }
-  std::filesystem::remove(out);
+  if (out == scratch) std::filesystem::remove(out);
   return 0;
 }

@@ -23,6 +23,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -63,13 +64,16 @@ struct Mp4Writer::Impl {
   AVFrame* vframe = nullptr;
   AVFrame* aframe = nullptr;
   AVFrame* aconv = nullptr;  // the sample-format-converted frame (only with swr)
-  AVPacket* pkt = nullptr;
+  AVPacket* vpkt = nullptr;  // one packet per encoder: the video and the audio may be encoded on two threads
+  AVPacket* apkt = nullptr;
+  std::mutex mux;  // the muxer (oc), shared by the two
   AVAudioFifo* fifo = nullptr;
   SwrContext* swr = nullptr;
-  bool io_open = false, finished = false, broken = false;
+  bool io_open = false, finished = false, video_done = false;
+  std::atomic<bool> broken = false;  // set by either thread
   int64_t frames = 0, samples_in = 0, samples_out = 0;
   std::vector<float> cb, cr;  // full-resolution chroma of one frame
-  int64_t packets = 0;        // packets written by drain() (any stream)
+  int64_t video_packets = 0;  // written by drain() (the video thread's alone)
   FinishTimes finish_times;
 
   Impl(const std::string& path, const MediaSpec& s) : spec(s), file(path) {}
@@ -79,7 +83,8 @@ struct Mp4Writer::Impl {
     av_frame_free(&vframe);
     av_frame_free(&aframe);
     av_frame_free(&aconv);
-    av_packet_free(&pkt);
+    av_packet_free(&vpkt);
+    av_packet_free(&apkt);
     if (fifo) av_audio_fifo_free(fifo);
     swr_free(&swr);
     if (oc && io_open) avio_closep(&oc->pb);
@@ -92,8 +97,9 @@ struct Mp4Writer::Impl {
   void open();
   void open_video();
   void open_audio();
-  void drain(AVCodecContext* enc, AVStream* st);
-  void send(AVCodecContext* enc, AVStream* st, AVFrame* frame);
+  void drain(AVCodecContext* enc, AVStream* st, AVPacket* pkt);
+  void send(AVCodecContext* enc, AVStream* st, AVPacket* pkt, AVFrame* frame);
+  void flush_video();
   void encode_frame_yuv(const media::PixelView& v, int64_t t);
   void encode_audio_frame(int n);
 };
@@ -115,8 +121,9 @@ void Mp4Writer::Impl::open() {
   int ret = avformat_alloc_output_context2(&oc, nullptr, "mp4", file.partial().c_str());
   H3_CHECK(ret >= 0 && oc, "mp4 {}: libavformat has no mp4 muxer ({}); install libavformat with mp4 support", p,
            av_error_text(ret));
-  pkt = av_packet_alloc();
-  H3_CHECK(pkt, "mp4 {}: out of memory", p);
+  vpkt = av_packet_alloc();
+  apkt = av_packet_alloc();
+  H3_CHECK(vpkt && apkt, "mp4 {}: out of memory", p);
   open_video();
   if (spec.channels > 0) open_audio();
   for (const auto& [k, v] : spec.metadata) av_dict_set(&oc->metadata, k.c_str(), v.c_str(), 0);
@@ -133,6 +140,11 @@ void Mp4Writer::Impl::open() {
   // Edit lists and durations in 1/96000 s (a multiple of 24 fps and of 32 and 48 kHz) instead of the default
   // 1/1000 s, so that the audio track's length is exact (520 samples at 32 kHz is 16.25 ms, not 17).
   av_dict_set(&opts, "movie_timescale", "96000", 0);
+  // Packets leave libavformat's interleaving queue only when every stream has one there, so they reach mdat in
+  // timestamp order whatever the order (or the threads) they were written in. The default (10 s) let a clip over
+  // 10 s, whose audio comes after all of its video, write its first seconds of video alone; the queue holds at most
+  // the clip's packets (~30 MB for 15 s at 768p).
+  oc->max_interleave_delta = 0;
   ret = avformat_write_header(oc, &opts);
   const bool unused = av_dict_count(opts) > 0;
   av_dict_free(&opts);
@@ -252,24 +264,36 @@ void Mp4Writer::Impl::open_audio() {
   }
 }
 
-void Mp4Writer::Impl::drain(AVCodecContext* enc, AVStream* st) {
+void Mp4Writer::Impl::drain(AVCodecContext* enc, AVStream* st, AVPacket* pkt) {
   for (;;) {
     int ret = avcodec_receive_packet(enc, pkt);
     if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return;
     if (ret < 0) fail("mp4 {}: {} encoder failed: {}", where(), enc->codec->name, av_error_text(ret));
     av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
     pkt->stream_index = st->index;
-    ret = av_interleaved_write_frame(oc, pkt);
-    ++packets;
+    {
+      std::lock_guard lock(mux);
+      ret = av_interleaved_write_frame(oc, pkt);
+    }
+    if (enc == venc) ++video_packets;
     if (ret < 0)
       fail("mp4 {}: writing to {} failed: {}; is the disk full?", where(), file.partial(), av_error_text(ret));
   }
 }
 
-void Mp4Writer::Impl::send(AVCodecContext* enc, AVStream* st, AVFrame* frame) {
+void Mp4Writer::Impl::send(AVCodecContext* enc, AVStream* st, AVPacket* pkt, AVFrame* frame) {
   int ret = avcodec_send_frame(enc, frame);
   if (ret < 0) fail("mp4 {}: {} encoder refused a frame: {}", where(), enc->codec->name, av_error_text(ret));
-  drain(enc, st);
+  drain(enc, st, pkt);
+}
+
+void Mp4Writer::Impl::flush_video() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t before = video_packets;
+  send(venc, vst, vpkt, nullptr);
+  video_done = true;
+  finish_times.video_delayed = video_packets - before;
+  finish_times.video_flush = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Mp4Writer::Impl::encode_frame_yuv(const media::PixelView& v, int64_t t) {
@@ -318,7 +342,7 @@ void Mp4Writer::Impl::encode_frame_yuv(const media::PixelView& v, int64_t t) {
       },
       kRows / 2);
   vframe->pts = frames;
-  send(venc, vst, vframe);
+  send(venc, vst, vpkt, vframe);
   ++frames;
 }
 
@@ -341,7 +365,7 @@ void Mp4Writer::Impl::encode_audio_frame(int n) {
   aframe->pts = samples_out;
   samples_out += aframe->nb_samples;
   if (!swr) {
-    send(aenc, ast, aframe);
+    send(aenc, ast, apkt, aframe);
     return;
   }
   av_frame_unref(aconv);
@@ -353,7 +377,7 @@ void Mp4Writer::Impl::encode_audio_frame(int n) {
   ret = swr_convert_frame(swr, aconv, aframe);
   H3_CHECK(ret >= 0, "mp4 {}: libswresample: {}", where(), av_error_text(ret));
   aconv->pts = aframe->pts;
-  send(aenc, ast, aconv);
+  send(aenc, ast, apkt, aconv);
 }
 
 Mp4Writer::Mp4Writer(const std::string& path, const MediaSpec& spec)
@@ -375,7 +399,7 @@ const Mp4Writer::FinishTimes& Mp4Writer::finish_times() const {
 
 bool Mp4Writer::add_frames(const Tensor& pixels, const std::function<bool()>& stop) {
   Impl& m = *impl_;
-  H3_CHECK(!m.finished, "mp4 {}: add_frames() after finish()", path_);
+  H3_CHECK(!m.finished && !m.video_done, "mp4 {}: add_frames() after finish_video() or finish()", path_);
   H3_CHECK(!m.broken, "mp4 {}: an earlier error left this writer unusable; start a new one", path_);
   const media::PixelView v = media::pixel_view(pixels, "mp4 " + path_);
   H3_CHECK(v.height == m.spec.height && v.width == m.spec.width,
@@ -394,6 +418,19 @@ bool Mp4Writer::add_frames(const Tensor& pixels, const std::function<bool()>& st
     throw;
   }
   return true;
+}
+
+void Mp4Writer::finish_video() {
+  Impl& m = *impl_;
+  H3_CHECK(!m.finished && !m.video_done, "mp4 {}: finish_video() after finish() or twice", path_);
+  H3_CHECK(!m.broken, "mp4 {}: an earlier error left this writer unusable; start a new one", path_);
+  H3_CHECK(m.frames > 0, "mp4 {}: no video frames were added; an MP4 needs at least one frame", path_);
+  try {
+    m.flush_video();
+  } catch (...) {
+    m.broken = true;
+    throw;
+  }
 }
 
 void Mp4Writer::add_audio(const Tensor& wave) {
@@ -435,17 +472,13 @@ void Mp4Writer::finish() {
   H3_CHECK(!m.broken, "mp4 {}: an earlier error left this writer unusable; nothing was written", path_);
   try {
     H3_CHECK(m.frames > 0, "mp4 {}: no video frames were added; an MP4 needs at least one frame", path_);
+    if (!m.video_done) m.flush_video();
     using clock = std::chrono::steady_clock;
     auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
     auto t0 = clock::now();
-    const int64_t before = m.packets;
-    m.send(m.venc, m.vst, nullptr);
-    m.finish_times.video_delayed = m.packets - before;
-    m.finish_times.video_flush = since(t0);
-    t0 = clock::now();
     if (m.aenc) {
       if (av_audio_fifo_size(m.fifo) > 0) m.encode_audio_frame(av_audio_fifo_size(m.fifo));
-      m.send(m.aenc, m.ast, nullptr);
+      m.send(m.aenc, m.ast, m.apkt, nullptr);
     }
     m.finish_times.audio = since(t0);
     t0 = clock::now();

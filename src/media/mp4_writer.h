@@ -39,6 +39,10 @@ struct MediaSpec {
 // (the moov atom is moved before mdat on finish()). Video and audio may be added in any order and any number
 // of calls; frames are encoded as they arrive (only the encoder's own look-ahead is held). With channels = 0
 // the file has no audio track.
+//
+// Threads: the video calls (add_frames, finish_video) and add_audio may run on two threads at once, one each (the
+// encoders are separate and the muxer is locked); finish() runs after both. The packets reach the file in the
+// order of their timestamps whichever thread wrote first (libavformat's interleaving), so the file is the same.
 class Mp4Writer {
  public:
   Mp4Writer(const std::string& path, const MediaSpec& spec);
@@ -50,16 +54,21 @@ class Mp4Writer {
   // when it answers true nothing more is encoded, the writer is left unusable (destroy it: the partial file goes)
   // and add_frames returns false (a cancelled request stops within one frame's encode).
   bool add_frames(const Tensor& pixels, const std::function<bool()>& stop = {});
+  // No more frames: libx264 encodes the frames it still holds (its look-ahead, B-frames and frame threads: ~40
+  // frames at the default preset, most of a second of the encode) and they are written. finish() does it when not
+  // done; calling it as soon as the last frame is in lets that work overlap whatever comes before finish().
+  void finish_video();
   // wave [channels, N] (see above).
   void add_audio(const Tensor& wave);
-  // Flushes the encoders, writes the trailer (faststart) and renames the file onto `path`.
+  // Flushes the encoders (finish_video() if not done), writes the trailer (faststart) and renames the file onto
+  // `path`.
   void finish();
 
   int64_t frames_written() const;
   int64_t samples_written() const;
 
-  // Where finish() spent its time: libx264's delayed frames (its look-ahead, B-frames and frame threads hold frames
-  // until the end of the stream), the audio still queued and the aac encoder's flush, the trailer (moov) and close.
+  // Where the end of the file went: libx264's delayed frames (finish_video(), wherever it ran), the audio still queued
+  // and the aac encoder's flush, the trailer (moov) and close.
   struct FinishTimes {
     double video_flush = 0, audio = 0, trailer = 0;
     int64_t video_delayed = 0;  // packets libx264 gave only on the flush

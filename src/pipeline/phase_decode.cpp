@@ -1,6 +1,7 @@
 // The decode phase (phases.h): every rank, units sharded over the group. The VAEs load with the video decode when not
 // resident. One rank with a GPU VAE streams the finished frames to the MP4's encoder (a CPU thread) while the GPU
-// decodes on.
+// decodes on, and tells it the video's end before the audio decode. The audio stays after the video: decoded first it
+// would delay the video's frames, whose encode is the long pole, by its own time (docs/notes.md, issue 40).
 #include "pipeline/phases.h"
 
 namespace h3 {
@@ -22,6 +23,8 @@ Decoded decode_phase(RequestRun& run, ModelResidency& models, const Denoised& de
     // Units per stacked call: the plan's under the budget (0 on the CPU or without a plan: the VAE's own rule).
     vvae.decode_streaming(
         z, [&](int64_t, const Tensor& frames) { out.mp4->add_frames(frames); }, models.placement().vae_batch);
+    // libx264 encodes the ~40 frames it still holds while the GPU decodes the audio (StreamingMp4's header).
+    out.mp4->end_video();
   } else {
     out.pixels = decode_video_latents(vvae, run.res.video_latents, group);
   }

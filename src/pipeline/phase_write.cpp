@@ -50,9 +50,11 @@ void write_mp4(RequestRun& run, const ModelResidency& models, const Decoded& med
     media.mp4->finish(media.wave);
     const StreamingMp4::Times& mt = media.mp4->times();
     spdlog::info(
-        "mp4: the writer thread prepared the frames in {:.2f} s and encoded them in {:.2f} s; at the end it took "
-        "{:.2f} s more for the last frames and {:.2f} s for the audio and trailer",
-        mt.prepare, mt.encode, mt.finish_wait, mt.finish_tail);
+        "mp4: the writer thread prepared the frames in {:.2f} s and encoded them in {:.2f} s, then libx264's {} "
+        "delayed "
+        "frames in {:.2f} s (from the end of the video decode); finish() encoded the audio in {:.2f} s, waited "
+        "{:.2f} s for the video and wrote the trailer in {:.2f} s",
+        mt.prepare, mt.encode, mt.video_delayed, mt.video_flush, mt.audio, mt.finish_wait, mt.finish_tail);
     return;
   }
   Mp4Writer w(out_path, media_spec(models.sources(), run.res.request));
