@@ -139,14 +139,18 @@ std::vector<Total> take() {
 
 std::string line(const std::vector<Total>& totals) {
   std::string out;
+  double idle = 0;
   for (const Total& t : totals) {
     if (!out.empty()) out += ", ";
     out += fmt::format("{} {:.3f} s", t.name, t.seconds);
     if (!t.host_only && std::abs(t.host_seconds - t.seconds) > 0.1 * t.seconds)
       out += fmt::format(" (host {:.3f} s)", t.host_seconds);
     out += fmt::format(" x{}", t.spans);
+    idle += t.idle_before;
   }
-  return out.empty() ? "no regions" : out;
+  if (out.empty()) return "no regions";
+  if (idle > 0) out += fmt::format("; the device idle before regions {:.3f} s", idle);
+  return out;
 }
 
 }  // namespace h3::profile

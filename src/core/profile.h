@@ -54,7 +54,7 @@ struct Total {
 std::vector<Total> take();
 // The totals in one line, e.g. for a log: "attention 1.234 s x50, exchange 0.120 s (host 3.400 s) x100, ...": the
 // host time shown where it differs from the device time by more than a tenth (the host waited inside the region,
-// or queued it far ahead).
+// or queued it far ahead), and at the end the device's idle time before regions (the host was late), when any.
 std::string line(const std::vector<Total>& totals);
 
 }  // namespace h3::profile

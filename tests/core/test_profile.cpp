@@ -87,5 +87,9 @@ TEST(Profile, LineNamesEachRegionAndTheHostTimeWhereItDiffers) {
                                    {"cuda.malloc", 0.25, 4, 0.25, 0, true}};
   EXPECT_EQ(profile::line(t),
             "attention 2.000 s x50, tensor exchange 1.000 s (host 3.500 s) x100, cuda.malloc 0.250 s x4");
+  t[1].idle_before = 0.5, t[0].idle_before = 0.25;
+  EXPECT_EQ(profile::line(t),
+            "attention 2.000 s x50, tensor exchange 1.000 s (host 3.500 s) x100, cuda.malloc 0.250 s x4; the device "
+            "idle before regions 0.750 s");
   EXPECT_EQ(profile::line({}), "no regions");
 }
