@@ -26,6 +26,8 @@
 #                     from the bf16 run's than 1.25x the 1-rank FP8 run's (FP8 per tensor on a rank's slices is
 #                     another quantization than the whole weight's: docs/numerics.md); the tensor run's one DiT
 #                     call took 205 and 267 s on an H100, so it has 480 s; --profile-regions logs where (by region)  ~330
+#   tail              issue 40: 768p FP8, 2 steps, --profile-regions 1 (the decode's regions, the writer's log line),
+#                     then bench/mp4_tail with the GPU decode's 3.9 s on this host's cores                      ~60
 #   bench-bf16        h3 bench bf16 480p/768p resident, then under 16 GiB (the blocks that do not fit streamed)  ~120
 #   serve24           h3 serve FP8 under a 24 GiB card (auto): two short 768p jobs; the second loads no DiT      ~120
 #   anchor            ../shared/anchors/perf_diffusers_offload.py (carried in .anchors): diffusers' group
@@ -116,12 +118,16 @@ for s in "$@"; do
   fi
   case $s in
     build)
-      TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_TARGETS="${H3_TARGETS:-h3 h3_tests}" scripts/device/build.sh "$bdir" ;;
+      TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_TARGETS="${H3_TARGETS:-h3 h3_tests mp4_tail}" \
+        scripts/device/build.sh "$bdir" ;;
     checks | gtests)
       TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" \
         --gtest_filter='*Stream*:*Budget*:CudaLoader.*:Residency*:CudaText.LayersReadFromTheFile*'
       [ "$s" = checks ] && run_bench_smoke ;;
     bench-smoke) run_bench_smoke ;;
+    tail)  # issue 40: where the seconds after the last step go, by region, and the writer's tail on this host
+      FRAMES=124 STEPS=2 gen tail-768 150 1344 768 fp8 resident --profile-regions 1
+      TAIL=12 step mp4-tail 120 "$bdir/bin/mp4_tail" --gpu-seconds 3.9 --audio-seconds 0.12 --runs 2 ;;
     gen480-fp8)
       gen gen480-fp8 150 832 480 fp8 resident
       gen gen480-fp8-24 150 832 480 fp8 24

@@ -26,7 +26,7 @@ CAPPED = {
     "mapped-pinned": ("mapped-ref", 24, None),
     "mapped-24": ("mapped-ref", 24, None),
 }
-RESIDENT = ("gen480-fp8", "gen768-fp8", "gen768-bf16", "tensor2-ref", "mapped-ref")
+RESIDENT = ("gen480-fp8", "gen768-fp8", "gen768-bf16", "tensor2-ref", "mapped-ref", "tail-768")
 OTHER = ("tensor2",)
 PHASES = ("encode", "denoise", "decode_video", "decode_audio", "mux")
 
@@ -115,7 +115,7 @@ def main(out):
     if os.path.exists(logs):
         text = open(logs, errors="replace").read()
         for line in text.splitlines():
-            if re.search(r"s/forward=|^(480p|768p) +bf16|rel-l2|group offloading set up|DiT weight streaming:", line):
+            if re.search(r"s/forward=|^(480p|768p) +bf16|rel-l2|group offloading set up|DiT weight streaming:|profile (denoise|decode_video):|mp4: the writer", line):
                 print("  " + line.strip()[:200])
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -8,8 +8,8 @@
 #      <= 1.10x)                                                                                            ~500
 #   2  issue 37: tensor2 (2 ranks, 16 GiB each; the tensor run against a bf16 run, versus 1-rank FP8; its one
 #      DiT call took 267 s with every partial through host memory)                                          ~330
-#   3  the streaming/budget/mapped GPU tests, h3 bench bf16 resident and under 16 GiB (allocator counts,
-#      joules)                                                                                               ~350
+#   3  the streaming/budget/mapped GPU tests, issue 40's tail probe (768p FP8 2 steps with --profile-regions 1,
+#      bench/mp4_tail on the host), h3 bench bf16 resident and under 16 GiB (allocator counts, joules)      ~410
 # Done already (docs/notes.md): 768p bf16 at 24 GiB 1.000x with the block pool; serve24's second job loads no DiT.
 # Carry .debs and .golden (../shared/golden/qwen3vl-text-mini.safetensors) in every call; .anchors for the anchor.
 # Usage, from the checkout's root there: scripts/device/next_session.sh CALL
@@ -18,7 +18,7 @@ export STOP_ON_FAIL=build H3_DEBS=${H3_DEBS:-.debs}
 case ${1:-} in
   1) scripts/device/budget_matrix.sh build gen768-fp8-ref gen768-fp8-16 ;;
   2) scripts/device/budget_matrix.sh tensor2 ;;
-  3) scripts/device/budget_matrix.sh gtests bench-bf16 ;;
+  3) scripts/device/budget_matrix.sh gtests tail bench-bf16 ;;
   *)
     echo "usage: scripts/device/next_session.sh 1|2|3 (see the header for what each call runs)" >&2
     exit 2 ;;
