@@ -9,7 +9,8 @@
 # The resident run of each shape writes the GEMM choices (--gemm-algos) that the capped runs read: the same
 # algorithms, so the same arithmetic gives the same bits (tuning times candidates once; near-equal ones can flip).
 # Steps (each bounded by its own limit; seconds expected on the H200):
-#   build             unpack the carried .debs (H3_DEBS, default .debs), build h3 and h3_tests for sm_90a  ~90-150
+#   build             unpack the carried .debs (H3_DEBS, default .debs), build h3, h3_tests and bench/mp4_tail
+#                     for sm_90a                                                                         ~90-150
 #   checks            gtests, then bench-smoke                                                           ~40
 #   gtests            the streamer's, the budget's and the mapped source's GPU tests                     ~30
 #                     (carry .golden holding ../shared/golden/qwen3vl-text-mini.safetensors, or the text tower's
@@ -118,8 +119,8 @@ for s in "$@"; do
   fi
   case $s in
     build)
-      TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_TARGETS="${H3_TARGETS:-h3 h3_tests mp4_tail}" \
-        scripts/device/build.sh "$bdir" ;;
+      TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_BENCH="${H3_BENCH:-ON}" \
+        H3_TARGETS="${H3_TARGETS:-h3 h3_tests mp4_tail}" scripts/device/build.sh "$bdir" ;;
     checks | gtests)
       TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" \
         --gtest_filter='*Stream*:*Budget*:CudaLoader.*:Residency*:CudaText.LayersReadFromTheFile*'
