@@ -88,9 +88,4 @@ void fail_budget_fragmented(const GpuBudget& b, int64_t asked, int64_t in_use, i
       gib(asked), gib(in_use), gib(b.cap), gib(largest_free), b.describe(), kNeedLess);
 }
 
-int64_t gpu_cached_to_release(const GpuBudget& b, int64_t asked, int64_t in_use, int64_t cached) {
-  if (in_use + asked > b.cap) fail_over_budget(b, asked, in_use);
-  return std::max<int64_t>(0, in_use + cached + asked - b.cap);
-}
-
 }  // namespace h3

@@ -47,9 +47,6 @@ GpuBudget plan_gpu_budget(int64_t requested, int64_t free_at_start, int64_t tota
 // The budget with its cap lowered to `cap` (ranks sharing one GPU split it); never above the start cap (larger
 // values give the start cap back). Throws on a negative value.
 GpuBudget lower_gpu_budget(const GpuBudget& b, int64_t cap, const std::string& why);
-// For an allocation of `asked` bytes that the cache cannot serve: the cached bytes that must be given back first
-// (0 when it fits as it is). Throws the budget-exceeded h3::Error when in_use + asked > cap.
-int64_t gpu_cached_to_release(const GpuBudget& b, int64_t asked, int64_t in_use, int64_t cached);
 // The allocator's refusals (backend/block_pool.h), as h3::Error: in use + asked past the cap, and a request the cap
 // would hold but whose room lies in pieces of at most `largest_free` bytes.
 [[noreturn]] void fail_over_budget(const GpuBudget& b, int64_t asked, int64_t in_use);

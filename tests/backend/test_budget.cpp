@@ -32,8 +32,6 @@ TEST(GpuBudget, DefaultIsFreeAtStartLessTheMarginAndTheCapLeavesTheAllowance) {
   // The largest run today peaks at ~100 GB on an empty H200: the default never refuses it.
   EXPECT_GT(b.cap, int64_t{100} * 1000 * 1000 * 1000 + 30 * GiB);
   EXPECT_TRUE(has(b.origin, "free at start")) << b.origin;
-  // Nothing is given back nor refused while everything fits.
-  EXPECT_EQ(gpu_cached_to_release(b, 10 * GiB, 90 * GiB, 20 * GiB), 0);
 }
 
 TEST(GpuBudget, ExplicitBudgetsAndTheirRefusals) {
@@ -64,22 +62,24 @@ TEST(GpuBudget, ExplicitBudgetsAndTheirRefusals) {
   EXPECT_TRUE(has(full, "only 1.00 GiB of this GPU's 139.8 GiB are free at start")) << full;
 }
 
-TEST(GpuBudget, TheCapGivesCachedBlocksBackThenRefuses) {
+// The allocator's over-cap refusal (which requests it refuses is backend/block_pool.h's, tested there).
+TEST(GpuBudget, TheOverCapRefusalNamesTheBudgetAndTheHint) {
   const GpuBudget b = plan_gpu_budget(11 * GiB, kFree, kTotal);  // cap 10 GiB
   ASSERT_EQ(b.cap, 10 * GiB);
-  // 6 in use + 3 cached + 1 asked = the cap: fits as it is.
-  EXPECT_EQ(gpu_cached_to_release(b, GiB, 6 * GiB, 3 * GiB), 0);
-  // 2 asked: one cached GiB must go back first.
-  EXPECT_EQ(gpu_cached_to_release(b, 2 * GiB, 6 * GiB, 3 * GiB), GiB);
-  // 4 asked: all three cached GiB go, in use + asked = the cap.
-  EXPECT_EQ(gpu_cached_to_release(b, 4 * GiB, 6 * GiB, 3 * GiB), 3 * GiB);
-  // 5 asked: past the cap whatever the cache gives back.
-  const std::string e = error_of([&] { (void)gpu_cached_to_release(b, 5 * GiB, 6 * GiB, 3 * GiB); });
+  const std::string e = error_of([&] { fail_over_budget(b, 5 * GiB, 6 * GiB); });
   EXPECT_TRUE(has(e,
                   "GPU memory budget exceeded: asked for 5.00 GiB with 6.00 GiB in use of the 10.00 GiB budget "
                   "(--max-device-memory; here --max-device-memory 11.00 GiB, less 1.00 GiB for the CUDA context"))
       << e;
   EXPECT_TRUE(has(e, "give a larger --max-device-memory")) << e;
+  // Fragmented: the cap would hold it, the free room lies in smaller pieces; the largest is named, the hint once.
+  const std::string f = error_of([&] { fail_budget_fragmented(b, 3 * GiB, 6 * GiB, 2 * GiB); });
+  EXPECT_TRUE(has(f,
+                  "asked for 3.00 GiB with 6.00 GiB in use of the 10.00 GiB budget, the rest free only in pieces "
+                  "of at most 2.00 GiB"))
+      << f;
+  EXPECT_EQ(f.find("give a larger --max-device-memory"), f.rfind("give a larger --max-device-memory")) << f;
+  EXPECT_NE(f.find("give a larger --max-device-memory"), std::string::npos) << f;
 }
 
 TEST(GpuBudget, LoweringNeverRisesAboveTheStart) {
@@ -90,7 +90,7 @@ TEST(GpuBudget, LoweringNeverRisesAboveTheStart) {
   EXPECT_EQ(half.origin, b.origin);
   EXPECT_TRUE(has(half.describe(), b.origin + ", lowered to ")) << half.describe();
   EXPECT_TRUE(has(half.describe(), "(2 ranks share this GPU)")) << half.describe();
-  const std::string e = error_of([&] { (void)gpu_cached_to_release(half, GiB, half.cap, 0); });
+  const std::string e = error_of([&] { fail_over_budget(half, GiB, half.cap); });
   EXPECT_TRUE(has(e, "2 ranks share this GPU")) << e;
   // Above the start: the start cap again.
   const GpuBudget back = lower_gpu_budget(half, b.cap * 2, "more");
