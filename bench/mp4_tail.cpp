@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     const h3::Mp4Writer::FinishTimes& ft = mt.writer;
     const double mb = static_cast<double>(std::filesystem::file_size(out)) / 1e6;
     std::printf("%4d %8.3f %8.3f %8.3f %6lld | %8.3f %8.3f %8.3f %8.3f | %8.3f %9.2f\n", r, mt.prepare, mt.encode,
-                mt.video_flush, static_cast<long long>(mt.video_delayed), mt.audio + ft.audio, mt.finish_wait,
+                ft.video_flush, static_cast<long long>(ft.video_delayed), mt.audio + ft.audio, mt.finish_wait,
                 mt.finish_tail, ft.trailer, tail, mb);
     if (json)
       std::printf("%s\n", nlohmann::json{{"width", W},
@@ -164,8 +164,8 @@ int main(int argc, char** argv) {
                                          {"encode_s", mt.encode},
                                          {"finish_wait_s", mt.finish_wait},
                                          {"finish_tail_s", mt.finish_tail},
-                                         {"x264_flush_s", mt.video_flush},
-                                         {"x264_delayed_frames", mt.video_delayed},
+                                         {"x264_flush_s", ft.video_flush},
+                                         {"x264_delayed_frames", ft.video_delayed},
                                          {"audio_s", mt.audio + ft.audio},
                                          {"trailer_s", ft.trailer},
                                          {"last_frame_to_file_s", tail},

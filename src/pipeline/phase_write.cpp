@@ -51,10 +51,10 @@ void write_mp4(RequestRun& run, const ModelResidency& models, const Decoded& med
     const StreamingMp4::Times& mt = media.mp4->times();
     spdlog::info(
         "mp4: the writer thread prepared the frames in {:.2f} s and encoded them in {:.2f} s, then libx264's {} "
-        "delayed "
-        "frames in {:.2f} s (from the end of the video decode); finish() encoded the audio in {:.2f} s, waited "
-        "{:.2f} s for the video and wrote the trailer in {:.2f} s",
-        mt.prepare, mt.encode, mt.video_delayed, mt.video_flush, mt.audio, mt.finish_wait, mt.finish_tail);
+        "delayed frames in {:.2f} s (from the end of the video decode); finish() encoded the audio in {:.2f} s, "
+        "waited {:.2f} s for the video and wrote the trailer in {:.2f} s",
+        mt.prepare, mt.encode, mt.writer.video_delayed, mt.writer.video_flush, mt.audio, mt.finish_wait,
+        mt.finish_tail);
     return;
   }
   Mp4Writer w(out_path, media_spec(models.sources(), run.res.request));

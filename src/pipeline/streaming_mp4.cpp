@@ -49,8 +49,6 @@ void StreamingMp4::work() {
       times_.encode += seconds_since(t0);
     }
     writer_.finish_video();
-    times_.video_flush = writer_.finish_times().video_flush;
-    times_.video_delayed = writer_.finish_times().video_delayed;
   } catch (...) {
     std::lock_guard lock(mu_);
     error_ = std::current_exception();

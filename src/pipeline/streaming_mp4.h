@@ -41,14 +41,14 @@ class StreamingMp4 {
   // the worker and finishes the file. Rethrows an error the worker met.
   void finish(const Tensor& wave);
 
-  // Where the writer's time went: on the worker, preparing and encoding frames and libx264's delayed frames after
-  // end_video(); on the caller, finish()'s audio, its wait for the worker (what was left of the video) and the rest
-  // (the audio's flush, the trailer).
+  // Where the writer's time went: on the worker, preparing and encoding frames; on the caller, finish()'s audio, its
+  // wait for the worker (what was left of the video) and the rest (the audio's flush, the trailer). `writer` (filled
+  // by finish()) is the writer's own split: libx264's delayed frames after end_video() and their time, the audio's
+  // flush and the trailer.
   struct Times {
-    double prepare = 0, encode = 0, video_flush = 0;
-    int64_t video_delayed = 0;  // frames libx264 held until end_video()
+    double prepare = 0, encode = 0;
     double audio = 0, finish_wait = 0, finish_tail = 0;
-    Mp4Writer::FinishTimes writer;  // the writer's own split (finish_tail's part of it: audio flush and trailer)
+    Mp4Writer::FinishTimes writer;
   };
   const Times& times() const { return times_; }
 

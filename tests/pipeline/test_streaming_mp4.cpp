@@ -98,7 +98,7 @@ TEST(StreamingMp4, FileDecodesToTheWholeClipWritersFramesAndSound) {
                   std::string::npos);
       }
       mp4.finish(wave);
-      EXPECT_GT(mp4.times().video_delayed, 0) << "libx264 held no frames back: the flush was not exercised";
+      EXPECT_GT(mp4.times().writer.video_delayed, 0) << "libx264 held no frames back: the flush was not exercised";
     }
     // The AAC encode does not depend on the thread or the moment: the same samples back.
     const Tensor sound = h3::read_audio(streamed.string(), 32000, 0);
