@@ -51,17 +51,6 @@ bool dtype_is_float(DType t) {
   return t == DType::f64 || t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::fp8_e4m3;
 }
 
-float bf16_to_f32(uint16_t b) {
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);
-  uint32_t rounding_bias = 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>((u + rounding_bias) >> 16);
-}
-
 float f16_to_f32(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16;
   int exp = (h >> 10) & 0x1f;

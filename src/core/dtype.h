@@ -1,6 +1,8 @@
 // Element types, their sizes and names, and the scalar conversions between them (bf16, f16 and fp8 e4m3 are
 // stored as raw bits; conversions round to nearest even as PyTorch does).
 #pragma once
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -17,8 +19,17 @@ std::string_view dtype_safetensors_name(DType t);                 // "F32", "BF1
 std::optional<DType> dtype_from_safetensors(std::string_view s);  // nullopt for unknown names
 bool dtype_is_float(DType t);
 
-float bf16_to_f32(uint16_t b);
-uint16_t f32_to_bf16(float f);  // round to nearest even; NaN stays NaN
+// Inline: the host-side loops over bf16 (the CPU backend's rounding, the MPI sum of bf16 partials) run them once per
+// element, and an out-of-line call per element kept a 101M-element sum at ~0.3 s on one core.
+inline float bf16_to_f32(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+inline uint16_t f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  const uint32_t rounding_bias = 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>((u + rounding_bias) >> 16);
+}
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 float fp8e4m3_to_f32(uint8_t v);

@@ -5,6 +5,7 @@
 // Host memory goes through MPI (or the size-1 local communicator); device memory through NCCL (CUDA builds, see
 // distributed/comm_device.h): the NCCL communicator takes host buffers too and hands those to the MPI one beneath it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,13 +51,16 @@ class Comm {
                                                DType dt, const std::string& what);
   void allgatherv(const void* send, void* recv, const std::vector<int64_t>& counts, DType dt, const std::string& what);
   // send holds one block per destination (counts[j] elements for rank j); recv[counts[me]] = sum over ranks in rank
-  // order of their block for me. Float dtypes (f32, f64) only.
+  // order of their block for me. f32, f64 and bf16 (summed in f32, rounded once) only.
   virtual void reduce_scatterv(const void* send, const std::vector<int64_t>& counts, void* recv, DType dt,
                                const std::string& what);
   virtual void allreduce_sum(const void* send, void* recv, int64_t count, DType dt, const std::string& what);
   virtual void barrier(const std::string& what);
 
   double timeout_s = 120.0;
+
+ private:
+  std::vector<std::byte> scratch_;  // reduce_scatterv's received parts, kept at the largest size asked
 };
 
 // The world: MPI's when running under mpirun/srun (MPI is initialised on first use), else a single local rank.
