@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/numerics.h"
+#include "distributed/host_stage.h"
 #include "distributed/plan.h"
 #include "io/layer_stream.h"
 #include "model/dit/checkpoint.h"
@@ -212,6 +213,8 @@ class DitModel {
   std::vector<Block> refiner_, blocks_;
   std::vector<bool> resident_;               // per block, when streaming (empty: all resident)
   std::shared_ptr<LayerStreamer> streamer_;  // shared: the forward is const and DitModel stays copyable
+  // Host buffers of the exchanges over MPI (distributed/host_stage.h), kept across forwards; shared as streamer_.
+  std::shared_ptr<HostStage> stage_ = std::make_shared<HostStage>();
   ParkSource park_source_ = ParkSource::pinned;
   Tensor refiner_norm_, out_norm_, out_ada_w_, out_ada_b_, proj_out_w_, proj_out_b_, audio_out_w_, audio_out_b_;
 };

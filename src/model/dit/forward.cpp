@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/profile.h"
 #include "distributed/control.h"
+#include "distributed/host_stage.h"
 #include "model/dit/dit.h"
 #include "model/dit/exchange.h"
 #include "model/dit/hooks.h"
@@ -49,8 +50,10 @@ Tensor back_to(const Tensor& t, Device d) {
   return t.device() == d ? t : t.to_device(d);
 }
 
-// Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order.
-Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>& blocks, const std::string& what) {
+// Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order. A device tensor
+// over a host-memory communicator travels through `stage`'s kept buffers.
+Tensor gather_rows_from(Comm& comm, HostStage& stage, const Tensor& mine, const std::vector<Range>& blocks,
+                        const std::string& what) {
   const int64_t w = mine.numel() / std::max<int64_t>(mine.dim(0), 1);
   const int64_t width = mine.ndim() == 2 ? mine.dim(1) : w;
   if (comm.size() == 1) return mine;
@@ -61,21 +64,26 @@ Tensor gather_rows_from(Comm& comm, const Tensor& mine, const std::vector<Range>
     counts.push_back(b.size() * width);
     rows += b.size();
   }
-  const Tensor src = for_comm(comm, mine);
-  Tensor out(mine.dtype(), {rows, width}, src.device());
+  const bool staged = mine.on_device() && !comm.device_memory();
+  const Tensor src = staged ? stage.copy_in(0, mine) : mine;
+  Tensor out = staged ? stage.view(1, mine.dtype(), {rows, width}) : Tensor(mine.dtype(), {rows, width}, src.device());
   comm.allgatherv(src.raw(), out.raw(), counts, mine.dtype(), what);
   return back_to(out, mine.device());
 }
 
-// Sums each member's partial [sum |blocks|, W] and returns this member's rows (sum in member order).
-Tensor reduce_rows_to(Comm& comm, const Tensor& partial, const std::vector<Range>& blocks, const std::string& what) {
+// Sums each member's partial [sum |blocks|, W] and returns this member's rows (sum in member order); staged as
+// gather_rows_from.
+Tensor reduce_rows_to(Comm& comm, HostStage& stage, const Tensor& partial, const std::vector<Range>& blocks,
+                      const std::string& what) {
   if (comm.size() == 1) return partial;
   profile::Region r("tensor exchange");
   const int64_t width = partial.dim(1);
   std::vector<int64_t> counts;
   for (const auto& b : blocks) counts.push_back(b.size() * width);
-  const Tensor src = for_comm(comm, partial);
-  Tensor out(partial.dtype(), {blocks[comm.rank()].size(), width}, src.device());
+  const bool staged = partial.on_device() && !comm.device_memory();
+  const Tensor src = staged ? stage.copy_in(0, partial) : partial;
+  const Shape shape{blocks[comm.rank()].size(), width};
+  Tensor out = staged ? stage.view(1, partial.dtype(), shape) : Tensor(partial.dtype(), shape, src.device());
   comm.reduce_scatterv(src.raw(), counts, out.raw(), partial.dtype(), what);
   return back_to(out, partial.device());
 }
@@ -137,8 +145,8 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   Comm& sp = *plan_.sp_comm;
   const bool ag = plan_.mode == DistMode::ulysses_ag;
   // Rows the projections see: all rows (ulysses-ag), the row group G_u (tensor-parallel gather), or own rows.
-  Tensor hin = ag ? gather_rows_from(sp, h, st.rows, "all-gather hidden (ulysses-ag)")
-                  : gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden (tensor)");
+  Tensor hin = ag ? gather_rows_from(sp, *stage_, h, st.rows, "all-gather hidden (ulysses-ag)")
+                  : gather_rows_from(*plan_.tp_comm, *stage_, h, st.tp_rows, "all-gather hidden (tensor)");
   // FP8: q, k and v project the same rows, so quantize them once (unless the projections stay in bf16,
   // model/dit/fp8_layers.h).
   if (precision_ == Precision::fp8 && hin.on_device() && hin.dtype() != DType::fp8_e4m3 &&
@@ -216,14 +224,15 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     partial = round_if_bf16(ops::linear(o, b.to_out));
   }
   if (ag) return partial;
-  return round_if_bf16(reduce_rows_to(*plan_.tp_comm, partial, st.tp_rows, "reduce-scatter attention out (tensor)"));
+  return round_if_bf16(
+      reduce_rows_to(*plan_.tp_comm, *stage_, partial, st.tp_rows, "reduce-scatter attention out (tensor)"));
 }
 
 Tensor DitModel::mlp_block(const Block& b, const Tensor& h, Step& st) const {
   if (plan_.K == 1) return refiner_mlp(b, h);
-  Tensor hin = gather_rows_from(*plan_.tp_comm, h, st.tp_rows, "all-gather hidden before MLP (tensor)");
+  Tensor hin = gather_rows_from(*plan_.tp_comm, *stage_, h, st.tp_rows, "all-gather hidden before MLP (tensor)");
   Tensor partial = refiner_mlp(b, hin);
-  return round_if_bf16(reduce_rows_to(*plan_.tp_comm, partial, st.tp_rows, "reduce-scatter MLP out (tensor)"));
+  return round_if_bf16(reduce_rows_to(*plan_.tp_comm, *stage_, partial, st.tp_rows, "reduce-scatter MLP out (tensor)"));
 }
 
 // The six modulation tables of every resident block for this forward: each rank projects its rows A_t of the AdaLN
@@ -449,7 +458,7 @@ Tensor DitModel::run_blocks(Tensor x, Step& st, const DitCapture& capture, DitOu
     if (const std::string name = "block." + std::to_string(n); capture.wants(name)) {
       x = ops::gate_residual(x, pending_gate, st.ada_idx, pending_y, bf);
       pending_gate = pending_y = Tensor();
-      out.activations[name] = to_host(gather_rows_from(*plan_.world_comm, x, st.rows, "gather activations"));
+      out.activations[name] = to_host(gather_rows_from(*plan_.world_comm, *stage_, x, st.rows, "gather activations"));
     }
   }
   // Final norm modulated per timestep only (not per modality): its [M, 2H] table repeated for the three modalities
@@ -467,7 +476,8 @@ Tensor DitModel::run_blocks(Tensor x, Step& st, const DitCapture& capture, DitOu
             .h;
   }
   if (capture.wants("norm_out"))
-    out.activations["norm_out"] = to_host(gather_rows_from(*plan_.world_comm, h, st.rows, "gather activations"));
+    out.activations["norm_out"] =
+        to_host(gather_rows_from(*plan_.world_comm, *stage_, h, st.rows, "gather activations"));
   return h;
 }
 
