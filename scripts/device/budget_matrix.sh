@@ -25,8 +25,9 @@
 #   tensor2           768p FP8, 2 steps: 1 rank resident, then 2 ranks in tensor mode sharing the GPU, 16 GiB
 #                     each (the holder leaves 32 GiB), then 1 rank in bf16: the tensor run's latents no further
 #                     from the bf16 run's than 1.25x the 1-rank FP8 run's (FP8 per tensor on a rank's slices is
-#                     another quantization than the whole weight's: docs/numerics.md); the tensor run's one DiT
-#                     call took 205 and 267 s on an H100, so it has 480 s; --profile-regions logs where (by region)  ~330
+#                     another quantization than the whole weight's: docs/numerics.md); before it, bench-comm times
+#                     the MPI exchanges. The tensor run's one DiT call took 205 and 267 s on an H100 before the MPI
+#                     wait stopped sleeping while data flows, so it has 480 s; --profile-regions logs where   ~150-330
 #   tail              issue 40: 768p FP8, 2 steps, --profile-regions 1 (the decode's regions, the writer's log line),
 #                     then bench/mp4_tail with the GPU decode's 3.9 s on this host's cores                      ~60
 #   bench-bf16        h3 bench bf16 480p/768p resident, then under 16 GiB (the blocks that do not fit streamed)  ~120
@@ -145,6 +146,8 @@ for s in "$@"; do
     gen768-bf16-24)  # needs gen768-bf16's record and GEMM file from the same (warm) machine
       gen gen768-bf16-24 480 1344 768 bf16 24 ;;
     tensor2)
+      # The MPI exchanges alone first (host memory, 2 ranks, the 768p shapes): what a tensor-mode block pays.
+      TAIL=6 step tensor2-comm 90 "$h3" --ranks 2 bench-comm --seq 37830 --iters 3
       FRAMES=124 STEPS=2 gen tensor2-ref 120 1344 768 fp8 resident --latents
       hold tensor2 32 && TAIL=18 step tensor2 480 "$h3" --device cuda --profile-regions 1 --ranks 2 generate --max-device-memory 16G \
         --mode tensor --model procedural:full --prompt "$prompt" --width 1344 --height 768 --frames 124 --steps 2 \

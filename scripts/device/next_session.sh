@@ -7,7 +7,7 @@
 #   1  build, then issue 37: 768p FP8 resident and at 16 GiB (the plan's tightest card, now with the block pool;
 #      <= 1.10x)                                                                                            ~500
 #   2  issue 37: tensor2 (2 ranks, 16 GiB each; the tensor run against a bf16 run, versus 1-rank FP8; its one
-#      DiT call took 267 s with every partial through host memory)                                          ~330
+#      DiT call took 267 s before the MPI exchanges were mended: bench-comm first)                      ~150-330
 #   3  the streaming/budget/mapped GPU tests, issue 40's tail probe (768p FP8 2 steps with --profile-regions 1,
 #      bench/mp4_tail on the host), h3 bench bf16 resident and under 16 GiB (allocator counts, joules)      ~410
 # Done already (docs/notes.md): 768p bf16 at 24 GiB 1.000x with the block pool; serve24's second job loads no DiT.
