@@ -26,8 +26,8 @@
 #                     each (the holder leaves 32 GiB), then 1 rank in bf16: the tensor run's latents no further
 #                     from the bf16 run's than 1.25x the 1-rank FP8 run's (FP8 per tensor on a rank's slices is
 #                     another quantization than the whole weight's: docs/numerics.md); before it, bench-comm times
-#                     the MPI exchanges. The tensor run's one DiT call took 205 and 267 s on an H100 before the MPI
-#                     wait stopped sleeping while data flows, so it has 480 s; --profile-regions logs where   ~150-330
+#                     the MPI exchanges. The tensor run took 72 s on an H100 (one DiT call 35.6 s, 31.3 s of it
+#                     exchanges; 267 s before 1ba798b), 480 s allowed; --profile-regions logs where            ~110
 #   tail              issue 40: 768p FP8, 2 steps, --profile-regions 1 (the decode's regions, the writer's log line),
 #                     then bench/mp4_tail with the GPU decode's 3.9 s on this host's cores                      ~60
 #   bench-bf16        h3 bench bf16 480p/768p resident, then under 16 GiB (the blocks that do not fit streamed)  ~120
