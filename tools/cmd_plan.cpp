@@ -93,7 +93,7 @@ std::string row_of(const Target& t, const MemoryPlan& m, double compute_total) {
                        gib_up(m.minimum_bytes));
   const PhaseMemory &enc = m.phase("encode"), &den = m.phase("denoise");
   int64_t pinned = 0;
-  for (const PhaseMemory& ph : m.phases) pinned = std::max(pinned, ph.host_pinned);
+  for (const PhaseMemory& ph : m.phases) pinned = std::max(pinned, ph.host_pool);  // page-locked, the pool included
   const double slow = m.slowdown_s();
   const std::string pct = compute_total > 0 ? fmt::format(" ({:.1f} %)", 100.0 * slow / compute_total) : "";
   return fmt::format(

@@ -31,8 +31,9 @@
 // (default kH200LinkGBps, the H200's measured pinned host->device copies). When the compute seconds of a DiT forward
 // are known the copies overlap it: slowdown per forward = max(0, copy - compute) + one layer's copy (the wait before
 // the first streamed layer); unknown compute (and the text tower's encode) counts every copy second, an upper bound.
-// Host memory: the streamed layers live in pinned host memory (phases: the phase model's streamed part, one phase at
-// a time; auto / resident: every model's part not kept, all the time); when that and kParkHostMarginBytes exceed the
+// Host memory: the streamed layers live in pinned host memory (phases: the phase model's streamed part, plus the
+// blocks of earlier phases the page-locked pool keeps until the request ends; auto / resident: every model's part not
+// kept, all the time); when the phase model's part and kParkHostMarginBytes exceed the
 // host memory given (io/layer_stream.h's rule, pinned_copies_fit, which the models' streamers follow), the phase
 // streams from the memory-mapped checkpoint through a pinned staging ring of ring_slots layers instead, at the disk's
 // rate (disk_gbps); a ring that does not fit with the margin either is refused. The models take the choice as data
@@ -63,8 +64,9 @@ inline constexpr int64_t kDefaultDeviceMargin = kGpuDefaultMarginBytes;
 inline constexpr double kH200LinkGBps = 55.5;  // pinned host -> device copies measured on an H200 (GB/s)
 inline constexpr double kDiskGBps = 1.4;       // the H200 host's local disk, page cache dropped (GB/s)
 inline constexpr int kDefaultRingSlots = 3, kMinRingSlots = 2;
-// Host memory beside the pinned weights (not measured yet; the run record's peak RSS per phase will say): the process
-// with the CUDA libraries mapped, the tokenizer, the sampler's latents, the MP4 writer.
+// Host memory beside the pinned weights: the process with the CUDA libraries mapped, the tokenizer, the sampler's
+// latents, the MP4 writer. A resident 768p run's RSS was 0.5-0.7 GiB in encode and denoise and 2.8-2.9 GiB in the
+// decodes, whose 1.43 GiB of frames the plan counts apart (H100).
 inline constexpr int64_t kHostProcessBytes = 2 * kGiB;
 
 // The budget when none is given: what is free on the device at start less kDefaultDeviceMargin (at least 0).
@@ -151,7 +153,9 @@ struct PhaseMemory {
   double slowdown_s = 0;         // expected seconds the request loses to streaming in this phase (all passes)
   double compute_s = 0;          // compute seconds per pass when known (0 unknown)
   int64_t host_pinned = 0;       // pinned host memory for streamed (and not kept) weights during the phase
-  int64_t host_bytes = 0;        // the host need of the phase: pinned + kHostProcessBytes + decoded frames
+  int64_t host_pool = 0;         // page-locked bytes held through the phase: host_pinned and what the pool keeps
+                                 // from the request's earlier phases (plan_host's note)
+  int64_t host_bytes = 0;        // the host need of the phase: host_pool + kHostProcessBytes + decoded frames
   bool from_checkpoint = false;  // streams from the mapped checkpoint (host memory short), at the disk's rate
   int64_t peak() const { return resident + weights + ring + activations; }
 };

@@ -126,6 +126,7 @@ nlohmann::json MemoryPlan::to_json() const {
                   {"compute_s", p.compute_s},
                   {"slowdown_s", p.slowdown_s},
                   {"host_pinned_bytes", p.host_pinned},
+                  {"host_pool_bytes", p.host_pool},
                   {"host_bytes", p.host_bytes},
                   {"from_checkpoint", p.from_checkpoint}});
   return {{"policy", std::string(memory_policy_name(policy))},

@@ -386,3 +386,46 @@ TEST(MemoryPlanBudget, StreamsComeFromTheCheckpointWhenHostMemoryIsShort) {
 }
 
 }  // namespace h3
+
+namespace h3 {
+
+// The plan's host memory per phase against what two runs held (peak RSS per phase in their run records; H100,
+// budget_matrix.sh: docs/results/budget-matrix-h100-2026-12-06c.json gen768-fp8-16 and -06b.json gen768-bf16-24),
+// planned with the budgets those runs planned with. The page-locked pool keeps a request's blocks until its end: the
+// FP8 DiT's blocks (0.84 GiB) reuse the text tower's records (0.91 GiB) and add the rest, and the decode still holds
+// them; the bf16 DiT's blocks (1.20 GiB) fit no record, so its first block frees them. The plan before this rule said
+// 43.8 / 3.7 GB for the FP8 run's denoise / decode, which held 45.2 / 47.4.
+TEST(MemoryPlanBudget, HostMemoryCoversWhatTheRunsHeld) {
+  struct Run {
+    Precision dit;
+    int64_t budget, device;  // the run record's memory_plan budget_bytes and device_bytes
+    int text_streamed, dit_streamed;
+    int64_t rss[3];  // host_rss_peak_bytes: encode, denoise, the larger of the two decodes
+  };
+  const Run runs[] = {
+      {Precision::fp8, 15555231744, 16092102656, 41, 46, {40469676032, 45214507008, 47440285696}},
+      {Precision::bf16, 24145166336, 24682037248, 33, 42, {32668758016, 54927192064, 57312522240}},
+  };
+  for (const Run& r : runs) {
+    MemoryPlanInputs in = inputs(k768, r.dit, 1, 0);
+    in.budget_bytes = r.budget;
+    in.device_bytes = r.device;
+    const MemoryPlan m = plan_memory(in);
+    ASSERT_TRUE(m.fits) << m.problem;
+    ASSERT_EQ(m.text.streamed(), r.text_streamed);  // the residency the runs had
+    ASSERT_EQ(m.dit.streamed(), r.dit_streamed);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_GE(m.phases[i].host_bytes, r.rss[i]) << precision_name(r.dit) << " " << m.phases[i].phase;
+    const int64_t text_records = int64_t{r.text_streamed} * m.text.layer_bytes;
+    EXPECT_EQ(m.phase("encode").host_pool, text_records);
+    const int64_t denoise_pool = r.dit == Precision::fp8
+                                     ? text_records + int64_t{r.dit_streamed - r.text_streamed} * m.dit.layer_bytes
+                                     : m.dit.streamed_bytes();
+    EXPECT_EQ(m.phase("denoise").host_pool, denoise_pool) << precision_name(r.dit);
+    EXPECT_EQ(m.phase("denoise").host_pinned, m.dit.streamed_bytes());  // what the DiT's streamer parks
+    EXPECT_EQ(m.phase("decode").host_pool, denoise_pool) << "kept until the request's end";
+    EXPECT_EQ(m.host_peak(), m.phase("decode").host_bytes);
+  }
+}
+
+}  // namespace h3
