@@ -38,6 +38,13 @@ std::string this_host() {
   return buf;
 }
 
+// Where each rank's block starts, in bytes, when blocks of counts[j] elements of es bytes lie one after another.
+std::vector<int64_t> byte_offsets(const std::vector<int64_t>& counts, int64_t es) {
+  std::vector<int64_t> off(counts.size());
+  for (size_t j = 1; j < counts.size(); ++j) off[j] = off[j - 1] + counts[j - 1] * es;
+  return off;
+}
+
 bool g_mpi_initialised = false;
 std::vector<std::string> g_hosts;  // by world rank
 
@@ -166,14 +173,7 @@ class MpiComm : public Comm {
     const int64_t es = static_cast<int64_t>(dtype_size(dt));
     const auto* s = static_cast<const std::byte*>(send);
     auto* r = static_cast<std::byte*>(recv);
-    std::vector<int64_t> sdisp(size_), rdisp(size_);
-    int64_t soff = 0, roff = 0;
-    for (int j = 0; j < size_; ++j) {
-      sdisp[j] = soff;
-      rdisp[j] = roff;
-      soff += sc[j] * es;
-      roff += rc[j] * es;
-    }
+    const std::vector<int64_t> sdisp = byte_offsets(sc, es), rdisp = byte_offsets(rc, es);
     // Receives first, then sends; the local block is a copy.
     Messages m(*this, what);
     for (int k = 1; k < size_; ++k) {
@@ -196,12 +196,7 @@ class MpiComm : public Comm {
     H3_ASSERT(static_cast<int>(counts.size()) == size_, "{}: {} counts for {} ranks", what, counts.size(), size_);
     const int64_t es = static_cast<int64_t>(dtype_size(dt));
     auto* r = static_cast<std::byte*>(recv);
-    std::vector<int64_t> disp(size_);
-    int64_t off = 0;
-    for (int j = 0; j < size_; ++j) {
-      disp[j] = off;
-      off += counts[j] * es;
-    }
+    const std::vector<int64_t> disp = byte_offsets(counts, es);
     Messages m(*this, what);
     for (int k = 1; k < size_; ++k) {
       const int j = (rank_ + size_ - k) % size_;

@@ -131,6 +131,14 @@ int64_t frames_bytes(const MemoryPlanInputs& in) {
 }
 
 // Pinned host memory per phase and where the streams come from (memory_plan.h: host memory).
+//
+// Under the phases policy each model takes its page-locked blocks from the pool and gives them back as its phase ends;
+// the pool (backend/pinned_pool.h) keeps given blocks until the request's end, a later model reuses a kept block of
+// its size up to a quarter larger, and its first large miss frees the rest. The phases run on the pool's own
+// bookkeeping with stand-in addresses, and host_pool is what it holds. Why: 768p FP8 at 16 GiB on an H100 held
+// 41.45 GiB from the denoise to the end (the DiT's 46 blocks of 0.84 GiB took 41 of the text tower's 0.91 GiB records
+// and 5 new ones), where the DiT's own 38.8 GiB had been planned, and the decode's RSS (44.2 GiB) passed the plan's
+// "at most".
 void plan_host(const MemoryPlanInputs& in, const Sizes& s, MemoryPlan& m) {
   const bool per_phase = in.policy == MemoryPolicy::phases;
   const int64_t parked =
@@ -139,6 +147,9 @@ void plan_host(const MemoryPlanInputs& in, const Sizes& s, MemoryPlan& m) {
       (s.dit ? s.db.total() - (m.kept.dit_blocks > 0 ? s.db.base : 0) - int64_t{m.kept.dit_blocks} * s.db.block : 0) +
       (s.vae && !m.kept.vaes ? s.vae_weights : 0);
   const int64_t rings = std::max(m.text.ring_bytes(), m.dit.ring_bytes());
+  uintptr_t next = 0;
+  PinnedPool pool([&next](size_t) { return reinterpret_cast<void*>(++next * 64); }, [](void*) {});
+  std::vector<void*> held;
   for (PhaseMemory& ph : m.phases) {
     const LayerResidency* lr = ph.phase == "encode" ? &m.text : ph.phase == "denoise" ? &m.dit : nullptr;
     const int64_t around = kHostProcessBytes + (ph.phase == "decode" ? frames_bytes(in) : 0);
@@ -152,33 +163,18 @@ void plan_host(const MemoryPlanInputs& in, const Sizes& s, MemoryPlan& m) {
       if (!pinned_copies_fit(ph.host_pinned, in.host_bytes)) m.host_short = true;
     }
     ph.host_pool = ph.host_pinned;
-    ph.host_bytes = ph.host_pinned + around;
+    if (per_phase) {
+      for (void* p : held) pool.give(p);
+      held.clear();
+      const int blocks = !lr ? 0 : ph.from_checkpoint ? lr->ring_slots : lr->streamed();
+      for (int i = 0; i < blocks; ++i) held.push_back(pool.take(static_cast<size_t>(lr->layer_bytes)));
+      const PinnedPoolStats st = pool.stats();
+      ph.host_pool = st.kept_bytes + st.in_use_bytes;
+    }
+    ph.host_bytes = ph.host_pool + around;
     const double gbps = ph.from_checkpoint ? std::min(in.link_gbps, in.disk_gbps) : in.link_gbps;
     ph.gbps = gbps;
     cost(ph, lr ? lr->layer_bytes : 0, gbps, ph.phase == "denoise" ? in.dit_forward_s : 0);
-  }
-}
-
-// The page-locked blocks held through each phase when the phases' models take their blocks from the pool and give
-// them back as they go (the phases policy): the pool (backend/pinned_pool.h) keeps given blocks until the request's
-// end, a later model reuses a kept block of its size up to a quarter larger, and its first large miss frees the rest.
-// Run on the pool's own bookkeeping with stand-in addresses. Why: 768p FP8 at 16 GiB on an H100 held 41.45 GiB from
-// the denoise to the end (the DiT's 46 blocks of 0.84 GiB took 41 of the text tower's 0.91 GiB records and 5 new
-// ones), where the DiT's own 38.8 GiB had been planned, and the decode's RSS (44.2 GiB) passed the plan's "at most".
-void plan_pool(const MemoryPlanInputs& in, MemoryPlan& m) {
-  if (in.policy != MemoryPolicy::phases) return;
-  uintptr_t next = 0;
-  PinnedPool pool([&next](size_t) { return reinterpret_cast<void*>(++next * 64); }, [](void*) {});
-  std::vector<void*> held;
-  for (PhaseMemory& ph : m.phases) {
-    for (void* p : held) pool.give(p);
-    held.clear();
-    const LayerResidency* lr = ph.phase == "encode" ? &m.text : ph.phase == "denoise" ? &m.dit : nullptr;
-    const int blocks = !lr ? 0 : ph.from_checkpoint ? lr->ring_slots : lr->streamed();
-    for (int i = 0; i < blocks; ++i) held.push_back(pool.take(static_cast<size_t>(lr->layer_bytes)));
-    const PinnedPoolStats st = pool.stats();
-    ph.host_pool = st.kept_bytes + st.in_use_bytes;
-    ph.host_bytes += ph.host_pool - ph.host_pinned;
   }
 }
 
@@ -274,7 +270,6 @@ MemoryPlan build(const MemoryPlanInputs& in, const Sizes& s, KeptSet k) {
   dec.passes = 1;
   m.phases = {enc, den, dec};
   plan_host(in, s, m);
-  plan_pool(in, m);
   std::tie(m.minimum_bytes, m.minimum_detail) = minimum_of(in, s);
   m.host_limit_bytes = in.host_bytes;
   m.fits = ok && m.peak() <= room && (in.device_bytes <= 0 || s.budget <= in.device_bytes) && !m.host_short;

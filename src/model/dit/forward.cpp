@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/hash.h"
 #include "core/log.h"
@@ -50,8 +51,14 @@ Tensor back_to(const Tensor& t, Device d) {
   return t.device() == d ? t : t.to_device(d);
 }
 
-// Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order. A device tensor
-// over a host-memory communicator travels through `stage`'s kept buffers.
+// The send and the receive side of an exchange of `t` over `comm` (the receive side of `shape`): a device tensor
+// over a host-memory communicator goes through `stage`'s kept buffers, anything else travels where it is.
+std::pair<Tensor, Tensor> exchange_sides(const Comm& comm, HostStage& stage, const Tensor& t, const Shape& shape) {
+  if (t.on_device() && !comm.device_memory()) return {stage.copy_in(0, t), stage.view(1, t.dtype(), shape)};
+  return {t, Tensor(t.dtype(), shape, t.device())};
+}
+
+// Gathers row blocks from every member of `comm` (member j holds rows of `blocks[j]`), in order.
 Tensor gather_rows_from(Comm& comm, HostStage& stage, const Tensor& mine, const std::vector<Range>& blocks,
                         const std::string& what) {
   const int64_t w = mine.numel() / std::max<int64_t>(mine.dim(0), 1);
@@ -64,15 +71,12 @@ Tensor gather_rows_from(Comm& comm, HostStage& stage, const Tensor& mine, const 
     counts.push_back(b.size() * width);
     rows += b.size();
   }
-  const bool staged = mine.on_device() && !comm.device_memory();
-  const Tensor src = staged ? stage.copy_in(0, mine) : mine;
-  Tensor out = staged ? stage.view(1, mine.dtype(), {rows, width}) : Tensor(mine.dtype(), {rows, width}, src.device());
+  const auto [src, out] = exchange_sides(comm, stage, mine, {rows, width});
   comm.allgatherv(src.raw(), out.raw(), counts, mine.dtype(), what);
   return back_to(out, mine.device());
 }
 
-// Sums each member's partial [sum |blocks|, W] and returns this member's rows (sum in member order); staged as
-// gather_rows_from.
+// Sums each member's partial [sum |blocks|, W] and returns this member's rows (sum in member order).
 Tensor reduce_rows_to(Comm& comm, HostStage& stage, const Tensor& partial, const std::vector<Range>& blocks,
                       const std::string& what) {
   if (comm.size() == 1) return partial;
@@ -80,10 +84,7 @@ Tensor reduce_rows_to(Comm& comm, HostStage& stage, const Tensor& partial, const
   const int64_t width = partial.dim(1);
   std::vector<int64_t> counts;
   for (const auto& b : blocks) counts.push_back(b.size() * width);
-  const bool staged = partial.on_device() && !comm.device_memory();
-  const Tensor src = staged ? stage.copy_in(0, partial) : partial;
-  const Shape shape{blocks[comm.rank()].size(), width};
-  Tensor out = staged ? stage.view(1, partial.dtype(), shape) : Tensor(partial.dtype(), shape, src.device());
+  const auto [src, out] = exchange_sides(comm, stage, partial, {blocks[comm.rank()].size(), width});
   comm.reduce_scatterv(src.raw(), counts, out.raw(), partial.dtype(), what);
   return back_to(out, partial.device());
 }
