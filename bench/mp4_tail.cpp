@@ -10,7 +10,8 @@
 // and its rest (the trailer), and the time from the last frame handed over to the finished file.
 //
 //   build/bin/mp4_tail [--width W] [--height H] [--frames T] [--chunk F] [--gpu-seconds S] [--audio-seconds S]
-//                      [--late-end] [--runs N] [--out FILE] [--json]
+//                      [--late-end] [--lookahead N] [--sync-lookahead N] [--threads N] [--runs N] [--out FILE] [--json]
+// --lookahead, --sync-lookahead, --threads: libx264's held frames (MediaSpec's x264_* fields; default: MediaSpec's).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -81,6 +82,9 @@ int main(int argc, char** argv) {
   double audio_seconds = 0;
   bool json = false, late_end = false;
   int runs = 1;
+  const h3::MediaSpec defaults;
+  int x264_lookahead = defaults.x264_lookahead, x264_sync_lookahead = defaults.x264_sync_lookahead,
+      x264_threads = defaults.x264_threads;
   const std::string scratch = (std::filesystem::temp_directory_path() / "h3_mp4_tail.mp4").string();
   std::string out = scratch;  // removed at the end unless --out names the file
   for (int i = 1; i < argc; ++i) {
@@ -112,6 +116,12 @@ int main(int argc, char** argv) {
       json = true;
     else if (a == "--late-end")
       late_end = true;
+    else if (a == "--lookahead")
+      x264_lookahead = std::stoi(next());
+    else if (a == "--sync-lookahead")
+      x264_sync_lookahead = std::stoi(next());
+    else if (a == "--threads")
+      x264_threads = std::stoi(next());
     else {
       std::fprintf(stderr, "mp4_tail: unknown option %s (see the file's header)\n", a.c_str());
       return 2;
@@ -125,12 +135,16 @@ int main(int argc, char** argv) {
   h3::MediaSpec spec;
   spec.width = W;
   spec.height = H;
+  spec.x264_lookahead = x264_lookahead;
+  spec.x264_sync_lookahead = x264_sync_lookahead;
+  spec.x264_threads = x264_threads;
   spec.metadata["comment"] = std::string(2000, 'x');  // about the size of a request's JSON
   std::printf(
       "mp4_tail: %lld x %lld, %lld frames in chunks of %lld, %.2f s of video decode and %.2f s of audio decode "
-      "simulated, %u hardware threads\n",
+      "simulated, %u hardware threads; libx264 look-ahead %d, sync look-ahead %d, threads %d (-1 / 0: libx264's)\n",
       static_cast<long long>(W), static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(chunk),
-      gpu_seconds, audio_seconds, std::thread::hardware_concurrency());
+      gpu_seconds, audio_seconds, std::thread::hardware_concurrency(), x264_lookahead, x264_sync_lookahead,
+      x264_threads);
   std::printf("%4s %8s %8s %8s %6s | %8s %8s %8s %8s | %8s %9s\n", "run", "prepare", "encode", "x264_fl", "delay",
               "aac", "f_wait", "f_tail", "trailer", "last->f", "MB");
   for (int r = 0; r < runs; ++r) {
@@ -160,6 +174,9 @@ int main(int argc, char** argv) {
                                          {"gpu_seconds", gpu_seconds},
                                          {"audio_seconds", audio_seconds},
                                          {"late_end", late_end},
+                                         {"x264_lookahead", x264_lookahead},
+                                         {"x264_sync_lookahead", x264_sync_lookahead},
+                                         {"x264_threads", x264_threads},
                                          {"prepare_s", mt.prepare},
                                          {"encode_s", mt.encode},
                                          {"finish_wait_s", mt.finish_wait},

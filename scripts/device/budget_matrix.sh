@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 37 on one H200 (the `device` tool's machine): the whole job on a small card, made honestly -- a separate
+# Issues 37 and 40 on one H200 (the `device` tool's machine). Issue 37: the whole job on a small card, made honestly -- a separate
 # process (scripts/device/hold_gpu_memory.py) takes all but N GiB of the device and holds it while h3 runs -- beside
 # the resident run, back to back in one device call: procedural:full, 124 frames, 50 steps, time to MP4 without
 # loads. Every run writes its record (--json) and the holder's device-read memory samples; budget_matrix_summary.py
@@ -32,6 +32,14 @@
 #                     then bench/mp4_tail with the GPU decode's 3.9 s on this host's cores                      ~60
 #   bench-bf16        h3 bench bf16 480p/768p resident, then under 16 GiB (the blocks that do not fit streamed)  ~120
 #   serve24           h3 serve FP8 under a 24 GiB card (auto): two short 768p jobs; the second loads no DiT      ~120
+#   gen480-fp8-ref    480p FP8 resident only                                                               ~55
+#   gen480-bf16       480p bf16 resident                                                                   ~85
+#   bench-all         issue 40: h3 bench 480p/768p, bf16/FP8, median of 3 with the isolated regions         ~150
+#   bench-sustained   issue 40: h3 bench 480p bf16, median of 40 back to back (against bench-all's 3)      ~65
+#   tune-cost         issue 40: a 768p FP8 bench writing its GEMM file, then one reading it (the tuning's cost) ~40
+#   tail-x264         issue 40: bench/mp4_tail under libx264's held-frame settings (MediaSpec's x264_*)      ~60
+#   anchor-resident   ../shared/anchors/perf_diffusers.py (carried in .anchors): diffusers' DiT resident     ~120
+#   gpu-ctest         every GPU ctest entry (ctest -L gpu)                                                  ~60
 #   anchor            ../shared/anchors/perf_diffusers_offload.py (carried in .anchors): diffusers' group
 #                     offloading, resident and streamed, 480p/768p bf16                                    ~180
 #   mapped            issue 37 item 4, host memory short: h3 convert procedural:full to an FP8 DiT file on the
@@ -189,6 +197,36 @@ save_file({"prompt_embeds": (0.5 * np.random.default_rng(1).standard_normal((80,
       STEPS=${MAPPED_STEPS:-10} gen mapped-ref 200 1344 768 fp8 resident "${from_file[@]}"
       [ "${MAPPED_PINNED:-1}" = 0 ] || STEPS=${MAPPED_STEPS:-10} gen mapped-pinned 240 1344 768 fp8 24 "${from_file[@]}"
       STEPS=${MAPPED_STEPS:-10} gen mapped-24 320 1344 768 fp8 24 "${from_file[@]}" --host-memory 16G ;;
+    gen480-fp8-ref)  # the resident run alone
+      gen gen480-fp8 150 832 480 fp8 resident ;;
+    gen480-bf16)
+      gen gen480-bf16 180 832 480 bf16 resident ;;
+    bench-all)  # issue 40's h3 bench: 480p/768p, bf16/FP8, median of 3, isolated regions (attention TFLOPS), joules
+      TAIL=48 step bench-all 330 "$h3" --device cuda bench --res 480p 768p --precision bf16 fp8 --reps 3 \
+        --json "$out/bench-all.json" ;;
+    bench-sustained)  # the 480p bf16 forward's median over 40 back to back (the generator's 49) against bench-all's 3
+      TAIL=10 step bench-sustained 150 "$h3" --device cuda bench --res 480p --precision bf16 --reps 40 --no-isolated \
+        --json "$out/bench-sustained.json" ;;
+    tune-cost)  # what cuBLASLt's tuning adds to a first forward: one 768p FP8 bench writing its GEMM file, one reading it
+      rm -f "$out/tune-cost-algos.json"
+      TAIL=6 step tune-first 120 "$h3" --device cuda --gemm-algos "$out/tune-cost-algos.json" bench --res 768p \
+        --precision fp8 --reps 1 --no-isolated
+      TAIL=6 step tune-cached 120 "$h3" --device cuda --gemm-algos "$out/tune-cost-algos.json" bench --res 768p \
+        --precision fp8 --reps 1 --no-isolated ;;
+    tail-x264)  # the writer's tail on this host's cores under libx264's held-frame settings (MediaSpec's x264_*)
+      for v in default "--sync-lookahead 0" "--threads 16 --sync-lookahead 0" "--lookahead 30 --sync-lookahead 0" \
+        "--lookahead 20 --sync-lookahead 0"; do
+        args=()
+        [ "$v" = default ] || read -r -a args <<< "$v"
+        TAIL=4 step "tail-x264-$(echo "$v" | tr -d " -")" 60 "$bdir/bin/mp4_tail" --gpu-seconds 3.9 --audio-seconds 0.12 --runs 2 \
+          "${args[@]}"
+      done ;;
+    anchor-resident)  # ../shared/anchors/perf_diffusers.py (carried in .anchors): diffusers' DiT resident, same board
+      rm -rf /tmp/diffusers && mkdir -p /tmp/diffusers && tar -C /tmp/diffusers -xJf .anchors/diffusers-src.tar.xz
+      TAIL=10 step anchor-resident 300 env PYTHONPATH=/tmp/diffusers/src PYTHONUNBUFFERED=1 \
+        python3 .anchors/perf_diffusers.py ;;
+    gpu-ctest)
+      TAIL=40 step gpu-ctest 300 ctest --test-dir "$bdir" -L gpu --timeout 240 --output-on-failure ;;
     anchor)
       rm -rf /tmp/diffusers && mkdir -p /tmp/diffusers && tar -C /tmp/diffusers -xJf .anchors/diffusers-src.tar.xz
       TAIL=14 step anchor-offload 420 env PYTHONPATH=/tmp/diffusers/src PYTHONUNBUFFERED=1 \

@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
-# Issue 37's device runs (an H100 or an H200: every run below fits 78 GiB), as the device calls that run them, in the
-# order to run them (each call under the device tool's 600 s limit; seconds from the last runs, on an H100; a fresh
-# machine's start also costs device time: 80-300 s in the last sessions).
-# Run the calls back to back on one warm machine: later calls use the build, the GEMM choices and the records of
-# earlier ones (kept in /tmp on the machine).
-#   1  build, then 768p FP8 resident and at 16 GiB (the plan's tightest card, with the block pool; <= 1.10x)  ~480
-#   2  tensor2 (2 ranks sharing the GPU, 16 GiB each; the tensor run against a bf16 run, versus 1-rank FP8;
-#      bench-comm first)                                                                                    ~110
-#   3  the streaming/budget/mapped GPU tests, issue 40's tail probe (768p FP8 2 steps with --profile-regions 1,
-#      bench/mp4_tail on the host), h3 bench bf16 resident and under 16 GiB (allocator counts, joules)      ~115
-# All three ran at 1ba798b on an H100 (docs/notes.md, "(lead, fifth part)"): 1.004x; tensor2 0.999x of its bound's
-# base (one DiT call 35.6 s); they close issue 37 and stay here to re-check it after changes to streaming.
-# Done before: 768p bf16 at 24 GiB 1.000x with the block pool; serve24's second job loads no DiT.
-# Carry .debs and .golden (../shared/golden/qwen3vl-text-mini.safetensors) in every call; .anchors for the anchor.
+# Issue 40's measurements on one board (an H200 when lent; every run fits an H100's 78 GiB), as the device calls that
+# run them, in order, each under the device tool's 600 s limit (seconds expected; a fresh machine's start also costs
+# device time: 80-300 s in the last sessions). Run them back to back on one warm machine: later calls use the build and
+# the records of earlier ones (kept in /tmp on the machine).
+#   1  build; bench/mp4_tail under libx264's held-frame settings; the GEMM tuning's cost in a first forward; h3 bench
+#      480p/768p bf16/FP8 (median of 3, isolated regions, joules); diffusers' DiT beside it (perf_diffusers.py)  ~510
+#   2  time to MP4: 768p bf16, 768p FP8, 480p FP8 (resident, 124 frames, 50 steps)                           ~520
+#   3  time to MP4 480p bf16; h3 bench 480p bf16 over 40 forwards (the generator's 49 against bench's 3);
+#      ctest -L gpu                                                                                          ~210
+# Carry .debs, .anchors and .golden (../shared/golden/qwen3vl-text-mini.safetensors) in every call.
+# Issue 37's calls (the small cards, tensor2) are budget_matrix.sh's steps: build gen768-fp8-ref gen768-fp8-16, then
+# tensor2, then gtests tail bench-bf16 (docs/notes.md, "(lead, fifth part)").
 # Usage, from the checkout's root there: scripts/device/next_session.sh CALL
 set -uo pipefail
 export STOP_ON_FAIL=build H3_DEBS=${H3_DEBS:-.debs}
 case ${1:-} in
-  1) scripts/device/budget_matrix.sh build gen768-fp8-ref gen768-fp8-16 ;;
-  2) scripts/device/budget_matrix.sh tensor2 ;;
-  3) scripts/device/budget_matrix.sh gtests tail bench-bf16 ;;
+  1) scripts/device/budget_matrix.sh build tail-x264 tune-cost bench-all anchor-resident ;;
+  2) scripts/device/budget_matrix.sh gen768-bf16 gen768-fp8-ref gen480-fp8-ref ;;
+  3) scripts/device/budget_matrix.sh gen480-bf16 bench-sustained gpu-ctest ;;
   *)
     echo "usage: scripts/device/next_session.sh 1|2|3 (see the header for what each call runs)" >&2
     exit 2 ;;

@@ -174,9 +174,20 @@ void Mp4Writer::Impl::open_video() {
   venc->color_trc = AVCOL_TRC_BT709;
   venc->chroma_sample_location = AVCHROMA_LOC_LEFT;
   if (oc->oformat->flags & AVFMT_GLOBALHEADER) venc->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  H3_CHECK(spec.x264_lookahead >= -1 && spec.x264_lookahead <= 250 && spec.x264_sync_lookahead >= -1 &&
+               spec.x264_sync_lookahead <= 250 && spec.x264_threads >= 0 && spec.x264_threads <= 128,
+           "mp4 {}: libx264 look-ahead {} / sync look-ahead {} (each -1 for libx264's, up to 250) or threads {} (0 for "
+           "libx264's, up to 128) out of range",
+           p, spec.x264_lookahead, spec.x264_sync_lookahead, spec.x264_threads);
+  venc->thread_count = spec.x264_threads;
   AVDictionary* opts = nullptr;
   av_dict_set_int(&opts, "crf", spec.crf, 0);
   av_dict_set(&opts, "preset", spec.x264_preset.c_str(), 0);
+  std::string params;
+  if (spec.x264_lookahead >= 0) params += "rc-lookahead=" + std::to_string(spec.x264_lookahead);
+  if (spec.x264_sync_lookahead >= 0)
+    params += (params.empty() ? "" : ":") + std::string("sync-lookahead=") + std::to_string(spec.x264_sync_lookahead);
+  if (!params.empty()) av_dict_set(&opts, "x264-params", params.c_str(), 0);
   int ret = avcodec_open2(venc, codec, &opts);
   const bool unused = av_dict_count(opts) > 0;
   av_dict_free(&opts);

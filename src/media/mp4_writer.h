@@ -32,7 +32,15 @@ struct MediaSpec {
   std::map<std::string, std::string> metadata;
   int crf = 18;                        // libx264 constant rate factor (0 = lossless .. 51)
   std::string x264_preset = "medium";  // libx264 speed/size trade-off
-  int64_t audio_bitrate = 192000;      // AAC bits per second
+  // libx264's frames held until the end of the stream (the "tail" after the last frame, docs/notes.md, issue 40):
+  // its rate-control look-ahead (-1: the preset's, 40 at medium; fewer frames change the bits), the buffer between its
+  // look-ahead thread and the encoding threads (-1: libx264's, B-frames + 1; 0 runs the look-ahead in the encode call
+  // and gives the same bits) and its frame threads (0: libx264's, 1.5 a core; each holds a frame, and their count
+  // changes the bits slightly).
+  int x264_lookahead = -1;
+  int x264_sync_lookahead = -1;
+  int x264_threads = 0;
+  int64_t audio_bitrate = 192000;  // AAC bits per second
 };
 
 // MP4: H.264 (libx264, yuv420p, BT.709 limited range) + AAC-LC ("aac", the native encoder), `+faststart`

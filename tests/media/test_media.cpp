@@ -22,6 +22,7 @@ extern "C" {
 #include <map>
 #include <numbers>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -521,6 +522,57 @@ TEST(Media, Mp4ErrorsLeaveNoFileBehind) {
     EXPECT_THROW(w.add_frames(gradient_clip(1, 16, 32)), h3::Error);
   }
   EXPECT_TRUE(fs::exists(out));
+}
+
+// libx264's held frames (MediaSpec's x264_* fields, the MP4's tail after the last frame): the delayed frames counted at
+// the flush follow the look-ahead asked for, the sync look-ahead's buffer changes the threading and not one byte of
+// the file, and values out of range are refused before a file exists.
+TEST(Media, Mp4LookAheadSettingsSetTheHeldFramesAndSyncKeepsTheBytes) {
+  ScratchDir dir;
+  const Tensor clip = h3::test::clip_of(60, 48, 80, [](int64_t c, int64_t f, int64_t y, int64_t x) {
+    return static_cast<float>(
+        0.5 + 0.3 * std::sin(0.21 * static_cast<double>(x + 3 * f) + 0.17 * static_cast<double>(y) + c));
+  });
+  auto write = [&](const std::string& name, int lookahead, int sync, int threads) {
+    h3::MediaSpec spec;
+    spec.width = 80;
+    spec.height = 48;
+    spec.channels = 0;
+    spec.x264_lookahead = lookahead;
+    spec.x264_sync_lookahead = sync;
+    spec.x264_threads = threads;
+    h3::Mp4Writer w((dir / name).string(), spec);
+    w.add_frames(clip);
+    w.finish_video();
+    const int64_t delayed = w.finish_times().video_delayed;
+    w.finish();
+    return delayed;
+  };
+  auto bytes = [&](const std::string& name) {
+    std::ifstream f(dir / name, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+  };
+  // One frame thread: libx264 holds max(B-frames, look-ahead) + 1 frames (medium: 3 B-frames, look-ahead 40).
+  const int64_t preset = write("preset.mp4", -1, -1, 1), short_la = write("la10.mp4", 10, -1, 1);
+  EXPECT_EQ(preset, 41);
+  EXPECT_EQ(short_la, 11);
+  // Two frame threads: one more held frame each, and the sync look-ahead (B-frames + 1 by default) on top.
+  const int64_t sync_auto = write("sync-auto.mp4", -1, -1, 2), sync_0 = write("sync-0.mp4", -1, 0, 2);
+  EXPECT_EQ(sync_auto, 46);
+  EXPECT_EQ(sync_0, 42);
+  const std::vector<char> a = bytes("sync-auto.mp4"), b = bytes("sync-0.mp4");
+  EXPECT_GT(a.size(), 1000u);
+  EXPECT_TRUE(a == b) << "the sync look-ahead changed the file (" << a.size() << " against " << b.size() << " bytes)";
+  for (auto [la, sync, threads] : {std::tuple{-2, -1, 0}, {251, -1, 0}, {-1, -2, 0}, {-1, -1, -1}, {-1, -1, 129}}) {
+    h3::MediaSpec spec;
+    spec.width = 80;
+    spec.height = 48;
+    spec.x264_lookahead = la;
+    spec.x264_sync_lookahead = sync;
+    spec.x264_threads = threads;
+    EXPECT_THROW(h3::Mp4Writer((dir / "bad.mp4").string(), spec), h3::Error) << la << " " << sync << " " << threads;
+    EXPECT_TRUE(no_file_like(dir / "bad.mp4"));
+  }
 }
 
 // ---- WAV and PNG
