@@ -82,9 +82,7 @@ int main(int argc, char** argv) {
   double audio_seconds = 0;
   bool json = false, late_end = false;
   int runs = 1;
-  const h3::MediaSpec defaults;
-  int x264_lookahead = defaults.x264_lookahead, x264_sync_lookahead = defaults.x264_sync_lookahead,
-      x264_threads = defaults.x264_threads;
+  h3::MediaSpec spec;  // libx264's held-frame settings parsed into it; the sizes set below
   const std::string scratch = (std::filesystem::temp_directory_path() / "h3_mp4_tail.mp4").string();
   std::string out = scratch;  // removed at the end unless --out names the file
   for (int i = 1; i < argc; ++i) {
@@ -117,11 +115,11 @@ int main(int argc, char** argv) {
     else if (a == "--late-end")
       late_end = true;
     else if (a == "--lookahead")
-      x264_lookahead = std::stoi(next());
+      spec.x264_lookahead = std::stoi(next());
     else if (a == "--sync-lookahead")
-      x264_sync_lookahead = std::stoi(next());
+      spec.x264_sync_lookahead = std::stoi(next());
     else if (a == "--threads")
-      x264_threads = std::stoi(next());
+      spec.x264_threads = std::stoi(next());
     else {
       std::fprintf(stderr, "mp4_tail: unknown option %s (see the file's header)\n", a.c_str());
       return 2;
@@ -132,19 +130,15 @@ int main(int argc, char** argv) {
   std::vector<h3::Tensor> chunks;
   for (int64_t t = 0; t < T; t += chunk) chunks.push_back(scene(t, std::min(chunk, T - t), H, W));
   const h3::Tensor wave = soundtrack(samples, rate);
-  h3::MediaSpec spec;
   spec.width = W;
   spec.height = H;
-  spec.x264_lookahead = x264_lookahead;
-  spec.x264_sync_lookahead = x264_sync_lookahead;
-  spec.x264_threads = x264_threads;
   spec.metadata["comment"] = std::string(2000, 'x');  // about the size of a request's JSON
   std::printf(
       "mp4_tail: %lld x %lld, %lld frames in chunks of %lld, %.2f s of video decode and %.2f s of audio decode "
       "simulated, %u hardware threads; libx264 look-ahead %d, sync look-ahead %d, threads %d (-1 / 0: libx264's)\n",
       static_cast<long long>(W), static_cast<long long>(H), static_cast<long long>(T), static_cast<long long>(chunk),
-      gpu_seconds, audio_seconds, std::thread::hardware_concurrency(), x264_lookahead, x264_sync_lookahead,
-      x264_threads);
+      gpu_seconds, audio_seconds, std::thread::hardware_concurrency(), spec.x264_lookahead, spec.x264_sync_lookahead,
+      spec.x264_threads);
   std::printf("%4s %8s %8s %8s %6s | %8s %8s %8s %8s | %8s %9s\n", "run", "prepare", "encode", "x264_fl", "delay",
               "aac", "f_wait", "f_tail", "trailer", "last->f", "MB");
   for (int r = 0; r < runs; ++r) {
@@ -174,9 +168,9 @@ int main(int argc, char** argv) {
                                          {"gpu_seconds", gpu_seconds},
                                          {"audio_seconds", audio_seconds},
                                          {"late_end", late_end},
-                                         {"x264_lookahead", x264_lookahead},
-                                         {"x264_sync_lookahead", x264_sync_lookahead},
-                                         {"x264_threads", x264_threads},
+                                         {"x264_lookahead", spec.x264_lookahead},
+                                         {"x264_sync_lookahead", spec.x264_sync_lookahead},
+                                         {"x264_threads", spec.x264_threads},
                                          {"prepare_s", mt.prepare},
                                          {"encode_s", mt.encode},
                                          {"finish_wait_s", mt.finish_wait},
