@@ -68,16 +68,21 @@ std::string eta_str(double s) {
 }
 
 // Where the time went, on one line: each phase's seconds and share of the total, and the denoise's seconds per
-// DiT call ("timings: load 0.52 s (12%), encode 0.31 s (7%), denoise 2.84 s (66%, 1.42 s per DiT call), ...").
-std::string timing_summary(const std::vector<PhaseTiming>& timings, int model_calls) {
+// DiT call with the calls' median after the first and the first (its GEMM tuning) ("timings: load 0.52 s (12%),
+// encode 0.31 s (7%), denoise 2.84 s (66%, 1.42 s per DiT call; median 1.40 s, first 1.44 s), ...").
+std::string timing_summary(const GenerateResult& res, int model_calls) {
+  const std::vector<PhaseTiming>& timings = res.timings;
   double total = 0;
   for (const auto& t : timings) total += t.seconds;
   std::string line = "timings:";
   for (const auto& t : timings) {
     const double share = total > 0 ? 100.0 * t.seconds / total : 0.0;
     line += fmt::format(" {} {:.2f} s ({:.0f}%", t.phase, t.seconds, share);
-    if (t.phase == "denoise" && model_calls > 0)
+    if (t.phase == "denoise" && model_calls > 0) {
       line += fmt::format(", {:.3g} s per DiT call", t.seconds / model_calls);
+      if (res.call_seconds.size() > 1)
+        line += fmt::format("; median {:.3f} s, first {:.3f} s", res.median_call_seconds(), res.call_seconds[0]);
+    }
     line += "),";
   }
   return line + fmt::format(" total {:.2f} s", total);
@@ -280,7 +285,7 @@ std::optional<GenerateResult> run_with_progress(Generator& gen, const ResolvedRe
 
 // Rank 0's report of a finished run: times, loads, peak memory, latents, what was written.
 void print_result(const GenerateResult& res, const Generator& gen, const ResolvedRequest& resolved) {
-  std::printf("%s; time to MP4 (loads excluded) %.2f s\n", timing_summary(res.timings, resolved.model_calls).c_str(),
+  std::printf("%s; time to MP4 (loads excluded) %.2f s\n", timing_summary(res, resolved.model_calls).c_str(),
               res.time_to_mp4());
   for (const auto& l : res.loads)
     std::printf("load %-9s %7.2f s%s\n", l.model.c_str(), l.seconds,

@@ -3,6 +3,7 @@
 // phase (pipeline/phases.h): take the request, encode, denoise, decode, write.
 #include "pipeline/generator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -69,6 +70,13 @@ void check_generate_options(const GenerateOptions& o) {
            "f64");
   H3_CHECK(o.text_device == Device::cpu || o.text_precision != Precision::f64,
            "--text-precision f64 runs on the CPU only (--text-device cpu); on the GPU use bf16 or f32");
+}
+
+double GenerateResult::median_call_seconds() const {
+  if (call_seconds.empty()) return 0;
+  std::vector<double> v(call_seconds.size() > 1 ? call_seconds.begin() + 1 : call_seconds.begin(), call_seconds.end());
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 double GenerateResult::time_to_mp4() const {

@@ -213,6 +213,11 @@ struct GenerateResult {
   double preview_seconds = 0;         // their time, inside the denoise phase's
   std::string out_path;               // what was written on rank 0 ("" elsewhere)
   bool wrote_mp4 = false;             // false: latents only (no MP4 writer in this build)
+  // Each DiT call's wall time on rank 0 (a resumed run's include those before it was suspended), from the end of the
+  // one before (or the loop's start) to its Euler step's end: the first holds cuBLASLt's tuning, a step with a preview
+  // its preview.
+  std::vector<double> call_seconds;
+  double median_call_seconds() const;  // of call_seconds after the first (the first alone if that is all); 0: none
 };
 
 class Generator {

@@ -148,7 +148,10 @@ Denoised denoise_phase(RequestRun& run, ModelResidency& models, const Encoded& e
   if (run.roles.denoiser) {
     Previews previews(run, models);
     SamplingHooks hooks;
+    auto call_start = phase_clock::now();
     hooks.on_step = [&](int step, int total, const SamplingRows&) {
+      run.res.call_seconds.push_back(seconds_since(call_start));
+      call_start = phase_clock::now();
       run.report("denoise", step + 1, total, RequestRun::w_encode, RequestRun::w_denoise);
     };
     hooks.cancel = [&]() { return run.cancel && run.cancel->load(); };

@@ -441,6 +441,16 @@ TEST(GenerateCli, JsonRecordSplitsTheTimeByPhase) {
   for (const auto& l : j.at("loads")) loaded.push_back(l.at("model"));
   EXPECT_EQ(loaded, (std::vector<std::string>{"dit", "video_vae", "audio_vae", "text"})) << j.at("loads").dump();
   EXPECT_EQ(j.at("latents_fnv1a").at("video").get<std::string>().size(), 16u);
+  // Each DiT call's seconds: as many as the calls, together within the denoise's, the median that of the calls
+  // after the first (3 steps: 2 calls, so the second call alone).
+  const json& calls = j.at("dit_calls");
+  const auto secs = calls.at("seconds").get<std::vector<double>>();
+  ASSERT_EQ(secs.size(), 2u) << calls.dump();
+  EXPECT_LE(secs[0] + secs[1], t.at("denoise").get<double>()) << calls.dump();
+  EXPECT_GT(secs[1], 0.0);
+  EXPECT_EQ(calls.at("first_s").get<double>(), secs[0]);
+  EXPECT_EQ(calls.at("median_s").get<double>(), secs[1]);
+  EXPECT_NE(r.out.find("s per DiT call; median "), std::string::npos) << r.out;
 }
 
 // procedural:full names every component at the released shapes (h3-model-spec: Qwen3-VL-32B's text tower, 64 layers
