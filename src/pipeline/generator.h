@@ -217,7 +217,8 @@ struct GenerateResult {
   // one before (or the loop's start) to its Euler step's end: the first holds cuBLASLt's tuning, a step with a preview
   // its preview.
   std::vector<double> call_seconds;
-  double median_call_seconds() const;  // of call_seconds after the first (the first alone if that is all); 0: none
+  std::vector<double> forward_seconds;  // of each call, its DiT forward alone (SamplingHooks::forward_seconds)
+  double median_call_seconds() const;   // of call_seconds after the first (the first alone if that is all); 0: none
 };
 
 class Generator {

@@ -158,6 +158,7 @@ Denoised denoise_phase(RequestRun& run, ModelResidency& models, const Encoded& e
     hooks.suspend = [&]() { return run.hooks && run.hooks->suspend && run.hooks->suspend->load(); };
     hooks.predict_at = [&](int step, int total) { return previews.wanted(step, total); };
     hooks.on_prediction = [&](int step, int total, const Tensor& x0) { previews.make(step, total, x0); };
+    hooks.forward_seconds = &run.res.forward_seconds;
     hooks.start_step = start;
     if (resume) hooks.start_rows = resume->rows;
     run.report("denoise", start, calls, RequestRun::w_encode, RequestRun::w_denoise);

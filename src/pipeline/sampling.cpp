@@ -1,5 +1,6 @@
 #include "pipeline/sampling.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "distributed/control.h"
@@ -158,7 +159,11 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
     in.audio = nca > 0 ? with_conditions(spec.cond_audio_rows, x.audio) : x.audio;
     in.timestep = Tensor::from(plan.timestep, {static_cast<int64_t>(plan.timestep.size())});
     in.timestep_indices = Tensor::from(plan.timestep_indices, {layout.seq_len});
+    const auto t_forward = std::chrono::steady_clock::now();
     const DitOutputs out = dit.forward(in, spec.capture);
+    if (hooks.forward_seconds)
+      hooks.forward_seconds->push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward).count());
     if (spec.on_capture && spec.capture.any()) spec.on_capture(i, out.activations);
     // Fresh buffers for the next rows: the forward may keep views of its inputs only for its own duration,
     // and the callback may hold on to the rows it was given.

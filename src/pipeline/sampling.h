@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "core/tensor.h"
 #include "distributed/comm.h"
@@ -85,6 +86,9 @@ struct SamplingHooks {
   // on_prediction gets the call's x0 prediction before the Euler update.
   std::function<bool(int step, int calls)> predict_at;
   SamplingPredictionFn on_prediction;
+  // When set, each DiT call's own wall time (the forward, its inputs' upload and outputs' download included; not the
+  // step's other work) is appended: against the step's time, what the loop adds to h3 bench's forward.
+  std::vector<double>* forward_seconds = nullptr;
   // Resuming: the DiT calls already made and the rows after them (undefined rows: start from the noise).
   int start_step = 0;
   SamplingRows start_rows;

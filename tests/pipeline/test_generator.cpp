@@ -450,6 +450,11 @@ TEST(GenerateCli, JsonRecordSplitsTheTimeByPhase) {
   EXPECT_GT(secs[1], 0.0);
   EXPECT_EQ(calls.at("first_s").get<double>(), secs[0]);
   EXPECT_EQ(calls.at("median_s").get<double>(), secs[1]);
+  const auto fwd = calls.at("forward_seconds").get<std::vector<double>>();  // each inside its call
+  ASSERT_EQ(fwd.size(), 2u) << calls.dump();
+  EXPECT_GT(fwd[1], 0.0);
+  EXPECT_LE(fwd[0], secs[0]);
+  EXPECT_LE(fwd[1], secs[1]);
   EXPECT_NE(r.out.find("s per DiT call; median "), std::string::npos) << r.out;
 }
 
