@@ -115,7 +115,11 @@ h3::cli::GlobalContext global_context(const GlobalFlags& g) {
   ctx.gpu.local_rank = h3::knobs().local_rank;
   ctx.gpu.numerics = h3::numerics_from_knobs(g.deterministic);
   ctx.gpu.gemm_tune = h3::knobs().gemm_tune;
-  ctx.gpu.gemm_algos = h3::knobs().gemm_algos;
+  // --gemm-algos: auto, a file per GPU model in the user's cache folder; none; or a path.
+  if (const std::string& algos = h3::knobs().gemm_algos; algos == "auto")
+    ctx.gpu.gemm_algos_dir = h3::knobs().cache_dir;
+  else if (algos != "none")
+    ctx.gpu.gemm_algos = algos;
   ctx.gpu.max_device_bytes = h3::knobs().max_device_bytes;
   return ctx;
 }

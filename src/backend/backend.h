@@ -20,6 +20,9 @@ struct GpuOptions {
   // 0 = what is free on the device at start, less a margin. Refused when larger than the device or than what is free.
   int64_t max_device_bytes = 0;
   std::string gemm_algos;  // the gemm_algos knob: a file keeping cuBLASLt's choice per GEMM shape ("" = none)
+  // With no file named: the cache folder where one file per GPU model keeps them (the knob's "auto";
+  // backend/gemm_algos_file.h), "" = none.
+  std::string gemm_algos_dir;
 };
 
 // Selects the GPU, creates the stream and library handles and registers the device hooks and ops. Idempotent.

@@ -60,12 +60,16 @@ const std::vector<Row>& rows() {
         "GPU: time cuBLASLt's candidate algorithms once per GEMM shape and keep the fastest (0: the first that runs)",
         ""},
        [](Knobs& k, const std::string& v, const Source& s) { k.gemm_tune = parse_bool(v, s); }},
-      {{"gemm_algos", "H3_GEMM_ALGOS", "--gemm-algos", "",
+      {{"gemm_algos", "H3_GEMM_ALGOS", "--gemm-algos", "auto",
         "GPU: a file of cuBLASLt's chosen algorithm per GEMM shape, read at start when it exists and rewritten as new "
-        "shapes are chosen: another run with the file makes the same choices, hence the same bits (a budgeted run "
-        "against the resident one), without tuning",
+        "shapes are chosen: another run with the file makes the same choices, hence the same bits, without tuning. "
+        "auto: one file per GPU model in $XDG_CACHE_HOME/h3 (else ~/.cache/h3), so that runs after the first make "
+        "the first's choices; none: every run tunes anew; or a path",
         ""},
-       [](Knobs& k, const std::string& v, const Source&) { k.gemm_algos = v; }},
+       [](Knobs& k, const std::string& v, const Source& s) {
+         if (v.empty()) fail("{}: empty (auto, none or a path)", s.where());
+         k.gemm_algos = v;
+       }},
       {{"mkl_rt", "H3_MKL_RT", "--mkl-rt", "",
         "Intel MKL's libmkl_rt.so for the reference's f32 exp/sin/cos (off: libm; unset: the configured copy, then "
         "the loader path)",
@@ -153,6 +157,7 @@ State parse(const std::map<std::string, std::string>& overrides) {
     if (std::getenv(v)) k.in_mpi_job = true;
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
     if (const char* e = std::getenv(v); e && *e && k.local_rank < 0) k.local_rank = std::atoi(e);
+  k.cache_dir = user_cache_dir(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
   return st;
 }
 
@@ -170,6 +175,12 @@ const std::vector<KnobInfo>& knob_table() {
     return v;
   }();
   return t;
+}
+
+std::string user_cache_dir(const char* xdg_cache_home, const char* home) {
+  if (xdg_cache_home && xdg_cache_home[0] == '/') return std::string(xdg_cache_home) + "/h3";
+  if (home && *home) return std::string(home) + "/.cache/h3";
+  return "";
 }
 
 const Knobs& knobs() {

@@ -17,13 +17,13 @@
 namespace h3 {
 
 struct Knobs {
-  int threads = 0;                 // H3_THREADS: CPU threads per rank (0: every core)
-  bool cpu_gemm_openblas = false;  // H3_CPU_GEMM=openblas: OpenBLAS GEMMs (faster, not bitwise over ranks)
-  bool profile = false;            // H3_PROFILE=1: time the profile regions of any command
-  bool gemm_tune = true;           // H3_GEMM_TUNE: time cuBLASLt's candidates per GEMM shape
-  std::string gemm_algos;          // H3_GEMM_ALGOS: a file keeping cuBLASLt's choice per GEMM shape across runs
-  std::string mkl_rt;              // H3_MKL_RT: "" (search), "off", or the path of libmkl_rt.so
-  std::string mpirun = "mpirun";   // H3_MPIRUN: the launcher of --ranks N and of h3 serve's rank group
+  int threads = 0;                  // H3_THREADS: CPU threads per rank (0: every core)
+  bool cpu_gemm_openblas = false;   // H3_CPU_GEMM=openblas: OpenBLAS GEMMs (faster, not bitwise over ranks)
+  bool profile = false;             // H3_PROFILE=1: time the profile regions of any command
+  bool gemm_tune = true;            // H3_GEMM_TUNE: time cuBLASLt's candidates per GEMM shape
+  std::string gemm_algos = "auto";  // H3_GEMM_ALGOS: a file keeping cuBLASLt's choice per GEMM shape across runs
+  std::string mkl_rt;               // H3_MKL_RT: "" (search), "off", or the path of libmkl_rt.so
+  std::string mpirun = "mpirun";    // H3_MPIRUN: the launcher of --ranks N and of h3 serve's rank group
   Fp8Attention fp8_attention = Fp8Attention::on;  // H3_ATTENTION_FP8: auto (on), off, require
   bool fp8_fast_accum = true;                     // H3_FP8_FAST_ACCUM: FP8 GEMMs without periodic f32 promotion
   int64_t max_device_bytes = 0;                   // H3_MAX_DEVICE_MEMORY: 0 = what is free at start, less a margin
@@ -34,7 +34,12 @@ struct Knobs {
   // Set by the launcher (mpirun / srun), read only:
   bool in_mpi_job = false;  // OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or MPI_LOCALNRANKS present
   int local_rank = -1;      // OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID (-1: not given)
+  std::string cache_dir;    // user_cache_dir() of XDG_CACHE_HOME and HOME
 };
+
+// This user's folder for h3's caches: $XDG_CACHE_HOME/h3 when that is an absolute path (the XDG base directory rule),
+// else $HOME/.cache/h3; "" when neither is set. Nothing is created.
+std::string user_cache_dir(const char* xdg_cache_home, const char* home);
 
 // One row of the table.
 struct KnobInfo {

@@ -122,5 +122,26 @@ TEST(Knobs, BadMaxDeviceMemoryNamesTheFlagOrTheVariable) {
     expect_refused({{"max_device_memory", bad}}, {std::string("--max-device-memory=") + bad});
 }
 
+// --gemm-algos: auto by default (a file per GPU model in the user's cache folder, tools/main.cpp), none, or a path;
+// the folder follows XDG's rule (an absolute XDG_CACHE_HOME, else HOME's .cache).
+TEST(Knobs, GemmAlgosDefaultToTheUsersCacheFolder) {
+  ScopedEnv env("H3_GEMM_ALGOS", nullptr);
+  load_knobs();
+  EXPECT_EQ(knobs().gemm_algos, "auto");
+  load_knobs({{"gemm_algos", "none"}});
+  EXPECT_EQ(knobs().gemm_algos, "none");
+  expect_refused({{"gemm_algos", ""}}, {"--gemm-algos", "auto, none or a path"});
+  EXPECT_EQ(user_cache_dir("/xdg/cache", "/home/u"), "/xdg/cache/h3");
+  EXPECT_EQ(user_cache_dir("relative/cache", "/home/u"), "/home/u/.cache/h3") << "XDG: a relative path is ignored";
+  EXPECT_EQ(user_cache_dir(nullptr, "/home/u"), "/home/u/.cache/h3");
+  EXPECT_EQ(user_cache_dir("", ""), "");
+  EXPECT_EQ(user_cache_dir(nullptr, nullptr), "");
+  {
+    ScopedEnv xdg("XDG_CACHE_HOME", "/somewhere/cache");
+    load_knobs();
+    EXPECT_EQ(knobs().cache_dir, "/somewhere/cache/h3");
+  }
+}
+
 }  // namespace
 }  // namespace h3

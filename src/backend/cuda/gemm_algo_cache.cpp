@@ -1,5 +1,7 @@
 #include "backend/cuda/gemm_algo_cache.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -68,20 +70,28 @@ std::optional<cublasLtMatmulAlgo_t> GemmAlgoCache::find(const std::string& key) 
 void GemmAlgoCache::remember(const std::string& key, const cublasLtMatmulAlgo_t& algo) {
   if (path_.empty()) return;
   algos_[key] = algo;
+  if (!writable_) return;
   nlohmann::json j = {{"made_with", header_}, {"algorithms", nlohmann::json::object()}};
   for (const auto& [k, a] : algos_) j["algorithms"][k] = words_of(a);
-  const std::string tmp = path_ + ".partial";
+  // A temporary file of this process's own: ranks on one host share the default file, and two writers of one
+  // temporary file could rename each other's half-written bytes into place.
+  const std::string tmp = path_ + ".partial." + std::to_string(::getpid());
   {
     std::ofstream out(tmp);
     out << j.dump(1) << "\n";
-    if (!out) {
+    if (!out) {  // said once: this run keeps its choices in memory only
       spdlog::warn("--gemm-algos {}: cannot write it; the choices of this run are not kept", path_);
+      writable_ = false;
       return;
     }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path_, ec);
-  if (ec) spdlog::warn("--gemm-algos {}: cannot replace it ({})", path_, ec.message());
+  if (ec) {
+    spdlog::warn("--gemm-algos {}: cannot replace it ({}); the choices of this run are not kept", path_, ec.message());
+    std::filesystem::remove(tmp, ec);
+    writable_ = false;
+  }
 }
 
 }  // namespace h3::cuda

@@ -2,7 +2,8 @@
 // file takes the same algorithm for every shape as the run that wrote it, so two runs doing the same arithmetic give
 // the same bits even where timing picked among near-equal candidates (a streamed or budgeted run against the
 // resident one); and tuning is skipped. The file names the GPU and the cuBLASLt version it was made with; a file of
-// another GPU or version is ignored with a warning.
+// another GPU or version is ignored with a warning. By default (the gemm_algos knob's "auto") the file is one per GPU
+// model in the user's cache folder (backend/gemm_algos_file.h).
 #pragma once
 #include <cublasLt.h>
 
@@ -23,6 +24,7 @@ class GemmAlgoCache {
 
  private:
   std::string path_, header_;
+  bool writable_ = true;  // false after a failed write (said once): the choices stay in memory
   std::map<std::string, cublasLtMatmulAlgo_t> algos_;
 };
 

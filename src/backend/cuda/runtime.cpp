@@ -15,6 +15,7 @@
 #include "backend/cuda/convert.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/tensors.h"
+#include "backend/gemm_algos_file.h"
 #include "backend/pinned_pool.h"
 #include "core/byte_size.h"
 #include "core/device.h"
@@ -291,7 +292,7 @@ void start_gpu_backend(const GpuOptions& o) {
   s.pool = std::make_unique<BlockPool>(cuda::raw_alloc, cuda::raw_free, std::max<int64_t>(s.budget.cap, 0));
   s.numerics = o.numerics;
   s.gemm_tune = o.gemm_tune;
-  cuda::open_gemm_algo_cache(o.gemm_algos, s.prop.name);
+  cuda::open_gemm_algo_cache(gemm_algos_file(o.gemm_algos, o.gemm_algos_dir, s.prop.name), s.prop.name);
   DeviceHooks hooks;
   hooks.name = "cuda";
   hooks.alloc = cuda::hook_alloc;
