@@ -17,9 +17,10 @@ std::string gemm_algos_file(const std::string& file, const std::string& dir, con
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) {
-    spdlog::warn("cannot make {} ({}): cuBLASLt's GEMM choices are not kept, so every run tunes anew "
-                 "(--gemm-algos PATH keeps them elsewhere, --gemm-algos none says so quietly)",
-                 dir, ec ? ec.message() : "not a folder");
+    spdlog::warn(
+        "cannot make {} ({}): cuBLASLt's GEMM choices are not kept, so every run tunes anew "
+        "(--gemm-algos PATH keeps them elsewhere, --gemm-algos none says so quietly)",
+        dir, ec ? ec.message() : "not a folder");
     return "";
   }
   return (std::filesystem::path(dir) / (name + ".json")).string();
