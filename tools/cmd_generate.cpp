@@ -70,8 +70,9 @@ std::string eta_str(double s) {
 // Where the time went, on one line: each phase's seconds and share of the total, and the denoise's seconds per
 // DiT call with the calls' median after the first and the first (its GEMM tuning) ("timings: load 0.52 s (12%),
 // encode 0.31 s (7%), denoise 2.84 s (66%, 1.42 s per DiT call; median 1.40 s, first 1.44 s), ...").
-std::string timing_summary(const GenerateResult& res, int model_calls) {
+std::string timing_summary(const GenerateResult& res) {
   const std::vector<PhaseTiming>& timings = res.timings;
+  const int model_calls = res.request.model_calls;
   double total = 0;
   for (const auto& t : timings) total += t.seconds;
   std::string line = "timings:";
@@ -284,9 +285,8 @@ std::optional<GenerateResult> run_with_progress(Generator& gen, const ResolvedRe
 }
 
 // Rank 0's report of a finished run: times, loads, peak memory, latents, what was written.
-void print_result(const GenerateResult& res, const Generator& gen, const ResolvedRequest& resolved) {
-  std::printf("%s; time to MP4 (loads excluded) %.2f s\n", timing_summary(res, resolved.model_calls).c_str(),
-              res.time_to_mp4());
+void print_result(const GenerateResult& res, const Generator& gen) {
+  std::printf("%s; time to MP4 (loads excluded) %.2f s\n", timing_summary(res).c_str(), res.time_to_mp4());
   for (const auto& l : res.loads)
     std::printf("load %-9s %7.2f s%s\n", l.model.c_str(), l.seconds,
                 l.file_bytes > 0
@@ -400,7 +400,7 @@ int run_generate(const GenerateOpts& o, const CLI::App& cmd, const GlobalContext
     const std::optional<GenerateResult> res = run_with_progress(gen, req, out, pre, root, hooks);
     if (!res) return 130;
     if (!root) continue;
-    print_result(*res, gen, req);
+    print_result(*res, gen);
     if (res->previews > 0)
       std::printf("previews: %d in %.2f s (%.1f%% of the denoise)\n", res->previews, res->preview_seconds,
                   100.0 * res->preview_seconds / std::max(1e-9, denoise_seconds(*res)));

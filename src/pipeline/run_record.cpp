@@ -76,13 +76,13 @@ nlohmann::json generate_record(const GenerateResult& r, const GenerateOptions& o
   };
   if (gpu) j["memory_plan"] = r.memory_plan.to_json();
   if (!q.loras.empty()) j["lora_digest"] = fmt::format("{:016x}", r.lora_digest);
-  // Previews while denoising (their time is inside the denoise's): how many, how long (issue 39's 2 % budget).
   // Each DiT call's seconds (pipeline/generator.h): the median against h3 bench's forward, the first's tuning.
   if (!r.call_seconds.empty())
     j["dit_calls"] = {{"seconds", r.call_seconds},
                       {"forward_seconds", r.forward_seconds},
                       {"median_s", r.median_call_seconds()},
                       {"first_s", r.call_seconds[0]}};
+  // Previews while denoising (their time is inside the denoise's): how many, how long (issue 39's 2 % budget).
   if (r.previews > 0) j["previews"] = {{"count", r.previews}, {"seconds", r.preview_seconds}};
   return j;
 }
