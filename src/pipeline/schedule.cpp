@@ -72,4 +72,31 @@ void euler_step(const FlowSchedule& s, int64_t step, std::span<float> x, std::sp
   euler_step(x, v, s.timesteps[step], s.sigmas[step], s.sigmas[step + 1]);
 }
 
+// euler_step's loop with the result stored apart: the same operations in the same order (keep the two in step; the
+// tests compare them bitwise).
+void euler_step_into(std::span<float> out, std::span<const float> x, std::span<const float> v, float t, float sigma,
+                     float sigma_next) {
+  H3_CHECK(x.size() == v.size() && out.size() == x.size(),
+           "euler_step_into: sample has {} values, velocity {} and output {}", x.size(), v.size(), out.size());
+  H3_CHECK(sigma > 0.0f, "euler_step_into: sigma must be positive, got {}", sigma);
+  const float sigma_t = 1.0f - t;
+  const float ratio = sigma_next / sigma;
+  const float keep_x0 = 1.0f - ratio;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float xi = x[i];
+    float scaled_v = sigma_t * v[i];
+    float x0 = xi + scaled_v;
+    float a = ratio * xi;
+    float b = keep_x0 * x0;
+    out[i] = a + b;
+  }
+}
+
+void euler_step_into(const FlowSchedule& s, int64_t step, std::span<float> out, std::span<const float> x,
+                     std::span<const float> v) {
+  H3_CHECK(step >= 0 && step < s.num_steps(), "euler_step_into: step {} is outside the schedule's {} steps", step,
+           s.num_steps());
+  euler_step_into(out, x, v, s.timesteps[step], s.sigmas[step], s.sigmas[step + 1]);
+}
+
 }  // namespace h3

@@ -36,5 +36,12 @@ FlowSchedule make_flow_schedule(int64_t num_points, double shift);
 void euler_step(std::span<float> x, std::span<const float> v, float t, float sigma, float sigma_next);
 // The same with t, sigma and sigma_next taken from step `step` of a schedule.
 void euler_step(const FlowSchedule& s, int64_t step, std::span<float> x, std::span<const float> v);
+// The same step out of place, bitwise euler_step's values: out = the stepped x, written in one pass over x and v,
+// which are only read (the loop steps into fresh rows without copying the old ones first). out may be x itself,
+// but must not partly overlap x or v.
+void euler_step_into(std::span<float> out, std::span<const float> x, std::span<const float> v, float t, float sigma,
+                     float sigma_next);
+void euler_step_into(const FlowSchedule& s, int64_t step, std::span<float> out, std::span<const float> x,
+                     std::span<const float> v);
 
 }  // namespace h3

@@ -1,8 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <limits>
+#include <random>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -90,4 +95,42 @@ TEST(Schedule, GoldenEulerSteps) {
     Tensor want = f.get("schedule.step.x_after_" + std::to_string(k));
     for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], want.data<float>()[i]) << "step " << k << " value " << i;
   }
+}
+
+// The out-of-place step against the in-place one (itself checked against the reference above) on odd sizes, every
+// step of both released schedules: the same bits, x and v untouched, nothing written past the output, and the output
+// may be x itself.
+TEST(Schedule, EulerIntoIsTheInPlaceStepBitwise) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (double shift : {kVideoShift, kAudioShift}) {
+    const FlowSchedule s = make_flow_schedule(50, shift);
+    for (size_t n : {1u, 7u, 33u, 1001u}) {
+      std::vector<float> x(n), v(n);
+      for (auto& e : x) e = normal(rng);
+      for (auto& e : v) e = 3.0f * normal(rng);
+      x[0] = -0.0f;  // a signed zero and values far apart in scale, where a reordering would show
+      if (n > 2) x[1] = 1e-30f, v[2] = 1e20f;
+      for (int64_t k = 0; k < s.num_steps(); ++k) {
+        std::vector<float> want = x;
+        euler_step(s, k, want, v);
+        const std::vector<float> x_before = x, v_before = v;
+        std::vector<float> out(n + 1, std::numeric_limits<float>::quiet_NaN());
+        euler_step_into(s, k, std::span<float>(out.data(), n), x, v);
+        ASSERT_EQ(std::memcmp(out.data(), want.data(), n * sizeof(float)), 0)
+            << "shift " << shift << " n " << n << " step " << k;
+        EXPECT_TRUE(std::isnan(out[n])) << "wrote past the output, n " << n;
+        EXPECT_EQ(std::memcmp(x.data(), x_before.data(), n * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(v.data(), v_before.data(), n * sizeof(float)), 0);
+        std::vector<float> same = x;  // out == x: the in-place step
+        euler_step_into(s, k, same, same, v);
+        ASSERT_EQ(std::memcmp(same.data(), want.data(), n * sizeof(float)), 0) << "aliased, n " << n << " step " << k;
+        x = want;  // chain the steps as the loop does
+      }
+    }
+  }
+  std::vector<float> x(3), v(3), out(2);
+  EXPECT_THROW(euler_step_into(make_flow_schedule(4, 3.0), 0, out, x, v), Error);
+  out.resize(3);
+  EXPECT_THROW(euler_step_into(make_flow_schedule(4, 3.0), 3, out, x, v), Error);
 }
