@@ -1,7 +1,9 @@
 #include "pipeline/sampling.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 
 #include "distributed/control.h"
 #include "model/vae/shard.h"
@@ -38,6 +40,22 @@ Tensor f32_copy(const Tensor& t) {
 }
 std::span<const float> cspan(const Tensor& t) {
   return {t.data<float>(), static_cast<size_t>(t.numel())};
+}
+
+// A host f32 tensor left unfilled, for rows that are written whole right after (Tensor's constructor zero-fills:
+// one more pass over them).
+Tensor unfilled_f32(const Shape& shape) {
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(shape_numel(shape)) * sizeof(float), 1);
+  std::shared_ptr<std::byte[]> buf(new std::byte[bytes]);
+  void* data = buf.get();
+  return Tensor(DType::f32, shape, std::shared_ptr<const void>(buf, buf.get()), data);
+}
+
+// The velocity's rows after the n_cond condition rows, as host f32: a view of the DiT's output when it is that
+// already (f32 and bf16 runs), else a rounded copy (f64 runs, like the reference's f32 latents).
+Tensor target_velocity(const Tensor& v, int64_t n_cond) {
+  const Tensor target = v.rows(n_cond, v.dim(0));
+  return target.dtype() == DType::f32 && !target.on_device() ? target : f32_copy(target.cpu());
 }
 
 // [a; b] along rows (both f32, same width).
@@ -136,9 +154,6 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
   auto with_conditions = [](const Tensor& cond, const Tensor& target) {
     return cond.defined() && cond.numel() > 0 ? concat_rows(f32_copy(cond), target) : target;
   };
-  auto target_part = [](const Tensor& v, int64_t n_cond) {
-    return n_cond > 0 ? f32_copy(v.rows(n_cond, v.dim(0))) : f32_copy(v);
-  };
 
   for (int i = hooks.start_step; i < calls; ++i) {
     if (steps_done) *steps_done = i;
@@ -165,14 +180,15 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
       hooks.forward_seconds->push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_forward).count());
     if (spec.on_capture && spec.capture.any()) spec.on_capture(i, out.activations);
-    // Fresh buffers for the next rows: the forward may keep views of its inputs only for its own duration,
-    // and the callback may hold on to the rows it was given.
-    SamplingRows next{x.video.clone(), x.audio.clone()};
-    const Tensor v_video = target_part(out.video, ncv), v_audio = target_part(out.audio, nca);
+    // The velocities are read in place: nothing else holds the forward's outputs, and nothing writes them.
+    const Tensor v_video = target_velocity(out.video, ncv), v_audio = target_velocity(out.audio, nca);
     if (hooks.on_prediction && hooks.predict_at && hooks.predict_at(i, calls))
       hooks.on_prediction(i, calls, x0_prediction(x.video, v_video, vs.timesteps[i]));
-    euler_step(vs, i, next.video.span<float>(), cspan(v_video));
-    euler_step(as, i, next.audio.span<float>(), cspan(v_audio));
+    // Fresh buffers for the next rows: the forward may keep views of its inputs only for its own duration,
+    // and the callback may hold on to the rows it was given. The Euler step writes them whole from x and v.
+    SamplingRows next{unfilled_f32(x.video.shape()), unfilled_f32(x.audio.shape())};
+    euler_step_into(vs, i, next.video.span<float>(), cspan(x.video), cspan(v_video));
+    euler_step_into(as, i, next.audio.span<float>(), cspan(x.audio), cspan(v_audio));
     x = std::move(next);
     if (steps_done) *steps_done = i + 1;
     if (hooks.on_step) hooks.on_step(i, calls, x);
