@@ -151,9 +151,9 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
   in.audio_indices = Tensor::from(layout.audio_indices, {na});
   in.text_indices = Tensor::from(layout.text_indices, {spec.num_text});
   // The DiT reads [conditions; target] rows and returns velocities for all of them; only the target's are used.
-  auto with_conditions = [](const Tensor& cond, const Tensor& target) {
-    return cond.defined() && cond.numel() > 0 ? concat_rows(f32_copy(cond), target) : target;
-  };
+  // The condition rows are fixed: converted to f32 once, not at every step.
+  const Tensor cond_video = ncv > 0 ? f32_copy(spec.cond_video_rows) : Tensor();
+  const Tensor cond_audio = nca > 0 ? f32_copy(spec.cond_audio_rows) : Tensor();
 
   for (int i = hooks.start_step; i < calls; ++i) {
     if (steps_done) *steps_done = i;
@@ -170,8 +170,8 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
       return x;
     }
     const RowTimesteps plan = plan_row_timesteps(layout, vs.timesteps[i], as.timesteps[i]);
-    in.video = ncv > 0 ? with_conditions(spec.cond_video_rows, x.video) : x.video;
-    in.audio = nca > 0 ? with_conditions(spec.cond_audio_rows, x.audio) : x.audio;
+    in.video = ncv > 0 ? concat_rows(cond_video, x.video) : x.video;
+    in.audio = nca > 0 ? concat_rows(cond_audio, x.audio) : x.audio;
     in.timestep = Tensor::from(plan.timestep, {static_cast<int64_t>(plan.timestep.size())});
     in.timestep_indices = Tensor::from(plan.timestep_indices, {layout.seq_len});
     const auto t_forward = std::chrono::steady_clock::now();
