@@ -6,18 +6,20 @@
 
 Each m64nN wrapper takes float (&d)[N / 2] (the f32 accumulators a thread holds) and a shared-memory descriptor for
 B. The _ss ones take A by descriptor too and an accumulate flag (0: d = A B, else d += A B); the _rs ones take A from
-four registers and always accumulate.
+four registers and always accumulate. The _h ones accumulate in f16: uint32_t (&d)[N / 4], each register the pair of
+adjacent columns that two f32 accumulators would hold (the lower column in the low half).
 """
 import sys
 
-# (name, N, kind, A from registers). kind e4m3: k32, both operands K-major; bf16: k16, B read N-major (transposed)
-# when A comes from registers (V in P V), K-major otherwise.
+# (name, N, kind, A from registers). kind e4m3: k32, both operands K-major (e4m3h: the same into f16 accumulators);
+# bf16: k16, B read N-major (transposed) when A comes from registers (V in P V), K-major otherwise.
 WRAPPERS = [
     ('mma_bf16_ss_n128', 128, 'bf16', False),
     ('mma_bf16_ss_n192', 192, 'bf16', False),
     ('mma_bf16_rs_n128', 128, 'bf16', True),
     ('mma_e4m3_ss_n128', 128, 'e4m3', False),
     ('mma_e4m3_ss_n224', 224, 'e4m3', False),
+    ('mma_e4m3_ss_n128_h', 128, 'e4m3h', False),
     ('mma_e4m3_rs_n128', 128, 'e4m3', True),
 ]
 
@@ -46,9 +48,12 @@ def placeholders(n):
 
 
 def wrapper(name, n, kind, a_in_registers):
-    regs = n // 2  # f32 accumulators a thread holds of an m64nN tile
-    shape = f'm64n{n}k32.f32.e4m3.e4m3' if kind == 'e4m3' else f'm64n{n}k16.f32.bf16.bf16'
-    outputs = operand_lines(regs, '"+f"(d[%d])')
+    half = kind == 'e4m3h'
+    regs = n // 4 if half else n // 2  # accumulator registers a thread holds of an m64nN tile
+    shape = {'e4m3': f'm64n{n}k32.f32.e4m3.e4m3', 'e4m3h': f'm64n{n}k32.f16.e4m3.e4m3',
+             'bf16': f'm64n{n}k16.f32.bf16.bf16'}[kind]
+    outputs = operand_lines(regs, '"+r"(d[%d])' if half else '"+f"(d[%d])')
+    acc = 'uint32_t' if half else 'float'
     if a_in_registers:
         # scale-d 1 (accumulate), A and B unscaled; bf16: B transposed.
         tail = '1, 1, 1' if kind == 'e4m3' else '1, 1, 1, 1'
@@ -62,8 +67,8 @@ def wrapper(name, n, kind, a_in_registers):
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }}
 '''
-    tail = 'p, 1, 1' if kind == 'e4m3' else 'p, 1, 1, 0, 0'  # scale-d predicate, A and B unscaled (bf16: K-major)
-    return f'''__device__ __forceinline__ void {name}(float (&d)[{regs}], uint64_t a, uint64_t b, int accumulate) {{
+    tail = 'p, 1, 1' if kind != 'bf16' else 'p, 1, 1, 0, 0'  # scale-d predicate, A and B unscaled (bf16: K-major)
+    return f'''__device__ __forceinline__ void {name}({acc} (&d)[{regs}], uint64_t a, uint64_t b, int accumulate) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
       "wgmma.mma_async.sync.aligned.{shape} {{"
@@ -79,9 +84,9 @@ def wrapper(name, n, kind, a_in_registers):
 def header():
     parts = [
         '// Written by scripts/wgmma_operands.py (edit that, then run it: scripts/wgmma_operands.py > this file).\n'
-        '// The wgmma MMAs of our attention kernels as inline PTX: m64nN f32 accumulators a thread holds in d, A and B\n'
-        '// by shared-memory descriptor (_ss, with an accumulate flag) or A from registers (_rs). CUDA sources only,\n'
-        '// after backend/cuda/attention/wgmma.cuh.\n'
+        '// The wgmma MMAs of our attention kernels as inline PTX: m64nN f32 accumulators a thread holds in d (_h: f16\n'
+        '// pairs), A and B by shared-memory descriptor (_ss, with an accumulate flag) or A from registers (_rs). CUDA\n'
+        '// sources only, after backend/cuda/attention/wgmma.cuh.\n'
         '#pragma once\n#include <cstdint>\n\n#include "backend/cuda/attention/wgmma.cuh"\n\n'
         'namespace h3::cuda::wgmma {\n\n#ifdef H3_WGMMA_BODY\n'
     ]

@@ -1,7 +1,7 @@
 // Written by scripts/wgmma_operands.py (edit that, then run it: scripts/wgmma_operands.py > this file).
-// The wgmma MMAs of our attention kernels as inline PTX: m64nN f32 accumulators a thread holds in d, A and B
-// by shared-memory descriptor (_ss, with an accumulate flag) or A from registers (_rs). CUDA sources only,
-// after backend/cuda/attention/wgmma.cuh.
+// The wgmma MMAs of our attention kernels as inline PTX: m64nN f32 accumulators a thread holds in d (_h: f16
+// pairs), A and B by shared-memory descriptor (_ss, with an accumulate flag) or A from registers (_rs). CUDA
+// sources only, after backend/cuda/attention/wgmma.cuh.
 #pragma once
 #include <cstdint>
 
@@ -126,6 +126,21 @@ __device__ __forceinline__ void mma_e4m3_ss_n224(float (&d)[112], uint64_t a, ui
         "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
         "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
         "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+__device__ __forceinline__ void mma_e4m3_ss_n128_h(uint32_t (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f16.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1;\n}\n"
+      :
+        "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+        "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),
+        "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]),
+        "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
