@@ -4,12 +4,15 @@
 //
 //   nvcc -O3 -std=c++20 -gencode arch=compute_90a,code=sm_90a -Isrc bench/attention_wgmma_check.cu \
 //        src/backend/cuda/attention/wgmma_bf16.cu src/backend/cuda/attention/wgmma_fp8.cu -o attention_wgmma_check
-//   attention_wgmma_check [--reps N] [--data uniform|rising] [--kinds bf16,fp8,fp8-O8] [--shapes NQ:NK:HEADS,...]
+//   attention_wgmma_check [--reps N] [--data uniform|rising] [--qk-descale POW2]
+//                         [--kinds bf16,fp8,fp8-O8,fp8-f16,fp8-f16-O8] [--shapes NQ:NK:HEADS,...]
 //
 // Kinds: bf16 (bf16 q, k, v, o); fp8 (e4m3 q, k, v with per-tensor descales, bf16 o); fp8-O8 (the same with an e4m3
-// o and its descale). For each shape: q, k uniform in [-2.5, 2.5] and v in [-1, 1] (scores of std ~2 after the
-// 1/sqrt(128) scale: a softmax neither flat nor one-hot), hashed on the device; for FP8 the e4m3 values and power-of-
-// two descales, the reference reading their exact bf16 values. The output is first poisoned with NaN bytes. Checked:
+// o and its descale); fp8-f16, fp8-f16-O8 (the same with f16 scores, q and k descaled by 1/4 whatever --qk-descale
+// says, so that |q8 . k8| stays within the kernel's bound). For each shape: q, k uniform in [-2.5, 2.5] and v in
+// [-1, 1] (scores of std ~2 after the 1/sqrt(128) scale: a softmax neither flat nor one-hot), hashed on the device;
+// for FP8 the e4m3 values and power-of-two descales, the reference reading their exact bf16 values. The output is first
+// poisoned with NaN bytes. Checked:
 //   - rel-L2 and max |error| against the f32 reference (exact exp, f32 accumulation) on every row of small shapes
 //     and on 97 rows spread over long ones (first and last included), all heads: bf16 gives ~2e-3 (fails above
 //     1e-2), FP8 ~2-3e-2 from the softmax weights in e4m3 (fails above 5e-2, 6e-2 with an e4m3 o);
@@ -135,9 +138,27 @@ __global__ void reference(const __nv_bfloat16* q, const __nv_bfloat16* k, const 
   }
 }
 
-enum class Kind { bf16, fp8, fp8_out };
+enum class Kind { bf16, fp8, fp8_out, fp8_f16, fp8_f16_out };
 const char* kind_name(Kind k) {
-  return k == Kind::bf16 ? "bf16" : k == Kind::fp8 ? "fp8" : "fp8-O8";
+  switch (k) {
+    case Kind::bf16:
+      return "bf16";
+    case Kind::fp8:
+      return "fp8";
+    case Kind::fp8_out:
+      return "fp8-O8";
+    case Kind::fp8_f16:
+      return "fp8-f16";
+    case Kind::fp8_f16_out:
+      return "fp8-f16-O8";
+  }
+  return "?";
+}
+bool fp8_out(Kind k) {
+  return k == Kind::fp8_out || k == Kind::fp8_f16_out;
+}
+bool f16_scores(Kind k) {
+  return k == Kind::fp8_f16 || k == Kind::fp8_f16_out;
 }
 
 struct Row {
@@ -149,7 +170,7 @@ struct Row {
   bool repeat_equal = false, groups_equal = false, transpose_ok = true;  // transpose: FP8's V^T, byte for byte
   std::string error;
   // bf16: ~2e-3 (bf16 P and output); FP8: the softmax weights in e4m3 (3 mantissa bits), and O too for fp8-O8.
-  double tolerance() const { return kind == Kind::bf16 ? 1e-2 : kind == Kind::fp8 ? 5e-2 : 6e-2; }
+  double tolerance() const { return kind == Kind::bf16 ? 1e-2 : fp8_out(kind) ? 6e-2 : 5e-2; }
   bool ok() const {
     return error.empty() && rel_l2 >= 0 && rel_l2 <= tolerance() && nan == 0 && repeat_equal && groups_equal &&
            transpose_ok;
@@ -157,7 +178,7 @@ struct Row {
 };
 
 float host_value(const std::vector<uint8_t>& bytes, int64_t i, Kind kind, float descale) {
-  if (kind == Kind::fp8_out) {
+  if (fp8_out(kind)) {
     __nv_fp8_e4m3 q;
     q.__x = bytes[i];
     return static_cast<float>(q) * descale;
@@ -167,13 +188,13 @@ float host_value(const std::vector<uint8_t>& bytes, int64_t i, Kind kind, float 
   return __bfloat162float(b);
 }
 
-Row run(const Shape& sh, int reps, Kind kind, bool rising) {
+Row run(const Shape& sh, int reps, Kind kind, bool rising, float qk_descale) {
   Row r;
   r.sh = sh;
   r.kind = kind;
   const bool fp8 = kind != Kind::bf16;
   const int64_t ld = sh.heads * 128, nqe = sh.nq * ld, nke = sh.nk * ld;
-  const size_t out_bytes = static_cast<size_t>(nqe) * (kind == Kind::fp8_out ? 1 : 2);
+  const size_t out_bytes = static_cast<size_t>(nqe) * (fp8_out(kind) ? 1 : 2);
   __nv_bfloat16 *q, *k, *v;
   uint8_t *q8 = nullptr, *k8 = nullptr, *v8 = nullptr, *vt = nullptr, *o, *o2;
   float* scales;  // dq, dk, dv, o descale
@@ -183,8 +204,11 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
   CHECK(cudaMalloc(&o, out_bytes));
   CHECK(cudaMalloc(&o2, out_bytes));
   CHECK(cudaMalloc(&scales, 16 * 4));
-  // Power-of-two descales keep the e4m3 values exact in bf16: q, k within [-2.5, 2.5] (|q8| <= 320), v [-1, 1].
-  const float desc_host[4] = {1.f / 128, 1.f / 128, 1.f / 256, 0.f};
+  // Power-of-two descales keep the e4m3 values exact in bf16: q, k within [-2.5, 2.5] (|q8| <= 320 at the default
+  // 1/128), v [-1, 1].
+  // f16 scores: 1/4, so |q8|, |k8| <= 10 and |q8 . k8| <= 128 x 100, within kFp8F16ScoreBound.
+  if (f16_scores(kind)) qk_descale = 0.25f;
+  const float desc_host[4] = {qk_descale, qk_descale, 1.f / 256, 0.f};
   CHECK(cudaMemcpy(scales, desc_host, sizeof(desc_host), cudaMemcpyHostToDevice));
   if (fp8) {
     CHECK(cudaMalloc(&q8, nqe));
@@ -224,8 +248,8 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
   }
   auto call = [&](void* out) {
     if (fp8)
-      h3::cuda::attention_wgmma_fp8(q8, k8, v8, scales, scales + 1, scales + 2, vt, out, kind == Kind::fp8_out,
-                                    scales + 3, sh.nq, sh.nk, sh.heads, 128, ld, nullptr);
+      h3::cuda::attention_wgmma_fp8(q8, k8, v8, scales, scales + 1, scales + 2, vt, out, fp8_out(kind), scales + 3,
+                                    sh.nq, sh.nk, sh.heads, 128, ld, nullptr, f16_scores(kind));
     else
       h3::cuda::attention_wgmma(q, k, v, out, sh.nq, sh.nk, sh.heads, 128, ld, nullptr);
   };
@@ -237,7 +261,7 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
     std::vector<uint8_t> got(out_bytes);
     CHECK(cudaMemcpy(got.data(), o, out_bytes, cudaMemcpyDeviceToHost));
     float o_descale = 1.f;
-    if (kind == Kind::fp8_out) CHECK(cudaMemcpy(&o_descale, scales + 3, 4, cudaMemcpyDeviceToHost));
+    if (fp8_out(kind)) CHECK(cudaMemcpy(&o_descale, scales + 3, 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < nqe; ++i) r.nan += std::isnan(host_value(got, i, kind, o_descale)) ? 1 : 0;
 
     // Reference rows: all of a small shape, else 97 spread over [0, nq) with both ends.
@@ -331,7 +355,8 @@ Row run(const Shape& sh, int reps, Kind kind, bool rising) {
 int main(int argc, char** argv) {
   int reps = 5;
   bool rising = false;
-  std::vector<Kind> kinds{Kind::bf16, Kind::fp8, Kind::fp8_out};
+  float qk_descale = 1.f / 128;
+  std::vector<Kind> kinds{Kind::bf16, Kind::fp8, Kind::fp8_out, Kind::fp8_f16, Kind::fp8_f16_out};
   std::vector<Shape> shapes{{1, 1, 1},      {77, 77, 2},     {1000, 1000, 3},    {300, 777, 2},      {129, 4100, 1},
                             {4100, 129, 2}, {2048, 2048, 4}, {14908, 14908, 56}, {37830, 37830, 56}, {37830, 37830, 7}};
   for (int i = 1; i < argc; ++i) {
@@ -345,13 +370,20 @@ int main(int argc, char** argv) {
         return 2;
       }
       rising = d == "rising";
+    } else if (a == "--qk-descale" && i + 1 < argc) {
+      qk_descale = std::strtof(argv[++i], nullptr);
+      int e = 0;
+      if (!(qk_descale > 0.f) || std::frexp(qk_descale, &e) != 0.5f) {
+        std::fprintf(stderr, "attention_wgmma_check: --qk-descale takes a power of two (q8 = q / it)\n");
+        return 2;
+      }
     } else if (a == "--kinds" && i + 1 < argc) {
       kinds.clear();
       const std::string list = argv[++i];
-      for (Kind k : {Kind::bf16, Kind::fp8, Kind::fp8_out})
+      for (Kind k : {Kind::bf16, Kind::fp8, Kind::fp8_out, Kind::fp8_f16, Kind::fp8_f16_out})
         if (("," + list + ",").find("," + std::string(kind_name(k)) + ",") != std::string::npos) kinds.push_back(k);
       if (kinds.empty()) {
-        std::fprintf(stderr, "attention_wgmma_check: --kinds takes a list of bf16, fp8, fp8-O8\n");
+        std::fprintf(stderr, "attention_wgmma_check: --kinds takes a list of bf16, fp8, fp8-O8, fp8-f16, fp8-f16-O8\n");
         return 2;
       }
     } else if (a == "--shapes" && i + 1 < argc) {
@@ -372,8 +404,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: attention_wgmma_check [--reps N] [--data uniform|rising] [--kinds bf16,fp8,fp8-O8] "
-                   "[--shapes NQ:NK:HEADS,...]\n");
+                   "usage: attention_wgmma_check [--reps N] [--data uniform|rising] [--qk-descale POW2] "
+                   "[--kinds bf16,fp8,fp8-O8,fp8-f16,fp8-f16-O8] [--shapes NQ:NK:HEADS,...]\n");
       return 2;
     }
   }
@@ -386,7 +418,7 @@ int main(int argc, char** argv) {
   bool all = true;
   for (Kind kind : kinds)
     for (const Shape& s : shapes) {
-      Row r = run(s, reps, kind, rising);
+      Row r = run(s, reps, kind, rising, qk_descale);
       all = all && r.ok();
       std::printf("%-6s %7ld %7ld %5ld | %6ld %9.2e %9.2e %4llu %6s %6s | %9.3f %8.1f | %s%s\n", kind_name(kind), s.nq,
                   s.nk, s.heads, r.checked_rows, r.rel_l2, r.max_abs, r.nan, r.repeat_equal ? "equal" : "DIFF",

@@ -5,6 +5,10 @@
 //   O += P8 vt8                         wgmma with P8 as the register A operand, V^T from shared memory
 //   o = O dv / l                        bf16 (l: the row sums of 448 P); or o8 = e4m3(O / l) with descale dv
 //                                       (|o| <= max|v|: no amax pass)
+// Two configurations (Config below): two consumer warpgroups over 224-key tiles with S in f32, for any e4m3 inputs;
+// and three over 128-key tiles with S in f16 accumulators, for calls whose |q8 . k8| is bounded below f16's range
+// (attention_wgmma_fp8's f16_scores): half the registers for S let a third warpgroup fit, more warps a scheduler for
+// a kernel whose time goes to latency.
 // FP8 wgmma reads both shared operands K-major, so V comes transposed: vt8 [heads * 128, nkp] (row = head dim,
 // column = key, nkp = nk rounded up to 32, the pad zero), written by transpose_v from v8 [nk, ld]. The keys of every
 // 32-key group are permuted there (key_of_slot) so that the S accumulator a thread holds is, as it stands, its
@@ -23,30 +27,42 @@
 #include "backend/cuda/attention/wgmma.cuh"
 #include "backend/cuda/attention/wgmma.h"
 #include "backend/cuda/attention/wgmma_mma.cuh"
+#include "backend/cuda/attention/wgmma_softmax_f16.cuh"
 
 namespace h3::cuda {
 namespace {
 
 using namespace wgmma;
 
-constexpr int kD = 128;   // head dim
-constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups of 64)
-// Keys per tile (kBN, the kernel's template parameter): 224, faster than 128 (fewer per-tile steps for the same MMAs;
-// docs/notes.md, "2026-12-06 (rooms)"; 256 does not fit the registers); the kernel still compiles for 128. K's stage is
+constexpr int kD = 128;  // head dim
+// Keys per tile (kBN): 224 with f32 scores, faster than 128 there (fewer per-tile steps for the same MMAs;
+// docs/notes.md, "2026-12-06 (rooms)"; 256 does not fit the registers); 128 with f16 scores and three warpgroups (160
+// registers a thread: 160 keys spill). K's stage is
 // [kBN keys x 128] with the 128-byte swizzle. V^T's is a [128 x 128 keys] block with the 128-byte swizzle, then for 224
 // a [128 x 64 keys] block with the 64-byte one and a [128 x 32 keys] block with the 32-byte one: wgmma reads a K-major
 // operand in rows of its swizzle's span.
-constexpr int kKeysPerTile = 224;
-constexpr int kStages = 2;                  // K / V ring depth (3 measured no faster with 224-key tiles)
-constexpr int kConsumers = 256;             // threads of the two consumer warpgroups
-constexpr int kThreads = kConsumers + 128;  // and the producer warpgroup
-constexpr int kTile = 128 * 128;            // bytes of a [128 x 128] e4m3 tile: rows of one 128-byte swizzle span
+constexpr int kStages = 2;        // K / V ring depth (3 measured no faster with 224-key tiles)
+constexpr int kTile = 128 * 128;  // bytes of a [128 x 128] e4m3 tile: rows of one 128-byte swizzle span
+// A kernel configuration: keys a tile, consumer warpgroups (64 query rows each), scores in f16.
+template <int kBN_, int kWgs_, bool kF16_>
+struct Config {
+  static constexpr int kBN = kBN_, kWgs = kWgs_;
+  static constexpr bool kF16 = kF16_;
+  static constexpr int kBM = 64 * kWgs;              // query rows a CTA
+  static constexpr int kConsumers = 128 * kWgs;      // consumer threads
+  static constexpr int kThreads = kConsumers + 128;  // and the producer warpgroup
+  // Registers a consumer thread may take (setmaxnreg; the producer keeps 24): all of them but the producer's.
+  static constexpr int kRegs = kWgs == 2 ? 240 : 160;
+  static_assert(kConsumers * kRegs + 128 * 24 <= 65536, "the register file");
+};
+using Wide = Config<224, 2, false>;  // any e4m3 inputs
+using Three = Config<128, 3, true>;  // f16 scores
 // The softmax weights (<= 1) times 448, e4m3's largest finite value, as 2^(x - m + log2 448).
 [[maybe_unused]] constexpr float kLog2ScaleP = 8.807354922057604f;
 
-template <int kBN>
+template <int kBN, int kBM>
 struct alignas(1024) Smem {
-  uint8_t q[2][kTile];             // this work item's Q tile and the next one's
+  uint8_t q[2][kBM * 128];         // this work item's Q tile and the next one's
   uint8_t k[kStages][kBN * 128];   // [kBN keys x 128]
   uint8_t vt[kStages][kBN * 128];  // [128 x 128 keys], [128 x 64 keys], [128 x 32 keys] (see above)
   uint8_t out[kBM * kD * 2];       // the output tile on its way to global memory
@@ -88,8 +104,8 @@ __device__ __forceinline__ uint16_t pack2_e4m3(float x0, float x1) {
 }
 #endif  // H3_WGMMA_BODY
 
-template <int kBN, bool kOutFp8>
-__global__ void __launch_bounds__(kThreads, 1)
+template <class Cfg, bool kOutFp8>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
     attention_fp8_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                          const __grid_constant__ CUtensorMap tvt, const __grid_constant__ CUtensorMap tvt64,
                          const __grid_constant__ CUtensorMap tvt32, const float* __restrict__ dq,
@@ -99,11 +115,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   __trap();  // built for another architecture too (PTX for compute_80): this kernel exists only as sm_90a
 #else
   extern __shared__ uint8_t raw[];
+  constexpr int kBN = Cfg::kBN, kBM = Cfg::kBM, kConsumers = Cfg::kConsumers;
+  constexpr bool kF16 = Cfg::kF16;
   static_assert(kBN == 128 || kBN == 224, "tiles of 128 or 224 keys");
   constexpr int kStageBytes = kBN * 128;                    // of K, and of V^T
   constexpr bool kWide = kBN == 224;                        // V^T has its 64- and 32-key blocks
   constexpr int kOff64 = kTile, kOff32 = kTile + 128 * 64;  // where they start in a stage (kWide)
-  Smem<kBN>& sm = *reinterpret_cast<Smem<kBN>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  Smem<kBN, kBM>& sm = *reinterpret_cast<Smem<kBN, kBM>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   // Work items (128 query rows, head), query tiles fastest, taken every gridDim.x from blockIdx.x: one per CTA
   // when the grid has one CTA per item, or several in turn (a persistent grid of one CTA per SM, where the next
   // item's Q and first K / V tiles load while this one finishes). The K / V ring runs on across items: tile t of
@@ -129,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int w = blockIdx.x, i = 0; w < items; w += gridDim.x, ++i) {
         const int q0 = (w % qtiles) * kBM, col0 = (w / qtiles) * kD, b = i % 2;
         mbar_wait(&sm.q_empty[b], ((i / 2) & 1) ^ 1);
-        mbar_expect_tx(&sm.q_full[b], kTile);
+        mbar_expect_tx(&sm.q_full[b], kBM * 128);
         tma_load(sm.q[b], &tq, &sm.q_full[b], col0, q0);
         for (int j = 0; j < tiles; ++j, ++t) {
           const int s = t % kStages;
@@ -152,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // A consumer warpgroup: rows [64 g, 64 g + 64) of the tile; this thread holds rows r and r + 8 of its
   // warp's 16 and, of every 8 columns of S or O, columns 2 c and 2 c + 1.
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kRegs) : "memory");
   // With an e4m3 O, g is made warp-uniform as the compiler sees it (a shuffle from lane 0), so that Q's descriptors
   // live in uniform registers: no register-to-uniform moves before each S MMA, and 8 registers free for the softmax.
   // (With a bf16 O, whose epilogue needs more registers, ptxas would then spill 88 bytes, in the loop too: that
@@ -170,22 +188,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t k_lo0 = desc_lo(smem_u32(sm.k[0])), v_lo0 = desc_lo(smem_u32(sm.vt[0]));
   constexpr uint32_t kHi128 = desc_hi(1024, 1), kHi64 = desc_hi(512, 2), kHi32 = desc_hi(256, 3);
   const float sl2 = scale_log2 * dq[0] * dk[0];
+  // f16 scores: the scale rounded to f16 (in both halves), and its value.
+  [[maybe_unused]] const uint32_t sl2h2 = kF16 ? h2_of(sl2) : 0u;
+  [[maybe_unused]] const float sl2f = kF16 ? lo_f(sl2h2) : 0.f;
 
-  float s_acc[kBN / 2];
+  // S: f32 accumulators, or f16 pairs (wgmma_softmax_f16.cuh).
+  using SAcc = std::conditional_t<kF16, uint32_t[kBN / 4], float[kBN / 2]>;
+  SAcc s_acc;
   float o_acc[64];
   uint32_t p[kBN / 8];
-  float m0, m1;  // running row maxima, in log2 units of the scaled scores
+  // Running row maxima, in log2 units of the scaled scores (f32 scores); with f16 scores the offsets b that the
+  // exponent subtracts (tile_max_f16).
+  float m0, m1;
   // This thread's share of the running row sums, in f32. (Summed by the P V MMA through rows of ones under V^T
   // they came out several per cent low at 38k keys: FP8 MMAs accumulate with ~14 bits.)
   float l0, l1;
 
-  auto issue_qk = [&](int s, float(&sx)[kBN / 2]) {
+  auto issue_qk = [&](int s, SAcc& sx) {
     fence_regs(sx);
     wg_fence();
     const uint32_t k_lo = k_lo0 + s * (kStageBytes >> 4);
 #pragma unroll
     for (int kk = 0; kk < kD / 32; ++kk) {
-      mma_ss_n<kBN>(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
+      if constexpr (kF16) {
+        static_assert(kBN == 128, "f16 scores in 128-key tiles");
+        mma_e4m3_ss_n128_h(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
+      } else {
+        mma_ss_n<kBN>(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
+      }
     }
     wg_commit();
   };
@@ -212,20 +242,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto issue_pv = [&](int s) { issue_pv_steps(s, std::integral_constant<int, kBN / 32>{}); };
   // Online softmax of tile j in s_acc (scores -> unnormalized weights, times 448); returns the factors for O's
   // rows.
-  auto softmax = [&](int j, float(&s_acc)[kBN / 2], float& corr0, float& corr1) {
-    tile_max(s_acc, c, nk - j * kBN, sl2, m0, m1, corr0, corr1);
-    // The weights come out scaled by 448 (log2 448 taken off the maximum): e4m3's range, no multiply.
-    tile_exp(s_acc, sl2, m0 - kLog2ScaleP, m1 - kLog2ScaleP, corr0, corr1, l0, l1);
+  auto softmax = [&](int j, SAcc& s_acc, float& corr0, float& corr1) {
+    if constexpr (kF16) {
+      tile_max_f16(s_acc, c, nk - j * kBN, sl2f, m0, m1, corr0, corr1);
+      tile_exp_f16(s_acc, sl2h2, m0, m1, corr0, corr1, l0, l1);
+    } else {
+      tile_max(s_acc, c, nk - j * kBN, sl2, m0, m1, corr0, corr1);
+      // The weights come out scaled by 448 (log2 448 taken off the maximum): e4m3's range, no multiply.
+      tile_exp(s_acc, sl2, m0 - kLog2ScaleP, m1 - kLog2ScaleP, corr0, corr1, l0, l1);
+    }
   };
-  // k-step t of the P V MMA takes S columns [32 t, 32 t + 32), in key_of_slot's order.
-  auto to_p = [&](const float(&s_acc)[kBN / 2]) {
+  // k-step t of the P V MMA takes S columns [32 t, 32 t + 32), in key_of_slot's order (f32 index 16 t + e, which
+  // is f16 pair 8 t + e / 2).
+  auto to_p = [&](const SAcc& s_acc) {
 #pragma unroll
     for (int t = 0; t < kBN / 32; ++t) {
-      const float* x = s_acc + 16 * t;
-      p[4 * t] = pack_e4m3(x[0], x[1], x[4], x[5]);
-      p[4 * t + 1] = pack_e4m3(x[2], x[3], x[6], x[7]);
-      p[4 * t + 2] = pack_e4m3(x[8], x[9], x[12], x[13]);
-      p[4 * t + 3] = pack_e4m3(x[10], x[11], x[14], x[15]);
+      if constexpr (kF16) {
+        const uint32_t* x = s_acc + 8 * t;
+        p[4 * t] = pack_e4m3_f16(x[0], x[2]);
+        p[4 * t + 1] = pack_e4m3_f16(x[1], x[3]);
+        p[4 * t + 2] = pack_e4m3_f16(x[4], x[6]);
+        p[4 * t + 3] = pack_e4m3_f16(x[5], x[7]);
+      } else {
+        const float* x = s_acc + 16 * t;
+        p[4 * t] = pack_e4m3(x[0], x[1], x[4], x[5]);
+        p[4 * t + 1] = pack_e4m3(x[2], x[3], x[6], x[7]);
+        p[4 * t + 2] = pack_e4m3(x[8], x[9], x[12], x[13]);
+        p[4 * t + 3] = pack_e4m3(x[10], x[11], x[14], x[15]);
+      }
     }
   };
 
@@ -446,8 +490,9 @@ std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, cons
   if (d != kD) return "head_dim " + std::to_string(d) + " (the kernel is built for 128)";
   if (nq <= 0 || nk <= 0 || heads <= 0) return "an empty shape";
   if (ld != heads * d) return "row stride " + std::to_string(ld) + " (needs heads * 128)";
-  if (nq > (int64_t{1} << 31) - kBM || nk > (int64_t{1} << 30) || heads > 65535 || ld * nk > (int64_t{1} << 40) ||
-      (nq + kBM - 1) / kBM * heads >= (int64_t{1} << 31))
+  constexpr int64_t bm = Wide::kBM;  // the smaller query tile: the most work items
+  if (nq > (int64_t{1} << 31) - Three::kBM || nk > (int64_t{1} << 30) || heads > 65535 ||
+      ld * nk > (int64_t{1} << 40) || (nq + bm - 1) / bm * heads >= (int64_t{1} << 31))
     return "a shape past the grid's range";
   if (!aligned16(q8) || !aligned16(k8) || !aligned16(v8) || !aligned16(o)) return "a pointer not 16-byte aligned";
   return device_unsupported();
@@ -455,42 +500,35 @@ std::string attention_wgmma_fp8_unsupported(const void* q8, const void* k8, cons
 
 void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                          const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
-                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+                         int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream, bool f16_scores) {
   const std::string why = attention_wgmma_fp8_unsupported(q8, k8, v8, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma FP8 attention cannot run this call: " + why);
   attention_wgmma_fp8_transpose_v(v8, vt_scratch, nk, ld, stream);
-  attention_wgmma_fp8_on_vt(q8, k8, vt_scratch, dq, dk, dv, o, o_fp8, o_descale, nq, nk, heads, d, ld, stream);
+  attention_wgmma_fp8_on_vt(q8, k8, vt_scratch, dq, dk, dv, o, o_fp8, o_descale, nq, nk, heads, d, ld, stream,
+                            f16_scores);
 }
 
 void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_scratch, const float* dq, const float* dk,
                                const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk,
-                               int64_t heads, int64_t d, int64_t ld, cudaStream_t stream) {
+                               int64_t heads, int64_t d, int64_t ld, cudaStream_t stream, bool f16_scores) {
   const std::string why = attention_wgmma_fp8_unsupported(q8, k8, vt_scratch, o, nq, nk, heads, d, ld);
   if (!why.empty()) throw std::runtime_error("wgmma FP8 attention cannot run this call: " + why);
   if (o_fp8 && !o_descale) throw std::runtime_error("wgmma FP8 attention: fp8 output without a descale pointer");
   const int64_t nkp = attention_wgmma_fp8_vt_cols(nk);
-  // e4m3 boxes of q8 [nq, ld] (128 rows x 128), k8 [nk, ld] (bn keys x 128), vt8 [ld, nkp] (128 head-dim rows x 128
-  // keys; x 64 keys with the 64-byte swizzle and x 32 with the 32-byte one for the wider tiles' last keys).
-  constexpr int bn = kKeysPerTile;
-  const CUtensorMap tq = tensor_map(q8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nq, ld, ld, 128, 128),
-                    tk = tensor_map(k8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nk, ld, ld, 128, static_cast<uint32_t>(bn)),
-                    tvt = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 128, 128),
-                    tvt64 = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 64, 128,
-                                       CU_TENSOR_MAP_SWIZZLE_64B),
-                    tvt32 = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 32, 128,
-                                       CU_TENSOR_MAP_SWIZZLE_32B);
   using Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, const float*, const float*,
                           const float*, void*, float*, int, int, int, int, float);
   struct Variant {
-    int bn;
-    bool o_fp8;
+    bool f16, o_fp8;
     Kernel kernel;
-    int smem;
+    int bn, bm, threads, smem;
   };
-  static const Variant variants[] = {
-      {bn, false, attention_fp8_kernel<bn, false>, sizeof(Smem<bn>) + 1024},
-      {bn, true, attention_fp8_kernel<bn, true>, sizeof(Smem<bn>) + 1024},
+  auto variant = [](auto cfg, auto o8) {
+    using Cfg = decltype(cfg);
+    return Variant{Cfg::kF16, decltype(o8)::value, attention_fp8_kernel<Cfg, decltype(o8)::value>,           Cfg::kBN,
+                   Cfg::kBM,  Cfg::kThreads,       static_cast<int>(sizeof(Smem<Cfg::kBN, Cfg::kBM>)) + 1024};
   };
+  static const Variant variants[] = {variant(Wide{}, std::false_type{}), variant(Wide{}, std::true_type{}),
+                                     variant(Three{}, std::false_type{}), variant(Three{}, std::true_type{})};
   static std::once_flag once;
   static cudaError_t attr = cudaSuccess;
   std::call_once(once, [&] {
@@ -502,13 +540,23 @@ void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_sc
     throw std::runtime_error(std::string("wgmma FP8 attention: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
   const Variant* chosen = nullptr;
   for (const Variant& v : variants)
-    if (v.bn == bn && v.o_fp8 == o_fp8) chosen = &v;
+    if (v.f16 == f16_scores && v.o_fp8 == o_fp8) chosen = &v;
+  const int bn = chosen->bn, bm = chosen->bm;
+  // e4m3 boxes of q8 [nq, ld] (bm rows x 128), k8 [nk, ld] (bn keys x 128), vt8 [ld, nkp] (128 head-dim rows x 128
+  // keys; x 64 keys with the 64-byte swizzle and x 32 with the 32-byte one for the wider tiles' last keys).
+  const CUtensorMap tq = tensor_map(q8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nq, ld, ld, 128, static_cast<uint32_t>(bm)),
+                    tk = tensor_map(k8, CU_TENSOR_MAP_DATA_TYPE_UINT8, nk, ld, ld, 128, static_cast<uint32_t>(bn)),
+                    tvt = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 128, 128),
+                    tvt64 = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 64, 128,
+                                       CU_TENSOR_MAP_SWIZZLE_64B),
+                    tvt32 = tensor_map(vt_scratch, CU_TENSOR_MAP_DATA_TYPE_UINT8, ld, nkp, nkp, 32, 128,
+                                       CU_TENSOR_MAP_SWIZZLE_32B);
   const Kernel kernel = chosen->kernel;
   const int smem = chosen->smem;
   // One CTA per SM taking the work items in turn (the ring running on across items, the next item's Q and first
   // tiles loading while one finishes): faster than one CTA per item (docs/notes.md, "2026-12-06 (rooms)"), the same
   // bits.
-  const int64_t items = (nq + kBM - 1) / kBM * heads;
+  const int64_t items = (nq + bm - 1) / bm * heads;
   int64_t ctas = items;
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) == cudaSuccess &&
@@ -518,7 +566,7 @@ void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_sc
     throw std::runtime_error("wgmma FP8 attention: " + std::to_string(items) + " work items of " + std::to_string(nk) +
                              " keys on " + std::to_string(ctas) + " CTAs count 2^31 key tiles or more a CTA");
   const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)) * 1.4426950408889634);
-  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(
+  kernel<<<static_cast<unsigned>(ctas), chosen->threads, smem, stream>>>(
       tq, tk, tvt, tvt64, tvt32, dq, dk, dv, o, o_descale, static_cast<int>(nq), static_cast<int>(nk),
       static_cast<int>(heads), static_cast<int>(ld), scale_log2);
   const cudaError_t e = cudaGetLastError();
