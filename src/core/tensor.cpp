@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include <fmt/ranges.h>
+#include <cmath>
 #include <cstring>
 
 namespace h3 {
@@ -50,6 +51,7 @@ Tensor Tensor::to_device(Device device) const {
   if (nbytes() > 0) device_hooks().copy(out.data_, device != Device::cpu, data_, device_ != Device::cpu, nbytes());
   // An fp8 tensor's values are stored x scale: the copy takes its scale along, on the same device.
   if (scale_) out.scale_ = std::make_shared<const Tensor>(scale_->to_device(device));
+  out.head_norm_bound_ = head_norm_bound_;
   return out;
 }
 
@@ -60,12 +62,20 @@ Tensor Tensor::reshape(Shape s) const {
   H3_ASSERT(shape_numel(s) == numel(), "reshape {} -> {}", shape_str(shape_), shape_str(s));
   Tensor out(dtype_, std::move(s), owner_, data_, device_);
   out.scale_ = scale_;
+  out.head_norm_bound_ = head_norm_bound_;
   return out;
 }
 
 Tensor Tensor::with_scale(Tensor scale) const {
   Tensor out = *this;
   out.scale_ = std::make_shared<const Tensor>(std::move(scale));
+  return out;
+}
+
+Tensor Tensor::with_head_norm_bound(float bound) const {
+  H3_CHECK(bound >= 0 && std::isfinite(bound), "a head norm bound must be finite and >= 0, got {}", bound);
+  Tensor out = *this;
+  out.head_norm_bound_ = bound;
   return out;
 }
 

@@ -96,6 +96,12 @@ class Tensor {
   // element for per-tensor scaling). Views and copies keep it; conversions drop it.
   const Tensor* scale() const { return scale_.get(); }
   Tensor with_scale(Tensor scale) const;
+  // An fp8 tensor of attention heads may also carry a bound on the L2 norm of any head (head_dim consecutive stored
+  // values of a row), in stored units: q and k from a norm with a fixed scale have one, and FP8 attention then takes
+  // its faster kernel where |q . k| <= the two bounds' product allows (backend/cuda/attention/wgmma.h, f16 scores).
+  // 0: unknown. Kept and dropped as the scale is.
+  float head_norm_bound() const { return head_norm_bound_; }
+  Tensor with_head_norm_bound(float bound) const;
 
  private:
   DType dtype_ = DType::f32;
@@ -104,6 +110,7 @@ class Tensor {
   void* data_ = nullptr;
   Device device_ = Device::cpu;
   std::shared_ptr<const Tensor> scale_;
+  float head_norm_bound_ = 0;
 };
 
 // Element-wise conversion of n values between dtypes (host memory).
