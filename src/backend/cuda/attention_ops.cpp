@@ -13,12 +13,14 @@ namespace h3::cuda::op {
 
 namespace {
 
-// q, k, v fp8 e4m3 with per-tensor scales (v also bf16) -> bf16, or fp8 O with its scale: our FP8 wgmma kernel,
-// else the bf16 attention of the dequantized values. The backend's Numerics::fp8_attention: off always takes the bf16
+// q, k, v fp8 e4m3 with per-tensor scales (v also bf16) -> bf16, or fp8 O with its scale: our FP8 wgmma kernel
+// (with f16 scores where q's and k's head norm bounds allow: |q . k| <= |q| |k|), else the bf16 attention of the
+// dequantized values. The backend's Numerics::fp8_attention: off always takes the bf16
 // route; require makes it an error where our kernel cannot run (tests, benchmarks: a silent fallback would hide it).
 Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64_t d, bool fp8_out) {
   const Fp8Attention mode = numerics().fp8_attention;
   const int64_t nq = q.dim(0), nk = k.dim(0), cols = q.dim(1);
+  const double score_bound = static_cast<double>(q.head_norm_bound()) * k.head_norm_bound();
   if (mode != Fp8Attention::off) {
     Tensor o = Tensor::empty(fp8_out ? DType::fp8_e4m3 : DType::bf16, q.shape(), Device::cuda);
     Tensor ds = fp8_out ? Tensor::empty(DType::f32, {1}, Device::cuda) : Tensor();
@@ -28,10 +30,10 @@ Tensor attention_fp8_op(const Tensor& q, const Tensor& k, const Tensor& v, int64
       Tensor vs = Tensor::empty(DType::f32, {1}, Device::cuda);
       ran = cuda::attention_fp8_ours_bf16_v(q.raw(), k.raw(), v.raw(), fp8_scale(q), fp8_scale(k),
                                             static_cast<float*>(vs.raw()), o.raw(), fp8_out,
-                                            static_cast<float*>(ds.raw()), nq, nk, cols / d, d);
+                                            static_cast<float*>(ds.raw()), nq, nk, cols / d, d, score_bound);
     } else {
       ran = cuda::attention_fp8_ours(q.raw(), k.raw(), v.raw(), fp8_scale(q), fp8_scale(k), fp8_scale(v), o.raw(),
-                                     fp8_out, static_cast<float*>(ds.raw()), nq, nk, cols / d, d);
+                                     fp8_out, static_cast<float*>(ds.raw()), nq, nk, cols / d, d, score_bound);
     }
     if (ran) return fp8_out ? o.with_scale(ds) : o;
     if (mode == Fp8Attention::require)

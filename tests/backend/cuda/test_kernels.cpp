@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "core/compare.h"
 #include "core/dtype.h"
+#include "ops/fp8_bound.h"
 #include "ops/ops.h"
 
 #include "support/gpu_test.h"
@@ -297,6 +298,78 @@ TEST(CudaOps, Fp8AttentionMatchesCpu) {
     }
   }
   set_gpu_numerics(started);
+}
+
+// FP8 attention with f16 scores: q and k tagged with a bound on their heads' norms (as the DiT's fixed-scale q and k
+// are) whose product is within the kernel's f16 bound take the three-warpgroup kernel, which rounds the scores
+// otherwise than the f32 one (so the output differs from the untagged call's) and stays within the FP8 bounds of the
+// CPU's attention; a product past the bound keeps the f32 kernel (the untagged call's bits).
+TEST(CudaOps, Fp8AttentionF16ScoresWhereHeadNormsAreBounded) {
+  H3_REQUIRE_GPU();
+#if H3_HAVE_CUDA
+  const int64_t d = 128;
+  if (cuda::attention_fp8_ours_impl(1, 1, 1, d).empty()) GTEST_SKIP() << "our FP8 attention kernel does not run here";
+  // e4m3 values of x / s with |x / s| <= 12 (|q8 . k8| <= 128 x 144 = 18,432 at most), their exact scale s, and the
+  // largest norm of a head of stored values, measured.
+  auto quantize = [&](const Tensor& x) {
+    float amax = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) amax = std::max(amax, std::fabs(x.data<float>()[i]));
+    const float s = ops::round_up_pow2(amax / 12.0f);
+    Tensor y = x.clone();
+    for (int64_t i = 0; i < y.numel(); ++i) y.data<float>()[i] /= s;
+    Tensor y8 = y.to(DType::fp8_e4m3), back = y8.to(DType::f32);
+    double worst = 0;
+    for (int64_t r = 0; r < back.dim(0); ++r)
+      for (int64_t h = 0; h < back.dim(1) / d; ++h) {
+        double n2 = 0;
+        for (int64_t c = 0; c < d; ++c) n2 += std::pow(back.data<float>()[r * back.dim(1) + h * d + c], 2);
+        worst = std::max(worst, std::sqrt(n2));
+      }
+    struct Q {
+      Tensor t8;
+      float norm;
+    };
+    return Q{y8.with_scale(Tensor::from(std::vector<float>{s}, {1})).to_device(Device::cuda),
+             static_cast<float>(worst)};
+  };
+  auto dequant = [](const Tensor& t8) {
+    Tensor f = t8.cpu().to(DType::f32);
+    const float s = t8.scale()->cpu().to(DType::f32).data<float>()[0];
+    for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] *= s;
+    return f;
+  };
+  const Numerics started = gpu_numerics();
+  Numerics n = started;
+  n.fp8_attention = Fp8Attention::require;
+  set_gpu_numerics(n);
+  for (auto [nq, nk, heads] : {std::tuple{1, 1, 1}, std::tuple{77, 131, 3}, std::tuple{300, 700, 2},
+                               std::tuple{1000, 1000, 4}, std::tuple{193, 129, 2}}) {
+    SCOPED_TRACE(testing::Message() << nq << " x " << nk << ", " << heads << " heads");
+    auto q = quantize(rnd({nq, heads * d}, 61)), k = quantize(rnd({nk, heads * d}, 62));
+    Tensor v8 = ops::quantize_fp8(gpu(rnd({nk, heads * d}, 63, 0.5), DType::bf16));
+    ASSERT_LE(double(q.norm) * k.norm, cuda::fp8_f16_score_bound());
+    Tensor want = ops::attention(dequant(q.t8), dequant(k.t8), dequant(v8), d);
+    const Tensor qb = q.t8.with_head_norm_bound(q.norm), kb = k.t8.with_head_norm_bound(k.norm);
+    for (bool fp8_out : {false, true}) {
+      auto run = [&](const Tensor& qq, const Tensor& kk) {
+        Tensor o = fp8_out ? ops::attention_fp8_out(qq, kk, v8, d) : ops::attention(qq, kk, v8, d);
+        return o.dtype() == DType::fp8_e4m3 ? dequant(o) : host_f32(o);
+      };
+      const Tensor f16 = run(qb, kb), f32 = run(q.t8, k.t8);
+      const Tensor past = run(qb, k.t8.with_head_norm_bound(cuda::fp8_f16_score_bound() / q.norm * 1.01f));
+      const Diff diff = compare(f16, want);
+      std::printf("fp8 attention with f16 scores %lld x %lld, %lld heads%s: rel-L2 %.3g (f32 scores %.3g)\n",
+                  static_cast<long long>(nq), static_cast<long long>(nk), static_cast<long long>(heads),
+                  fp8_out ? " (fp8 O)" : "", diff.rel_l2, compare(f32, want).rel_l2);
+      EXPECT_LE(diff.rel_l2, fp8_out ? 6e-2 : 5e-2) << "max abs " << diff.max_abs;
+      if (nk > 1) {
+        EXPECT_FALSE(compare(f16, f32).bitwise) << "the bound did not select the f16 kernel";
+      }
+      EXPECT_TRUE(compare(past, f32).bitwise) << "a product past the bound took the f16 kernel";
+    }
+  }
+  set_gpu_numerics(started);
+#endif
 }
 
 // Deterministic mode (started above): a row's GEMM result and a head's attention result are the same bits however

@@ -32,14 +32,17 @@ bool attention_cudnn(const void* q, const void* k, const void* v, void* o, int64
 // FP8 attention through our wgmma kernel (backend/cuda/attention/wgmma.h): q8 [nq, heads*d], k8 / v8 [nk, heads*d]
 // e4m3 with per-tensor f32 descales on the device (value = stored * descale), o bf16, or (o_fp8) e4m3 with its
 // descale written to *o_descale (device). False, nothing written, when the kernel does not run here.
+// score_bound: a bound on |q8 . k8| over every pair of rows and head (e4m3 units), 0 when unknown; at or below
+// fp8_f16_score_bound() the scores are accumulated in f16 (the faster kernel configuration).
 bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                         const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
-                        int64_t d);
+                        int64_t d, double score_bound = 0);
+float fp8_f16_score_bound();
 // The same with v bf16 [nk, heads * d], quantized per tensor on the way (its max |v| pass, then e4m3 inside V's
 // transpose: the bits of quantize_fp8 without its e4m3 copy of v); v's scale is written to *v_scale (device).
 bool attention_fp8_ours_bf16_v(const void* q8, const void* k8, const void* v, const float* dq, const float* dk,
                                float* v_scale, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk,
-                               int64_t heads, int64_t d);
+                               int64_t heads, int64_t d, double score_bound = 0);
 // "h3-wgmma-fp8" when attention_fp8_ours runs this shape, else "".
 std::string attention_fp8_ours_impl(int64_t nq, int64_t nk, int64_t heads, int64_t d);
 // Why our FP8 kernel does not run this shape here ("" when it does).
