@@ -160,7 +160,7 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   const bool fp8_attention = precision_ == Precision::fp8 && hin.on_device() && !numerics_.deterministic &&
                              b.q8_scale.defined() && numerics_.fp8_attention != Fp8Attention::off;
   const bool fused_fp8_qk = fp8_attention && (ag || plan_.U == 1);
-  auto project = [&](const Tensor& w, const Tensor* norm, const Tensor* fp8_scale) {
+  auto project = [&](const Tensor& w, const Tensor* norm, const Tensor* fp8_scale, float norm_bound) {
     Tensor x;
     {
       profile::Region r("qkv");
@@ -168,7 +168,9 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     }
     if (!norm) return x;
     profile::Region r("qk norm+rope");
-    if (fused_fp8_qk) return ops::qk_norm_rope_fp8(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf, *fp8_scale);
+    if (fused_fp8_qk)  // the fixed scale bounds each head's norm (DitModel::Block): attention may sum in f16
+      return ops::qk_norm_rope_fp8(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf, *fp8_scale)
+          .with_head_norm_bound(norm_bound);
     return ops::qk_norm_rope(x, *norm, D, config_.qk_norm_eps, st.cos, st.sin, bf);
   };
   auto attend = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -191,8 +193,8 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
   };
   Tensor o;
   if (ag || plan_.U == 1) {
-    Tensor q = project(b.to_q, &b.norm_q, &b.q8_scale), k = project(b.to_k, &b.norm_k, &b.k8_scale),
-           v = project(b.to_v, nullptr, nullptr);
+    Tensor q = project(b.to_q, &b.norm_q, &b.q8_scale, b.q8_norm_bound),
+           k = project(b.to_k, &b.norm_k, &b.k8_scale, b.k8_norm_bound), v = project(b.to_v, nullptr, nullptr, 0);
     o = attend(q, k, v);
   } else {
     // Each projection travels while the next is computed.
@@ -200,9 +202,9 @@ Tensor DitModel::attention_block(const Block& b, const Tensor& h, Step& st) cons
     HeadExchange xq(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all q (seq->head)");
     HeadExchange xk(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all k (seq->head)");
     HeadExchange xv(sp, st.group_rows, st.heads_sp, h0, D, plan_.chunks, "all-to-all v (seq->head)");
-    xq.start_seq_to_head(for_comm(sp, project(b.to_q, &b.norm_q, nullptr)));
-    xk.start_seq_to_head(for_comm(sp, project(b.to_k, &b.norm_k, nullptr)));
-    xv.start_seq_to_head(for_comm(sp, project(b.to_v, nullptr, nullptr)));
+    xq.start_seq_to_head(for_comm(sp, project(b.to_q, &b.norm_q, nullptr, 0)));
+    xk.start_seq_to_head(for_comm(sp, project(b.to_k, &b.norm_k, nullptr, 0)));
+    xv.start_seq_to_head(for_comm(sp, project(b.to_v, nullptr, nullptr, 0)));
     Tensor q, k, v;
     {
       profile::Region r("exchange");

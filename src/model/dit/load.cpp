@@ -141,13 +141,21 @@ class WeightReader {
     (sharded ? shard_bytes : rep_bytes) += t.nbytes();
     return t;
   }
-  // FP8 attention's fixed scale of the normed, rotated q or k from its norm weight (DitModel::Block).
-  Tensor qk_fp8_scale(const Tensor& w) const {
+  // FP8 attention's fixed scale of the normed, rotated q or k from its norm weight, and the bound on a head's norm in
+  // e4m3 units that it gives (DitModel::Block).
+  struct QkScale {
+    Tensor scale;
+    float norm_bound;
+  };
+  QkScale qk_fp8_scale(const Tensor& w) const {
     const Tensor h = w.cpu().to(DType::f32);
     float m = 0;
     for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::fabs(h.data<float>()[i]));
-    const float s = std::sqrt(static_cast<float>(config_.attention_head_dim)) * m * 1.02f / 448.0f;
-    return Tensor::from(std::vector<float>{ops::round_up_pow2(std::max(s, 1e-12f))}, {1}).to_device(dev_);
+    const float norm = std::sqrt(static_cast<float>(config_.attention_head_dim)) * m;  // of a normed head, at most
+    const float s = ops::round_up_pow2(std::max(norm * 1.02f / 448.0f * 4.0f, 1e-12f));
+    // e4m3 rounds each value by at most 2^-4 of itself, bf16 twice by 2^-9 before it.
+    const float bound = norm / s * 1.0625f * 1.004f;
+    return {Tensor::from(std::vector<float>{s}, {1}).to_device(dev_), bound};
   }
 
   const DitCheckpoint& ck_;
@@ -172,8 +180,11 @@ DitModel::Block WeightReader::block(const std::string& p, bool transformer, cons
   b.norm_q = rep(p + "attn.norm_q.weight", true);
   b.norm_k = rep(p + "attn.norm_k.weight", true);
   if (gpu_ && precision_ == Precision::fp8 && transformer) {
-    b.q8_scale = qk_fp8_scale(b.norm_q);
-    b.k8_scale = qk_fp8_scale(b.norm_k);
+    QkScale q = qk_fp8_scale(b.norm_q), k = qk_fp8_scale(b.norm_k);
+    b.q8_scale = q.scale;
+    b.k8_scale = k.scale;
+    b.q8_norm_bound = q.norm_bound;
+    b.k8_norm_bound = k.norm_bound;
   }
   if (norms_only) return b;
   if (!transformer) {  // the refiner runs whole on the ranks that hold text rows
