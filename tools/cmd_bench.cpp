@@ -19,6 +19,7 @@
 #include "distributed/comm.h"
 #include "distributed/plan.h"
 #include "io/procedural.h"
+#include "model/dit/fp8_qk.h"
 #include "ops/ops.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/noise.h"
@@ -113,12 +114,23 @@ nlohmann::json regions(const DitConfig& c, int64_t S, Precision p, int reps) {
     r[name] = {{"seconds", s}, {"tflops", count * 2.0 * S * w.dim(0) * w.dim(1) / s / 1e12}};
   };
   gemm("qkv", x, wts.qkv, 3);
-  // FP8: the forward's FP8 attention (per-tensor e4m3 q, k; bf16 v quantized per tensor inside, as the forward
-  // hands it over; O left in e4m3 for the FP8 out projection).
+  // FP8: the forward's FP8 attention (q, k normed and rotated into e4m3 with the block's fixed scale and its head
+  // norm bound, model/dit/fp8_qk.h; bf16 v quantized per tensor inside, as the forward hands it over; O left in e4m3
+  // for the FP8 out projection).
+  const QkFp8Scale qk8 = qk_fp8_scale(qn, D);
   auto attend = [&](const Tensor& aq, const Tensor& ak, const Tensor& av) {
     if (p != Precision::fp8) return std::function<void()>([&] { ops::attention(aq, ak, av, D); });
-    return std::function<void()>(
-        [q8 = ops::quantize_fp8(aq), k8 = ops::quantize_fp8(ak), av, D] { ops::attention_fp8_out(q8, k8, av, D); });
+    // RoPE by angle 0 (cos 1, sin 0): random tables would not be rotations, and the bound assumes norms are kept.
+    const Tensor s8 = Tensor::from(std::vector<float>{qk8.scale}, {1}).to_device(Device::cuda);
+    const Tensor one = Tensor::from(std::vector<float>(static_cast<size_t>(S * c.rotary_dim()), 1.0f),
+                                    {S, c.rotary_dim()})
+                           .to_device(Device::cuda)
+                           .to(bf),
+                 zero = Tensor(bf, {S, c.rotary_dim()}, Device::cuda);
+    auto to8 = [&](const Tensor& t) {
+      return ops::qk_norm_rope_fp8(t, qn, D, 1e-6, one, zero, true, s8).with_head_norm_bound(qk8.norm_bound);
+    };
+    return std::function<void()>([q8 = to8(aq), k8 = to8(ak), av, D] { ops::attention_fp8_out(q8, k8, av, D); });
   };
   {
     const double s = time_median(reps, attend(q, k, v));

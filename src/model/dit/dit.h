@@ -121,13 +121,8 @@ class DitModel {
   struct Block {
     Tensor norm1, to_q, to_k, to_v, norm_q, norm_k, to_out, norm2, ff_in, ff_out;
     Tensor adaln_w, adaln_b;  // undefined for refiner blocks
-    // FP8 attention: fixed per-tensor scales of the normed, rotated q and k, from the norm weights alone:
-    // |q_c| <= sqrt(head_dim) * max|norm_q| (RMS-normed rows, rotations keep pair norms), +2 % for bf16 roundings,
-    // mapped onto e4m3's 448 and rounded up to a power of two (ops/fp8_bound.h: exact to divide by). The same on
-    // every rank, so the quantization does not depend on the partition. Four times that (two binades of e4m3's
-    // range left unused: the same relative precision), so that a head's norm in e4m3 units is at most
-    // q8_norm_bound ~ 118 and |q8 . k8| <= ~13,900: FP8 attention may then sum the scores in f16 (a faster kernel,
-    // backend/cuda/attention/wgmma.h), whose range ends at 65,504.
+    // FP8 attention: fixed per-tensor scales of the normed, rotated q and k, from the norm weights alone, and the
+    // bounds on a head's norm in e4m3 units that they give (model/dit/fp8_qk.h).
     Tensor q8_scale, k8_scale;
     float q8_norm_bound = 0, k8_norm_bound = 0;
   };

@@ -11,8 +11,8 @@
 #include "core/log.h"
 #include "model/dit/dit.h"
 #include "model/dit/fp8_layers.h"
+#include "model/dit/fp8_qk.h"
 #include "model/dit/lora.h"
-#include "ops/fp8_bound.h"
 #include "ops/ops.h"
 
 namespace h3 {
@@ -141,22 +141,6 @@ class WeightReader {
     (sharded ? shard_bytes : rep_bytes) += t.nbytes();
     return t;
   }
-  // FP8 attention's fixed scale of the normed, rotated q or k from its norm weight, and the bound on a head's norm in
-  // e4m3 units that it gives (DitModel::Block).
-  struct QkScale {
-    Tensor scale;
-    float norm_bound;
-  };
-  QkScale qk_fp8_scale(const Tensor& w) const {
-    const Tensor h = w.cpu().to(DType::f32);
-    float m = 0;
-    for (int64_t i = 0; i < h.numel(); ++i) m = std::max(m, std::fabs(h.data<float>()[i]));
-    const float norm = std::sqrt(static_cast<float>(config_.attention_head_dim)) * m;  // of a normed head, at most
-    const float s = ops::round_up_pow2(std::max(norm * 1.02f / 448.0f * 4.0f, 1e-12f));
-    // e4m3 rounds each value by at most 2^-4 of itself, bf16 twice by 2^-9 before it.
-    const float bound = norm / s * 1.0625f * 1.004f;
-    return {Tensor::from(std::vector<float>{s}, {1}).to_device(dev_), bound};
-  }
 
   const DitCheckpoint& ck_;
   const DitConfig& config_;
@@ -180,9 +164,9 @@ DitModel::Block WeightReader::block(const std::string& p, bool transformer, cons
   b.norm_q = rep(p + "attn.norm_q.weight", true);
   b.norm_k = rep(p + "attn.norm_k.weight", true);
   if (gpu_ && precision_ == Precision::fp8 && transformer) {
-    QkScale q = qk_fp8_scale(b.norm_q), k = qk_fp8_scale(b.norm_k);
-    b.q8_scale = q.scale;
-    b.k8_scale = k.scale;
+    const QkFp8Scale q = qk_fp8_scale(b.norm_q, D), k = qk_fp8_scale(b.norm_k, D);
+    b.q8_scale = Tensor::from(std::vector<float>{q.scale}, {1}).to_device(dev_);
+    b.k8_scale = Tensor::from(std::vector<float>{k.scale}, {1}).to_device(dev_);
     b.q8_norm_bound = q.norm_bound;
     b.k8_norm_bound = k.norm_bound;
   }
