@@ -33,11 +33,14 @@ bool attention_cudnn(const void* q, const void* k, const void* v, void* o, int64
 // e4m3 with per-tensor f32 descales on the device (value = stored * descale), o bf16, or (o_fp8) e4m3 with its
 // descale written to *o_descale (device). False, nothing written, when the kernel does not run here.
 // score_bound: a bound on |q8 . k8| over every pair of rows and head (e4m3 units), 0 when unknown; at or below
-// fp8_f16_score_bound() the scores are accumulated in f16 (the faster kernel configuration).
+// fp8_f16_score_bound() the scores are accumulated in f16 where that configuration pays at the shape
+// (attention_fp8_takes_f16_scores).
 bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                         const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
                         int64_t d, double score_bound = 0);
 float fp8_f16_score_bound();
+// Whether attention_fp8_ours takes f16 scores for this bound and shape (backend/cuda/attention/wgmma.h).
+bool attention_fp8_takes_f16_scores(double score_bound, int64_t nq, int64_t heads);
 // The same with v bf16 [nk, heads * d], quantized per tensor on the way (its max |v| pass, then e4m3 inside V's
 // transpose: the bits of quantize_fp8 without its e4m3 copy of v); v's scale is written to *v_scale (device).
 bool attention_fp8_ours_bf16_v(const void* q8, const void* k8, const void* v, const float* dq, const float* dk,

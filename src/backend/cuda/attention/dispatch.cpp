@@ -212,11 +212,9 @@ float fp8_f16_score_bound() {
   return kFp8F16ScoreBound;
 }
 
-namespace {
-bool f16_scores(double score_bound) {
-  return score_bound > 0 && score_bound <= kFp8F16ScoreBound;
+bool attention_fp8_takes_f16_scores(double score_bound, int64_t nq, int64_t heads) {
+  return score_bound > 0 && score_bound <= kFp8F16ScoreBound && attention_wgmma_fp8_f16_pays(nq, heads);
 }
-}  // namespace
 
 bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const float* dq, const float* dk,
                         const float* dv, void* o, bool o_fp8, float* o_descale, int64_t nq, int64_t nk, int64_t heads,
@@ -226,7 +224,7 @@ bool attention_fp8_ours(const void* q8, const void* k8, const void* v8, const fl
   Scratch vt(static_cast<size_t>(heads * d * attention_wgmma_fp8_vt_cols(nk)));  // V transposed
   try {
     attention_wgmma_fp8(q8, k8, v8, dq, dk, dv, vt.p, o, o_fp8, o_descale, nq, nk, heads, d, heads * d, stream(),
-                        f16_scores(score_bound));
+                        attention_fp8_takes_f16_scores(score_bound, nq, heads));
   } catch (const std::runtime_error& e) {
     fail("FP8 attention ({} heads x {} x {}): {}", heads, nq, nk, e.what());
   }
@@ -247,7 +245,7 @@ bool attention_fp8_ours_bf16_v(const void* q8, const void* k8, const void* v, co
     if (e != cudaSuccess) throw std::runtime_error(std::string("max |v|: ") + cudaGetErrorString(e));
     attention_wgmma_fp8_transpose_quantize_v(v, vmax, v_scale, vt.p, nk, ld, stream());
     attention_wgmma_fp8_on_vt(q8, k8, vt.p, dq, dk, v_scale, o, o_fp8, o_descale, nq, nk, heads, d, ld, stream(),
-                              f16_scores(score_bound));
+                              attention_fp8_takes_f16_scores(score_bound, nq, heads));
   } catch (const std::runtime_error& e) {
     fail("FP8 attention ({} heads x {} x {}, v quantized inside): {}", heads, nq, nk, e.what());
   }

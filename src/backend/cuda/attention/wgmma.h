@@ -52,6 +52,11 @@ void attention_wgmma_fp8(const void* q8, const void* k8, const void* v8, const f
                          const float* dv, void* vt_scratch, void* o, bool o_fp8, float* o_descale, int64_t nq,
                          int64_t nk, int64_t heads, int64_t d, int64_t ld, cudaStream_t stream,
                          bool f16_scores = false);
+// Whether f16 scores pay at this shape on the current device: their work items are 192 query rows against 128, and
+// one CTA an SM takes the items in turns, so where the last turn leaves SMs idle the smaller items can win despite the
+// f16 kernel's ~4.5 % per row (an H100 at 14,908 rows x 7 heads: 879 TFLOPS with f16 scores against 924). Compares the
+// rows an SM works through in each, over that factor.
+bool attention_wgmma_fp8_f16_pays(int64_t nq, int64_t heads);
 // The largest |q8 . k8| f16_scores takes: f16's largest finite value is 65,504; the rest is margin for the MMA's f16
 // accumulation, which rounds as it sums.
 constexpr float kFp8F16ScoreBound = 32768.f;

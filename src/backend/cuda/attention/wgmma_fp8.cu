@@ -455,6 +455,30 @@ __global__ void __launch_bounds__(kTransposeWarps * 32)
 
 }  // namespace
 
+namespace {
+int multiprocessors() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0
+               ? n
+               : 0;
+  }();
+  return sms;
+}
+}  // namespace
+
+bool attention_wgmma_fp8_f16_pays(int64_t nq, int64_t heads) {
+  const int64_t sms = multiprocessors();
+  if (sms <= 0 || nq <= 0 || heads <= 0) return false;
+  // Rows an SM works through: turns of one item each, an item bm query rows of one head.
+  auto rows = [&](int64_t bm) { return ((nq + bm - 1) / bm * heads + sms - 1) / sms * bm; };
+  // The f16 kernel's rate a row over the f32 one's at full occupancy (37,830 x 56 heads on an H100: 1,026-1,028
+  // against 980-992 TFLOPS, bench/attention_wgmma_check).
+  constexpr double kF16Rate = 1.045;
+  return static_cast<double>(rows(Three::kBM)) < static_cast<double>(rows(Wide::kBM)) * kF16Rate;
+}
+
 int64_t attention_wgmma_fp8_vt_cols(int64_t nk) {
   return (nk + 31) / 32 * 32;
 }
