@@ -1,11 +1,12 @@
 // Our own Hopper attention kernels: non-causal softmax(q k^T / sqrt(d)) v for q [nq, ld], k/v [nk, ld],
-// o [nq, ld] with head h in columns [h * 128, (h + 1) * 128), head_dim 128, f32 accumulation; bf16
-// (backend/cuda/attention/wgmma_bf16.cu) and e4m3 (backend/cuda/attention/wgmma_fp8.cu). Tensor-memory-accelerator
-// loads of key tiles (192 keys bf16, 224 FP8) into a two-stage ring (one producer thread), two consumer
-// warpgroups of 64 query rows each running warpgroup MMAs (S = Q K^T from shared memory, O += P V with P in registers),
-// tile j's S issued together with tile j-1's P V, which then runs during tile j's softmax. Every (128-row query tile,
-// head) is one CTA with a fixed key order, so a head's output does not depend on how many heads a call holds, on nq or
-// on anything but its own q rows and k/v: deterministic. sm_90a only.
+// o [nq, ld] with head h in columns [h * 128, (h + 1) * 128), head_dim 128, f32 accumulation (FP8's S in f16 with
+// f16_scores below); bf16 (backend/cuda/attention/wgmma_bf16.cu) and e4m3 (backend/cuda/attention/wgmma_fp8.cu).
+// Tensor-memory-accelerator loads of key tiles (192 keys bf16, 224 FP8) into a two-stage ring (one producer thread),
+// two consumer warpgroups of 64 query rows each (FP8 with f16 scores: three, over 128-key tiles) running warpgroup MMAs
+// (S = Q K^T from shared memory, O += P V with P in registers), tile j's S issued together with tile j-1's P V, which
+// then runs during tile j's softmax. Every (128-row query tile, head) is one CTA with a fixed key order, so a head's
+// output does not depend on how many heads a call holds, on nq or on anything but its own q rows and k/v:
+// deterministic. sm_90a only.
 //
 // No h3 headers here, so that the kernel and bench/attention_wgmma_check.cu build alone with nvcc.
 #pragma once

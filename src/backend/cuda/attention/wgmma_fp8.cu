@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kWide = kBN == 224;                        // V^T has its 64- and 32-key blocks
   constexpr int kOff64 = kTile, kOff32 = kTile + 128 * 64;  // where they start in a stage (kWide)
   Smem<kBN, kBM>& sm = *reinterpret_cast<Smem<kBN, kBM>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-  // Work items (128 query rows, head), query tiles fastest, taken every gridDim.x from blockIdx.x: one per CTA
+  // Work items (kBM query rows, head), query tiles fastest, taken every gridDim.x from blockIdx.x: one per CTA
   // when the grid has one CTA per item, or several in turn (a persistent grid of one CTA per SM, where the next
   // item's Q and first K / V tiles load while this one finishes). The K / V ring runs on across items: tile t of
   // the CTA (counted over all its items) uses stage t % kStages with parity (t / kStages) & 1; Q alternates
