@@ -44,6 +44,13 @@ Tensor rounded(Tensor t) {
   ops::round_bf16_(t);
   return t;
 }
+// An fp8 tensor's values times its per-tensor scale, on the host in f32.
+Tensor dequant(const Tensor& t8) {
+  Tensor f = t8.cpu().to(DType::f32);
+  const float s = t8.scale()->cpu().to(DType::f32).data<float>()[0];
+  for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] *= s;
+  return f;
+}
 Tensor idx_of(int64_t n, int64_t rows, uint64_t seed) {
   std::vector<int32_t> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7 + seed) % rows);
@@ -238,13 +245,6 @@ TEST(CudaOps, WgmmaAttentionMatchesCpuAndCudnn) {
 // a silent bf16 fallback cannot pass for FP8), and the bf16 fallback itself (off) at the bf16 bound.
 TEST(CudaOps, Fp8AttentionMatchesCpu) {
   H3_REQUIRE_GPU();
-  auto dequant = [](const Tensor& t8) {
-    Tensor f = t8.cpu().to(DType::f32);
-    const float s = t8.scale()->cpu().to(DType::f32).data<float>()[0];
-    float* p = f.data<float>();
-    for (int64_t i = 0; i < f.numel(); ++i) p[i] *= s;
-    return f;
-  };
   const Numerics started = gpu_numerics();
   const int64_t d = 128;
   for (auto [nq, nk, heads] :
@@ -332,12 +332,6 @@ TEST(CudaOps, Fp8AttentionF16ScoresWhereHeadNormsAreBounded) {
     };
     return Q{y8.with_scale(Tensor::from(std::vector<float>{s}, {1})).to_device(Device::cuda),
              static_cast<float>(worst)};
-  };
-  auto dequant = [](const Tensor& t8) {
-    Tensor f = t8.cpu().to(DType::f32);
-    const float s = t8.scale()->cpu().to(DType::f32).data<float>()[0];
-    for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] *= s;
-    return f;
   };
   const Numerics started = gpu_numerics();
   Numerics n = started;
