@@ -24,6 +24,14 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   owner_ = std::shared_ptr<const void>(buf, buf.get());
 }
 
+Tensor Tensor::unfilled_host(DType dtype, Shape shape) {
+  for (auto d : shape) H3_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), 1);
+  std::shared_ptr<std::byte[]> buf(new std::byte[bytes]);
+  void* data = buf.get();
+  return Tensor(dtype, std::move(shape), std::shared_ptr<const void>(buf, buf.get()), data);
+}
+
 Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
   if (device == Device::cpu) return Tensor(dtype, std::move(shape));
   Tensor t;

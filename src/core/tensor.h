@@ -44,6 +44,8 @@ class Tensor {
   Tensor(DType dtype, Shape shape, Device device);
   // Allocates without filling (device memory; host memory is zero-filled anyway).
   static Tensor empty(DType dtype, Shape shape, Device device);
+  // Host memory left unfilled, for buffers written whole right after (a zero fill would be one more pass over them).
+  static Tensor unfilled_host(DType dtype, Shape shape);
   // A view of memory kept alive by `owner`.
   Tensor(DType dtype, Shape shape, std::shared_ptr<const void> owner, void* data, Device device = Device::cpu);
 

@@ -1,9 +1,7 @@
 #include "pipeline/sampling.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <memory>
 
 #include "distributed/control.h"
 #include "model/vae/shard.h"
@@ -40,15 +38,6 @@ Tensor f32_copy(const Tensor& t) {
 }
 std::span<const float> cspan(const Tensor& t) {
   return {t.data<float>(), static_cast<size_t>(t.numel())};
-}
-
-// A host f32 tensor left unfilled, for rows that are written whole right after (Tensor's constructor zero-fills:
-// one more pass over them).
-Tensor unfilled_f32(const Shape& shape) {
-  const size_t bytes = std::max<size_t>(static_cast<size_t>(shape_numel(shape)) * sizeof(float), 1);
-  std::shared_ptr<std::byte[]> buf(new std::byte[bytes]);
-  void* data = buf.get();
-  return Tensor(DType::f32, shape, std::shared_ptr<const void>(buf, buf.get()), data);
 }
 
 // The velocity's rows after the n_cond condition rows, as host f32: a view of the DiT's output when it is that
@@ -186,7 +175,8 @@ SamplingRows denoise_loop(const DitModel& dit, const SamplingSpec& spec, const T
       hooks.on_prediction(i, calls, x0_prediction(x.video, v_video, vs.timesteps[i]));
     // Fresh buffers for the next rows: the forward may keep views of its inputs only for its own duration,
     // and the callback may hold on to the rows it was given. The Euler step writes them whole from x and v.
-    SamplingRows next{unfilled_f32(x.video.shape()), unfilled_f32(x.audio.shape())};
+    SamplingRows next{Tensor::unfilled_host(DType::f32, x.video.shape()),
+                      Tensor::unfilled_host(DType::f32, x.audio.shape())};
     euler_step_into(vs, i, next.video.span<float>(), cspan(x.video), cspan(v_video));
     euler_step_into(as, i, next.audio.span<float>(), cspan(x.audio), cspan(v_audio));
     x = std::move(next);

@@ -120,10 +120,7 @@ void place_frames(Tensor& video, int64_t first, const Tensor& frames) {
 Tensor empty_clip(const VideoDecodePlan& plan, const VideoVaeConfig& cfg, DType dt) {
   const Shape s{cfg.out_channels, plan.time.out_frames, plan.latent_height * cfg.spatial_ratio(),
                 plan.latent_width * cfg.spatial_ratio()};
-  const size_t bytes = std::max<size_t>(static_cast<size_t>(shape_numel(s)) * dtype_size(dt), 1);
-  std::shared_ptr<std::byte[]> buf(new std::byte[bytes]);
-  void* data = buf.get();
-  return Tensor(dt, s, std::shared_ptr<const void>(buf, buf.get()), data);
+  return Tensor::unfilled_host(dt, s);
 }
 }  // namespace
 

@@ -145,6 +145,14 @@ __device__ __forceinline__ void init_ring(Smem& sm, int stages, int consumer_war
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+// Rows r and r + 8's maxima over the four threads (lane % 4) that hold their columns.
+__device__ __forceinline__ void quad_max(float& x0, float& x1) {
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+}
+
 // The online softmax's first half for a tile of 2 N keys (an m64n(2N) f32 accumulator, or several m64n128 ones side
 // by side: the same column order) with `valid` keys: the rest set to -inf, the rows' maxima m0, m1 (log2 units of
 // the scores times scale_log2) moved on, and the factors for what was summed under the old ones.
@@ -164,10 +172,7 @@ __device__ __forceinline__ void tile_max(float (&s)[N], int c, int valid, float 
     x0 = fmaxf(x0, fmaxf(s[i], s[i + 1]));
     x1 = fmaxf(x1, fmaxf(s[i + 2], s[i + 3]));
   }
-  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
-  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
-  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
-  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+  quad_max(x0, x1);
   const float n0 = fmaxf(m0, x0 * scale_log2), n1 = fmaxf(m1, x1 * scale_log2);
   corr0 = ex2(m0 - n0);
   corr1 = ex2(m1 - n1);

@@ -582,10 +582,7 @@ void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_sc
   // bits.
   const int64_t items = (nq + bm - 1) / bm * heads;
   int64_t ctas = items;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
-    ctas = std::min<int64_t>(items, sms);
+  if (const int sms = multiprocessors(); sms > 0) ctas = std::min<int64_t>(items, sms);
   if ((items + ctas - 1) / ctas * ((nk + bn - 1) / bn) >= (int64_t{1} << 31))
     throw std::runtime_error("wgmma FP8 attention: " + std::to_string(items) + " work items of " + std::to_string(nk) +
                              " keys on " + std::to_string(ctas) + " CTAs count 2^31 key tiles or more a CTA");

@@ -95,10 +95,7 @@ __device__ __forceinline__ void tile_max_f16(uint32_t (&s)[R], int c, int valid,
   x0 = hmax2(x0, y0);
   x1 = hmax2(x1, y1);
   float m0 = fmaxf(lo_f(x0), hi_f(x0)), m1 = fmaxf(lo_f(x1), hi_f(x1));
-  m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
-  m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
-  m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
-  m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+  quad_max(m0, m1);
   const float n0 = fmaxf(b0, round_up_f16(m0 * sl2f - kLog2TopP));
   const float n1 = fmaxf(b1, round_up_f16(m1 * sl2f - kLog2TopP));
   corr0 = ex2(b0 - n0);
