@@ -9,10 +9,12 @@
 # The resident run of each shape writes the GEMM choices (--gemm-algos) that the capped runs read: the same
 # algorithms, so the same arithmetic gives the same bits (tuning times candidates once; near-equal ones can flip).
 # Steps (each bounded by its own limit; seconds expected on the H200):
-#   build             unpack the carried .debs (H3_DEBS, default .debs), build h3, h3_tests and bench/mp4_tail
-#                     for sm_90a                                                                         ~90-150
+#   build             unpack the carried .debs (H3_DEBS, default .debs), build h3, h3_tests, bench/mp4_tail and
+#                     bench/attention_wgmma_check for sm_90a                                             ~90-150
 #   checks            gtests, then bench-smoke                                                           ~40
 #   gtests            the streamer's, the budget's and the mapped source's GPU tests                     ~30
+#   attention         issue 40: the attention gtests (CudaOps.*: FP8 with f16 scores where the shape pays, 8d6e282)
+#                     and bench/attention_wgmma_check on every kind (the build step builds it)            ~60
 #                     (carry .golden holding ../shared/golden/qwen3vl-text-mini.safetensors, or the text tower's
 #                     streaming tests report themselves skipped: ../shared does not travel)
 #   bench-smoke       a budgeted 8-block bench (10 GiB card): the allocator's smoke and the first joules  ~30
@@ -129,7 +131,10 @@ for s in "$@"; do
   case $s in
     build)
       TAIL=15 step build 480 env H3_DEBS="${H3_DEBS:-.debs}" H3_BENCH="${H3_BENCH:-ON}" \
-        H3_TARGETS="${H3_TARGETS:-h3 h3_tests mp4_tail}" scripts/device/build.sh "$bdir" ;;
+        H3_TARGETS="${H3_TARGETS:-h3 h3_tests mp4_tail attention_wgmma_check}" scripts/device/build.sh "$bdir" ;;
+    attention)
+      TAIL=30 step attention-gtests 180 "$bdir/bin/h3_tests" --gtest_filter='CudaOps.*:Tensor.*'
+      TAIL=45 step attention-check 240 "$bdir/bin/attention_wgmma_check" --reps 5 ;;
     checks | gtests)
       TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" \
         --gtest_filter='*Stream*:*Budget*:CudaLoader.*:Residency*:CudaText.LayersReadFromTheFile*'
