@@ -311,18 +311,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     m0 = m1 = -INFINITY;
     l0 = l1 = 0.f;
     mbar_wait(&sm.q_full[b], (i / 2) & 1);
+    k_ready(t);
+    issue_qk(t % kStages, s_acc);
+    wg_wait<0>();
+    fence_regs(s_acc);
+    k_done(t);
+    {
+      float c0, c1;
+      softmax(0, s_acc, c0, c1);
+    }
+    to_p(s_acc);
     if constexpr (Cfg::kPipe) {
       SAcc s_b;
-      k_ready(t);
-      issue_qk(t % kStages, s_acc);
-      wg_wait<0>();
-      fence_regs(s_acc);
-      k_done(t);
-      {
-        float c0, c1;
-        softmax(0, s_acc, c0, c1);
-      }
-      to_p(s_acc);
       if (tiles > 1) {
         k_ready(t + 1);
         issue_qk((t + 1) % kStages, s_b);
@@ -369,16 +369,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fence_regs(o_acc);
       v_done(t + tiles - 1);
     } else {
-      k_ready(t);
-      issue_qk(t % kStages, s_acc);
-      wg_wait<0>();
-      fence_regs(s_acc);
-      k_done(t);
-      {
-        float c0, c1;
-        softmax(0, s_acc, c0, c1);
-      }
-      to_p(s_acc);
       for (int j = 1; j < tiles; ++j) {
         k_ready(t + j);
         issue_qk((t + j) % kStages, s_acc);
