@@ -28,10 +28,10 @@ MUFU, WARPGROUP = 0x108, 0x1C5
 # 224 keys), 66 (f16 scores, 128 keys, three warpgroups), bf16 49 (192); the FP8 kernel with a bf16 O keeps no
 # boundary (it would spill).
 KERNELS = [
-    ("backend/cuda/attention/wgmma_fp8.cu", "ConfigILi224ELi2ELb0ELi2ELb0ELi0EEELb1E", 80),
-    ("backend/cuda/attention/wgmma_fp8.cu", "ConfigILi224ELi2ELb0ELi2ELb0ELi0EEELb0E", 0),
-    ("backend/cuda/attention/wgmma_fp8.cu", "ConfigILi128ELi3ELb1ELi2ELb0ELi0EEELb1E", 50),
-    ("backend/cuda/attention/wgmma_fp8.cu", "ConfigILi128ELi3ELb1ELi2ELb0ELi0EEELb0E", 0),
+    ("backend/cuda/attention/wgmma_fp8.cu", "ConfigILi224ELi2ELb0EEELb1E", 80),
+    ("backend/cuda/attention/wgmma_fp8.cu", "ConfigILi224ELi2ELb0EEELb0E", 0),
+    ("backend/cuda/attention/wgmma_fp8.cu", "ConfigILi128ELi3ELb1EEELb1E", 50),
+    ("backend/cuda/attention/wgmma_fp8.cu", "ConfigILi128ELi3ELb1EEELb0E", 0),
     ("backend/cuda/attention/wgmma_bf16.cu", "attention_kernelILi192EE", 40),
 ]
 

@@ -17,8 +17,6 @@
 #                     and bench/attention_wgmma_check on every kind (the build step builds it)            ~60
 #                     (carry .golden holding ../shared/golden/qwen3vl-text-mini.safetensors, or the text tower's
 #                     streaming tests report themselves skipped: ../shared does not travel)
-#   attention-variants  issue 40: scripts/device/attention_variants.sh (the f16-score FP8 kernel's variants
-#                     against the default: correctness, then three alternating timing rounds)              ~150
 #   bench-smoke       a budgeted 8-block bench (10 GiB card): the allocator's smoke and the first joules  ~30
 #   gen480-fp8        480p FP8: resident, then 24 GiB and 12 GiB                                          ~180
 #   gen768-fp8        768p FP8: resident, then 24 GiB                                                      ~390
@@ -137,8 +135,6 @@ for s in "$@"; do
     attention)
       TAIL=30 step attention-gtests 180 "$bdir/bin/h3_tests" --gtest_filter='CudaOps.*:Tensor.*'
       TAIL=45 step attention-check 240 "$bdir/bin/attention_wgmma_check" --reps 5 ;;
-    attention-variants)  # issue 40: the f16-score kernel's variants against the default (their own nvcc builds)
-      TAIL=16 step attention-variants 300 scripts/device/attention_variants.sh ;;
     checks | gtests)
       TAIL=20 step check-stream 180 "$bdir/bin/h3_tests" \
         --gtest_filter='*Stream*:*Budget*:CudaLoader.*:Residency*:CudaText.LayersReadFromTheFile*'

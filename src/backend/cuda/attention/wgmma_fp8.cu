@@ -41,16 +41,13 @@ constexpr int kD = 128;  // head dim
 // [kBN keys x 128] with the 128-byte swizzle. V^T's is a [128 x 128 keys] block with the 128-byte swizzle, then for 224
 // a [128 x 64 keys] block with the 64-byte one and a [128 x 32 keys] block with the 32-byte one: wgmma reads a K-major
 // operand in rows of its swizzle's span.
+constexpr int kStages = 2;        // K / V ring depth (3 measured no faster with 224-key tiles)
 constexpr int kTile = 128 * 128;  // bytes of a [128 x 128] e4m3 tile: rows of one 128-byte swizzle span
-// A kernel configuration: keys a tile, consumer warpgroups (64 query rows each), scores in f16, the K / V ring's depth
-// (3 measured no faster than 2 with 224-key tiles), S_{j+1} issued before tile j's softmax into a second S buffer
-// (f16 scores only), and with f16 scores one exponential pair in kPoly taken on the FMA pipe (0: none).
-template <int kBN_, int kWgs_, bool kF16_, int kStages_ = 2, bool kPipe_ = false, int kPoly_ = 0>
+// A kernel configuration: keys a tile, consumer warpgroups (64 query rows each), scores in f16.
+template <int kBN_, int kWgs_, bool kF16_>
 struct Config {
-  static constexpr int kBN = kBN_, kWgs = kWgs_, kStages = kStages_, kPoly = kPoly_;
-  static constexpr bool kF16 = kF16_, kPipe = kPipe_;
-  static_assert(!kPipe || kF16, "two S buffers fit the registers with f16 scores only");
-  static_assert(kPoly == 0 || kF16, "exponentials on the FMA pipe with f16 scores only");
+  static constexpr int kBN = kBN_, kWgs = kWgs_;
+  static constexpr bool kF16 = kF16_;
   static constexpr int kBM = 64 * kWgs;              // query rows a CTA
   static constexpr int kConsumers = 128 * kWgs;      // consumer threads
   static constexpr int kThreads = kConsumers + 128;  // and the producer warpgroup
@@ -59,25 +56,11 @@ struct Config {
   static_assert(kConsumers * kRegs + 128 * 24 <= 65536, "the register file");
 };
 using Wide = Config<224, 2, false>;  // any e4m3 inputs
-// The f16-score configuration. The library builds the default; the switches below are for variant builds of
-// bench/attention_wgmma_check (scripts/device/attention_variants.sh), each a way the f16 kernel might go faster, not
-// yet measured (docs/notes.md, "(lead, ninth part)"): H3_FP8_POLY_EVERY=N (one exponential pair in N on the FMA pipe),
-// H3_FP8_THREE_STAGES=3 (a 3-deep K / V ring), H3_FP8_F16_PIPE (two warpgroups, S_{j+1} beside tile j's softmax).
-#ifndef H3_FP8_POLY_EVERY
-#define H3_FP8_POLY_EVERY 0
-#endif
-#ifndef H3_FP8_THREE_STAGES
-#define H3_FP8_THREE_STAGES 2
-#endif
-#ifdef H3_FP8_F16_PIPE
-using Three = Config<128, 2, true, 3, true, H3_FP8_POLY_EVERY>;
-#else
-using Three = Config<128, 3, true, H3_FP8_THREE_STAGES, false, H3_FP8_POLY_EVERY>;
-#endif
+using Three = Config<128, 3, true>;  // f16 scores
 // The softmax weights (<= 1) times 448, e4m3's largest finite value, as 2^(x - m + log2 448).
 [[maybe_unused]] constexpr float kLog2ScaleP = 8.807354922057604f;
 
-template <int kBN, int kBM, int kStages>
+template <int kBN, int kBM>
 struct alignas(1024) Smem {
   uint8_t q[2][kBM * 128];         // this work item's Q tile and the next one's
   uint8_t k[kStages][kBN * 128];   // [kBN keys x 128]
@@ -138,9 +121,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kStageBytes = kBN * 128;                    // of K, and of V^T
   constexpr bool kWide = kBN == 224;                        // V^T has its 64- and 32-key blocks
   constexpr int kOff64 = kTile, kOff32 = kTile + 128 * 64;  // where they start in a stage (kWide)
-  constexpr int kStages = Cfg::kStages;
-  Smem<kBN, kBM, kStages>& sm =
-      *reinterpret_cast<Smem<kBN, kBM, kStages>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  Smem<kBN, kBM>& sm = *reinterpret_cast<Smem<kBN, kBM>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   // Work items (kBM query rows, head), query tiles fastest, taken every gridDim.x from blockIdx.x: one per CTA
   // when the grid has one CTA per item, or several in turn (a persistent grid of one CTA per SM, where the next
   // item's Q and first K / V tiles load while this one finishes). The K / V ring runs on across items: tile t of
@@ -264,7 +245,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto softmax = [&](int j, SAcc& s_acc, float& corr0, float& corr1) {
     if constexpr (kF16) {
       tile_max_f16(s_acc, c, nk - j * kBN, sl2f, m0, m1, corr0, corr1);
-      tile_exp_f16<Cfg::kPoly>(s_acc, sl2h2, m0, m1, corr0, corr1, l0, l1);
+      tile_exp_f16(s_acc, sl2h2, m0, m1, corr0, corr1, l0, l1);
     } else {
       tile_max(s_acc, c, nk - j * kBN, sl2, m0, m1, corr0, corr1);
       // The weights come out scaled by 448 (log2 448 taken off the maximum): e4m3's range, no multiply.
@@ -321,85 +302,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       softmax(0, s_acc, c0, c1);
     }
     to_p(s_acc);
-    if constexpr (Cfg::kPipe) {
-      SAcc s_b;
-      if (tiles > 1) {
-        k_ready(t + 1);
-        issue_qk((t + 1) % kStages, s_b);
-      }
-      v_ready(t);
-      issue_pv(t % kStages);
-      // Entering step j: S_j done (in cur), P_{j-1} V pending. S_{j+1} is issued into nxt before the softmax, so
-      // that tile j's softmax runs beside both MMAs; P_j is formed once both are done (ptxas serializes the MMAs when
-      // P's registers are defined while one is in flight: C7513).
-      wg_wait<0>();
-      fence_regs(s_b);
-      if (tiles > 1) k_done(t + 1);
-      auto step = [&](int j, const SAcc& cur, SAcc& nxt) {
-        const bool more = j + 1 < tiles;
-        if (more) {
-          k_ready(t + j + 1);
-          issue_qk((t + j + 1) % kStages, nxt);
-        }
-        // The softmax works on a copy: written in place, S_j's registers would be defined while S_{j+1} is in
-        // flight, and ptxas serializes the MMAs then (C7515), though S_{j+1} writes the other buffer.
-        SAcc x;
-#pragma unroll
-        for (int e = 0; e < kBN / 4; ++e) x[e] = cur[e];
-        float c0, c1;
-        softmax(j, x, c0, c1);
-        if constexpr (kOutFp8) block_boundary_after(l0);
-        wg_wait<0>();
-        fence_regs(nxt);
-        fence_regs(o_acc);
-        fence_regs(p);
-        v_done(t + j - 1);
-        if (more) k_done(t + j + 1);
-        rescale_rows(o_acc, c0, c1);
-        to_p(x);
-        v_ready(t + j);
-        issue_pv((t + j) % kStages);
-      };
-      for (int j = 1; j < tiles; j += 2) {  // tile j's S is in s_b for odd j, in s_acc for even j
-        step(j, s_b, s_acc);
-        if (j + 1 < tiles) step(j + 1, s_acc, s_b);
-      }
-      if (signal) mbar_arrive(&sm.q_empty[b]);
+    for (int j = 1; j < tiles; ++j) {
+      k_ready(t + j);
+      issue_qk((t + j) % kStages, s_acc);
+      v_ready(t + j - 1);
+      issue_pv((t + j - 1) % kStages);
+      wg_wait<1>();
+      fence_regs(s_acc);
+      k_done(t + j);
+      float c0, c1;
+      softmax(j, s_acc, c0, c1);
+      // Row 0's sums done before P V's wait (e4m3 O: the forward's single-rank path): ptxas then keeps ~5/6 of the
+      // softmax beside P V, which is faster; with the whole of it (both sums) the kernel ran slower than without the
+      // boundary, measured, not understood (docs/notes.md, "2026-12-06 (rooms)").
+      if constexpr (kOutFp8) block_boundary_after(l0);
       wg_wait<0>();
       fence_regs(o_acc);
-      v_done(t + tiles - 1);
-    } else {
-      for (int j = 1; j < tiles; ++j) {
-        k_ready(t + j);
-        issue_qk((t + j) % kStages, s_acc);
-        v_ready(t + j - 1);
-        issue_pv((t + j - 1) % kStages);
-        wg_wait<1>();
-        fence_regs(s_acc);
-        k_done(t + j);
-        float c0, c1;
-        softmax(j, s_acc, c0, c1);
-        // Row 0's sums done before P V's wait (e4m3 O: the forward's single-rank path): ptxas then keeps ~5/6 of the
-        // softmax beside P V, which is faster; with the whole of it (both sums) the kernel ran slower than without the
-        // boundary, measured, not understood (docs/notes.md, "2026-12-06 (rooms)").
-        if constexpr (kOutFp8) block_boundary_after(l0);
-        wg_wait<0>();
-        fence_regs(o_acc);
-        fence_regs(p);
-        v_done(t + j - 1);
-        rescale_rows(o_acc, c0, c1);
-        to_p(s_acc);
-      }
-      if (signal) mbar_arrive(&sm.q_empty[b]);  // every S of this item is done: the producer may load Q anew
-      v_ready(t + tiles - 1);
-      if (narrow_tail)
-        issue_pv_steps((t + tiles - 1) % kStages, std::integral_constant<int, 4>{});
-      else
-        issue_pv((t + tiles - 1) % kStages);
-      wg_wait<0>();
-      fence_regs(o_acc);
-      v_done(t + tiles - 1);  // the ring runs on into the next item
+      fence_regs(p);
+      v_done(t + j - 1);
+      rescale_rows(o_acc, c0, c1);
+      to_p(s_acc);
     }
+    if (signal) mbar_arrive(&sm.q_empty[b]);  // every S of this item is done: the producer may load Q anew
+    v_ready(t + tiles - 1);
+    if (narrow_tail)
+      issue_pv_steps((t + tiles - 1) % kStages, std::integral_constant<int, 4>{});
+    else
+      issue_pv((t + tiles - 1) % kStages);
+    wg_wait<0>();
+    fence_regs(o_acc);
+    v_done(t + tiles - 1);  // the ring runs on into the next item
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -616,13 +548,8 @@ void attention_wgmma_fp8_on_vt(const void* q8, const void* k8, const void* vt_sc
   };
   auto variant = [](auto cfg, auto o8) {
     using Cfg = decltype(cfg);
-    return Variant{Cfg::kF16,
-                   decltype(o8)::value,
-                   attention_fp8_kernel<Cfg, decltype(o8)::value>,
-                   Cfg::kBN,
-                   Cfg::kBM,
-                   Cfg::kThreads,
-                   static_cast<int>(sizeof(Smem<Cfg::kBN, Cfg::kBM, Cfg::kStages>)) + 1024};
+    return Variant{Cfg::kF16, decltype(o8)::value, attention_fp8_kernel<Cfg, decltype(o8)::value>,           Cfg::kBN,
+                   Cfg::kBM,  Cfg::kThreads,       static_cast<int>(sizeof(Smem<Cfg::kBN, Cfg::kBM>)) + 1024};
   };
   static const Variant variants[] = {variant(Wide{}, std::false_type{}), variant(Wide{}, std::true_type{}),
                                      variant(Three{}, std::false_type{}), variant(Three{}, std::true_type{})};

@@ -57,29 +57,6 @@ __device__ __forceinline__ float round_up_f16(float x) {
   asm("{\n.reg .f16 h;\ncvt.rp.f16.f32 h, %1;\ncvt.f32.f16 %0, h;\n}\n" : "=f"(r) : "f"(x));
   return r;
 }
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
-  uint32_t r;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
-}
-// 2^x for an f16 pair (x <= 8, or -inf) on the FMA and integer pipes instead of the MUFU: x = n + f with n an integer
-// (|f| <= 1/2, exact), 2^f by a degree-2 polynomial (relative error <= 2.7e-3 in f16 arithmetic, against e4m3's
-// 6 % half-step that P then takes), 2^n built from n's bits. x is clamped at -15 first, where 2^n's exponent field is
-// 0: -inf (a masked key) and anything below -14.5 give exactly 0 (e4m3 flushes P below 2^-10 to 0 anyway).
-// Nine instructions a pair against the MUFU's two (each of which holds the SM quarter's MUFU for 8 cycles).
-__device__ __forceinline__ uint32_t hex2_poly(uint32_t x) {
-  constexpr uint32_t kMinus15 = 0xCB80CB80u;  // -15
-  constexpr uint32_t kMagic = 0x660F660Fu;  // 1551 = 1536 + 15: x + 1551 rounds x to an integer n, bits 0x6600 + n + 15
-  constexpr uint32_t kMinusMagic = 0xE60FE60Fu;
-  constexpr uint32_t kC0 = 0x3C003C00u, kC1 = 0x39A139A1u, kC2 = 0x33A133A1u;  // 1, 0.7036, 0.2384 (minimax)
-  x = hmax2(x, kMinus15);
-  const uint32_t y = hadd2(x, kMagic);
-  const uint32_t n = hadd2(y, kMinusMagic);
-  const uint32_t f = hadd2(x, n ^ 0x80008000u);  // x - n
-  const uint32_t p = hfma2(hfma2(f, kC2, kC1), f, kC0);
-  const uint32_t two_n = (y << 10) & 0x7C007C00u;  // n + 15 as each half's exponent field
-  return hmul2(p, two_n);
-}
 // Two f16 pairs as four e4m3 bytes: a's low half in the lowest byte, then a's high, b's low, b's high.
 __device__ __forceinline__ uint32_t pack_e4m3_f16(uint32_t a, uint32_t b) {
   uint32_t r;
@@ -130,23 +107,14 @@ __device__ __forceinline__ void tile_max_f16(uint32_t (&s)[R], int c, int valid,
 // The second half: scores -> 2^(s sl2h - b) in place (f16 pairs), and the rows' running sums l0, l1 (this thread's
 // share, f32) carried over with the factors. Each row's tile sum is taken in f16, four chains then their sum (a
 // half's sum <= R / 2 x 256 = 4,096 at 128 keys, each step rounded to 2^-11), before it joins the f32 sum.
-template <int kPolyEvery, int R>
+template <int R>
 __device__ __forceinline__ void tile_exp_f16(uint32_t (&s)[R], uint32_t sl2h2, float b0, float b1, float corr0,
                                              float corr1, float& l0, float& l1) {
   const uint32_t nb0 = h2_of(-b0), nb1 = h2_of(-b1);  // b is an f16 value: exact
 #pragma unroll
   for (int i = 0; i < R; i += 2) {
-    if constexpr (kPolyEvery > 0) {
-      if ((i / 2) % kPolyEvery == kPolyEvery - 1) {
-        s[i] = hex2_poly(hfma2(s[i], sl2h2, nb0));
-        s[i + 1] = hex2_poly(hfma2(s[i + 1], sl2h2, nb1));
-        continue;
-      }
-    }
-    {
-      s[i] = hex2(hfma2(s[i], sl2h2, nb0));
-      s[i + 1] = hex2(hfma2(s[i + 1], sl2h2, nb1));
-    }
+    s[i] = hex2(hfma2(s[i], sl2h2, nb0));
+    s[i + 1] = hex2(hfma2(s[i + 1], sl2h2, nb1));
   }
   uint32_t a0 = s[0], a1 = s[2], a2 = s[4], a3 = s[6];
   uint32_t e0 = s[1], e1 = s[3], e2 = s[5], e3 = s[7];
