@@ -47,8 +47,10 @@ TEST(ServeAtWork, SaidWhileComputingSlowly) {
   EXPECT_GE(said.load(), 4);
   said = 0;
   {
-    AtWork w([&] { ++said; }, 0.1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(800));  // blocked: a stalled rank
+    // Looks 0.4 s apart (2 ms of CPU at the default threshold): at 0.1 s, on CI's 2 shared cores with two tests
+    // running, a sleeping process was once charged the 0.5 ms that a look then asks for, and one "at work" came.
+    AtWork w([&] { ++said; }, 0.4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));  // blocked: a stalled rank
   }
   EXPECT_EQ(said.load(), 0);
 }
