@@ -20,9 +20,6 @@ WRAPPERS = [
     ('mma_e4m3_ss_n128', 128, 'e4m3', False),
     ('mma_e4m3_ss_n224', 224, 'e4m3', False),
     ('mma_e4m3_ss_n128_h', 128, 'e4m3h', False),
-    ('mma_e4m3_ss_n64_h', 64, 'e4m3h', False),
-    ('mma_e4m3_ss_n160_h', 160, 'e4m3h', False),
-    ('mma_e4m3_ss_n192_h', 192, 'e4m3h', False),
     ('mma_e4m3_rs_n128', 128, 'e4m3', True),
 ]
 

@@ -43,50 +43,20 @@ constexpr int kD = 128;  // head dim
 // operand in rows of its swizzle's span.
 constexpr int kStages = 2;        // K / V ring depth (3 measured no faster with 224-key tiles)
 constexpr int kTile = 128 * 128;  // bytes of a [128 x 128] e4m3 tile: rows of one 128-byte swizzle span
-// A kernel configuration: keys a tile, consumer warpgroups (64 query rows each), scores in f16, kChain: each
-// warpgroup runs P V, waits, then S, waits, then the softmax (no MMA of its own in flight during the softmax, so that
-// S, P and O are never live together), and kSelfLoad: no producer warpgroup (the last warp to release a stage
-// loads the tile that goes there next; four warpgroups leave no room for one).
-template <int kBN_, int kWgs_, bool kF16_, bool kChain_ = false, bool kSelfLoad_ = (kWgs_ >= 4)>
+// A kernel configuration: keys a tile, consumer warpgroups (64 query rows each), scores in f16.
+template <int kBN_, int kWgs_, bool kF16_>
 struct Config {
   static constexpr int kBN = kBN_, kWgs = kWgs_;
-  static constexpr bool kF16 = kF16_, kChain = kChain_;
-  static constexpr bool kProducer = !kSelfLoad_;  // a producer warpgroup (else the consumers load)
-  static constexpr int kBM = 64 * kWgs;           // query rows a CTA
-  static constexpr int kConsumers = 128 * kWgs;   // consumer threads
-  static constexpr int kThreads = kConsumers + (kProducer ? 128 : 0);
+  static constexpr bool kF16 = kF16_;
+  static constexpr int kBM = 64 * kWgs;              // query rows a CTA
+  static constexpr int kConsumers = 128 * kWgs;      // consumer threads
+  static constexpr int kThreads = kConsumers + 128;  // and the producer warpgroup
   // Registers a consumer thread may take (setmaxnreg; the producer keeps 24): all of them but the producer's.
-  static constexpr int kRegs = !kProducer ? 65536 / kConsumers / 8 * 8 : kWgs == 2 ? 240 : 160;
-  static_assert(kConsumers * kRegs + (kProducer ? 128 * 24 : 0) <= 65536, "the register file");
+  static constexpr int kRegs = kWgs == 2 ? 240 : 160;
+  static_assert(kConsumers * kRegs + 128 * 24 <= 65536, "the register file");
 };
 using Wide = Config<224, 2, false>;  // any e4m3 inputs
-// The f16-score configuration. The switches are for variant builds of bench/attention_wgmma_check only
-// (scripts/device/attention_variants.sh; docs/notes.md, "(lead, eleventh part)").
-#if defined(H3_FP8_SELF128)
-using Three = Config<128, 3, true, false, true>;
-#elif defined(H3_FP8_SELF160)
-using Three = Config<160, 3, true, false, true>;
-#elif defined(H3_FP8_SELF192)
-using Three = Config<192, 3, true, false, true>;
-#elif defined(H3_FP8_SELF160_CHAIN)
-using Three = Config<160, 3, true, true, true>;
-#elif defined(H3_FP8_SELF192_CHAIN)
-using Three = Config<192, 3, true, true, true>;
-#elif defined(H3_FP8_CHAIN160)
-using Three = Config<160, 3, true, true>;
-#elif defined(H3_FP8_CHAIN192)
-using Three = Config<192, 3, true, true>;
-#elif defined(H3_FP8_FOUR64)
-using Three = Config<64, 4, true, true>;
-#elif defined(H3_FP8_FOUR64_OVERLAP)
-using Three = Config<64, 4, true, false>;
-#elif defined(H3_FP8_FOUR)
-using Three = Config<128, 4, true, true>;
-#elif defined(H3_FP8_CHAIN3)
-using Three = Config<128, 3, true, true>;
-#else
 using Three = Config<128, 3, true>;  // f16 scores
-#endif
 // The softmax weights (<= 1) times 448, e4m3's largest finite value, as 2^(x - m + log2 448).
 [[maybe_unused]] constexpr float kLog2ScaleP = 8.807354922057604f;
 
@@ -98,7 +68,6 @@ struct alignas(1024) Smem {
   uint8_t out[kBM * kD * 2];       // the output tile on its way to global memory
   uint64_t q_full[2], q_empty[2];
   uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
-  uint32_t q_released[2], k_released[kStages], v_released[kStages];  // warps' releases (no producer warpgroup)
 };
 
 // The key (0..31, within its group of 32) that column `slot` of the P8 operand stands for. In the m64n128 f32
@@ -148,11 +117,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ uint8_t raw[];
   constexpr int kBN = Cfg::kBN, kBM = Cfg::kBM, kConsumers = Cfg::kConsumers;
   constexpr bool kF16 = Cfg::kF16;
-  static_assert(kBN == 64 || (kBN >= 128 && kBN <= 224 && kBN % 32 == 0), "tiles of 64 or 128-224 keys");
+  static_assert(kBN == 128 || kBN == 224, "tiles of 128 or 224 keys");
   constexpr int kStageBytes = kBN * 128;                    // of K, and of V^T
-  // Past the first 128 keys V^T has a 64-key block and / or a 32-key one.
-  constexpr bool kHas64 = kBN > 128 && ((kBN - 128) & 64), kHas32 = kBN > 128 && ((kBN - 128) & 32);
-  constexpr int kOff64 = kTile, kOff32 = kTile + (kHas64 ? 128 * 64 : 0);  // where they start in a stage
+  constexpr bool kWide = kBN == 224;                        // V^T has its 64- and 32-key blocks
+  constexpr int kOff64 = kTile, kOff32 = kTile + 128 * 64;  // where they start in a stage (kWide)
   Smem<kBN, kBM>& sm = *reinterpret_cast<Smem<kBN, kBM>*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   // Work items (kBM query rows, head), query tiles fastest, taken every gridDim.x from blockIdx.x: one per CTA
   // when the grid has one CTA per item, or several in turn (a persistent grid of one CTA per SM, where the next
@@ -166,49 +134,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int b = 0; b < 2; ++b) {
       mbar_init(&sm.q_full[b], 1);
       mbar_init(&sm.q_empty[b], kConsumers / 32);
-      sm.q_released[b] = 0;
     }
     init_ring(sm, kStages, kConsumers / 32);
-    for (int s = 0; s < kStages; ++s) sm.k_released[s] = sm.v_released[s] = 0;
   }
   __syncthreads();
-  // Without a producer warpgroup: the loads of CTA tile tn (over all items) and of item i's Q, each issued by one
-  // thread.
-  auto item_of = [&](int i) { return static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x); };
-  auto load_q = [&](int i) {
-    const int w = item_of(i), b = i % 2;
-    if (w >= items) return;
-    mbar_expect_tx(&sm.q_full[b], kBM * 128);
-    tma_load(sm.q[b], &tq, &sm.q_full[b], (w / qtiles) * kD, (w % qtiles) * kBM);
-  };
-  auto load_k = [&](int tn) {
-    const int w = item_of(tn / tiles), s = tn % kStages;
-    if (w >= items) return;
-    mbar_expect_tx(&sm.k_full[s], kStageBytes);
-    tma_load(sm.k[s], &tk, &sm.k_full[s], (w / qtiles) * kD, (tn % tiles) * kBN);
-  };
-  auto load_v = [&](int tn) {
-    const int w = item_of(tn / tiles), s = tn % kStages;
-    if (w >= items) return;
-    const int col0 = (w / qtiles) * kD, j = tn % tiles;
-    mbar_expect_tx(&sm.v_full[s], kStageBytes);
-    tma_load(sm.vt[s], kBN == 64 ? &tvt64 : &tvt, &sm.v_full[s], j * kBN, col0);
-    if constexpr (kHas64) tma_load(sm.vt[s] + kOff64, &tvt64, &sm.v_full[s], j * kBN + 128, col0);
-    if constexpr (kHas32) tma_load(sm.vt[s] + kOff32, &tvt32, &sm.v_full[s], j * kBN + 128 + (kHas64 ? 64 : 0), col0);
-  };
-  if constexpr (!Cfg::kProducer) {
-    if (threadIdx.x == 0) {
-      load_q(0);
-      load_q(1);
-      for (int tn = 0; tn < kStages; ++tn) {
-        load_k(tn);
-        load_v(tn);
-      }
-    }
-  }
 
   // The producer warpgroup: one thread works, the rest give their registers up.
-  if (Cfg::kProducer && threadIdx.x >= kConsumers) {
+  if (threadIdx.x >= kConsumers) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     if (threadIdx.x == kConsumers) {
       int t = 0;  // K / V tiles loaded, over all items
@@ -225,10 +157,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           tma_load(sm.k[s], &tk, &sm.k_full[s], col0, j * kBN);
           mbar_wait(&sm.v_empty[s], phase ^ 1);
           mbar_expect_tx(&sm.v_full[s], kStageBytes);
-          tma_load(sm.vt[s], kBN == 64 ? &tvt64 : &tvt, &sm.v_full[s], j * kBN, col0);
-          if constexpr (kHas64) tma_load(sm.vt[s] + kOff64, &tvt64, &sm.v_full[s], j * kBN + 128, col0);
-          if constexpr (kHas32)
-            tma_load(sm.vt[s] + kOff32, &tvt32, &sm.v_full[s], j * kBN + 128 + (kHas64 ? 64 : 0), col0);
+          tma_load(sm.vt[s], &tvt, &sm.v_full[s], j * kBN, col0);
+          if constexpr (kWide) {
+            tma_load(sm.vt[s] + kOff64, &tvt64, &sm.v_full[s], j * kBN + 128, col0);
+            tma_load(sm.vt[s] + kOff32, &tvt32, &sm.v_full[s], j * kBN + 192, col0);
+          }
         }
       }
     }
@@ -237,7 +170,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // A consumer warpgroup: rows [64 g, 64 g + 64) of the tile; this thread holds rows r and r + 8 of its
   // warp's 16 and, of every 8 columns of S or O, columns 2 c and 2 c + 1.
-  if constexpr (Cfg::kProducer) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kRegs) : "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kRegs) : "memory");
   // With an e4m3 O, g is made warp-uniform as the compiler sees it (a shuffle from lane 0), so that Q's descriptors
   // live in uniform registers: no register-to-uniform moves before each S MMA, and 8 registers free for the softmax.
   // (With a bf16 O, whose epilogue needs more registers, ptxas would then spill 88 bytes, in the loop too: that
@@ -278,15 +211,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kD / 32; ++kk) {
       if constexpr (kF16) {
-        static_assert(kBN <= 192, "f16 scores in 64- to 192-key tiles");
-        if constexpr (kBN == 64)
-          mma_e4m3_ss_n64_h(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
-        else if constexpr (kBN == 160)
-          mma_e4m3_ss_n160_h(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
-        else if constexpr (kBN == 192)
-          mma_e4m3_ss_n192_h(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
-        else
-          mma_e4m3_ss_n128_h(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
+        static_assert(kBN == 128, "f16 scores in 128-key tiles");
+        mma_e4m3_ss_n128_h(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
       } else {
         mma_ss_n<kBN>(sx, desc_of(q_lo + kk * 2, kHi128), desc_of(k_lo + kk * 2, kHi128), kk > 0);
       }
@@ -304,11 +230,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
       const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
-      if (kBN == 64)  // a [128 x 64 keys] block with the 64-byte swizzle
-        mma_e4m3_rs_n128(o_acc, a, desc_of(v_lo + kk * 2, kHi64));
-      else if (kk < 4)  // keys [0, 128): the 128-byte-swizzled block
+      if (kk < 4)  // keys [0, 128): the 128-byte-swizzled block
         mma_e4m3_rs_n128(o_acc, a, desc_of(v_lo + kk * 2, kHi128));
-      else if (kHas64 && kk < 6)  // keys [128, 192): the 64-byte-swizzled one
+      else if (kk < 6)  // keys [128, 192): the 64-byte-swizzled one
         mma_e4m3_rs_n128(o_acc, a, desc_of(v_lo + (kOff64 >> 4) + (kk - 4) * 2, kHi64));
       else  // the last 32 keys: the 32-byte-swizzled one
         mma_e4m3_rs_n128(o_acc, a, desc_of(v_lo + (kOff32 >> 4), kHi32));
@@ -351,34 +275,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   auto k_ready = [&](int j) { mbar_wait(&sm.k_full[j % kStages], (j / kStages) & 1); };
   auto v_ready = [&](int j) { mbar_wait(&sm.v_full[j % kStages], (j / kStages) & 1); };
-  // A warp's release of a resource; without a producer, the warp that releases it last loads what goes there next
-  // (its MMAs done before it counts: every warp's reads of the buffer are over when the count completes).
-#ifdef H3_FP8_NO_RELEASE_FENCE
-#define H3_RELEASE_FENCE (void)0
-#else
-#define H3_RELEASE_FENCE __threadfence_block()
-#endif
-  constexpr uint32_t kWarps = kConsumers / 32;
-  auto last_release = [&](uint32_t* count) {
-    H3_RELEASE_FENCE;
-    return atomicAdd(count, 1u) % kWarps == kWarps - 1;
-  };
   auto k_done = [&](int j) {
-    if (!signal) return;
-    if constexpr (Cfg::kProducer)
-      mbar_arrive(&sm.k_empty[j % kStages]);
-    else if (last_release(&sm.k_released[j % kStages]))
-      load_k(j + kStages);
+    if (signal) mbar_arrive(&sm.k_empty[j % kStages]);
   };
   auto v_done = [&](int j) {
-    if (!signal) return;
-    if constexpr (Cfg::kProducer)
-      mbar_arrive(&sm.v_empty[j % kStages]);
-    else if (last_release(&sm.v_released[j % kStages]))
-      load_v(j + kStages);
+    if (signal) mbar_arrive(&sm.v_empty[j % kStages]);
   };
 
-  const bool narrow_tail = kBN > 128 && nk - (tiles - 1) * kBN <= 128;  // a row's last tile has <= 128 keys
+  const bool narrow_tail = kBN != 128 && nk - (tiles - 1) * kBN <= 128;  // a row's last tile has <= 128 keys
   int t = 0;  // K / V tiles consumed, over all items (the producer's count)
   for (int w = blockIdx.x, i = 0; w < items; w += gridDim.x, ++i, t += tiles) {
     const int q0 = (w % qtiles) * kBM, col0 = (w / qtiles) * kD, b = i % 2;
@@ -399,24 +303,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     to_p(s_acc);
     for (int j = 1; j < tiles; ++j) {
-      if constexpr (Cfg::kChain) {  // P V, then S, then the softmax: never S, P and O live at once
-        v_ready(t + j - 1);
-        issue_pv((t + j - 1) % kStages);
-        wg_wait<0>();
-        fence_regs(o_acc);
-        fence_regs(p);
-        v_done(t + j - 1);
-        k_ready(t + j);
-        issue_qk((t + j) % kStages, s_acc);
-        wg_wait<0>();
-        fence_regs(s_acc);
-        k_done(t + j);
-        float c0, c1;
-        softmax(j, s_acc, c0, c1);
-        rescale_rows(o_acc, c0, c1);
-        to_p(s_acc);
-        continue;
-      }
       k_ready(t + j);
       issue_qk((t + j) % kStages, s_acc);
       v_ready(t + j - 1);
@@ -437,12 +323,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       rescale_rows(o_acc, c0, c1);
       to_p(s_acc);
     }
-    if (signal) {  // every S of this item is done: Q's buffer may be loaded anew
-      if constexpr (Cfg::kProducer)
-        mbar_arrive(&sm.q_empty[b]);
-      else if (last_release(&sm.q_released[b]))
-        load_q(i + 2);
-    }
+    if (signal) mbar_arrive(&sm.q_empty[b]);  // every S of this item is done: the producer may load Q anew
     v_ready(t + tiles - 1);
     if (narrow_tail)
       issue_pv_steps((t + tiles - 1) % kStages, std::integral_constant<int, 4>{});
